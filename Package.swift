@@ -1,0 +1,67 @@
+// swift-tools-version: 6.1
+import CompilerPluginSupport
+import PackageDescription
+
+let package = Package(
+    name: "Skyros",
+    platforms: [.macOS(.v15)],
+    products: [
+        .library(name: "Skyros", targets: ["Skyros"]),
+        .executable(name: "skyros-bench", targets: ["skyros-bench"]),
+    ],
+    dependencies: [
+        .package(url: "https://github.com/groue/GRDB.swift", from: "7.10.0"),
+        .package(url: "https://github.com/swiftlang/swift-syntax", "600.0.0"..<"700.0.0"),
+    ],
+    targets: [
+        .macro(
+            name: "SkyrosMacros",
+            dependencies: [
+                .product(name: "SwiftSyntax", package: "swift-syntax"),
+                .product(name: "SwiftSyntaxMacros", package: "swift-syntax"),
+                .product(name: "SwiftSyntaxBuilder", package: "swift-syntax"),
+                .product(name: "SwiftCompilerPlugin", package: "swift-syntax"),
+                .product(name: "SwiftDiagnostics", package: "swift-syntax"),
+            ]
+        ),
+        .target(
+            name: "Skyros",
+            dependencies: [
+                "SkyrosMacros",
+                .product(name: "GRDB", package: "GRDB.swift"),
+                .product(name: "GRDBSQLite", package: "GRDB.swift"),
+            ]
+        ),
+        .executableTarget(
+            name: "skyros-bench",
+            dependencies: [
+                "Skyros",
+                .product(name: "GRDB", package: "GRDB.swift"),
+                .product(name: "GRDBSQLite", package: "GRDB.swift"),
+            ],
+            path: "Benchmarks/skyros-bench"
+        ),
+        .executableTarget(
+            name: "skyros-quickstart",
+            dependencies: ["Skyros"],
+            path: "examples/QuickStart"
+        ),
+        .executableTarget(
+            name: "skyros-test-child",
+            dependencies: ["Skyros"],
+            path: "Tests/skyros-test-child"
+        ),
+        .testTarget(
+            name: "SkyrosTests",
+            dependencies: ["Skyros", "skyros-test-child", .product(name: "GRDB", package: "GRDB.swift")]
+        ),
+        .testTarget(
+            name: "SkyrosMacrosTests",
+            dependencies: [
+                "SkyrosMacros",
+                .product(name: "SwiftSyntaxMacrosGenericTestSupport", package: "swift-syntax"),
+            ]
+        ),
+    ],
+    swiftLanguageModes: [.v6]
+)

@@ -1,0 +1,288 @@
+import Foundation
+
+extension ObjectContext {
+    // MARK: - Public fetching
+
+    /// The objects matching a fetch descriptor, pending changes included.
+    public func fetch<T: ManagedObject>(_ descriptor: FetchDescriptor<T>) throws -> [T] {
+        try fetchObjects(descriptor.storeRequest(schema: schema)).map { $0 as! T }
+    }
+
+    /// The number of objects matching a fetch descriptor, pending changes included.
+    public func fetchCount<T: ManagedObject>(_ descriptor: FetchDescriptor<T>) throws -> Int {
+        try countObjects(descriptor.storeRequest(schema: schema))
+    }
+
+    /// The identifiers of the matching objects, without loading their values: fetching a
+    /// million identifiers holds no million rows.
+    public func fetchIdentifiers<T: ManagedObject>(_ descriptor: FetchDescriptor<T>) throws -> [ObjectID] {
+        try mergedIdentifiers(descriptor.storeRequest(schema: schema))
+    }
+
+    /// The matching objects, loaded `batchSize` at a time as the collection is iterated.
+    /// Only the current batch's values are held; earlier batches' unchanged objects are
+    /// released from the context.
+    public func fetch<T: ManagedObject>(_ descriptor: FetchDescriptor<T>, batchSize: Int) throws -> FetchResultsCollection<T> {
+        precondition(batchSize > 0, "batchSize must be positive")
+        return FetchResultsCollection(context: self, ids: try fetchIdentifiers(descriptor), batchSize: batchSize)
+    }
+
+    /// The object with this identifier as the context sees it, or nil when it does not
+    /// exist there (never saved to the parent, or deleted).
+    public func object(with id: ObjectID) -> (any ManagedObject)? {
+        try? existingObject(with: id)
+    }
+
+    /// The object with this identifier, typed.
+    public func object<T: ManagedObject>(with id: ObjectID, as type: T.Type) -> T? {
+        object(with: id) as? T
+    }
+
+    /// The object with this identifier; throws ``SkyrosError/Code/objectNotFound`` when it
+    /// does not exist in this context's view.
+    public func existingObject(with id: ObjectID) throws -> any ManagedObject {
+        if let object = registered(id) {
+            let storage = object.skyrosStorage
+            if storage.isDeleted { throw notFound(id) }
+            if !storage.isFault { return object }
+        }
+        guard let snapshot = try parent.snapshots(for: [id]).first else { throw notFound(id) }
+        return try materialize(id, values: snapshot.values)
+    }
+
+    private func notFound(_ id: ObjectID) -> SkyrosError {
+        SkyrosError(.objectNotFound, "\(id) does not exist in context '\(name)'")
+    }
+
+    // MARK: - Merging with pending changes
+
+    func fetchObjects(_ request: StoreRequest, localOnly: Bool = false) throws -> [any ManagedObject] {
+        let snapshots = try mergedSnapshots(request, localOnly: localOnly)
+        var result: [any ManagedObject] = []
+        result.reserveCapacity(snapshots.count)
+        for snapshot in snapshots { result.append(try materialize(snapshot.id, values: snapshot.values)) }
+        return result
+    }
+
+    /// The parent's rows merged with this context's pending changes of the entity.
+    func mergedSnapshots(_ request: StoreRequest, localOnly: Bool = false) throws -> [Snapshot] {
+        let pending = pendingStorages(of: request.entityName)
+        if pending.isEmpty { return localOnly ? [] : try parent.fetchSnapshots(request) }
+        var parentRequest = request
+        parentRequest.offset = 0
+        parentRequest.limit = request.limit.map { $0 + request.offset + pending.count }
+        var rows = localOnly ? [] : try parent.fetchSnapshots(parentRequest)
+        let pendingIDs = Set(pending.map(\.objectID))
+        rows.removeAll { pendingIDs.contains($0.id) }
+        for storage in pending where !storage.isDeleted {
+            if try matches(request.predicate, storage) {
+                rows.append(Snapshot(id: storage.objectID, values: storage.values))
+            }
+        }
+        try sort(&rows, by: request.sortKeys, entityName: request.entityName)
+        return slice(rows, request)
+    }
+
+    func mergedIdentifiers(_ request: StoreRequest) throws -> [ObjectID] {
+        if !hasPendingChanges(of: request.entityName) { return try parent.fetchIdentifiers(request) }
+        return try mergedSnapshots(request).map(\.id)
+    }
+
+    func countObjects(_ request: StoreRequest) throws -> Int {
+        let pending = pendingStorages(of: request.entityName)
+        if pending.isEmpty { return try parent.count(request) }
+        var unsliced = request
+        unsliced.sortKeys = []
+        unsliced.limit = nil
+        unsliced.offset = 0
+        var ids = Set(try parent.fetchIdentifiers(unsliced))
+        for storage in pending {
+            ids.remove(storage.objectID)
+            if !storage.isDeleted, try matches(request.predicate, storage) { ids.insert(storage.objectID) }
+        }
+        let afterOffset = max(0, ids.count - request.offset)
+        return request.limit.map { min($0, afterOffset) } ?? afterOffset
+    }
+
+    private func slice(_ rows: [Snapshot], _ request: StoreRequest) -> [Snapshot] {
+        guard request.offset > 0 || request.limit != nil else { return rows }
+        let start = min(request.offset, rows.count)
+        let end = request.limit.map { min(rows.count, start + $0) } ?? rows.count
+        return Array(rows[start..<end])
+    }
+
+    /// Sorts like the store's `ORDER BY`: the sort keys, then the object ID.
+    func sort(_ rows: inout [Snapshot], by keys: [SortKey], entityName: String) throws {
+        let entity = try schema.requireEntity(entityName)
+        let resolved: [(Int, Bool)] = try keys.map { key in
+            guard let property = entity.property(named: key.property), property.hasColumn else {
+                throw SkyrosError(.unsupportedPredicate, "cannot sort \(entity.name) by \(key.property)")
+            }
+            return (property.index, key.ascending)
+        }
+        rows.sort { a, b in
+            for (index, ascending) in resolved {
+                switch StoredValue.compare(a.values[index], b.values[index]) {
+                case .orderedAscending: return ascending
+                case .orderedDescending: return !ascending
+                case .orderedSame: continue
+                }
+            }
+            return StoredValue.compare(a.id.uuid.storedValue, b.id.uuid.storedValue) == .orderedAscending
+        }
+    }
+
+    // MARK: - In-memory evaluation
+
+    /// Evaluates a predicate on an object of this context, with the store's semantics.
+    func matches(_ predicate: PredicateNode?, _ storage: ObjectStorage) throws -> Bool {
+        guard let predicate else { return true }
+        return try evaluate(predicate, [0: storage]).isTruthy
+    }
+
+    private func truth(_ value: Bool) -> StoredValue { .integer(value ? 1 : 0) }
+
+    func evaluate(_ node: PredicateNode, _ scopes: [Int: ObjectStorage]) throws -> StoredValue {
+        switch node {
+        case .constant(let value):
+            return value
+        case .property(let scope, let path):
+            guard var storage = scopes[scope] else { throw invalidPredicate("unknown scope \(scope)") }
+            for (position, name) in path.enumerated() {
+                if storage.isFault { fulfill(storage) }
+                if name == PredicateNode.idProperty { return storage.objectID.uuid.storedValue }
+                guard let property = storage.entity.property(named: name) else {
+                    throw invalidPredicate("\(storage.entity.name) has no property \(name)")
+                }
+                let value = storage.values[property.index]
+                if position == path.count - 1 { return value }
+                guard property.kind == .toOne, let uuid = UUID(storedValue: value),
+                    let next = registeredOrFault(ObjectID(entityName: property.destinationName!, uuid: uuid))
+                else { return .null }
+                storage = next.skyrosStorage
+            }
+            return .null
+        case .compare(let op, let lhs, let rhs):
+            let a = try evaluate(lhs, scopes)
+            let b = try evaluate(rhs, scopes)
+            switch op {
+            case .equal: return truth(StoredValue.isIdentical(a, b))
+            case .notEqual: return truth(!StoredValue.isIdentical(a, b))
+            default:
+                if a.isNull || b.isNull { return .null }
+                let order = StoredValue.compare(a, b)
+                switch op {
+                case .less: return truth(order == .orderedAscending)
+                case .lessOrEqual: return truth(order != .orderedDescending)
+                case .greater: return truth(order == .orderedDescending)
+                default: return truth(order != .orderedAscending)
+                }
+            }
+        case .and(let lhs, let rhs):
+            let a = try evaluate(lhs, scopes)
+            if !a.isNull && !a.isTruthy { return truth(false) }
+            let b = try evaluate(rhs, scopes)
+            if !b.isNull && !b.isTruthy { return truth(false) }
+            return a.isNull || b.isNull ? .null : truth(true)
+        case .or(let lhs, let rhs):
+            let a = try evaluate(lhs, scopes)
+            if a.isTruthy { return truth(true) }
+            let b = try evaluate(rhs, scopes)
+            if b.isTruthy { return truth(true) }
+            return a.isNull || b.isNull ? .null : truth(false)
+        case .not(let inner):
+            let value = try evaluate(inner, scopes)
+            return value.isNull ? .null : truth(!value.isTruthy)
+        case .contains(let haystack, let needle, let caseInsensitive):
+            guard case .text(var a) = try evaluate(haystack, scopes), case .text(var b) = try evaluate(needle, scopes) else {
+                return .null
+            }
+            if caseInsensitive {
+                a = Self.asciiLowercase(a)
+                b = Self.asciiLowercase(b)
+            }
+            return truth(b.isEmpty || Self.bytes(a, contain: b))
+        case .startsWith(let string, let prefix):
+            guard case .text(let a) = try evaluate(string, scopes), case .text(let b) = try evaluate(prefix, scopes) else {
+                return .null
+            }
+            return truth(a.utf8.starts(with: b.utf8))
+        case .lowercased(let inner):
+            guard case .text(let text) = try evaluate(inner, scopes) else { return .null }
+            return .text(Self.asciiLowercase(text))
+        case .isIn(let value, let list):
+            let a = try evaluate(value, scopes)
+            if a.isNull { return .null }
+            return truth(list.contains { StoredValue.isIdentical(a, $0) })
+        case .anyMatch(let scope, let path, let variable, let test):
+            for related in try toManyStorages(scopes, scope, path) {
+                var inner = scopes
+                inner[variable] = related
+                if try evaluate(test, inner).isTruthy { return truth(true) }
+            }
+            return truth(false)
+        case .count(let scope, let path):
+            return .integer(Int64(try toManyStorages(scopes, scope, path).count))
+        }
+    }
+
+    private func toManyStorages(_ scopes: [Int: ObjectStorage], _ scope: Int, _ path: [String]) throws -> [ObjectStorage] {
+        guard let storage = scopes[scope], path.count == 1, let property = storage.entity.property(named: path[0]),
+            property.kind == .toMany
+        else { throw invalidPredicate("\(path.joined(separator: ".")) is not a to-many relationship") }
+        return try relatedObjects(of: storage, index: property.index).map(\.skyrosStorage)
+    }
+
+    private func invalidPredicate(_ message: String) -> SkyrosError {
+        SkyrosError(.unsupportedPredicate, "invalid predicate: \(message)")
+    }
+
+    /// SQLite's `lower()`: ASCII only.
+    static func asciiLowercase(_ text: String) -> String {
+        String(decoding: text.utf8.map { $0 >= 65 && $0 <= 90 ? $0 + 32 : $0 }, as: UTF8.self)
+    }
+
+    /// SQLite's `instr() > 0`: byte-wise substring search.
+    static func bytes(_ haystack: String, contain needle: String) -> Bool {
+        let a = Array(haystack.utf8)
+        let b = Array(needle.utf8)
+        guard b.count <= a.count else { return false }
+        for start in 0...(a.count - b.count) where a[start] == b[0] {
+            if a[start..<(start + b.count)].elementsEqual(b) { return true }
+        }
+        return false
+    }
+
+    // MARK: - ObjectStore (this context as the parent of another)
+
+    public func fetchSnapshots(_ request: StoreRequest) throws -> [Snapshot] {
+        try performAndWait { try mergedSnapshots(request) }
+    }
+
+    public func fetchIdentifiers(_ request: StoreRequest) throws -> [ObjectID] {
+        try performAndWait { try mergedIdentifiers(request) }
+    }
+
+    public func count(_ request: StoreRequest) throws -> Int {
+        try performAndWait { try countObjects(request) }
+    }
+
+    public func snapshots(for ids: [ObjectID]) throws -> [Snapshot] {
+        try performAndWait {
+            var result: [Snapshot] = []
+            var missing: [ObjectID] = []
+            for id in ids {
+                if let storage = registered(id)?.skyrosStorage {
+                    if storage.isDeleted { continue }
+                    if !storage.isFault {
+                        result.append(Snapshot(id: id, values: storage.values))
+                        continue
+                    }
+                }
+                missing.append(id)
+            }
+            if !missing.isEmpty { result += try parent.snapshots(for: missing) }
+            return result
+        }
+    }
+}

@@ -1,0 +1,198 @@
+import Foundation
+
+extension ObjectContext {
+    /// Validates the pending changes and pushes them one level toward the store: into the
+    /// parent context, or into the store for a root context.
+    ///
+    /// Validation failures throw a typed ``SkyrosError`` (``SkyrosError/Code/deleteDenied``,
+    /// ``SkyrosError/Code/missingRequiredRelationship``, ``SkyrosError/Code/valueNotStorable``,
+    /// ``SkyrosError/Code/uniqueConstraintViolation``) and change nothing: the context keeps
+    /// its pending changes, the parent is as it was.
+    public func save() throws {
+        guard hasChanges else { return }
+        try validateForSave()
+        let changes = makeChangeSet()
+        try parent.save(changes)
+        didSave()
+    }
+
+    func makeChangeSet() -> ChangeSet {
+        var changes = ChangeSet()
+        changes.inserted.reserveCapacity(inserted.count)
+        for id in insertionOrder {
+            guard let object = inserted[id] else { continue }
+            changes.inserted.append(Snapshot(id: id, values: object.skyrosStorage.values))
+        }
+        for (id, object) in updated {
+            let storage = object.skyrosStorage
+            var values: [Int: StoredValue] = [:]
+            for index in storage.changed where storage.entity.properties[index].hasColumn {
+                values[index] = storage.values[index]
+            }
+            if !values.isEmpty { changes.updated.append(ChangeSet.Update(id: id, changes: values)) }
+        }
+        changes.deleted = Array(deleted.keys)
+        return changes
+    }
+
+    func didSave() {
+        for object in inserted.values {
+            object.skyrosStorage.isInserted = false
+            object.skyrosStorage.changed = []
+        }
+        for object in updated.values { object.skyrosStorage.changed = [] }
+        for (id, object) in deleted {
+            registry[id] = nil
+            object.skyrosStorage.context = nil
+        }
+        inserted = [:]
+        insertionOrder = []
+        updated = [:]
+        deleted = [:]
+        pendingCountByEntity = [:]
+    }
+
+    // MARK: - Validation
+
+    func validateForSave() throws {
+        for object in Array(inserted.values) + Array(updated.values) {
+            let storage = object.skyrosStorage
+            if let error = storage.valueErrors.sorted(by: { $0.key < $1.key }).first?.value { throw error }
+            for property in storage.entity.toOneProperties where property.isRequired {
+                if storage.values[property.index].isNull {
+                    throw SkyrosError(
+                        .missingRequiredRelationship,
+                        "\(storage.entity.name).\(property.name) is required but \(storage.objectID) has none")
+                }
+                if let uuid = UUID(storedValue: storage.values[property.index]),
+                    let target = registered(ObjectID(entityName: property.destinationName!, uuid: uuid)),
+                    target.skyrosStorage.isDeleted
+                {
+                    throw SkyrosError(
+                        .missingRequiredRelationship,
+                        "\(storage.entity.name).\(property.name) of \(storage.objectID) points to a deleted object")
+                }
+            }
+        }
+        for object in deleted.values {
+            let storage = object.skyrosStorage
+            for property in storage.entity.relationships where property.deleteRule == .deny {
+                let related: [any ManagedObject]
+                if property.kind == .toMany {
+                    related = try relatedObjects(of: storage, index: property.index)
+                } else {
+                    related = [storage.relatedObject(at: property.index)].compactMap { $0 }
+                }
+                if let blocking = related.first(where: { !$0.skyrosStorage.isDeleted }) {
+                    throw SkyrosError(
+                        .deleteDenied,
+                        "\(storage.objectID) cannot be deleted: \(storage.entity.name).\(property.name) still has \(blocking.objectID) (delete rule .deny)"
+                    )
+                }
+            }
+        }
+    }
+
+    /// Checks unique attributes of a change set against this context's view.
+    func validateUniqueness(of changes: ChangeSet) throws {
+        var candidates: [String: [Int: [(ObjectID, StoredValue)]]] = [:]
+        func consider(_ id: ObjectID, _ index: Int, _ value: StoredValue) {
+            guard !value.isNull else { return }
+            candidates[id.entityName, default: [:]][index, default: []].append((id, value))
+        }
+        for snapshot in changes.inserted {
+            guard let entity = schema.entity(named: snapshot.id.entityName) else { continue }
+            for property in entity.uniqueProperties { consider(snapshot.id, property.index, snapshot.values[property.index]) }
+        }
+        for update in changes.updated {
+            guard let entity = schema.entity(named: update.id.entityName) else { continue }
+            for property in entity.uniqueProperties {
+                if let value = update.changes[property.index] { consider(update.id, property.index, value) }
+            }
+        }
+        guard !candidates.isEmpty else { return }
+        let touched = Set(changes.allIDs)
+        for (entityName, byProperty) in candidates {
+            let entity = try schema.requireEntity(entityName)
+            if !parentIsContext && !hasPendingChanges(of: entityName) { continue }  // the store enforces it
+            for (index, values) in byProperty {
+                let property = entity.properties[index]
+                var seen: [StoredValue: ObjectID] = [:]
+                for (id, value) in values {
+                    if let other = seen[value] { throw duplicate(entity, property, value, id, other) }
+                    seen[value] = id
+                }
+                var start = 0
+                while start < values.count {
+                    let chunk = values[start..<min(start + 500, values.count)]
+                    start += 500
+                    let request = StoreRequest(
+                        entityName: entityName,
+                        predicate: .isIn(.property(scope: 0, path: [property.name]), chunk.map(\.1)))
+                    for row in try mergedSnapshots(request) where !touched.contains(row.id) {
+                        let value = row.values[index]
+                        throw duplicate(entity, property, value, seen[value] ?? row.id, row.id)
+                    }
+                }
+            }
+        }
+    }
+
+    private func duplicate(
+        _ entity: EntityDescription, _ property: PropertyDescription, _ value: StoredValue, _ id: ObjectID, _ other: ObjectID
+    ) -> SkyrosError {
+        SkyrosError(
+            .uniqueConstraintViolation,
+            "\(entity.name).\(property.name) must be unique: \(id) and \(other) both hold \(value)")
+    }
+
+    // MARK: - ObjectStore (receiving a child's save)
+
+    /// Applies a child context's change set to this context, atomically: unique attributes
+    /// are checked first, and nothing is applied if they fail.
+    public func save(_ changes: ChangeSet) throws {
+        try performAndWait {
+            try validateUniqueness(of: changes)
+            try apply(changes)
+        }
+    }
+
+    func apply(_ changes: ChangeSet) throws {
+        // Load the objects updated here that are not registered, in one round trip.
+        let missing = changes.updated.map(\.id).filter { id in
+            guard let storage = registered(id)?.skyrosStorage else { return true }
+            return storage.isFault
+        }
+        var loaded: [any ManagedObject] = []  // keeps them alive until marked updated
+        if !missing.isEmpty {
+            for snapshot in try parent.snapshots(for: missing) {
+                loaded.append(try materialize(snapshot.id, values: snapshot.values))
+            }
+        }
+        for snapshot in changes.inserted {
+            if let existing = registered(snapshot.id), existing.skyrosStorage.isInserted {
+                existing.skyrosStorage.values = snapshot.values
+                continue
+            }
+            let entity = try schema.requireEntity(snapshot.id.entityName)
+            let storage = ObjectStorage(objectID: snapshot.id, entity: entity, values: snapshot.values, context: self)
+            let object = entity.objectType.init(skyrosStorage: storage)
+            register(object)
+            markInserted(object)
+        }
+        for update in changes.updated {
+            guard let object = registered(update.id) else { continue }  // deleted in the parent meanwhile
+            let storage = object.skyrosStorage
+            if storage.isDeleted { continue }
+            for (index, value) in update.changes { storage.setStored(value, at: index) }
+        }
+        for id in changes.deleted {
+            let object = try materialize(id, values: nil)
+            if object.skyrosStorage.isDeleted { continue }
+            markDeleted(object)
+            if !object.skyrosStorage.isDeleted { continue }
+            if inserted[id] == nil && deleted[id] == nil { registry[id] = nil }
+        }
+        withExtendedLifetime(loaded) {}
+    }
+}

@@ -1,0 +1,369 @@
+import Foundation
+
+/// A scratchpad of managed objects over a parent store: Core Data's managed object context.
+///
+/// A context has a serial queue; its objects and its methods must be used on it, inside
+/// ``perform(_:)``, ``performAndWait(_:)`` or a `read`/`write` block of ``Skyros``.
+/// `performAndWait` is reentrant: nested calls on the same context never deadlock.
+///
+/// Uniquing: one instance per object per context. A fetch sees the context's pending
+/// changes (unsaved inserts that match appear, pending deletions do not, pending updates are
+/// matched on their new values). ``save()`` pushes the changes exactly one level toward the
+/// store: into the parent context, or into the store for a root context.
+public final class ObjectContext: ObjectStore, @unchecked Sendable, CustomStringConvertible {
+    /// A name for diagnostics: "root", "main", "scratch".
+    public let name: String
+    public let schema: Schema
+    /// What this context saves into.
+    public let parent: any ObjectStore
+    let parentIsContext: Bool
+    let queue: DispatchQueue
+
+    // Queue-confined state.
+    struct WeakObject {
+        weak var object: (any ManagedObject)?
+    }
+    var registry: [ObjectID: WeakObject] = [:]
+    private var registryPurgeThreshold = 4096
+    var inserted: [ObjectID: any ManagedObject] = [:]
+    var insertionOrder: [ObjectID] = []
+    var updated: [ObjectID: any ManagedObject] = [:]
+    var deleted: [ObjectID: any ManagedObject] = [:]
+    var pendingCountByEntity: [String: Int] = [:]
+
+    /// Makes a context whose parent is `parent` (a store or another context).
+    public init(name: String, parent: any ObjectStore) {
+        self.name = name
+        self.schema = parent.schema
+        self.parent = parent
+        self.parentIsContext = parent is ObjectContext
+        self.queue = DispatchQueue(label: "skyros.context.\(name)")
+    }
+
+    public var description: String { "ObjectContext(\(name))" }
+
+    // MARK: - Queue
+
+    /// Runs `block` on the context's queue and waits for it. Reentrant.
+    public func performAndWait<T>(_ block: () throws -> T) rethrows -> T {
+        if isPerformingOnCurrentThread { return try block() }
+        return try queue.sync {
+            PerformingContexts.push(self)
+            defer { PerformingContexts.pop() }
+            return try block()
+        }
+    }
+
+    /// Schedules `block` on the context's queue.
+    public func perform(_ block: @escaping @Sendable () -> Void) {
+        queue.async {
+            PerformingContexts.push(self)
+            defer { PerformingContexts.pop() }
+            block()
+        }
+    }
+
+    /// Runs `block` on the context's queue and returns its result.
+    public func perform<T: Sendable>(_ block: @escaping @Sendable () throws -> T) async throws -> T {
+        try await withCheckedThrowingContinuation { continuation in
+            perform { continuation.resume(with: Result { try block() }) }
+        }
+    }
+
+    /// Whether the current thread is running a block of this context.
+    public var isPerformingOnCurrentThread: Bool { PerformingContexts.contains(self) }
+
+    // MARK: - Registry
+
+    func registered(_ id: ObjectID) -> (any ManagedObject)? {
+        registry[id]?.object
+    }
+
+    func register(_ object: any ManagedObject) {
+        registry[object.objectID] = WeakObject(object: object)
+        if registry.count > registryPurgeThreshold {
+            registry = registry.filter { $0.value.object != nil }
+            registryPurgeThreshold = max(4096, registry.count * 2)
+        }
+    }
+
+    /// The registered object, or a new one made from `values` (a fault when nil).
+    func materialize(_ id: ObjectID, values: ContiguousArray<StoredValue>?) throws -> any ManagedObject {
+        if let object = registered(id) {
+            let storage = object.skyrosStorage
+            if storage.isFault, let values {
+                storage.values = values
+                storage.isFault = false
+            }
+            return object
+        }
+        let entity = try schema.requireEntity(id.entityName)
+        let storage = ObjectStorage(objectID: id, entity: entity, values: values, context: self)
+        let object = entity.objectType.init(skyrosStorage: storage)
+        register(object)
+        return object
+    }
+
+    /// The object for a to-one reference: registered, or a fault filled on first access.
+    func registeredOrFault(_ id: ObjectID) -> (any ManagedObject)? {
+        try? materialize(id, values: nil)
+    }
+
+    func fulfill(_ storage: ObjectStorage) {
+        let snapshot: Snapshot?
+        do {
+            snapshot = try parent.snapshots(for: [storage.objectID]).first
+        } catch {
+            preconditionFailure("Skyros: could not load \(storage.objectID) in context '\(name)': \(error)")
+        }
+        guard let snapshot else {
+            preconditionFailure(
+                "Skyros: \(storage.objectID) is a fault that cannot be fulfilled in context '\(name)': the object was deleted")
+        }
+        storage.values = snapshot.values
+        storage.isFault = false
+    }
+
+    // MARK: - Pending state
+
+    private func adjustPending(_ entity: String, _ delta: Int) {
+        pendingCountByEntity[entity, default: 0] += delta
+    }
+
+    func hasPendingChanges(of entityName: String) -> Bool {
+        (pendingCountByEntity[entityName] ?? 0) > 0
+    }
+
+    func didUpdate(_ storage: ObjectStorage) {
+        guard updated[storage.objectID] == nil, let object = registered(storage.objectID) else { return }
+        updated[storage.objectID] = object
+        adjustPending(storage.entity.name, 1)
+    }
+
+    func markInserted(_ object: any ManagedObject) {
+        let storage = object.skyrosStorage
+        storage.isInserted = true
+        inserted[storage.objectID] = object
+        insertionOrder.append(storage.objectID)
+        adjustPending(storage.entity.name, 1)
+    }
+
+    func markDeleted(_ object: any ManagedObject) {
+        let storage = object.skyrosStorage
+        let id = storage.objectID
+        if updated.removeValue(forKey: id) != nil { adjustPending(storage.entity.name, -1) }
+        if storage.isInserted {
+            inserted[id] = nil
+            storage.isInserted = false
+            adjustPending(storage.entity.name, -1)
+        } else {
+            deleted[id] = object
+            adjustPending(storage.entity.name, 1)
+        }
+        storage.isDeleted = true
+        storage.changed = []
+    }
+
+    /// Objects of an entity with pending changes (inserted, updated, deleted).
+    func pendingStorages(of entityName: String) -> [ObjectStorage] {
+        guard hasPendingChanges(of: entityName) else { return [] }
+        var result: [ObjectStorage] = []
+        for dictionary in [inserted, updated, deleted] {
+            for (id, object) in dictionary where id.entityName == entityName { result.append(object.skyrosStorage) }
+        }
+        return result
+    }
+
+    // MARK: - Public state
+
+    /// Whether the context has unsaved changes.
+    public var hasChanges: Bool { !inserted.isEmpty || !updated.isEmpty || !deleted.isEmpty }
+    /// Objects inserted and not yet saved.
+    public var insertedObjects: [any ManagedObject] { insertionOrder.compactMap { inserted[$0] } }
+    /// Objects changed and not yet saved.
+    public var updatedObjects: [any ManagedObject] { Array(updated.values) }
+    /// Objects deleted and not yet saved.
+    public var deletedObjects: [any ManagedObject] { Array(deleted.values) }
+    /// Objects currently registered in the context.
+    public var registeredObjects: [any ManagedObject] { registry.values.compactMap(\.object) }
+
+    // MARK: - Inserting and deleting
+
+    /// Inserts a new object with its default values.
+    public func insert<T: ManagedObject>(_ type: T.Type) -> T {
+        let entity = T.entityDescription
+        guard schema.entity(named: entity.name) === entity else {
+            preconditionFailure("Skyros: \(T.self) is not an entity of this context's schema")
+        }
+        let (values, errors) = entity.defaultValues()
+        let storage = ObjectStorage(
+            objectID: .make(entityName: entity.name), entity: entity, values: values, context: self)
+        for (index, error) in errors.enumerated() { storage.valueErrors[index] = error }
+        let object = T(skyrosStorage: storage)
+        register(object)
+        markInserted(object)
+        return object
+    }
+
+    /// Deletes an object, applying its relationships' delete rules at once (cascade deletes,
+    /// nullify clears references). `.deny` is checked at save.
+    public func delete(_ object: any ManagedObject) {
+        let storage = object.skyrosStorage
+        precondition(storage.context === self, "Skyros: deleting \(storage.objectID) in a context it does not belong to")
+        guard !storage.isDeleted else { return }
+        if storage.isFault { fulfill(storage) }
+        var toCascade: [any ManagedObject] = []
+        for property in storage.entity.relationships {
+            let inverse = schema.inverse(of: property, in: storage.entity)
+            switch property.kind {
+            case .toMany:
+                guard let inverse, let related = try? relatedObjects(of: storage, index: property.index) else { continue }
+                switch property.deleteRule {
+                case .cascade: toCascade += related
+                case .nullify:
+                    for object in related { object.skyrosStorage.setStored(.null, at: inverse.index) }
+                case .deny: break
+                }
+            case .toOne:
+                guard let target = storage.relatedObject(at: property.index) else { continue }
+                if property.deleteRule == .cascade {
+                    toCascade.append(target)
+                } else if let inverse, inverse.kind == .toOne, property.deleteRule == .nullify {
+                    target.skyrosStorage.setStored(.null, at: inverse.index)
+                }
+            case .attribute: break
+            }
+        }
+        markDeleted(object)
+        for related in toCascade { delete(related) }
+    }
+
+    // MARK: - Relationships
+
+    /// Sets a to-one, keeping a one-to-one inverse in sync.
+    func setToOne(_ storage: ObjectStorage, index: Int, to target: ObjectStorage?) {
+        let property = storage.entity.properties[index]
+        let newValue = target?.objectID.uuid.storedValue ?? .null
+        if let inverse = schema.inverse(of: property, in: storage.entity), inverse.kind == .toOne {
+            if let old = storage.relatedObject(at: index), old.objectID != target?.objectID {
+                old.skyrosStorage.setStored(.null, at: inverse.index)
+            }
+            if let target {
+                if target.isFault { fulfill(target) }
+                if let previousUUID = UUID(storedValue: target.values[inverse.index]), previousUUID != storage.objectID.uuid,
+                    let previous = registeredOrFault(ObjectID(entityName: storage.entity.name, uuid: previousUUID))
+                {
+                    previous.skyrosStorage.setStored(.null, at: index)
+                }
+                if !StoredValue.isIdentical(target.values[inverse.index], storage.objectID.uuid.storedValue) {
+                    target.setStored(storage.objectID.uuid.storedValue, at: inverse.index)
+                }
+            }
+        }
+        storage.setStored(newValue, at: index)
+    }
+
+    /// Sets a to-many by setting the inverse to-one of the objects added and removed.
+    func setToMany(_ storage: ObjectStorage, index: Int, to targets: [ObjectStorage]) throws {
+        let property = storage.entity.properties[index]
+        guard let inverse = schema.inverse(of: property, in: storage.entity) else { return }
+        let current = try relatedObjects(of: storage, index: index)
+        let newIDs = Set(targets.map(\.objectID))
+        for object in current where !newIDs.contains(object.objectID) {
+            setToOne(object.skyrosStorage, index: inverse.index, to: nil)
+        }
+        for target in targets { setToOne(target, index: inverse.index, to: storage) }
+    }
+
+    /// The objects of a to-many relationship, as this context sees them, by creation order.
+    func relatedObjects(of storage: ObjectStorage, index: Int) throws -> [any ManagedObject] {
+        let property = storage.entity.properties[index]
+        guard let inverse = schema.inverse(of: property, in: storage.entity) else { return [] }
+        let request = StoreRequest(
+            entityName: property.destinationName!, predicate: .equals(inverse.name, storage.objectID.uuid.storedValue))
+        return try fetchObjects(request, localOnly: storage.isInserted)
+    }
+
+    // MARK: - Reset, rollback, refresh
+
+    /// Forgets every object and pending change. Objects fetched before are detached.
+    public func reset() {
+        for entry in registry.values { entry.object?.skyrosStorage.context = nil }
+        registry = [:]
+        inserted = [:]
+        insertionOrder = []
+        updated = [:]
+        deleted = [:]
+        pendingCountByEntity = [:]
+    }
+
+    /// Discards pending changes: inserted objects are forgotten, updated and deleted ones
+    /// are turned back into faults of their saved state.
+    public func rollback() {
+        for object in inserted.values {
+            registry[object.objectID] = nil
+            object.skyrosStorage.isInserted = false
+            object.skyrosStorage.context = nil
+        }
+        for object in Array(updated.values) + Array(deleted.values) {
+            let storage = object.skyrosStorage
+            storage.isDeleted = false
+            storage.changed = []
+            storage.valueErrors = [:]
+            storage.isFault = true
+        }
+        inserted = [:]
+        insertionOrder = []
+        updated = [:]
+        deleted = [:]
+        pendingCountByEntity = [:]
+    }
+
+    /// Turns an object back into a fault, discarding its pending changes unless
+    /// `mergeChanges` is true (then its changed properties keep their new values over the
+    /// parent's current ones).
+    public func refresh(_ object: any ManagedObject, mergeChanges: Bool) {
+        let storage = object.skyrosStorage
+        guard storage.context === self, !storage.isInserted else { return }
+        if mergeChanges, !storage.changed.isEmpty {
+            let changed = storage.changed.map { ($0, storage.values[$0]) }
+            fulfill(storage)
+            for (index, value) in changed { storage.values[index] = value }
+            return
+        }
+        if updated.removeValue(forKey: storage.objectID) != nil { adjustPending(storage.entity.name, -1) }
+        if deleted.removeValue(forKey: storage.objectID) != nil { adjustPending(storage.entity.name, -1) }
+        storage.isDeleted = false
+        storage.changed = []
+        storage.valueErrors = [:]
+        storage.isFault = true
+    }
+}
+
+/// The contexts whose blocks the current thread is running (for reentrancy and checks).
+enum PerformingContexts {
+    final class Stack {
+        var contexts: [ObjectIdentifier] = []
+    }
+
+    private static let key: pthread_key_t = {
+        var key = pthread_key_t()
+        pthread_key_create(&key) { pointer in
+            if let pointer { Unmanaged<Stack>.fromOpaque(pointer).release() }
+        }
+        return key
+    }()
+
+    private static var stack: Stack {
+        if let pointer = pthread_getspecific(key) {
+            return Unmanaged<Stack>.fromOpaque(pointer).takeUnretainedValue()
+        }
+        let stack = Stack()
+        pthread_setspecific(key, Unmanaged.passRetained(stack).toOpaque())
+        return stack
+    }
+
+    static func push(_ context: ObjectContext) { stack.contexts.append(ObjectIdentifier(context)) }
+    static func pop() { stack.contexts.removeLast() }
+    static func contains(_ context: ObjectContext) -> Bool { stack.contexts.contains(ObjectIdentifier(context)) }
+}

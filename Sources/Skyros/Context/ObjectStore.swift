@@ -1,0 +1,91 @@
+import Foundation
+
+/// The seam between a context and what it saves into: a parent context, a local store,
+/// or (in the shared stack) the daemon.
+///
+/// Everything above it — contexts, faulting, merging fetches with pending changes — is the
+/// same code whatever the parent is. Calls may block; they are made from the child's queue.
+public protocol ObjectStore: AnyObject, Sendable {
+    /// The schema the store holds.
+    var schema: Schema { get }
+    /// The rows matching a request, with all their values, sorted and sliced as it says.
+    func fetchSnapshots(_ request: StoreRequest) throws -> [Snapshot]
+    /// The identifiers of the rows matching a request, sorted and sliced as it says.
+    func fetchIdentifiers(_ request: StoreRequest) throws -> [ObjectID]
+    /// The number of rows matching a request (limit and offset applied).
+    func count(_ request: StoreRequest) throws -> Int
+    /// The rows with these identifiers; missing ones are left out.
+    func snapshots(for ids: [ObjectID]) throws -> [Snapshot]
+    /// Applies a change set atomically: all of it, or nothing and a thrown error.
+    func save(_ changes: ChangeSet) throws
+}
+
+/// A fetch as a store sees it: entity, predicate tree, sort, slice.
+public struct StoreRequest: Sendable, Codable, Hashable {
+    public var entityName: String
+    public var predicate: PredicateNode?
+    public var sortKeys: [SortKey]
+    public var limit: Int?
+    public var offset: Int
+
+    public init(
+        entityName: String, predicate: PredicateNode? = nil, sortKeys: [SortKey] = [], limit: Int? = nil,
+        offset: Int = 0
+    ) {
+        self.entityName = entityName
+        self.predicate = predicate
+        self.sortKeys = sortKeys
+        self.limit = limit
+        self.offset = offset
+    }
+}
+
+/// One sort criterion: a property of the fetched entity and a direction. Strings sort
+/// byte by byte ("#" < "1" < "A" < "a"); ties are broken by object ID (creation order).
+public struct SortKey: Sendable, Codable, Hashable {
+    public var property: String
+    public var ascending: Bool
+    public init(property: String, ascending: Bool) {
+        self.property = property
+        self.ascending = ascending
+    }
+}
+
+/// An object's identity and values, as stored.
+public struct Snapshot: Sendable, Codable, Hashable {
+    public var id: ObjectID
+    /// One value per property of the entity, in declaration order (NULL for to-many).
+    public var values: ContiguousArray<StoredValue>
+    public init(id: ObjectID, values: ContiguousArray<StoredValue>) {
+        self.id = id
+        self.values = values
+    }
+}
+
+/// What a save pushes one level toward the store.
+public struct ChangeSet: Sendable, Codable, Hashable {
+    /// A changed object: only its changed properties, by index.
+    public struct Update: Sendable, Codable, Hashable {
+        public var id: ObjectID
+        public var changes: [Int: StoredValue]
+        public init(id: ObjectID, changes: [Int: StoredValue]) {
+            self.id = id
+            self.changes = changes
+        }
+    }
+
+    public var inserted: [Snapshot] = []
+    public var updated: [Update] = []
+    public var deleted: [ObjectID] = []
+
+    public init(inserted: [Snapshot] = [], updated: [Update] = [], deleted: [ObjectID] = []) {
+        self.inserted = inserted
+        self.updated = updated
+        self.deleted = deleted
+    }
+
+    public var isEmpty: Bool { inserted.isEmpty && updated.isEmpty && deleted.isEmpty }
+
+    /// Every object the change set touches.
+    public var allIDs: [ObjectID] { inserted.map(\.id) + updated.map(\.id) + deleted }
+}

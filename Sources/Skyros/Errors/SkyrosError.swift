@@ -1,0 +1,78 @@
+import Foundation
+
+/// The error every Skyros API throws or reports.
+///
+/// `SkyrosError` is a struct with an extensible ``Code``, like GRDB's `DatabaseError`:
+/// match the code in a `catch` pattern, read ``message`` for a human explanation, and
+/// ``underlyingError`` for the cause (an SQLite error, a decoding error, …).
+///
+/// ```swift
+/// do {
+///     try context.save()
+/// } catch let error as SkyrosError where error.code == .uniqueConstraintViolation {
+///     print("Already taken:", error.message)
+/// }
+/// ```
+public struct SkyrosError: Error, Sendable, CustomStringConvertible {
+    /// A code a caller can match. New codes may be added in any release.
+    public struct Code: RawRepresentable, Hashable, Sendable, CustomStringConvertible {
+        public let rawValue: String
+        public init(rawValue: String) { self.rawValue = rawValue }
+        public var description: String { rawValue }
+
+        /// A unique attribute would hold the same value in two objects.
+        public static let uniqueConstraintViolation = Code(rawValue: "uniqueConstraintViolation")
+        /// Deleting an object is refused by a `.deny` delete rule.
+        public static let deleteDenied = Code(rawValue: "deleteDenied")
+        /// A relationship declared as required has no destination.
+        public static let missingRequiredRelationship = Code(rawValue: "missingRequiredRelationship")
+        /// A value cannot be stored in its column (NaN, an encoding failure, …).
+        public static let valueNotStorable = Code(rawValue: "valueNotStorable")
+        /// The schema is invalid (a relationship without a valid inverse, duplicate entity names, …).
+        public static let invalidSchema = Code(rawValue: "invalidSchema")
+        /// The store file was created with another schema (its fingerprint differs).
+        public static let schemaMismatch = Code(rawValue: "schemaMismatch")
+        /// A predicate, sort or key path cannot be translated to the store's query language.
+        public static let unsupportedPredicate = Code(rawValue: "unsupportedPredicate")
+        /// The object does not exist in the context's view of the store.
+        public static let objectNotFound = Code(rawValue: "objectNotFound")
+        /// An entity that is not part of the schema was used.
+        public static let unknownEntity = Code(rawValue: "unknownEntity")
+        /// The underlying store failed (I/O, SQLite error, …).
+        public static let storeFailure = Code(rawValue: "storeFailure")
+        /// The stack was closed or nuked while the operation was pending.
+        public static let stackUnavailable = Code(rawValue: "stackUnavailable")
+        /// An error thrown by user code inside a `read` or `write` block.
+        public static let blockFailed = Code(rawValue: "blockFailed")
+    }
+
+    /// What went wrong, as a matchable code.
+    public var code: Code
+    /// A human-readable explanation.
+    public var message: String
+    /// The error that caused this one, if any.
+    public var underlyingError: (any Error)?
+
+    public init(_ code: Code, _ message: String, underlying: (any Error)? = nil) {
+        self.code = code
+        self.message = message
+        self.underlyingError = underlying
+    }
+
+    public var description: String {
+        var text = "SkyrosError.\(code): \(message)"
+        if let underlyingError { text += " (caused by: \(underlyingError))" }
+        return text
+    }
+
+    /// Wraps any error into a `SkyrosError`, keeping a `SkyrosError` as it is.
+    public static func wrap(_ error: any Error) -> SkyrosError {
+        if let error = error as? SkyrosError { return error }
+        return SkyrosError(.blockFailed, "\(error)", underlying: error)
+    }
+}
+
+/// Matches a `SkyrosError` by code: `catch SkyrosError.Code.deleteDenied`.
+public func ~= (code: SkyrosError.Code, error: any Error) -> Bool {
+    (error as? SkyrosError)?.code == code
+}

@@ -1,0 +1,293 @@
+import Foundation
+
+/// A store with Core Data's context stack and Skopelos' API: `read` on the main context,
+/// `writeSync` / `writeAsync` on scratch contexts, chaining, and async `read` / `write`.
+///
+/// ```swift
+/// let store = try Skyros(sqliteStack: Schema([User.self]), at: url)
+/// store.writeSync { context in
+///     User.create(in: context).firstname = "John"
+/// }.read { context in
+///     print(try User.count(in: context))   // 1
+/// }
+/// ```
+///
+/// The stack: a root context owns the store, the main context (the single source of
+/// truth, where every `read` runs) saves into it, and writes run on scratch contexts that
+/// save into the main context. A write is consistent in the main context when `writeSync`
+/// returns, and durable when its completion runs.
+///
+/// Completions and ``handleError(_:)`` run on ``completionQueue``, a private serial queue
+/// by default: in order, once per write, after the write is durable (or has failed).
+open class Skyros: @unchecked Sendable {
+    /// The schema of the stack.
+    public let schema: Schema
+    /// The store under the root context.
+    public let store: any PersistentStore
+    /// When false (the default) one scratch context, reset after each write, serialises
+    /// writes; when true each write gets its own scratch context.
+    public let allowsConcurrentWritings: Bool
+    /// Where completions and ``handleError(_:)`` are called.
+    public let completionQueue: DispatchQueue
+
+    private let lock = NSLock()
+    private var contexts: Contexts
+    private var _errorHandler: (@Sendable (SkyrosError) -> Void)?
+    let inFlight = DispatchGroup()
+
+    struct Contexts {
+        let root: ObjectContext
+        let main: ObjectContext
+        let scratch: ObjectContext
+    }
+
+    /// A stack on an SQLite file (created with the schema if missing).
+    ///
+    /// - Parameters:
+    ///   - schema: the entities.
+    ///   - url: the SQLite file.
+    ///   - allowsConcurrentWritings: one scratch context per write when true.
+    ///   - durability: `.full` (default) or `.normal`.
+    /// - Throws: ``SkyrosError/Code/schemaMismatch`` when the file was made with another
+    ///   schema (the file is left untouched), ``SkyrosError/Code/invalidSchema``,
+    ///   ``SkyrosError/Code/storeFailure``.
+    public convenience init(
+        sqliteStack schema: Schema, at url: URL, allowsConcurrentWritings: Bool = false,
+        durability: Durability = .full, completionQueue: DispatchQueue? = nil
+    ) throws {
+        let store = try SQLiteStore(schema: schema, url: url, durability: durability)
+        self.init(store: store, allowsConcurrentWritings: allowsConcurrentWritings, completionQueue: completionQueue)
+    }
+
+    /// A stack on an in-memory store (an in-memory SQLite database: same SQL, nothing on disk).
+    public convenience init(
+        inMemoryStack schema: Schema, allowsConcurrentWritings: Bool = false, completionQueue: DispatchQueue? = nil
+    ) throws {
+        let store = try SQLiteStore(schema: schema, url: nil)
+        self.init(store: store, allowsConcurrentWritings: allowsConcurrentWritings, completionQueue: completionQueue)
+    }
+
+    /// A stack over any persistent store.
+    public init(store: any PersistentStore, allowsConcurrentWritings: Bool = false, completionQueue: DispatchQueue? = nil) {
+        self.schema = store.schema
+        self.store = store
+        self.allowsConcurrentWritings = allowsConcurrentWritings
+        self.completionQueue = completionQueue ?? DispatchQueue(label: "skyros.completion")
+        self.contexts = Self.makeContexts(store)
+        SaveOnStop.register(self)
+    }
+
+    private static func makeContexts(_ store: any PersistentStore) -> Contexts {
+        let root = ObjectContext(name: "root", parent: store)
+        let main = ObjectContext(name: "main", parent: root)
+        return Contexts(root: root, main: main, scratch: ObjectContext(name: "scratch", parent: main))
+    }
+
+    private var current: Contexts { lock.withLock { contexts } }
+
+    /// The main context: the single source of truth, where `read` runs.
+    public var mainContext: ObjectContext { current.main }
+    /// The root context, which owns the store.
+    public var rootContext: ObjectContext { current.root }
+
+    /// A closure called with every error of a `read` or `write` (before the write's
+    /// completion), unless a subclass overrides ``handleError(_:)``.
+    public var errorHandler: (@Sendable (SkyrosError) -> Void)? {
+        get { lock.withLock { _errorHandler } }
+        set { lock.withLock { _errorHandler = newValue } }
+    }
+
+    /// Called with every error of a `read` or `write`; override it in a subclass, or set
+    /// ``errorHandler``. The default calls ``errorHandler``.
+    open func handleError(_ error: SkyrosError) {
+        errorHandler?(error)
+    }
+
+    // MARK: - Reading
+
+    /// Runs `statements` on the main context and waits. Errors go to ``handleError(_:)``.
+    @discardableResult
+    public func read(_ statements: (ObjectContext) throws -> Void) -> Self {
+        let main = current.main
+        var failure: SkyrosError?
+        main.performAndWait {
+            do { try statements(main) } catch { failure = SkyrosError.wrap(error) }
+        }
+        if let failure { handleError(failure) }
+        return self
+    }
+
+    /// Runs `block` on the main context and returns its value.
+    public func read<T: Sendable>(_ block: @escaping @Sendable (ObjectContext) throws -> T) async throws -> T {
+        let main = current.main
+        do {
+            return try await main.perform { try block(main) }
+        } catch {
+            throw SkyrosError.wrap(error)
+        }
+    }
+
+    // MARK: - Writing
+
+    /// Runs `changes` on a scratch context, saves it into the main context, and returns;
+    /// then saves to the store in the background and calls `completion` once, with nil
+    /// when the changes are durable, or with the error. An error thrown by `changes`
+    /// discards the whole write.
+    @discardableResult
+    public func writeSync(
+        _ changes: (ObjectContext) throws -> Void, completion: (@Sendable (SkyrosError?) -> Void)? = nil
+    ) -> Self {
+        let stack = current
+        let scratch = scratchContext(stack)
+        inFlight.enter()
+        var failure: SkyrosError?
+        scratch.performAndWait { failure = runWrite(changes, in: scratch) }
+        if let failure {
+            finish(failure, completion)
+        } else {
+            persist(stack, completion)
+        }
+        return self
+    }
+
+    /// Like ``writeSync(_:completion:)`` but returns at once; `changes` runs on the scratch
+    /// context's queue.
+    @discardableResult
+    public func writeAsync(
+        _ changes: @escaping @Sendable (ObjectContext) throws -> Void,
+        completion: (@Sendable (SkyrosError?) -> Void)? = nil
+    ) -> Self {
+        let stack = current
+        let scratch = scratchContext(stack)
+        inFlight.enter()
+        scratch.perform { [self] in
+            if let failure = runWrite(changes, in: scratch) {
+                finish(failure, completion)
+            } else {
+                persist(stack, completion)
+            }
+        }
+        return self
+    }
+
+    /// Runs `block` on a scratch context, saves, and returns its value once the changes
+    /// are durable in the store. Throws the block's error (nothing of it is saved) or the
+    /// save's.
+    public func write<T: Sendable>(_ block: @escaping @Sendable (ObjectContext) throws -> T) async throws -> T {
+        let box = ResultBox<T>()
+        try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, any Error>) in
+            writeAsync(
+                { context in box.value = try block(context) },
+                completion: { error in
+                    if let error { continuation.resume(throwing: error) } else { continuation.resume() }
+                })
+        }
+        return box.value!
+    }
+
+    private final class ResultBox<T>: @unchecked Sendable {
+        var value: T?
+    }
+
+    private func scratchContext(_ stack: Contexts) -> ObjectContext {
+        allowsConcurrentWritings ? ObjectContext(name: "scratch", parent: stack.main) : stack.scratch
+    }
+
+    private func runWrite(_ changes: (ObjectContext) throws -> Void, in scratch: ObjectContext) -> SkyrosError? {
+        var failure: SkyrosError?
+        do {
+            try changes(scratch)
+            try scratch.save()
+        } catch {
+            failure = SkyrosError.wrap(error)
+            scratch.rollback()
+        }
+        if !allowsConcurrentWritings { scratch.reset() }
+        return failure
+    }
+
+    /// Main → root (in memory), then root → store on the root's queue, then the completion.
+    private func persist(_ stack: Contexts, _ completion: (@Sendable (SkyrosError?) -> Void)?) {
+        stack.main.perform { [self] in
+            var mainFailure: SkyrosError?
+            do {
+                try stack.main.save()
+            } catch {
+                mainFailure = SkyrosError.wrap(error)
+                stack.main.rollback()
+            }
+            stack.root.perform { [self, mainFailure] in
+                finish(mainFailure ?? saveRoot(stack), completion)
+            }
+        }
+    }
+
+    /// Saves the root context to the store; on failure discards its changes and turns the
+    /// main context's copies of the objects back into faults of the store's state.
+    private func saveRoot(_ stack: Contexts) -> SkyrosError? {
+        let root = stack.root
+        guard root.hasChanges else { return nil }
+        let touched = root.makeChangeSet().allIDs
+        do {
+            try root.save()
+            return nil
+        } catch {
+            root.rollback()
+            stack.main.perform {
+                for id in touched {
+                    guard let object = stack.main.registered(id) else { continue }
+                    if object.hasChanges { continue }
+                    stack.main.registry[id] = nil
+                    object.skyrosStorage.context = nil
+                }
+            }
+            return SkyrosError.wrap(error)
+        }
+    }
+
+    private func finish(_ error: SkyrosError?, _ completion: (@Sendable (SkyrosError?) -> Void)?) {
+        completionQueue.async { [self] in
+            if let error { handleError(error) }
+            completion?(error)
+            inFlight.leave()
+        }
+    }
+
+    // MARK: - Maintenance
+
+    /// Empties the store. Pending writes finish first; every context is replaced by a new
+    /// one, so no stale object survives, and the stack stays usable.
+    public func nuke() throws {
+        let stack = current
+        stack.scratch.performAndWait {}
+        stack.main.performAndWait {}
+        try stack.root.performAndWait { try store.deleteAll() }
+        let fresh = Self.makeContexts(store)
+        lock.withLock { contexts = fresh }
+        for context in [stack.scratch, stack.main, stack.root] { context.performAndWait { context.reset() } }
+    }
+
+    /// Waits until every write started so far has completed, and saves changes left in the
+    /// main context (objects modified in a `read`). Used at process stop.
+    /// - Returns: false when `timeout` expired first.
+    @discardableResult
+    public func flush(timeout: TimeInterval = 10) -> Bool {
+        let finished = inFlight.wait(timeout: .now() + timeout) == .success
+        let stack = current
+        stack.main.performAndWait {
+            if stack.main.hasChanges { try? stack.main.save() }
+        }
+        stack.root.performAndWait {
+            if stack.root.hasChanges { _ = saveRoot(stack) }
+        }
+        return finished
+    }
+}
+
+/// A store that can be emptied and closed: what a ``Skyros`` stack sits on.
+public protocol PersistentStore: ObjectStore {
+    /// Deletes every object, keeping the schema.
+    func deleteAll() throws
+}
+
+extension SQLiteStore: PersistentStore {}

@@ -1,0 +1,91 @@
+import Foundation
+
+/// The identity of a managed object, stable for its whole life.
+///
+/// An object ID is assigned when an object is created, in any process, and never changes
+/// on save: there are no temporary IDs and nothing to remap. It is made of the entity name
+/// and a time-ordered UUID (version 7), so new rows append to the store's index.
+///
+/// Its URI form is `skyros://<Entity>/<UUID>`.
+public struct ObjectID: Hashable, Sendable, Codable, CustomStringConvertible {
+    /// The name of the entity of the object.
+    public let entityName: String
+    /// The primary key of the object.
+    public let uuid: UUID
+
+    public init(entityName: String, uuid: UUID) {
+        self.entityName = entityName
+        self.uuid = uuid
+    }
+
+    /// A new, unique, time-ordered identifier for an object of `entityName`.
+    public static func make(entityName: String) -> ObjectID {
+        ObjectID(entityName: entityName, uuid: UUIDv7.next())
+    }
+
+    /// The URI form, `skyros://User/0190E4C8-…`.
+    public var uriRepresentation: URL {
+        URL(string: "skyros://\(entityName)/\(uuid.uuidString)")!
+    }
+
+    /// Parses the URI form made by ``uriRepresentation``.
+    public init?(uriRepresentation url: URL) {
+        guard url.scheme == "skyros", let host = url.host, !host.isEmpty,
+            let uuid = UUID(uuidString: url.lastPathComponent)
+        else { return nil }
+        self.init(entityName: host, uuid: uuid)
+    }
+
+    public var description: String { "\(entityName)/\(uuid.uuidString)" }
+
+    public func hash(into hasher: inout Hasher) {
+        hasher.combine(uuid)
+    }
+
+    public static func == (lhs: ObjectID, rhs: ObjectID) -> Bool {
+        lhs.uuid == rhs.uuid && lhs.entityName == rhs.entityName
+    }
+}
+
+/// Generates RFC 9562 version 7 UUIDs: 48 bits of Unix milliseconds, then random bits,
+/// monotonic within a process.
+enum UUIDv7 {
+    private static let state = LockedState()
+
+    private final class LockedState: @unchecked Sendable {
+        let lock = NSLock()
+        var lastMillis: UInt64 = 0
+        var counter: UInt16 = 0
+    }
+
+    static func next() -> UUID {
+        let millis = UInt64(Date().timeIntervalSince1970 * 1000)
+        state.lock.lock()
+        if millis > state.lastMillis {
+            state.lastMillis = millis
+            state.counter = UInt16.random(in: 0..<0x400)
+        } else {
+            state.counter &+= 1
+            if state.counter >= 0x1000 {  // 12-bit counter overflow: borrow the next millisecond
+                state.lastMillis += 1
+                state.counter = 0
+            }
+        }
+        let ms = state.lastMillis
+        let counter = state.counter
+        state.lock.unlock()
+        var rng = SystemRandomNumberGenerator()
+        let random = rng.next() as UInt64
+        return UUID(
+            uuid: (
+                UInt8(truncatingIfNeeded: ms >> 40), UInt8(truncatingIfNeeded: ms >> 32),
+                UInt8(truncatingIfNeeded: ms >> 24), UInt8(truncatingIfNeeded: ms >> 16),
+                UInt8(truncatingIfNeeded: ms >> 8), UInt8(truncatingIfNeeded: ms),
+                0x70 | UInt8(counter >> 8), UInt8(truncatingIfNeeded: counter),
+                0x80 | UInt8(truncatingIfNeeded: random >> 58), UInt8(truncatingIfNeeded: random >> 48),
+                UInt8(truncatingIfNeeded: random >> 40), UInt8(truncatingIfNeeded: random >> 32),
+                UInt8(truncatingIfNeeded: random >> 24), UInt8(truncatingIfNeeded: random >> 16),
+                UInt8(truncatingIfNeeded: random >> 8), UInt8(truncatingIfNeeded: random)
+            ))
+    }
+}

@@ -1,0 +1,212 @@
+import Foundation
+
+/// The state behind a managed object: identity, values and change tracking.
+///
+/// Generated accessors call ``value(at:)``, ``setValue(_:at:)`` and their relationship
+/// counterparts with the property's position in ``EntityDescription/properties``.
+/// Everything here must be used on the owning context's queue.
+public final class ObjectStorage {
+    /// The object's identity.
+    public let objectID: ObjectID
+    /// The object's entity.
+    public let entity: EntityDescription
+    /// The context the object is registered in.
+    public internal(set) weak var context: ObjectContext?
+
+    var values: ContiguousArray<StoredValue>
+    var isFault: Bool
+    var isInserted = false
+    var isDeleted = false
+    /// Properties changed since the last save (indexes).
+    var changed: Set<Int> = []
+    /// Values that could not be encoded, reported at save.
+    var valueErrors: [Int: SkyrosError] = [:]
+
+    var isUpdated: Bool { !isInserted && !isDeleted && !changed.isEmpty }
+    var hasChanges: Bool { isInserted || isDeleted || !changed.isEmpty }
+
+    init(objectID: ObjectID, entity: EntityDescription, values: ContiguousArray<StoredValue>?, context: ObjectContext) {
+        self.objectID = objectID
+        self.entity = entity
+        self.values = values ?? ContiguousArray(repeating: .null, count: entity.properties.count)
+        self.isFault = values == nil
+        self.context = context
+    }
+
+    // MARK: - Attributes
+
+    /// Reads an attribute.
+    @inline(__always)
+    public func value<Value>(at index: Int) -> Value {
+        willAccess(index)
+        let codec = unsafeDowncast(entity.codecs[index], to: AttributeCodec<Value>.self)
+        return codec.decode(values[index])
+    }
+
+    /// Writes an attribute; the change is reported at save if the value cannot be stored.
+    public func setValue<Value>(_ value: Value, at index: Int) {
+        willAccess(index)
+        let codec = unsafeDowncast(entity.codecs[index], to: AttributeCodec<Value>.self)
+        do {
+            let stored = try codec.encode(value)
+            valueErrors[index] = nil
+            setStored(stored, at: index)
+        } catch {
+            valueErrors[index] = SkyrosError(
+                .valueNotStorable, "\(entity.name).\(entity.properties[index].name): \(SkyrosError.wrap(error).message)",
+                underlying: error)
+            markChanged(index)
+        }
+    }
+
+    // MARK: - Relationships
+
+    /// Reads a to-one relationship.
+    public func object<Destination: ManagedObject>(at index: Int) -> Destination? {
+        willAccess(index)
+        return relatedObject(at: index) as? Destination
+    }
+
+    /// The destination of a to-one, untyped.
+    func relatedObject(at index: Int) -> (any ManagedObject)? {
+        guard case .blob = values[index], let uuid = UUID(storedValue: values[index]), let context else { return nil }
+        let id = ObjectID(entityName: entity.properties[index].destinationName!, uuid: uuid)
+        return context.registeredOrFault(id)
+    }
+
+    /// Writes a to-one relationship, keeping a to-one inverse in sync (to-many inverses are
+    /// derived, so they see the change at once).
+    public func setObject<Destination: ManagedObject>(_ destination: Destination?, at index: Int) {
+        willAccess(index)
+        guard let context else { return }
+        context.setToOne(self, index: index, to: destination?.skyrosStorage)
+    }
+
+    /// Reads a to-many relationship: the objects whose inverse to-one points here, as this
+    /// context sees them (pending changes included), ordered by creation.
+    public func objects<Destination: ManagedObject>(at index: Int) -> [Destination] {
+        willAccess(index)
+        guard let context else { return [] }
+        do {
+            return try context.relatedObjects(of: self, index: index).compactMap { $0 as? Destination }
+        } catch {
+            preconditionFailure("Skyros: could not load \(entity.name).\(entity.properties[index].name): \(error)")
+        }
+    }
+
+    /// Writes a to-many relationship by setting the inverse to-one of the objects added and removed.
+    public func setObjects<Destination: ManagedObject>(_ destinations: [Destination], at index: Int) {
+        willAccess(index)
+        guard let context else { return }
+        do {
+            try context.setToMany(self, index: index, to: destinations.map(\.skyrosStorage))
+        } catch {
+            preconditionFailure("Skyros: could not set \(entity.name).\(entity.properties[index].name): \(error)")
+        }
+    }
+
+    // MARK: - Internals
+
+    @inline(__always)
+    func willAccess(_ index: Int) {
+        if ConcurrencyDebug.isEnabled { ConcurrencyDebug.check(self) }
+        if isFault { fulfillFault() }
+    }
+
+    func fulfillFault() {
+        guard let context else {
+            preconditionFailure("Skyros: \(objectID) is a fault whose context is gone")
+        }
+        context.fulfill(self)
+    }
+
+    func setStored(_ stored: StoredValue, at index: Int) {
+        values[index] = stored
+        markChanged(index)
+    }
+
+    func markChanged(_ index: Int) {
+        guard !isDeleted else { return }
+        if !isInserted {
+            changed.insert(index)
+            context?.didUpdate(self)
+        } else {
+            changed.insert(index)
+        }
+    }
+}
+
+@available(*, unavailable)
+extension ObjectStorage: Sendable {}
+
+/// `SKYROS_CONCURRENCY_DEBUG=1`: trap when a managed object is touched off its context's queue.
+enum ConcurrencyDebug {
+    static let isEnabled: Bool = {
+        guard let value = ProcessInfo.processInfo.environment["SKYROS_CONCURRENCY_DEBUG"] else { return false }
+        return value == "1" || value.lowercased() == "yes" || value.lowercased() == "true"
+    }()
+
+    static func check(_ storage: ObjectStorage) {
+        guard let context = storage.context else { return }
+        if !context.isPerformingOnCurrentThread {
+            let message =
+                "Skyros concurrency violation: an object of entity \(storage.entity.name) (\(storage.objectID)) was touched off the queue of its context '\(context.name)'"
+            FileHandle.standardError.write(Data((message + "\n").utf8))
+            preconditionFailure(message)
+        }
+    }
+}
+
+// MARK: - Accessors used by the @Entity macro
+
+extension ObjectStorage {
+    /// Reads a persistent property whose kind is chosen by its type: an attribute.
+    @inline(__always)
+    public func persistentValue<Value>(at index: Int) -> Value { value(at: index) }
+    /// Reads a persistent property: a to-one relationship.
+    public func persistentValue<Destination: ManagedObject>(at index: Int) -> Destination? { object(at: index) }
+    /// Reads a persistent property: a to-many relationship.
+    public func persistentValue<Destination: ManagedObject>(at index: Int) -> [Destination] { objects(at: index) }
+    /// Writes a persistent property: an attribute.
+    public func setPersistentValue<Value>(_ value: Value, at index: Int) { setValue(value, at: index) }
+    /// Writes a persistent property: a to-one relationship.
+    public func setPersistentValue<Destination: ManagedObject>(_ value: Destination?, at index: Int) {
+        setObject(value, at: index)
+    }
+    /// Writes a persistent property: a to-many relationship.
+    public func setPersistentValue<Destination: ManagedObject>(_ value: [Destination], at index: Int) {
+        setObjects(value, at: index)
+    }
+}
+
+extension PropertyDescription {
+    /// Describes a persistent property whose kind is chosen by its type: an attribute.
+    /// The form the `@Entity` macro writes.
+    public static func persistent<Root: ManagedObject, Value>(
+        _ name: String, _ keyPath: KeyPath<Root, Value>, default makeDefault: @escaping @Sendable () -> Value,
+        attributeOptions: [AttributeOption] = [], originalName: String? = nil,
+        relationshipOptions: [RelationshipOption] = [], deleteRule: DeleteRule = .nullify, inverse: AnyKeyPath? = nil
+    ) -> PropertyDescription {
+        attribute(name, keyPath, default: makeDefault, options: attributeOptions, originalName: originalName)
+    }
+
+    /// Describes a persistent property: a to-one relationship.
+    public static func persistent<Root: ManagedObject, Destination: ManagedObject>(
+        _ name: String, _ keyPath: KeyPath<Root, Destination?>, default makeDefault: @escaping @Sendable () -> Destination?,
+        attributeOptions: [AttributeOption] = [], originalName: String? = nil,
+        relationshipOptions: [RelationshipOption] = [], deleteRule: DeleteRule = .nullify,
+        inverse: PartialKeyPath<Destination>? = nil
+    ) -> PropertyDescription {
+        toOne(name, keyPath, deleteRule: deleteRule, inverse: inverse, options: relationshipOptions)
+    }
+
+    /// Describes a persistent property: a to-many relationship.
+    public static func persistent<Root: ManagedObject, Destination: ManagedObject>(
+        _ name: String, _ keyPath: KeyPath<Root, [Destination]>, default makeDefault: @escaping @Sendable () -> [Destination],
+        attributeOptions: [AttributeOption] = [], originalName: String? = nil,
+        relationshipOptions: [RelationshipOption] = [], deleteRule: DeleteRule = .nullify,
+        inverse: PartialKeyPath<Destination>? = nil
+    ) -> PropertyDescription {
+        toMany(name, keyPath, deleteRule: deleteRule, inverse: inverse)
+    }
+}

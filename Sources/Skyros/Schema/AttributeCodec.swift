@@ -1,0 +1,166 @@
+import Foundation
+
+/// Converts attribute values of one Swift type to and from ``StoredValue``.
+///
+/// Codecs are made once per type, by run-time inspection of the type (native attribute
+/// value, optional, RawRepresentable enum, Codable struct), and cached, so reading an
+/// attribute is a direct call with no dynamic cast.
+public class AnyAttributeCodec: @unchecked Sendable {
+    /// The column type.
+    public let storageType: StorageType
+    /// Whether the Swift type is an optional (the column accepts NULL).
+    public let isOptional: Bool
+    /// A name for the Swift type, used in the schema fingerprint and in errors.
+    public let typeName: String
+
+    init(storageType: StorageType, isOptional: Bool, typeName: String) {
+        self.storageType = storageType
+        self.isOptional = isOptional
+        self.typeName = typeName
+    }
+
+    /// Encodes a value of this codec's type given as `Any`.
+    func encodeAny(_ value: Any) throws -> StoredValue { fatalError("abstract") }
+}
+
+/// The codec of one attribute type.
+public final class AttributeCodec<Value>: AnyAttributeCodec, @unchecked Sendable {
+    let decode: (StoredValue) -> Value
+    let encode: (Value) throws -> StoredValue
+
+    init(
+        storageType: StorageType, isOptional: Bool,
+        decode: @escaping (StoredValue) -> Value,
+        encode: @escaping (Value) throws -> StoredValue
+    ) {
+        self.decode = decode
+        self.encode = encode
+        super.init(storageType: storageType, isOptional: isOptional, typeName: String(reflecting: Value.self))
+    }
+
+    override func encodeAny(_ value: Any) throws -> StoredValue {
+        guard let value = value as? Value else {
+            throw SkyrosError(.valueNotStorable, "\(value) is not a \(typeName)")
+        }
+        return try encode(value)
+    }
+}
+
+/// Builds and caches codecs.
+public enum AttributeCodecs {
+    private static let lock = NSLock()
+    nonisolated(unsafe) private static var cache: [ObjectIdentifier: AnyAttributeCodec] = [:]
+
+    /// The codec for `type`, or nil when the type cannot be stored.
+    public static func codec<Value>(for type: Value.Type) -> AttributeCodec<Value>? {
+        let key = ObjectIdentifier(type)
+        lock.lock()
+        if let cached = cache[key] {
+            lock.unlock()
+            return cached as? AttributeCodec<Value>
+        }
+        lock.unlock()
+        guard let made = make(type) else { return nil }
+        lock.lock()
+        cache[key] = made
+        lock.unlock()
+        return made
+    }
+
+    /// The codec for a type known only at run time.
+    static func anyCodec(for type: Any.Type) -> AnyAttributeCodec? {
+        func open<T>(_ type: T.Type) -> AnyAttributeCodec? { codec(for: type) }
+        return _openExistential(type, do: open)
+    }
+
+    private static func make<Value>(_ type: Value.Type) -> AttributeCodec<Value>? {
+        if let optional = type as? any _SkyrosOptional.Type {
+            return optional._makeOptionalCodec() as? AttributeCodec<Value>
+        }
+        if let native = type as? any AttributeValue.Type {
+            return makeNative(native) as? AttributeCodec<Value>
+        }
+        if let raw = type as? any RawRepresentable.Type, let codec = makeRaw(raw) {
+            return codec as? AttributeCodec<Value>
+        }
+        if let codable = type as? any Codable.Type {
+            return makeCodable(codable) as? AttributeCodec<Value>
+        }
+        return nil
+    }
+
+    private static func makeNative<A: AttributeValue>(_ type: A.Type) -> AnyAttributeCodec {
+        AttributeCodec<A>(
+            storageType: A.storageType, isOptional: false,
+            decode: { stored in
+                guard let value = A(storedValue: stored) else { corrupt(stored, A.self) }
+                return value
+            },
+            encode: { value in
+                let stored = value.storedValue
+                if case .real(let double) = stored, double.isNaN {
+                    throw SkyrosError(.valueNotStorable, "NaN cannot be stored in a \(A.self) column")
+                }
+                if case .text(let text) = stored, A.self == Decimal.self, text == "NaN" {
+                    throw SkyrosError(.valueNotStorable, "Decimal.nan cannot be stored")
+                }
+                return stored
+            })
+    }
+
+    private static func makeRaw<R: RawRepresentable>(_ type: R.Type) -> AnyAttributeCodec? {
+        guard let raw = codec(for: R.RawValue.self), !raw.isOptional else { return nil }
+        return AttributeCodec<R>(
+            storageType: raw.storageType, isOptional: false,
+            decode: { stored in
+                guard let value = R(rawValue: raw.decode(stored)) else { corrupt(stored, R.self) }
+                return value
+            },
+            encode: { try raw.encode($0.rawValue) })
+    }
+
+    private static func makeCodable<C: Codable>(_ type: C.Type) -> AnyAttributeCodec {
+        AttributeCodec<C>(
+            storageType: .blob, isOptional: false,
+            decode: { stored in
+                guard case .blob(let data) = stored, let value = try? JSONDecoder().decode(C.self, from: data)
+                else { corrupt(stored, C.self) }
+                return value
+            },
+            encode: { value in
+                let encoder = JSONEncoder()
+                encoder.outputFormatting = [.sortedKeys]
+                do {
+                    return .blob(try encoder.encode(value))
+                } catch {
+                    throw SkyrosError(.valueNotStorable, "\(C.self) value could not be encoded", underlying: error)
+                }
+            })
+    }
+
+    static func makeOptional<Wrapped>(_ type: Wrapped.Type) -> AnyAttributeCodec? {
+        guard let inner = codec(for: Wrapped.self), !inner.isOptional else { return nil }
+        return AttributeCodec<Wrapped?>(
+            storageType: inner.storageType, isOptional: true,
+            decode: { stored in stored.isNull ? nil : inner.decode(stored) },
+            encode: { value in
+                guard let value else { return .null }
+                return try inner.encode(value)
+            })
+    }
+
+    private static func corrupt(_ stored: StoredValue, _ type: Any.Type) -> Never {
+        preconditionFailure("Skyros: the store holds \(stored), which is not a valid \(type)")
+    }
+}
+
+/// Implementation detail: lets codecs see through `Optional`.
+public protocol _SkyrosOptional {
+    static func _makeOptionalCodec() -> AnyAttributeCodec?
+}
+
+extension Optional: _SkyrosOptional {
+    public static func _makeOptionalCodec() -> AnyAttributeCodec? {
+        AttributeCodecs.makeOptional(Wrapped.self)
+    }
+}

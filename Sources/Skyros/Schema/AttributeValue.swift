@@ -1,0 +1,139 @@
+import Foundation
+
+/// A type stored natively in a column.
+///
+/// Skyros conforms String, the integer types, Double, Float, Bool, Date, Data, UUID, URL
+/// and Decimal. RawRepresentable enums (String or Int raw values) and Codable structs work
+/// as attributes without conforming: they are stored as their raw value, or encoded as JSON.
+public protocol AttributeValue {
+    /// The column type the value is stored in.
+    static var storageType: StorageType { get }
+    /// Decodes a stored value; nil when it does not hold a value of this type.
+    init?(storedValue: StoredValue)
+    /// The value as stored.
+    var storedValue: StoredValue { get }
+}
+
+extension String: AttributeValue {
+    public static var storageType: StorageType { .text }
+    public init?(storedValue: StoredValue) {
+        switch storedValue {
+        case .text(let value): self = value
+        case .integer(let value): self = String(value)
+        case .real(let value): self = String(value)
+        default: return nil
+        }
+    }
+    public var storedValue: StoredValue { .text(self) }
+}
+
+extension BinaryInteger where Self: AttributeValue {
+    public static var storageType: StorageType { .integer }
+    public init?(storedValue: StoredValue) {
+        switch storedValue {
+        case .integer(let value): self.init(truncatingIfNeeded: value)
+        case .real(let value): self.init(Int64(value))
+        default: return nil
+        }
+    }
+    public var storedValue: StoredValue { .integer(Int64(truncatingIfNeeded: self)) }
+}
+
+extension Int: AttributeValue {}
+extension Int64: AttributeValue {}
+extension Int32: AttributeValue {}
+extension Int16: AttributeValue {}
+extension Int8: AttributeValue {}
+
+extension Double: AttributeValue {
+    public static var storageType: StorageType { .real }
+    public init?(storedValue: StoredValue) {
+        switch storedValue {
+        case .real(let value): self = value
+        case .integer(let value): self = Double(value)
+        default: return nil
+        }
+    }
+    public var storedValue: StoredValue { .real(self) }
+}
+
+extension Float: AttributeValue {
+    public static var storageType: StorageType { .real }
+    public init?(storedValue: StoredValue) {
+        guard let value = Double(storedValue: storedValue) else { return nil }
+        self = Float(value)
+    }
+    public var storedValue: StoredValue { .real(Double(self)) }
+}
+
+extension Bool: AttributeValue {
+    public static var storageType: StorageType { .integer }
+    public init?(storedValue: StoredValue) {
+        guard case .integer(let value) = storedValue else { return nil }
+        self = value != 0
+    }
+    public var storedValue: StoredValue { .integer(self ? 1 : 0) }
+}
+
+/// Dates are stored as seconds since 1970 (REAL), so they sort and compare in SQL.
+extension Date: AttributeValue {
+    public static var storageType: StorageType { .real }
+    public init?(storedValue: StoredValue) {
+        guard let seconds = Double(storedValue: storedValue) else { return nil }
+        self.init(timeIntervalSince1970: seconds)
+    }
+    public var storedValue: StoredValue { .real(timeIntervalSince1970) }
+}
+
+extension Data: AttributeValue {
+    public static var storageType: StorageType { .blob }
+    public init?(storedValue: StoredValue) {
+        switch storedValue {
+        case .blob(let value): self = value
+        case .text(let value): self = Data(value.utf8)
+        default: return nil
+        }
+    }
+    public var storedValue: StoredValue { .blob(self) }
+}
+
+/// UUIDs are stored as 16-byte blobs.
+extension UUID: AttributeValue {
+    public static var storageType: StorageType { .blob }
+    public init?(storedValue: StoredValue) {
+        guard case .blob(let data) = storedValue, data.count == 16 else { return nil }
+        var bytes: uuid_t = (0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0)
+        withUnsafeMutableBytes(of: &bytes) { $0.copyBytes(from: data) }
+        self.init(uuid: bytes)
+    }
+    public var storedValue: StoredValue {
+        .blob(withUnsafeBytes(of: uuid) { Data($0) })
+    }
+}
+
+/// URLs are stored as their absolute string.
+extension URL: AttributeValue {
+    public static var storageType: StorageType { .text }
+    public init?(storedValue: StoredValue) {
+        guard case .text(let value) = storedValue else { return nil }
+        self.init(string: value)
+    }
+    public var storedValue: StoredValue { .text(absoluteString) }
+}
+
+/// Decimals are stored as text, exactly.
+extension Decimal: AttributeValue {
+    public static var storageType: StorageType { .text }
+    public init?(storedValue: StoredValue) {
+        switch storedValue {
+        case .text(let value): self.init(string: value, locale: Locale(identifier: "en_US_POSIX"))
+        case .integer(let value): self.init(value)
+        case .real(let value): self.init(value)
+        default: return nil
+        }
+    }
+    public var storedValue: StoredValue {
+        var value = self
+        return .text(NSDecimalString(&value, Locale(identifier: "en_US_POSIX")))
+    }
+}

@@ -1,0 +1,81 @@
+import Foundation
+
+/// The description of one entity: its name, class and properties.
+///
+/// The `@Entity` macro generates it as `static let entityDescription`.
+public final class EntityDescription: @unchecked Sendable, CustomStringConvertible {
+    /// The entity name: the class name, also the table name.
+    public let name: String
+    /// The managed object class.
+    public let objectType: any ManagedObject.Type
+    /// The persistent properties, in declaration order.
+    public let properties: [PropertyDescription]
+    /// Multi-column indexes declared on the entity, as lists of property names.
+    public let indexes: [[String]]
+    let propertiesByName: [String: PropertyDescription]
+    let codecs: [AnyAttributeCodec]
+    let uniqueProperties: [PropertyDescription]
+    let toOneProperties: [PropertyDescription]
+    let relationships: [PropertyDescription]
+
+    /// Describes an entity.
+    ///
+    /// - Parameters:
+    ///   - type: the managed object class.
+    ///   - name: the entity name; by default the class name.
+    ///   - properties: the persistent properties, in declaration order.
+    ///   - indexes: indexes over one or more properties, as key paths.
+    public init<T: ManagedObject>(
+        _ type: T.Type, name: String? = nil, properties: [PropertyDescription],
+        indexes: [[PartialKeyPath<T>]] = []
+    ) {
+        self.name = name ?? String(describing: type)
+        self.objectType = type
+        for (index, property) in properties.enumerated() {
+            precondition(
+                property.index == -1 || property.index == index,
+                "Skyros: a PropertyDescription belongs to one entity")
+            property.index = index
+        }
+        self.properties = properties
+        self.propertiesByName = Dictionary(properties.map { ($0.name, $0) }, uniquingKeysWith: { a, _ in a })
+        self.codecs = properties.map(\.codec)
+        self.uniqueProperties = properties.filter(\.isUnique)
+        self.toOneProperties = properties.filter { $0.kind == .toOne }
+        self.relationships = properties.filter(\.isRelationship)
+        self.indexes = indexes.map { paths in
+            paths.map { path in
+                guard let property = properties.first(where: { $0.keyPath == path }) else {
+                    preconditionFailure("Skyros: an index of \(type) names a key path that is not a persistent property")
+                }
+                return property.name
+            }
+        }
+    }
+
+    /// The property with this name.
+    public func property(named name: String) -> PropertyDescription? { propertiesByName[name] }
+
+    /// The property for this key path.
+    public func property(for keyPath: AnyKeyPath) -> PropertyDescription? {
+        properties.first { $0.keyPath == keyPath }
+    }
+
+    public var description: String { "Entity \(name) \(properties)" }
+
+    /// The values of a new object: each property's default.
+    func defaultValues() -> (ContiguousArray<StoredValue>, [SkyrosError]) {
+        var values = ContiguousArray<StoredValue>()
+        values.reserveCapacity(properties.count)
+        var errors: [SkyrosError] = []
+        for property in properties {
+            do {
+                values.append(try property.makeDefault())
+            } catch {
+                values.append(.null)
+                errors.append(SkyrosError.wrap(error))
+            }
+        }
+        return (values, errors)
+    }
+}

@@ -1,0 +1,142 @@
+import Foundation
+
+/// What happens to related objects when an object is deleted.
+public enum DeleteRule: String, Sendable, Codable {
+    /// The related objects stay; their reference to the deleted object is removed. The default.
+    case nullify
+    /// The related objects are deleted too.
+    case cascade
+    /// The delete is refused at save (``SkyrosError/Code/deleteDenied``) while related objects exist.
+    case deny
+}
+
+/// Options of an attribute, as in `@Attribute(.unique)`.
+public struct AttributeOption: Hashable, Sendable {
+    let name: String
+    /// The attribute holds a different value in every object; saving a duplicate fails with
+    /// ``SkyrosError/Code/uniqueConstraintViolation``.
+    public static let unique = AttributeOption(name: "unique")
+    /// The attribute has an index in the store, for fast predicates and sorts.
+    public static let indexed = AttributeOption(name: "indexed")
+}
+
+/// Options of a relationship, as in `@Relationship(.required)`.
+public struct RelationshipOption: Hashable, Sendable {
+    let name: String
+    /// A to-one relationship that must have a destination when the object is saved
+    /// (``SkyrosError/Code/missingRequiredRelationship`` otherwise).
+    public static let required = RelationshipOption(name: "required")
+}
+
+/// One persistent property of an entity: an attribute, a to-one or a to-many relationship.
+///
+/// Made by the `@Entity` macro (or by hand, see ``ManagedObject``) with ``attribute(_:_:default:options:originalName:)``,
+/// ``toOne(_:_:deleteRule:inverse:options:)`` and ``toMany(_:_:deleteRule:inverse:)``.
+public final class PropertyDescription: @unchecked Sendable, CustomStringConvertible {
+    public enum Kind: Sendable, Equatable {
+        case attribute
+        case toOne
+        case toMany
+    }
+
+    /// The property name, also its column name.
+    public let name: String
+    public let kind: Kind
+    /// The key path of the property on its class: predicates and sorts are mapped through it.
+    public let keyPath: AnyKeyPath
+    /// The position of the property in its entity (set by ``EntityDescription``).
+    public internal(set) var index: Int = -1
+
+    // Attributes
+    /// The codec of an attribute; for relationships, the codec of the stored reference.
+    public let codec: AnyAttributeCodec
+    let makeDefault: @Sendable () throws -> StoredValue
+    public let isUnique: Bool
+    public let isIndexed: Bool
+    /// The name the attribute had in an earlier version of the schema (for migrations).
+    public let originalName: String?
+
+    // Relationships
+    /// The entity name of the destination of a relationship.
+    public let destinationName: String?
+    public let deleteRule: DeleteRule
+    let inverseKeyPath: AnyKeyPath?
+    public let isRequired: Bool
+
+    init(
+        name: String, kind: Kind, keyPath: AnyKeyPath, codec: AnyAttributeCodec,
+        makeDefault: @escaping @Sendable () throws -> StoredValue,
+        isUnique: Bool = false, isIndexed: Bool = false, originalName: String? = nil,
+        destinationName: String? = nil, deleteRule: DeleteRule = .nullify,
+        inverseKeyPath: AnyKeyPath? = nil, isRequired: Bool = false
+    ) {
+        self.name = name
+        self.kind = kind
+        self.keyPath = keyPath
+        self.codec = codec
+        self.makeDefault = makeDefault
+        self.isUnique = isUnique
+        self.isIndexed = isIndexed
+        self.originalName = originalName
+        self.destinationName = destinationName
+        self.deleteRule = deleteRule
+        self.inverseKeyPath = inverseKeyPath
+        self.isRequired = isRequired
+    }
+
+    public var isRelationship: Bool { kind != .attribute }
+
+    /// Whether the property has a column in its entity's table.
+    var hasColumn: Bool { kind != .toMany }
+
+    public var description: String { "\(name) (\(kind))" }
+
+    /// Describes an attribute.
+    ///
+    /// - Parameters:
+    ///   - name: the property name.
+    ///   - keyPath: the property's key path, `\User.firstname`.
+    ///   - default: the initial value of new objects, evaluated for each new object.
+    ///   - options: `.unique`, `.indexed`.
+    ///   - originalName: the name in an earlier schema version.
+    public static func attribute<Root: ManagedObject, Value>(
+        _ name: String, _ keyPath: KeyPath<Root, Value>,
+        default makeDefault: @escaping @Sendable () -> Value,
+        options: [AttributeOption] = [], originalName: String? = nil
+    ) -> PropertyDescription {
+        guard let codec = AttributeCodecs.codec(for: Value.self) else {
+            preconditionFailure("Skyros: \(Root.self).\(name) has type \(Value.self), which cannot be stored")
+        }
+        return PropertyDescription(
+            name: name, kind: .attribute, keyPath: keyPath, codec: codec,
+            makeDefault: { try codec.encode(makeDefault()) },
+            isUnique: options.contains(.unique), isIndexed: options.contains(.indexed),
+            originalName: originalName)
+    }
+
+    /// Describes a to-one relationship, `var author: User?`.
+    public static func toOne<Root: ManagedObject, Destination: ManagedObject>(
+        _ name: String, _ keyPath: KeyPath<Root, Destination?>,
+        deleteRule: DeleteRule = .nullify, inverse: PartialKeyPath<Destination>? = nil,
+        options: [RelationshipOption] = []
+    ) -> PropertyDescription {
+        PropertyDescription(
+            name: name, kind: .toOne, keyPath: keyPath, codec: AttributeCodecs.codec(for: UUID?.self)!,
+            makeDefault: { .null }, isIndexed: true,
+            destinationName: String(describing: Destination.self), deleteRule: deleteRule,
+            inverseKeyPath: inverse, isRequired: options.contains(.required))
+    }
+
+    /// Describes a to-many relationship, `var posts: [Post]`. Its inverse is a to-one of the
+    /// destination; when `inverse` is nil it is found by type.
+    public static func toMany<Root: ManagedObject, Destination: ManagedObject>(
+        _ name: String, _ keyPath: KeyPath<Root, [Destination]>,
+        deleteRule: DeleteRule = .nullify, inverse: PartialKeyPath<Destination>? = nil
+    ) -> PropertyDescription {
+        PropertyDescription(
+            name: name, kind: .toMany, keyPath: keyPath, codec: AttributeCodecs.codec(for: UUID?.self)!,
+            makeDefault: { .null },
+            destinationName: String(describing: Destination.self), deleteRule: deleteRule,
+            inverseKeyPath: inverse)
+    }
+}

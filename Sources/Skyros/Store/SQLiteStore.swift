@@ -1,0 +1,411 @@
+import Foundation
+import GRDB
+import GRDBSQLite
+
+/// How hard a commit is made durable on disk.
+public enum Durability: String, Sendable, Codable {
+    /// `synchronous=FULL`: a committed save survives a power loss. The default.
+    case full
+    /// `synchronous=NORMAL`: in WAL mode a commit survives a crash of the process, but the
+    /// last commits may be lost on power loss. Faster.
+    case normal
+}
+
+/// The store at the bottom of the stack: SQLite through GRDB, in a WAL file, or in memory.
+///
+/// The schema is created on first open. A file made with another schema fingerprint is
+/// refused with ``SkyrosError/Code/schemaMismatch`` and left untouched. Saves are one
+/// IMMEDIATE transaction each, so a change set is stored entirely or not at all.
+public final class SQLiteStore: ObjectStore, @unchecked Sendable {
+    public let schema: Schema
+    /// The file, or nil for an in-memory store.
+    public let url: URL?
+    let writer: any DatabaseWriter
+    private let tables: [String: TableInfo]
+
+    struct TableInfo {
+        let entity: EntityDescription
+        /// Property indexes that have a column, in column order after `_id`.
+        let columnIndexes: [Int]
+        let selectList: String
+        let insertSQL: String
+    }
+
+    /// Opens (or creates) the store at `url`, or an in-memory store when `url` is nil.
+    public init(schema: Schema, url: URL?, durability: Durability = .full) throws {
+        try schema.validate()
+        self.schema = schema
+        self.url = url
+        var tables: [String: TableInfo] = [:]
+        for entity in schema.entities {
+            let columns = entity.properties.filter(\.hasColumn)
+            let names = ["\"_id\""] + columns.map { SQLBuilder.quote($0.name) }
+            tables[entity.name] = TableInfo(
+                entity: entity, columnIndexes: columns.map(\.index),
+                selectList: names.map { "t0.\($0)" }.joined(separator: ", "),
+                insertSQL:
+                    "INSERT INTO \(SQLBuilder.quote(entity.name)) (\(names.joined(separator: ", "))) VALUES (\(names.map { _ in "?" }.joined(separator: ", ")))"
+            )
+        }
+        self.tables = tables
+
+        var configuration = Configuration()
+        configuration.foreignKeysEnabled = true
+        configuration.label = "skyros"
+        let synchronous = durability == .full ? "FULL" : "NORMAL"
+        configuration.prepareDatabase { db in
+            try db.execute(sql: "PRAGMA synchronous = \(synchronous)")
+        }
+        do {
+            if let url {
+                if FileManager.default.fileExists(atPath: url.path) {
+                    try Self.checkFingerprint(of: url, schema: schema)
+                }
+                writer = try DatabasePool(path: url.path, configuration: configuration)
+            } else {
+                writer = try DatabaseQueue(configuration: configuration)
+            }
+            try writer.write { db in try self.createSchemaIfNeeded(db) }
+        } catch let error as SkyrosError {
+            throw error
+        } catch {
+            throw SkyrosError(.storeFailure, "could not open the store at \(url?.path ?? ":memory:")", underlying: error)
+        }
+    }
+
+    /// Reads the fingerprint of an existing file without writing to it.
+    private static func checkFingerprint(of url: URL, schema: Schema) throws {
+        var configuration = Configuration()
+        configuration.readonly = true
+        let fingerprint: String?
+        do {
+            let queue = try DatabaseQueue(path: url.path, configuration: configuration)
+            fingerprint = try queue.read { db -> String? in
+                guard try db.tableExists("skyros_metadata") else { return nil }
+                return try String.fetchOne(db, sql: "SELECT value FROM skyros_metadata WHERE key = 'fingerprint'")
+            }
+            try queue.close()
+        } catch {
+            throw SkyrosError(.storeFailure, "could not read the store at \(url.path)", underlying: error)
+        }
+        if let fingerprint, fingerprint != schema.fingerprint {
+            throw SkyrosError(
+                .schemaMismatch,
+                "the store at \(url.path) was made with schema \(fingerprint), not \(schema.fingerprint); the file was left untouched (migrations are not supported yet)"
+            )
+        }
+    }
+
+    private func createSchemaIfNeeded(_ db: Database) throws {
+        if try db.tableExists("skyros_metadata") {
+            let stored = try String.fetchOne(db, sql: "SELECT value FROM skyros_metadata WHERE key = 'fingerprint'")
+            if stored != schema.fingerprint {
+                throw SkyrosError(.schemaMismatch, "the store was made with schema \(stored ?? "?"), not \(schema.fingerprint)")
+            }
+            return
+        }
+        try db.execute(sql: "CREATE TABLE skyros_metadata (key TEXT PRIMARY KEY NOT NULL, value TEXT NOT NULL)")
+        try db.execute(
+            sql: "INSERT INTO skyros_metadata (key, value) VALUES ('fingerprint', ?), ('format', '1')",
+            arguments: [schema.fingerprint])
+        for statement in Self.schemaSQL(schema) { try db.execute(sql: statement) }
+    }
+
+    /// The DDL of a schema: one STRICT, WITHOUT ROWID table per entity, foreign keys with
+    /// the inverse's delete rule (deferred to commit), and indexes.
+    static func schemaSQL(_ schema: Schema) -> [String] {
+        var statements: [String] = []
+        for entity in schema.entities {
+            let table = SQLBuilder.quote(entity.name)
+            var columns = ["\"_id\" BLOB PRIMARY KEY NOT NULL"]
+            var indexes: [String] = []
+            for property in entity.properties where property.hasColumn {
+                let name = SQLBuilder.quote(property.name)
+                if property.kind == .toOne {
+                    let action: String
+                    switch schema.inverse(of: property, in: entity)?.deleteRule {
+                    case .cascade: action = "CASCADE"
+                    case .deny: action = "NO ACTION"
+                    default: action = "SET NULL"
+                    }
+                    columns.append(
+                        "\(name) BLOB REFERENCES \(SQLBuilder.quote(property.destinationName!))(\"_id\") ON DELETE \(action) DEFERRABLE INITIALLY DEFERRED"
+                    )
+                } else {
+                    columns.append("\(name) \(property.codec.storageType.rawValue)\(property.codec.isOptional ? "" : " NOT NULL")")
+                }
+                let indexName = SQLBuilder.quote("\(entity.name)_\(property.name)")
+                if property.isUnique {
+                    indexes.append("CREATE UNIQUE INDEX \(indexName) ON \(table) (\(name))")
+                } else if property.isIndexed {
+                    indexes.append("CREATE INDEX \(indexName) ON \(table) (\(name))")
+                }
+            }
+            for (number, index) in entity.indexes.enumerated() {
+                let name = SQLBuilder.quote("\(entity.name)_index\(number)")
+                indexes.append("CREATE INDEX \(name) ON \(table) (\(index.map(SQLBuilder.quote).joined(separator: ", ")))")
+            }
+            statements.append("CREATE TABLE \(table) (\(columns.joined(separator: ", "))) STRICT, WITHOUT ROWID")
+            statements += indexes
+        }
+        return statements
+    }
+
+    // MARK: - Reading
+
+    public func fetchSnapshots(_ request: StoreRequest) throws -> [Snapshot] {
+        let table = try tableInfo(request.entityName)
+        var builder = SQLBuilder(schema: schema)
+        let sql = try builder.select(table.selectList, for: request)
+        let count = table.entity.properties.count
+        return try read { db in
+            var result: [Snapshot] = []
+            try Self.query(db, sql, builder.arguments) { statement in
+                let uuid = Self.uuid(statement, 0)
+                var values = ContiguousArray<StoredValue>(repeating: .null, count: count)
+                for (column, index) in table.columnIndexes.enumerated() {
+                    values[index] = Self.value(statement, Int32(column + 1))
+                }
+                result.append(Snapshot(id: ObjectID(entityName: table.entity.name, uuid: uuid), values: values))
+            }
+            return result
+        }
+    }
+
+    public func fetchIdentifiers(_ request: StoreRequest) throws -> [ObjectID] {
+        let table = try tableInfo(request.entityName)
+        var builder = SQLBuilder(schema: schema)
+        let sql = try builder.select("t0.\"_id\"", for: request)
+        return try read { db in
+            var result: [ObjectID] = []
+            try Self.query(db, sql, builder.arguments) { statement in
+                result.append(ObjectID(entityName: table.entity.name, uuid: Self.uuid(statement, 0)))
+            }
+            return result
+        }
+    }
+
+    public func count(_ request: StoreRequest) throws -> Int {
+        _ = try tableInfo(request.entityName)
+        var builder = SQLBuilder(schema: schema)
+        var sql: String
+        if request.limit != nil || request.offset > 0 {
+            sql = "SELECT COUNT(*) FROM (" + (try builder.select("1", for: request, sorted: false)) + ")"
+        } else {
+            sql = try builder.select("COUNT(*)", for: request, sorted: false, sliced: false)
+        }
+        return try read { db in
+            var count = 0
+            try Self.query(db, sql, builder.arguments) { count = Int(sqlite3_column_int64($0, 0)) }
+            return count
+        }
+    }
+
+    public func snapshots(for ids: [ObjectID]) throws -> [Snapshot] {
+        var result: [Snapshot] = []
+        for (entityName, group) in Dictionary(grouping: ids, by: \.entityName) {
+            var start = 0
+            while start < group.count {
+                let chunk = group[start..<min(start + 500, group.count)]
+                start += 500
+                let request = StoreRequest(
+                    entityName: entityName,
+                    predicate: .isIn(.property(scope: 0, path: [PredicateNode.idProperty]), chunk.map { $0.uuid.storedValue }))
+                result += try fetchSnapshots(request)
+            }
+        }
+        return result
+    }
+
+    // MARK: - Writing
+
+    public func save(_ changes: ChangeSet) throws {
+        guard !changes.isEmpty else { return }
+        do {
+            try writer.write { db in
+                for snapshot in changes.inserted {
+                    let table = try tableInfo(snapshot.id.entityName)
+                    let statement = try db.cachedStatement(sql: table.insertSQL)
+                    let raw = statement.sqliteStatement
+                    sqlite3_reset(raw)
+                    Self.bind(raw, 1, snapshot.id.uuid.storedValue)
+                    for (column, index) in table.columnIndexes.enumerated() {
+                        Self.bind(raw, Int32(column + 2), snapshot.values[index])
+                    }
+                    try Self.stepDone(db, raw)
+                }
+                for update in changes.updated {
+                    let table = try tableInfo(update.id.entityName)
+                    let indexes = update.changes.keys.sorted().filter { table.entity.properties[$0].hasColumn }
+                    guard !indexes.isEmpty else { continue }
+                    let assignments = indexes.map { "\(SQLBuilder.quote(table.entity.properties[$0].name)) = ?" }
+                    let statement = try db.cachedStatement(
+                        sql: "UPDATE \(SQLBuilder.quote(table.entity.name)) SET \(assignments.joined(separator: ", ")) WHERE \"_id\" = ?")
+                    let raw = statement.sqliteStatement
+                    sqlite3_reset(raw)
+                    for (position, index) in indexes.enumerated() {
+                        Self.bind(raw, Int32(position + 1), update.changes[index]!)
+                    }
+                    Self.bind(raw, Int32(indexes.count + 1), update.id.uuid.storedValue)
+                    try Self.stepDone(db, raw)
+                }
+                for id in changes.deleted {
+                    let table = try tableInfo(id.entityName)
+                    let statement = try db.cachedStatement(sql: "DELETE FROM \(SQLBuilder.quote(table.entity.name)) WHERE \"_id\" = ?")
+                    let raw = statement.sqliteStatement
+                    sqlite3_reset(raw)
+                    Self.bind(raw, 1, id.uuid.storedValue)
+                    try Self.stepDone(db, raw)
+                }
+            }
+        } catch {
+            throw Self.translate(error)
+        }
+    }
+
+    /// Deletes every object, keeping the schema.
+    public func deleteAll() throws {
+        do {
+            try writer.write { db in
+                try db.execute(sql: "PRAGMA defer_foreign_keys = ON")
+                for entity in schema.entities {
+                    try db.execute(sql: "DELETE FROM \(SQLBuilder.quote(entity.name))")
+                }
+            }
+        } catch {
+            throw Self.translate(error)
+        }
+    }
+
+    /// Closes the database connections. The store cannot be used afterwards.
+    public func close() throws {
+        if let pool = writer as? DatabasePool {
+            pool.writeWithoutTransaction { db in _ = try? db.checkpoint(.truncate) }
+            try pool.close()
+        } else if let queue = writer as? DatabaseQueue {
+            try queue.close()
+        }
+    }
+
+    /// The SQL a request runs, with its arguments (for tests and diagnostics).
+    public func sql(for request: StoreRequest) throws -> (sql: String, arguments: [StoredValue]) {
+        let table = try tableInfo(request.entityName)
+        var builder = SQLBuilder(schema: schema)
+        let sql = try builder.select(table.selectList, for: request)
+        return (sql, builder.arguments)
+    }
+
+    // MARK: - SQLite plumbing
+
+    private func tableInfo(_ entityName: String) throws -> TableInfo {
+        guard let table = tables[entityName] else {
+            throw SkyrosError(.unknownEntity, "entity \(entityName) is not in the schema")
+        }
+        return table
+    }
+
+    private func read<T>(_ body: (Database) throws -> T) throws -> T {
+        do {
+            if let pool = writer as? DatabasePool { return try pool.read(body) }
+            return try writer.read(body)
+        } catch {
+            throw Self.translate(error)
+        }
+    }
+
+    private static func query(
+        _ db: Database, _ sql: String, _ arguments: [StoredValue], row: (OpaquePointer) throws -> Void
+    ) throws {
+        let statement = try db.cachedStatement(sql: sql)
+        let raw = statement.sqliteStatement
+        sqlite3_reset(raw)
+        sqlite3_clear_bindings(raw)
+        for (position, value) in arguments.enumerated() { bind(raw, Int32(position + 1), value) }
+        defer { sqlite3_reset(raw) }
+        while true {
+            let code = sqlite3_step(raw)
+            if code == SQLITE_ROW {
+                try row(raw)
+            } else if code == SQLITE_DONE {
+                return
+            } else {
+                throw DatabaseError(
+                    resultCode: ResultCode(rawValue: sqlite3_extended_errcode(db.sqliteConnection)),
+                    message: String(cString: sqlite3_errmsg(db.sqliteConnection)), sql: sql)
+            }
+        }
+    }
+
+    private static func stepDone(_ db: Database, _ raw: OpaquePointer) throws {
+        let code = sqlite3_step(raw)
+        sqlite3_reset(raw)
+        if code != SQLITE_DONE {
+            throw DatabaseError(
+                resultCode: ResultCode(rawValue: sqlite3_extended_errcode(db.sqliteConnection)),
+                message: String(cString: sqlite3_errmsg(db.sqliteConnection)))
+        }
+    }
+
+    private static let transient = unsafeBitCast(-1, to: sqlite3_destructor_type.self)
+
+    static func bind(_ statement: OpaquePointer, _ position: Int32, _ value: StoredValue) {
+        switch value {
+        case .null: sqlite3_bind_null(statement, position)
+        case .integer(let value): sqlite3_bind_int64(statement, position, value)
+        case .real(let value): sqlite3_bind_double(statement, position, value)
+        case .text(var value):
+            value.withUTF8 { buffer in
+                _ = sqlite3_bind_text(
+                    statement, position, UnsafeRawPointer(buffer.baseAddress!).assumingMemoryBound(to: CChar.self),
+                    Int32(buffer.count), transient)
+            }
+        case .blob(let data):
+            data.withUnsafeBytes { buffer in
+                _ = sqlite3_bind_blob(statement, position, buffer.baseAddress ?? UnsafeRawPointer(bitPattern: 1), Int32(buffer.count), transient)
+            }
+        }
+    }
+
+    static func value(_ statement: OpaquePointer, _ column: Int32) -> StoredValue {
+        switch sqlite3_column_type(statement, column) {
+        case SQLITE_INTEGER: return .integer(sqlite3_column_int64(statement, column))
+        case SQLITE_FLOAT: return .real(sqlite3_column_double(statement, column))
+        case SQLITE_TEXT:
+            let count = Int(sqlite3_column_bytes(statement, column))
+            guard let pointer = sqlite3_column_text(statement, column) else { return .text("") }
+            return .text(String(decoding: UnsafeBufferPointer(start: pointer, count: count), as: UTF8.self))
+        case SQLITE_BLOB:
+            let count = Int(sqlite3_column_bytes(statement, column))
+            guard let pointer = sqlite3_column_blob(statement, column) else { return .blob(Data()) }
+            return .blob(Data(bytes: pointer, count: count))
+        default: return .null
+        }
+    }
+
+    static func uuid(_ statement: OpaquePointer, _ column: Int32) -> UUID {
+        var bytes: uuid_t = (0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0)
+        if let pointer = sqlite3_column_blob(statement, column), sqlite3_column_bytes(statement, column) == 16 {
+            withUnsafeMutableBytes(of: &bytes) { $0.copyMemory(from: UnsafeRawBufferPointer(start: pointer, count: 16)) }
+        }
+        return UUID(uuid: bytes)
+    }
+
+    /// Maps SQLite errors to typed Skyros errors.
+    static func translate(_ error: any Error) -> SkyrosError {
+        if let error = error as? SkyrosError { return error }
+        guard let error = error as? DatabaseError else {
+            return SkyrosError(.storeFailure, "\(error)", underlying: error)
+        }
+        let message = error.message ?? "\(error)"
+        switch error.extendedResultCode {
+        case .SQLITE_CONSTRAINT_UNIQUE, .SQLITE_CONSTRAINT_PRIMARYKEY:
+            return SkyrosError(.uniqueConstraintViolation, message, underlying: error)
+        case .SQLITE_CONSTRAINT_FOREIGNKEY:
+            return SkyrosError(.deleteDenied, "relationship integrity: \(message)", underlying: error)
+        case .SQLITE_CONSTRAINT_NOTNULL, .SQLITE_CONSTRAINT_DATATYPE:
+            return SkyrosError(.valueNotStorable, message, underlying: error)
+        default:
+            return SkyrosError(.storeFailure, message, underlying: error)
+        }
+    }
+}
