@@ -32,9 +32,9 @@ public struct EntityMacro: MemberMacro, MemberAttributeMacro, ExtensionMacro {
         }
         let list = descriptions.isEmpty ? "[]" : "[\n" + descriptions.map { "        \($0)," }.joined(separator: "\n") + "\n    ]"
         return [
-            "\(raw: access)static let entityDescription = Skyros.EntityDescription(\(raw: typeName).self, properties: \(raw: list)\(raw: indexes))",
-            "\(raw: access)let skyrosStorage: Skyros.ObjectStorage",
-            "\(raw: access)init(skyrosStorage: Skyros.ObjectStorage) {\n    self.skyrosStorage = skyrosStorage\n}",
+            "\(raw: access)static let entityDescription = EntityDescription(\(raw: typeName).self, properties: \(raw: list)\(raw: indexes))",
+            "\(raw: access)let skyrosStorage: ObjectStorage",
+            "\(raw: access)init(skyrosStorage: ObjectStorage) {\n    self.skyrosStorage = skyrosStorage\n}",
         ]
     }
 
@@ -50,7 +50,7 @@ public struct EntityMacro: MemberMacro, MemberAttributeMacro, ExtensionMacro {
         guard let name = variable.bindings.first?.pattern.as(IdentifierPatternSyntax.self)?.identifier.text,
             let index = properties.firstIndex(where: { $0.name == name })
         else { return [] }
-        return ["@Skyros._Persisted(\(raw: index))"]
+        return ["@_Persisted(\(raw: index))"]
     }
 
     public static func expansion(
@@ -61,7 +61,7 @@ public struct EntityMacro: MemberMacro, MemberAttributeMacro, ExtensionMacro {
         guard let classDecl = declaration.as(ClassDeclSyntax.self),
             classDecl.modifiers.contains(where: { $0.name.text == "final" })
         else { return [] }
-        return [try ExtensionDeclSyntax("extension \(type.trimmed): Skyros.ManagedObject {}")]
+        return [try ExtensionDeclSyntax("extension \(type.trimmed): ManagedObject {}")]
     }
 
     static func accessLevel(of decl: ClassDeclSyntax) -> String {
