@@ -62,11 +62,12 @@ extension ManagedObject {
 /// }
 /// ```
 ///
-/// - Parameter indexes: multi-property indexes, `@Entity(indexes: [\User.lastname, \User.firstname])`.
+/// - Parameter indexes: indexes over one or more properties, by name:
+///   `@Entity(indexes: ["lastname", "firstname"], ["age"])`.
 @attached(member, names: named(entityDescription), named(skyrosStorage), named(init(skyrosStorage:)))
 @attached(memberAttribute)
 @attached(extension, conformances: ManagedObject)
-public macro Entity(indexes: [AnyKeyPath]...) = #externalMacro(module: "SkyrosMacros", type: "EntityMacro")
+public macro Entity(indexes: [String]...) = #externalMacro(module: "SkyrosMacros", type: "EntityMacro")
 
 /// Options of a persistent attribute: `@Attribute(.unique)`, `@Attribute(.indexed)`,
 /// `@Attribute(originalName: "name")` (reserved for migrations). Read by `@Entity`.

@@ -24,10 +24,9 @@ public final class EntityDescription: @unchecked Sendable, CustomStringConvertib
     ///   - type: the managed object class.
     ///   - name: the entity name; by default the class name.
     ///   - properties: the persistent properties, in declaration order.
-    ///   - indexes: indexes over one or more properties, as key paths.
+    ///   - indexes: indexes over one or more properties, by property name.
     public init<T: ManagedObject>(
-        _ type: T.Type, name: String? = nil, properties: [PropertyDescription],
-        indexes: [[PartialKeyPath<T>]] = []
+        _ type: T.Type, name: String? = nil, properties: [PropertyDescription], indexes: [[String]] = []
     ) {
         self.name = name ?? String(describing: type)
         self.objectType = type
@@ -43,14 +42,7 @@ public final class EntityDescription: @unchecked Sendable, CustomStringConvertib
         self.uniqueProperties = properties.filter(\.isUnique)
         self.toOneProperties = properties.filter { $0.kind == .toOne }
         self.relationships = properties.filter(\.isRelationship)
-        self.indexes = indexes.map { paths in
-            paths.map { path in
-                guard let property = properties.first(where: { $0.keyPath == path }) else {
-                    preconditionFailure("Skyros: an index of \(type) names a key path that is not a persistent property")
-                }
-                return property.name
-            }
-        }
+        self.indexes = indexes
     }
 
     /// The property with this name.

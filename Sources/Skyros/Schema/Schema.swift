@@ -35,6 +35,11 @@ public final class Schema: Sendable {
         self.entitiesByName = byName
         var inverses: [String: [Int: PropertyDescription]] = [:]
         for entity in entities {
+            for index in entity.indexes {
+                for name in index where entity.property(named: name)?.hasColumn != true {
+                    errors.append("\(entity.name): the index on \(index) names \(name), which is not an attribute or to-one")
+                }
+            }
             for property in entity.properties {
                 if property.name.hasPrefix("_") {
                     errors.append("\(entity.name).\(property.name): property names may not start with '_'")

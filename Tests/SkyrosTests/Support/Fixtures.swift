@@ -1,0 +1,89 @@
+import Foundation
+import Skyros
+import Testing
+
+/// The stores the conformance suite runs against.
+enum StoreKind: String, CaseIterable, CustomTestStringConvertible, Sendable {
+    case inMemory
+    case sqlite
+
+    var testDescription: String { rawValue }
+}
+
+/// A temporary directory removed when the value goes away, even when a test fails.
+final class TemporaryDirectory: @unchecked Sendable {
+    let url: URL
+
+    init() throws {
+        url = FileManager.default.temporaryDirectory
+            .appendingPathComponent("skyros-tests-\(getpid())-\(UUID().uuidString.prefix(8))")
+        try FileManager.default.createDirectory(at: url, withIntermediateDirectories: true)
+    }
+
+    func file(_ name: String) -> URL { url.appendingPathComponent(name) }
+
+    deinit { try? FileManager.default.removeItem(at: url) }
+}
+
+/// A stack of the requested kind, with its directory kept alive as long as it is.
+struct TestStack {
+    let store: Skyros
+    let directory: TemporaryDirectory
+    let url: URL?
+
+    init(_ kind: StoreKind, allowsConcurrentWritings: Bool = false) throws {
+        directory = try TemporaryDirectory()
+        switch kind {
+        case .inMemory:
+            url = nil
+            store = try Skyros(inMemoryStack: testSchema, allowsConcurrentWritings: allowsConcurrentWritings)
+        case .sqlite:
+            let url = directory.file("store.sqlite")
+            self.url = url
+            store = try Skyros(sqliteStack: testSchema, at: url, allowsConcurrentWritings: allowsConcurrentWritings)
+        }
+    }
+}
+
+/// Records what a completion received, and waits for it with a bound.
+final class CompletionProbe: @unchecked Sendable {
+    private let lock = NSLock()
+    private let semaphore = DispatchSemaphore(value: 0)
+    private var _calls: [SkyrosError?] = []
+
+    var calls: [SkyrosError?] { lock.withLock { _calls } }
+
+    var completion: @Sendable (SkyrosError?) -> Void {
+        { error in
+            self.lock.withLock { self._calls.append(error) }
+            self.semaphore.signal()
+        }
+    }
+
+    /// Waits for one call; false on timeout.
+    func wait(seconds: Double = 10) -> Bool {
+        semaphore.wait(timeout: .now() + seconds) == .success
+    }
+}
+
+/// Collects errors given to a stack's error handler.
+final class ErrorRecorder: @unchecked Sendable {
+    private let lock = NSLock()
+    private var _errors: [SkyrosError] = []
+    var errors: [SkyrosError] { lock.withLock { _errors } }
+    func record(_ error: SkyrosError) { lock.withLock { _errors.append(error) } }
+}
+
+struct TestFailure: Error, Equatable {
+    let reason: String
+}
+
+/// Creates users with (firstname, lastname) pairs.
+func makeUsers(_ names: [(String, String)], in context: ObjectContext) {
+    for (first, last) in names {
+        let user = User.create(in: context)
+        user.firstname = first
+        user.lastname = last
+        user.handle = "\(first)-\(last)".lowercased()
+    }
+}
