@@ -99,7 +99,7 @@ extension PredicateExpressions.KeyPath: SkyrosPredicateTranslatable {
         case .object(let scope, let path, let entity):
             guard let property = entity.property(for: keyPath) else {
                 throw translator.unsupported(
-                    "the key path \(keyPath) of \(entity.name) is not a persistent property (computed and @Transient properties cannot be fetched on)"
+                    "the key path \(keyPath) (\(entity.name) → \(Output.self)) is not a persistent property of \(entity.name) (computed and @Transient properties cannot be fetched on)"
                 )
             }
             switch property.kind {
@@ -125,7 +125,7 @@ extension PredicateExpressions.KeyPath: SkyrosPredicateTranslatable {
             throw translator.unsupported("\(keyPath) on a to-many relationship (isEmpty and count are supported)")
         case .node(let node):
             if keyPath == \String.localizedLowercase { return .node(.lowercased(node)) }
-            throw translator.unsupported("the key path \(keyPath) on a value")
+            throw translator.unsupported("the key path \(keyPath) (\(Root.Output.self) → \(Output.self)) on a value")
         }
     }
 }
