@@ -46,14 +46,21 @@ let package = Package(
             dependencies: ["Skyros"],
             path: "examples/QuickStart"
         ),
+        .target(
+            name: "SkyrosTestModels",
+            dependencies: ["Skyros"],
+            path: "Tests/SkyrosTestModels"
+        ),
         .executableTarget(
             name: "skyros-test-child",
-            dependencies: ["Skyros"],
+            dependencies: ["Skyros", "SkyrosTestModels"],
             path: "Tests/skyros-test-child"
         ),
         .testTarget(
             name: "SkyrosTests",
-            dependencies: ["Skyros", "skyros-test-child", .product(name: "GRDB", package: "GRDB.swift")]
+            dependencies: [
+                "Skyros", "SkyrosTestModels", "skyros-test-child", .product(name: "GRDB", package: "GRDB.swift"),
+            ]
         ),
         .testTarget(
             name: "SkyrosMacrosTests",

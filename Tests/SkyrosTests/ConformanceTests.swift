@@ -1,5 +1,6 @@
 import Foundation
 import Skyros
+import SkyrosTestModels
 import Testing
 
 /// The behaviour every store must have: the same tests run against each.

@@ -1,5 +1,6 @@
 import Foundation
 import Skyros
+import SkyrosTestModels
 import Testing
 
 /// The predicate translator: the SQL it produces, and the same results from stored rows

@@ -12,7 +12,6 @@ enum SaveOnStop {
         var stacks: [ObjectIdentifier: WeakStack] = [:]
         var installed = false
         var enabled = true
-        var sources: [any DispatchSourceSignal] = []
     }
 
     private struct WeakStack {
@@ -20,7 +19,6 @@ enum SaveOnStop {
     }
 
     private static let state = State()
-    private static let signalQueue = DispatchQueue(label: "skyros.save-on-stop")
 
     static var isEnabled: Bool {
         get { state.lock.withLock { state.enabled } }
@@ -42,22 +40,49 @@ enum SaveOnStop {
         for stack in stacks { stack.flush(timeout: timeout) }
     }
 
+    /// Installs the handlers synchronously (a signal arriving right after the first stack
+    /// is made is not missed): a `sigaction` handler writes the signal number to a pipe, and
+    /// a dedicated thread flushes the stacks, restores the default action and re-sends the
+    /// signal to the process.
     private static func install() {
         atexit { SaveOnStop.flushAll(timeout: 10) }
-        var sources: [any DispatchSourceSignal] = []
-        for signalNumber in [SIGTERM, SIGINT] {
-            signal(signalNumber, SIG_IGN)
-            let source = DispatchSource.makeSignalSource(signal: signalNumber, queue: signalQueue)
-            source.setEventHandler {
+        var fds: [Int32] = [0, 0]
+        guard pipe(&fds) == 0 else { return }
+        signalPipeWriteFD = fds[1]
+        let readFD = fds[0]
+        let thread = Thread {
+            while true {
+                var number: UInt8 = 0
+                let count = read(readFD, &number, 1)
+                if count < 0 && errno == EINTR { continue }
+                guard count == 1 else { return }
                 SaveOnStop.flushAll(timeout: 10)
-                signal(signalNumber, SIG_DFL)
-                raise(signalNumber)
+                signal(Int32(number), SIG_DFL)
+                kill(getpid(), Int32(number))
             }
-            source.resume()
-            sources.append(source)
         }
-        state.lock.withLock { state.sources = sources }
+        thread.name = "skyros.save-on-stop"
+        thread.start()
+        for signalNumber in [SIGTERM, SIGINT] {
+            var action = sigaction()
+            #if canImport(Glibc)
+                action.__sigaction_handler.sa_handler = skyrosSignalHandler
+            #else
+                action.__sigaction_u.__sa_handler = skyrosSignalHandler
+            #endif
+            sigemptyset(&action.sa_mask)
+            action.sa_flags = SA_RESTART
+            sigaction(signalNumber, &action, nil)
+        }
     }
+}
+
+nonisolated(unsafe) private var signalPipeWriteFD: Int32 = -1
+
+/// Async-signal-safe: only writes one byte to a pipe.
+private func skyrosSignalHandler(_ number: Int32) {
+    var byte = UInt8(truncatingIfNeeded: number)
+    _ = write(signalPipeWriteFD, &byte, 1)
 }
 
 extension Skyros {

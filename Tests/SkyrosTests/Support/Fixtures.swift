@@ -1,5 +1,6 @@
 import Foundation
 import Skyros
+import SkyrosTestModels
 import Testing
 
 /// The stores the conformance suite runs against.

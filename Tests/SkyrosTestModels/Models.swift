@@ -1,0 +1,99 @@
+// Entities shared by the tests and the test child process; public, to prove entities
+// work across modules.
+import Foundation
+import Skyros
+
+@Entity public final class User {
+    public var firstname: String = ""
+    public var lastname: String = ""
+    public var age: Int = 0
+    public var email: String? = nil
+    @Attribute(.unique) public var handle: String = ""
+    @Relationship(deleteRule: .cascade, inverse: \Post.author) public var posts: [Post] = []
+    @Transient public var scratchNote: String = "not stored"
+    public var fullName: String { "\(firstname) \(lastname)" }
+}
+
+@Entity public final class Post {
+    public var title: String = ""
+    public var score: Double = 0
+    public var author: User? = nil
+}
+
+/// Nullify (the default) and deny rules, and a required relationship.
+@Entity public final class Team {
+    public var name: String = ""
+    @Relationship(inverse: \Player.team) public var players: [Player] = []
+    @Relationship(deleteRule: .deny, inverse: \Badge.team) public var badges: [Badge] = []
+}
+
+@Entity public final class Player {
+    public var name: String = ""
+    public var team: Team? = nil
+}
+
+@Entity public final class Badge {
+    public var label: String = ""
+    @Relationship(.required) public var team: Team? = nil
+}
+
+public enum Status: String, Codable, Sendable {
+    case todo, done
+}
+
+public enum Priority: Int, Sendable {
+    case low = 1, high = 2
+}
+
+public struct Location: Codable, Equatable, Sendable {
+    public var latitude: Double
+    public var longitude: Double
+}
+
+@Entity(indexes: ["int32", "int16"], ["code"]) public final class Sample {
+    public var string: String = "s"
+    public var int: Int = 1
+    public var int64: Int64 = 2
+    public var int32: Int32 = 3
+    public var int16: Int16 = 4
+    public var double: Double = 5.5
+    public var float: Float = 6.5
+    public var bool: Bool = true
+    public var date: Date = Date(timeIntervalSince1970: 7)
+    public var data: Data = Data([8])
+    public var uuid: UUID = UUID(uuidString: "00000000-0000-0000-0000-000000000009")!
+    public var url: URL = URL(string: "https://example.com/10")!
+    public var decimal: Decimal = Decimal(string: "11.25")!
+    public var status: Status = .todo
+    public var priority: Priority = .low
+    public var location: Location = Location(latitude: 1, longitude: 2)
+    public var optionalString: String? = nil
+    public var optionalInt: Int? = nil
+    public var optionalDate: Date? = nil
+    public var optionalStatus: Status? = nil
+    public var optionalLocation: Location? = nil
+    @Attribute(.indexed) public var code: Int = 0
+}
+
+/// An entity written by hand, without the macro: proves the macro uses public API only.
+public final class Tag: ManagedObject {
+    public static let entityDescription = EntityDescription(
+        Tag.self,
+        properties: [
+            .attribute("label", \Tag.label, default: { "" }, options: [.unique]),
+            .attribute("uses", \Tag.uses, default: { 0 }),
+        ])
+    public let skyrosStorage: ObjectStorage
+    public init(skyrosStorage: ObjectStorage) { self.skyrosStorage = skyrosStorage }
+
+    public var label: String {
+        get { skyrosStorage.value(at: 0) }
+        set { skyrosStorage.setValue(newValue, at: 0) }
+    }
+    public var uses: Int {
+        get { skyrosStorage.value(at: 1) }
+        set { skyrosStorage.setValue(newValue, at: 1) }
+    }
+}
+
+public let testSchema = Schema([User.self, Post.self, Team.self, Player.self, Badge.self, Sample.self, Tag.self])

@@ -1,0 +1,69 @@
+import Foundation
+import Skyros
+import SkyrosTestModels
+import Testing
+
+@Suite("Processes", .timeLimit(.minutes(1)))
+struct ProcessTests {
+    @Test("SIGTERM right after writeAsync still saves the write")
+    func saveOnSigterm() throws {
+        let directory = try TemporaryDirectory()
+        let path = directory.file("store.sqlite").path
+        let child = try ChildProcess(["write-and-wait", path, "500"])
+        #expect(child.waitForLine("WRITING"))
+        kill(child.pid, SIGTERM)
+        #expect(child.wait() == .signalled(SIGTERM))
+        let store = try Skyros(sqliteStack: testSchema, at: URL(fileURLWithPath: path))
+        var count = -1
+        store.read { count = try User.count(in: $0) }
+        #expect(count == 500)
+    }
+
+    @Test("a normal exit right after writeAsync still saves the write")
+    func saveOnExit() throws {
+        let directory = try TemporaryDirectory()
+        let path = directory.file("store.sqlite").path
+        let child = try ChildProcess(["write-and-exit", path, "300"])
+        #expect(child.wait() == .exited(0))
+        let store = try Skyros(sqliteStack: testSchema, at: URL(fileURLWithPath: path))
+        var count = -1
+        store.read { count = try User.count(in: $0) }
+        #expect(count == 300)
+    }
+
+    @Test("the schema fingerprint is the same in another process")
+    func fingerprintAcrossProcesses() throws {
+        let child = try ChildProcess(["fingerprint"])
+        #expect(child.wait() == .exited(0))
+        let printed = child.readAll().trimmingCharacters(in: .whitespacesAndNewlines)
+        #expect(printed == testSchema.fingerprint)
+        #expect(printed.count == 32)
+    }
+
+    @Test("SKYROS_CONCURRENCY_DEBUG=1 traps an access off the context's queue, naming entity and context")
+    func concurrencyDebug() async throws {
+        let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
+            setenv("SKYROS_CONCURRENCY_DEBUG", "1", 1)
+            let store = try Skyros(inMemoryStack: testSchema)
+            store.writeSync { context in User.create(in: context).firstname = "John" }
+            var leaked: User?
+            store.read { leaked = try User.first(in: $0) }
+            _ = leaked?.firstname  // off the main context's queue
+        }
+        let stderr = String(decoding: result?.standardErrorContent ?? [], as: UTF8.self)
+        #expect(stderr.contains("entity User"))
+        #expect(stderr.contains("context 'main'"))
+    }
+
+    @Test("without the variable, the same access does not trap")
+    func noConcurrencyDebug() async throws {
+        await #expect(processExitsWith: .success) {
+            unsetenv("SKYROS_CONCURRENCY_DEBUG")
+            let store = try Skyros(inMemoryStack: testSchema)
+            store.writeSync { context in User.create(in: context).firstname = "John" }
+            var leaked: User?
+            store.read { leaked = try User.first(in: $0) }
+            guard leaked?.firstname == "John" else { exit(1) }
+        }
+    }
+}
