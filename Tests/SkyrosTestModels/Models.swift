@@ -48,6 +48,10 @@ public enum Priority: Int, Sendable {
 public struct Location: Codable, Equatable, Sendable {
     public var latitude: Double
     public var longitude: Double
+    public init(latitude: Double, longitude: Double) {
+        self.latitude = latitude
+        self.longitude = longitude
+    }
 }
 
 @Entity(indexes: ["int32", "int16"], ["code"]) public final class Sample {

@@ -1,0 +1,167 @@
+import Foundation
+import Skyros
+import SkyrosTestModels
+import Testing
+
+@Suite("Contexts", .timeLimit(.minutes(1)))
+struct ContextTests {
+    func makeStack() throws -> (store: SQLiteStore, root: ObjectContext, main: ObjectContext) {
+        let store = try SQLiteStore(schema: testSchema, url: nil)
+        let root = ObjectContext(name: "root", parent: store)
+        return (store, root, ObjectContext(name: "main", parent: root))
+    }
+
+    @Test("performAndWait is reentrant, also through a parent and back")
+    func reentrancy() throws {
+        let (_, root, main) = try makeStack()
+        let scratch = ObjectContext(name: "scratch", parent: main)
+        let depth = scratch.performAndWait {
+            main.performAndWait {
+                root.performAndWait {
+                    scratch.performAndWait { main.performAndWait { 5 } }
+                }
+            }
+        }
+        #expect(depth == 5)
+    }
+
+    @Test("a save pushes changes exactly one level")
+    func oneLevel() throws {
+        let (store, root, main) = try makeStack()
+        let scratch = ObjectContext(name: "scratch", parent: main)
+        let request = StoreRequest(entityName: "User")
+        try scratch.performAndWait {
+            makeUsers([("A", "X")], in: scratch)
+            try scratch.save()
+        }
+        #expect(try main.count(request) == 1)
+        #expect(try root.count(request) == 0)
+        #expect(try store.count(request) == 0)
+        try main.performAndWait { try main.save() }
+        #expect(try root.count(request) == 1)
+        #expect(try store.count(request) == 0)
+        try root.performAndWait { try root.save() }
+        #expect(try store.count(request) == 1)
+    }
+
+    @Test("one instance per object per context; objects fetched with their values")
+    func uniquing() throws {
+        let (_, _, main) = try makeStack()
+        try main.performAndWait {
+            makeUsers([("A", "X")], in: main)
+            try main.save()
+            let first = try User.first(in: main)!
+            let again = try User.all(in: main)[0]
+            #expect(first === again)
+            #expect(main.object(with: first.objectID) === first)
+            #expect(!first.isFault)
+        }
+    }
+
+    @Test("object(with:) is nil and existingObject throws for an unknown or deleted object")
+    func objectLookups() throws {
+        let (_, _, main) = try makeStack()
+        try main.performAndWait {
+            let unknown = ObjectID.make(entityName: "User")
+            #expect(main.object(with: unknown) == nil)
+            #expect(throws: SkyrosError.self) { try main.existingObject(with: unknown) }
+            makeUsers([("A", "X")], in: main)
+            try main.save()
+            let user = try User.first(in: main)!
+            main.delete(user)
+            #expect(main.object(with: user.objectID) == nil)
+        }
+    }
+
+    @Test("objects from another context's relationships are faults until used")
+    func faulting() throws {
+        let (_, root, main) = try makeStack()
+        try main.performAndWait {
+            let user = User.create(in: main)
+            user.handle = "author"
+            let post = Post.create(in: main)
+            post.author = user
+            try main.save()
+        }
+        try root.performAndWait { try root.save() }
+        let other = ObjectContext(name: "other", parent: root)
+        try other.performAndWait {
+            let post = try Post.first(in: other)!
+            let author = try #require(post.author)
+            #expect(author.isFault)
+            #expect(author.handle == "author")
+            #expect(!author.isFault)
+        }
+    }
+
+    @Test("change tracking, rollback, refresh and reset")
+    func changeTracking() throws {
+        let (_, _, main) = try makeStack()
+        try main.performAndWait {
+            #expect(!main.hasChanges)
+            makeUsers([("A", "X"), ("B", "Y")], in: main)
+            #expect(main.insertedObjects.count == 2)
+            try main.save()
+            #expect(!main.hasChanges)
+            let users = try User.all(in: main)
+            users[0].firstname = "Changed"
+            main.delete(users[1])
+            #expect(main.updatedObjects.map(\.objectID) == [users[0].objectID])
+            #expect(main.deletedObjects.map(\.objectID) == [users[1].objectID])
+            #expect(users[0].changedPropertyNames == ["firstname"])
+            main.rollback()
+            #expect(!main.hasChanges)
+            #expect(users[0].firstname == "A")
+            #expect(try User.count(in: main) == 2)
+            users[0].firstname = "Again"
+            main.refresh(users[0], mergeChanges: false)
+            #expect(users[0].firstname == "A")
+            main.reset()
+            #expect(main.registeredObjects.isEmpty)
+            #expect(try User.count(in: main) == 2)
+        }
+    }
+
+    @Test("identifiers and batches: a large fetch never holds every object")
+    func batches() throws {
+        let (_, root, main) = try makeStack()
+        try main.performAndWait {
+            for index in 0..<5_000 { User.create(in: main).handle = String(format: "h%05d", index) }
+            try main.save()
+        }
+        try root.performAndWait { try root.save() }
+        try main.performAndWait {
+            let descriptor = FetchDescriptor<User>(sortBy: [SortDescriptor(\.handle)])
+            let ids = try main.fetchIdentifiers(descriptor)
+            #expect(ids.count == 5_000)
+            #expect(main.registeredObjects.isEmpty)
+            let batched = try main.fetch(descriptor, batchSize: 500)
+            var seen = 0
+            var maxRegistered = 0
+            var ordered = true
+            var previous = ""
+            for user in batched {
+                if user.handle <= previous { ordered = false }
+                previous = user.handle
+                seen += 1
+                if seen % 250 == 0 { maxRegistered = max(maxRegistered, main.registeredObjects.count) }
+            }
+            #expect(seen == 5_000)
+            #expect(ordered)
+            #expect(maxRegistered <= 1_000)
+        }
+    }
+
+    @Test("a to-one to an object deleted in the same context is cleared by nullify at once")
+    func nullifyImmediately() throws {
+        let (_, _, main) = try makeStack()
+        main.performAndWait {
+            let team = Team.create(in: main)
+            let player = Player.create(in: main)
+            player.team = team
+            #expect(team.players.count == 1)
+            main.delete(team)
+            #expect(player.team == nil)
+        }
+    }
+}

@@ -1,0 +1,158 @@
+import Foundation
+import Skyros
+import SkyrosTestModels
+import Testing
+
+@Suite("SQLite store and schema", .timeLimit(.minutes(1)))
+struct StoreTests {
+    @Test("every attribute type round-trips through the SQLite file")
+    func attributeTypes() throws {
+        let directory = try TemporaryDirectory()
+        let url = directory.file("store.sqlite")
+        let store = try Skyros(sqliteStack: testSchema, at: url)
+        let probe = CompletionProbe()
+        store.writeSync({ context in
+            _ = Sample.create(in: context)  // defaults
+            let sample = Sample.create(in: context)
+            sample.string = "héllo"
+            sample.int = -42
+            sample.int64 = .max
+            sample.int32 = .min
+            sample.int16 = 16
+            sample.double = 0.1
+            sample.float = 1.5
+            sample.bool = false
+            sample.date = Date(timeIntervalSince1970: 1_700_000_000.5)
+            sample.data = Data([0, 1, 2, 255])
+            sample.uuid = UUID(uuidString: "12345678-1234-1234-1234-123456789ABC")!
+            sample.url = URL(string: "file:///tmp/a%20b")!
+            sample.decimal = Decimal(string: "12345678901234567890.123")!
+            sample.status = .done
+            sample.priority = .high
+            sample.location = Location(latitude: 48.85, longitude: 2.35)
+            sample.optionalString = "present"
+            sample.optionalInt = 7
+            sample.optionalDate = Date(timeIntervalSince1970: 1)
+            sample.optionalStatus = .todo
+            sample.optionalLocation = Location(latitude: -1, longitude: -2)
+            sample.code = 1
+        }, completion: probe.completion)
+        #expect(probe.wait())
+        #expect(probe.calls.first! == nil)
+
+        let reopened = try Skyros(sqliteStack: testSchema, at: url)
+        reopened.read { context in
+            let samples = try Sample.all(sortedBy: [SortDescriptor(\.code)], in: context)
+            try #require(samples.count == 2)
+            let defaults = samples[0]
+            #expect(defaults.string == "s" && defaults.int == 1 && defaults.int64 == 2 && defaults.int32 == 3)
+            #expect(defaults.int16 == 4 && defaults.double == 5.5 && defaults.float == 6.5 && defaults.bool)
+            #expect(defaults.date == Date(timeIntervalSince1970: 7) && defaults.data == Data([8]))
+            #expect(defaults.uuid == UUID(uuidString: "00000000-0000-0000-0000-000000000009"))
+            #expect(defaults.url == URL(string: "https://example.com/10") && defaults.decimal == Decimal(string: "11.25"))
+            #expect(defaults.status == .todo && defaults.priority == .low)
+            #expect(defaults.location == Location(latitude: 1, longitude: 2))
+            #expect(defaults.optionalString == nil && defaults.optionalInt == nil && defaults.optionalDate == nil)
+            #expect(defaults.optionalStatus == nil && defaults.optionalLocation == nil)
+            let sample = samples[1]
+            #expect(sample.string == "héllo" && sample.int == -42 && sample.int64 == .max && sample.int32 == .min)
+            #expect(sample.int16 == 16 && sample.double == 0.1 && sample.float == 1.5 && !sample.bool)
+            #expect(sample.date == Date(timeIntervalSince1970: 1_700_000_000.5))
+            #expect(sample.data == Data([0, 1, 2, 255]))
+            #expect(sample.uuid == UUID(uuidString: "12345678-1234-1234-1234-123456789ABC"))
+            #expect(sample.url == URL(string: "file:///tmp/a%20b"))
+            #expect(sample.decimal == Decimal(string: "12345678901234567890.123"))
+            #expect(sample.status == .done && sample.priority == .high)
+            #expect(sample.location == Location(latitude: 48.85, longitude: 2.35))
+            #expect(sample.optionalString == "present" && sample.optionalInt == 7)
+            #expect(sample.optionalDate == Date(timeIntervalSince1970: 1) && sample.optionalStatus == .todo)
+            #expect(sample.optionalLocation == Location(latitude: -1, longitude: -2))
+            // Predicates on enums, UUIDs and dates use the stored forms.
+            let done = Status.done
+            #expect(try Sample.count(where: #Predicate { $0.status == done }, in: context) == 1)
+            let date = Date(timeIntervalSince1970: 100)
+            #expect(try Sample.count(where: #Predicate { $0.date > date }, in: context) == 1)
+        }
+    }
+
+    @Test("a value the column cannot hold fails the save with a typed error and stores nothing")
+    func valueNotStorable() throws {
+        let stack = try TestStack(.sqlite)
+        let probe = CompletionProbe()
+        stack.store.writeSync { context in Sample.create(in: context).code = 1 }
+        stack.store.writeSync({ context in
+            try Sample.first(in: context)!.double = .nan
+            Sample.create(in: context).code = 2
+        }, completion: probe.completion)
+        #expect(probe.wait())
+        #expect(probe.calls.first??.code == .valueNotStorable)
+        var state: [Double] = []
+        stack.store.read { context in state = try Sample.all(in: context).map(\.double) }
+        #expect(state == [5.5])
+    }
+
+    @Test("opening a file made with another schema fails and leaves the file as it was")
+    func schemaMismatch() throws {
+        let directory = try TemporaryDirectory()
+        let url = directory.file("store.sqlite")
+        do {
+            let store = try Skyros(sqliteStack: testSchema, at: url)
+            let probe = CompletionProbe()
+            store.writeSync({ context in makeUsers([("A", "B")], in: context) }, completion: probe.completion)
+            #expect(probe.wait())
+            try (store.store as! SQLiteStore).close()
+        }
+        let files = try FileManager.default.contentsOfDirectory(atPath: directory.url.path).sorted()
+        let before = try files.map { try Data(contentsOf: directory.file($0)) }
+        #expect(throws: SkyrosError.self) {
+            do {
+                _ = try Skyros(sqliteStack: Schema([User.self, Post.self]), at: url)
+            } catch let error as SkyrosError {
+                #expect(error.code == .schemaMismatch)
+                throw error
+            }
+        }
+        let filesAfter = try FileManager.default.contentsOfDirectory(atPath: directory.url.path).sorted()
+        #expect(filesAfter == files)
+        // The database and its WAL are byte for byte the same (the -shm file is SQLite's
+        // shared-memory index, rewritten by any reader).
+        for (name, data) in zip(filesAfter, before) where !name.hasSuffix("-shm") {
+            #expect(try Data(contentsOf: directory.file(name)) == data, "\(name) changed")
+        }
+        // The right schema still opens it.
+        let again = try Skyros(sqliteStack: testSchema, at: url)
+        var count = -1
+        again.read { count = try User.count(in: $0) }
+        #expect(count == 1)
+    }
+
+    @Test("the fingerprint is stable for the same declarations and differs for others")
+    func fingerprint() {
+        let a = Schema([User.self, Post.self])
+        let b = Schema([Post.self, User.self])
+        #expect(a.fingerprint == b.fingerprint)
+        #expect(a.fingerprint != testSchema.fingerprint)
+        #expect(Schema([Tag.self]).fingerprint != Schema([Sample.self]).fingerprint)
+    }
+
+    @Test("an invalid schema is refused with a clear error")
+    func invalidSchema() throws {
+        let schema = Schema([Post.self])  // Post.author points to User, which is missing
+        #expect(schema.validationErrors.count == 1)
+        #expect(schema.validationErrors.first?.contains("Post.author") == true)
+        #expect(schema.validationErrors.first?.contains("User") == true)
+        #expect(throws: SkyrosError.self) { try Skyros(inMemoryStack: schema) }
+        let duplicate = Schema([Tag.self, Tag.self])
+        #expect(duplicate.validationErrors == ["entity Tag is declared twice"])
+    }
+
+    @Test("the normal durability option opens and saves")
+    func durabilityNormal() throws {
+        let directory = try TemporaryDirectory()
+        let store = try Skyros(sqliteStack: testSchema, at: directory.file("store.sqlite"), durability: .normal)
+        let probe = CompletionProbe()
+        store.writeSync({ makeUsers([("A", "B")], in: $0) }, completion: probe.completion)
+        #expect(probe.wait())
+        #expect(probe.calls.first! == nil)
+    }
+}
