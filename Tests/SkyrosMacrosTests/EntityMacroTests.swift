@@ -1,0 +1,248 @@
+import SkyrosMacros
+import SwiftSyntaxMacroExpansion
+import SwiftSyntaxMacros
+import SwiftSyntaxMacrosGenericTestSupport
+import Testing
+
+private let macroSpecs: [String: MacroSpec] = [
+    "Entity": MacroSpec(type: EntityMacro.self, conformances: ["ManagedObject"]),
+    "_Persisted": MacroSpec(type: PersistedPropertyMacro.self),
+    "Attribute": MacroSpec(type: MarkerMacro.self),
+    "Relationship": MacroSpec(type: MarkerMacro.self),
+    "Transient": MacroSpec(type: MarkerMacro.self),
+]
+
+private func expect(
+    _ source: String, expands expanded: String, diagnostics: [DiagnosticSpec] = [],
+    sourceLocation: SourceLocation = #_sourceLocation
+) {
+    assertMacroExpansion(
+        source, expandedSource: expanded, diagnostics: diagnostics, macroSpecs: macroSpecs,
+        failureHandler: { failure in
+            Issue.record(Comment(rawValue: failure.message), sourceLocation: sourceLocation)
+        })
+}
+
+@Suite("@Entity macro expansion")
+struct EntityMacroTests {
+    @Test("attributes, options, relationships, transient and computed properties")
+    func expansion() {
+        expect(
+            """
+            @Entity public final class User {
+                public var name: String = ""
+                var age = 0
+                var email: String?
+                @Attribute(.unique, originalName: "login") var handle: String = ""
+                @Relationship(deleteRule: .cascade, inverse: \\Post.author) var posts: [Post] = []
+                @Transient var cache: Int = 0
+                var display: String { name }
+                static var shared = 1
+            }
+            """,
+            expands: """
+                public final class User {
+                    public var name: String {
+                        init(initialValue) {
+                        }
+                        get {
+                            skyrosStorage.persistentValue(at: 0)
+                        }
+                        set {
+                            skyrosStorage.setPersistentValue(newValue, at: 0)
+                        }
+                    }
+                    var age {
+                        init(initialValue) {
+                        }
+                        get {
+                            skyrosStorage.persistentValue(at: 1)
+                        }
+                        set {
+                            skyrosStorage.setPersistentValue(newValue, at: 1)
+                        }
+                    }
+                    var email: String? {
+                        init(initialValue) {
+                        }
+                        get {
+                            skyrosStorage.persistentValue(at: 2)
+                        }
+                        set {
+                            skyrosStorage.setPersistentValue(newValue, at: 2)
+                        }
+                    }
+                    var handle: String {
+                        init(initialValue) {
+                        }
+                        get {
+                            skyrosStorage.persistentValue(at: 3)
+                        }
+                        set {
+                            skyrosStorage.setPersistentValue(newValue, at: 3)
+                        }
+                    }
+                    var posts: [Post] {
+                        init(initialValue) {
+                        }
+                        get {
+                            skyrosStorage.persistentValue(at: 4)
+                        }
+                        set {
+                            skyrosStorage.setPersistentValue(newValue, at: 4)
+                        }
+                    }
+                    var cache: Int = 0
+                    var display: String { name }
+                    static var shared = 1
+
+                    public static let entityDescription = EntityDescription(User.self, properties: [
+                            .persistent("name", \\User.name, default: {
+                                        ""
+                                    }),
+                            .persistent("age", \\User.age, default: {
+                                        0
+                                    }),
+                            .persistent("email", \\User.email, default: {
+                                        nil
+                                    }),
+                            .persistent("handle", \\User.handle, default: {
+                                        ""
+                                    }, attributeOptions: [.unique], originalName: "login"),
+                            .persistent("posts", \\User.posts, default: {
+                                        []
+                                    }, deleteRule: .cascade, inverse: \\Post.author),
+                        ])
+
+                    public let skyrosStorage: ObjectStorage
+
+                    public init(skyrosStorage: ObjectStorage) {
+                        self.skyrosStorage = skyrosStorage
+                    }
+                }
+
+                extension User: ManagedObject {
+                }
+                """)
+    }
+
+    @Test("entity-level indexes are passed through")
+    func indexes() {
+        expect(
+            """
+            @Entity(indexes: ["a", "b"], ["b"]) final class Pair {
+                var a: Int = 0
+                var b: Int = 0
+            }
+            """,
+            expands: """
+                final class Pair {
+                    var a: Int {
+                        init(initialValue) {
+                        }
+                        get {
+                            skyrosStorage.persistentValue(at: 0)
+                        }
+                        set {
+                            skyrosStorage.setPersistentValue(newValue, at: 0)
+                        }
+                    }
+                    var b: Int {
+                        init(initialValue) {
+                        }
+                        get {
+                            skyrosStorage.persistentValue(at: 1)
+                        }
+                        set {
+                            skyrosStorage.setPersistentValue(newValue, at: 1)
+                        }
+                    }
+
+                    static let entityDescription = EntityDescription(Pair.self, properties: [
+                            .persistent("a", \\Pair.a, default: {
+                                        0
+                                    }),
+                            .persistent("b", \\Pair.b, default: {
+                                        0
+                                    }),
+                        ], indexes: [["a", "b"], ["b"]])
+
+                    let skyrosStorage: ObjectStorage
+
+                    init(skyrosStorage: ObjectStorage) {
+                        self.skyrosStorage = skyrosStorage
+                    }
+                }
+
+                extension Pair: ManagedObject {
+                }
+                """)
+    }
+
+    @Test("a struct is refused")
+    func structRefused() {
+        expect(
+            "@Entity struct Point { var x: Int = 0 }",
+            expands: "struct Point { var x: Int = 0 \n}",
+            diagnostics: [DiagnosticSpec(message: "@Entity can only be applied to a final class", line: 1, column: 1)])
+    }
+
+    @Test("a class that is not final is refused")
+    func notFinal() {
+        expect(
+            "@Entity class Point { var x: Int = 0 }",
+            expands: "class Point { var x: Int = 0 \n}",
+            diagnostics: [DiagnosticSpec(message: "@Entity classes must be final; add 'final'", line: 1, column: 9)])
+    }
+
+    @Test("unsupported types, missing types and defaults, and constants are diagnosed")
+    func propertyDiagnostics() {
+        expect(
+            """
+            @Entity final class Bad {
+                var callback: () -> Void = {}
+                var pair: (Int, Int) = (0, 0)
+                var anything: Any = 0
+                var inferred = makeValue()
+                var required: String
+                let constant: Int = 0
+            }
+            """,
+            expands: """
+                final class Bad {
+                    var callback: () -> Void = {}
+                    var pair: (Int, Int) = (0, 0)
+                    var anything: Any = 0
+                    var inferred = makeValue()
+                    var required: String
+                    let constant: Int = 0
+
+                    static let entityDescription = EntityDescription(Bad.self, properties: [])
+
+                    let skyrosStorage: ObjectStorage
+
+                    init(skyrosStorage: ObjectStorage) {
+                        self.skyrosStorage = skyrosStorage
+                    }
+                }
+
+                extension Bad: ManagedObject {
+                }
+                """,
+            diagnostics: [
+                DiagnosticSpec(message: unsupported, line: 2, column: 19),
+                DiagnosticSpec(message: unsupported, line: 3, column: 15),
+                DiagnosticSpec(message: unsupported, line: 4, column: 19),
+                DiagnosticSpec(
+                    message: "a persistent property needs a type annotation (for example ': String')", line: 5, column: 9),
+                DiagnosticSpec(
+                    message: "a persistent property needs a default value (optionals default to nil)", line: 6, column: 9),
+                DiagnosticSpec(
+                    message: "a persistent property must be a 'var'; use @Transient for a constant that is not stored",
+                    line: 7, column: 5),
+            ])
+    }
+}
+
+private let unsupported =
+    "this type cannot be stored: use a supported attribute type, an enum with String or Int raw values, a Codable struct, or an @Entity class; mark the property @Transient to keep it out of the store"
