@@ -1,1 +1,38 @@
-print("hi")
+// skyros-bench: Skyros side by side with raw SQLite, measured in the same run.
+//
+//     swift run -c release skyros-bench embedded [--json] [--quick]
+//
+// Prints a table, or with --json one object per line:
+// {"name": …, "unit": …, "skyros": …, "baseline": …, "ratio": …} (ratio = skyros ÷ baseline).
+import Foundation
+
+let arguments = Array(CommandLine.arguments.dropFirst())
+let json = arguments.contains("--json")
+let quick = arguments.contains("--quick")
+guard arguments.first == "embedded" else {
+    FileHandle.standardError.write(Data("usage: skyros-bench embedded [--json] [--quick]\n".utf8))
+    exit(64)
+}
+
+let directory = FileManager.default.temporaryDirectory.appendingPathComponent("skyros-bench-\(getpid())")
+try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+defer { try? FileManager.default.removeItem(at: directory) }
+
+if !json {
+    print("benchmark".padding(toLength: 52, withPad: " ", startingAt: 0), "unit".padding(toLength: 10, withPad: " ", startingAt: 0),
+          "skyros".padding(toLength: 14, withPad: " ", startingAt: 0), "baseline".padding(toLength: 14, withPad: " ", startingAt: 0), "ratio")
+}
+let encoder = JSONEncoder()
+encoder.outputFormatting = [.sortedKeys]
+let benchmark = EmbeddedBenchmark(
+    directory: directory, count: quick ? 10_000 : 100_000, iterateCount: quick ? 100_000 : 1_000_000,
+    saveSamples: quick ? 100 : 500)
+try benchmark.run { row in
+    if json {
+        print(String(decoding: try! encoder.encode(row), as: UTF8.self))
+    } else {
+        print(row.name.padding(toLength: 52, withPad: " ", startingAt: 0), row.unit.padding(toLength: 10, withPad: " ", startingAt: 0),
+              String(format: "%-14.1f", row.skyros), String(format: "%-14.1f", row.baseline), String(format: "%.3f", row.ratio))
+    }
+    fflush(nil)
+}

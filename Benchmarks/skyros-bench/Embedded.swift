@@ -1,0 +1,220 @@
+import Foundation
+import GRDBSQLite
+import Skyros
+
+/// `skyros-bench embedded`: the embedded stack against raw SQLite, same work, same run,
+/// same durability (synchronous=FULL, WAL).
+struct EmbeddedBenchmark {
+    let directory: URL
+    let count: Int
+    let iterateCount: Int
+    let saveSamples: Int
+
+    func run(report: (Row) -> Void) throws {
+        try insertAndFetch(report: report)
+        try singleSaves(report: report)
+        try iterate(report: report)
+    }
+
+    private func fill(_ item: Item, _ index: Int) {
+        item.name = "item \(index)"
+        item.value = index % 100
+        item.score = Double(index) * 0.5
+        item.flag = index % 2 == 0
+        item.created = Date(timeIntervalSince1970: Double(index))
+    }
+
+    /// Inserts `count` objects in one write, then fetches them all, then 1% by an indexed value.
+    private func insertAndFetch(report: (Row) -> Void) throws {
+        let skyrosURL = directory.appendingPathComponent("skyros.sqlite")
+        let store = try Skyros(sqliteStack: benchSchema, at: skyrosURL)
+        let done = DispatchSemaphore(value: 0)
+        let skyrosInsert = Clock.seconds {
+            store.writeSync({ context in
+                for index in 0..<count { fill(Item.create(in: context), index) }
+            }, completion: { error in
+                if let error { fatalError("insert failed: \(error)") }
+                done.signal()
+            })
+            done.wait()
+        }
+
+        let raw = RawSQLite(path: directory.appendingPathComponent("raw.sqlite").path)
+        raw.execute(
+            "CREATE TABLE item (id INTEGER PRIMARY KEY, name TEXT NOT NULL, value INTEGER NOT NULL, score REAL NOT NULL, flag INTEGER NOT NULL, created REAL NOT NULL)"
+        )
+        raw.execute("CREATE INDEX item_value ON item (value)")
+        let rawInsert = Clock.seconds {
+            raw.execute("BEGIN IMMEDIATE")
+            let statement = raw.prepare("INSERT INTO item (name, value, score, flag, created) VALUES (?, ?, ?, ?, ?)")
+            for index in 0..<count {
+                sqlite3_reset(statement)
+                raw.bind(statement, 1, "item \(index)")
+                sqlite3_bind_int64(statement, 2, Int64(index % 100))
+                sqlite3_bind_double(statement, 3, Double(index) * 0.5)
+                sqlite3_bind_int64(statement, 4, index % 2 == 0 ? 1 : 0)
+                sqlite3_bind_double(statement, 5, Double(index))
+                raw.step(statement)
+            }
+            sqlite3_finalize(statement)
+            raw.execute("COMMIT")
+        }
+        report(Row(name: "insert \(count) objects, one write", unit: "objects/s",
+                   skyros: Double(count) / skyrosInsert, baseline: Double(count) / rawInsert))
+
+        // Fetch all and read every attribute, from a stack that has nothing cached.
+        var checksum = 0.0
+        let reader = try Skyros(sqliteStack: benchSchema, at: skyrosURL)
+        let skyrosFetch = Clock.seconds {
+            reader.read { context in
+                for item in try Item.all(in: context) {
+                    checksum += Double(item.name.utf8.count + item.value) + item.score + (item.flag ? 1 : 0)
+                        + item.created.timeIntervalSince1970
+                }
+            }
+        }
+        var rawChecksum = 0.0
+        let rawFetch = Clock.seconds {
+            let statement = raw.prepare("SELECT id, name, value, score, flag, created FROM item")
+            while sqlite3_step(statement) == SQLITE_ROW {
+                let name = raw.text(statement, 1)
+                let value = Int(sqlite3_column_int64(statement, 2))
+                let score = sqlite3_column_double(statement, 3)
+                let flag = sqlite3_column_int64(statement, 4) != 0
+                let created = Date(timeIntervalSince1970: sqlite3_column_double(statement, 5))
+                rawChecksum += Double(name.utf8.count + value) + score + (flag ? 1 : 0) + created.timeIntervalSince1970
+            }
+            sqlite3_finalize(statement)
+        }
+        precondition(checksum == rawChecksum, "the two fetches read different data")
+        report(Row(name: "fetch all \(count) and read every attribute", unit: "objects/s",
+                   skyros: Double(count) / skyrosFetch, baseline: Double(count) / rawFetch))
+
+        // 1% of the rows through the index, repeated with nothing cached.
+        let rounds = 20
+        var skyrosRows = 0
+        let skyrosIndexed = Clock.seconds {
+            for round in 0..<rounds {
+                let wanted = round
+                reader.read { context in
+                    context.reset()
+                    for item in try Item.all(where: #Predicate { $0.value == wanted }, in: context) {
+                        skyrosRows += item.value == wanted ? 1 : 0
+                    }
+                }
+            }
+        }
+        var rawRows = 0
+        let rawIndexed = Clock.seconds {
+            let statement = raw.prepare("SELECT id, name, value, score, flag, created FROM item WHERE value = ?")
+            for round in 0..<rounds {
+                sqlite3_reset(statement)
+                sqlite3_bind_int64(statement, 1, Int64(round))
+                while sqlite3_step(statement) == SQLITE_ROW {
+                    _ = raw.text(statement, 1)
+                    rawRows += Int(sqlite3_column_int64(statement, 2)) == round ? 1 : 0
+                }
+            }
+            sqlite3_finalize(statement)
+        }
+        precondition(skyrosRows == rawRows && rawRows == rounds * count / 100, "indexed fetches disagree")
+        report(Row(name: "fetch 1% by an indexed attribute", unit: "objects/s",
+                   skyros: Double(skyrosRows) / skyrosIndexed, baseline: Double(rawRows) / rawIndexed))
+    }
+
+    /// One-object writeSync until its completion, against a raw single-row transaction.
+    private func singleSaves(report: (Row) -> Void) throws {
+        let store = try Skyros(sqliteStack: benchSchema, at: directory.appendingPathComponent("saves.sqlite"))
+        let done = DispatchSemaphore(value: 0)
+        var skyros: [Double] = []
+        for index in 0..<saveSamples {
+            let start = Clock.now()
+            store.writeSync({ context in fill(Item.create(in: context), index) }, completion: { _ in done.signal() })
+            done.wait()
+            skyros.append(Double(Clock.now() - start) / 1000)
+        }
+        let raw = RawSQLite(path: directory.appendingPathComponent("raw-saves.sqlite").path)
+        raw.execute(
+            "CREATE TABLE item (id INTEGER PRIMARY KEY, name TEXT NOT NULL, value INTEGER NOT NULL, score REAL NOT NULL, flag INTEGER NOT NULL, created REAL NOT NULL)"
+        )
+        raw.execute("CREATE INDEX item_value ON item (value)")
+        let statement = raw.prepare("INSERT INTO item (name, value, score, flag, created) VALUES (?, ?, ?, ?, ?)")
+        var baseline: [Double] = []
+        for index in 0..<saveSamples {
+            let start = Clock.now()
+            raw.execute("BEGIN IMMEDIATE")
+            sqlite3_reset(statement)
+            raw.bind(statement, 1, "item \(index)")
+            sqlite3_bind_int64(statement, 2, Int64(index % 100))
+            sqlite3_bind_double(statement, 3, Double(index) * 0.5)
+            sqlite3_bind_int64(statement, 4, index % 2 == 0 ? 1 : 0)
+            sqlite3_bind_double(statement, 5, Double(index))
+            raw.step(statement)
+            raw.execute("COMMIT")
+            baseline.append(Double(Clock.now() - start) / 1000)
+        }
+        sqlite3_finalize(statement)
+        report(Row(name: "one-object save until durable p50", unit: "us",
+                   skyros: percentile(skyros, 50), baseline: percentile(baseline, 50)))
+        report(Row(name: "one-object save until durable p99", unit: "us",
+                   skyros: percentile(skyros, 99), baseline: percentile(baseline, 99)))
+    }
+
+    /// Iterates `iterateCount` stored objects in batches; reports peak RSS growth.
+    private func iterate(report: (Row) -> Void) throws {
+        let url = directory.appendingPathComponent("million.sqlite")
+        do {
+            // Set up: the Skyros table filled directly (setup only, not measured).
+            let store = try Skyros(sqliteStack: benchSchema, at: url)
+            try (store.store as! SQLiteStore).close()
+        }
+        let raw = RawSQLite(path: url.path, synchronous: "OFF")
+        raw.execute("BEGIN")
+        let insert = raw.prepare(
+            "INSERT INTO \"Item\" (\"_id\", name, value, score, flag, created) VALUES (?, ?, ?, ?, ?, ?)")
+        for index in 0..<iterateCount {
+            var id = [UInt8](repeating: 0, count: 16)
+            withUnsafeBytes(of: UInt64(index).bigEndian) { id.replaceSubrange(8..<16, with: $0) }
+            id[6] = 0x70
+            sqlite3_reset(insert)
+            sqlite3_bind_blob(insert, 1, id, 16, RawSQLite.transient)
+            raw.bind(insert, 2, "item \(index)")
+            sqlite3_bind_int64(insert, 3, Int64(index % 100))
+            sqlite3_bind_double(insert, 4, Double(index))
+            sqlite3_bind_int64(insert, 5, 0)
+            sqlite3_bind_double(insert, 6, Double(index))
+            raw.step(insert)
+        }
+        sqlite3_finalize(insert)
+        raw.execute("COMMIT")
+
+        // Raw iteration first, then Skyros: each growth is measured from its own start.
+        var rawPeak = residentMB()
+        let rawStart = rawPeak
+        var rawSum = 0
+        let select = raw.prepare("SELECT \"_id\", name, value, score, flag, created FROM \"Item\" ORDER BY \"_id\"")
+        var seen = 0
+        while sqlite3_step(select) == SQLITE_ROW {
+            rawSum += raw.text(select, 1).utf8.count + Int(sqlite3_column_int64(select, 2))
+            seen += 1
+            if seen % 10_000 == 0 { rawPeak = max(rawPeak, residentMB()) }
+        }
+        sqlite3_finalize(select)
+
+        let store = try Skyros(sqliteStack: benchSchema, at: url)
+        var peak = residentMB()
+        let start = peak
+        var sum = 0
+        store.read { context in
+            var index = 0
+            for item in try context.fetch(FetchDescriptor<Item>(), batchSize: 1_000) {
+                sum += item.name.utf8.count + item.value
+                index += 1
+                if index % 10_000 == 0 { peak = max(peak, residentMB()) }
+            }
+        }
+        precondition(sum == rawSum, "iterations disagree")
+        report(Row(name: "iterate \(iterateCount) objects in batches, peak RSS growth", unit: "MB",
+                   skyros: peak - start, baseline: rawPeak - rawStart))
+    }
+}

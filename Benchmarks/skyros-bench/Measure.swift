@@ -1,0 +1,48 @@
+import Foundation
+
+/// One line of results: Skyros and the raw baseline measured in the same run.
+struct Row: Encodable {
+    let name: String
+    let unit: String
+    let skyros: Double
+    let baseline: Double
+    var ratio: Double { baseline == 0 ? 0 : skyros / baseline }
+
+    enum CodingKeys: String, CodingKey { case name, unit, skyros, baseline, ratio }
+
+    func encode(to encoder: any Encoder) throws {
+        var container = encoder.container(keyedBy: CodingKeys.self)
+        try container.encode(name, forKey: .name)
+        try container.encode(unit, forKey: .unit)
+        try container.encode((skyros * 100).rounded() / 100, forKey: .skyros)
+        try container.encode((baseline * 100).rounded() / 100, forKey: .baseline)
+        try container.encode((ratio * 1000).rounded() / 1000, forKey: .ratio)
+    }
+}
+
+enum Clock {
+    static func now() -> UInt64 { DispatchTime.now().uptimeNanoseconds }
+
+    /// Seconds taken by `body`.
+    static func seconds(_ body: () throws -> Void) rethrows -> Double {
+        let start = now()
+        try body()
+        return Double(now() - start) / 1e9
+    }
+}
+
+/// Percentile of microsecond samples.
+func percentile(_ samples: [Double], _ p: Double) -> Double {
+    let sorted = samples.sorted()
+    guard !sorted.isEmpty else { return 0 }
+    let index = min(sorted.count - 1, Int((p / 100 * Double(sorted.count)).rounded(.up)) - 1)
+    return sorted[max(0, index)]
+}
+
+/// Resident set size in MB, from /proc/self/statm.
+func residentMB() -> Double {
+    guard let text = try? String(contentsOfFile: "/proc/self/statm", encoding: .utf8) else { return 0 }
+    let fields = text.split(separator: " ")
+    guard fields.count > 1, let pages = Double(fields[1]) else { return 0 }
+    return pages * Double(sysconf(Int32(_SC_PAGESIZE))) / 1_048_576
+}
