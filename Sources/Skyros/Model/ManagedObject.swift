@@ -45,7 +45,8 @@ extension ManagedObject {
     public var isFault: Bool { skyrosStorage.isFault }
     /// Whether the object has unsaved changes of any kind.
     public var hasChanges: Bool { skyrosStorage.isInserted || skyrosStorage.isUpdated || skyrosStorage.isDeleted }
-    /// The names of the properties changed since the last save.
+    /// The names of the properties changed since the last save (empty for an inserted object,
+    /// which is saved whole).
     public var changedPropertyNames: [String] {
         skyrosStorage.changed.sorted().map { skyrosStorage.entity.properties[$0].name }
     }

@@ -49,7 +49,7 @@ public final class ObjectStorage {
         let codec = unsafeDowncast(entity.codecs[index], to: AttributeCodec<Value>.self)
         do {
             let stored = try codec.encode(value)
-            valueErrors[index] = nil
+            if !valueErrors.isEmpty { valueErrors[index] = nil }
             setStored(stored, at: index)
         } catch {
             valueErrors[index] = SkyrosError(
@@ -125,14 +125,10 @@ public final class ObjectStorage {
         markChanged(index)
     }
 
+    /// Records a change. Inserted objects are saved whole, so only updates track properties.
     func markChanged(_ index: Int) {
-        guard !isDeleted else { return }
-        if !isInserted {
-            changed.insert(index)
-            context?.didUpdate(self)
-        } else {
-            changed.insert(index)
-        }
+        guard !isDeleted, !isInserted else { return }
+        if changed.insert(index).inserted, changed.count == 1 { context?.didUpdate(self) }
     }
 }
 
