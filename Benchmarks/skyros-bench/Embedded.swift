@@ -9,11 +9,13 @@ struct EmbeddedBenchmark {
     let count: Int
     let iterateCount: Int
     let saveSamples: Int
+    /// Runs only the groups named here (`fetch`, `saves`, `iterate`) when not empty.
+    let only: Set<String>
 
     func run(report: (Row) -> Void) throws {
-        try insertAndFetch(report: report)
-        try singleSaves(report: report)
-        try iterate(report: report)
+        if only.isEmpty || only.contains("fetch") { try insertAndFetch(report: report) }
+        if only.isEmpty || only.contains("saves") { try singleSaves(report: report) }
+        if only.isEmpty || only.contains("iterate") { try iterate(report: report) }
     }
 
     private func fill(_ item: Item, _ index: Int) {

@@ -1,6 +1,6 @@
 // skyros-bench: Skyros side by side with raw SQLite, measured in the same run.
 //
-//     swift run -c release skyros-bench embedded [--json] [--quick]
+//     swift run -c release skyros-bench embedded [--json] [--quick] [--only fetch|saves|iterate]
 //
 // Prints a table, or with --json one object per line:
 // {"name": …, "unit": …, "skyros": …, "baseline": …, "ratio": …} (ratio = skyros ÷ baseline).
@@ -10,7 +10,7 @@ let arguments = Array(CommandLine.arguments.dropFirst())
 let json = arguments.contains("--json")
 let quick = arguments.contains("--quick")
 guard arguments.first == "embedded" else {
-    FileHandle.standardError.write(Data("usage: skyros-bench embedded [--json] [--quick]\n".utf8))
+    FileHandle.standardError.write(Data("usage: skyros-bench embedded [--json] [--quick] [--only fetch|saves|iterate]\n".utf8))
     exit(64)
 }
 
@@ -26,7 +26,8 @@ let encoder = JSONEncoder()
 encoder.outputFormatting = [.sortedKeys]
 let benchmark = EmbeddedBenchmark(
     directory: directory, count: quick ? 10_000 : 100_000, iterateCount: quick ? 100_000 : 1_000_000,
-    saveSamples: quick ? 100 : 500)
+    saveSamples: quick ? 100 : 500,
+    only: Set(zip(arguments, arguments.dropFirst()).filter { $0.0 == "--only" }.map(\.1)))
 try benchmark.run { row in
     if json {
         print(String(decoding: try! encoder.encode(row), as: UTF8.self))

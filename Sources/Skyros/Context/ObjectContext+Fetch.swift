@@ -58,9 +58,11 @@ extension ObjectContext {
 
     func fetchObjects(_ request: StoreRequest, localOnly: Bool = false) throws -> [any ManagedObject] {
         let snapshots = try mergedSnapshots(request, localOnly: localOnly)
+        let entity = try schema.requireEntity(request.entityName)
         var result: [any ManagedObject] = []
         result.reserveCapacity(snapshots.count)
-        for snapshot in snapshots { result.append(try materialize(snapshot.id, values: snapshot.values)) }
+        registry.reserveCapacity(registry.count + snapshots.count)
+        for snapshot in snapshots { result.append(try materialize(snapshot.id, values: snapshot.values, entity: entity)) }
         return result
     }
 
@@ -272,7 +274,7 @@ extension ObjectContext {
             var result: [Snapshot] = []
             var missing: [ObjectID] = []
             for id in ids {
-                if let storage = registered(id)?.skyrosStorage {
+                if let storage = lookup(id)?.skyrosStorage {
                     if storage.isDeleted { continue }
                     if !storage.isFault {
                         result.append(Snapshot(id: id, values: storage.values))

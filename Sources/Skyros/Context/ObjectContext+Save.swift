@@ -9,11 +9,17 @@ extension ObjectContext {
     /// ``SkyrosError/Code/uniqueConstraintViolation``) and change nothing: the context keeps
     /// its pending changes, the parent is as it was.
     public func save() throws {
+        try save(keepingObjects: true)
+    }
+
+    /// Saves; when `keepingObjects` is false the context is about to be reset, so saved
+    /// objects are not kept registered.
+    func save(keepingObjects: Bool) throws {
         guard hasChanges else { return }
         try validateForSave()
         let changes = makeChangeSet()
         try parent.save(changes)
-        didSave()
+        didSave(keepingObjects: keepingObjects)
     }
 
     func makeChangeSet() -> ChangeSet {
@@ -35,12 +41,17 @@ extension ObjectContext {
         return changes
     }
 
-    func didSave() {
+    func didSave(keepingObjects: Bool = true) {
         for object in inserted.values {
-            object.skyrosStorage.isInserted = false
-            object.skyrosStorage.changed = []
+            let storage = object.skyrosStorage
+            storage.isInserted = false
+            if keepingObjects && storage.isExposed && registry[storage.objectID] == nil { register(object) }
         }
-        for object in updated.values { object.skyrosStorage.changed = [] }
+        for object in updated.values {
+            let storage = object.skyrosStorage
+            storage.changed = []
+            if keepingObjects && storage.isExposed && registry[storage.objectID] == nil { register(object) }
+        }
         for (id, object) in deleted {
             registry[id] = nil
             object.skyrosStorage.context = nil
@@ -159,40 +170,57 @@ extension ObjectContext {
 
     func apply(_ changes: ChangeSet) throws {
         // Load the objects updated here that are not registered, in one round trip.
+        var loaded: [ObjectID: any ManagedObject] = [:]  // updated objects not in this context yet
         let missing = changes.updated.map(\.id).filter { id in
-            guard let storage = registered(id)?.skyrosStorage else { return true }
+            guard let storage = lookup(id)?.skyrosStorage else { return true }
             return storage.isFault
         }
-        var loaded: [any ManagedObject] = []  // keeps them alive until marked updated
         if !missing.isEmpty {
             for snapshot in try parent.snapshots(for: missing) {
-                loaded.append(try materialize(snapshot.id, values: snapshot.values))
+                if let object = lookup(snapshot.id) {
+                    object.skyrosStorage.values = snapshot.values
+                    object.skyrosStorage.isFault = false
+                } else {
+                    let entity = try schema.requireEntity(snapshot.id.entityName)
+                    let storage = ObjectStorage(objectID: snapshot.id, entity: entity, values: snapshot.values, context: self)
+                    loaded[snapshot.id] = entity.objectType.init(skyrosStorage: storage)
+                }
             }
         }
+        inserted.reserveCapacity(inserted.count + changes.inserted.count)
+        insertionOrder.reserveCapacity(insertionOrder.count + changes.inserted.count)
+        var entity: EntityDescription?
         for snapshot in changes.inserted {
-            if let existing = registered(snapshot.id), existing.skyrosStorage.isInserted {
+            if let existing = lookup(snapshot.id), existing.skyrosStorage.isInserted {
                 existing.skyrosStorage.values = snapshot.values
                 continue
             }
-            let entity = try schema.requireEntity(snapshot.id.entityName)
-            let storage = ObjectStorage(objectID: snapshot.id, entity: entity, values: snapshot.values, context: self)
-            let object = entity.objectType.init(skyrosStorage: storage)
-            register(object)
-            markInserted(object)
+            if entity?.name != snapshot.id.entityName { entity = try schema.requireEntity(snapshot.id.entityName) }
+            let storage = ObjectStorage(objectID: snapshot.id, entity: entity!, values: snapshot.values, context: self)
+            markInserted(entity!.objectType.init(skyrosStorage: storage))
         }
         for update in changes.updated {
-            guard let object = registered(update.id) else { continue }  // deleted in the parent meanwhile
+            guard let object = lookup(update.id) ?? loaded[update.id] else { continue }  // deleted here meanwhile
             let storage = object.skyrosStorage
             if storage.isDeleted { continue }
-            for (index, value) in update.changes { storage.setStored(value, at: index) }
+            if updated[update.id] == nil && !storage.isInserted {
+                updated[update.id] = object
+                pendingCountByEntity[ObjectIdentifier(storage.entity), default: 0] += 1
+            }
+            for (index, value) in update.changes {
+                storage.values[index] = value
+                if !storage.isInserted { storage.changed.insert(index) }
+            }
         }
         for id in changes.deleted {
-            let object = try materialize(id, values: nil)
+            let object = try lookup(id) ?? {
+                let entity = try schema.requireEntity(id.entityName)
+                return entity.objectType.init(
+                    skyrosStorage: ObjectStorage(objectID: id, entity: entity, values: nil, context: self))
+            }()
             if object.skyrosStorage.isDeleted { continue }
             markDeleted(object)
-            if !object.skyrosStorage.isDeleted { continue }
             if inserted[id] == nil && deleted[id] == nil { registry[id] = nil }
         }
-        withExtendedLifetime(loaded) {}
     }
 }

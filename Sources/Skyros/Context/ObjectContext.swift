@@ -29,7 +29,7 @@ public final class ObjectContext: ObjectStore, @unchecked Sendable, CustomString
     var insertionOrder: [ObjectID] = []
     var updated: [ObjectID: any ManagedObject] = [:]
     var deleted: [ObjectID: any ManagedObject] = [:]
-    var pendingCountByEntity: [String: Int] = [:]
+    var pendingCountByEntity: [ObjectIdentifier: Int] = [:]
 
     /// Makes a context whose parent is `parent` (a store or another context).
     public init(name: String, parent: any ObjectStore) {
@@ -75,20 +75,41 @@ public final class ObjectContext: ObjectStore, @unchecked Sendable, CustomString
 
     // MARK: - Registry
 
+    /// The object with this ID in the context, registered or pending. Objects applied from
+    /// a child's save are held by the pending sets only; once handed out here they are also
+    /// registered, so that they stay unique after the save.
     func registered(_ id: ObjectID) -> (any ManagedObject)? {
-        registry[id]?.object
+        if let object = registry[id]?.object { return object }
+        guard let object = pendingObject(id) else { return nil }
+        register(object)
+        return object
+    }
+
+    /// A pending object, without registering it (for internal bookkeeping).
+    func pendingObject(_ id: ObjectID) -> (any ManagedObject)? {
+        guard hasChanges else { return nil }
+        return inserted[id] ?? updated[id] ?? deleted[id]
+    }
+
+    /// The registered or pending object, without registering it.
+    func lookup(_ id: ObjectID) -> (any ManagedObject)? {
+        registry[id]?.object ?? pendingObject(id)
     }
 
     func register(_ object: any ManagedObject) {
+        object.skyrosStorage.isExposed = true
         registry[object.objectID] = WeakObject(object: object)
-        if registry.count > registryPurgeThreshold {
-            registry = registry.filter { $0.value.object != nil }
+        if registry.count >= registryPurgeThreshold {
+            // Drop entries of objects that are gone, in place; amortised O(1) per registration.
+            for (id, entry) in registry where entry.object == nil { registry[id] = nil }
             registryPurgeThreshold = max(4096, registry.count * 2)
         }
     }
 
     /// The registered object, or a new one made from `values` (a fault when nil).
-    func materialize(_ id: ObjectID, values: ContiguousArray<StoredValue>?) throws -> any ManagedObject {
+    func materialize(
+        _ id: ObjectID, values: ContiguousArray<StoredValue>?, entity knownEntity: EntityDescription? = nil
+    ) throws -> any ManagedObject {
         if let object = registered(id) {
             let storage = object.skyrosStorage
             if storage.isFault, let values {
@@ -97,7 +118,7 @@ public final class ObjectContext: ObjectStore, @unchecked Sendable, CustomString
             }
             return object
         }
-        let entity = try schema.requireEntity(id.entityName)
+        let entity = try knownEntity ?? schema.requireEntity(id.entityName)
         let storage = ObjectStorage(objectID: id, entity: entity, values: values, context: self)
         let object = entity.objectType.init(skyrosStorage: storage)
         register(object)
@@ -126,18 +147,19 @@ public final class ObjectContext: ObjectStore, @unchecked Sendable, CustomString
 
     // MARK: - Pending state
 
-    private func adjustPending(_ entity: String, _ delta: Int) {
-        pendingCountByEntity[entity, default: 0] += delta
+    private func adjustPending(_ entity: EntityDescription, _ delta: Int) {
+        pendingCountByEntity[ObjectIdentifier(entity), default: 0] += delta
     }
 
     func hasPendingChanges(of entityName: String) -> Bool {
-        (pendingCountByEntity[entityName] ?? 0) > 0
+        guard hasChanges, let entity = schema.entity(named: entityName) else { return false }
+        return (pendingCountByEntity[ObjectIdentifier(entity)] ?? 0) > 0
     }
 
     func didUpdate(_ storage: ObjectStorage) {
-        guard updated[storage.objectID] == nil, let object = registered(storage.objectID) else { return }
+        guard updated[storage.objectID] == nil, let object = lookup(storage.objectID) else { return }
         updated[storage.objectID] = object
-        adjustPending(storage.entity.name, 1)
+        adjustPending(storage.entity, 1)
     }
 
     func markInserted(_ object: any ManagedObject) {
@@ -145,20 +167,20 @@ public final class ObjectContext: ObjectStore, @unchecked Sendable, CustomString
         storage.isInserted = true
         inserted[storage.objectID] = object
         insertionOrder.append(storage.objectID)
-        adjustPending(storage.entity.name, 1)
+        adjustPending(storage.entity, 1)
     }
 
     func markDeleted(_ object: any ManagedObject) {
         let storage = object.skyrosStorage
         let id = storage.objectID
-        if updated.removeValue(forKey: id) != nil { adjustPending(storage.entity.name, -1) }
+        if updated.removeValue(forKey: id) != nil { adjustPending(storage.entity, -1) }
         if storage.isInserted {
             inserted[id] = nil
             storage.isInserted = false
-            adjustPending(storage.entity.name, -1)
+            adjustPending(storage.entity, -1)
         } else {
             deleted[id] = object
-            adjustPending(storage.entity.name, 1)
+            adjustPending(storage.entity, 1)
         }
         storage.isDeleted = true
         storage.changed = []
@@ -200,7 +222,7 @@ public final class ObjectContext: ObjectStore, @unchecked Sendable, CustomString
             objectID: .make(entityName: entity.name), entity: entity, values: values, context: self)
         for (index, error) in errors.enumerated() { storage.valueErrors[index] = error }
         let object = T(skyrosStorage: storage)
-        register(object)
+        storage.isExposed = true
         markInserted(object)
         return object
     }
@@ -289,6 +311,9 @@ public final class ObjectContext: ObjectStore, @unchecked Sendable, CustomString
     /// Forgets every object and pending change. Objects fetched before are detached.
     public func reset() {
         for entry in registry.values { entry.object?.skyrosStorage.context = nil }
+        for object in Array(inserted.values) + Array(updated.values) + Array(deleted.values) {
+            object.skyrosStorage.context = nil
+        }
         registry = [:]
         inserted = [:]
         insertionOrder = []
@@ -331,8 +356,8 @@ public final class ObjectContext: ObjectStore, @unchecked Sendable, CustomString
             for (index, value) in changed { storage.values[index] = value }
             return
         }
-        if updated.removeValue(forKey: storage.objectID) != nil { adjustPending(storage.entity.name, -1) }
-        if deleted.removeValue(forKey: storage.objectID) != nil { adjustPending(storage.entity.name, -1) }
+        if updated.removeValue(forKey: storage.objectID) != nil { adjustPending(storage.entity, -1) }
+        if deleted.removeValue(forKey: storage.objectID) != nil { adjustPending(storage.entity, -1) }
         storage.isDeleted = false
         storage.changed = []
         storage.valueErrors = [:]

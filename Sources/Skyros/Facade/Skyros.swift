@@ -197,7 +197,7 @@ open class Skyros: @unchecked Sendable {
         var failure: SkyrosError?
         do {
             try changes(scratch)
-            try scratch.save()
+            try scratch.save(keepingObjects: allowsConcurrentWritings)
         } catch {
             failure = SkyrosError.wrap(error)
             scratch.rollback()
@@ -235,7 +235,7 @@ open class Skyros: @unchecked Sendable {
             root.rollback()
             stack.main.perform {
                 for id in touched {
-                    guard let object = stack.main.registered(id) else { continue }
+                    guard let object = stack.main.lookup(id) else { continue }
                     if object.hasChanges { continue }
                     stack.main.registry[id] = nil
                     object.skyrosStorage.context = nil

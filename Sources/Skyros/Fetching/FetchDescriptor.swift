@@ -83,14 +83,14 @@ public struct FetchResultsCollection<T: ManagedObject>: RandomAccessCollection {
     private func load(_ batch: Int) {
         // Release the previous batch's objects that this collection brought in and nobody changed.
         for id in cache.ownedIDs {
-            if let object = context.registered(id), !object.skyrosStorage.hasChanges {
+            if let object = context.lookup(id), !object.skyrosStorage.hasChanges {
                 context.registry[id] = nil
             }
         }
         cache.objects = []
         let range = (batch * batchSize)..<Swift.min(ids.count, (batch + 1) * batchSize)
         let batchIDs = Array(ids[range])
-        let missing = batchIDs.filter { context.registered($0) == nil }
+        let missing = batchIDs.filter { context.lookup($0) == nil }
         let snapshots: [ObjectID: Snapshot]
         do {
             snapshots = Dictionary(

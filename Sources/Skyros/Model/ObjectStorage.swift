@@ -13,14 +13,16 @@ public final class ObjectStorage {
     /// The context the object is registered in.
     public internal(set) weak var context: ObjectContext?
 
-    var values: ContiguousArray<StoredValue>
-    var isFault: Bool
+    @usableFromInline var values: ContiguousArray<StoredValue>
+    @usableFromInline var isFault: Bool
     var isInserted = false
     var isDeleted = false
+    /// Whether user code may hold the object (then it stays registered after a save).
+    var isExposed = false
     /// Properties changed since the last save (indexes).
     var changed: Set<Int> = []
     /// Values that could not be encoded, reported at save.
-    var valueErrors: [Int: SkyrosError] = [:]
+    @usableFromInline var valueErrors: [Int: SkyrosError] = [:]
 
     var isUpdated: Bool { !isInserted && !isDeleted && !changed.isEmpty }
     var hasChanges: Bool { isInserted || isDeleted || !changed.isEmpty }
@@ -36,7 +38,7 @@ public final class ObjectStorage {
     // MARK: - Attributes
 
     /// Reads an attribute.
-    @inline(__always)
+    @inlinable
     public func value<Value>(at index: Int) -> Value {
         willAccess(index)
         let codec = unsafeDowncast(entity.codecs[index], to: AttributeCodec<Value>.self)
@@ -44,6 +46,7 @@ public final class ObjectStorage {
     }
 
     /// Writes an attribute; the change is reported at save if the value cannot be stored.
+    @inlinable
     public func setValue<Value>(_ value: Value, at index: Int) {
         willAccess(index)
         let codec = unsafeDowncast(entity.codecs[index], to: AttributeCodec<Value>.self)
@@ -52,11 +55,16 @@ public final class ObjectStorage {
             if !valueErrors.isEmpty { valueErrors[index] = nil }
             setStored(stored, at: index)
         } catch {
-            valueErrors[index] = SkyrosError(
-                .valueNotStorable, "\(entity.name).\(entity.properties[index].name): \(SkyrosError.wrap(error).message)",
-                underlying: error)
-            markChanged(index)
+            recordValueError(error, at: index)
         }
+    }
+
+    @usableFromInline
+    func recordValueError(_ error: any Error, at index: Int) {
+        valueErrors[index] = SkyrosError(
+            .valueNotStorable, "\(entity.name).\(entity.properties[index].name): \(SkyrosError.wrap(error).message)",
+            underlying: error)
+        markChanged(index)
     }
 
     // MARK: - Relationships
@@ -107,12 +115,13 @@ public final class ObjectStorage {
 
     // MARK: - Internals
 
-    @inline(__always)
+    @inlinable
     func willAccess(_ index: Int) {
         if ConcurrencyDebug.isEnabled { ConcurrencyDebug.check(self) }
         if isFault { fulfillFault() }
     }
 
+    @usableFromInline
     func fulfillFault() {
         guard let context else {
             preconditionFailure("Skyros: \(objectID) is a fault whose context is gone")
@@ -120,6 +129,7 @@ public final class ObjectStorage {
         context.fulfill(self)
     }
 
+    @usableFromInline
     func setStored(_ stored: StoredValue, at index: Int) {
         values[index] = stored
         markChanged(index)
@@ -136,12 +146,15 @@ public final class ObjectStorage {
 extension ObjectStorage: Sendable {}
 
 /// `SKYROS_CONCURRENCY_DEBUG=1`: trap when a managed object is touched off its context's queue.
+@usableFromInline
 enum ConcurrencyDebug {
+    @usableFromInline
     static let isEnabled: Bool = {
         guard let value = ProcessInfo.processInfo.environment["SKYROS_CONCURRENCY_DEBUG"] else { return false }
         return value == "1" || value.lowercased() == "yes" || value.lowercased() == "true"
     }()
 
+    @usableFromInline
     static func check(_ storage: ObjectStorage) {
         guard let context = storage.context else { return }
         if !context.isPerformingOnCurrentThread {
@@ -157,13 +170,14 @@ enum ConcurrencyDebug {
 
 extension ObjectStorage {
     /// Reads a persistent property whose kind is chosen by its type: an attribute.
-    @inline(__always)
+    @inlinable
     public func persistentValue<Value>(at index: Int) -> Value { value(at: index) }
     /// Reads a persistent property: a to-one relationship.
     public func persistentValue<Destination: ManagedObject>(at index: Int) -> Destination? { object(at: index) }
     /// Reads a persistent property: a to-many relationship.
     public func persistentValue<Destination: ManagedObject>(at index: Int) -> [Destination] { objects(at: index) }
     /// Writes a persistent property: an attribute.
+    @inlinable
     public func setPersistentValue<Value>(_ value: Value, at index: Int) { setValue(value, at: index) }
     /// Writes a persistent property: a to-one relationship.
     public func setPersistentValue<Destination: ManagedObject>(_ value: Destination?, at index: Int) {

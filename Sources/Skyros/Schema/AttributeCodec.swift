@@ -25,8 +25,8 @@ public class AnyAttributeCodec: @unchecked Sendable {
 
 /// The codec of one attribute type.
 public final class AttributeCodec<Value>: AnyAttributeCodec, @unchecked Sendable {
-    let decode: (StoredValue) -> Value
-    let encode: (Value) throws -> StoredValue
+    @usableFromInline let decode: (StoredValue) -> Value
+    @usableFromInline let encode: (Value) throws -> StoredValue
 
     init(
         storageType: StorageType, isOptional: Bool,

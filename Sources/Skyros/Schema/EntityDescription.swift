@@ -13,7 +13,7 @@ public final class EntityDescription: @unchecked Sendable, CustomStringConvertib
     /// Multi-column indexes declared on the entity, as lists of property names.
     public let indexes: [[String]]
     let propertiesByName: [String: PropertyDescription]
-    let codecs: [AnyAttributeCodec]
+    @usableFromInline let codecs: [AnyAttributeCodec]
     let uniqueProperties: [PropertyDescription]
     let toOneProperties: [PropertyDescription]
     let relationships: [PropertyDescription]
