@@ -452,3 +452,40 @@ struct ConformanceTests {
         #expect(probe.calls.first??.code == .uniqueConstraintViolation)
     }
 }
+
+/// A subclass overriding the error hook, Skopelos style.
+final class RecordingSkyros: Skyros, @unchecked Sendable {
+    let recorder = ErrorRecorder()
+    override func handleError(_ error: SkyrosError) { recorder.record(error) }
+}
+
+@Suite("Error handling", .timeLimit(.minutes(1)))
+struct ErrorHandlingTests {
+    @Test("a subclass's handleError receives write and read errors")
+    func subclassHook() throws {
+        let store = try RecordingSkyros(inMemoryStack: testSchema)
+        let probe = CompletionProbe()
+        store.writeSync({ _ in throw TestFailure(reason: "write") }, completion: probe.completion)
+        #expect(probe.wait())
+        store.read { _ in throw TestFailure(reason: "read") }
+        let reasons = store.recorder.errors.compactMap { ($0.underlyingError as? TestFailure)?.reason }
+        #expect(reasons == ["write", "read"])
+    }
+
+    @Test("writeAsync reports a failing block once, to the completion and to handleError")
+    func writeAsyncFailure() throws {
+        let store = try RecordingSkyros(inMemoryStack: testSchema)
+        let probe = CompletionProbe()
+        store.writeAsync({ context in
+            User.create(in: context).handle = "x"
+            throw TestFailure(reason: "async")
+        }, completion: probe.completion)
+        #expect(probe.wait())
+        #expect(!probe.wait(seconds: 0.2))
+        #expect(probe.calls.count == 1)
+        #expect(store.recorder.errors.count == 1)
+        var count = -1
+        store.read { count = try User.count(in: $0) }
+        #expect(count == 0)
+    }
+}

@@ -5,14 +5,14 @@ import Testing
 
 @Suite("Processes", .timeLimit(.minutes(1)))
 struct ProcessTests {
-    @Test("SIGTERM right after writeAsync still saves the write")
-    func saveOnSigterm() throws {
+    @Test("SIGTERM or SIGINT right after writeAsync still saves the write", arguments: [SIGTERM, SIGINT])
+    func saveOnSignal(signal: Int32) throws {
         let directory = try TemporaryDirectory()
         let path = directory.file("store.sqlite").path
         let child = try ChildProcess(["write-and-wait", path, "500"])
         #expect(child.waitForLine("WRITING"))
-        kill(child.pid, SIGTERM)
-        #expect(child.wait() == .signalled(SIGTERM))
+        kill(child.pid, signal)
+        #expect(child.wait() == .signalled(signal))
         let store = try Skyros(sqliteStack: testSchema, at: URL(fileURLWithPath: path))
         var count = -1
         store.read { count = try User.count(in: $0) }
