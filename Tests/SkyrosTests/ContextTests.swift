@@ -125,16 +125,18 @@ struct ContextTests {
     @Test("identifiers and batches: a large fetch never holds every object")
     func batches() throws {
         let (_, root, main) = try makeStack()
-        try main.performAndWait {
-            for index in 0..<5_000 { User.create(in: main).handle = String(format: "h%05d", index) }
-            try main.save()
+        let scratch = ObjectContext(name: "scratch", parent: main)
+        try scratch.performAndWait {
+            for index in 0..<5_000 { User.create(in: scratch).handle = String(format: "h%05d", index) }
+            try scratch.save()
         }
+        try main.performAndWait { try main.save() }
         try root.performAndWait { try root.save() }
         try main.performAndWait {
             let descriptor = FetchDescriptor<User>(sortBy: [SortDescriptor(\.handle)])
             let ids = try main.fetchIdentifiers(descriptor)
             #expect(ids.count == 5_000)
-            #expect(main.registeredObjects.isEmpty)
+            #expect(main.registeredObjects.count == 0)
             let batched = try main.fetch(descriptor, batchSize: 500)
             var seen = 0
             var maxRegistered = 0

@@ -20,10 +20,20 @@ public final class ObjectContext: ObjectStore, @unchecked Sendable, CustomString
     let queue: DispatchQueue
 
     // Queue-confined state.
-    struct WeakObject {
-        weak var object: (any ManagedObject)?
+    /// Registered objects. Held strongly (no weak side tables on the hot path) and pruned
+    /// when the registry doubles: objects nobody else holds and that have no changes are
+    /// dropped, so a context never keeps more than about twice what its users hold.
+    struct Entry {
+        /// The strong reference, typed for `isKnownUniquelyReferenced`.
+        var owner: AnyObject
+        /// The same object as a managed object; kept alive by `owner`.
+        unowned(unsafe) let object: any ManagedObject
+        init(_ object: any ManagedObject) {
+            self.owner = object
+            self.object = object
+        }
     }
-    var registry: [ObjectID: WeakObject] = [:]
+    var registry: [ObjectID: Entry] = [:]
     private var registryPurgeThreshold = 4096
     var inserted: [ObjectID: any ManagedObject] = [:]
     var insertionOrder: [ObjectID] = []
@@ -79,7 +89,7 @@ public final class ObjectContext: ObjectStore, @unchecked Sendable, CustomString
     /// a child's save are held by the pending sets only; once handed out here they are also
     /// registered, so that they stay unique after the save.
     func registered(_ id: ObjectID) -> (any ManagedObject)? {
-        if let object = registry[id]?.object { return object }
+        if let entry = registry[id] { return entry.object }
         guard let object = pendingObject(id) else { return nil }
         register(object)
         return object
@@ -98,12 +108,27 @@ public final class ObjectContext: ObjectStore, @unchecked Sendable, CustomString
 
     func register(_ object: any ManagedObject) {
         object.skyrosStorage.isExposed = true
-        registry[object.objectID] = WeakObject(object: object)
-        if registry.count >= registryPurgeThreshold {
-            // Drop entries of objects that are gone, in place; amortised O(1) per registration.
-            for (id, entry) in registry where entry.object == nil { registry[id] = nil }
-            registryPurgeThreshold = max(4096, registry.count * 2)
+        if registry.count >= registryPurgeThreshold { pruneRegistry() }
+        registry[object.objectID] = Entry(object)
+    }
+
+    /// Drops the registered objects that only the registry holds and that have no changes.
+    /// Amortised O(1) per registration: it runs when the registry has doubled.
+    func pruneRegistry() {
+        var unused: [ObjectID] = []
+        var index = registry.values.startIndex
+        while index != registry.values.endIndex {
+            if isKnownUniquelyReferenced(&registry.values[index].owner),
+                !registry.values[index].object.skyrosStorage.hasChanges
+            {
+                unused.append(registry.keys[index])
+            }
+            registry.values.formIndex(after: &index)
         }
+        for id in unused {
+            registry.removeValue(forKey: id)?.object.skyrosStorage.context = nil
+        }
+        registryPurgeThreshold = max(4096, registry.count * 2)
     }
 
     /// The registered object, or a new one made from `values` (a fault when nil).
@@ -207,7 +232,7 @@ public final class ObjectContext: ObjectStore, @unchecked Sendable, CustomString
     /// Objects deleted and not yet saved.
     public var deletedObjects: [any ManagedObject] { Array(deleted.values) }
     /// Objects currently registered in the context.
-    public var registeredObjects: [any ManagedObject] { registry.values.compactMap(\.object) }
+    public var registeredObjects: [any ManagedObject] { registry.values.map(\.object) }
 
     // MARK: - Inserting and deleting
 
@@ -310,7 +335,7 @@ public final class ObjectContext: ObjectStore, @unchecked Sendable, CustomString
 
     /// Forgets every object and pending change. Objects fetched before are detached.
     public func reset() {
-        for entry in registry.values { entry.object?.skyrosStorage.context = nil }
+        for entry in registry.values { entry.object.skyrosStorage.context = nil }
         for object in Array(inserted.values) + Array(updated.values) + Array(deleted.values) {
             object.skyrosStorage.context = nil
         }
