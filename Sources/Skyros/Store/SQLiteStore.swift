@@ -158,15 +158,29 @@ public final class SQLiteStore: ObjectStore, @unchecked Sendable {
         var builder = SQLBuilder(schema: schema)
         let sql = try builder.select(table.selectList, for: request)
         let count = table.entity.properties.count
+        let columnIndexes = table.columnIndexes
+        let dense = columnIndexes == Array(0..<count)  // no to-many: column i+1 is property i
+        let entityName = table.entity.name
         return try read { db in
             var result: [Snapshot] = []
             try Self.query(db, sql, builder.arguments) { statement in
                 let uuid = Self.uuid(statement, 0)
-                var values = ContiguousArray<StoredValue>(repeating: .null, count: count)
-                for (column, index) in table.columnIndexes.enumerated() {
-                    values[index] = Self.value(statement, Int32(column + 1))
+                let values: ContiguousArray<StoredValue>
+                if dense {
+                    values = ContiguousArray(unsafeUninitializedCapacity: count) { buffer, initialized in
+                        for index in 0..<count {
+                            (buffer.baseAddress! + index).initialize(to: Self.value(statement, Int32(index + 1)))
+                        }
+                        initialized = count
+                    }
+                } else {
+                    var sparse = ContiguousArray<StoredValue>(repeating: .null, count: count)
+                    for column in columnIndexes.indices {
+                        sparse[columnIndexes[column]] = Self.value(statement, Int32(column + 1))
+                    }
+                    values = sparse
                 }
-                result.append(Snapshot(id: ObjectID(entityName: table.entity.name, uuid: uuid), values: values))
+                result.append(Snapshot(id: ObjectID(entityName: entityName, uuid: uuid), values: values))
             }
             return result
         }
