@@ -66,10 +66,12 @@ extension ObjectContext {
     // MARK: - Validation
 
     func validateForSave() throws {
-        for object in Array(inserted.values) + Array(updated.values) {
+        for object in [inserted.values, updated.values].joined() {
             let storage = object.skyrosStorage
-            if let error = storage.valueErrors.sorted(by: { $0.key < $1.key }).first?.value { throw error }
-            for property in storage.entity.toOneProperties where property.isRequired {
+            if !storage.valueErrors.isEmpty, let error = storage.valueErrors.min(by: { $0.key < $1.key })?.value {
+                throw error
+            }
+            for property in storage.entity.requiredToOneProperties {
                 if storage.values[property.index].isNull {
                     throw SkyrosError(
                         .missingRequiredRelationship,

@@ -47,8 +47,9 @@ public struct ObjectID: Hashable, Sendable, Codable, CustomStringConvertible {
     }
 }
 
-/// Generates RFC 9562 version 7 UUIDs: 48 bits of Unix milliseconds, then random bits,
-/// monotonic within a process.
+/// Generates RFC 9562 version 7 UUIDs: 48 bits of Unix milliseconds, a 12-bit counter that
+/// keeps them monotonic within a process, then 62 random bits from a generator seeded once
+/// from the system (no system call per identifier).
 enum UUIDv7 {
     private static let state = LockedState()
 
@@ -56,14 +57,30 @@ enum UUIDv7 {
         let lock = NSLock()
         var lastMillis: UInt64 = 0
         var counter: UInt16 = 0
+        var random = SplitMix64(seed: UInt64.random(in: .min ... .max))
+    }
+
+    /// A small, fast generator (SplitMix64); the seed carries the unpredictability.
+    struct SplitMix64 {
+        var state: UInt64
+        init(seed: UInt64) { state = seed }
+        mutating func next() -> UInt64 {
+            state &+= 0x9E37_79B9_7F4A_7C15
+            var z = state
+            z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
+            z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
+            return z ^ (z >> 31)
+        }
     }
 
     static func next() -> UUID {
-        let millis = UInt64(Date().timeIntervalSince1970 * 1000)
+        var now = timespec()
+        clock_gettime(CLOCK_REALTIME, &now)
+        let millis = UInt64(now.tv_sec) * 1000 + UInt64(now.tv_nsec) / 1_000_000
         state.lock.lock()
         if millis > state.lastMillis {
             state.lastMillis = millis
-            state.counter = UInt16.random(in: 0..<0x400)
+            state.counter = UInt16(truncatingIfNeeded: state.random.next()) & 0x3FF
         } else {
             state.counter &+= 1
             if state.counter >= 0x1000 {  // 12-bit counter overflow: borrow the next millisecond
@@ -73,9 +90,8 @@ enum UUIDv7 {
         }
         let ms = state.lastMillis
         let counter = state.counter
+        let random = state.random.next()
         state.lock.unlock()
-        var rng = SystemRandomNumberGenerator()
-        let random = rng.next() as UInt64
         return UUID(
             uuid: (
                 UInt8(truncatingIfNeeded: ms >> 40), UInt8(truncatingIfNeeded: ms >> 32),

@@ -16,6 +16,7 @@ public final class EntityDescription: @unchecked Sendable, CustomStringConvertib
     @usableFromInline let codecs: [AnyAttributeCodec]
     let uniqueProperties: [PropertyDescription]
     let toOneProperties: [PropertyDescription]
+    let requiredToOneProperties: [PropertyDescription]
     let relationships: [PropertyDescription]
 
     /// Describes an entity.
@@ -41,6 +42,7 @@ public final class EntityDescription: @unchecked Sendable, CustomStringConvertib
         self.codecs = properties.map(\.codec)
         self.uniqueProperties = properties.filter(\.isUnique)
         self.toOneProperties = properties.filter { $0.kind == .toOne }
+        self.requiredToOneProperties = toOneProperties.filter(\.isRequired)
         self.relationships = properties.filter(\.isRelationship)
         self.indexes = indexes
     }

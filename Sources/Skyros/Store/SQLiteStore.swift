@@ -237,14 +237,19 @@ public final class SQLiteStore: ObjectStore, @unchecked Sendable {
         guard !changes.isEmpty else { return }
         do {
             try writer.write { db in
+                var table: TableInfo?
+                var raw: OpaquePointer?
                 for snapshot in changes.inserted {
-                    let table = try tableInfo(snapshot.id.entityName)
-                    let statement = try db.cachedStatement(sql: table.insertSQL)
-                    let raw = statement.sqliteStatement
+                    if table?.entity.name != snapshot.id.entityName {
+                        let info = try tableInfo(snapshot.id.entityName)
+                        table = info
+                        raw = try db.cachedStatement(sql: info.insertSQL).sqliteStatement
+                    }
+                    guard let table, let raw else { continue }
                     sqlite3_reset(raw)
                     Self.bind(raw, 1, snapshot.id.uuid.storedValue)
-                    for (column, index) in table.columnIndexes.enumerated() {
-                        Self.bind(raw, Int32(column + 2), snapshot.values[index])
+                    for column in table.columnIndexes.indices {
+                        Self.bind(raw, Int32(column + 2), snapshot.values[table.columnIndexes[column]])
                     }
                     try Self.stepDone(db, raw)
                 }
