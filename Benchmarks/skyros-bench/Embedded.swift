@@ -42,20 +42,18 @@ struct EmbeddedBenchmark {
         }
 
         let raw = RawSQLite(path: directory.appendingPathComponent("raw.sqlite").path)
-        raw.execute(
-            "CREATE TABLE item (id INTEGER PRIMARY KEY, name TEXT NOT NULL, value INTEGER NOT NULL, score REAL NOT NULL, flag INTEGER NOT NULL, created REAL NOT NULL)"
-        )
-        raw.execute("CREATE INDEX item_value ON item (value)")
+        raw.createItemTable()
         let rawInsert = Clock.seconds {
             raw.execute("BEGIN IMMEDIATE")
-            let statement = raw.prepare("INSERT INTO item (name, value, score, flag, created) VALUES (?, ?, ?, ?, ?)")
+            let statement = raw.prepare("INSERT INTO item (id, name, value, score, flag, created) VALUES (?, ?, ?, ?, ?, ?)")
             for index in 0..<count {
                 sqlite3_reset(statement)
-                raw.bind(statement, 1, "item \(index)")
-                sqlite3_bind_int64(statement, 2, Int64(index % 100))
-                sqlite3_bind_double(statement, 3, Double(index) * 0.5)
-                sqlite3_bind_int64(statement, 4, index % 2 == 0 ? 1 : 0)
-                sqlite3_bind_double(statement, 5, Double(index))
+                raw.bindID(statement, 1, index)
+                raw.bind(statement, 2, "item \(index)")
+                sqlite3_bind_int64(statement, 3, Int64(index % 100))
+                sqlite3_bind_double(statement, 4, Double(index) * 0.5)
+                sqlite3_bind_int64(statement, 5, index % 2 == 0 ? 1 : 0)
+                sqlite3_bind_double(statement, 6, Double(index))
                 raw.step(statement)
             }
             sqlite3_finalize(statement)
@@ -136,21 +134,19 @@ struct EmbeddedBenchmark {
             skyros.append(Double(Clock.now() - start) / 1000)
         }
         let raw = RawSQLite(path: directory.appendingPathComponent("raw-saves.sqlite").path)
-        raw.execute(
-            "CREATE TABLE item (id INTEGER PRIMARY KEY, name TEXT NOT NULL, value INTEGER NOT NULL, score REAL NOT NULL, flag INTEGER NOT NULL, created REAL NOT NULL)"
-        )
-        raw.execute("CREATE INDEX item_value ON item (value)")
-        let statement = raw.prepare("INSERT INTO item (name, value, score, flag, created) VALUES (?, ?, ?, ?, ?)")
+        raw.createItemTable()
+        let statement = raw.prepare("INSERT INTO item (id, name, value, score, flag, created) VALUES (?, ?, ?, ?, ?, ?)")
         var baseline: [Double] = []
         for index in 0..<saveSamples {
             let start = Clock.now()
             raw.execute("BEGIN IMMEDIATE")
             sqlite3_reset(statement)
-            raw.bind(statement, 1, "item \(index)")
-            sqlite3_bind_int64(statement, 2, Int64(index % 100))
-            sqlite3_bind_double(statement, 3, Double(index) * 0.5)
-            sqlite3_bind_int64(statement, 4, index % 2 == 0 ? 1 : 0)
-            sqlite3_bind_double(statement, 5, Double(index))
+            raw.bindID(statement, 1, index)
+            raw.bind(statement, 2, "item \(index)")
+            sqlite3_bind_int64(statement, 3, Int64(index % 100))
+            sqlite3_bind_double(statement, 4, Double(index) * 0.5)
+            sqlite3_bind_int64(statement, 5, index % 2 == 0 ? 1 : 0)
+            sqlite3_bind_double(statement, 6, Double(index))
             raw.step(statement)
             raw.execute("COMMIT")
             baseline.append(Double(Clock.now() - start) / 1000)
@@ -175,11 +171,8 @@ struct EmbeddedBenchmark {
         let insert = raw.prepare(
             "INSERT INTO \"Item\" (\"_id\", name, value, score, flag, created) VALUES (?, ?, ?, ?, ?, ?)")
         for index in 0..<iterateCount {
-            var id = [UInt8](repeating: 0, count: 16)
-            withUnsafeBytes(of: UInt64(index).bigEndian) { id.replaceSubrange(8..<16, with: $0) }
-            id[6] = 0x70
             sqlite3_reset(insert)
-            sqlite3_bind_blob(insert, 1, id, 16, RawSQLite.transient)
+            raw.bindID(insert, 1, index)
             raw.bind(insert, 2, "item \(index)")
             sqlite3_bind_int64(insert, 3, Int64(index % 100))
             sqlite3_bind_double(insert, 4, Double(index))

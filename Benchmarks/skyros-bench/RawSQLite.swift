@@ -35,6 +35,23 @@ final class RawSQLite {
         guard code == SQLITE_DONE || code == SQLITE_ROW else { fatalError(String(cString: sqlite3_errmsg(db))) }
     }
 
+    /// The same table layout as Skyros' (16-byte identifiers, STRICT, WITHOUT ROWID, an
+    /// index on `value`), so that the baseline does the same work minus Skyros' layers.
+    func createItemTable() {
+        execute(
+            "CREATE TABLE item (id BLOB PRIMARY KEY NOT NULL, name TEXT NOT NULL, value INTEGER NOT NULL, score REAL NOT NULL, flag INTEGER NOT NULL, created REAL NOT NULL) STRICT, WITHOUT ROWID"
+        )
+        execute("CREATE INDEX item_value ON item (value)")
+    }
+
+    /// Binds a 16-byte, time-ordered identifier made from `index` (like a UUIDv7).
+    func bindID(_ statement: OpaquePointer, _ position: Int32, _ index: Int) {
+        var id = [UInt8](repeating: 0, count: 16)
+        withUnsafeBytes(of: UInt64(index).bigEndian) { id.replaceSubrange(8..<16, with: $0) }
+        id[6] = 0x70
+        sqlite3_bind_blob(statement, position, id, 16, Self.transient)
+    }
+
     static let transient = unsafeBitCast(-1, to: sqlite3_destructor_type.self)
 
     func bind(_ statement: OpaquePointer, _ index: Int32, _ text: String) {

@@ -274,6 +274,10 @@ extension ObjectContext {
             var result: [Snapshot] = []
             var missing: [ObjectID] = []
             for id in ids {
+                if let values = insertedRows[id] {
+                    result.append(Snapshot(id: id, values: values))
+                    continue
+                }
                 if let storage = lookup(id)?.skyrosStorage {
                     if storage.isDeleted { continue }
                     if !storage.isFault {

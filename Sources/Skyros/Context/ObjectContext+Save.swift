@@ -24,10 +24,13 @@ extension ObjectContext {
 
     func makeChangeSet() -> ChangeSet {
         var changes = ChangeSet()
-        changes.inserted.reserveCapacity(inserted.count)
+        changes.inserted.reserveCapacity(inserted.count + insertedRows.count)
         for id in insertionOrder {
-            guard let object = inserted[id] else { continue }
-            changes.inserted.append(Snapshot(id: id, values: object.skyrosStorage.values))
+            if let values = insertedRows[id] {
+                changes.inserted.append(Snapshot(id: id, values: values))
+            } else if let object = inserted[id] {
+                changes.inserted.append(Snapshot(id: id, values: object.skyrosStorage.values))
+            }
         }
         for (id, object) in updated {
             let storage = object.skyrosStorage
@@ -57,6 +60,7 @@ extension ObjectContext {
             object.skyrosStorage.context = nil
         }
         inserted = [:]
+        insertedRows = [:]
         insertionOrder = []
         updated = [:]
         deleted = [:]
@@ -189,19 +193,32 @@ extension ObjectContext {
                 }
             }
         }
-        inserted.reserveCapacity(inserted.count + changes.inserted.count)
+        insertedRows.reserveCapacity(insertedRows.count + changes.inserted.count)
         insertionOrder.reserveCapacity(insertionOrder.count + changes.inserted.count)
         var entity: EntityDescription?
+        var added = 0
         for snapshot in changes.inserted {
-            if let existing = lookup(snapshot.id), existing.skyrosStorage.isInserted {
+            if let existing = inserted[snapshot.id] {
                 existing.skyrosStorage.values = snapshot.values
                 continue
             }
-            if entity?.name != snapshot.id.entityName { entity = try schema.requireEntity(snapshot.id.entityName) }
-            let storage = ObjectStorage(objectID: snapshot.id, entity: entity!, values: snapshot.values, context: self)
-            markInserted(entity!.objectType.init(skyrosStorage: storage))
+            if entity?.name != snapshot.id.entityName {
+                if let entity, added > 0 { pendingCountByEntity[ObjectIdentifier(entity), default: 0] += added }
+                added = 0
+                entity = try schema.requireEntity(snapshot.id.entityName)
+            }
+            if insertedRows.updateValue(snapshot.values, forKey: snapshot.id) == nil {
+                insertionOrder.append(snapshot.id)
+                added += 1
+            }
         }
+        if let entity, added > 0 { pendingCountByEntity[ObjectIdentifier(entity), default: 0] += added }
         for update in changes.updated {
+            if var values = insertedRows[update.id] {
+                for (index, value) in update.changes { values[index] = value }
+                insertedRows[update.id] = values
+                continue
+            }
             guard let object = lookup(update.id) ?? loaded[update.id] else { continue }  // deleted here meanwhile
             let storage = object.skyrosStorage
             if storage.isDeleted { continue }
@@ -215,6 +232,10 @@ extension ObjectContext {
             }
         }
         for id in changes.deleted {
+            if insertedRows.removeValue(forKey: id) != nil, let entity = schema.entity(named: id.entityName) {
+                pendingCountByEntity[ObjectIdentifier(entity), default: 0] -= 1
+                continue
+            }
             let object = try lookup(id) ?? {
                 let entity = try schema.requireEntity(id.entityName)
                 return entity.objectType.init(

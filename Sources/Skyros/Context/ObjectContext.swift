@@ -36,6 +36,10 @@ public final class ObjectContext: ObjectStore, @unchecked Sendable, CustomString
     var registry: [ObjectID: Entry] = [:]
     private var registryPurgeThreshold = 4096
     var inserted: [ObjectID: any ManagedObject] = [:]
+    /// Rows inserted by a child's save that nobody has asked for in this context yet: kept
+    /// as values only, and turned into objects on first use (most never are: they just pass
+    /// through toward the store).
+    var insertedRows: [ObjectID: ContiguousArray<StoredValue>] = [:]
     var insertionOrder: [ObjectID] = []
     var updated: [ObjectID: any ManagedObject] = [:]
     var deleted: [ObjectID: any ManagedObject] = [:]
@@ -98,7 +102,28 @@ public final class ObjectContext: ObjectStore, @unchecked Sendable, CustomString
     /// A pending object, without registering it (for internal bookkeeping).
     func pendingObject(_ id: ObjectID) -> (any ManagedObject)? {
         guard hasChanges else { return nil }
-        return inserted[id] ?? updated[id] ?? deleted[id]
+        if let object = inserted[id] ?? updated[id] ?? deleted[id] { return object }
+        return promoteRow(id)
+    }
+
+    /// Turns a pending inserted row into an inserted object.
+    func promoteRow(_ id: ObjectID) -> (any ManagedObject)? {
+        guard let values = insertedRows.removeValue(forKey: id), let entity = schema.entity(named: id.entityName) else {
+            return nil
+        }
+        let storage = ObjectStorage(objectID: id, entity: entity, values: values, context: self)
+        storage.isInserted = true
+        let object = entity.objectType.init(skyrosStorage: storage)
+        inserted[id] = object
+        return object
+    }
+
+    /// Turns every pending inserted row of an entity (all entities when nil) into objects.
+    func promoteRows(of entityName: String?) {
+        guard !insertedRows.isEmpty else { return }
+        for id in Array(insertedRows.keys) where entityName == nil || id.entityName == entityName {
+            _ = promoteRow(id)
+        }
     }
 
     /// The registered or pending object, without registering it.
@@ -214,6 +239,7 @@ public final class ObjectContext: ObjectStore, @unchecked Sendable, CustomString
     /// Objects of an entity with pending changes (inserted, updated, deleted).
     func pendingStorages(of entityName: String) -> [ObjectStorage] {
         guard hasPendingChanges(of: entityName) else { return [] }
+        promoteRows(of: entityName)
         var result: [ObjectStorage] = []
         for dictionary in [inserted, updated, deleted] {
             for (id, object) in dictionary where id.entityName == entityName { result.append(object.skyrosStorage) }
@@ -224,9 +250,14 @@ public final class ObjectContext: ObjectStore, @unchecked Sendable, CustomString
     // MARK: - Public state
 
     /// Whether the context has unsaved changes.
-    public var hasChanges: Bool { !inserted.isEmpty || !updated.isEmpty || !deleted.isEmpty }
+    public var hasChanges: Bool {
+        !inserted.isEmpty || !insertedRows.isEmpty || !updated.isEmpty || !deleted.isEmpty
+    }
     /// Objects inserted and not yet saved.
-    public var insertedObjects: [any ManagedObject] { insertionOrder.compactMap { inserted[$0] } }
+    public var insertedObjects: [any ManagedObject] {
+        promoteRows(of: nil)
+        return insertionOrder.compactMap { inserted[$0] }
+    }
     /// Objects changed and not yet saved.
     public var updatedObjects: [any ManagedObject] { Array(updated.values) }
     /// Objects deleted and not yet saved.
@@ -341,6 +372,7 @@ public final class ObjectContext: ObjectStore, @unchecked Sendable, CustomString
         }
         registry = [:]
         inserted = [:]
+        insertedRows = [:]
         insertionOrder = []
         updated = [:]
         deleted = [:]
@@ -363,6 +395,7 @@ public final class ObjectContext: ObjectStore, @unchecked Sendable, CustomString
             storage.isFault = true
         }
         inserted = [:]
+        insertedRows = [:]
         insertionOrder = []
         updated = [:]
         deleted = [:]

@@ -247,7 +247,7 @@ public final class SQLiteStore: ObjectStore, @unchecked Sendable {
                     }
                     guard let table, let raw else { continue }
                     sqlite3_reset(raw)
-                    Self.bind(raw, 1, snapshot.id.uuid.storedValue)
+                    Self.bind(raw, 1, snapshot.id.uuid)
                     for column in table.columnIndexes.indices {
                         Self.bind(raw, Int32(column + 2), snapshot.values[table.columnIndexes[column]])
                     }
@@ -382,6 +382,13 @@ public final class SQLiteStore: ObjectStore, @unchecked Sendable {
             data.withUnsafeBytes { buffer in
                 _ = sqlite3_bind_blob(statement, position, buffer.baseAddress ?? UnsafeRawPointer(bitPattern: 1), Int32(buffer.count), transient)
             }
+        }
+    }
+
+    /// Binds an object identifier as its 16 bytes, without an intermediate `Data`.
+    static func bind(_ statement: OpaquePointer, _ position: Int32, _ uuid: UUID) {
+        withUnsafeBytes(of: uuid.uuid) { buffer in
+            _ = sqlite3_bind_blob(statement, position, buffer.baseAddress, 16, transient)
         }
     }
 
