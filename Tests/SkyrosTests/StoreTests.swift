@@ -146,6 +146,15 @@ struct StoreTests {
         #expect(duplicate.validationErrors == ["entity Tag is declared twice"])
     }
 
+    @Test("the default durability is synchronous=FULL, and NORMAL when asked")
+    func durabilityPragma() throws {
+        let directory = try TemporaryDirectory()
+        let full = try SQLiteStore(schema: testSchema, url: directory.file("full.sqlite"))
+        #expect(try full.effectiveDurability() == .full)
+        let normal = try SQLiteStore(schema: testSchema, url: directory.file("normal.sqlite"), durability: .normal)
+        #expect(try normal.effectiveDurability() == .normal)
+    }
+
     @Test("the normal durability option opens and saves")
     func durabilityNormal() throws {
         let directory = try TemporaryDirectory()

@@ -61,7 +61,11 @@ public final class SQLiteStore: ObjectStore, @unchecked Sendable {
                 if FileManager.default.fileExists(atPath: url.path) {
                     try Self.checkFingerprint(of: url, schema: schema)
                 }
-                writer = try DatabasePool(path: url.path, configuration: configuration)
+                let pool = try DatabasePool(path: url.path, configuration: configuration)
+                // GRDB sets synchronous=NORMAL when it enables WAL, after prepareDatabase:
+                // set the requested durability again on the writer connection.
+                try pool.writeWithoutTransaction { db in try db.execute(sql: "PRAGMA synchronous = \(synchronous)") }
+                writer = pool
             } else {
                 writer = try DatabaseQueue(configuration: configuration)
             }
@@ -304,6 +308,12 @@ public final class SQLiteStore: ObjectStore, @unchecked Sendable {
         } else if let queue = writer as? DatabaseQueue {
             try queue.close()
         }
+    }
+
+    /// The durability the writer connection actually runs with (`PRAGMA synchronous`).
+    public func effectiveDurability() throws -> Durability {
+        let mode = try writer.writeWithoutTransaction { db in try Int.fetchOne(db, sql: "PRAGMA synchronous") }
+        return mode == 1 ? .normal : .full
     }
 
     /// The SQL a request runs, with its arguments (for tests and diagnostics).
