@@ -206,19 +206,21 @@ open class Skyros: @unchecked Sendable {
         return failure
     }
 
-    /// Main → root (in memory), then root → store on the root's queue, then the completion.
+    /// Main → root at once (in memory: the rows just move one level), then root → store
+    /// on the root's queue, then the completion. The disk write is the only asynchronous
+    /// step, so a small write reaches the disk with as few thread hops as possible.
     private func persist(_ stack: Contexts, _ completion: (@Sendable (SkyrosError?) -> Void)?) {
-        stack.main.perform { [self] in
-            var mainFailure: SkyrosError?
+        let mainFailure: SkyrosError? = stack.main.performAndWait {
             do {
                 try stack.main.save()
+                return nil
             } catch {
-                mainFailure = SkyrosError.wrap(error)
                 stack.main.rollback()
+                return SkyrosError.wrap(error)
             }
-            stack.root.perform { [self, mainFailure] in
-                finish(mainFailure ?? saveRoot(stack), completion)
-            }
+        }
+        stack.root.perform { [self] in
+            finish(mainFailure ?? saveRoot(stack), completion)
         }
     }
 
