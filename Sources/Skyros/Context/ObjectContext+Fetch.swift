@@ -5,7 +5,8 @@ extension ObjectContext {
 
     /// The objects matching a fetch descriptor, pending changes included.
     public func fetch<T: ManagedObject>(_ descriptor: FetchDescriptor<T>) throws -> [T] {
-        try fetchObjects(descriptor.storeRequest(schema: schema)).map { $0 as! T }
+        // Every object of the request is of entity T, whose class is T: no dynamic cast needed.
+        try fetchObjects(descriptor.storeRequest(schema: schema)).map { unsafeDowncast($0 as AnyObject, to: T.self) }
     }
 
     /// The number of objects matching a fetch descriptor, pending changes included.
