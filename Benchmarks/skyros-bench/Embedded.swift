@@ -9,6 +9,8 @@ struct EmbeddedBenchmark {
     let count: Int
     let iterateCount: Int
     let saveSamples: Int
+    /// Rounds of the insert and fetch measurements; the median is reported.
+    let rounds: Int
     /// Runs only the groups named here (`fetch`, `saves`, `iterate`) when not empty.
     let only: Set<String>
 
@@ -26,9 +28,35 @@ struct EmbeddedBenchmark {
         item.created = Date(timeIntervalSince1970: Double(index))
     }
 
-    /// Inserts `count` objects in one write, then fetches them all, then 1% by an indexed value.
+    /// Seconds taken by each side in one round.
+    struct RoundTimes {
+        var skyrosInsert = 0.0, rawInsert = 0.0, skyrosFetch = 0.0, rawFetch = 0.0
+        var skyrosIndexed = 0.0, rawIndexed = 0.0, indexedRows = 0
+    }
+
+    /// Runs `rounds` rounds (each on new files) and reports the median rate of each side.
     private func insertAndFetch(report: (Row) -> Void) throws {
-        let skyrosURL = directory.appendingPathComponent("skyros.sqlite")
+        var times: [RoundTimes] = []
+        for round in 0..<rounds { times.append(try insertAndFetchRound(round)) }
+        func median(_ values: [Double]) -> Double { values.sorted()[values.count / 2] }
+        let rows = Double(times[0].indexedRows)
+        report(Row(name: "insert \(count) objects, one write", unit: "objects/s",
+                   skyros: median(times.map { Double(count) / $0.skyrosInsert }),
+                   baseline: median(times.map { Double(count) / $0.rawInsert })))
+        report(Row(name: "fetch all \(count) and read every attribute", unit: "objects/s",
+                   skyros: median(times.map { Double(count) / $0.skyrosFetch }),
+                   baseline: median(times.map { Double(count) / $0.rawFetch })))
+        report(Row(name: "fetch 1% by an indexed attribute", unit: "objects/s",
+                   skyros: median(times.map { rows / $0.skyrosIndexed }),
+                   baseline: median(times.map { rows / $0.rawIndexed })))
+    }
+
+    /// Inserts `count` objects in one write, then fetches them all, then 1% by an indexed value.
+    private func insertAndFetchRound(_ round: Int) throws -> RoundTimes {
+        let folder = directory.appendingPathComponent("round-\(round)")
+        try FileManager.default.createDirectory(at: folder, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(at: folder) }
+        let skyrosURL = folder.appendingPathComponent("skyros.sqlite")
         let store = try Skyros(sqliteStack: benchSchema, at: skyrosURL)
         let done = DispatchSemaphore(value: 0)
         let skyrosInsert = Clock.seconds {
@@ -41,7 +69,7 @@ struct EmbeddedBenchmark {
             done.wait()
         }
 
-        let raw = RawSQLite(path: directory.appendingPathComponent("raw.sqlite").path)
+        let raw = RawSQLite(path: folder.appendingPathComponent("raw.sqlite").path)
         raw.createItemTable()
         let rawInsert = Clock.seconds {
             raw.execute("BEGIN IMMEDIATE")
@@ -59,8 +87,6 @@ struct EmbeddedBenchmark {
             sqlite3_finalize(statement)
             raw.execute("COMMIT")
         }
-        report(Row(name: "insert \(count) objects, one write", unit: "objects/s",
-                   skyros: Double(count) / skyrosInsert, baseline: Double(count) / rawInsert))
 
         // Fetch all and read every attribute, from a stack that has nothing cached.
         var checksum = 0.0
@@ -87,8 +113,6 @@ struct EmbeddedBenchmark {
             sqlite3_finalize(statement)
         }
         precondition(checksum == rawChecksum, "the two fetches read different data")
-        report(Row(name: "fetch all \(count) and read every attribute", unit: "objects/s",
-                   skyros: Double(count) / skyrosFetch, baseline: Double(count) / rawFetch))
 
         // 1% of the rows through the index; each round fetches other rows, nothing is cached.
         let rounds = 20
@@ -118,27 +142,28 @@ struct EmbeddedBenchmark {
             sqlite3_finalize(statement)
         }
         precondition(skyrosRows == rawRows && rawRows == rounds * count / 100, "indexed fetches disagree")
-        report(Row(name: "fetch 1% by an indexed attribute", unit: "objects/s",
-                   skyros: Double(skyrosRows) / skyrosIndexed, baseline: Double(rawRows) / rawIndexed))
+        return RoundTimes(
+            skyrosInsert: skyrosInsert, rawInsert: rawInsert, skyrosFetch: skyrosFetch, rawFetch: rawFetch,
+            skyrosIndexed: skyrosIndexed, rawIndexed: rawIndexed, indexedRows: rawRows)
     }
 
     /// One-object writeSync until its completion, against a raw single-row transaction.
+    /// Samples alternate between the two, so that both see the same disk conditions.
     private func singleSaves(report: (Row) -> Void) throws {
         let store = try Skyros(sqliteStack: benchSchema, at: directory.appendingPathComponent("saves.sqlite"))
-        let done = DispatchSemaphore(value: 0)
-        var skyros: [Double] = []
-        for index in 0..<saveSamples {
-            let start = Clock.now()
-            store.writeSync({ context in fill(Item.create(in: context), index) }, completion: { _ in done.signal() })
-            done.wait()
-            skyros.append(Double(Clock.now() - start) / 1000)
-        }
         let raw = RawSQLite(path: directory.appendingPathComponent("raw-saves.sqlite").path)
         raw.createItemTable()
         let statement = raw.prepare("INSERT INTO item (id, name, value, score, flag, created) VALUES (?, ?, ?, ?, ?, ?)")
+        let done = DispatchSemaphore(value: 0)
+        var skyros: [Double] = []
         var baseline: [Double] = []
         for index in 0..<saveSamples {
-            let start = Clock.now()
+            var start = Clock.now()
+            store.writeSync({ context in fill(Item.create(in: context), index) }, completion: { _ in done.signal() })
+            done.wait()
+            skyros.append(Double(Clock.now() - start) / 1000)
+
+            start = Clock.now()
             raw.execute("BEGIN IMMEDIATE")
             sqlite3_reset(statement)
             raw.bindID(statement, 1, index)

@@ -26,7 +26,7 @@ let encoder = JSONEncoder()
 encoder.outputFormatting = [.sortedKeys]
 let benchmark = EmbeddedBenchmark(
     directory: directory, count: quick ? 10_000 : 100_000, iterateCount: quick ? 100_000 : 1_000_000,
-    saveSamples: quick ? 100 : 500,
+    saveSamples: quick ? 100 : 500, rounds: quick ? 1 : 3,
     only: Set(zip(arguments, arguments.dropFirst()).filter { $0.0 == "--only" }.map(\.1)))
 try benchmark.run { row in
     if json {
