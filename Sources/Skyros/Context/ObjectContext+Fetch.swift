@@ -63,6 +63,8 @@ extension ObjectContext {
         var result: [any ManagedObject] = []
         result.reserveCapacity(snapshots.count)
         registry.reserveCapacity(registry.count + snapshots.count)
+        // The objects being materialised are held by `result`: pruning now would free nothing.
+        registryPurgeThreshold = max(registryPurgeThreshold, registry.count + snapshots.count + 1)
         for snapshot in snapshots { result.append(try materialize(snapshot.id, values: snapshot.values, entity: entity)) }
         return result
     }

@@ -188,7 +188,7 @@ extension ObjectContext {
                     object.skyrosStorage.isFault = false
                 } else {
                     let entity = try schema.requireEntity(snapshot.id.entityName)
-                    let storage = ObjectStorage(objectID: snapshot.id, entity: entity, values: snapshot.values, context: self)
+                    let storage = ObjectStorage(objectID: snapshot.id, entity: entity, values: snapshot.values, reference: reference)
                     loaded[snapshot.id] = entity.objectType.init(skyrosStorage: storage)
                 }
             }
@@ -239,7 +239,7 @@ extension ObjectContext {
             let object = try lookup(id) ?? {
                 let entity = try schema.requireEntity(id.entityName)
                 return entity.objectType.init(
-                    skyrosStorage: ObjectStorage(objectID: id, entity: entity, values: nil, context: self))
+                    skyrosStorage: ObjectStorage(objectID: id, entity: entity, values: nil, reference: reference))
             }()
             if object.skyrosStorage.isDeleted { continue }
             markDeleted(object)

@@ -18,6 +18,8 @@ public final class ObjectContext: ObjectStore, @unchecked Sendable, CustomString
     public let parent: any ObjectStore
     let parentIsContext: Bool
     let queue: DispatchQueue
+    /// The weak reference to this context that its objects share.
+    let reference = ContextReference()
 
     // Queue-confined state.
     /// Registered objects. Held strongly (no weak side tables on the hot path) and pruned
@@ -33,17 +35,17 @@ public final class ObjectContext: ObjectStore, @unchecked Sendable, CustomString
             self.object = object
         }
     }
-    var registry: [ObjectID: Entry] = [:]
-    private var registryPurgeThreshold = 4096
-    var inserted: [ObjectID: any ManagedObject] = [:]
+    @exclusivity(unchecked) var registry: [ObjectID: Entry] = [:]
+    var registryPurgeThreshold = 4096
+    @exclusivity(unchecked) var inserted: [ObjectID: any ManagedObject] = [:]
     /// Rows inserted by a child's save that nobody has asked for in this context yet: kept
     /// as values only, and turned into objects on first use (most never are: they just pass
     /// through toward the store).
-    var insertedRows: [ObjectID: ContiguousArray<StoredValue>] = [:]
-    var insertionOrder: [ObjectID] = []
-    var updated: [ObjectID: any ManagedObject] = [:]
-    var deleted: [ObjectID: any ManagedObject] = [:]
-    var pendingCountByEntity: [ObjectIdentifier: Int] = [:]
+    @exclusivity(unchecked) var insertedRows: [ObjectID: ContiguousArray<StoredValue>] = [:]
+    @exclusivity(unchecked) var insertionOrder: [ObjectID] = []
+    @exclusivity(unchecked) var updated: [ObjectID: any ManagedObject] = [:]
+    @exclusivity(unchecked) var deleted: [ObjectID: any ManagedObject] = [:]
+    @exclusivity(unchecked) var pendingCountByEntity: [ObjectIdentifier: Int] = [:]
 
     /// Makes a context whose parent is `parent` (a store or another context).
     public init(name: String, parent: any ObjectStore) {
@@ -52,6 +54,7 @@ public final class ObjectContext: ObjectStore, @unchecked Sendable, CustomString
         self.parent = parent
         self.parentIsContext = parent is ObjectContext
         self.queue = DispatchQueue(label: "skyros.context.\(name)")
+        reference.context = self
     }
 
     public var description: String { "ObjectContext(\(name))" }
@@ -111,7 +114,7 @@ public final class ObjectContext: ObjectStore, @unchecked Sendable, CustomString
         guard let values = insertedRows.removeValue(forKey: id), let entity = schema.entity(named: id.entityName) else {
             return nil
         }
-        let storage = ObjectStorage(objectID: id, entity: entity, values: values, context: self)
+        let storage = ObjectStorage(objectID: id, entity: entity, values: values, reference: reference)
         storage.isInserted = true
         let object = entity.objectType.init(skyrosStorage: storage)
         inserted[id] = object
@@ -169,7 +172,7 @@ public final class ObjectContext: ObjectStore, @unchecked Sendable, CustomString
             return object
         }
         let entity = try knownEntity ?? schema.requireEntity(id.entityName)
-        let storage = ObjectStorage(objectID: id, entity: entity, values: values, context: self)
+        let storage = ObjectStorage(objectID: id, entity: entity, values: values, reference: reference)
         let object = entity.objectType.init(skyrosStorage: storage)
         register(object)
         return object
@@ -275,7 +278,7 @@ public final class ObjectContext: ObjectStore, @unchecked Sendable, CustomString
         }
         let (values, errors) = entity.defaultValues()
         let storage = ObjectStorage(
-            objectID: .make(entityName: entity.name), entity: entity, values: values, context: self)
+            objectID: .make(entityName: entity.name), entity: entity, values: values, reference: reference)
         for (index, error) in errors.enumerated() { storage.valueErrors[index] = error }
         let object = T(skyrosStorage: storage)
         storage.isExposed = true

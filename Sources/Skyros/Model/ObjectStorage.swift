@@ -10,29 +10,40 @@ public final class ObjectStorage {
     public let objectID: ObjectID
     /// The object's entity.
     public let entity: EntityDescription
-    /// The context the object is registered in.
-    public internal(set) weak var context: ObjectContext?
+    /// The context the object is registered in (nil once detached, or once the context is gone).
+    public internal(set) var context: ObjectContext? {
+        get { contextReference?.context }
+        set { contextReference = newValue?.reference }
+    }
+    /// Storages point to their context through a shared box holding the weak reference,
+    /// so that making an object never touches the context's own reference count.
+    @exclusivity(unchecked) var contextReference: ContextReference?
 
-    @usableFromInline var values: ContiguousArray<StoredValue>
-    @usableFromInline var isFault: Bool
-    var isInserted = false
-    var isDeleted = false
+    // Confined to the context's queue (checked under SKYROS_CONCURRENCY_DEBUG), so the
+    // dynamic exclusivity checks of these hot properties are left out.
+    @exclusivity(unchecked) @usableFromInline var values: ContiguousArray<StoredValue>
+    @exclusivity(unchecked) @usableFromInline var isFault: Bool
+    @exclusivity(unchecked) var isInserted = false
+    @exclusivity(unchecked) var isDeleted = false
     /// Whether user code may hold the object (then it stays registered after a save).
-    var isExposed = false
+    @exclusivity(unchecked) var isExposed = false
     /// Properties changed since the last save (indexes).
-    var changed: Set<Int> = []
+    @exclusivity(unchecked) var changed: Set<Int> = []
     /// Values that could not be encoded, reported at save.
-    @usableFromInline var valueErrors: [Int: SkyrosError] = [:]
+    @exclusivity(unchecked) @usableFromInline var valueErrors: [Int: SkyrosError] = [:]
 
     var isUpdated: Bool { !isInserted && !isDeleted && !changed.isEmpty }
     var hasChanges: Bool { isInserted || isDeleted || !changed.isEmpty }
 
-    init(objectID: ObjectID, entity: EntityDescription, values: ContiguousArray<StoredValue>?, context: ObjectContext) {
+    init(
+        objectID: ObjectID, entity: EntityDescription, values: ContiguousArray<StoredValue>?,
+        reference: ContextReference
+    ) {
         self.objectID = objectID
         self.entity = entity
         self.values = values ?? ContiguousArray(repeating: .null, count: entity.properties.count)
         self.isFault = values == nil
-        self.context = context
+        self.contextReference = reference
     }
 
     // MARK: - Attributes
@@ -144,6 +155,11 @@ public final class ObjectStorage {
 
 @available(*, unavailable)
 extension ObjectStorage: Sendable {}
+
+/// A context's weak self-reference, shared by all its objects' storages.
+final class ContextReference {
+    weak var context: ObjectContext?
+}
 
 /// `SKYROS_CONCURRENCY_DEBUG=1`: trap when a managed object is touched off its context's queue.
 @usableFromInline

@@ -89,7 +89,27 @@ public enum AttributeCodecs {
         return nil
     }
 
+    /// The common types get a codec specialised for them (a call to `concreteNative` with a
+    /// concrete type is compiled for that type), so reading them involves no generic lookup.
     private static func makeNative<A: AttributeValue>(_ type: A.Type) -> AnyAttributeCodec {
+        switch type {
+        case is String.Type: return concreteNative(String.self)
+        case is Int.Type: return concreteNative(Int.self)
+        case is Int64.Type: return concreteNative(Int64.self)
+        case is Int32.Type: return concreteNative(Int32.self)
+        case is Int16.Type: return concreteNative(Int16.self)
+        case is Double.Type: return concreteNative(Double.self)
+        case is Float.Type: return concreteNative(Float.self)
+        case is Bool.Type: return concreteNative(Bool.self)
+        case is Date.Type: return concreteNative(Date.self)
+        case is Data.Type: return concreteNative(Data.self)
+        case is UUID.Type: return concreteNative(UUID.self)
+        default: return concreteNative(A.self)
+        }
+    }
+
+    @inline(__always)
+    private static func concreteNative<A: AttributeValue>(_ type: A.Type) -> AnyAttributeCodec {
         AttributeCodec<A>(
             storageType: A.storageType, isOptional: false,
             decode: { stored in
