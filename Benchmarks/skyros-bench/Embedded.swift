@@ -73,16 +73,9 @@ struct EmbeddedBenchmark {
         raw.createItemTable()
         let rawInsert = Clock.seconds {
             raw.execute("BEGIN IMMEDIATE")
-            let statement = raw.prepare("INSERT INTO item (id, name, value, score, flag, created) VALUES (?, ?, ?, ?, ?, ?)")
+            let statement = raw.prepare(RawSQLite.insertItemSQL)
             for index in 0..<count {
-                sqlite3_reset(statement)
-                raw.bindID(statement, 1, index)
-                raw.bind(statement, 2, "item \(index)")
-                sqlite3_bind_int64(statement, 3, Int64(index % 100))
-                sqlite3_bind_double(statement, 4, Double(index) * 0.5)
-                sqlite3_bind_int64(statement, 5, index % 2 == 0 ? 1 : 0)
-                sqlite3_bind_double(statement, 6, Double(index))
-                raw.step(statement)
+                raw.insertItem(statement, index)
             }
             sqlite3_finalize(statement)
             raw.execute("COMMIT")
@@ -153,7 +146,7 @@ struct EmbeddedBenchmark {
         let store = try Skyros(sqliteStack: benchSchema, at: directory.appendingPathComponent("saves.sqlite"))
         let raw = RawSQLite(path: directory.appendingPathComponent("raw-saves.sqlite").path)
         raw.createItemTable()
-        let statement = raw.prepare("INSERT INTO item (id, name, value, score, flag, created) VALUES (?, ?, ?, ?, ?, ?)")
+        let statement = raw.prepare(RawSQLite.insertItemSQL)
         let done = DispatchSemaphore(value: 0)
         var skyros: [Double] = []
         var baseline: [Double] = []
@@ -165,14 +158,7 @@ struct EmbeddedBenchmark {
 
             start = Clock.now()
             raw.execute("BEGIN IMMEDIATE")
-            sqlite3_reset(statement)
-            raw.bindID(statement, 1, index)
-            raw.bind(statement, 2, "item \(index)")
-            sqlite3_bind_int64(statement, 3, Int64(index % 100))
-            sqlite3_bind_double(statement, 4, Double(index) * 0.5)
-            sqlite3_bind_int64(statement, 5, index % 2 == 0 ? 1 : 0)
-            sqlite3_bind_double(statement, 6, Double(index))
-            raw.step(statement)
+            raw.insertItem(statement, index)
             raw.execute("COMMIT")
             baseline.append(Double(Clock.now() - start) / 1000)
         }

@@ -44,6 +44,20 @@ final class RawSQLite {
         execute("CREATE INDEX item_value ON item (value)")
     }
 
+    static let insertItemSQL = "INSERT INTO item (id, name, value, score, flag, created) VALUES (?, ?, ?, ?, ?, ?)"
+
+    /// Inserts the row number `index`, with the values `EmbeddedBenchmark` gives an `Item`.
+    func insertItem(_ statement: OpaquePointer, _ index: Int) {
+        sqlite3_reset(statement)
+        bindID(statement, 1, index)
+        bind(statement, 2, "item \(index)")
+        sqlite3_bind_int64(statement, 3, Int64(index % 100))
+        sqlite3_bind_double(statement, 4, Double(index) * 0.5)
+        sqlite3_bind_int64(statement, 5, index % 2 == 0 ? 1 : 0)
+        sqlite3_bind_double(statement, 6, Double(index))
+        step(statement)
+    }
+
     /// Binds a 16-byte, time-ordered identifier made from `index` (like a UUIDv7).
     func bindID(_ statement: OpaquePointer, _ position: Int32, _ index: Int) {
         var id = [UInt8](repeating: 0, count: 16)

@@ -5,6 +5,14 @@ import Testing
 
 @Suite("Processes", .timeLimit(.minutes(1)))
 struct ProcessTests {
+    /// The number of users in the store file a child wrote, read by a new stack.
+    func userCount(at path: String) throws -> Int {
+        let store = try Skyros(sqliteStack: testSchema, at: URL(fileURLWithPath: path))
+        var count = -1
+        store.read { count = try User.count(in: $0) }
+        return count
+    }
+
     @Test("SIGTERM or SIGINT right after writeAsync still saves the write", arguments: [SIGTERM, SIGINT])
     func saveOnSignal(signal: Int32) throws {
         let directory = try TemporaryDirectory()
@@ -13,10 +21,7 @@ struct ProcessTests {
         #expect(child.waitForLine("WRITING"))
         kill(child.pid, signal)
         #expect(child.wait() == .signalled(signal))
-        let store = try Skyros(sqliteStack: testSchema, at: URL(fileURLWithPath: path))
-        var count = -1
-        store.read { count = try User.count(in: $0) }
-        #expect(count == 500)
+        #expect(try userCount(at: path) == 500)
     }
 
     @Test("a normal exit right after writeAsync still saves the write")
@@ -25,10 +30,7 @@ struct ProcessTests {
         let path = directory.file("store.sqlite").path
         let child = try ChildProcess(["write-and-exit", path, "300"])
         #expect(child.wait() == .exited(0))
-        let store = try Skyros(sqliteStack: testSchema, at: URL(fileURLWithPath: path))
-        var count = -1
-        store.read { count = try User.count(in: $0) }
-        #expect(count == 300)
+        #expect(try userCount(at: path) == 300)
     }
 
     @Test("the schema fingerprint is the same in another process")
