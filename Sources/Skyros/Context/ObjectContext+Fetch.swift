@@ -58,8 +58,18 @@ extension ObjectContext {
     // MARK: - Merging with pending changes
 
     func fetchObjects(_ request: StoreRequest, localOnly: Bool = false) throws -> [any ManagedObject] {
-        let snapshots = try mergedSnapshots(request, localOnly: localOnly)
         let entity = try schema.requireEntity(request.entityName)
+        if !localOnly && !hasPendingChanges(of: request.entityName) {
+            // Nothing to merge here: make the objects as the rows stream in from the parent.
+            var result: [any ManagedObject] = []
+            registryPurgeThreshold = Int.max  // the objects being made are held by `result`
+            defer { registryPurgeThreshold = max(4096, registry.count * 2) }
+            try parent.forEachSnapshot(request) { id, values in
+                result.append(try materialize(id, values: values, entity: entity))
+            }
+            return result
+        }
+        let snapshots = try mergedSnapshots(request, localOnly: localOnly)
         var result: [any ManagedObject] = []
         result.reserveCapacity(snapshots.count)
         registry.reserveCapacity(registry.count + snapshots.count)
@@ -266,6 +276,18 @@ extension ObjectContext {
 
     public func fetchIdentifiers(_ request: StoreRequest) throws -> [ObjectID] {
         try performAndWait { try mergedIdentifiers(request) }
+    }
+
+    public func forEachSnapshot(
+        _ request: StoreRequest, _ body: (ObjectID, ContiguousArray<StoredValue>) throws -> Void
+    ) throws {
+        try performAndWait {
+            if hasPendingChanges(of: request.entityName) {
+                for snapshot in try mergedSnapshots(request) { try body(snapshot.id, snapshot.values) }
+            } else {
+                try parent.forEachSnapshot(request, body)
+            }
+        }
     }
 
     public func count(_ request: StoreRequest) throws -> Int {

@@ -10,6 +10,9 @@ public protocol ObjectStore: AnyObject, Sendable {
     var schema: Schema { get }
     /// The rows matching a request, with all their values, sorted and sliced as it says.
     func fetchSnapshots(_ request: StoreRequest) throws -> [Snapshot]
+    /// Calls `body` with each row matching a request, in order, without collecting them
+    /// first. The default implementation iterates ``fetchSnapshots(_:)``.
+    func forEachSnapshot(_ request: StoreRequest, _ body: (ObjectID, ContiguousArray<StoredValue>) throws -> Void) throws
     /// The identifiers of the rows matching a request, sorted and sliced as it says.
     func fetchIdentifiers(_ request: StoreRequest) throws -> [ObjectID]
     /// The number of rows matching a request (limit and offset applied).
@@ -18,6 +21,14 @@ public protocol ObjectStore: AnyObject, Sendable {
     func snapshots(for ids: [ObjectID]) throws -> [Snapshot]
     /// Applies a change set atomically: all of it, or nothing and a thrown error.
     func save(_ changes: ChangeSet) throws
+}
+
+extension ObjectStore {
+    public func forEachSnapshot(
+        _ request: StoreRequest, _ body: (ObjectID, ContiguousArray<StoredValue>) throws -> Void
+    ) throws {
+        for snapshot in try fetchSnapshots(request) { try body(snapshot.id, snapshot.values) }
+    }
 }
 
 /// A fetch as a store sees it: entity, predicate tree, sort, slice.

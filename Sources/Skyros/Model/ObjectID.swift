@@ -39,7 +39,11 @@ public struct ObjectID: Hashable, Sendable, Codable, CustomStringConvertible {
     public var description: String { "\(entityName)/\(uuid.uuidString)" }
 
     public func hash(into hasher: inout Hasher) {
-        hasher.combine(uuid)
+        // The UUID alone identifies the object; two words hash faster than sixteen bytes.
+        withUnsafeBytes(of: uuid.uuid) { bytes in
+            hasher.combine(bytes.loadUnaligned(as: UInt64.self))
+            hasher.combine(bytes.loadUnaligned(fromByteOffset: 8, as: UInt64.self))
+        }
     }
 
     public static func == (lhs: ObjectID, rhs: ObjectID) -> Bool {

@@ -158,6 +158,14 @@ public final class SQLiteStore: ObjectStore, @unchecked Sendable {
     // MARK: - Reading
 
     public func fetchSnapshots(_ request: StoreRequest) throws -> [Snapshot] {
+        var result: [Snapshot] = []
+        try forEachSnapshot(request) { id, values in result.append(Snapshot(id: id, values: values)) }
+        return result
+    }
+
+    public func forEachSnapshot(
+        _ request: StoreRequest, _ body: (ObjectID, ContiguousArray<StoredValue>) throws -> Void
+    ) throws {
         let table = try tableInfo(request.entityName)
         var builder = SQLBuilder(schema: schema)
         let sql = try builder.select(table.selectList, for: request)
@@ -165,8 +173,7 @@ public final class SQLiteStore: ObjectStore, @unchecked Sendable {
         let columnIndexes = table.columnIndexes
         let dense = columnIndexes == Array(0..<count)  // no to-many: column i+1 is property i
         let entityName = table.entity.name
-        return try read { db in
-            var result: [Snapshot] = []
+        try read { db in
             try Self.query(db, sql, builder.arguments) { statement in
                 let uuid = Self.uuid(statement, 0)
                 let values: ContiguousArray<StoredValue>
@@ -184,9 +191,8 @@ public final class SQLiteStore: ObjectStore, @unchecked Sendable {
                     }
                     values = sparse
                 }
-                result.append(Snapshot(id: ObjectID(entityName: entityName, uuid: uuid), values: values))
+                try body(ObjectID(entityName: entityName, uuid: uuid), values)
             }
-            return result
         }
     }
 
