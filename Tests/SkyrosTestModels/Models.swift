@@ -37,6 +37,17 @@ import Skyros
     @Relationship(.required) public var team: Team? = nil
 }
 
+/// One-to-one: both sides are to-ones, each the other's inverse.
+@Entity public final class Person {
+    public var name: String = ""
+    @Relationship(inverse: \Passport.holder) public var passport: Passport? = nil
+}
+
+@Entity public final class Passport {
+    public var number: String = ""
+    public var holder: Person? = nil
+}
+
 public enum Status: String, Codable, Sendable {
     case todo, done
 }
@@ -100,4 +111,6 @@ public final class Tag: ManagedObject {
     }
 }
 
-public let testSchema = Schema([User.self, Post.self, Team.self, Player.self, Badge.self, Sample.self, Tag.self])
+public let testSchema = Schema([
+    User.self, Post.self, Team.self, Player.self, Badge.self, Sample.self, Tag.self, Person.self, Passport.self,
+])

@@ -213,6 +213,31 @@ struct ConformanceTests {
         #expect(left == [])
     }
 
+    @Test("one-to-one inverses stay in sync on both sides, before and after a save", arguments: StoreKind.allCases)
+    func oneToOne(kind: StoreKind) throws {
+        let stack = try TestStack(kind)
+        var pending: [String?] = []
+        var saved: [String?] = []
+        stack.store.writeSync { context in
+            let ann = Person.create(in: context)
+            ann.name = "Ann"
+            let bob = Person.create(in: context)
+            bob.name = "Bob"
+            let passport = Passport.create(in: context)
+            passport.number = "P1"
+            ann.passport = passport
+            pending.append(passport.holder?.name)  // "Ann"
+            passport.holder = bob  // moves it: Ann loses it, Bob gets it
+            pending.append(ann.passport?.number)  // nil
+            pending.append(bob.passport?.number)  // "P1"
+        }.read { context in
+            let people = try Person.all(sortedBy: [SortDescriptor(\.name)], in: context)
+            saved = people.map { $0.passport?.number } + [try Passport.first(in: context)?.holder?.name]
+        }
+        #expect(pending == ["Ann", nil, "P1"])
+        #expect(saved == [nil, "P1", "Bob"])
+    }
+
     @Test("cascade delete of a user removes its posts", arguments: StoreKind.allCases)
     func cascade(kind: StoreKind) throws {
         let stack = try TestStack(kind)
