@@ -1,0 +1,70 @@
+import Foundation
+
+extension SkyrosError.Code {
+    /// An application group identifier is empty, too long, or has characters outside `[A-Za-z0-9._-]`.
+    public static let invalidApplicationGroup = SkyrosError.Code(rawValue: "invalidApplicationGroup")
+}
+
+extension Skyros {
+    /// The longest application group identifier accepted.
+    public static let maximumApplicationGroupLength = 128
+
+    /// The container directory of an application group: the directory whose `store.sqlite`
+    /// the group's daemon owns and whose socket files its clients connect to.
+    ///
+    /// Resolution order: `$SKYROS_GROUPS_DIR/<id>`; else `/var/lib/skyros/<id>` when that
+    /// directory exists (the systemd service's `StateDirectory`); else
+    /// `$XDG_DATA_HOME/skyros/<id>`, `~/.local/share/skyros/<id>` by default.
+    ///
+    /// This only computes the URL: no file or directory is read, created or changed, except
+    /// for the existence check of `/var/lib/skyros/<id>`.
+    ///
+    /// - Throws: ``SkyrosError/Code/invalidApplicationGroup`` when `identifier` is empty,
+    ///   longer than ``maximumApplicationGroupLength``, contains `/` or `..`, or any character
+    ///   outside `[A-Za-z0-9._-]`.
+    public static func containerURL(forApplicationGroup identifier: String) throws -> URL {
+        try containerURL(forApplicationGroup: identifier, environment: ProcessInfo.processInfo.environment)
+    }
+
+    /// ``containerURL(forApplicationGroup:)`` with an explicit environment (for tests and tools).
+    public static func containerURL(
+        forApplicationGroup identifier: String, environment: [String: String],
+        systemStateDirectory: URL = URL(fileURLWithPath: "/var/lib/skyros")
+    ) throws -> URL {
+        try validateApplicationGroup(identifier)
+        if let groups = environment["SKYROS_GROUPS_DIR"], !groups.isEmpty {
+            return URL(fileURLWithPath: groups, isDirectory: true).appendingPathComponent(identifier, isDirectory: true)
+        }
+        let system = systemStateDirectory.appendingPathComponent(identifier, isDirectory: true)
+        var isDirectory: ObjCBool = false
+        if FileManager.default.fileExists(atPath: system.path, isDirectory: &isDirectory), isDirectory.boolValue {
+            return system
+        }
+        let data: URL
+        if let xdg = environment["XDG_DATA_HOME"], xdg.hasPrefix("/") {
+            data = URL(fileURLWithPath: xdg, isDirectory: true)
+        } else {
+            let home = environment["HOME"].flatMap { $0.isEmpty ? nil : $0 } ?? NSHomeDirectory()
+            data = URL(fileURLWithPath: home, isDirectory: true).appendingPathComponent(".local/share", isDirectory: true)
+        }
+        return data.appendingPathComponent("skyros", isDirectory: true).appendingPathComponent(identifier, isDirectory: true)
+    }
+
+    /// Checks an application group identifier: reverse-DNS-like names only.
+    public static func validateApplicationGroup(_ identifier: String) throws {
+        func refuse(_ reason: String) -> SkyrosError {
+            SkyrosError(.invalidApplicationGroup, "invalid application group \"\(identifier)\": \(reason)")
+        }
+        guard !identifier.isEmpty else { throw refuse("it is empty") }
+        guard identifier.utf8.count <= maximumApplicationGroupLength else {
+            throw refuse("it is longer than \(maximumApplicationGroupLength) characters")
+        }
+        guard !identifier.contains("/") else { throw refuse("it contains '/'") }
+        guard !identifier.contains("..") else { throw refuse("it contains '..'") }
+        let allowed = identifier.utf8.allSatisfy { byte in
+            (byte >= 0x30 && byte <= 0x39) || (byte >= 0x41 && byte <= 0x5A) || (byte >= 0x61 && byte <= 0x7A)
+                || byte == 0x2E || byte == 0x5F || byte == 0x2D
+        }
+        guard allowed else { throw refuse("only letters, digits, '.', '_' and '-' are allowed") }
+    }
+}
