@@ -32,6 +32,16 @@ let package = Package(
                 .product(name: "GRDBSQLite", package: "GRDB.swift"),
             ]
         ),
+        // libzmq from apt (libzmq3-dev): the header is in /usr/include, so no pkg-config
+        // (whose flags for libzmq include -isystem paths SwiftPM refuses).
+        .systemLibrary(
+            name: "CZeroMQ",
+            providers: [.apt(["libzmq3-dev"])]
+        ),
+        .target(
+            name: "SkyrosZeroMQ",
+            dependencies: ["CZeroMQ"]
+        ),
         .executableTarget(
             name: "skyros-bench",
             dependencies: [
@@ -61,6 +71,10 @@ let package = Package(
             dependencies: [
                 "Skyros", "SkyrosTestModels", "skyros-test-child", .product(name: "GRDB", package: "GRDB.swift"),
             ]
+        ),
+        .testTarget(
+            name: "SkyrosZeroMQTests",
+            dependencies: ["SkyrosZeroMQ"]
         ),
         .testTarget(
             name: "SkyrosMacrosTests",
