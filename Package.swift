@@ -42,6 +42,10 @@ let package = Package(
             name: "SkyrosZeroMQ",
             dependencies: ["CZeroMQ"]
         ),
+        .target(
+            name: "SkyrosWire",
+            dependencies: ["Skyros"]
+        ),
         .executableTarget(
             name: "skyros-bench",
             dependencies: [
@@ -71,6 +75,10 @@ let package = Package(
             dependencies: [
                 "Skyros", "SkyrosTestModels", "skyros-test-child", .product(name: "GRDB", package: "GRDB.swift"),
             ]
+        ),
+        .testTarget(
+            name: "SkyrosWireTests",
+            dependencies: ["SkyrosWire", "Skyros"]
         ),
         .testTarget(
             name: "SkyrosZeroMQTests",

@@ -1,0 +1,159 @@
+import Foundation
+import Skyros
+
+/// Why a frame could not be decoded. The daemon answers each with an error reply (or drops
+/// the frame when it cannot even tell who sent it) and goes on serving.
+public enum WireError: Error, Equatable, Sendable, CustomStringConvertible {
+    case truncated
+    case trailingBytes(Int)
+    case tooLarge(Int)
+    case unsupportedVersion(UInt8)
+    case unknownMessageType(UInt8)
+    case invalidTag(String, UInt8)
+    case invalidUTF8
+    case tooDeep
+    case invalidValue(String)
+
+    public var description: String {
+        switch self {
+        case .truncated: "the message ends too early"
+        case .trailingBytes(let count): "\(count) unexpected bytes after the message"
+        case .tooLarge(let size): "the message is \(size) bytes, more than allowed"
+        case .unsupportedVersion(let version): "protocol version \(version) is not supported (this side speaks \(WireMessage.protocolVersion))"
+        case .unknownMessageType(let type): "unknown message type \(type)"
+        case .invalidTag(let what, let tag): "invalid \(what) tag \(tag)"
+        case .invalidUTF8: "a string is not valid UTF-8"
+        case .tooDeep: "the predicate is nested too deeply"
+        case .invalidValue(let what): "invalid \(what)"
+        }
+    }
+}
+
+/// Appends the primitives of the wire format (see docs/PROTOCOL.md) to a byte buffer.
+public struct WireWriter {
+    public private(set) var bytes: [UInt8] = []
+
+    public init() {}
+
+    public mutating func byte(_ value: UInt8) { bytes.append(value) }
+
+    /// Unsigned LEB128.
+    public mutating func uvarint(_ value: UInt64) {
+        var value = value
+        while value >= 0x80 {
+            bytes.append(UInt8(truncatingIfNeeded: value) | 0x80)
+            value >>= 7
+        }
+        bytes.append(UInt8(value))
+    }
+
+    /// Signed integers, zigzag then LEB128.
+    public mutating func varint(_ value: Int64) {
+        uvarint(UInt64(bitPattern: (value << 1) ^ (value >> 63)))
+    }
+
+    /// IEEE 754 binary64, little-endian.
+    public mutating func double(_ value: Double) {
+        withUnsafeBytes(of: value.bitPattern.littleEndian) { bytes.append(contentsOf: $0) }
+    }
+
+    public mutating func bool(_ value: Bool) { bytes.append(value ? 1 : 0) }
+
+    public mutating func data<C: Collection>(_ value: C) where C.Element == UInt8 {
+        uvarint(UInt64(value.count))
+        bytes.append(contentsOf: value)
+    }
+
+    public mutating func string(_ value: String) { data(Array(value.utf8)) }
+
+    public mutating func uuid(_ value: UUID) {
+        withUnsafeBytes(of: value.uuid) { bytes.append(contentsOf: $0) }
+    }
+}
+
+/// Reads the primitives of the wire format, refusing anything out of bounds: every read
+/// checks the remaining length, and counts are checked against it before allocating.
+public struct WireReader {
+    let bytes: [UInt8]
+    public private(set) var position = 0
+
+    public init(_ bytes: [UInt8]) { self.bytes = bytes }
+
+    public var remaining: Int { bytes.count - position }
+
+    public mutating func byte() throws(WireError) -> UInt8 {
+        guard position < bytes.count else { throw .truncated }
+        defer { position += 1 }
+        return bytes[position]
+    }
+
+    public mutating func uvarint() throws(WireError) -> UInt64 {
+        var result: UInt64 = 0
+        var shift: UInt64 = 0
+        while true {
+            let next = try byte()
+            if shift == 63 && next > 1 { throw .invalidValue("varint") }
+            result |= UInt64(next & 0x7F) << shift
+            if next & 0x80 == 0 { return result }
+            shift += 7
+            if shift > 63 { throw .invalidValue("varint") }
+        }
+    }
+
+    public mutating func varint() throws(WireError) -> Int64 {
+        let raw = try uvarint()
+        return Int64(bitPattern: (raw >> 1) ^ (0 &- (raw & 1)))
+    }
+
+    /// A count of elements that each take at least `minimumSize` bytes: refused when the
+    /// message is too short to hold them, so a forged count never allocates.
+    public mutating func count(minimumSize: Int = 1) throws(WireError) -> Int {
+        let value = try uvarint()
+        guard value <= UInt64(remaining / max(1, minimumSize)) else { throw .truncated }
+        return Int(value)
+    }
+
+    public mutating func int() throws(WireError) -> Int {
+        let value = try uvarint()
+        guard value <= UInt64(Int.max) else { throw .invalidValue("integer") }
+        return Int(value)
+    }
+
+    public mutating func double() throws(WireError) -> Double {
+        guard remaining >= 8 else { throw .truncated }
+        var raw: UInt64 = 0
+        for index in 0..<8 { raw |= UInt64(bytes[position + index]) << (8 * UInt64(index)) }
+        position += 8
+        return Double(bitPattern: raw)
+    }
+
+    public mutating func bool() throws(WireError) -> Bool {
+        switch try byte() {
+        case 0: return false
+        case 1: return true
+        case let tag: throw .invalidTag("bool", tag)
+        }
+    }
+
+    public mutating func data() throws(WireError) -> [UInt8] {
+        let length = try count()
+        defer { position += length }
+        return Array(bytes[position..<(position + length)])
+    }
+
+    public mutating func string() throws(WireError) -> String {
+        let raw = try data()
+        guard let text = String(validating: raw, as: UTF8.self) else { throw .invalidUTF8 }
+        return text
+    }
+
+    public mutating func uuid() throws(WireError) -> UUID {
+        guard remaining >= 16 else { throw .truncated }
+        var value: uuid_t = (0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0)
+        withUnsafeMutableBytes(of: &value) { buffer in
+            for index in 0..<16 { buffer[index] = bytes[position + index] }
+        }
+        position += 16
+        return UUID(uuid: value)
+    }
+}

@@ -1,0 +1,265 @@
+import Foundation
+import Skyros
+
+// Encoding of Skyros' store types (docs/PROTOCOL.md, "Values").
+
+extension WireWriter {
+    public mutating func value(_ value: StoredValue) {
+        switch value {
+        case .null: byte(0)
+        case .integer(let number):
+            byte(1)
+            varint(number)
+        case .real(let number):
+            byte(2)
+            double(number)
+        case .text(let text):
+            byte(3)
+            string(text)
+        case .blob(let blob):
+            byte(4)
+            data(blob)
+        }
+    }
+
+    public mutating func objectID(_ id: ObjectID) {
+        string(id.entityName)
+        uuid(id.uuid)
+    }
+
+    public mutating func predicate(_ node: PredicateNode) {
+        switch node {
+        case .constant(let constant):
+            byte(1)
+            value(constant)
+        case .property(let scope, let path):
+            byte(2)
+            uvarint(UInt64(scope))
+            uvarint(UInt64(path.count))
+            for name in path { string(name) }
+        case .compare(let op, let lhs, let rhs):
+            byte(3)
+            byte(Self.operatorCode(op))
+            predicate(lhs)
+            predicate(rhs)
+        case .and(let lhs, let rhs):
+            byte(4)
+            predicate(lhs)
+            predicate(rhs)
+        case .or(let lhs, let rhs):
+            byte(5)
+            predicate(lhs)
+            predicate(rhs)
+        case .not(let inner):
+            byte(6)
+            predicate(inner)
+        case .contains(let haystack, let needle, let caseInsensitive):
+            byte(7)
+            bool(caseInsensitive)
+            predicate(haystack)
+            predicate(needle)
+        case .startsWith(let string, let prefix):
+            byte(8)
+            predicate(string)
+            predicate(prefix)
+        case .lowercased(let inner):
+            byte(9)
+            predicate(inner)
+        case .isIn(let element, let list):
+            byte(10)
+            predicate(element)
+            uvarint(UInt64(list.count))
+            for item in list { value(item) }
+        case .anyMatch(let scope, let path, let variable, let test):
+            byte(11)
+            uvarint(UInt64(scope))
+            uvarint(UInt64(path.count))
+            for name in path { string(name) }
+            uvarint(UInt64(variable))
+            predicate(test)
+        case .count(let scope, let path):
+            byte(12)
+            uvarint(UInt64(scope))
+            uvarint(UInt64(path.count))
+            for name in path { string(name) }
+        }
+    }
+
+    static func operatorCode(_ op: PredicateNode.ComparisonOperator) -> UInt8 {
+        switch op {
+        case .equal: 0
+        case .notEqual: 1
+        case .less: 2
+        case .lessOrEqual: 3
+        case .greater: 4
+        case .greaterOrEqual: 5
+        }
+    }
+
+    public mutating func request(_ request: StoreRequest) {
+        string(request.entityName)
+        if let node = request.predicate {
+            bool(true)
+            predicate(node)
+        } else {
+            bool(false)
+        }
+        uvarint(UInt64(request.sortKeys.count))
+        for key in request.sortKeys {
+            string(key.property)
+            bool(key.ascending)
+        }
+        if let limit = request.limit {
+            bool(true)
+            uvarint(UInt64(limit))
+        } else {
+            bool(false)
+        }
+        uvarint(UInt64(request.offset))
+    }
+
+    public mutating func snapshot(_ snapshot: Snapshot) {
+        objectID(snapshot.id)
+        uvarint(UInt64(snapshot.values.count))
+        for item in snapshot.values { value(item) }
+    }
+
+    public mutating func changeSet(_ changes: ChangeSet) {
+        uvarint(UInt64(changes.inserted.count))
+        for item in changes.inserted { snapshot(item) }
+        uvarint(UInt64(changes.updated.count))
+        for update in changes.updated {
+            objectID(update.id)
+            let entries = update.changes.sorted { $0.key < $1.key }
+            uvarint(UInt64(entries.count))
+            for (index, item) in entries {
+                uvarint(UInt64(index))
+                value(item)
+            }
+        }
+        uvarint(UInt64(changes.deleted.count))
+        for id in changes.deleted { objectID(id) }
+    }
+}
+
+extension WireReader {
+    /// The deepest predicate tree accepted (deeper ones are refused, never recursed into).
+    public static let maximumPredicateDepth = 64
+
+    public mutating func value() throws(WireError) -> StoredValue {
+        switch try byte() {
+        case 0: return .null
+        case 1: return .integer(try varint())
+        case 2: return .real(try double())
+        case 3: return .text(try string())
+        case 4: return .blob(Data(try data()))
+        case let tag: throw .invalidTag("value", tag)
+        }
+    }
+
+    public mutating func objectID() throws(WireError) -> ObjectID {
+        let entity = try string()
+        guard !entity.isEmpty else { throw .invalidValue("entity name") }
+        return ObjectID(entityName: entity, uuid: try uuid())
+    }
+
+    mutating func path() throws(WireError) -> [String] {
+        let count = try count()
+        guard count > 0 else { throw .invalidValue("empty property path") }
+        var path: [String] = []
+        for _ in 0..<count { path.append(try string()) }
+        return path
+    }
+
+    public mutating func predicate(depth: Int = 0) throws(WireError) -> PredicateNode {
+        guard depth < Self.maximumPredicateDepth else { throw .tooDeep }
+        let next = depth + 1
+        switch try byte() {
+        case 1: return .constant(try value())
+        case 2:
+            let scope = try int()
+            return .property(scope: scope, path: try path())
+        case 3:
+            let op: PredicateNode.ComparisonOperator
+            switch try byte() {
+            case 0: op = .equal
+            case 1: op = .notEqual
+            case 2: op = .less
+            case 3: op = .lessOrEqual
+            case 4: op = .greater
+            case 5: op = .greaterOrEqual
+            case let tag: throw .invalidTag("comparison", tag)
+            }
+            let lhs = try predicate(depth: next)
+            return .compare(op, lhs, try predicate(depth: next))
+        case 4:
+            let lhs = try predicate(depth: next)
+            return .and(lhs, try predicate(depth: next))
+        case 5:
+            let lhs = try predicate(depth: next)
+            return .or(lhs, try predicate(depth: next))
+        case 6: return .not(try predicate(depth: next))
+        case 7:
+            let caseInsensitive = try bool()
+            let haystack = try predicate(depth: next)
+            return .contains(haystack, try predicate(depth: next), caseInsensitive: caseInsensitive)
+        case 8:
+            let string = try predicate(depth: next)
+            return .startsWith(string, try predicate(depth: next))
+        case 9: return .lowercased(try predicate(depth: next))
+        case 10:
+            let element = try predicate(depth: next)
+            let count = try count()
+            var list: [StoredValue] = []
+            for _ in 0..<count { list.append(try value()) }
+            return .isIn(element, list)
+        case 11:
+            let scope = try int()
+            let path = try path()
+            let variable = try int()
+            return .anyMatch(scope: scope, path: path, variable: variable, try predicate(depth: next))
+        case 12:
+            let scope = try int()
+            return .count(scope: scope, path: try path())
+        case let tag: throw .invalidTag("predicate", tag)
+        }
+    }
+
+    public mutating func request() throws(WireError) -> StoreRequest {
+        let entity = try string()
+        let node = try bool() ? try predicate() : nil
+        let count = try count(minimumSize: 2)
+        var keys: [SortKey] = []
+        for _ in 0..<count {
+            let property = try string()
+            keys.append(SortKey(property: property, ascending: try bool()))
+        }
+        let limit = try bool() ? try int() : nil
+        return StoreRequest(entityName: entity, predicate: node, sortKeys: keys, limit: limit, offset: try int())
+    }
+
+    public mutating func snapshot() throws(WireError) -> Snapshot {
+        let id = try objectID()
+        let count = try count()
+        var values = ContiguousArray<StoredValue>()
+        values.reserveCapacity(count)
+        for _ in 0..<count { values.append(try value()) }
+        return Snapshot(id: id, values: values)
+    }
+
+    public mutating func changeSet() throws(WireError) -> ChangeSet {
+        var changes = ChangeSet()
+        for _ in 0..<(try count(minimumSize: 18)) { changes.inserted.append(try snapshot()) }
+        for _ in 0..<(try count(minimumSize: 18)) {
+            let id = try objectID()
+            var values: [Int: StoredValue] = [:]
+            for _ in 0..<(try count(minimumSize: 2)) {
+                let index = try int()
+                values[index] = try value()
+            }
+            changes.updated.append(ChangeSet.Update(id: id, changes: values))
+        }
+        for _ in 0..<(try count(minimumSize: 17)) { changes.deleted.append(try objectID()) }
+        return changes
+    }
+}
