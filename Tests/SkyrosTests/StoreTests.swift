@@ -165,3 +165,51 @@ struct StoreTests {
         #expect(probe.calls.first! == nil)
     }
 }
+
+@Suite("Schema descriptions", .timeLimit(.minutes(1)))
+struct SchemaDescriptionTests {
+    @Test("a schema rebuilt from its description has the same fingerprint")
+    func sameFingerprint() throws {
+        let description = testSchema.schemaDescription
+        let rebuilt = try Schema(description: description)
+        #expect(rebuilt.fingerprint == testSchema.fingerprint)
+        #expect(rebuilt.schemaDescription == description)
+        let json = try JSONEncoder().encode(description)
+        #expect(try JSONDecoder().decode(SchemaDescription.self, from: json) == description)
+    }
+
+    @Test("a store made by the typed schema is read and written through the rebuilt one")
+    func rebuiltSchemaOpensTheStore() throws {
+        let directory = try TemporaryDirectory()
+        let url = directory.file("store.sqlite")
+        do {
+            let stack = try Skyros(sqliteStack: testSchema, at: url)
+            let probe = CompletionProbe()
+            stack.writeSync({ makeUsers([("John", "Doe"), ("Jane", "Doe")], in: $0) }, completion: probe.completion)
+            #expect(probe.wait())
+            try (stack.store as! SQLiteStore).close()
+        }
+        let stored = try #require(try SQLiteStore.storedSchemaDescription(at: url))
+        #expect(stored == testSchema.schemaDescription)
+        let dynamic = try SQLiteStore(schema: try Schema(description: stored), url: url)
+        let request = StoreRequest(
+            entityName: "User", predicate: .equals("lastname", .text("Doe")),
+            sortKeys: [SortKey(property: "firstname", ascending: true)])
+        #expect(try dynamic.fetchSnapshots(request).map { $0.values[0] } == [.text("Jane"), .text("John")])
+        let root = ObjectContext(name: "root", parent: dynamic)
+        try root.performAndWait {
+            try root.save(ChangeSet(inserted: [Snapshot(
+                id: .make(entityName: "User"),
+                values: [.text("Mark"), .text("Smith"), .integer(30), .null, .text("mark"), .null])]))
+            try root.save()
+        }
+        #expect(try dynamic.count(StoreRequest(entityName: "User")) == 3)
+    }
+
+    @Test("an unknown property kind is refused")
+    func invalidDescription() {
+        var description = testSchema.schemaDescription
+        description.entities[0].properties[0].kind = "sideways"
+        #expect(throws: SkyrosError.self) { try Schema(description: description) }
+    }
+}

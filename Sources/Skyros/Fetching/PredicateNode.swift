@@ -43,8 +43,8 @@ public indirect enum PredicateNode: Sendable, Codable, Hashable {
     /// The special property name of the object identifier.
     public static let idProperty = "_id"
 
-    /// `$0.<property> == value`.
-    static func equals(_ property: String, _ value: StoredValue) -> PredicateNode {
+    /// `$0.<property> == value`, on the fetched object.
+    public static func equals(_ property: String, _ value: StoredValue) -> PredicateNode {
         .compare(.equal, .property(scope: 0, path: [property]), .constant(value))
     }
 }

@@ -29,13 +29,14 @@ public final class AttributeCodec<Value>: AnyAttributeCodec, @unchecked Sendable
     @usableFromInline let encode: (Value) throws -> StoredValue
 
     init(
-        storageType: StorageType, isOptional: Bool,
+        storageType: StorageType, isOptional: Bool, typeName: String? = nil,
         decode: @escaping (StoredValue) -> Value,
         encode: @escaping (Value) throws -> StoredValue
     ) {
         self.decode = decode
         self.encode = encode
-        super.init(storageType: storageType, isOptional: isOptional, typeName: String(reflecting: Value.self))
+        super.init(
+            storageType: storageType, isOptional: isOptional, typeName: typeName ?? String(reflecting: Value.self))
     }
 
     override func encodeAny(_ value: Any) throws -> StoredValue {

@@ -61,6 +61,8 @@ public final class PropertyDescription: @unchecked Sendable, CustomStringConvert
     public let destinationName: String?
     public let deleteRule: DeleteRule
     let inverseKeyPath: AnyKeyPath?
+    /// The inverse's name, for schemas rebuilt from a ``SchemaDescription`` (no key paths).
+    let inverseName: String?
     public let isRequired: Bool
 
     init(
@@ -68,7 +70,7 @@ public final class PropertyDescription: @unchecked Sendable, CustomStringConvert
         makeDefault: @escaping @Sendable () throws -> StoredValue,
         isUnique: Bool = false, isIndexed: Bool = false, originalName: String? = nil,
         destinationName: String? = nil, deleteRule: DeleteRule = .nullify,
-        inverseKeyPath: AnyKeyPath? = nil, isRequired: Bool = false
+        inverseKeyPath: AnyKeyPath? = nil, inverseName: String? = nil, isRequired: Bool = false
     ) {
         self.name = name
         self.kind = kind
@@ -81,6 +83,7 @@ public final class PropertyDescription: @unchecked Sendable, CustomStringConvert
         self.destinationName = destinationName
         self.deleteRule = deleteRule
         self.inverseKeyPath = inverseKeyPath
+        self.inverseName = inverseName
         self.isRequired = isRequired
     }
 

@@ -23,8 +23,11 @@ public final class Schema: Sendable {
     public let fingerprint: String
 
     /// Makes a schema of the given managed object classes.
-    public init(_ types: [any ManagedObject.Type]) {
-        let entities = types.map { $0.entityDescription }
+    public convenience init(_ types: [any ManagedObject.Type]) {
+        self.init(entities: types.map { $0.entityDescription })
+    }
+
+    init(entities: [EntityDescription]) {
         self.entities = entities
         var byName: [String: EntityDescription] = [:]
         var errors: [String] = []
@@ -94,7 +97,14 @@ public final class Schema: Sendable {
             $0.isRelationship && $0.destinationName == entity.name && $0 !== property
         }
         var inverse: PropertyDescription?
-        if let keyPath = property.inverseKeyPath {
+        if let name = property.inverseName {
+            guard let found = destination.property(named: name), found.isRelationship,
+                found.destinationName == entity.name
+            else {
+                return .failure("its inverse \(destination.name).\(name) is not a relationship to \(entity.name)")
+            }
+            inverse = found
+        } else if let keyPath = property.inverseKeyPath {
             guard let found = destination.property(for: keyPath) else {
                 return .failure("its inverse is not a persistent property of \(destination.name)")
             }
@@ -122,7 +132,7 @@ public final class Schema: Sendable {
             if property.kind == .toMany && inverse.kind == .toMany {
                 return .failure("many-to-many relationships are not supported yet")
             }
-            if let back = inverse.inverseKeyPath, back != property.keyPath {
+            if inverse.inverseName == nil, let back = inverse.inverseKeyPath, back != property.keyPath {
                 return .failure("its inverse \(destination.name).\(inverse.name) names another inverse")
             }
         } else if property.kind == .toMany {

@@ -77,6 +77,26 @@ public final class SQLiteStore: ObjectStore, @unchecked Sendable {
         }
     }
 
+    /// The schema recorded in an existing store file, read without writing to it; nil when
+    /// the file does not exist or has no Skyros schema yet.
+    public static func storedSchemaDescription(at url: URL) throws -> SchemaDescription? {
+        guard FileManager.default.fileExists(atPath: url.path) else { return nil }
+        var configuration = Configuration()
+        configuration.readonly = true
+        do {
+            let queue = try DatabaseQueue(path: url.path, configuration: configuration)
+            defer { try? queue.close() }
+            let json = try queue.read { db -> String? in
+                guard try db.tableExists("skyros_metadata") else { return nil }
+                return try String.fetchOne(db, sql: "SELECT value FROM skyros_metadata WHERE key = 'schema'")
+            }
+            guard let json else { return nil }
+            return try JSONDecoder().decode(SchemaDescription.self, from: Data(json.utf8))
+        } catch {
+            throw SkyrosError(.storeFailure, "could not read the schema of the store at \(url.path)", underlying: error)
+        }
+    }
+
     /// Reads the fingerprint of an existing file without writing to it.
     private static func checkFingerprint(of url: URL, schema: Schema) throws {
         var configuration = Configuration()
@@ -109,9 +129,12 @@ public final class SQLiteStore: ObjectStore, @unchecked Sendable {
             return
         }
         try db.execute(sql: "CREATE TABLE skyros_metadata (key TEXT PRIMARY KEY NOT NULL, value TEXT NOT NULL)")
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = [.sortedKeys]
+        let description = String(decoding: try encoder.encode(schema.schemaDescription), as: UTF8.self)
         try db.execute(
-            sql: "INSERT INTO skyros_metadata (key, value) VALUES ('fingerprint', ?), ('format', '1')",
-            arguments: [schema.fingerprint])
+            sql: "INSERT INTO skyros_metadata (key, value) VALUES ('fingerprint', ?), ('format', '1'), ('schema', ?)",
+            arguments: [schema.fingerprint, description])
         for statement in Self.schemaSQL(schema) { try db.execute(sql: statement) }
     }
 

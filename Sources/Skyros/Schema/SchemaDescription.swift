@@ -1,0 +1,95 @@
+import Foundation
+
+/// A schema as plain data: what a process that does not have the entity classes (the
+/// daemon of an application group) needs to store their objects.
+///
+/// `Schema(description: schema.schemaDescription)` has the same ``Schema/fingerprint`` as
+/// `schema`. The SQLite store records the description when it creates a file.
+public struct SchemaDescription: Codable, Sendable, Hashable {
+    public struct Property: Codable, Sendable, Hashable {
+        public var name: String
+        /// `attribute`, `toOne` or `toMany`.
+        public var kind: String
+        public var storageType: StorageType
+        public var isOptional: Bool
+        /// The Swift type of an attribute, as the fingerprint names it.
+        public var typeName: String
+        public var isUnique: Bool
+        public var isIndexed: Bool
+        public var originalName: String?
+        public var destination: String?
+        public var deleteRule: DeleteRule
+        public var inverse: String?
+        public var isRequired: Bool
+    }
+
+    public struct Entity: Codable, Sendable, Hashable {
+        public var name: String
+        public var properties: [Property]
+        public var indexes: [[String]]
+    }
+
+    public var entities: [Entity]
+}
+
+extension Schema {
+    /// This schema as plain data.
+    public var schemaDescription: SchemaDescription {
+        SchemaDescription(
+            entities: entities.map { entity in
+                SchemaDescription.Entity(
+                    name: entity.name,
+                    properties: entity.properties.map { property in
+                        SchemaDescription.Property(
+                            name: property.name, kind: "\(property.kind)", storageType: property.codec.storageType,
+                            isOptional: property.codec.isOptional, typeName: property.codec.typeName,
+                            isUnique: property.isUnique, isIndexed: property.isIndexed,
+                            originalName: property.originalName, destination: property.destinationName,
+                            deleteRule: property.deleteRule, inverse: inverse(of: property, in: entity)?.name,
+                            isRequired: property.isRequired)
+                    },
+                    indexes: entity.indexes)
+            })
+    }
+
+    /// A schema rebuilt from its description, without the entity classes. Its objects can be
+    /// stored, fetched and saved (as values); typed access needs the real classes.
+    public convenience init(description: SchemaDescription) throws {
+        var entities: [EntityDescription] = []
+        for entity in description.entities {
+            var properties: [PropertyDescription] = []
+            for property in entity.properties {
+                let kind: PropertyDescription.Kind
+                switch property.kind {
+                case "attribute": kind = .attribute
+                case "toOne": kind = .toOne
+                case "toMany": kind = .toMany
+                default:
+                    throw SkyrosError(.invalidSchema, "\(entity.name).\(property.name) has an unknown kind \(property.kind)")
+                }
+                let codec = AttributeCodec<StoredValue>(
+                    storageType: property.storageType, isOptional: property.isOptional, typeName: property.typeName,
+                    decode: { $0 }, encode: { $0 })
+                properties.append(
+                    PropertyDescription(
+                        name: property.name, kind: kind, keyPath: \DynamicObject.skyrosStorage, codec: codec,
+                        makeDefault: { .null }, isUnique: property.isUnique, isIndexed: property.isIndexed,
+                        originalName: property.originalName, destinationName: property.destination,
+                        deleteRule: property.deleteRule, inverseName: property.inverse, isRequired: property.isRequired))
+            }
+            entities.append(
+                EntityDescription(DynamicObject.self, name: entity.name, properties: properties, indexes: entity.indexes))
+        }
+        self.init(entities: entities)
+        try validate()
+    }
+}
+
+/// The object class of entities rebuilt from a ``SchemaDescription``.
+final class DynamicObject: ManagedObject {
+    static var entityDescription: EntityDescription {
+        preconditionFailure("Skyros: entities rebuilt from a description have no static description")
+    }
+    let skyrosStorage: ObjectStorage
+    init(skyrosStorage: ObjectStorage) { self.skyrosStorage = skyrosStorage }
+}
