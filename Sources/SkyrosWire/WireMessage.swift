@@ -44,7 +44,9 @@ public struct WireMessage: Sendable, Hashable {
 
     public enum Body: Sendable, Hashable {
         // Requests
-        case hello(protocolVersion: UInt64, schemaFingerprint: String, clientName: String)
+        /// `schemaDescription` is the JSON of the client's `SchemaDescription`: a daemon whose
+        /// group has no store yet creates it from it.
+        case hello(protocolVersion: UInt64, schemaFingerprint: String, clientName: String, schemaDescription: [UInt8])
         case fetch(StoreRequest)
         case fetchIdentifiers(StoreRequest)
         case count(StoreRequest)
@@ -99,10 +101,11 @@ public struct WireMessage: Sendable, Hashable {
         writer.byte(body.type)
         writer.uvarint(requestID)
         switch body {
-        case .hello(let version, let fingerprint, let name):
+        case .hello(let version, let fingerprint, let name, let description):
             writer.uvarint(version)
             writer.string(fingerprint)
             writer.string(name)
+            writer.data(description)
         case .fetch(let request), .fetchIdentifiers(let request), .count(let request):
             writer.request(request)
         case .snapshots(let ids):
@@ -155,7 +158,10 @@ public struct WireMessage: Sendable, Hashable {
         case 1:
             let version = try reader.uvarint()
             let fingerprint = try reader.string()
-            body = .hello(protocolVersion: version, schemaFingerprint: fingerprint, clientName: try reader.string())
+            let name = try reader.string()
+            body = .hello(
+                protocolVersion: version, schemaFingerprint: fingerprint, clientName: name,
+                schemaDescription: try reader.data())
         case 2: body = .fetch(try reader.request())
         case 3: body = .fetchIdentifiers(try reader.request())
         case 4: body = .count(try reader.request())

@@ -35,7 +35,11 @@ let sampleMessages: [WireMessage] = {
             ObjectChange(id: post, kind: .deleted),
         ])
     return [
-        WireMessage(requestID: 1, body: .hello(protocolVersion: 1, schemaFingerprint: "abc123", clientName: "todo")),
+        WireMessage(
+            requestID: 1,
+            body: .hello(
+                protocolVersion: 1, schemaFingerprint: "abc123", clientName: "todo",
+                schemaDescription: Array(#"{"entities":[]}"#.utf8))),
         WireMessage(requestID: 2, body: .fetch(StoreRequest(entityName: "User", predicate: predicate))),
         WireMessage(requestID: 3, body: .fetchIdentifiers(request)),
         WireMessage(requestID: .max, body: .count(StoreRequest(entityName: "Post"))),
