@@ -46,6 +46,10 @@ let package = Package(
             name: "SkyrosWire",
             dependencies: ["Skyros"]
         ),
+        .target(
+            name: "SkyrosDaemon",
+            dependencies: ["Skyros", "SkyrosWire", "SkyrosZeroMQ"]
+        ),
         .executableTarget(
             name: "skyros-bench",
             dependencies: [
@@ -79,6 +83,10 @@ let package = Package(
         .testTarget(
             name: "SkyrosWireTests",
             dependencies: ["SkyrosWire", "Skyros"]
+        ),
+        .testTarget(
+            name: "SkyrosDaemonTests",
+            dependencies: ["SkyrosDaemon", "SkyrosWire", "SkyrosZeroMQ", "Skyros", "SkyrosTestModels"]
         ),
         .testTarget(
             name: "SkyrosZeroMQTests",

@@ -268,6 +268,7 @@ public final class SQLiteStore: ObjectStore, @unchecked Sendable {
 
     public func save(_ changes: ChangeSet) throws {
         guard !changes.isEmpty else { return }
+        try validateShape(of: changes)
         do {
             try writer.writeWithoutTransaction { db in try Self.immediateTransaction(db) { db in
                 var table: TableInfo?
@@ -327,6 +328,26 @@ public final class SQLiteStore: ObjectStore, @unchecked Sendable {
             if db.isInsideTransaction { try? db.execute(sql: "ROLLBACK") }
             throw error
         }
+    }
+
+    /// Checks what a change set from another process could get wrong before touching the
+    /// database: known entities, one value per property, property indexes in range.
+    func validateShape(of changes: ChangeSet) throws {
+        for snapshot in changes.inserted {
+            let table = try tableInfo(snapshot.id.entityName)
+            guard snapshot.values.count == table.entity.properties.count else {
+                throw SkyrosError(
+                    .valueNotStorable,
+                    "\(snapshot.id) has \(snapshot.values.count) values; \(table.entity.name) has \(table.entity.properties.count) properties")
+            }
+        }
+        for update in changes.updated {
+            let table = try tableInfo(update.id.entityName)
+            if let index = update.changes.keys.first(where: { $0 < 0 || $0 >= table.entity.properties.count }) {
+                throw SkyrosError(.valueNotStorable, "\(table.entity.name) has no property number \(index)")
+            }
+        }
+        for id in changes.deleted { _ = try tableInfo(id.entityName) }
     }
 
     /// Deletes every object, keeping the schema.

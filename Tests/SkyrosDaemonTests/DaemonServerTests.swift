@@ -1,0 +1,195 @@
+import Foundation
+import Skyros
+import SkyrosDaemon
+import SkyrosTestModels
+import SkyrosWire
+import SkyrosZeroMQ
+import Testing
+
+/// A daemon served on a background thread, over real ZeroMQ sockets in a short temporary
+/// directory, stopped and cleaned even when a test fails.
+final class RunningDaemon: @unchecked Sendable {
+    let directory: String
+    let container: GroupContainer
+    let server: DaemonServer
+    private let finished = DispatchSemaphore(value: 0)
+
+    init() throws {
+        directory = "/tmp/skd-\(getpid())-\(UInt32.random(in: 0...UInt32.max))"
+        container = GroupContainer(url: URL(fileURLWithPath: directory).appendingPathComponent("g"))
+        server = try DaemonServer(configuration: .init(container: container))
+        let server = self.server
+        let finished = self.finished
+        Thread.detachNewThread {
+            server.serve(pollInterval: 20)
+            finished.signal()
+        }
+    }
+
+    deinit {
+        server.stop()
+        _ = finished.wait(timeout: .now() + 10)
+        server.close()
+        try? FileManager.default.removeItem(atPath: directory)
+    }
+}
+
+/// A raw protocol client: a DEALER and a SUB socket.
+final class RawClient {
+    let context: ZeroMQContext
+    let dealer: ZeroMQSocket
+    let subscriber: ZeroMQSocket
+    var nextID: UInt64 = 1
+
+    init(_ daemon: RunningDaemon) throws {
+        context = try ZeroMQContext()
+        subscriber = try ZeroMQSocket(context: context, kind: .subscriber)
+        try subscriber.subscribe()
+        try subscriber.connect(daemon.container.eventsEndpoint)
+        dealer = try ZeroMQSocket(context: context, kind: .dealer)
+        try dealer.setReceiveTimeout(milliseconds: 5_000)
+        try dealer.connect(daemon.container.requestsEndpoint)
+    }
+
+    func raw(_ frames: [Data]) throws -> WireMessage {
+        try dealer.send(frames)
+        return try WireMessage.decode([UInt8](try dealer.receive().last!))
+    }
+
+    func call(_ body: WireMessage.Body) throws -> WireMessage.Body {
+        let id = nextID
+        nextID += 1
+        let reply = try raw([Data(WireMessage(requestID: id, body: body).encoded())])
+        #expect(reply.requestID == id)
+        return reply.body
+    }
+
+    func hello(_ schema: Schema = testSchema) throws -> WireMessage.Body {
+        try call(.hello(
+            protocolVersion: 1, schemaFingerprint: schema.fingerprint, clientName: "test",
+            schemaDescription: Array(try JSONEncoder().encode(schema.schemaDescription))))
+    }
+}
+
+func errorCode(_ body: WireMessage.Body) -> String? {
+    if case .error(let code, _) = body { return code }
+    return nil
+}
+
+func userSnapshot(_ handle: String) -> Snapshot {
+    Snapshot(
+        id: .make(entityName: "User"),
+        values: [.text("First"), .text("Last"), .integer(1), .null, .text(handle), .null])
+}
+
+@Suite("Daemon server", .timeLimit(.minutes(1)))
+struct DaemonServerTests {
+    @Test("hello, save, fetch and count over the wire; the save is published")
+    func session() throws {
+        let daemon = try RunningDaemon()
+        let client = try RawClient(daemon)
+        guard case .welcome(1, 0) = try client.hello() else {
+            Issue.record("no welcome")
+            return
+        }
+        // Wait until the subscription is live: ZeroMQ's slow joiner.
+        var saved = try client.call(.save(clientID: "c1", saveNumber: 1, changes: ChangeSet(inserted: [userSnapshot("a")])))
+        #expect(saved == .saved(sequence: 1))
+        saved = try client.call(.save(clientID: "c1", saveNumber: 2, changes: ChangeSet(inserted: [userSnapshot("b")])))
+        #expect(saved == .saved(sequence: 2))
+        #expect(try client.call(.count(StoreRequest(entityName: "User"))) == .countReply(2))
+        guard case .snapshotsReply(let rows) = try client.call(.fetch(StoreRequest(
+            entityName: "User", predicate: .equals("handle", .text("b")))))
+        else {
+            Issue.record("no snapshots")
+            return
+        }
+        #expect(rows.map { $0.values[4] } == [.text("b")])
+        // Events: a subscription becomes live asynchronously (ZeroMQ's slow joiner), so save
+        // until one event arrives (bounded), then every later save arrives, in order.
+        var number: UInt64 = 2
+        var first: ChangeEvent?
+        let deadline = Date().addingTimeInterval(5)
+        while first == nil && Date() < deadline {
+            number += 1
+            _ = try client.call(.save(clientID: "c1", saveNumber: number, changes: ChangeSet(inserted: [userSnapshot("w\(number)")])))
+            if try client.subscriber.waitForInput(milliseconds: 20),
+                case .event(let event) = try WireMessage.decode([UInt8](client.subscriber.receive()[0])).body
+            {
+                first = event
+            }
+        }
+        let firstEvent = try #require(first)
+        #expect(firstEvent.author == "c1" && firstEvent.changes.map(\.kind) == [.inserted])
+        while try client.subscriber.waitForInput(milliseconds: 50) { _ = try client.subscriber.receive() }
+        for extra in 1...3 {
+            #expect(try client.call(.save(clientID: "c1", saveNumber: number + UInt64(extra), changes: ChangeSet(
+                inserted: [userSnapshot("e\(extra)")]))) == .saved(sequence: number + UInt64(extra)))
+        }
+        try client.subscriber.setReceiveTimeout(milliseconds: 5_000)
+        for extra in 1...3 {
+            guard case .event(let event) = try WireMessage.decode([UInt8](client.subscriber.receive()[0])).body else {
+                Issue.record("not an event")
+                return
+            }
+            #expect(event.sequence == number + UInt64(extra))
+        }
+    }
+
+    @Test("bad input gets error replies and the daemon keeps serving, losing nothing")
+    func badInput() throws {
+        let daemon = try RunningDaemon()
+        let client = try RawClient(daemon)
+        // Before hello.
+        #expect(errorCode(try client.call(.count(StoreRequest(entityName: "User")))) == "malformedMessage")
+        #expect(try client.hello() == .welcome(protocolVersion: 1, sequence: 0))
+        #expect(try client.call(.save(clientID: "c", saveNumber: 1, changes: ChangeSet(inserted: [userSnapshot("kept")])))
+            == .saved(sequence: 1))
+        // Garbage, a wrong version, an unknown type, extra frames.
+        #expect(errorCode(try client.raw([Data([0xFF, 0x00, 0x01])]).body) == "unsupportedProtocolVersion")
+        #expect(errorCode(try client.raw([Data([1, 250, 1])]).body) == "malformedMessage")
+        #expect(errorCode(try client.raw([Data()]).body) == "malformedMessage")
+        #expect(errorCode(try client.raw([Data([1]), Data([2])]).body) == "malformedMessage")
+        // Unknown entities and properties, wrong value types and counts, garbage predicates.
+        #expect(errorCode(try client.call(.count(StoreRequest(entityName: "Nope")))) == "unknownEntity")
+        #expect(errorCode(try client.call(.fetch(StoreRequest(
+            entityName: "User", predicate: .equals("nope", .integer(1)))))) == "unsupportedPredicate")
+        var wrongType = userSnapshot("x")
+        wrongType.values[2] = .text("not a number")
+        #expect(errorCode(try client.call(.save(clientID: "c", saveNumber: 2, changes: ChangeSet(inserted: [wrongType]))))
+            == "valueNotStorable")
+        var short = userSnapshot("y")
+        short.values.removeLast(3)
+        #expect(errorCode(try client.call(.save(clientID: "c", saveNumber: 3, changes: ChangeSet(inserted: [short]))))
+            == "valueNotStorable")
+        #expect(errorCode(try client.call(.save(clientID: "c", saveNumber: 4, changes: ChangeSet(
+            updated: [ChangeSet.Update(id: .make(entityName: "User"), changes: [99: .null])])))) == "valueNotStorable")
+        // A duplicate unique value fails alone.
+        #expect(errorCode(try client.call(.save(clientID: "c", saveNumber: 5, changes: ChangeSet(inserted: [userSnapshot("kept")]))))
+            == "uniqueConstraintViolation")
+        // Still serving, nothing committed lost.
+        #expect(try client.call(.count(StoreRequest(entityName: "User"))) == .countReply(1))
+    }
+
+    @Test("a client with another schema is refused")
+    func schemaMismatch() throws {
+        let daemon = try RunningDaemon()
+        #expect(try RawClient(daemon).hello() == .welcome(protocolVersion: 1, sequence: 0))
+        let other = try RawClient(daemon)
+        #expect(errorCode(try other.hello(Schema([Tag.self]))) == "schemaMismatch")
+        #expect(errorCode(try other.call(.hello(
+            protocolVersion: 2, schemaFingerprint: testSchema.fingerprint, clientName: "future", schemaDescription: [])))
+            == "unsupportedProtocolVersion")
+    }
+
+    @Test("a second daemon for the same group is refused and the first keeps serving")
+    func secondDaemon() throws {
+        let daemon = try RunningDaemon()
+        #expect {
+            _ = try DaemonServer(configuration: .init(container: daemon.container))
+        } throws: { error in
+            (error as? SkyrosError)?.code == .groupLocked
+        }
+        #expect(try RawClient(daemon).hello() == .welcome(protocolVersion: 1, sequence: 0))
+    }
+}
