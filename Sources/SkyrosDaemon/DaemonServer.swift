@@ -153,6 +153,11 @@ public final class DaemonServer: @unchecked Sendable {
             sequence += 1
             publish(ChangeEvent(sequence: sequence, author: clientID, changes: summary(of: changes, in: store.schema)))
             return .saved(sequence: sequence)
+        case .deleteAll(let clientID):
+            try store.deleteAll()
+            sequence += 1
+            publish(ChangeEvent(sequence: sequence, author: clientID, isReset: true, changes: []))
+            return .saved(sequence: sequence)
         case .changesSince(let since):
             guard since == sequence else {
                 throw SkyrosError(.historyExpired, "the change history before \(sequence) is not kept yet")

@@ -25,11 +25,14 @@ public struct ObjectChange: Sendable, Hashable {
 public struct ChangeEvent: Sendable, Hashable {
     public var sequence: UInt64
     public var author: String
+    /// The store was emptied (`nuke`): every object is gone.
+    public var isReset: Bool
     public var changes: [ObjectChange]
 
-    public init(sequence: UInt64, author: String, changes: [ObjectChange]) {
+    public init(sequence: UInt64, author: String, isReset: Bool = false, changes: [ObjectChange]) {
         self.sequence = sequence
         self.author = author
+        self.isReset = isReset
         self.changes = changes
     }
 }
@@ -53,6 +56,8 @@ public struct WireMessage: Sendable, Hashable {
         case snapshots([ObjectID])
         case save(clientID: String, saveNumber: UInt64, changes: ChangeSet)
         case changesSince(UInt64)
+        /// Empties the store (`nuke`).
+        case deleteAll(clientID: String)
         // Replies
         case welcome(protocolVersion: UInt64, sequence: UInt64)
         case snapshotsReply([Snapshot])
@@ -73,6 +78,7 @@ public struct WireMessage: Sendable, Hashable {
             case .snapshots: 5
             case .save: 6
             case .changesSince: 7
+            case .deleteAll: 8
             case .welcome: 64
             case .snapshotsReply: 65
             case .identifiersReply: 66
@@ -117,6 +123,8 @@ public struct WireMessage: Sendable, Hashable {
             writer.changeSet(changes)
         case .changesSince(let sequence):
             writer.uvarint(sequence)
+        case .deleteAll(let clientID):
+            writer.string(clientID)
         case .welcome(let version, let sequence):
             writer.uvarint(version)
             writer.uvarint(sequence)
@@ -174,6 +182,7 @@ public struct WireMessage: Sendable, Hashable {
             let number = try reader.uvarint()
             body = .save(clientID: clientID, saveNumber: number, changes: try reader.changeSet())
         case 7: body = .changesSince(try reader.uvarint())
+        case 8: body = .deleteAll(clientID: try reader.string())
         case 64:
             let version = try reader.uvarint()
             body = .welcome(protocolVersion: version, sequence: try reader.uvarint())
@@ -192,7 +201,7 @@ public struct WireMessage: Sendable, Hashable {
             body = .error(code: code, message: try reader.string())
         case 70:
             var events: [ChangeEvent] = []
-            for _ in 0..<(try reader.count(minimumSize: 3)) { events.append(try reader.event()) }
+            for _ in 0..<(try reader.count(minimumSize: 4)) { events.append(try reader.event()) }
             body = .changes(events)
         case 96: body = .event(try reader.event())
         default: throw .unknownMessageType(type)
@@ -206,6 +215,7 @@ extension WireWriter {
     public mutating func event(_ event: ChangeEvent) {
         uvarint(event.sequence)
         string(event.author)
+        bool(event.isReset)
         uvarint(UInt64(event.changes.count))
         for change in event.changes {
             objectID(change.id)
@@ -220,6 +230,7 @@ extension WireReader {
     public mutating func event() throws(WireError) -> ChangeEvent {
         let sequence = try uvarint()
         let author = try string()
+        let isReset = try bool()
         var changes: [ObjectChange] = []
         for _ in 0..<(try count(minimumSize: 19)) {
             let id = try objectID()
@@ -228,6 +239,6 @@ extension WireReader {
             for _ in 0..<(try count()) { properties.append(try string()) }
             changes.append(ObjectChange(id: id, kind: kind, properties: properties))
         }
-        return ChangeEvent(sequence: sequence, author: author, changes: changes)
+        return ChangeEvent(sequence: sequence, author: author, isReset: isReset, changes: changes)
     }
 }

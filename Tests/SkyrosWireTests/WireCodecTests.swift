@@ -46,13 +46,14 @@ let sampleMessages: [WireMessage] = {
         WireMessage(requestID: 5, body: .snapshots([user, post])),
         WireMessage(requestID: 6, body: .save(clientID: "c1", saveNumber: 7, changes: changes)),
         WireMessage(requestID: 7, body: .changesSince(99)),
+        WireMessage(requestID: 9, body: .deleteAll(clientID: "c1")),
         WireMessage(requestID: 1, body: .welcome(protocolVersion: 1, sequence: 42)),
         WireMessage(requestID: 2, body: .snapshotsReply([Snapshot(id: user, values: values), Snapshot(id: post, values: [])])),
         WireMessage(requestID: 3, body: .identifiersReply([user, post])),
         WireMessage(requestID: 4, body: .countReply(1_000_000)),
         WireMessage(requestID: 6, body: .saved(sequence: 13)),
         WireMessage(requestID: 8, body: .error(code: "uniqueConstraintViolation", message: "User.handle must be unique")),
-        WireMessage(requestID: 7, body: .changes([event, ChangeEvent(sequence: 13, author: "", changes: [])])),
+        WireMessage(requestID: 7, body: .changes([event, ChangeEvent(sequence: 13, author: "", isReset: true, changes: [])])),
         WireMessage(requestID: 0, body: .event(event)),
     ]
 }()

@@ -34,6 +34,7 @@ open class Skyros: @unchecked Sendable {
     private var contexts: Contexts
     private var _errorHandler: (@Sendable (SkyrosError) -> Void)?
     let inFlight = DispatchGroup()
+    let changeObservers = ChangeObservers()
 
     struct Contexts {
         let root: ObjectContext
