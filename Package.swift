@@ -7,6 +7,7 @@ let package = Package(
     platforms: [.macOS(.v15)],
     products: [
         .library(name: "Skyros", targets: ["Skyros"]),
+        .library(name: "SkyrosShared", targets: ["SkyrosShared"]),
         .executable(name: "skyros-bench", targets: ["skyros-bench"]),
     ],
     dependencies: [
@@ -47,6 +48,10 @@ let package = Package(
             dependencies: ["Skyros"]
         ),
         .target(
+            name: "SkyrosShared",
+            dependencies: ["Skyros", "SkyrosWire", "SkyrosZeroMQ"]
+        ),
+        .target(
             name: "SkyrosDaemon",
             dependencies: ["Skyros", "SkyrosWire", "SkyrosZeroMQ"]
         ),
@@ -66,7 +71,7 @@ let package = Package(
         ),
         .target(
             name: "SkyrosTestModels",
-            dependencies: ["Skyros"],
+            dependencies: ["Skyros", "SkyrosDaemon", "SkyrosWire"],
             path: "Tests/SkyrosTestModels"
         ),
         .executableTarget(
@@ -77,7 +82,8 @@ let package = Package(
         .testTarget(
             name: "SkyrosTests",
             dependencies: [
-                "Skyros", "SkyrosTestModels", "skyros-test-child", .product(name: "GRDB", package: "GRDB.swift"),
+                "Skyros", "SkyrosShared", "SkyrosTestModels", "skyros-test-child",
+                .product(name: "GRDB", package: "GRDB.swift"),
             ]
         ),
         .testTarget(

@@ -213,8 +213,3 @@ public final class DaemonServer: @unchecked Sendable {
         return result
     }
 }
-
-extension SkyrosError.Code {
-    /// The change history asked for is no longer kept: refresh completely.
-    public static let historyExpired = SkyrosError.Code(rawValue: "historyExpired")
-}

@@ -1,12 +1,15 @@
 import Foundation
 import Skyros
 import SkyrosTestModels
+import SkyrosShared
 import Testing
 
 /// The stores the conformance suite runs against.
 enum StoreKind: String, CaseIterable, CustomTestStringConvertible, Sendable {
     case inMemory
     case sqlite
+    /// Through a group daemon, over ZeroMQ.
+    case shared
 
     var testDescription: String { rawValue }
 }
@@ -31,10 +34,17 @@ struct TestStack {
     let store: Skyros
     let directory: TemporaryDirectory
     let url: URL?
+    let daemon: RunningDaemon?
 
     init(_ kind: StoreKind, allowsConcurrentWritings: Bool = false) throws {
         directory = try TemporaryDirectory()
+        daemon = kind == .shared ? try RunningDaemon() : nil
         switch kind {
+        case .shared:
+            url = nil
+            store = try Skyros(
+                sharedStack: testSchema, container: daemon!.container.url,
+                allowsConcurrentWritings: allowsConcurrentWritings)
         case .inMemory:
             url = nil
             store = try Skyros(inMemoryStack: testSchema, allowsConcurrentWritings: allowsConcurrentWritings)

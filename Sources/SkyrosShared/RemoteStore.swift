@@ -1,0 +1,196 @@
+import Foundation
+import Skyros
+import SkyrosWire
+import SkyrosZeroMQ
+
+/// The store of a shared stack: the group's daemon, reached over ZeroMQ (docs/PROTOCOL.md).
+///
+/// Requests are answered from the daemon's committed state. Change events of other clients
+/// are received on a background thread and handed to ``onChange``. A call that gets no
+/// answer within ``timeout`` reconnects once and then fails with
+/// ``SkyrosError/Code/daemonUnavailable``: no call ever waits forever.
+public final class RemoteStore: PersistentStore, @unchecked Sendable {
+    public let schema: Schema
+    public let container: GroupContainer
+    /// This client's identity in the group (also the author of its change events).
+    public let clientID: String
+    /// How long a request waits for the daemon.
+    public let timeout: TimeInterval
+
+    private let zmq: ZeroMQContext
+    private let lock = NSLock()
+    private var dealer: ZeroMQSocket
+    private var nextRequestID: UInt64 = 1
+    private var saveNumber: UInt64 = 0
+    private let events: ZeroMQSocket
+    private let eventsLock = NSLock()
+    private var _onChange: (@Sendable (ChangeEvent) -> Void)?
+    private var stopped = false
+    private let eventsFinished = DispatchSemaphore(value: 0)
+    private var eventThreadStarted = false
+    /// The sequence of the last committed change set this client knows of.
+    public private(set) var sequence: UInt64 = 0
+
+    /// Connects to the daemon of `container` and says hello.
+    ///
+    /// - Throws: ``SkyrosError/Code/schemaMismatch`` when the group's store has another
+    ///   schema, ``SkyrosError/Code/daemonUnavailable`` when no daemon answers in `timeout`.
+    public init(schema: Schema, container: GroupContainer, clientName: String? = nil, timeout: TimeInterval = 5) throws {
+        try schema.validate()
+        self.schema = schema
+        self.container = container
+        self.timeout = timeout
+        let name = clientName ?? ProcessInfo.processInfo.processName
+        self.clientID = "\(UUID().uuidString.prefix(8)) \(name)"
+        zmq = try ZeroMQContext()
+        // Subscribe first, then ask for the state (ZeroMQ guide, Clone pattern).
+        events = try ZeroMQSocket(context: zmq, kind: .subscriber)
+        try events.setMaximumMessageSize(Int64(WireMessage.maximumSize))
+        try events.subscribe()
+        try events.connect(container.eventsEndpoint)
+        dealer = try Self.makeDealer(zmq, container)
+        let description = Array(try JSONEncoder().encode(schema.schemaDescription))
+        let reply = try request(
+            .hello(
+                protocolVersion: UInt64(WireMessage.protocolVersion), schemaFingerprint: schema.fingerprint,
+                clientName: name, schemaDescription: description))
+        guard case .welcome(_, let current) = reply else {
+            throw SkyrosError(.malformedMessage, "the daemon answered hello with \(reply)")
+        }
+        sequence = current
+    }
+
+    deinit {
+        eventsLock.withLock { stopped = true }
+        if eventThreadStarted { _ = eventsFinished.wait(timeout: .now() + 2) }
+    }
+
+    private static func makeDealer(_ zmq: ZeroMQContext, _ container: GroupContainer) throws -> ZeroMQSocket {
+        let socket = try ZeroMQSocket(context: zmq, kind: .dealer)
+        try socket.setMaximumMessageSize(Int64(WireMessage.maximumSize))
+        try socket.connect(container.requestsEndpoint)
+        return socket
+    }
+
+    /// Called on a background thread with each change event of another client, in order.
+    /// Setting it starts listening.
+    public var onChange: (@Sendable (ChangeEvent) -> Void)? {
+        get { eventsLock.withLock { _onChange } }
+        set {
+            let start = eventsLock.withLock { () -> Bool in
+                _onChange = newValue
+                defer { eventThreadStarted = true }
+                return !eventThreadStarted
+            }
+            if start { startEventThread() }
+        }
+    }
+
+    private func startEventThread() {
+        let thread = Thread { [weak self] in
+            while let self, !self.eventsLock.withLock({ self.stopped }) {
+                do {
+                    guard try self.events.waitForInput(milliseconds: 50) else { continue }
+                    let frames = try self.events.receive(dontWait: true)
+                    guard let frame = frames.first, case .event(let event) = try WireMessage.decode([UInt8](frame)).body
+                    else { continue }
+                    self.deliver(event)
+                } catch {
+                    continue
+                }
+            }
+            self?.eventsFinished.signal()
+        }
+        thread.name = "skyros.events"
+        thread.start()
+    }
+
+    private func deliver(_ event: ChangeEvent) {
+        let handler = eventsLock.withLock { () -> (@Sendable (ChangeEvent) -> Void)? in
+            guard event.sequence > sequence else { return nil }  // already known (our own reply came first)
+            sequence = event.sequence
+            return event.author == clientID ? nil : _onChange
+        }
+        handler?(event)
+    }
+
+    // MARK: - Requests
+
+    /// Sends a request and waits for its reply; error replies become ``SkyrosError``s.
+    func request(_ body: WireMessage.Body) throws -> WireMessage.Body {
+        try lock.withLock {
+            for attempt in 0..<2 {
+                let id = nextRequestID
+                nextRequestID += 1
+                try dealer.send([Data(WireMessage(requestID: id, body: body).encoded())])
+                let deadline = Date().addingTimeInterval(timeout)
+                while Date() < deadline {
+                    let remaining = max(1, Int(deadline.timeIntervalSinceNow * 1000))
+                    guard try dealer.waitForInput(milliseconds: remaining) else { break }
+                    let frames = try dealer.receive(dontWait: true)
+                    guard let frame = frames.last, let reply = try? WireMessage.decode([UInt8](frame)) else { continue }
+                    if reply.requestID == 0, case .error(let code, let message) = reply.body {
+                        throw SkyrosError(SkyrosError.Code(rawValue: code), message)
+                    }
+                    guard reply.requestID == id else { continue }  // a late reply to an abandoned request
+                    if case .error(let code, let message) = reply.body {
+                        throw SkyrosError(SkyrosError.Code(rawValue: code), message)
+                    }
+                    return reply.body
+                }
+                if attempt == 0 {
+                    // Start over on a new connection: the daemon may have restarted.
+                    dealer.close()
+                    dealer = try Self.makeDealer(zmq, container)
+                }
+            }
+            throw SkyrosError(
+                .daemonUnavailable,
+                "the daemon of \(container.url.path) did not answer within \(timeout) seconds (is skyrosd running?)")
+        }
+    }
+
+    // MARK: - ObjectStore
+
+    public func fetchSnapshots(_ request: StoreRequest) throws -> [Snapshot] {
+        guard case .snapshotsReply(let rows) = try self.request(.fetch(request)) else { throw unexpected() }
+        return rows
+    }
+
+    public func fetchIdentifiers(_ request: StoreRequest) throws -> [ObjectID] {
+        guard case .identifiersReply(let ids) = try self.request(.fetchIdentifiers(request)) else { throw unexpected() }
+        return ids
+    }
+
+    public func count(_ request: StoreRequest) throws -> Int {
+        guard case .countReply(let count) = try self.request(.count(request)) else { throw unexpected() }
+        return count
+    }
+
+    public func snapshots(for ids: [ObjectID]) throws -> [Snapshot] {
+        guard !ids.isEmpty else { return [] }
+        guard case .snapshotsReply(let rows) = try request(.snapshots(ids)) else { throw unexpected() }
+        return rows
+    }
+
+    /// Sends a change set; returns once the daemon has made it durable.
+    public func save(_ changes: ChangeSet) throws {
+        let number = lock.withLock { () -> UInt64 in
+            saveNumber += 1
+            return saveNumber
+        }
+        guard case .saved(let committed) = try request(.save(clientID: clientID, saveNumber: number, changes: changes)) else {
+            throw unexpected()
+        }
+        eventsLock.withLock { sequence = max(sequence, committed) }
+    }
+
+    public func deleteAll() throws {
+        guard case .saved(let committed) = try request(.deleteAll(clientID: clientID)) else { throw unexpected() }
+        eventsLock.withLock { sequence = max(sequence, committed) }
+    }
+
+    private func unexpected() -> SkyrosError {
+        SkyrosError(.malformedMessage, "the daemon sent an unexpected reply")
+    }
+}

@@ -1,0 +1,43 @@
+import Foundation
+import Skyros
+import SkyrosWire
+
+extension Skyros {
+    /// A stack whose store is the daemon (`skyrosd`) of an application group: every
+    /// process of the group shares it, and each sees the others' changes in its main context.
+    ///
+    /// - Parameters:
+    ///   - schema: the entities; the group's store must have the same fingerprint.
+    ///   - applicationGroup: the group identifier; its container is
+    ///     ``Skyros/containerURL(forApplicationGroup:)``.
+    ///   - timeout: how long a call waits for the daemon before failing with
+    ///     ``SkyrosError/Code/daemonUnavailable``.
+    public convenience init(
+        sharedStack schema: Schema, applicationGroup: String, allowsConcurrentWritings: Bool = false,
+        timeout: TimeInterval = 5
+    ) throws {
+        let url = try Skyros.containerURL(forApplicationGroup: applicationGroup)
+        try self.init(
+            sharedStack: schema, container: url, allowsConcurrentWritings: allowsConcurrentWritings, timeout: timeout)
+    }
+
+    /// A shared stack on an explicit container directory.
+    public convenience init(
+        sharedStack schema: Schema, container: URL, allowsConcurrentWritings: Bool = false, timeout: TimeInterval = 5
+    ) throws {
+        let remote = try RemoteStore(schema: schema, container: GroupContainer(url: container), timeout: timeout)
+        self.init(store: remote, allowsConcurrentWritings: allowsConcurrentWritings)
+        remote.onChange = { [weak self] (event: ChangeEvent) in
+            guard let self else { return }
+            var change = StoreChange(sequence: event.sequence, author: event.author, isReset: event.isReset)
+            for item in event.changes {
+                switch item.kind {
+                case .inserted: change.inserted.append(item.id)
+                case .updated: change.updated[item.id] = item.properties
+                case .deleted: change.deleted.append(item.id)
+                }
+            }
+            self.merge(change)
+        }
+    }
+}
