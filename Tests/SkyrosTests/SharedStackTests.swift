@@ -1,0 +1,90 @@
+import Foundation
+import Skyros
+import SkyrosShared
+import SkyrosTestModels
+import Testing
+
+/// Two clients of one daemon, in this process (the multi-process tests run real processes).
+@Suite("Shared stack", .timeLimit(.minutes(1)))
+struct SharedStackTests {
+    /// Waits for the next change delivered to `stack`, bounded.
+    func nextChange(_ changes: AsyncStream<StoreChange>, seconds: Double = 5) async -> StoreChange? {
+        await withTaskGroup(of: StoreChange?.self) { group in
+            group.addTask {
+                var iterator = changes.makeAsyncIterator()
+                return await iterator.next()
+            }
+            group.addTask {
+                try? await Task.sleep(for: .seconds(seconds))
+                return nil
+            }
+            let first = await group.next() ?? nil
+            group.cancelAll()
+            return first
+        }
+    }
+
+    @Test("each client sees the other's inserts, updates and deletes in its main context")
+    func seeEachOther() async throws {
+        let daemon = try RunningDaemon()
+        let a = try Skyros(sharedStack: testSchema, container: daemon.container.url)
+        let b = try Skyros(sharedStack: testSchema, container: daemon.container.url)
+        let bChanges = b.changes
+        let aChanges = a.changes
+
+        let id = try await a.write { context in
+            let user = User.create(in: context)
+            user.firstname = "John"
+            user.handle = "john"
+            return user.objectID
+        }
+        let inserted = try #require(await nextChange(bChanges))
+        #expect(inserted.inserted == [id])
+        // B holds the object in its main context.
+        let name = try await b.read { context in context.object(with: id, as: User.self)?.firstname }
+        #expect(name == "John")
+        nonisolated(unsafe) var held: User?
+        b.mainContext.performAndWait { held = b.mainContext.object(with: id, as: User.self) }
+
+        try await a.write { context in try User.first(in: context)!.firstname = "Johnny" }
+        let updated = try #require(await nextChange(bChanges))
+        #expect(updated.updated[id] == ["firstname"])
+        let newName = try await b.read { _ in held?.firstname }
+        #expect(newName == "Johnny")  // the registered object shows the new value on next access
+
+        try await a.write { context in try User.deleteAll(in: context) }
+        let deleted = try #require(await nextChange(bChanges))
+        #expect(deleted.deleted == [id])
+        let count = try await b.read { try User.count(in: $0) }
+        #expect(count == 0)
+        let isDeleted = try await b.read { _ in held?.isDeleted }
+        #expect(isDeleted == true)
+
+        // The saving client never gets its own changes back as remote ones.
+        #expect(await nextChange(aChanges, seconds: 0.3) == nil)
+    }
+
+    @Test("a schema that differs from the group's store fails the initializer with a typed error")
+    func schemaMismatch() throws {
+        let daemon = try RunningDaemon()
+        _ = try Skyros(sharedStack: testSchema, container: daemon.container.url)
+        #expect {
+            _ = try Skyros(sharedStack: Schema([Tag.self]), container: daemon.container.url)
+        } throws: { error in
+            (error as? SkyrosError)?.code == .schemaMismatch
+        }
+    }
+
+    @Test("without a daemon, the initializer fails with daemonUnavailable after the timeout")
+    func noDaemon() throws {
+        let directory = "/tmp/skn-\(getpid())-\(UInt32.random(in: 0...UInt32.max))"
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        let started = Date()
+        #expect {
+            _ = try Skyros(sharedStack: testSchema, container: URL(fileURLWithPath: directory), timeout: 0.3)
+        } throws: { error in
+            (error as? SkyrosError)?.code == .daemonUnavailable
+        }
+        #expect(Date().timeIntervalSince(started) < 5)
+    }
+}
