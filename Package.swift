@@ -9,10 +9,14 @@ let package = Package(
         .library(name: "Skyros", targets: ["Skyros"]),
         .library(name: "SkyrosShared", targets: ["SkyrosShared"]),
         .executable(name: "skyros-bench", targets: ["skyros-bench"]),
+        .executable(name: "skyrosd", targets: ["skyrosd"]),
     ],
     dependencies: [
         .package(url: "https://github.com/groue/GRDB.swift", from: "7.10.0"),
         .package(url: "https://github.com/swiftlang/swift-syntax", "600.0.0"..<"700.0.0"),
+        .package(url: "https://github.com/apple/swift-argument-parser", from: "1.5.0"),
+        .package(url: "https://github.com/apple/swift-log", from: "1.6.0"),
+        .package(url: "https://github.com/swift-server/swift-service-lifecycle", from: "2.6.0"),
     ],
     targets: [
         .macro(
@@ -54,6 +58,15 @@ let package = Package(
         .target(
             name: "SkyrosDaemon",
             dependencies: ["Skyros", "SkyrosWire", "SkyrosZeroMQ"]
+        ),
+        .executableTarget(
+            name: "skyrosd",
+            dependencies: [
+                "Skyros", "SkyrosDaemon", "SkyrosWire",
+                .product(name: "ArgumentParser", package: "swift-argument-parser"),
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+            ]
         ),
         .executableTarget(
             name: "skyros-bench",

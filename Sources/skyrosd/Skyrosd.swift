@@ -1,0 +1,113 @@
+// skyrosd: the daemon of one application group.
+//
+//     skyrosd --group com.example.todo [--groups-dir DIR] [--durability full|normal] [--log-level info]
+import ArgumentParser
+import Foundation
+import Logging
+import ServiceLifecycle
+import Skyros
+import SkyrosDaemon
+import SkyrosWire
+
+extension Durability: ExpressibleByArgument {}
+extension Logger.Level: @retroactive ExpressibleByArgument {}
+
+@main
+struct Skyrosd: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "skyrosd",
+        abstract: "Serve the store of a Skyros application group to its client processes.",
+        discussion: """
+            skyrosd owns the group container's store.sqlite and serves it on ipc:// sockets in \
+            the container. Without --groups-dir, the container is resolved like clients do: \
+            $SKYROS_GROUPS_DIR/<group>, else /var/lib/skyros/<group> when it exists, else \
+            $XDG_DATA_HOME/skyros/<group>. One daemon per group: a second one exits with status 2. \
+            SIGTERM or SIGINT stops it gracefully (exit status 0).
+            """)
+
+    @Option(help: "The application group identifier (letters, digits, '.', '_', '-').")
+    var group: String
+
+    @Option(help: "The directory holding group containers (default: resolved like clients do).")
+    var groupsDir: String?
+
+    @Option(help: "full (synchronous=FULL) or normal (synchronous=NORMAL).")
+    var durability: Durability = .full
+
+    @Option(help: "trace, debug, info, notice, warning, error or critical.")
+    var logLevel: Logger.Level = .info
+
+    func run() async throws {
+        let level = logLevel
+        LoggingSystem.bootstrap { label in
+            var handler = StreamLogHandler.standardError(label: label)
+            handler.logLevel = level
+            return handler
+        }
+        let logger = Logger(label: "skyrosd")
+        let containerURL: URL
+        do {
+            try Skyros.validateApplicationGroup(group)
+            if let groupsDir {
+                containerURL = URL(fileURLWithPath: groupsDir).appendingPathComponent(group)
+            } else {
+                containerURL = try Skyros.containerURL(forApplicationGroup: group)
+            }
+        } catch let error as SkyrosError {
+            logger.critical("\(error.message)")
+            throw ExitCode(64)
+        }
+        let server: DaemonServer
+        do {
+            server = try DaemonServer(
+                configuration: .init(
+                    container: GroupContainer(url: containerURL), durability: durability,
+                    log: { message in logger.info("\(message)") }))
+        } catch let error as SkyrosError where error.code == .groupLocked {
+            logger.critical("\(error.message)")
+            throw ExitCode(2)
+        } catch {
+            logger.critical("cannot start: \(error)")
+            throw ExitCode(1)
+        }
+        let service = DaemonService(server: server, notifier: SystemdNotifier(), logger: logger)
+        let serviceGroup = ServiceGroup(
+            configuration: .init(services: [service], gracefulShutdownSignals: [.sigterm, .sigint], logger: logger))
+        try await serviceGroup.run()
+    }
+}
+
+/// The serve loop as a service: it runs on its own thread (ZeroMQ sockets are blocking),
+/// and stops when the service group shuts down gracefully.
+struct DaemonService: Service {
+    let server: DaemonServer
+    let notifier: SystemdNotifier
+    let logger: Logger
+
+    func run() async throws {
+        let watchdog = notifier.watchdogInterval.map { interval in
+            Task { [notifier] in
+                while !Task.isCancelled {
+                    notifier.notify("WATCHDOG=1")
+                    try? await Task.sleep(for: interval)
+                }
+            }
+        }
+        notifier.notify("READY=1\nSTATUS=serving")
+        await withGracefulShutdownHandler {
+            await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+                let server = self.server
+                Thread.detachNewThread {
+                    server.serve()
+                    continuation.resume()
+                }
+            }
+        } onGracefulShutdown: { [server, notifier] in
+            notifier.notify("STOPPING=1")
+            server.stop()
+        }
+        watchdog?.cancel()
+        server.close()
+        logger.info("shut down")
+    }
+}
