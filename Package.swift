@@ -95,7 +95,7 @@ let package = Package(
         .testTarget(
             name: "SkyrosTests",
             dependencies: [
-                "Skyros", "SkyrosShared", "SkyrosTestModels", "skyros-test-child",
+                "Skyros", "SkyrosShared", "SkyrosTestModels", "skyros-test-child", "skyrosd",
                 .product(name: "GRDB", package: "GRDB.swift"),
             ]
         ),

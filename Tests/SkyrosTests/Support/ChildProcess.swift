@@ -15,12 +15,18 @@ final class ChildProcess: @unchecked Sendable {
         return testBinary.deletingLastPathComponent().appendingPathComponent("skyros-test-child")
     }
 
-    init(_ arguments: [String], environment: [String: String] = [:]) throws {
+    /// An executable built with the tests (same folder as the test binary).
+    static func builtExecutable(_ name: String) -> URL {
+        helperURL.deletingLastPathComponent().appendingPathComponent(name)
+    }
+
+    init(_ arguments: [String], executable: URL = ChildProcess.helperURL, environment: [String: String] = [:]) throws {
         var pipeFDs: [Int32] = [0, 0]
         guard pipe(&pipeFDs) == 0 else { throw POSIXError(.EMFILE) }
         var actions = posix_spawn_file_actions_t()
         posix_spawn_file_actions_init(&actions)
         posix_spawn_file_actions_adddup2(&actions, pipeFDs[1], 1)
+        posix_spawn_file_actions_adddup2(&actions, pipeFDs[1], 2)
         posix_spawn_file_actions_addclose(&actions, pipeFDs[0])
         var attributes = posix_spawnattr_t()
         posix_spawnattr_init(&attributes)
@@ -36,7 +42,7 @@ final class ChildProcess: @unchecked Sendable {
             posix_spawn_file_actions_destroy(&actions)
             posix_spawnattr_destroy(&attributes)
         }
-        let path = Self.helperURL.path
+        let path = executable.path
         let argv = ([path] + arguments).map { strdup($0) } + [nil]
         let env = ProcessInfo.processInfo.environment.merging(environment) { $1 }.map { strdup("\($0)=\($1)") } + [nil]
         defer {

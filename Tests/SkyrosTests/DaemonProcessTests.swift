@@ -1,0 +1,112 @@
+import Foundation
+import Skyros
+import SkyrosShared
+import SkyrosTestModels
+import Testing
+
+/// A datagram socket standing in for systemd's notification socket.
+final class NotifySocket: @unchecked Sendable {
+    let path: String
+    private let fd: Int32
+
+    init() throws {
+        path = "/tmp/skn-\(getpid())-\(UInt32.random(in: 0...UInt32.max)).sock"
+        fd = socket(AF_UNIX, Int32(SOCK_DGRAM.rawValue), 0)
+        var address = sockaddr_un()
+        address.sun_family = sa_family_t(AF_UNIX)
+        withUnsafeMutableBytes(of: &address.sun_path) { buffer in
+            for (index, byte) in path.utf8.enumerated() { buffer[index] = byte }
+        }
+        let bound = withUnsafePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, socklen_t(MemoryLayout<sockaddr_un>.size)) }
+        }
+        guard fd >= 0, bound == 0 else { throw POSIXError(.EADDRINUSE) }
+    }
+
+    /// Waits for a datagram containing `state` (e.g. "READY=1"); false on timeout.
+    func waitFor(_ state: String, seconds: Double = 20) -> Bool {
+        let deadline = Date().addingTimeInterval(seconds)
+        while Date() < deadline {
+            var descriptor = pollfd(fd: fd, events: Int16(POLLIN), revents: 0)
+            guard poll(&descriptor, 1, 100) >= 0 else { return false }
+            guard descriptor.revents != 0 else { continue }
+            var buffer = [UInt8](repeating: 0, count: 4096)
+            let count = recv(fd, &buffer, buffer.count, 0)
+            if count > 0, String(decoding: buffer[0..<count], as: UTF8.self).split(separator: "\n").contains(Substring(state)) {
+                return true
+            }
+        }
+        return false
+    }
+
+    deinit {
+        close(fd)
+        unlink(path)
+    }
+}
+
+/// The real `skyrosd` executable, started and stopped by the tests.
+@Suite("skyrosd process", .timeLimit(.minutes(1)))
+struct DaemonProcessTests {
+    static var skyrosd: URL { ChildProcess.builtExecutable("skyrosd") }
+
+    func groupsDirectory() -> String {
+        let path = "/tmp/skg-\(getpid())-\(UInt32.random(in: 0...UInt32.max))"
+        try? FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: true)
+        return path
+    }
+
+    @Test("sd_notify: READY once serving, STOPPING and exit 0 on SIGTERM; clients are served in between")
+    func lifecycle() throws {
+        let groups = groupsDirectory()
+        defer { try? FileManager.default.removeItem(atPath: groups) }
+        let notify = try NotifySocket()
+        let daemon = try ChildProcess(
+            ["--group", "com.example.test", "--groups-dir", groups], executable: Self.skyrosd,
+            environment: ["NOTIFY_SOCKET": notify.path, "WATCHDOG_USEC": "200000"])
+        #expect(notify.waitFor("READY=1"))
+        #expect(notify.waitFor("WATCHDOG=1"))
+        let container = URL(fileURLWithPath: groups).appendingPathComponent("com.example.test")
+        do {
+            let store = try Skyros(sharedStack: testSchema, container: container)
+            var count = -1
+            store.writeSync { makeUsers([("A", "B")], in: $0) }
+            store.read { count = try User.count(in: $0) }
+            #expect(count == 1)
+            #expect(store.flush(timeout: 10))
+        }
+        let attributes = try FileManager.default.attributesOfItem(atPath: container.path)
+        #expect((attributes[.posixPermissions] as? Int) == 0o770)
+        kill(daemon.pid, SIGTERM)
+        #expect(notify.waitFor("STOPPING=1"))
+        #expect(daemon.wait() == .exited(0))
+    }
+
+    @Test("a second daemon for the same group exits 2 with a clear message; the first keeps serving")
+    func secondDaemon() throws {
+        let groups = groupsDirectory()
+        defer { try? FileManager.default.removeItem(atPath: groups) }
+        let notify = try NotifySocket()
+        let first = try ChildProcess(
+            ["--group", "g", "--groups-dir", groups], executable: Self.skyrosd, environment: ["NOTIFY_SOCKET": notify.path])
+        #expect(notify.waitFor("READY=1"))
+        let second = try ChildProcess(["--group", "g", "--groups-dir", groups], executable: Self.skyrosd)
+        #expect(second.wait() == .exited(2))
+        #expect(second.readAll().contains("another skyrosd already serves the group"))
+        let store = try Skyros(sharedStack: testSchema, container: URL(fileURLWithPath: groups).appendingPathComponent("g"))
+        var count = -1
+        store.read { count = try User.count(in: $0) }
+        #expect(count == 0)
+        kill(first.pid, SIGTERM)
+        #expect(first.wait() == .exited(0))
+    }
+
+    @Test("an invalid group id is refused before any file is touched", arguments: ["", "../etc", "a/b", "a b"])
+    func invalidGroup(group: String) throws {
+        let groups = groupsDirectory()
+        defer { try? FileManager.default.removeItem(atPath: groups) }
+        let daemon = try ChildProcess(["--group", group, "--groups-dir", groups], executable: Self.skyrosd)
+        #expect(daemon.wait() == .exited(64))
+        #expect(try FileManager.default.contentsOfDirectory(atPath: groups).isEmpty)
+    }
+}
