@@ -89,7 +89,7 @@ let package = Package(
         ),
         .executableTarget(
             name: "skyros-test-child",
-            dependencies: ["Skyros", "SkyrosTestModels"],
+            dependencies: ["Skyros", "SkyrosShared", "SkyrosTestModels"],
             path: "Tests/skyros-test-child"
         ),
         .testTarget(

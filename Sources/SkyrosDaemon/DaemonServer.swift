@@ -36,6 +36,11 @@ public final class DaemonServer: @unchecked Sendable {
     private var store: SQLiteStore?
     private var sequence: UInt64 = 0
     private var acceptedPeers: Set<Data> = []
+    /// The latest committed change sets, for clients catching up (oldest first).
+    private var history: [ChangeEvent] = []
+    /// How many change sets the in-memory history keeps.
+    public static let historyLimit = 100_000
+    private var lastHeartbeat = Date.distantPast
     private let state = NSLock()
     private var stopRequested = false
 
@@ -70,6 +75,7 @@ public final class DaemonServer: @unchecked Sendable {
     /// Serves until ``stop()`` is called; checks for it every `pollInterval` milliseconds.
     public func serve(pollInterval: Int = 100) {
         while !isStopRequested {
+            heartbeatIfDue(every: Double(pollInterval) / 1000)
             do {
                 guard try requests.waitForInput(milliseconds: pollInterval) else { continue }
                 handle(try requests.receive(dontWait: true))
@@ -159,10 +165,12 @@ public final class DaemonServer: @unchecked Sendable {
             publish(ChangeEvent(sequence: sequence, author: clientID, isReset: true, changes: []))
             return .saved(sequence: sequence)
         case .changesSince(let since):
-            guard since == sequence else {
-                throw SkyrosError(.historyExpired, "the change history before \(sequence) is not kept yet")
+            if since >= sequence { return .changes([]) }
+            guard let oldest = history.first?.sequence, since + 1 >= oldest else {
+                throw SkyrosError(
+                    .historyExpired, "changes after \(since) are no longer kept (oldest: \(history.first?.sequence ?? sequence))")
             }
-            return .changes([])
+            return .changes(Array(history.drop { $0.sequence <= since }))
         default:
             throw SkyrosError(.malformedMessage, "a client cannot send this message")
         }
@@ -195,7 +203,21 @@ public final class DaemonServer: @unchecked Sendable {
         return .welcome(protocolVersion: UInt64(WireMessage.protocolVersion), sequence: sequence)
     }
 
-    private func publish(_ event: ChangeEvent) {
+    /// A heartbeat is an event with an empty author and the current sequence: clients learn
+    /// that their subscription is live and notice gaps even when nothing is saved.
+    private func heartbeatIfDue(every interval: TimeInterval) {
+        guard Date().timeIntervalSince(lastHeartbeat) >= interval else { return }
+        lastHeartbeat = Date()
+        publish(ChangeEvent(sequence: sequence, author: "", changes: []), recording: false)
+    }
+
+    private func record(_ event: ChangeEvent) {
+        history.append(event)
+        if history.count > Self.historyLimit { history.removeFirst(history.count - Self.historyLimit) }
+    }
+
+    private func publish(_ event: ChangeEvent, recording: Bool = true) {
+        if recording { record(event) }
         do {
             try events.send([Data(WireMessage(requestID: 0, body: .event(event)).encoded())], dontWait: true)
         } catch {

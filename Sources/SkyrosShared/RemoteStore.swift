@@ -28,7 +28,7 @@ public final class RemoteStore: PersistentStore, @unchecked Sendable {
     private var stopped = false
     private let eventsFinished = DispatchSemaphore(value: 0)
     private var eventThreadStarted = false
-    /// The sequence of the last committed change set this client knows of.
+    /// The sequence of the last change set merged (or known to be this client's own).
     public private(set) var sequence: UInt64 = 0
 
     /// Connects to the daemon of `container` and says hello.
@@ -105,13 +105,27 @@ public final class RemoteStore: PersistentStore, @unchecked Sendable {
         thread.start()
     }
 
+    /// Merges events in sequence order, with no gap and no duplicate: an event (or a
+    /// heartbeat, whose author is empty) past the next expected sequence means some were
+    /// dropped, and they are fetched with changes-since before going on.
     private func deliver(_ event: ChangeEvent) {
-        let handler = eventsLock.withLock { () -> (@Sendable (ChangeEvent) -> Void)? in
-            guard event.sequence > sequence else { return nil }  // already known (our own reply came first)
-            sequence = event.sequence
-            return event.author == clientID ? nil : _onChange
+        let last = eventsLock.withLock { sequence }
+        guard event.sequence > last else { return }  // known already, or a heartbeat with nothing new
+        var events: [ChangeEvent]
+        if event.sequence == last + 1 && !event.author.isEmpty {
+            events = [event]
+        } else {
+            guard case .changes(let missed)? = try? request(.changesSince(last)) else { return }  // retried on the next event
+            events = missed
         }
-        handler?(event)
+        for event in events {
+            let handler = eventsLock.withLock { () -> (@Sendable (ChangeEvent) -> Void)? in
+                guard event.sequence == sequence + 1 else { return nil }
+                sequence = event.sequence
+                return event.author == clientID ? nil : _onChange
+            }
+            handler?(event)
+        }
     }
 
     // MARK: - Requests
@@ -179,15 +193,13 @@ public final class RemoteStore: PersistentStore, @unchecked Sendable {
             saveNumber += 1
             return saveNumber
         }
-        guard case .saved(let committed) = try request(.save(clientID: clientID, saveNumber: number, changes: changes)) else {
+        guard case .saved = try request(.save(clientID: clientID, saveNumber: number, changes: changes)) else {
             throw unexpected()
         }
-        eventsLock.withLock { sequence = max(sequence, committed) }
     }
 
     public func deleteAll() throws {
-        guard case .saved(let committed) = try request(.deleteAll(clientID: clientID)) else { throw unexpected() }
-        eventsLock.withLock { sequence = max(sequence, committed) }
+        guard case .saved = try request(.deleteAll(clientID: clientID)) else { throw unexpected() }
     }
 
     private func unexpected() -> SkyrosError {

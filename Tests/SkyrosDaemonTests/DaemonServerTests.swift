@@ -86,26 +86,48 @@ struct DaemonServerTests {
             number += 1
             _ = try client.call(.save(clientID: "c1", saveNumber: number, changes: ChangeSet(inserted: [userSnapshot("w\(number)")])))
             if try client.subscriber.waitForInput(milliseconds: 20),
-                case .event(let event) = try WireMessage.decode([UInt8](client.subscriber.receive()[0])).body
+                case .event(let event) = try WireMessage.decode([UInt8](client.subscriber.receive()[0])).body,
+                !event.author.isEmpty  // not a heartbeat
             {
                 first = event
             }
         }
         let firstEvent = try #require(first)
         #expect(firstEvent.author == "c1" && firstEvent.changes.map(\.kind) == [.inserted])
-        while try client.subscriber.waitForInput(milliseconds: 50) { _ = try client.subscriber.receive() }
         for extra in 1...3 {
             #expect(try client.call(.save(clientID: "c1", saveNumber: number + UInt64(extra), changes: ChangeSet(
                 inserted: [userSnapshot("e\(extra)")]))) == .saved(sequence: number + UInt64(extra)))
         }
+        // The next change events are those three, in order; heartbeats (empty author) come between.
         try client.subscriber.setReceiveTimeout(milliseconds: 5_000)
-        for extra in 1...3 {
+        var sequences: [UInt64] = []
+        var heartbeats = 0
+        while sequences.count < 3 {
             guard case .event(let event) = try WireMessage.decode([UInt8](client.subscriber.receive()[0])).body else {
                 Issue.record("not an event")
                 return
             }
-            #expect(event.sequence == number + UInt64(extra))
+            if event.author.isEmpty {
+                heartbeats += 1
+            } else if event.sequence > number {
+                sequences.append(event.sequence)
+            }
         }
+        #expect(sequences == [number + 1, number + 2, number + 3])
+        // Heartbeats carry the current sequence.
+        while true {
+            guard case .event(let event) = try WireMessage.decode([UInt8](client.subscriber.receive()[0])).body else { break }
+            if event.author.isEmpty {
+                #expect(event.sequence == number + 3)
+                break
+            }
+        }
+        // Changes since a sequence come from the history, in order.
+        guard case .changes(let missed) = try client.call(.changesSince(number)) else {
+            Issue.record("no changes reply")
+            return
+        }
+        #expect(missed.map(\.sequence) == [number + 1, number + 2, number + 3])
     }
 
     @Test("bad input gets error replies and the daemon keeps serving, losing nothing")

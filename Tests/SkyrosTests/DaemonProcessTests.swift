@@ -101,6 +101,33 @@ struct DaemonProcessTests {
         #expect(first.wait() == .exited(0))
     }
 
+    @Test("4 client processes × 250 writes: the store and every client count 1,000, each saw the others' inserts")
+    func fourClients() throws {
+        let groups = groupsDirectory()
+        defer { try? FileManager.default.removeItem(atPath: groups) }
+        let notify = try NotifySocket()
+        let daemon = try ChildProcess(
+            ["--group", "g", "--groups-dir", groups], executable: Self.skyrosd, environment: ["NOTIFY_SOCKET": notify.path])
+        #expect(notify.waitFor("READY=1"))
+        let container = URL(fileURLWithPath: groups).appendingPathComponent("g")
+        // The schema is created by a first hello, so that the writers start on the same store.
+        let observer = try Skyros(sharedStack: testSchema, container: container)
+        let writers = try (0..<4).map { index in
+            try ChildProcess(["shared-writer", container.path, "250", "w\(index)", "750"])
+        }
+        for writer in writers { #expect(writer.waitForLine("READY")) }
+        #expect(FileManager.default.createFile(atPath: container.appendingPathComponent("go").path, contents: nil))
+        for writer in writers {
+            #expect(writer.wait(seconds: 50) == .exited(0))
+            #expect(writer.readAll().contains("SEEN 750"))
+        }
+        var count = -1
+        observer.read { count = try User.count(in: $0) }
+        #expect(count == 1_000)
+        kill(daemon.pid, SIGTERM)
+        #expect(daemon.wait() == .exited(0))
+    }
+
     @Test("an invalid group id is refused before any file is touched", arguments: ["", "../etc", "a/b", "a b"])
     func invalidGroup(group: String) throws {
         let groups = groupsDirectory()
