@@ -34,7 +34,8 @@ public final class RemoteStore: PersistentStore, @unchecked Sendable {
     /// Connects to the daemon of `container` and says hello.
     ///
     /// - Throws: ``SkyrosError/Code/schemaMismatch`` when the group's store has another
-    ///   schema, ``SkyrosError/Code/daemonUnavailable`` when no daemon answers in `timeout`.
+    ///   schema, ``SkyrosError/Code/permissionDenied`` when this user may not use the group,
+    ///   ``SkyrosError/Code/daemonUnavailable`` when no daemon answers in `timeout`.
     public init(schema: Schema, container: GroupContainer, clientName: String? = nil, timeout: TimeInterval = 5) throws {
         try schema.validate()
         self.schema = schema
@@ -42,6 +43,7 @@ public final class RemoteStore: PersistentStore, @unchecked Sendable {
         self.timeout = timeout
         let name = clientName ?? ProcessInfo.processInfo.processName
         self.clientID = "\(UUID().uuidString.prefix(8)) \(name)"
+        try container.checkAccess()
         zmq = try ZeroMQContext()
         // Subscribe first, then ask for the state (ZeroMQ guide, Clone pattern).
         events = try ZeroMQSocket(context: zmq, kind: .subscriber)

@@ -12,6 +12,8 @@ extension SkyrosError.Code {
     public static let historyExpired = SkyrosError.Code(rawValue: "historyExpired")
     /// The group's daemon did not answer in time.
     public static let daemonUnavailable = SkyrosError.Code(rawValue: "daemonUnavailable")
+    /// This process's user may not use the group (it is not in the group's Unix group).
+    public static let permissionDenied = SkyrosError.Code(rawValue: "permissionDenied")
 }
 
 /// The files of an application group's container.
@@ -27,6 +29,26 @@ public struct GroupContainer: Sendable {
 
     /// Socket paths of `ipc://` endpoints are limited by `sun_path` (107 bytes).
     public static let maximumSocketPathLength = 107
+
+    /// Checks that this process may use the group's sockets: the container must be
+    /// searchable and, when the daemon's sockets exist, readable and writable. Access is Unix
+    /// permissions: the container is mode 0770, owned by the group's Unix group.
+    public func checkAccess() throws {
+        var paths = [url.path]
+        for endpoint in [requestsEndpoint, eventsEndpoint] {
+            let path = String(endpoint.dropFirst("ipc://".count))
+            paths.append(path)
+        }
+        for (index, path) in paths.enumerated() {
+            let mode = index == 0 ? X_OK : (R_OK | W_OK)
+            if access(path, mode) != 0 && errno == EACCES {
+                throw SkyrosError(
+                    .permissionDenied,
+                    "user \(getuid()) may not use the application group at \(url.path): ask to be added to the Unix group that owns it"
+                )
+            }
+        }
+    }
 
     /// Creates the container if missing (mode 0770) and checks that its socket paths fit.
     public func prepare() throws {

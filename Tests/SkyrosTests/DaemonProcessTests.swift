@@ -128,6 +128,33 @@ struct DaemonProcessTests {
         #expect(daemon.wait() == .exited(0))
     }
 
+    @Test("a user outside the group is refused with a clear error; a member is served")
+    func unauthorisedUser() throws {
+        try #require(getuid() == 0, "needs root to run a client as nobody")
+        let groups = groupsDirectory()
+        defer { try? FileManager.default.removeItem(atPath: groups) }
+        chmod(groups, 0o755)
+        let notify = try NotifySocket()
+        let daemon = try ChildProcess(
+            ["--group", "g", "--groups-dir", groups], executable: Self.skyrosd, environment: ["NOTIFY_SOCKET": notify.path])
+        #expect(notify.waitFor("READY=1"))
+        let container = URL(fileURLWithPath: groups).appendingPathComponent("g").path
+        // The helper binary must be reachable by nobody: copy it next to the groups.
+        let helper = groups + "/skyros-test-child"
+        try FileManager.default.copyItem(atPath: ChildProcess.helperURL.path, toPath: helper)
+        let outsider = try ChildProcess(
+            ["--reuid=nobody", "--regid=nogroup", "--clear-groups", helper, "shared-open", container],
+            executable: URL(fileURLWithPath: "/usr/bin/setpriv"))
+        #expect(outsider.wait() == .exited(0))
+        let output = outsider.readAll()
+        #expect(output.contains("ERROR permissionDenied"), "\(output)")
+        let member = try ChildProcess(["shared-open", container])
+        #expect(member.wait() == .exited(0))
+        #expect(member.readAll().contains("OPENED"))
+        kill(daemon.pid, SIGTERM)
+        #expect(daemon.wait() == .exited(0))
+    }
+
     @Test("an invalid group id is refused before any file is touched", arguments: ["", "../etc", "a/b", "a b"])
     func invalidGroup(group: String) throws {
         let groups = groupsDirectory()

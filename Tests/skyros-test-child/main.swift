@@ -35,6 +35,14 @@ case "write-and-wait":
 case "write-and-exit":
     let store = try writeUsers(arguments[2], Int(arguments[3])!)
     withExtendedLifetime(store) {}
+case "shared-open":
+    // Opens a shared stack and prints the error code it fails with, or "OPENED".
+    do {
+        _ = try Skyros(sharedStack: testSchema, container: URL(fileURLWithPath: arguments[2]), timeout: 2)
+        print("OPENED")
+    } catch let error as SkyrosError {
+        print("ERROR \(error.code.rawValue): \(error.message)")
+    }
 case "shared-writer":
     let store = try Skyros(sharedStack: testSchema, container: URL(fileURLWithPath: arguments[2]))
     let count = Int(arguments[3])!
