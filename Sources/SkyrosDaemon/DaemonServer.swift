@@ -147,7 +147,7 @@ public final class DaemonServer: @unchecked Sendable {
             return try hello(version: version, fingerprint: fingerprint, name: name, description: description, identity)
         }
         guard acceptedPeers.contains(identity), let store else {
-            throw SkyrosError(.malformedMessage, "say hello first")
+            throw SkyrosError(.helloRequired, "say hello first")
         }
         switch body {
         case .fetch(let request): return .snapshotsReply(try store.fetchSnapshots(request))

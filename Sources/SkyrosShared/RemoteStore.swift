@@ -25,6 +25,8 @@ public final class RemoteStore: PersistentStore, @unchecked Sendable {
     private let events: ZeroMQSocket
     private let eventsLock = NSLock()
     private var _onChange: (@Sendable (ChangeEvent) -> Void)?
+    private var _onRestart: (@Sendable () -> Void)?
+    private var helloMessage: WireMessage.Body?
     private var stopped = false
     private let eventsFinished = DispatchSemaphore(value: 0)
     private var eventThreadStarted = false
@@ -52,10 +54,11 @@ public final class RemoteStore: PersistentStore, @unchecked Sendable {
         try events.connect(container.eventsEndpoint)
         dealer = try Self.makeDealer(zmq, container)
         let description = Array(try JSONEncoder().encode(schema.schemaDescription))
-        let reply = try request(
-            .hello(
-                protocolVersion: UInt64(WireMessage.protocolVersion), schemaFingerprint: schema.fingerprint,
-                clientName: name, schemaDescription: description))
+        let hello = WireMessage.Body.hello(
+            protocolVersion: UInt64(WireMessage.protocolVersion), schemaFingerprint: schema.fingerprint,
+            clientName: name, schemaDescription: description)
+        let reply = try request(hello)
+        helloMessage = hello
         guard case .welcome(_, let current) = reply else {
             throw SkyrosError(.malformedMessage, "the daemon answered hello with \(reply)")
         }
@@ -133,37 +136,73 @@ public final class RemoteStore: PersistentStore, @unchecked Sendable {
     // MARK: - Requests
 
     /// Sends a request and waits for its reply; error replies become ``SkyrosError``s.
+    ///
+    /// When the daemon does not answer in time the request is sent again on a new
+    /// connection; when it answers that it does not know this client (it restarted), the
+    /// client says hello again and resends. After that: ``SkyrosError/Code/daemonUnavailable``.
     func request(_ body: WireMessage.Body) throws -> WireMessage.Body {
         try lock.withLock {
-            for attempt in 0..<2 {
-                let id = nextRequestID
-                nextRequestID += 1
-                try dealer.send([Data(WireMessage(requestID: id, body: body).encoded())])
-                let deadline = Date().addingTimeInterval(timeout)
-                while Date() < deadline {
-                    let remaining = max(1, Int(deadline.timeIntervalSinceNow * 1000))
-                    guard try dealer.waitForInput(milliseconds: remaining) else { break }
-                    let frames = try dealer.receive(dontWait: true)
-                    guard let frame = frames.last, let reply = try? WireMessage.decode([UInt8](frame)) else { continue }
-                    if reply.requestID == 0, case .error(let code, let message) = reply.body {
-                        throw SkyrosError(SkyrosError.Code(rawValue: code), message)
-                    }
-                    guard reply.requestID == id else { continue }  // a late reply to an abandoned request
-                    if case .error(let code, let message) = reply.body {
-                        throw SkyrosError(SkyrosError.Code(rawValue: code), message)
-                    }
-                    return reply.body
-                }
-                if attempt == 0 {
-                    // Start over on a new connection: the daemon may have restarted.
+            var reconnected = false
+            var rehelloed = false
+            while true {
+                do {
+                    return try exchange(body)
+                } catch let error as SkyrosError where error.code == .helloRequired && !rehelloed {
+                    rehelloed = true
+                    try sayHelloAgain()
+                } catch ExchangeTimeout.timedOut where !reconnected {
+                    reconnected = true
                     dealer.close()
                     dealer = try Self.makeDealer(zmq, container)
+                } catch ExchangeTimeout.timedOut {
+                    throw SkyrosError(
+                        .daemonUnavailable,
+                        "the daemon of \(container.url.path) did not answer within \(timeout) seconds (is skyrosd running?)")
                 }
             }
-            throw SkyrosError(
-                .daemonUnavailable,
-                "the daemon of \(container.url.path) did not answer within \(timeout) seconds (is skyrosd running?)")
         }
+    }
+
+    private enum ExchangeTimeout: Error { case timedOut }
+
+    /// One request and its reply, on the current connection (called with `lock` held).
+    private func exchange(_ body: WireMessage.Body) throws -> WireMessage.Body {
+        let id = nextRequestID
+        nextRequestID += 1
+        try dealer.send([Data(WireMessage(requestID: id, body: body).encoded())])
+        let deadline = Date().addingTimeInterval(timeout)
+        while Date() < deadline {
+            let remaining = max(1, Int(deadline.timeIntervalSinceNow * 1000))
+            guard try dealer.waitForInput(milliseconds: remaining) else { break }
+            let frames = try dealer.receive(dontWait: true)
+            guard let frame = frames.last, let reply = try? WireMessage.decode([UInt8](frame)) else { continue }
+            if reply.requestID == 0, case .error(let code, let message) = reply.body {
+                throw SkyrosError(SkyrosError.Code(rawValue: code), message)
+            }
+            guard reply.requestID == id else { continue }  // a late reply to an abandoned request
+            if case .error(let code, let message) = reply.body {
+                throw SkyrosError(SkyrosError.Code(rawValue: code), message)
+            }
+            return reply.body
+        }
+        throw ExchangeTimeout.timedOut
+    }
+
+    /// Says hello to a daemon that restarted. Its history starts over, so the sequence
+    /// restarts from its welcome, and ``onRestart`` lets the stack refresh what it holds.
+    private func sayHelloAgain() throws {
+        guard let hello = helloMessage, case .welcome(_, let current) = try exchange(hello) else {
+            throw SkyrosError(.malformedMessage, "the daemon did not welcome this client back")
+        }
+        eventsLock.withLock { sequence = current }
+        let handler = eventsLock.withLock { _onRestart }
+        handler?()
+    }
+
+    /// Called (on the requesting thread) when the daemon restarted and forgot this client.
+    public var onRestart: (@Sendable () -> Void)? {
+        get { eventsLock.withLock { _onRestart } }
+        set { eventsLock.withLock { _onRestart = newValue } }
     }
 
     // MARK: - ObjectStore

@@ -39,5 +39,9 @@ extension Skyros {
             }
             self.merge(change)
         }
+        remote.onRestart = { [weak self] in
+            // The daemon restarted and may have lost events: what the main context holds is refreshed.
+            self?.merge(StoreChange(sequence: 0, author: "", isRefresh: true))
+        }
     }
 }

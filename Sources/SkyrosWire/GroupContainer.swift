@@ -12,6 +12,8 @@ extension SkyrosError.Code {
     public static let historyExpired = SkyrosError.Code(rawValue: "historyExpired")
     /// The group's daemon did not answer in time.
     public static let daemonUnavailable = SkyrosError.Code(rawValue: "daemonUnavailable")
+    /// The daemon does not know this client (it restarted): say hello again.
+    public static let helloRequired = SkyrosError.Code(rawValue: "helloRequired")
     /// This process's user may not use the group (it is not in the group's Unix group).
     public static let permissionDenied = SkyrosError.Code(rawValue: "permissionDenied")
 }

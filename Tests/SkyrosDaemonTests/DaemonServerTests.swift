@@ -135,7 +135,7 @@ struct DaemonServerTests {
         let daemon = try RunningDaemon()
         let client = try RawClient(daemon)
         // Before hello.
-        #expect(errorCode(try client.call(.count(StoreRequest(entityName: "User")))) == "malformedMessage")
+        #expect(errorCode(try client.call(.count(StoreRequest(entityName: "User")))) == "helloRequired")
         #expect(try client.hello() == .welcome(protocolVersion: 1, sequence: 0))
         #expect(try client.call(.save(clientID: "c", saveNumber: 1, changes: ChangeSet(inserted: [userSnapshot("kept")])))
             == .saved(sequence: 1))

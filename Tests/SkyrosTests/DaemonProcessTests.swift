@@ -155,6 +155,45 @@ struct DaemonProcessTests {
         #expect(daemon.wait() == .exited(0))
     }
 
+    @Test("a daemon restart: calls while it is away fail after the timeout; then clients go on by themselves")
+    func restart() throws {
+        let groups = groupsDirectory()
+        defer { try? FileManager.default.removeItem(atPath: groups) }
+        let arguments = ["--group", "g", "--groups-dir", groups]
+        var notify = try NotifySocket()
+        var daemon = try ChildProcess(arguments, executable: Self.skyrosd, environment: ["NOTIFY_SOCKET": notify.path])
+        #expect(notify.waitFor("READY=1"))
+        let container = URL(fileURLWithPath: groups).appendingPathComponent("g")
+        let store = try Skyros(sharedStack: testSchema, container: container, timeout: 1)
+        let first = CompletionProbe()
+        store.writeSync({ makeUsers([("A", "B")], in: $0) }, completion: first.completion)
+        #expect(first.wait())
+        #expect(first.calls.first! == nil)
+
+        kill(daemon.pid, SIGTERM)
+        #expect(daemon.wait() == .exited(0))
+        let started = Date()
+        let recorder = ErrorRecorder()
+        store.errorHandler = { recorder.record($0) }
+        var count = -1
+        store.read { count = try User.count(in: $0) }
+        #expect(count == -1)
+        #expect(recorder.errors.first?.code == .daemonUnavailable)
+        #expect(Date().timeIntervalSince(started) < 10)
+
+        notify = try NotifySocket()
+        daemon = try ChildProcess(arguments, executable: Self.skyrosd, environment: ["NOTIFY_SOCKET": notify.path])
+        #expect(notify.waitFor("READY=1"))
+        let second = CompletionProbe()
+        store.writeSync({ makeUsers([("C", "D")], in: $0) }, completion: second.completion)
+        #expect(second.wait())
+        #expect(second.calls.first! == nil)
+        store.read { count = try User.count(in: $0) }
+        #expect(count == 2)
+        kill(daemon.pid, SIGTERM)
+        #expect(daemon.wait() == .exited(0))
+    }
+
     @Test("an invalid group id is refused before any file is touched", arguments: ["", "../etc", "a/b", "a b"])
     func invalidGroup(group: String) throws {
         let groups = groupsDirectory()

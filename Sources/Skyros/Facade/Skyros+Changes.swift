@@ -8,18 +8,21 @@ public struct StoreChange: Sendable, Hashable {
     public var author: String
     /// The store was emptied.
     public var isReset: Bool
+    /// Everything may have changed (the daemon restarted): every registered object was refreshed.
+    public var isRefresh: Bool
     public var inserted: [ObjectID]
     /// Updated objects with the names of their changed properties.
     public var updated: [ObjectID: [String]]
     public var deleted: [ObjectID]
 
     public init(
-        sequence: UInt64, author: String, isReset: Bool = false, inserted: [ObjectID] = [],
+        sequence: UInt64, author: String, isReset: Bool = false, isRefresh: Bool = false, inserted: [ObjectID] = [],
         updated: [ObjectID: [String]] = [:], deleted: [ObjectID] = []
     ) {
         self.sequence = sequence
         self.author = author
         self.isReset = isReset
+        self.isRefresh = isRefresh
         self.inserted = inserted
         self.updated = updated
         self.deleted = deleted
@@ -46,6 +49,8 @@ extension Skyros {
         main.perform { [self] in
             if change.isReset {
                 main.forgetAllClean()
+            } else if change.isRefresh {
+                for id in Array(main.registry.keys) { main.refreshIfClean(id) }
             } else {
                 for id in change.updated.keys { main.refreshIfClean(id) }
                 for id in change.deleted { main.forgetDeleted(id) }
