@@ -50,6 +50,15 @@ final class NotifySocket: @unchecked Sendable {
 struct DaemonProcessTests {
     static var skyrosd: URL { ChildProcess.builtExecutable("skyrosd") }
 
+    /// Starts skyrosd for group `g` in `groups` and waits for its READY=1 (bounded).
+    func startDaemon(_ groups: String, sourceLocation: SourceLocation = #_sourceLocation) throws -> ChildProcess {
+        let notify = try NotifySocket()
+        let daemon = try ChildProcess(
+            ["--group", "g", "--groups-dir", groups], executable: Self.skyrosd, environment: ["NOTIFY_SOCKET": notify.path])
+        #expect(notify.waitFor("READY=1"), "skyrosd did not get ready", sourceLocation: sourceLocation)
+        return daemon
+    }
+
     func groupsDirectory() -> String {
         let path = "/tmp/skg-\(getpid())-\(UInt32.random(in: 0...UInt32.max))"
         try? FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: true)
@@ -86,10 +95,7 @@ struct DaemonProcessTests {
     func secondDaemon() throws {
         let groups = groupsDirectory()
         defer { try? FileManager.default.removeItem(atPath: groups) }
-        let notify = try NotifySocket()
-        let first = try ChildProcess(
-            ["--group", "g", "--groups-dir", groups], executable: Self.skyrosd, environment: ["NOTIFY_SOCKET": notify.path])
-        #expect(notify.waitFor("READY=1"))
+        let first = try startDaemon(groups)
         let second = try ChildProcess(["--group", "g", "--groups-dir", groups], executable: Self.skyrosd)
         #expect(second.wait() == .exited(2))
         #expect(second.readAll().contains("another skyrosd already serves the group"))
@@ -105,10 +111,7 @@ struct DaemonProcessTests {
     func fourClients() throws {
         let groups = groupsDirectory()
         defer { try? FileManager.default.removeItem(atPath: groups) }
-        let notify = try NotifySocket()
-        let daemon = try ChildProcess(
-            ["--group", "g", "--groups-dir", groups], executable: Self.skyrosd, environment: ["NOTIFY_SOCKET": notify.path])
-        #expect(notify.waitFor("READY=1"))
+        let daemon = try startDaemon(groups)
         let container = URL(fileURLWithPath: groups).appendingPathComponent("g")
         // The schema is created by a first hello, so that the writers start on the same store.
         let observer = try Skyros(sharedStack: testSchema, container: container)
@@ -134,10 +137,7 @@ struct DaemonProcessTests {
         let groups = groupsDirectory()
         defer { try? FileManager.default.removeItem(atPath: groups) }
         chmod(groups, 0o755)
-        let notify = try NotifySocket()
-        let daemon = try ChildProcess(
-            ["--group", "g", "--groups-dir", groups], executable: Self.skyrosd, environment: ["NOTIFY_SOCKET": notify.path])
-        #expect(notify.waitFor("READY=1"))
+        let daemon = try startDaemon(groups)
         let container = URL(fileURLWithPath: groups).appendingPathComponent("g").path
         // The helper binary must be reachable by nobody: copy it next to the groups.
         let helper = groups + "/skyros-test-child"
@@ -159,10 +159,7 @@ struct DaemonProcessTests {
     func restart() throws {
         let groups = groupsDirectory()
         defer { try? FileManager.default.removeItem(atPath: groups) }
-        let arguments = ["--group", "g", "--groups-dir", groups]
-        var notify = try NotifySocket()
-        var daemon = try ChildProcess(arguments, executable: Self.skyrosd, environment: ["NOTIFY_SOCKET": notify.path])
-        #expect(notify.waitFor("READY=1"))
+        var daemon = try startDaemon(groups)
         let container = URL(fileURLWithPath: groups).appendingPathComponent("g")
         let store = try Skyros(sharedStack: testSchema, container: container, timeout: 1)
         let first = CompletionProbe()
@@ -181,9 +178,7 @@ struct DaemonProcessTests {
         #expect(recorder.errors.first?.code == .daemonUnavailable)
         #expect(Date().timeIntervalSince(started) < 10)
 
-        notify = try NotifySocket()
-        daemon = try ChildProcess(arguments, executable: Self.skyrosd, environment: ["NOTIFY_SOCKET": notify.path])
-        #expect(notify.waitFor("READY=1"))
+        daemon = try startDaemon(groups)
         let second = CompletionProbe()
         store.writeSync({ makeUsers([("C", "D")], in: $0) }, completion: second.completion)
         #expect(second.wait())
