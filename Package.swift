@@ -10,6 +10,7 @@ let package = Package(
         .library(name: "SkyrosShared", targets: ["SkyrosShared"]),
         .executable(name: "skyros-bench", targets: ["skyros-bench"]),
         .executable(name: "skyrosd", targets: ["skyrosd"]),
+        .executable(name: "skyros", targets: ["skyros"]),
     ],
     dependencies: [
         .package(url: "https://github.com/groue/GRDB.swift", from: "7.10.0"),
@@ -77,6 +78,23 @@ let package = Package(
             ],
             path: "Benchmarks/skyros-bench"
         ),
+        .target(
+            name: "TodoModel",
+            dependencies: ["Skyros"],
+            path: "examples/TodoModel"
+        ),
+        .executableTarget(
+            name: "todo",
+            dependencies: ["Skyros", "SkyrosShared", "TodoModel"],
+            path: "examples/Todo"
+        ),
+        .executableTarget(
+            name: "skyros",
+            dependencies: [
+                "Skyros", "SkyrosShared", "TodoModel",
+                .product(name: "ArgumentParser", package: "swift-argument-parser"),
+            ]
+        ),
         .executableTarget(
             name: "skyros-quickstart",
             dependencies: ["Skyros"],
@@ -95,7 +113,7 @@ let package = Package(
         .testTarget(
             name: "SkyrosTests",
             dependencies: [
-                "Skyros", "SkyrosShared", "SkyrosTestModels", "skyros-test-child", "skyrosd",
+                "Skyros", "SkyrosShared", "SkyrosTestModels", "skyros-test-child", "skyrosd", "skyros",
                 .product(name: "GRDB", package: "GRDB.swift"),
             ]
         ),

@@ -189,6 +189,18 @@ struct DaemonProcessTests {
         #expect(daemon.wait() == .exited(0))
     }
 
+    @Test("`skyros demo` runs a daemon and three clients sharing a todo list, and exits 0")
+    func demo() throws {
+        let demo = try ChildProcess(["demo"], executable: ChildProcess.builtExecutable("skyros"))
+        #expect(demo.wait(seconds: 50) == .exited(0))
+        let output = demo.readAll()
+        for line in ["[alice] added 'buy milk'", "[bob] marked 'fix bike' done", "[watcher] saw everything",
+            "skyrosd stopped with status 0", "demo finished: 3 processes shared 6 todos through one daemon"]
+        {
+            #expect(output.contains(line), "missing: \(line)")
+        }
+    }
+
     @Test("an invalid group id is refused before any file is touched", arguments: ["", "../etc", "a/b", "a b"])
     func invalidGroup(group: String) throws {
         let groups = groupsDirectory()

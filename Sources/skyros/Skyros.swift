@@ -1,0 +1,149 @@
+// skyros: the command-line tool of Skyros.
+//
+//     swift run skyros demo      # a daemon and three processes sharing a todo list
+import ArgumentParser
+import Foundation
+import Skyros
+import SkyrosShared
+import TodoModel
+
+@main
+struct SkyrosTool: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "skyros",
+        abstract: "Skyros' command-line tool.",
+        subcommands: [Demo.self, DemoClient.self])
+}
+
+/// Starts a daemon for a temporary group and three client processes that share a todo
+/// list: two write, one watches; prints what each sees, shuts everything down, exits 0.
+struct Demo: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Run a daemon and three client processes sharing a todo list, then stop them.")
+
+    func run() throws {
+        let here = URL(fileURLWithPath: CommandLine.arguments[0]).resolvingSymlinksInPath().deletingLastPathComponent()
+        let groups = URL(fileURLWithPath: "/tmp/skyros-demo-\(getpid())")
+        try FileManager.default.createDirectory(at: groups, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(at: groups) }
+        let container = groups.appendingPathComponent("demo.todo")
+
+        say("starting skyrosd for group demo.todo in \(groups.path)")
+        let daemon = try launch(here.appendingPathComponent("skyrosd"), ["--group", "demo.todo", "--groups-dir", groups.path, "--log-level", "warning"])
+        defer {
+            if daemon.isRunning {
+                kill(daemon.processIdentifier, SIGTERM)
+                daemon.waitUntilExit()
+            }
+        }
+        let tool = here.appendingPathComponent("skyros")
+        let watcher = try launch(tool, ["demo-client", "--container", container.path, "--role", "watcher"])
+        let alice = try launch(
+            tool, ["demo-client", "--container", container.path, "--role", "alice", "--items", "buy milk,call bob,write report"])
+        let bob = try launch(
+            tool, ["demo-client", "--container", container.path, "--role", "bob", "--items", "fix bike,book flights,water plants"])
+        var failed = false
+        for (name, process) in [("alice", alice), ("bob", bob), ("watcher", watcher)] {
+            guard wait(process, seconds: 60) else {
+                say("\(name) did not finish in time")
+                process.terminate()
+                failed = true
+                continue
+            }
+            if process.terminationStatus != 0 {
+                say("\(name) failed with status \(process.terminationStatus)")
+                failed = true
+            }
+        }
+        kill(daemon.processIdentifier, SIGTERM)
+        daemon.waitUntilExit()
+        say("skyrosd stopped with status \(daemon.terminationStatus)")
+        if failed || daemon.terminationStatus != 0 { throw ExitCode.failure }
+        say("demo finished: 3 processes shared 6 todos through one daemon")
+    }
+
+    private func launch(_ executable: URL, _ arguments: [String]) throws -> Process {
+        let process = Process()
+        process.executableURL = executable
+        process.arguments = arguments
+        try process.run()
+        return process
+    }
+
+    private func wait(_ process: Process, seconds: Double) -> Bool {
+        let deadline = Date().addingTimeInterval(seconds)
+        while process.isRunning && Date() < deadline { usleep(20_000) }
+        return !process.isRunning
+    }
+}
+
+/// Prints a line at once (the children print to the same terminal).
+func say(_ line: String) {
+    FileHandle.standardOutput.write(Data((line + "\n").utf8))
+}
+
+/// One process of the demo (started by `skyros demo`).
+struct DemoClient: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "demo-client", abstract: "A process of the demo (started by `skyros demo`).", shouldDisplay: false)
+
+    @Option var container: String
+    @Option var role: String
+    @Option var items: String = ""
+
+    func run() throws {
+        let store = try Skyros(sharedStack: todoSchema, container: URL(fileURLWithPath: container), timeout: 10)
+        if role == "watcher" {
+            try watch(store)
+        } else {
+            try write(store)
+        }
+    }
+
+    private func write(_ store: Skyros) throws {
+        let titles = items.split(separator: ",").map(String.init)
+        for title in titles {
+            store.writeSync { context in
+                let item = TodoItem.create(in: context)
+                item.title = title
+                item.author = role
+            }
+            say("[\(role)] added '\(title)'")
+        }
+        if let first = titles.first {
+            store.writeSync { context in
+                for item in try TodoItem.all(where: #Predicate { $0.title == first }, in: context) { item.isDone = true }
+            }
+            say("[\(role)] marked '\(first)' done")
+        }
+        guard store.flush(timeout: 10) else { throw ExitCode.failure }
+    }
+
+    /// Prints the list at each change of the others, until it holds 6 items, 2 of them done.
+    private func watch(_ store: Skyros) throws {
+        let changes = store.changes
+        let finished = DispatchSemaphore(value: 0)
+        let task = Task {
+            var last: [String] = []
+            func check() async throws -> Bool {
+                let lines: [String] = try await store.read { try describeTodos(in: $0) }
+                if lines != last {
+                    say("[watcher] sees \(lines.count) todos: " + lines.joined(separator: ", "))
+                    last = lines
+                }
+                return lines.count == 6 && lines.filter { $0.hasPrefix("[x]") }.count == 2
+            }
+            if try await check() { return }
+            for await _ in changes where try await check() { return }
+        }
+        Task {
+            _ = try? await task.value
+            finished.signal()
+        }
+        guard finished.wait(timeout: .now() + 45) == .success else {
+            say("[watcher] did not see all the todos in time")
+            throw ExitCode.failure
+        }
+        say("[watcher] saw everything")
+    }
+}
