@@ -189,6 +189,64 @@ struct DaemonProcessTests {
         #expect(daemon.wait() == .exited(0))
     }
 
+    @Test("ping-pong: two processes increment one counter in turns up to 100, each acting on the other's events")
+    func pingPong() throws {
+        let groups = groupsDirectory()
+        defer { try? FileManager.default.removeItem(atPath: groups) }
+        let daemon = try startDaemon(groups)
+        let container = URL(fileURLWithPath: groups).appendingPathComponent("g")
+        let store = try Skyros(sharedStack: testSchema, container: container)
+        let created = CompletionProbe()
+        store.writeSync({ context in Tag.create(in: context).label = "counter" }, completion: created.completion)
+        #expect(created.wait())
+        let players = try (0..<2).map { try ChildProcess(["ping-pong", container.path, "\($0)"]) }
+        for player in players { #expect(player.waitForLine("READY")) }
+        #expect(FileManager.default.createFile(atPath: container.appendingPathComponent("go").path, contents: nil))
+        for player in players {
+            #expect(player.wait(seconds: 50) == .exited(0))
+            #expect(player.readAll().contains("FINAL 100"))
+        }
+        var value = -1
+        store.read { context in value = try Tag.first(in: context)?.uses ?? -1 }
+        #expect(value == 100)
+        kill(daemon.pid, SIGTERM)
+        #expect(daemon.wait() == .exited(0))
+    }
+
+    @Test("a client that only reads causes no change events")
+    func readOnlyClient() async throws {
+        let groups = groupsDirectory()
+        defer { try? FileManager.default.removeItem(atPath: groups) }
+        let daemon = try startDaemon(groups)
+        let container = URL(fileURLWithPath: groups).appendingPathComponent("g")
+        let watcher = try Skyros(sharedStack: testSchema, container: container)
+        let changes = watcher.changes
+        let collected = Task { () -> [StoreChange] in
+            var seen: [StoreChange] = []
+            for await change in changes {
+                seen.append(change)
+                if !change.inserted.isEmpty { break }  // the control write below
+            }
+            return seen
+        }
+        let reader = try ChildProcess(["shared-read", container.path])
+        #expect(reader.wait() == .exited(0))
+        #expect(reader.readAll().contains("COUNT 0"))
+        // A write by another process afterwards is seen: the watcher was listening.
+        let writer = try ChildProcess(["write-via-shared", container.path])
+        #expect(writer.wait() == .exited(0))
+        let timeout = Task {
+            try? await Task.sleep(for: .seconds(10))
+            collected.cancel()
+        }
+        let seen = await collected.value
+        timeout.cancel()
+        #expect(seen.count == 1)
+        #expect(seen.first?.inserted.count == 1)
+        kill(daemon.pid, SIGTERM)
+        #expect(daemon.wait() == .exited(0))
+    }
+
     @Test("`skyros demo` runs a daemon and three clients sharing a todo list, and exits 0")
     func demo() throws {
         let demo = try ChildProcess(["demo"], executable: ChildProcess.builtExecutable("skyros"))

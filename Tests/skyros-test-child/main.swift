@@ -43,6 +43,52 @@ case "shared-open":
     } catch let error as SkyrosError {
         print("ERROR \(error.code.rawValue): \(error.message)")
     }
+case "ping-pong":
+    // `ping-pong <container> <parity>`: increments the counter Tag (label "counter") when
+    // its value has this parity, acting only on the other player's change events (player 0
+    // makes the first move), until it reaches 100.
+    let store = try Skyros(sharedStack: testSchema, container: URL(fileURLWithPath: arguments[2]))
+    let parity = Int(arguments[3])!
+    let changes = store.changes
+    print("READY")
+    fflush(nil)
+    let go = URL(fileURLWithPath: arguments[2]).appendingPathComponent("go").path
+    let start = Date()
+    while !FileManager.default.fileExists(atPath: go) && Date().timeIntervalSince(start) < 20 { usleep(5_000) }
+    func move() async throws -> Int {
+        try await store.write { context -> Int in
+            let counter = try Tag.first(where: #Predicate { $0.label == "counter" }, in: context)!
+            if counter.uses < 100 && counter.uses % 2 == parity { counter.uses += 1 }
+            return counter.uses
+        }
+    }
+    var value = parity == 0 ? try await move() : 0
+    let deadline = Task {
+        try? await Task.sleep(for: .seconds(40))
+        print("TIMEOUT")
+        exit(4)
+    }
+    if value < 100 {
+        for await _ in changes {
+            value = try await move()
+            if value >= 100 { break }
+        }
+    }
+    deadline.cancel()
+    print("FINAL \(value)")
+case "write-via-shared":
+    // Inserts one user through the daemon and exits once it is durable.
+    let store = try Skyros(sharedStack: testSchema, container: URL(fileURLWithPath: arguments[2]))
+    try await store.write { context in User.create(in: context).handle = "control" }
+case "shared-read":
+    // Reads only: counts, fetches and faults, then exits.
+    let store = try Skyros(sharedStack: testSchema, container: URL(fileURLWithPath: arguments[2]))
+    var count = -1
+    store.read { context in
+        count = try User.count(in: context)
+        _ = try User.all(where: #Predicate { $0.age > 0 }, in: context).map(\.firstname)
+    }
+    print("COUNT \(count)")
 case "shared-writer":
     let store = try Skyros(sharedStack: testSchema, container: URL(fileURLWithPath: arguments[2]))
     let count = Int(arguments[3])!
