@@ -72,7 +72,7 @@ let package = Package(
         .executableTarget(
             name: "skyros-bench",
             dependencies: [
-                "Skyros",
+                "Skyros", "SkyrosShared", "SkyrosDaemon", "SkyrosWire", "SkyrosZeroMQ", "CZeroMQ",
                 .product(name: "GRDB", package: "GRDB.swift"),
                 .product(name: "GRDBSQLite", package: "GRDB.swift"),
             ],

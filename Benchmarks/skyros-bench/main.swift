@@ -1,6 +1,7 @@
 // skyros-bench: Skyros side by side with raw SQLite, measured in the same run.
 //
 //     swift run -c release skyros-bench embedded [--json] [--quick] [--only fetch|saves|iterate]
+//     swift run -c release skyros-bench shared [--json] [--quick]
 //
 // Prints a table, or with --json one object per line:
 // {"name": …, "unit": …, "skyros": …, "baseline": …, "ratio": …} (ratio = skyros ÷ baseline).
@@ -9,8 +10,9 @@ import Foundation
 let arguments = Array(CommandLine.arguments.dropFirst())
 let json = arguments.contains("--json")
 let quick = arguments.contains("--quick")
-guard arguments.first == "embedded" else {
-    FileHandle.standardError.write(Data("usage: skyros-bench embedded [--json] [--quick] [--only fetch|saves|iterate]\n".utf8))
+guard let suite = arguments.first, ["embedded", "shared"].contains(suite) else {
+    FileHandle.standardError.write(
+        Data("usage: skyros-bench embedded|shared [--json] [--quick] [--only fetch|saves|iterate]\n".utf8))
     exit(64)
 }
 
@@ -24,11 +26,7 @@ if !json {
 }
 let encoder = JSONEncoder()
 encoder.outputFormatting = [.sortedKeys]
-let benchmark = EmbeddedBenchmark(
-    directory: directory, count: quick ? 10_000 : 100_000, iterateCount: quick ? 100_000 : 1_000_000,
-    saveSamples: quick ? 100 : 500, rounds: quick ? 1 : 3,
-    only: Set(zip(arguments, arguments.dropFirst()).filter { $0.0 == "--only" }.map(\.1)))
-try benchmark.run { row in
+let report: (Row) -> Void = { row in
     if json {
         print(String(decoding: try! encoder.encode(row), as: UTF8.self))
     } else {
@@ -36,4 +34,14 @@ try benchmark.run { row in
               String(format: "%-14.1f", row.skyros), String(format: "%-14.1f", row.baseline), String(format: "%.3f", row.ratio))
     }
     fflush(nil)
+}
+if suite == "shared" {
+    try SharedBenchmark(directory: directory, saveSamples: quick ? 100 : 300, insertCount: quick ? 5_000 : 50_000)
+        .run(report: report)
+} else {
+    try EmbeddedBenchmark(
+        directory: directory, count: quick ? 10_000 : 100_000, iterateCount: quick ? 100_000 : 1_000_000,
+        saveSamples: quick ? 100 : 500, rounds: quick ? 1 : 3,
+        only: Set(zip(arguments, arguments.dropFirst()).filter { $0.0 == "--only" }.map(\.1))
+    ).run(report: report)
 }

@@ -1,0 +1,183 @@
+import CZeroMQ
+import Foundation
+import GRDBSQLite
+import Skyros
+import SkyrosDaemon
+import SkyrosShared
+import SkyrosWire
+import SkyrosZeroMQ
+
+/// `skyros-bench shared`: the shared stack through the daemon's code (run on a thread of this
+/// process, over real ipc:// sockets), against a bare ZeroMQ request/reply loop writing one
+/// SQLite row per request, measured in the same run.
+struct SharedBenchmark {
+    let directory: URL
+    let saveSamples: Int
+    let insertCount: Int
+
+    final class Daemon: @unchecked Sendable {
+        let server: DaemonServer
+        let container: GroupContainer
+        let done = DispatchSemaphore(value: 0)
+        init(_ path: URL, durability: Durability) throws {
+            container = GroupContainer(url: path)
+            server = try DaemonServer(configuration: .init(container: container, durability: durability))
+            let server = self.server
+            let done = self.done
+            Thread.detachNewThread {
+                server.serve(pollInterval: 50)
+                done.signal()
+            }
+        }
+        func stop() {
+            server.stop()
+            done.wait()
+            server.close()
+        }
+    }
+
+    func run(report: (Row) -> Void) throws {
+        var bareFull: [Double] = []
+        for durability in [Durability.full, .normal] {
+            let (skyros, baseline) = try saves(durability)
+            if durability == .full { bareFull = baseline }
+            report(Row(name: "one-object save through the daemon p50 (\(durability.rawValue))", unit: "us",
+                       skyros: percentile(skyros, 50), baseline: percentile(baseline, 50)))
+            report(Row(name: "one-object save through the daemon p99 (\(durability.rawValue))", unit: "us",
+                       skyros: percentile(skyros, 99), baseline: percentile(baseline, 99)))
+        }
+        // Baseline: the bare commit-and-reply round trip (full durability) of the same run,
+        // the least any "saved here, known there" can take. The target is an absolute 1 ms.
+        let visibility = try crossClientVisibility()
+        report(Row(name: "visibility: A saves, B's main context has it p50", unit: "us",
+                   skyros: percentile(visibility, 50), baseline: percentile(bareFull, 50)))
+        report(Row(name: "visibility: A saves, B's main context has it p99", unit: "us",
+                   skyros: percentile(visibility, 99), baseline: percentile(bareFull, 99)))
+        let (shared, embedded) = try bulkInsert()
+        report(Row(name: "insert \(insertCount) objects in one write through the daemon", unit: "objects/s",
+                   skyros: Double(insertCount) / shared, baseline: Double(insertCount) / embedded))
+    }
+
+    /// Skyros: writeSync of one object until its completion. Baseline: a DEALER sends a
+    /// request, a ROUTER thread inserts one row in its own transaction and replies.
+    private func saves(_ durability: Durability) throws -> ([Double], [Double]) {
+        let daemon = try Daemon(directory.appendingPathComponent("s-\(durability.rawValue)"), durability: durability)
+        defer { daemon.stop() }
+        let store = try Skyros(sharedStack: benchSchema, container: daemon.container.url)
+        let baseline = try BareServer(directory.appendingPathComponent("bare-\(durability.rawValue)"), durability: durability)
+        defer { baseline.stop() }
+        let done = DispatchSemaphore(value: 0)
+        var skyros: [Double] = []
+        var bare: [Double] = []
+        for index in 0..<saveSamples {
+            var start = Clock.now()
+            store.writeSync({ context in Item.create(in: context).value = index }, completion: { _ in done.signal() })
+            done.wait()
+            skyros.append(Double(Clock.now() - start) / 1000)
+            start = Clock.now()
+            try baseline.roundTrip(index)
+            bare.append(Double(Clock.now() - start) / 1000)
+        }
+        return (skyros, bare)
+    }
+
+    /// Client A saves; client B (its own connection to the daemon) waits until its main
+    /// context returns the new value.
+    private func crossClientVisibility() throws -> [Double] {
+        let daemon = try Daemon(directory.appendingPathComponent("v"), durability: .full)
+        defer { daemon.stop() }
+        let a = try Skyros(sharedStack: benchSchema, container: daemon.container.url)
+        let b = try Skyros(sharedStack: benchSchema, container: daemon.container.url)
+        let seen = DispatchSemaphore(value: 0)
+        let watcher = Task {
+            for await _ in b.changes { seen.signal() }
+        }
+        defer { watcher.cancel() }
+        var samples: [Double] = []
+        for index in 0..<min(saveSamples, 200) {
+            let start = Clock.now()
+            a.writeSync { context in Item.create(in: context).value = index }
+            guard seen.wait(timeout: .now() + 5) == .success else { continue }
+            var value = -1
+            b.read { context in value = try Item.first(where: #Predicate { $0.value == index }, in: context)?.value ?? -1 }
+            if value == index { samples.append(Double(Clock.now() - start) / 1000) }
+        }
+        return samples
+    }
+
+    /// One write of `insertCount` objects through the daemon, and through the embedded stack.
+    private func bulkInsert() throws -> (Double, Double) {
+        func timeInsert(_ store: Skyros) -> Double {
+            let done = DispatchSemaphore(value: 0)
+            return Clock.seconds {
+                store.writeSync({ context in
+                    for index in 0..<insertCount { Item.create(in: context).value = index }
+                }, completion: { _ in done.signal() })
+                done.wait()
+            }
+        }
+        let daemon = try Daemon(directory.appendingPathComponent("b"), durability: .full)
+        defer { daemon.stop() }
+        let shared = timeInsert(try Skyros(sharedStack: benchSchema, container: daemon.container.url, timeout: 60))
+        let embedded = timeInsert(try Skyros(sqliteStack: benchSchema, at: directory.appendingPathComponent("embedded.sqlite")))
+        return (shared, embedded)
+    }
+}
+
+/// The baseline server: ROUTER socket, one SQLite row per request in its own transaction.
+final class BareServer: @unchecked Sendable {
+    let context: ZeroMQContext
+    let client: ZeroMQSocket
+    let endpoint: String
+    private let stopped = NSLock()
+    private var isStopped = false
+    private let finished = DispatchSemaphore(value: 0)
+
+    init(_ folder: URL, durability: Durability) throws {
+        try FileManager.default.createDirectory(at: folder, withIntermediateDirectories: true)
+        endpoint = "ipc://" + folder.appendingPathComponent("bare.ipc").path
+        context = try ZeroMQContext()
+        let router = try ZeroMQSocket(context: context, kind: .router)
+        try router.bind(endpoint)
+        let raw = RawSQLite(path: folder.appendingPathComponent("bare.sqlite").path,
+                            synchronous: durability == .full ? "FULL" : "NORMAL")
+        raw.createItemTable()
+        client = try ZeroMQSocket(context: context, kind: .dealer)
+        try client.setReceiveTimeout(milliseconds: 5_000)
+        try client.connect(endpoint)
+        let box = UncheckedBox((router, raw))
+        Thread.detachNewThread { [self] in
+            let (router, raw) = box.value
+            let statement = raw.prepare(RawSQLite.insertItemSQL)
+            while !stopped.withLock({ isStopped }) {
+                guard (try? router.waitForInput(milliseconds: 50)) == true,
+                    let frames = try? router.receive(dontWait: true), frames.count == 2
+                else { continue }
+                let index = frames[1].withUnsafeBytes { $0.loadUnaligned(as: Int.self) }
+                raw.execute("BEGIN IMMEDIATE")
+                raw.insertItem(statement, index)
+                raw.execute("COMMIT")
+                try? router.send([frames[0], Data("ok".utf8)])
+            }
+            sqlite3_finalize(statement)
+            router.close()
+            finished.signal()
+        }
+    }
+
+    func roundTrip(_ index: Int) throws {
+        try client.send([withUnsafeBytes(of: index) { Data($0) }])
+        _ = try client.receive()
+    }
+
+    func stop() {
+        stopped.withLock { isStopped = true }
+        finished.wait()
+        client.close()
+    }
+}
+
+struct UncheckedBox<T>: @unchecked Sendable {
+    let value: T
+    init(_ value: T) { self.value = value }
+}
