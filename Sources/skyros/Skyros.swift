@@ -22,6 +22,8 @@ struct Demo: ParsableCommand {
         abstract: "Run a daemon and three client processes sharing a todo list, then stop them.")
 
     func run() throws {
+        // Output piped into `head` must not kill the demo before it stops its daemon.
+        signal(SIGPIPE, SIG_IGN)
         let here = URL(fileURLWithPath: CommandLine.arguments[0]).resolvingSymlinksInPath().deletingLastPathComponent()
         let groups = URL(fileURLWithPath: "/tmp/skyros-demo-\(getpid())")
         try FileManager.default.createDirectory(at: groups, withIntermediateDirectories: true)
@@ -78,8 +80,9 @@ struct Demo: ParsableCommand {
 }
 
 /// Prints a line at once (the children print to the same terminal).
+/// A closed stdout (output piped into `head`) is not an error worth dying for.
 func say(_ line: String) {
-    FileHandle.standardOutput.write(Data((line + "\n").utf8))
+    try? FileHandle.standardOutput.write(contentsOf: Data((line + "\n").utf8))
 }
 
 /// One process of the demo (started by `skyros demo`).
