@@ -1,0 +1,96 @@
+import Foundation
+import Skyros
+import SkyrosShared
+import SkyrosTestModels
+import Testing
+
+/// The public API of DESIGN §3, written as the design writes it (observation, the
+/// fetched-results controller and the entity monitor, are not built yet).
+@Suite("DESIGN §3 contract", .timeLimit(.minutes(1)))
+struct DesignContractTests {
+    /// The chaining forms are for synchronous code (DESIGN §3): in an async function `read`
+    /// and `write` are the async forms, as in GRDB.
+    @Test("the Skopelos-style API compiles and behaves as written")
+    func contract() throws {
+        let directory = try TemporaryDirectory()
+        let fileURL = directory.file("store.sqlite")
+        let schema = Schema([User.self, Post.self])
+        _ = try Skyros(inMemoryStack: schema)
+        _ = try Skyros(inMemoryStack: schema, allowsConcurrentWritings: true)
+        let store = try Skyros(sqliteStack: testSchema, at: fileURL)
+
+        store.read { context in print(try User.all(in: context)) }
+        store.writeSync { context in
+            let user = User.create(in: context)
+            user.firstname = "John"
+        }
+        let durable = CompletionProbe()
+        store.writeSync({ context in User.create(in: context).handle = "j2" }, completion: durable.completion)
+        store.writeAsync({ context in User.create(in: context).handle = "j3" }, completion: { _ in })
+        store.writeSync { _ in }.writeSync { _ in }.read { _ in }
+        #expect(durable.wait())
+
+        let (names, id) = try asyncForms(store)
+        #expect(names.contains("John"))
+
+        store.read { context in
+            let user = context.object(with: id, as: User.self)!
+            let counts = [
+                try User.count(in: context),
+                try User.count(where: #Predicate<User> { $0.age > 30 }, in: context),
+                try User.all(where: #Predicate { $0.firstname == "John" }, sortedBy: [SortDescriptor(\.handle)], in: context)
+                    .count,
+            ]
+            #expect(counts == [4, 0, 1])
+            let firsts = [
+                try User.first(in: context), try User.first(where: #Predicate { $0.firstname == "John" }, sortedBy: [], in: context),
+            ]
+            #expect(firsts.allSatisfy { $0 != nil })
+            #expect(user.inContext(context) === user)
+            #expect(context.object(with: id) != nil)
+            #expect(!context.hasChanges)
+            context.reset()
+        }
+        store.writeSync { context in
+            try User.first(in: context)?.delete(in: context)
+            try User.deleteAll(in: context)
+            try context.save()
+        }
+        // ObjectID: Sendable, Hashable, Codable, with a URI form.
+        let decoded = try JSONDecoder().decode(ObjectID.self, from: JSONEncoder().encode(id))
+        #expect(decoded == id && Set([id, decoded]).count == 1)
+        #expect(ObjectID(uriRepresentation: id.uriRepresentation) == id)
+        // The shared stack's initializer, as written (no daemon for this group: a typed error).
+        #expect(throws: SkyrosError.self) {
+            _ = try Skyros(sharedStack: schema, applicationGroup: "com.example.todo", timeout: 0.2)
+        }
+    }
+
+    /// `try await store.read { … }` and `try await store.write { … }`, run from sync code.
+    func asyncForms(_ store: Skyros) throws -> ([String], ObjectID) {
+        let result = ResultBox()
+        let done = DispatchSemaphore(value: 0)
+        Task {
+            do {
+                let names = try await store.read { context in try User.all(in: context).map(\.firstname) }
+                let id = try await store.write { context in
+                    let user = User.create(in: context)
+                    user.handle = "j4"  // handles are unique; the first user has ""
+                    return user.objectID
+                }
+                result.value = .success((names, id))
+            } catch {
+                result.value = .failure(error)
+            }
+            done.signal()
+        }
+        guard done.wait(timeout: .now() + 10) == .success, let value = result.value else {
+            throw TestFailure(reason: "async read/write did not finish")
+        }
+        return try value.get()
+    }
+
+    final class ResultBox: @unchecked Sendable {
+        var value: Result<([String], ObjectID), any Error>?
+    }
+}
