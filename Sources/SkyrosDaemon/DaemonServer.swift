@@ -59,16 +59,13 @@ public final class DaemonServer: @unchecked Sendable {
         requests = try ZeroMQSocket(context: zmq, kind: .router)
         try requests.setMaximumMessageSize(Int64(configuration.maximumMessageSize))
         events = try ZeroMQSocket(context: zmq, kind: .publisher)
-        for endpoint in [container.requestsEndpoint, container.eventsEndpoint] {
+        for path in container.sockets where FileManager.default.fileExists(atPath: path) {
             // A socket file left by a daemon that died is stale: the lock proves nobody serves it.
-            let path = String(endpoint.dropFirst("ipc://".count))
-            if FileManager.default.fileExists(atPath: path) { try? FileManager.default.removeItem(atPath: path) }
+            try? FileManager.default.removeItem(atPath: path)
         }
         try requests.bind(container.requestsEndpoint)
         try events.bind(container.eventsEndpoint)
-        for path in [container.requestsEndpoint, container.eventsEndpoint].map({ String($0.dropFirst("ipc://".count)) }) {
-            chmod(path, 0o770)
-        }
+        for path in container.sockets { chmod(path, 0o770) }
         configuration.log("serving \(container.url.path)\(store == nil ? " (no store yet)" : "")")
     }
 
@@ -97,9 +94,7 @@ public final class DaemonServer: @unchecked Sendable {
         requests.close()
         events.close()
         try? store?.close()
-        for endpoint in [configuration.container.requestsEndpoint, configuration.container.eventsEndpoint] {
-            try? FileManager.default.removeItem(atPath: String(endpoint.dropFirst("ipc://".count)))
-        }
+        for path in configuration.container.sockets { try? FileManager.default.removeItem(atPath: path) }
         configuration.log("stopped")
     }
 

@@ -26,8 +26,14 @@ public struct GroupContainer: Sendable {
 
     public var store: URL { url.appendingPathComponent("store.sqlite") }
     public var lockFile: URL { url.appendingPathComponent("daemon.lock") }
-    public var requestsEndpoint: String { "ipc://" + url.appendingPathComponent("requests.ipc").path }
-    public var eventsEndpoint: String { "ipc://" + url.appendingPathComponent("events.ipc").path }
+    /// The socket file of requests and replies.
+    public var requestsSocket: String { url.appendingPathComponent("requests.ipc").path }
+    /// The socket file of published change events.
+    public var eventsSocket: String { url.appendingPathComponent("events.ipc").path }
+    /// Both socket files.
+    public var sockets: [String] { [requestsSocket, eventsSocket] }
+    public var requestsEndpoint: String { "ipc://" + requestsSocket }
+    public var eventsEndpoint: String { "ipc://" + eventsSocket }
 
     /// Socket paths of `ipc://` endpoints are limited by `sun_path` (107 bytes).
     public static let maximumSocketPathLength = 107
@@ -36,12 +42,7 @@ public struct GroupContainer: Sendable {
     /// searchable and, when the daemon's sockets exist, readable and writable. Access is Unix
     /// permissions: the container is mode 0770, owned by the group's Unix group.
     public func checkAccess() throws {
-        var paths = [url.path]
-        for endpoint in [requestsEndpoint, eventsEndpoint] {
-            let path = String(endpoint.dropFirst("ipc://".count))
-            paths.append(path)
-        }
-        for (index, path) in paths.enumerated() {
+        for (index, path) in ([url.path] + sockets).enumerated() {
             let mode = index == 0 ? X_OK : (R_OK | W_OK)
             if access(path, mode) != 0 && errno == EACCES {
                 throw SkyrosError(
@@ -58,8 +59,7 @@ public struct GroupContainer: Sendable {
             try FileManager.default.createDirectory(
                 at: url, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o770])
         }
-        for endpoint in [requestsEndpoint, eventsEndpoint] {
-            let path = endpoint.dropFirst("ipc://".count)
+        for path in sockets {
             guard path.utf8.count <= Self.maximumSocketPathLength else {
                 throw SkyrosError(
                     .invalidApplicationGroup,
