@@ -59,12 +59,7 @@ extension ObjectContext {
             registry[id] = nil
             object.skyrosStorage.context = nil
         }
-        inserted = [:]
-        insertedRows = [:]
-        insertionOrder = []
-        updated = [:]
-        deleted = [:]
-        pendingCountByEntity = [:]
+        clearPendingChanges()
     }
 
     // MARK: - Validation

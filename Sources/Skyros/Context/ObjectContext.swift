@@ -374,12 +374,7 @@ public final class ObjectContext: ObjectStore, @unchecked Sendable, CustomString
             object.skyrosStorage.context = nil
         }
         registry = [:]
-        inserted = [:]
-        insertedRows = [:]
-        insertionOrder = []
-        updated = [:]
-        deleted = [:]
-        pendingCountByEntity = [:]
+        clearPendingChanges()
     }
 
     /// Discards pending changes: inserted objects are forgotten, updated and deleted ones
@@ -397,6 +392,11 @@ public final class ObjectContext: ObjectStore, @unchecked Sendable, CustomString
             storage.valueErrors = [:]
             storage.isFault = true
         }
+        clearPendingChanges()
+    }
+
+    /// Empties the pending sets (after a save, a rollback or a reset).
+    func clearPendingChanges() {
         inserted = [:]
         insertedRows = [:]
         insertionOrder = []

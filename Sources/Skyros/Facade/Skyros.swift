@@ -230,11 +230,12 @@ open class Skyros: @unchecked Sendable {
     private func saveRoot(_ stack: Contexts) -> SkyrosError? {
         let root = stack.root
         guard root.hasChanges else { return nil }
-        let touched = root.makeChangeSet().allIDs
         do {
             try root.save()
             return nil
         } catch {
+            // A failed save keeps the pending changes: they say which objects it touched.
+            let touched = root.makeChangeSet().allIDs
             root.rollback()
             stack.main.perform {
                 for id in touched {
