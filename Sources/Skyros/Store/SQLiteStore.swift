@@ -80,17 +80,10 @@ public final class SQLiteStore: ObjectStore, @unchecked Sendable {
     /// The schema recorded in an existing store file, read without writing to it; nil when
     /// the file does not exist or has no Skyros schema yet.
     public static func storedSchemaDescription(at url: URL) throws -> SchemaDescription? {
-        guard FileManager.default.fileExists(atPath: url.path) else { return nil }
-        var configuration = Configuration()
-        configuration.readonly = true
+        guard FileManager.default.fileExists(atPath: url.path),
+            let json = try metadata("schema", of: url)
+        else { return nil }
         do {
-            let queue = try DatabaseQueue(path: url.path, configuration: configuration)
-            defer { try? queue.close() }
-            let json = try queue.read { db -> String? in
-                guard try db.tableExists("skyros_metadata") else { return nil }
-                return try String.fetchOne(db, sql: "SELECT value FROM skyros_metadata WHERE key = 'schema'")
-            }
-            guard let json else { return nil }
             return try JSONDecoder().decode(SchemaDescription.self, from: Data(json.utf8))
         } catch {
             throw SkyrosError(.storeFailure, "could not read the schema of the store at \(url.path)", underlying: error)
@@ -99,24 +92,28 @@ public final class SQLiteStore: ObjectStore, @unchecked Sendable {
 
     /// Reads the fingerprint of an existing file without writing to it.
     private static func checkFingerprint(of url: URL, schema: Schema) throws {
-        var configuration = Configuration()
-        configuration.readonly = true
-        let fingerprint: String?
-        do {
-            let queue = try DatabaseQueue(path: url.path, configuration: configuration)
-            fingerprint = try queue.read { db -> String? in
-                guard try db.tableExists("skyros_metadata") else { return nil }
-                return try String.fetchOne(db, sql: "SELECT value FROM skyros_metadata WHERE key = 'fingerprint'")
-            }
-            try queue.close()
-        } catch {
-            throw SkyrosError(.storeFailure, "could not read the store at \(url.path)", underlying: error)
-        }
-        if let fingerprint, fingerprint != schema.fingerprint {
+        if let fingerprint = try metadata("fingerprint", of: url), fingerprint != schema.fingerprint {
             throw SkyrosError(
                 .schemaMismatch,
                 "the store at \(url.path) was made with schema \(fingerprint), not \(schema.fingerprint); the file was left untouched (migrations are not supported yet)"
             )
+        }
+    }
+
+    /// A value of `skyros_metadata` in an existing file, read through a read-only connection;
+    /// nil when the file has no Skyros metadata.
+    private static func metadata(_ key: String, of url: URL) throws -> String? {
+        var configuration = Configuration()
+        configuration.readonly = true
+        do {
+            let queue = try DatabaseQueue(path: url.path, configuration: configuration)
+            defer { try? queue.close() }
+            return try queue.read { db -> String? in
+                guard try db.tableExists("skyros_metadata") else { return nil }
+                return try String.fetchOne(db, sql: "SELECT value FROM skyros_metadata WHERE key = ?", arguments: [key])
+            }
+        } catch {
+            throw SkyrosError(.storeFailure, "could not read the \(key) of the store at \(url.path)", underlying: error)
         }
     }
 
