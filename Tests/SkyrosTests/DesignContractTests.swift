@@ -9,10 +9,24 @@ import Testing
 @Suite("DESIGN §3 contract", .timeLimit(.minutes(1)))
 struct DesignContractTests {
     /// The chaining forms are for synchronous code (DESIGN §3): in an async function `read`
-    /// and `write` are the async forms, as in GRDB.
+    /// and `write` are the async forms, as in GRDB. So the synchronous forms are written in
+    /// synchronous helpers, and the async ones here.
     @Test("the Skopelos-style API compiles and behaves as written")
-    func contract() throws {
+    func contract() async throws {
         let directory = try TemporaryDirectory()
+        let store = try chainingForms(directory)
+        let names = try await store.read { context in try User.all(in: context).map(\.firstname) }
+        let id = try await store.write { context in
+            let user = User.create(in: context)
+            user.handle = "j4"  // handles are unique; the first user has ""
+            return user.objectID
+        }
+        #expect(names.contains("John"))
+        try helpers(store, id)
+    }
+
+    /// Stacks, `read`, `writeSync`, `writeAsync` and chaining.
+    func chainingForms(_ directory: TemporaryDirectory) throws -> Skyros {
         let fileURL = directory.file("store.sqlite")
         let schema = Schema([User.self, Post.self])
         _ = try Skyros(inMemoryStack: schema)
@@ -29,10 +43,12 @@ struct DesignContractTests {
         store.writeAsync({ context in User.create(in: context).handle = "j3" }, completion: { _ in })
         store.writeSync { _ in }.writeSync { _ in }.read { _ in }
         #expect(durable.wait())
+        return store
+    }
 
-        let (names, id) = try asyncForms(store)
-        #expect(names.contains("John"))
-
+    /// The entity helpers, the context calls, and ObjectID.
+    func helpers(_ store: Skyros, _ id: ObjectID) throws {
+        let schema = Schema([User.self, Post.self])
         store.read { context in
             let user = context.object(with: id, as: User.self)!
             let counts = [
@@ -64,33 +80,5 @@ struct DesignContractTests {
         #expect(throws: SkyrosError.self) {
             _ = try Skyros(sharedStack: schema, applicationGroup: "com.example.todo", timeout: 0.2)
         }
-    }
-
-    /// `try await store.read { … }` and `try await store.write { … }`, run from sync code.
-    func asyncForms(_ store: Skyros) throws -> ([String], ObjectID) {
-        let result = ResultBox()
-        let done = DispatchSemaphore(value: 0)
-        Task {
-            do {
-                let names = try await store.read { context in try User.all(in: context).map(\.firstname) }
-                let id = try await store.write { context in
-                    let user = User.create(in: context)
-                    user.handle = "j4"  // handles are unique; the first user has ""
-                    return user.objectID
-                }
-                result.value = .success((names, id))
-            } catch {
-                result.value = .failure(error)
-            }
-            done.signal()
-        }
-        guard done.wait(timeout: .now() + 10) == .success, let value = result.value else {
-            throw TestFailure(reason: "async read/write did not finish")
-        }
-        return try value.get()
-    }
-
-    final class ResultBox: @unchecked Sendable {
-        var value: Result<([String], ObjectID), any Error>?
     }
 }
