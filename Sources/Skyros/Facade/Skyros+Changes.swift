@@ -100,10 +100,6 @@ extension ObjectContext {
 
     /// Forgets every registered object without changes (the store was emptied).
     func forgetAllClean() {
-        for (id, entry) in registry where !entry.object.skyrosStorage.hasChanges {
-            registry[id] = nil
-            entry.object.skyrosStorage.isDeleted = true
-            entry.object.skyrosStorage.context = nil
-        }
+        for id in Array(registry.keys) { forgetDeleted(id) }
     }
 }
