@@ -14,16 +14,27 @@ public final class DaemonServer: @unchecked Sendable {
         public var container: GroupContainer
         public var durability: Durability
         public var maximumMessageSize: Int
+        /// How many change sets the history keeps (at least 1).
+        public var historyCount: Int
+        /// How long the history keeps a change set, in seconds.
+        public var historyAge: TimeInterval
+        /// The most change sets committed together in one transaction.
+        public var maximumGroupCommit: Int
         /// Where the server writes what it does (one line per call).
         public var log: @Sendable (String) -> Void
 
         public init(
             container: GroupContainer, durability: Durability = .full,
-            maximumMessageSize: Int = WireMessage.maximumSize, log: @escaping @Sendable (String) -> Void = { _ in }
+            maximumMessageSize: Int = WireMessage.maximumSize,
+            historyCount: Int = 100_000, historyAge: TimeInterval = 7 * 86_400, maximumGroupCommit: Int = 256,
+            log: @escaping @Sendable (String) -> Void = { _ in }
         ) {
             self.container = container
             self.durability = durability
             self.maximumMessageSize = maximumMessageSize
+            self.historyCount = max(1, historyCount)
+            self.historyAge = historyAge
+            self.maximumGroupCommit = max(1, maximumGroupCommit)
             self.log = log
         }
     }
@@ -35,12 +46,11 @@ public final class DaemonServer: @unchecked Sendable {
     private let events: ZeroMQSocket
     private var store: SQLiteStore?
     private var sequence: UInt64 = 0
-    private var acceptedPeers: Set<Data> = []
-    /// The latest committed change sets, for clients catching up (oldest first).
-    private var history: [ChangeEvent] = []
-    /// How many change sets the in-memory history keeps.
-    public static let historyLimit = 100_000
+    /// Connections that said hello, with the name of their process.
+    private var acceptedPeers: [Data: String] = [:]
+    private let access: PeerAccess
     private var lastHeartbeat = Date.distantPast
+    private var lastPrune = Date.distantPast
     private let state = NSLock()
     private var stopRequested = false
 
@@ -52,9 +62,12 @@ public final class DaemonServer: @unchecked Sendable {
         try container.prepare()
         lock = try GroupLock(container)
         if let description = try SQLiteStore.storedSchemaDescription(at: container.store) {
-            store = try SQLiteStore(
+            let store = try SQLiteStore(
                 schema: try Schema(description: description), url: container.store, durability: configuration.durability)
+            sequence = try Journal.open(store)
+            self.store = store
         }
+        access = PeerAccess(container: container)
         zmq = try ZeroMQContext()
         requests = try ZeroMQSocket(context: zmq, kind: .router)
         try requests.setMaximumMessageSize(Int64(configuration.maximumMessageSize))
@@ -66,16 +79,31 @@ public final class DaemonServer: @unchecked Sendable {
         try requests.bind(container.requestsEndpoint)
         try events.bind(container.eventsEndpoint)
         for path in container.sockets { chmod(path, 0o770) }
-        configuration.log("serving \(container.url.path)\(store == nil ? " (no store yet)" : "")")
+        configuration.log(
+            "serving \(container.url.path)\(store == nil ? " (no store yet)" : " at sequence \(sequence)")")
     }
 
     /// Serves until ``stop()`` is called; checks for it every `pollInterval` milliseconds.
+    ///
+    /// Each turn takes every request already waiting: reads are answered at once, and the
+    /// saves among them are committed together in one transaction (group commit) and
+    /// acknowledged after it is durable.
     public func serve(pollInterval: Int = 100) {
         while !isStopRequested {
             heartbeatIfDue(every: Double(pollInterval) / 1000)
             do {
                 guard try requests.waitForInput(milliseconds: pollInterval) else { continue }
-                handle(try requests.receive(dontWait: true))
+                var saves: [PendingSave] = []
+                while saves.count < configuration.maximumGroupCommit {
+                    let received: (frames: [Data], peer: PeerCredentials?)
+                    do {
+                        received = try requests.receiveWithCredentials(dontWait: true)
+                    } catch let error as ZeroMQError where error.isTimeout {
+                        break
+                    }
+                    handle(received.frames, peer: received.peer, saves: &saves)
+                }
+                if !saves.isEmpty { commit(saves) }
             } catch let error as ZeroMQError where error.isTimeout || error.code == EINTR {
                 continue
             } catch {
@@ -100,7 +128,18 @@ public final class DaemonServer: @unchecked Sendable {
 
     // MARK: - Requests
 
-    private func handle(_ frames: [Data]) {
+    /// A save waiting for the group commit of this turn.
+    private struct PendingSave {
+        var identity: Data
+        var requestID: UInt64
+        var clientID: String
+        var saveNumber: UInt64
+        var changes: ChangeSet
+    }
+
+    /// Answers a request, or adds it to `saves` when it is a save to commit with the others
+    /// of this turn.
+    private func handle(_ frames: [Data], peer: PeerCredentials?, saves: inout [PendingSave]) {
         guard frames.count == 2 else {
             if frames.count > 2 || frames.count == 1 {
                 reply(to: frames[0], WireMessage(requestID: 0, body: .error(
@@ -110,6 +149,11 @@ public final class DaemonServer: @unchecked Sendable {
             return
         }
         let identity = frames[0]
+        if let refusal = access.refusal(of: peer) {
+            reply(to: identity, WireMessage(requestID: 0, body: .error(
+                code: SkyrosError.Code.permissionDenied.rawValue, message: refusal)))
+            return
+        }
         let message: WireMessage
         do {
             message = try WireMessage.decode([UInt8](frames[1]), maximumSize: configuration.maximumMessageSize)
@@ -119,6 +163,18 @@ public final class DaemonServer: @unchecked Sendable {
             reply(to: identity, WireMessage(requestID: 0, body: .error(code: code.rawValue, message: error.description)))
             return
         }
+        if case .save(let clientID, let saveNumber, let changes) = message.body, acceptedPeers[identity] != nil,
+            store != nil
+        {
+            saves.append(PendingSave(
+                identity: identity, requestID: message.requestID, clientID: clientID, saveNumber: saveNumber,
+                changes: changes))
+            return
+        }
+        if case .deleteAll = message.body, !saves.isEmpty {
+            commit(saves)  // saves that arrived first are committed first
+            saves.removeAll()
+        }
         let body: WireMessage.Body
         do {
             body = try respond(to: message.body, from: identity)
@@ -127,6 +183,72 @@ public final class DaemonServer: @unchecked Sendable {
             body = .error(code: error.code.rawValue, message: error.message)
         }
         reply(to: identity, WireMessage(requestID: message.requestID, body: body))
+    }
+
+    /// Commits the saves of one turn in one transaction, each in its own savepoint: one that
+    /// fails (a unique constraint, a link to an object another client deleted) fails alone.
+    /// A save whose client and save number were applied before is not applied again; its
+    /// first acknowledgement is sent again. Replies and events go out once the commit is
+    /// durable.
+    private func commit(_ saves: [PendingSave]) {
+        guard let store else { return }
+        var results: [Result<UInt64, SkyrosError>] = []
+        var events: [ChangeEvent] = []
+        var next = sequence
+        do {
+            try store.transaction { transaction in
+                for save in saves {
+                    do {
+                        if let sequence = try Journal.acknowledgement(
+                            of: save.clientID, save: save.saveNumber, in: transaction)
+                        {
+                            results.append(.success(sequence))
+                            continue
+                        }
+                        let event = try transaction.savepoint {
+                            try transaction.apply(save.changes)
+                            let event = ChangeEvent(
+                                sequence: next + 1, author: save.clientID,
+                                changes: summary(of: save.changes, in: store.schema))
+                            try Journal.record(
+                                event, process: acceptedPeers[save.identity] ?? "", save: save.saveNumber,
+                                in: transaction)
+                            return event
+                        }
+                        next = event.sequence
+                        events.append(event)
+                        results.append(.success(event.sequence))
+                    } catch {
+                        results.append(.failure(SkyrosError.wrap(error)))
+                    }
+                }
+                try pruneIfDue(next, transaction)
+            }
+            sequence = next
+        } catch {
+            // The commit itself failed (I/O, disk full): nothing of this turn is stored.
+            configuration.log("group commit of \(saves.count) change sets failed: \(error)")
+            results = Array(repeating: .failure(SkyrosError.wrap(error)), count: saves.count)
+            events = []
+        }
+        for (save, result) in zip(saves, results) {
+            let body: WireMessage.Body =
+                switch result {
+                case .success(let sequence): .saved(sequence: sequence)
+                case .failure(let error): .error(code: error.code.rawValue, message: error.message)
+                }
+            reply(to: save.identity, WireMessage(requestID: save.requestID, body: body))
+        }
+        for event in events { publish(event) }
+    }
+
+    /// Applies the history retention at most once a second, inside a commit.
+    private func pruneIfDue(_ current: UInt64, _ transaction: SQLiteStore.Transaction) throws {
+        guard Date().timeIntervalSince(lastPrune) >= 1 else { return }
+        lastPrune = Date()
+        try Journal.prune(
+            Journal.Retention(count: configuration.historyCount, age: configuration.historyAge), current: current,
+            in: transaction)
     }
 
     private func reply(to identity: Data, _ message: WireMessage) {
@@ -141,7 +263,7 @@ public final class DaemonServer: @unchecked Sendable {
         if case .hello(let version, let fingerprint, let name, let description) = body {
             return try hello(version: version, fingerprint: fingerprint, name: name, description: description, identity)
         }
-        guard acceptedPeers.contains(identity), let store else {
+        guard acceptedPeers[identity] != nil, let store else {
             throw SkyrosError(.helloRequired, "say hello first")
         }
         switch body {
@@ -149,23 +271,17 @@ public final class DaemonServer: @unchecked Sendable {
         case .fetchIdentifiers(let request): return .identifiersReply(try store.fetchIdentifiers(request))
         case .count(let request): return .countReply(try store.count(request))
         case .snapshots(let ids): return .snapshotsReply(try store.snapshots(for: ids))
-        case .save(let clientID, _, let changes):
-            try store.save(changes)
-            sequence += 1
-            publish(ChangeEvent(sequence: sequence, author: clientID, changes: summary(of: changes, in: store.schema)))
-            return .saved(sequence: sequence)
         case .deleteAll(let clientID):
-            try store.deleteAll()
-            sequence += 1
-            publish(ChangeEvent(sequence: sequence, author: clientID, isReset: true, changes: []))
+            let event = ChangeEvent(sequence: sequence + 1, author: clientID, isReset: true, changes: [])
+            try store.transaction { transaction in
+                try transaction.deleteAll()
+                try Journal.record(event, process: acceptedPeers[identity] ?? "", save: nil, in: transaction)
+            }
+            sequence = event.sequence
+            publish(event)
             return .saved(sequence: sequence)
         case .changesSince(let since):
-            if since >= sequence { return .changes([]) }
-            guard let oldest = history.first?.sequence, since + 1 >= oldest else {
-                throw SkyrosError(
-                    .historyExpired, "changes after \(since) are no longer kept (oldest: \(history.first?.sequence ?? sequence))")
-            }
-            return .changes(Array(history.drop { $0.sequence <= since }))
+            return .changes(try Journal.changes(since: since, current: sequence, limit: 10_000, in: store))
         default:
             throw SkyrosError(.malformedMessage, "a client cannot send this message")
         }
@@ -184,8 +300,10 @@ public final class DaemonServer: @unchecked Sendable {
             guard schema.fingerprint == fingerprint else {
                 throw SkyrosError(.schemaMismatch, "the schema description does not have the announced fingerprint")
             }
-            store = try SQLiteStore(
+            let created = try SQLiteStore(
                 schema: schema, url: configuration.container.store, durability: configuration.durability)
+            sequence = try Journal.open(created)
+            store = created
             configuration.log("created the store for schema \(fingerprint)")
         }
         guard let store, store.schema.fingerprint == fingerprint else {
@@ -193,7 +311,7 @@ public final class DaemonServer: @unchecked Sendable {
                 .schemaMismatch,
                 "the group's store has schema \(store?.schema.fingerprint ?? "?"), the client \(name) has \(fingerprint)")
         }
-        acceptedPeers.insert(identity)
+        acceptedPeers[identity] = name
         configuration.log("hello from \(name)")
         return .welcome(protocolVersion: UInt64(WireMessage.protocolVersion), sequence: sequence)
     }
@@ -203,16 +321,10 @@ public final class DaemonServer: @unchecked Sendable {
     private func heartbeatIfDue(every interval: TimeInterval) {
         guard Date().timeIntervalSince(lastHeartbeat) >= interval else { return }
         lastHeartbeat = Date()
-        publish(ChangeEvent(sequence: sequence, author: "", changes: []), recording: false)
+        publish(ChangeEvent(sequence: sequence, author: "", changes: []))
     }
 
-    private func record(_ event: ChangeEvent) {
-        history.append(event)
-        if history.count > Self.historyLimit { history.removeFirst(history.count - Self.historyLimit) }
-    }
-
-    private func publish(_ event: ChangeEvent, recording: Bool = true) {
-        if recording { record(event) }
+    private func publish(_ event: ChangeEvent) {
         do {
             try events.send([Data(WireMessage(requestID: 0, body: .event(event)).encoded())], dontWait: true)
         } catch {

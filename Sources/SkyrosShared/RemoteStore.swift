@@ -6,16 +6,30 @@ import SkyrosZeroMQ
 /// The store of a shared stack: the group's daemon, reached over ZeroMQ (docs/PROTOCOL.md).
 ///
 /// Requests are answered from the daemon's committed state. Change events of other clients
-/// are received on a background thread and handed to ``onChange``. A call that gets no
-/// answer within ``timeout`` reconnects once and then fails with
-/// ``SkyrosError/Code/daemonUnavailable``: no call ever waits forever.
+/// are received on a background thread and handed to ``onChange``, in sequence order, with
+/// no gap and no duplicate: a gap, a reconnection or a silent event socket makes the client
+/// catch up with the daemon's history.
+///
+/// A request that gets no answer within ``retryInterval`` is sent again on a new
+/// connection (saying hello again when the daemon restarted), until ``timeout`` has passed;
+/// then it fails with ``SkyrosError/Code/daemonUnavailable``: no call ever waits forever.
+/// A save sent again carries the same client id and save number, so the daemon applies it
+/// once and acknowledges it again (exactly-once saves). When a save fails with
+/// `daemonUnavailable`, whether the daemon applied it is unknown until the next fetch.
 public final class RemoteStore: PersistentStore, @unchecked Sendable {
     public let schema: Schema
     public let container: GroupContainer
     /// This client's identity in the group (also the author of its change events).
     public let clientID: String
-    /// How long a request waits for the daemon.
+    /// How long a request waits for the daemon, in all.
     public let timeout: TimeInterval
+    /// How long one attempt of a request waits for its reply before it is sent again.
+    public let retryInterval: TimeInterval
+    /// How long the event socket may stay silent (the daemon sends a heartbeat every
+    /// 100 ms) before the client catches up with the history anyway.
+    public let silenceInterval: TimeInterval = 1
+    /// For tests: how many replies to drop, as if they were lost on the way.
+    var droppedRepliesForTesting = 0
 
     private let zmq: ZeroMQContext
     private let lock = NSLock()
@@ -38,11 +52,15 @@ public final class RemoteStore: PersistentStore, @unchecked Sendable {
     /// - Throws: ``SkyrosError/Code/schemaMismatch`` when the group's store has another
     ///   schema, ``SkyrosError/Code/permissionDenied`` when this user may not use the group,
     ///   ``SkyrosError/Code/daemonUnavailable`` when no daemon answers in `timeout`.
-    public init(schema: Schema, container: GroupContainer, clientName: String? = nil, timeout: TimeInterval = 5) throws {
+    public init(
+        schema: Schema, container: GroupContainer, clientName: String? = nil, timeout: TimeInterval = 5,
+        retryInterval: TimeInterval = 1
+    ) throws {
         try schema.validate()
         self.schema = schema
         self.container = container
         self.timeout = timeout
+        self.retryInterval = min(retryInterval, timeout)
         let name = clientName ?? ProcessInfo.processInfo.processName
         self.clientID = "\(UUID().uuidString.prefix(8)) \(name)"
         try container.checkAccess()
@@ -93,9 +111,18 @@ public final class RemoteStore: PersistentStore, @unchecked Sendable {
 
     private func startEventThread() {
         let thread = Thread { [weak self] in
+            var lastHeard = Date()
             while let self, !self.eventsLock.withLock({ self.stopped }) {
                 do {
-                    guard try self.events.waitForInput(milliseconds: 50) else { continue }
+                    guard try self.events.waitForInput(milliseconds: 50) else {
+                        if Date().timeIntervalSince(lastHeard) > self.silenceInterval {
+                            // Silence: the daemon may be gone or events lost; ask what was missed.
+                            lastHeard = Date()
+                            self.catchUp()
+                        }
+                        continue
+                    }
+                    lastHeard = Date()
                     let frames = try self.events.receive(dontWait: true)
                     guard let frame = frames.first, case .event(let event) = try WireMessage.decode([UInt8](frame)).body
                     else { continue }
@@ -116,13 +143,36 @@ public final class RemoteStore: PersistentStore, @unchecked Sendable {
     private func deliver(_ event: ChangeEvent) {
         let last = eventsLock.withLock { sequence }
         guard event.sequence > last else { return }  // known already, or a heartbeat with nothing new
-        var events: [ChangeEvent]
         if event.sequence == last + 1 && !event.author.isEmpty {
-            events = [event]
+            merge([event])
         } else {
-            guard case .changes(let missed)? = try? request(.changesSince(last)) else { return }  // retried on the next event
-            events = missed
+            catchUp()
         }
+    }
+
+    /// Fetches and merges every change set after the last one merged, in pages, until the
+    /// daemon has nothing newer. When the daemon no longer keeps them (history expired), the
+    /// client starts over from the daemon's current sequence and ``onRestart`` refreshes
+    /// everything. Other failures are retried on the next event or heartbeat.
+    private func catchUp() {
+        while true {
+            let last = eventsLock.withLock { sequence }
+            let missed: [ChangeEvent]
+            do {
+                guard case .changes(let events) = try request(.changesSince(last)) else { return }
+                missed = events
+            } catch let error as SkyrosError where error.code == .historyExpired {
+                resynchronize()
+                return
+            } catch {
+                return
+            }
+            if missed.isEmpty { return }
+            merge(missed)
+        }
+    }
+
+    private func merge(_ events: [ChangeEvent]) {
         for event in events {
             let handler = eventsLock.withLock { () -> (@Sendable (ChangeEvent) -> Void)? in
                 guard event.sequence == sequence + 1 else { return nil }
@@ -133,28 +183,41 @@ public final class RemoteStore: PersistentStore, @unchecked Sendable {
         }
     }
 
+    /// Starts over from the daemon's current sequence, refreshing everything.
+    private func resynchronize() {
+        guard let hello = helloMessage, case .welcome(_, let current)? = try? request(hello) else { return }
+        eventsLock.withLock { sequence = current }
+        let handler = eventsLock.withLock { _onRestart }
+        handler?()
+    }
+
     // MARK: - Requests
 
     /// Sends a request and waits for its reply; error replies become ``SkyrosError``s.
     ///
-    /// When the daemon does not answer in time the request is sent again on a new
-    /// connection; when it answers that it does not know this client (it restarted), the
-    /// client says hello again and resends. After that: ``SkyrosError/Code/daemonUnavailable``.
+    /// An attempt that gets no reply within ``retryInterval`` is abandoned and the request is
+    /// sent again on a new connection; when the daemon answers that it does not know this
+    /// client (it restarted), the client says hello again and resends. When ``timeout`` has
+    /// passed: ``SkyrosError/Code/daemonUnavailable``.
     func request(_ body: WireMessage.Body) throws -> WireMessage.Body {
         try lock.withLock {
-            var reconnected = false
-            var rehelloed = false
+            let deadline = Date().addingTimeInterval(timeout)
+            var needsHello = false
             while true {
+                let wait = max(0.01, min(retryInterval, deadline.timeIntervalSinceNow))
                 do {
-                    return try exchange(body)
-                } catch let error as SkyrosError where error.code == .helloRequired && !rehelloed {
-                    rehelloed = true
-                    try sayHelloAgain()
-                } catch ExchangeTimeout.timedOut where !reconnected {
-                    reconnected = true
+                    if needsHello {
+                        try sayHelloAgain(wait: wait)
+                        needsHello = false
+                    }
+                    return try exchange(body, wait: wait)
+                } catch let error as SkyrosError where error.code == .helloRequired {
+                    needsHello = true
+                } catch ExchangeTimeout.timedOut {
                     dealer.close()
                     dealer = try Self.makeDealer(zmq, container)
-                } catch ExchangeTimeout.timedOut {
+                }
+                if Date() >= deadline {
                     throw SkyrosError(
                         .daemonUnavailable,
                         "the daemon of \(container.url.path) did not answer within \(timeout) seconds (is skyrosd running?)")
@@ -166,11 +229,11 @@ public final class RemoteStore: PersistentStore, @unchecked Sendable {
     private enum ExchangeTimeout: Error { case timedOut }
 
     /// One request and its reply, on the current connection (called with `lock` held).
-    private func exchange(_ body: WireMessage.Body) throws -> WireMessage.Body {
+    private func exchange(_ body: WireMessage.Body, wait: TimeInterval) throws -> WireMessage.Body {
         let id = nextRequestID
         nextRequestID += 1
         try dealer.send([Data(WireMessage(requestID: id, body: body).encoded())])
-        let deadline = Date().addingTimeInterval(timeout)
+        let deadline = Date().addingTimeInterval(wait)
         while Date() < deadline {
             let remaining = max(1, Int(deadline.timeIntervalSinceNow * 1000))
             guard try dealer.waitForInput(milliseconds: remaining) else { break }
@@ -180,6 +243,10 @@ public final class RemoteStore: PersistentStore, @unchecked Sendable {
                 throw SkyrosError(SkyrosError.Code(rawValue: code), message)
             }
             guard reply.requestID == id else { continue }  // a late reply to an abandoned request
+            if droppedRepliesForTesting > 0 {
+                droppedRepliesForTesting -= 1
+                continue
+            }
             if case .error(let code, let message) = reply.body {
                 throw SkyrosError(SkyrosError.Code(rawValue: code), message)
             }
@@ -188,18 +255,23 @@ public final class RemoteStore: PersistentStore, @unchecked Sendable {
         throw ExchangeTimeout.timedOut
     }
 
-    /// Says hello to a daemon that restarted. Its history starts over, so the sequence
-    /// restarts from its welcome, and ``onRestart`` lets the stack refresh what it holds.
-    private func sayHelloAgain() throws {
-        guard let hello = helloMessage, case .welcome(_, let current) = try exchange(hello) else {
+    /// Says hello to a daemon that restarted. Its sequence numbers go on where they were, so
+    /// the event thread catches up with what was missed; a daemon whose sequence is behind
+    /// this client's has another store, and ``onRestart`` refreshes everything.
+    private func sayHelloAgain(wait: TimeInterval) throws {
+        guard let hello = helloMessage, case .welcome(_, let current) = try exchange(hello, wait: wait) else {
             throw SkyrosError(.malformedMessage, "the daemon did not welcome this client back")
         }
-        eventsLock.withLock { sequence = current }
-        let handler = eventsLock.withLock { _onRestart }
-        handler?()
+        let replaced = eventsLock.withLock { () -> Bool in
+            guard current < sequence else { return false }
+            sequence = current
+            return true
+        }
+        if replaced { eventsLock.withLock { _onRestart }?() }
     }
 
-    /// Called (on the requesting thread) when the daemon restarted and forgot this client.
+    /// Called when everything this client holds may be stale: the daemon's history no longer
+    /// has what the client missed, or the daemon serves another store.
     public var onRestart: (@Sendable () -> Void)? {
         get { eventsLock.withLock { _onRestart } }
         set { eventsLock.withLock { _onRestart = newValue } }

@@ -153,6 +153,27 @@ public final class ZeroMQSocket {
         return frames
     }
 
+    /// Receives a multipart message with the credentials of the process that sent it, when
+    /// the connection is an `ipc://` one (libzmq reads them with `SO_PEERCRED`).
+    public func receiveWithCredentials(dontWait: Bool = false) throws -> (frames: [Data], peer: PeerCredentials?) {
+        var frames: [Data] = []
+        var peer: PeerCredentials?
+        var message = zmq_msg_t()
+        zmq_msg_init(&message)
+        defer { zmq_msg_close(&message) }
+        repeat {
+            guard zmq_msg_recv(&message, handle, dontWait ? ZMQ_DONTWAIT : 0) >= 0 else {
+                throw ZeroMQError.last("receive")
+            }
+            if peer == nil, let address = zmq_msg_gets(&message, "Peer-Address") {
+                peer = PeerCredentials(peerAddress: String(cString: address))
+            }
+            let size = zmq_msg_size(&message)
+            frames.append(size == 0 ? Data() : Data(bytes: zmq_msg_data(&message), count: size))
+        } while zmq_msg_more(&message) != 0
+        return (frames, peer)
+    }
+
     /// Waits until the socket can be read, for at most `milliseconds` (-1: forever).
     public func waitForInput(milliseconds: Int) throws -> Bool {
         var item = zmq_pollitem_t(socket: handle, fd: 0, events: Int16(ZMQ_POLLIN), revents: 0)
@@ -180,4 +201,27 @@ public var zeroMQVersion: String {
     var patch: Int32 = 0
     zmq_version(&major, &minor, &patch)
     return "\(major).\(minor).\(patch)"
+}
+
+/// The user, group and process of the peer of an `ipc://` connection.
+public struct PeerCredentials: Sendable, Hashable {
+    public var uid: UInt32
+    public var gid: UInt32
+    public var pid: Int32
+
+    public init(uid: UInt32, gid: UInt32, pid: Int32) {
+        self.uid = uid
+        self.gid = gid
+        self.pid = pid
+    }
+
+    /// Parses libzmq's `Peer-Address` of a Unix-domain connection, which ends with
+    /// `:uid:gid:pid`; nil for any other address.
+    public init?(peerAddress: String) {
+        let parts = peerAddress.split(separator: ":", omittingEmptySubsequences: false).suffix(3)
+        guard parts.count == 3, let uid = UInt32(parts[parts.startIndex]), let gid = UInt32(parts[parts.startIndex + 1]),
+            let pid = Int32(parts[parts.startIndex + 2])
+        else { return nil }
+        self.init(uid: uid, gid: gid, pid: pid)
+    }
 }

@@ -1,6 +1,7 @@
 // skyrosd: the daemon of one application group.
 //
-//     skyrosd --group com.example.todo [--groups-dir DIR] [--durability full|normal] [--log-level info]
+//     skyrosd --group com.example.todo [--groups-dir DIR] [--durability full|normal]
+//             [--history-count N] [--history-age SECONDS] [--log-level info]
 import ArgumentParser
 import Foundation
 import Logging
@@ -34,6 +35,12 @@ struct Skyrosd: AsyncParsableCommand {
     @Option(help: "full (synchronous=FULL) or normal (synchronous=NORMAL).")
     var durability: Durability = .full
 
+    @Option(help: "How many committed change sets the history keeps for clients catching up.")
+    var historyCount: Int = 100_000
+
+    @Option(help: "How long the history keeps a change set, in seconds (default: 7 days).")
+    var historyAge: Double = 7 * 86_400
+
     @Option(help: "trace, debug, info, notice, warning, error or critical.")
     var logLevel: Logger.Level = .info
 
@@ -62,6 +69,7 @@ struct Skyrosd: AsyncParsableCommand {
             server = try DaemonServer(
                 configuration: .init(
                     container: GroupContainer(url: containerURL), durability: durability,
+                    historyCount: historyCount, historyAge: historyAge,
                     log: { message in logger.info("\(message)") }))
         } catch let error as SkyrosError where error.code == .groupLocked {
             logger.critical("\(error.message)")

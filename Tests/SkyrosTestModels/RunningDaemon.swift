@@ -9,11 +9,24 @@ public final class RunningDaemon: @unchecked Sendable {
     public let container: GroupContainer
     public let server: DaemonServer
     private let finished = DispatchSemaphore(value: 0)
+    private let lock = NSLock()
+    private var serving = false
+    private var closed = false
 
-    public init() throws {
-        directory = "/tmp/skd-\(getpid())-\(UInt32.random(in: 0...UInt32.max))"
-        container = GroupContainer(url: URL(fileURLWithPath: directory).appendingPathComponent("g"))
-        server = try DaemonServer(configuration: .init(container: container))
+    /// - Parameters:
+    ///   - directory: the directory of a daemon shut down before (a restart), or nil for a new one.
+    ///   - historyCount: how many change sets the history keeps.
+    ///   - serving: false to start serving later with ``startServing()`` — requests sent in
+    ///     between wait in the socket and are all taken in the first turn (a group commit).
+    public init(directory: String? = nil, historyCount: Int = 100_000, serving: Bool = true) throws {
+        self.directory = directory ?? "/tmp/skd-\(getpid())-\(UInt32.random(in: 0...UInt32.max))"
+        container = GroupContainer(url: URL(fileURLWithPath: self.directory).appendingPathComponent("g"))
+        server = try DaemonServer(configuration: .init(container: container, historyCount: historyCount))
+        if serving { startServing() }
+    }
+
+    public func startServing() {
+        lock.withLock { serving = true }
         let server = self.server
         let finished = self.finished
         Thread.detachNewThread {
@@ -22,11 +35,20 @@ public final class RunningDaemon: @unchecked Sendable {
         }
     }
 
-    deinit {
+    /// Stops serving and closes the store and sockets, keeping the directory for a restart.
+    public func shutDown() {
+        let (wasServing, wasClosed) = lock.withLock { () -> (Bool, Bool) in
+            defer { closed = true }
+            return (serving, closed)
+        }
+        guard !wasClosed else { return }
         server.stop()
-        _ = finished.wait(timeout: .now() + 10)
+        if wasServing { _ = finished.wait(timeout: .now() + 10) }
         server.close()
+    }
+
+    deinit {
+        shutDown()
         try? FileManager.default.removeItem(atPath: directory)
     }
 }
-

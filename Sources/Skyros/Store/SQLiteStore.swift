@@ -265,62 +265,62 @@ public final class SQLiteStore: ObjectStore, @unchecked Sendable {
 
     public func save(_ changes: ChangeSet) throws {
         guard !changes.isEmpty else { return }
+        try transaction { transaction in try transaction.apply(changes) }
+    }
+
+    /// Writes a change set's rows inside the current transaction (no commit of its own).
+    func apply(_ changes: ChangeSet, _ db: Database) throws {
         try validateShape(of: changes)
-        do {
-            try writer.writeWithoutTransaction { db in try Self.immediateTransaction(db) { db in
-                var table: TableInfo?
-                var raw: OpaquePointer?
-                for snapshot in changes.inserted {
-                    if table?.entity.name != snapshot.id.entityName {
-                        let info = try tableInfo(snapshot.id.entityName)
-                        table = info
-                        raw = try db.cachedStatement(sql: info.insertSQL).sqliteStatement
-                    }
-                    guard let table, let raw else { continue }
-                    sqlite3_reset(raw)
-                    Self.bind(raw, 1, snapshot.id.uuid)
-                    for column in table.columnIndexes.indices {
-                        Self.bind(raw, Int32(column + 2), snapshot.values[table.columnIndexes[column]])
-                    }
-                    try Self.stepDone(db, raw)
-                }
-                for update in changes.updated {
-                    let table = try tableInfo(update.id.entityName)
-                    let indexes = update.changes.keys.sorted().filter { table.entity.properties[$0].hasColumn }
-                    guard !indexes.isEmpty else { continue }
-                    let assignments = indexes.map { "\(SQLBuilder.quote(table.entity.properties[$0].name)) = ?" }
-                    let statement = try db.cachedStatement(
-                        sql: "UPDATE \(SQLBuilder.quote(table.entity.name)) SET \(assignments.joined(separator: ", ")) WHERE \"_id\" = ?")
-                    let raw = statement.sqliteStatement
-                    sqlite3_reset(raw)
-                    for (position, index) in indexes.enumerated() {
-                        Self.bind(raw, Int32(position + 1), update.changes[index]!)
-                    }
-                    Self.bind(raw, Int32(indexes.count + 1), update.id.uuid.storedValue)
-                    try Self.stepDone(db, raw)
-                }
-                for id in changes.deleted {
-                    let table = try tableInfo(id.entityName)
-                    let statement = try db.cachedStatement(sql: "DELETE FROM \(SQLBuilder.quote(table.entity.name)) WHERE \"_id\" = ?")
-                    let raw = statement.sqliteStatement
-                    sqlite3_reset(raw)
-                    Self.bind(raw, 1, id.uuid.storedValue)
-                    try Self.stepDone(db, raw)
-                }
-            } }
-        } catch {
-            throw Self.translate(error)
+        var table: TableInfo?
+        var raw: OpaquePointer?
+        for snapshot in changes.inserted {
+            if table?.entity.name != snapshot.id.entityName {
+                let info = try tableInfo(snapshot.id.entityName)
+                table = info
+                raw = try db.cachedStatement(sql: info.insertSQL).sqliteStatement
+            }
+            guard let table, let raw else { continue }
+            sqlite3_reset(raw)
+            Self.bind(raw, 1, snapshot.id.uuid)
+            for column in table.columnIndexes.indices {
+                Self.bind(raw, Int32(column + 2), snapshot.values[table.columnIndexes[column]])
+            }
+            try Self.stepDone(db, raw)
+        }
+        for update in changes.updated {
+            let table = try tableInfo(update.id.entityName)
+            let indexes = update.changes.keys.sorted().filter { table.entity.properties[$0].hasColumn }
+            guard !indexes.isEmpty else { continue }
+            let assignments = indexes.map { "\(SQLBuilder.quote(table.entity.properties[$0].name)) = ?" }
+            let statement = try db.cachedStatement(
+                sql: "UPDATE \(SQLBuilder.quote(table.entity.name)) SET \(assignments.joined(separator: ", ")) WHERE \"_id\" = ?")
+            let raw = statement.sqliteStatement
+            sqlite3_reset(raw)
+            for (position, index) in indexes.enumerated() {
+                Self.bind(raw, Int32(position + 1), update.changes[index]!)
+            }
+            Self.bind(raw, Int32(indexes.count + 1), update.id.uuid.storedValue)
+            try Self.stepDone(db, raw)
+        }
+        for id in changes.deleted {
+            let table = try tableInfo(id.entityName)
+            let statement = try db.cachedStatement(sql: "DELETE FROM \(SQLBuilder.quote(table.entity.name)) WHERE \"_id\" = ?")
+            let raw = statement.sqliteStatement
+            sqlite3_reset(raw)
+            Self.bind(raw, 1, id.uuid.storedValue)
+            try Self.stepDone(db, raw)
         }
     }
 
     /// Runs `body` in a `BEGIN IMMEDIATE` transaction (the write lock is taken at once, so
     /// another process can never make the commit fail with SQLITE_BUSY halfway), with
     /// prepared BEGIN/COMMIT statements: the cheapest durable commit SQLite offers.
-    private static func immediateTransaction(_ db: Database, _ body: (Database) throws -> Void) throws {
+    static func immediateTransaction<T>(_ db: Database, _ body: (Database) throws -> T) throws -> T {
         try db.cachedStatement(sql: "BEGIN IMMEDIATE").execute()
         do {
-            try body(db)
+            let result = try body(db)
             try db.cachedStatement(sql: "COMMIT").execute()
+            return result
         } catch {
             if db.isInsideTransaction { try? db.execute(sql: "ROLLBACK") }
             throw error
@@ -349,16 +349,7 @@ public final class SQLiteStore: ObjectStore, @unchecked Sendable {
 
     /// Deletes every object, keeping the schema.
     public func deleteAll() throws {
-        do {
-            try writer.write { db in
-                try db.execute(sql: "PRAGMA defer_foreign_keys = ON")
-                for entity in schema.entities {
-                    try db.execute(sql: "DELETE FROM \(SQLBuilder.quote(entity.name))")
-                }
-            }
-        } catch {
-            throw Self.translate(error)
-        }
+        try transaction { transaction in try transaction.deleteAll() }
     }
 
     /// Closes the database connections. The store cannot be used afterwards.
@@ -403,7 +394,7 @@ public final class SQLiteStore: ObjectStore, @unchecked Sendable {
         }
     }
 
-    private static func query(
+    static func query(
         _ db: Database, _ sql: String, _ arguments: [StoredValue], row: (OpaquePointer) throws -> Void
     ) throws {
         let statement = try db.cachedStatement(sql: sql)
@@ -426,7 +417,7 @@ public final class SQLiteStore: ObjectStore, @unchecked Sendable {
         }
     }
 
-    private static func stepDone(_ db: Database, _ raw: OpaquePointer) throws {
+    static func stepDone(_ db: Database, _ raw: OpaquePointer) throws {
         let code = sqlite3_step(raw)
         sqlite3_reset(raw)
         if code != SQLITE_DONE {

@@ -1,0 +1,123 @@
+import Foundation
+import GRDB
+import GRDBSQLite
+
+extension SQLiteStore {
+    /// One write transaction of a store, for a process that commits several change sets
+    /// together and keeps its own records next to them in the same commit — the daemon of an
+    /// application group does both (group commit, history, exactly-once records).
+    ///
+    /// Use it only inside ``SQLiteStore/transaction(_:)``; it is not valid afterwards.
+    public final class Transaction {
+        let db: Database
+        let store: SQLiteStore
+
+        init(db: Database, store: SQLiteStore) {
+            self.db = db
+            self.store = store
+        }
+
+        /// Writes a change set. Every reference it leaves must resolve: a change set that
+        /// links to an object that no longer exists (another process deleted it) or deletes
+        /// an object still referenced under a `.deny` rule fails with
+        /// ``SkyrosError/Code/deleteDenied`` — call it inside ``savepoint(_:)`` to undo what
+        /// it wrote in that case.
+        public func apply(_ changes: ChangeSet) throws {
+            do {
+                try store.apply(changes, db)
+            } catch {
+                throw SQLiteStore.translate(error)
+            }
+            if hasUnresolvedReferences {
+                throw SkyrosError(
+                    .deleteDenied,
+                    "relationship integrity: the change set refers to an object that does not exist, or deletes one that is still referenced under a deny rule")
+            }
+        }
+
+        /// Deletes every object, keeping the schema.
+        public func deleteAll() throws {
+            do {
+                try db.execute(sql: "PRAGMA defer_foreign_keys = ON")
+                for entity in store.schema.entities {
+                    try db.execute(sql: "DELETE FROM \(SQLBuilder.quote(entity.name))")
+                }
+            } catch {
+                throw SQLiteStore.translate(error)
+            }
+        }
+
+        /// Runs `body` in a savepoint: when it throws, everything it wrote is undone and the
+        /// rest of the transaction goes on.
+        public func savepoint<T>(_ body: () throws -> T) throws -> T {
+            try execute("SAVEPOINT skyros_item")
+            do {
+                let result = try body()
+                try execute("RELEASE skyros_item")
+                return result
+            } catch {
+                try? execute("ROLLBACK TO skyros_item")
+                try? execute("RELEASE skyros_item")
+                throw error
+            }
+        }
+
+        /// True when a foreign key written in this transaction points nowhere (SQLite's
+        /// deferred constraint counter): the commit would fail.
+        public var hasUnresolvedReferences: Bool {
+            var current: Int32 = 0
+            var highest: Int32 = 0
+            sqlite3_db_status(db.sqliteConnection, SQLITE_DBSTATUS_DEFERRED_FKS, &current, &highest, 0)
+            return current != 0
+        }
+
+        /// Runs one SQL statement with arguments.
+        public func execute(_ sql: String, _ arguments: [StoredValue] = []) throws {
+            do {
+                try SQLiteStore.query(db, sql, arguments) { _ in }
+            } catch {
+                throw SQLiteStore.translate(error)
+            }
+        }
+
+        /// Runs a query; each row is its columns' values.
+        public func rows(_ sql: String, _ arguments: [StoredValue] = []) throws -> [[StoredValue]] {
+            do {
+                return try SQLiteStore.rows(db, sql, arguments)
+            } catch {
+                throw SQLiteStore.translate(error)
+            }
+        }
+    }
+
+    /// Runs `body` in one `BEGIN IMMEDIATE` transaction and commits when it returns (with the
+    /// store's durability); when it throws, or the commit fails, nothing is stored.
+    public func transaction<T>(_ body: (Transaction) throws -> T) throws -> T {
+        do {
+            return try writer.writeWithoutTransaction { db in
+                try Self.immediateTransaction(db) { db in try body(Transaction(db: db, store: self)) }
+            }
+        } catch {
+            throw Self.translate(error)
+        }
+    }
+
+    /// Runs a read-only query on a reader connection; each row is its columns' values.
+    public func rows(_ sql: String, _ arguments: [StoredValue] = []) throws -> [[StoredValue]] {
+        do {
+            if let pool = writer as? DatabasePool { return try pool.read { db in try Self.rows(db, sql, arguments) } }
+            return try writer.read { db in try Self.rows(db, sql, arguments) }
+        } catch {
+            throw Self.translate(error)
+        }
+    }
+
+    static func rows(_ db: Database, _ sql: String, _ arguments: [StoredValue]) throws -> [[StoredValue]] {
+        var result: [[StoredValue]] = []
+        try query(db, sql, arguments) { raw in
+            let count = sqlite3_column_count(raw)
+            result.append((0..<count).map { value(raw, $0) })
+        }
+        return result
+    }
+}

@@ -1,0 +1,117 @@
+import Foundation
+import Skyros
+import SkyrosWire
+
+/// What the daemon keeps in the group's store next to the objects, always written in the
+/// same transaction as the change set it describes:
+///
+/// - `skyros_history`: one row per committed change set — its sequence number (gap-free,
+///   continuing across restarts), author (client id and process name), time, and the
+///   published event;
+/// - `skyros_saves`: per client, the last save number applied and the sequence it got, so a
+///   save that is sent again is acknowledged again instead of applied twice;
+/// - `skyros_sequence`: the last sequence number given, which survives pruning.
+struct Journal {
+    /// How much history is kept: by count and by age, whichever is shorter.
+    struct Retention: Sendable {
+        var count: Int
+        var age: TimeInterval
+    }
+
+    static let tables = [
+        """
+        CREATE TABLE IF NOT EXISTS skyros_history (sequence INTEGER PRIMARY KEY NOT NULL, client TEXT NOT NULL, \
+        process TEXT NOT NULL, timestamp REAL NOT NULL, event BLOB NOT NULL) STRICT
+        """,
+        """
+        CREATE TABLE IF NOT EXISTS skyros_saves (client TEXT PRIMARY KEY NOT NULL, save INTEGER NOT NULL, \
+        sequence INTEGER NOT NULL, timestamp REAL NOT NULL) STRICT
+        """,
+        """
+        CREATE TABLE IF NOT EXISTS skyros_sequence (id INTEGER PRIMARY KEY NOT NULL CHECK (id = 0), \
+        value INTEGER NOT NULL) STRICT
+        """,
+    ]
+
+    /// Creates the tables when missing and returns the last sequence number given.
+    static func open(_ store: SQLiteStore) throws -> UInt64 {
+        try store.transaction { transaction in
+            for sql in tables { try transaction.execute(sql) }
+            try transaction.execute("INSERT OR IGNORE INTO skyros_sequence (id, value) VALUES (0, 0)")
+            guard case .integer(let value)? = try transaction.rows("SELECT value FROM skyros_sequence").first?.first
+            else { return 0 }
+            return UInt64(value)
+        }
+    }
+
+    /// The sequence a save already got, when this client's save number was applied before.
+    static func acknowledgement(
+        of client: String, save: UInt64, in transaction: SQLiteStore.Transaction
+    ) throws -> UInt64? {
+        let row = try transaction.rows("SELECT save, sequence FROM skyros_saves WHERE client = ?", [.text(client)]).first
+        guard let row, case .integer(let applied) = row[0], case .integer(let sequence) = row[1],
+            UInt64(applied) >= save
+        else { return nil }
+        return UInt64(sequence)
+    }
+
+    /// Records a committed change set: its history row, the new last sequence and, for a
+    /// save, the client's save number.
+    static func record(
+        _ event: ChangeEvent, process: String, save: UInt64?, in transaction: SQLiteStore.Transaction
+    ) throws {
+        let now = Date().timeIntervalSince1970
+        let sequence = StoredValue.integer(Int64(event.sequence))
+        try transaction.execute(
+            "INSERT INTO skyros_history (sequence, client, process, timestamp, event) VALUES (?, ?, ?, ?, ?)",
+            [sequence, .text(event.author), .text(process), .real(now),
+             .blob(Data(WireMessage(requestID: 0, body: .event(event)).encoded()))])
+        try transaction.execute("UPDATE skyros_sequence SET value = ? WHERE id = 0", [sequence])
+        if let save {
+            try transaction.execute(
+                "INSERT OR REPLACE INTO skyros_saves (client, save, sequence, timestamp) VALUES (?, ?, ?, ?)",
+                [.text(event.author), .integer(Int64(save)), sequence, .real(now)])
+        }
+    }
+
+    /// Drops history past the retention, and exactly-once records older than the retention
+    /// age (a client silent for that long has long stopped resending).
+    static func prune(_ retention: Retention, current: UInt64, in transaction: SQLiteStore.Transaction) throws {
+        let cutoff = Date().timeIntervalSince1970 - retention.age
+        let keepFrom = Int64(current) - Int64(retention.count) + 1
+        try transaction.execute("DELETE FROM skyros_history WHERE sequence < ?", [.integer(keepFrom)])
+        // Timestamps grow with sequence numbers: the first row young enough bounds the range.
+        try transaction.execute(
+            """
+            DELETE FROM skyros_history WHERE sequence < coalesce((SELECT sequence FROM skyros_history \
+            WHERE timestamp >= ? ORDER BY sequence LIMIT 1), ?)
+            """, [.real(cutoff), .integer(Int64(current) + 1)])
+        try transaction.execute("DELETE FROM skyros_saves WHERE timestamp < ?", [.real(cutoff)])
+    }
+
+    /// The change sets after `sequence`, oldest first, at most `limit` of them; throws
+    /// ``SkyrosError/Code/historyExpired`` when some of them are no longer kept.
+    static func changes(since sequence: UInt64, current: UInt64, limit: Int, in store: SQLiteStore) throws -> [ChangeEvent] {
+        guard sequence < current else { return [] }
+        let rows = try store.rows(
+            "SELECT sequence, event FROM skyros_history WHERE sequence > ? ORDER BY sequence LIMIT ?",
+            [.integer(Int64(sequence)), .integer(Int64(limit))])
+        guard case .integer(let first)? = rows.first?[0], UInt64(first) == sequence + 1 else {
+            throw SkyrosError(
+                .historyExpired,
+                "the changes after \(sequence) are no longer kept; refresh everything and go on from \(current)")
+        }
+        var events: [ChangeEvent] = []
+        var bytes = 0
+        for row in rows {
+            guard case .blob(let data) = row[1], case .event(let event) = try WireMessage.decode([UInt8](data)).body else {
+                throw SkyrosError(.storeFailure, "a history row of the store cannot be read")
+            }
+            bytes += data.count
+            // Stay well under the maximum message size: the client asks again for the rest.
+            if !events.isEmpty && bytes > WireMessage.maximumSize / 2 { break }
+            events.append(event)
+        }
+        return events
+    }
+}
