@@ -52,6 +52,22 @@ public final class DaemonServer: @unchecked Sendable {
     private var lastHeartbeat = Date.distantPast
     private var lastPrune = Date.distantPast
     private let state = NSLock()
+    private var counters = Statistics()
+
+    /// What the server has committed since it started.
+    public struct Statistics: Sendable, Equatable {
+        /// Group commits (transactions) of saves.
+        public var commits = 0
+        /// Change sets stored by them.
+        public var changeSets = 0
+
+        public init(commits: Int = 0, changeSets: Int = 0) {
+            self.commits = commits
+            self.changeSets = changeSets
+        }
+    }
+
+    public var statistics: Statistics { state.withLock { counters } }
     private var stopRequested = false
 
     /// Prepares the container, takes the group's lock (before binding: a second daemon is
@@ -117,12 +133,13 @@ public final class DaemonServer: @unchecked Sendable {
 
     private var isStopRequested: Bool { state.withLock { stopRequested } }
 
-    /// Closes the sockets and checkpoints and closes the store.
+    /// Closes the sockets, checkpoints and closes the store, and releases the group's lock.
     public func close() {
         requests.close()
         events.close()
         try? store?.close()
         for path in configuration.container.sockets { try? FileManager.default.removeItem(atPath: path) }
+        lock.release()
         configuration.log("stopped")
     }
 
@@ -225,6 +242,10 @@ public final class DaemonServer: @unchecked Sendable {
                 try pruneIfDue(next, transaction)
             }
             sequence = next
+            state.withLock {
+                counters.commits += 1
+                counters.changeSets += events.count
+            }
         } catch {
             // The commit itself failed (I/O, disk full): nothing of this turn is stored.
             configuration.log("group commit of \(saves.count) change sets failed: \(error)")
@@ -244,11 +265,11 @@ public final class DaemonServer: @unchecked Sendable {
 
     /// Applies the history retention at most once a second, inside a commit.
     private func pruneIfDue(_ current: UInt64, _ transaction: SQLiteStore.Transaction) throws {
-        guard Date().timeIntervalSince(lastPrune) >= 1 else { return }
-        lastPrune = Date()
+        let byAge = Date().timeIntervalSince(lastPrune) >= 1
+        if byAge { lastPrune = Date() }
         try Journal.prune(
             Journal.Retention(count: configuration.historyCount, age: configuration.historyAge), current: current,
-            in: transaction)
+            byAge: byAge, in: transaction)
     }
 
     private func reply(to identity: Data, _ message: WireMessage) {

@@ -5,7 +5,7 @@ import SkyrosWire
 /// An exclusive lock on a group's lock file, held for the daemon's life (released by the
 /// kernel if the process dies).
 public final class GroupLock: @unchecked Sendable {
-    private let descriptor: Int32
+    private var descriptor: Int32
 
     /// Takes the lock or throws ``SkyrosError/Code/groupLocked`` at once.
     public init(_ container: GroupContainer) throws {
@@ -24,8 +24,13 @@ public final class GroupLock: @unchecked Sendable {
         _ = pid.withCString { write(fd, $0, strlen($0)) }
     }
 
-    deinit {
+    /// Releases the lock (once; the deinitializer does it too).
+    public func release() {
+        guard descriptor >= 0 else { return }
         flock(descriptor, LOCK_UN)
         close(descriptor)
+        descriptor = -1
     }
+
+    deinit { release() }
 }

@@ -74,12 +74,16 @@ struct Journal {
         }
     }
 
-    /// Drops history past the retention, and exactly-once records older than the retention
-    /// age (a client silent for that long has long stopped resending).
-    static func prune(_ retention: Retention, current: UInt64, in transaction: SQLiteStore.Transaction) throws {
-        let cutoff = Date().timeIntervalSince1970 - retention.age
+    /// Drops history past the retention count and, when `byAge`, past the retention age, with
+    /// exactly-once records older than that age (a client silent for so long has long stopped
+    /// resending).
+    static func prune(
+        _ retention: Retention, current: UInt64, byAge: Bool, in transaction: SQLiteStore.Transaction
+    ) throws {
         let keepFrom = Int64(current) - Int64(retention.count) + 1
         try transaction.execute("DELETE FROM skyros_history WHERE sequence < ?", [.integer(keepFrom)])
+        guard byAge else { return }
+        let cutoff = Date().timeIntervalSince1970 - retention.age
         // Timestamps grow with sequence numbers: the first row young enough bounds the range.
         try transaction.execute(
             """

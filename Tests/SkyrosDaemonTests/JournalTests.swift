@@ -1,0 +1,183 @@
+import Foundation
+import Skyros
+import SkyrosDaemon
+import SkyrosTestModels
+import SkyrosWire
+import SkyrosZeroMQ
+import Testing
+
+/// Sends requests without waiting for their replies, then collects the replies by request id.
+extension RawClient {
+    func send(_ body: WireMessage.Body) throws -> UInt64 {
+        let id = nextID
+        nextID += 1
+        try dealer.send([Data(WireMessage(requestID: id, body: body).encoded())])
+        return id
+    }
+
+    func replies(_ count: Int) throws -> [UInt64: WireMessage.Body] {
+        var result: [UInt64: WireMessage.Body] = [:]
+        while result.count < count {
+            let reply = try WireMessage.decode([UInt8](try dealer.receive().last!))
+            result[reply.requestID] = reply.body
+        }
+        return result
+    }
+}
+
+func historySequences(_ daemon: RunningDaemon) throws -> [Int64] {
+    let store = try SQLiteStore(schema: testSchema, url: daemon.container.store)
+    defer { try? store.close() }
+    return try store.rows("SELECT sequence FROM skyros_history ORDER BY sequence").compactMap {
+        if case .integer(let value) = $0[0] { value } else { nil }
+    }
+}
+
+func teamSnapshot(_ name: String) -> Snapshot {
+    Snapshot(id: .make(entityName: "Team"), values: [.text(name), .null, .null])
+}
+
+func playerSnapshot(_ name: String, team: ObjectID?) -> Snapshot {
+    Snapshot(id: .make(entityName: "Player"), values: [.text(name), team.map { .blob(withUnsafeBytes(of: $0.uuid.uuid) { Data($0) }) } ?? .null])
+}
+
+@Suite("Daemon journal: history, exactly-once saves, group commit", .timeLimit(.minutes(1)))
+struct JournalTests {
+    @Test("a save sent again on a new connection is applied once and acknowledged with its first sequence")
+    func exactlyOnce() throws {
+        let daemon = try RunningDaemon()
+        let first = try RawClient(daemon)
+        _ = try first.hello()
+        let save = WireMessage.Body.save(clientID: "c1", saveNumber: 1, changes: ChangeSet(inserted: [userSnapshot("once")]))
+        #expect(try first.call(save) == .saved(sequence: 1))
+        // The reply was "lost": the client reconnects, says hello again and resends.
+        let again = try RawClient(daemon)
+        _ = try again.hello()
+        #expect(try again.call(save) == .saved(sequence: 1))
+        #expect(try again.call(.count(StoreRequest(entityName: "User"))) == .countReply(1))
+        // The next save number is a new save.
+        #expect(try again.call(.save(clientID: "c1", saveNumber: 2, changes: ChangeSet(inserted: [userSnapshot("two")])))
+            == .saved(sequence: 2))
+        daemon.shutDown()
+        #expect(try historySequences(daemon) == [1, 2])
+    }
+
+    @Test("sequence numbers and exactly-once records continue across a restart, without a gap")
+    func restart() throws {
+        let first = try RunningDaemon()
+        let client = try RawClient(first)
+        _ = try client.hello()
+        for number in 1...3 {
+            #expect(try client.call(.save(clientID: "c", saveNumber: UInt64(number), changes: ChangeSet(
+                inserted: [userSnapshot("u\(number)")]))) == .saved(sequence: UInt64(number)))
+        }
+        first.shutDown()
+        let second = try RunningDaemon(directory: first.directory)
+        let back = try RawClient(second)
+        #expect(try back.hello() == .welcome(protocolVersion: 1, sequence: 3))
+        #expect(try back.call(.save(clientID: "c", saveNumber: 3, changes: ChangeSet(inserted: [userSnapshot("u3")])))
+            == .saved(sequence: 3))
+        #expect(try back.call(.save(clientID: "c", saveNumber: 4, changes: ChangeSet(inserted: [userSnapshot("u4")])))
+            == .saved(sequence: 4))
+        guard case .changes(let events) = try back.call(.changesSince(1)) else {
+            Issue.record("no changes reply")
+            return
+        }
+        #expect(events.map(\.sequence) == [2, 3, 4])
+        #expect(events.allSatisfy { $0.author == "c" && $0.changes.count == 1 })
+        second.shutDown()
+        #expect(try historySequences(second) == [1, 2, 3, 4])
+    }
+
+    @Test("change sets arriving together commit in one transaction; an invalid one fails alone")
+    func groupCommit() throws {
+        let daemon = try RunningDaemon(serving: false)
+        let clients = try (0..<4).map { _ in try RawClient(daemon) }
+        let setup = try RawClient(daemon)
+        // Everything is sent before the daemon serves: its first turn takes it all.
+        var sent: [(RawClient, UInt64, Bool)] = []
+        for (index, client) in clients.enumerated() {
+            sent.append((client, try client.send(.hello(
+                protocolVersion: 1, schemaFingerprint: testSchema.fingerprint, clientName: "c\(index)",
+                schemaDescription: Array(try JSONEncoder().encode(testSchema.schemaDescription)))), true))
+            for number in 1...5 {
+                // The third save of client 2 repeats a unique handle of client 0: it fails alone.
+                let handle = index == 2 && number == 3 ? "c0-1" : "c\(index)-\(number)"
+                let id = try client.send(.save(clientID: "client\(index)", saveNumber: UInt64(number), changes: ChangeSet(
+                    inserted: [userSnapshot(handle)])))
+                sent.append((client, id, !(index == 2 && number == 3)))
+            }
+        }
+        daemon.startServing()
+        _ = try setup.hello()
+        var sequences: [UInt64] = []
+        for client in clients {
+            let replies = try client.replies(6)
+            for (owner, id, valid) in sent where owner === client {
+                if case .welcome = replies[id] { continue }
+                if valid {
+                    guard case .saved(let sequence) = replies[id] else {
+                        Issue.record("save \(id) failed: \(String(describing: replies[id]))")
+                        continue
+                    }
+                    sequences.append(sequence)
+                } else {
+                    #expect(replies[id].flatMap(errorCode) == "uniqueConstraintViolation")
+                }
+            }
+        }
+        #expect(sequences.sorted() == Array(1...19))
+        #expect(try setup.call(.count(StoreRequest(entityName: "User"))) == .countReply(19))
+        daemon.shutDown()
+        #expect(daemon.server.statistics == .init(commits: 1, changeSets: 19))
+        #expect(try historySequences(daemon) == Array(1...19))
+    }
+
+    @Test("a save linking to an object another client deleted fails; one deleted after a link nullifies it")
+    func relationshipIntegrity() throws {
+        let daemon = try RunningDaemon()
+        let alice = try RawClient(daemon)
+        let bob = try RawClient(daemon)
+        _ = try alice.hello()
+        _ = try bob.hello()
+        // Deleted first, linked after: the link is refused, nothing dangling is stored.
+        let doomed = teamSnapshot("doomed")
+        #expect(try alice.call(.save(clientID: "a", saveNumber: 1, changes: ChangeSet(inserted: [doomed]))) == .saved(sequence: 1))
+        #expect(try alice.call(.save(clientID: "a", saveNumber: 2, changes: ChangeSet(deleted: [doomed.id]))) == .saved(sequence: 2))
+        #expect(errorCode(try bob.call(.save(clientID: "b", saveNumber: 1, changes: ChangeSet(
+            inserted: [playerSnapshot("late", team: doomed.id)])))) == "deleteDenied")
+        #expect(try bob.call(.count(StoreRequest(entityName: "Player"))) == .countReply(0))
+        // Linked first, deleted after: the store applies the nullify rule.
+        let team = teamSnapshot("kept")
+        let player = playerSnapshot("early", team: team.id)
+        #expect(try alice.call(.save(clientID: "a", saveNumber: 3, changes: ChangeSet(inserted: [team]))) == .saved(sequence: 3))
+        #expect(try bob.call(.save(clientID: "b", saveNumber: 2, changes: ChangeSet(inserted: [player]))) == .saved(sequence: 4))
+        #expect(try alice.call(.save(clientID: "a", saveNumber: 4, changes: ChangeSet(deleted: [team.id]))) == .saved(sequence: 5))
+        guard case .snapshotsReply(let rows) = try bob.call(.snapshots([player.id])) else {
+            Issue.record("no snapshots")
+            return
+        }
+        #expect(rows.map { $0.values[1] } == [.null])
+        // The refused save took no sequence number.
+        daemon.shutDown()
+        #expect(try historySequences(daemon) == [1, 2, 3, 4, 5])
+    }
+
+    @Test("history past its retention is expired: the client is told, and newer history is served")
+    func retention() throws {
+        let daemon = try RunningDaemon(historyCount: 3)
+        let client = try RawClient(daemon)
+        _ = try client.hello()
+        for number in 1...6 {
+            _ = try client.call(.save(clientID: "c", saveNumber: UInt64(number), changes: ChangeSet(
+                inserted: [userSnapshot("r\(number)")])))
+        }
+        #expect(errorCode(try client.call(.changesSince(1))) == "historyExpired")
+        guard case .changes(let kept) = try client.call(.changesSince(3)) else {
+            Issue.record("no changes reply")
+            return
+        }
+        #expect(kept.map(\.sequence) == [4, 5, 6])
+        #expect(try client.call(.changesSince(6)) == .changes([]))
+    }
+}
