@@ -107,7 +107,7 @@ let package = Package(
         ),
         .executableTarget(
             name: "skyros-test-child",
-            dependencies: ["Skyros", "SkyrosShared", "SkyrosTestModels"],
+            dependencies: ["Skyros", "SkyrosShared", "SkyrosTestModels", "SkyrosWire"],
             path: "Tests/skyros-test-child"
         ),
         .testTarget(

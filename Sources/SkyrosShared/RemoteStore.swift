@@ -1,6 +1,7 @@
 import Foundation
 import Skyros
 import SkyrosWire
+import CZeroMQ
 import SkyrosZeroMQ
 
 /// The store of a shared stack: the group's daemon, reached over ZeroMQ (docs/PROTOCOL.md).
@@ -45,16 +46,26 @@ public final class RemoteStore: PersistentStore, @unchecked Sendable {
     private let eventsFinished = DispatchSemaphore(value: 0)
     private var eventThreadStarted = false
     /// The sequence of the last change set merged (or known to be this client's own).
-    public private(set) var sequence: UInt64 = 0
+    public var sequence: UInt64 { eventsLock.withLock { _sequence } }
+    private var _sequence: UInt64 = 0
 
     /// Connects to the daemon of `container` and says hello.
     ///
     /// - Throws: ``SkyrosError/Code/schemaMismatch`` when the group's store has another
     ///   schema, ``SkyrosError/Code/permissionDenied`` when this user may not use the group,
     ///   ``SkyrosError/Code/daemonUnavailable`` when no daemon answers in `timeout`.
+    ///
+    /// - Parameters:
+    ///   - timeout: how long a request waits for the daemon, in all.
+    ///   - retryInterval: how long one attempt waits for its reply before the request is sent
+    ///     again on a new connection.
+    ///   - eventQueueLimit: how many change events may wait to be received (ZeroMQ's receive
+    ///     high-water mark); events past it are dropped and fetched from the history instead.
+    ///   - eventSocketBufferBytes: the kernel receive buffer of the event socket, when not
+    ///     the system's default (small values make drops, and catching up, happen sooner).
     public init(
         schema: Schema, container: GroupContainer, clientName: String? = nil, timeout: TimeInterval = 5,
-        retryInterval: TimeInterval = 1
+        retryInterval: TimeInterval = 1, eventQueueLimit: Int32 = 1_000, eventSocketBufferBytes: Int32? = nil
     ) throws {
         try schema.validate()
         self.schema = schema
@@ -68,6 +79,8 @@ public final class RemoteStore: PersistentStore, @unchecked Sendable {
         // Subscribe first, then ask for the state (ZeroMQ guide, Clone pattern).
         events = try ZeroMQSocket(context: zmq, kind: .subscriber)
         try events.setMaximumMessageSize(Int64(WireMessage.maximumSize))
+        try events.setReceiveHighWaterMark(eventQueueLimit)
+        if let eventSocketBufferBytes { try events.setOption(ZMQ_RCVBUF, eventSocketBufferBytes) }
         try events.subscribe()
         try events.connect(container.eventsEndpoint)
         dealer = try Self.makeDealer(zmq, container)
@@ -80,7 +93,7 @@ public final class RemoteStore: PersistentStore, @unchecked Sendable {
         guard case .welcome(_, let current) = reply else {
             throw SkyrosError(.malformedMessage, "the daemon answered hello with \(reply)")
         }
-        sequence = current
+        _sequence = current
     }
 
     deinit {
@@ -141,7 +154,7 @@ public final class RemoteStore: PersistentStore, @unchecked Sendable {
     /// heartbeat, whose author is empty) past the next expected sequence means some were
     /// dropped, and they are fetched with changes-since before going on.
     private func deliver(_ event: ChangeEvent) {
-        let last = eventsLock.withLock { sequence }
+        let last = eventsLock.withLock { _sequence }
         guard event.sequence > last else { return }  // known already, or a heartbeat with nothing new
         if event.sequence == last + 1 && !event.author.isEmpty {
             merge([event])
@@ -156,7 +169,7 @@ public final class RemoteStore: PersistentStore, @unchecked Sendable {
     /// everything. Other failures are retried on the next event or heartbeat.
     private func catchUp() {
         while true {
-            let last = eventsLock.withLock { sequence }
+            let last = eventsLock.withLock { _sequence }
             let missed: [ChangeEvent]
             do {
                 guard case .changes(let events) = try request(.changesSince(last)) else { return }
@@ -172,21 +185,24 @@ public final class RemoteStore: PersistentStore, @unchecked Sendable {
         }
     }
 
+    /// Hands events to ``onChange`` in order (this client's own are skipped), then records
+    /// each as merged: once ``sequence`` reads n, the merge of n has been handed over.
+    /// Called on the event thread only.
     private func merge(_ events: [ChangeEvent]) {
         for event in events {
-            let handler = eventsLock.withLock { () -> (@Sendable (ChangeEvent) -> Void)? in
-                guard event.sequence == sequence + 1 else { return nil }
-                sequence = event.sequence
-                return event.author == clientID ? nil : _onChange
+            let (next, handler) = eventsLock.withLock { () -> (Bool, (@Sendable (ChangeEvent) -> Void)?) in
+                (event.sequence == _sequence + 1, event.author == clientID ? nil : _onChange)
             }
+            guard next else { continue }
             handler?(event)
+            eventsLock.withLock { _sequence = max(_sequence, event.sequence) }
         }
     }
 
     /// Starts over from the daemon's current sequence, refreshing everything.
     private func resynchronize() {
         guard let hello = helloMessage, case .welcome(_, let current)? = try? request(hello) else { return }
-        eventsLock.withLock { sequence = current }
+        eventsLock.withLock { _sequence = current }
         let handler = eventsLock.withLock { _onRestart }
         handler?()
     }
@@ -263,8 +279,8 @@ public final class RemoteStore: PersistentStore, @unchecked Sendable {
             throw SkyrosError(.malformedMessage, "the daemon did not welcome this client back")
         }
         let replaced = eventsLock.withLock { () -> Bool in
-            guard current < sequence else { return false }
-            sequence = current
+            guard current < _sequence else { return false }
+            _sequence = current
             return true
         }
         if replaced { eventsLock.withLock { _onRestart }?() }

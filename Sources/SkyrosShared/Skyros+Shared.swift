@@ -26,6 +26,12 @@ extension Skyros {
         sharedStack schema: Schema, container: URL, allowsConcurrentWritings: Bool = false, timeout: TimeInterval = 5
     ) throws {
         let remote = try RemoteStore(schema: schema, container: GroupContainer(url: container), timeout: timeout)
+        self.init(sharedStack: remote, allowsConcurrentWritings: allowsConcurrentWritings)
+    }
+
+    /// A shared stack on a connection made and configured by the caller (timeouts, event
+    /// queue): change events of other processes are merged into the main context.
+    public convenience init(sharedStack remote: RemoteStore, allowsConcurrentWritings: Bool = false) {
         self.init(store: remote, allowsConcurrentWritings: allowsConcurrentWritings)
         remote.onChange = { [weak self] (event: ChangeEvent) in
             guard let self else { return }

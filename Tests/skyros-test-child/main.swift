@@ -7,10 +7,56 @@
 // - `shared-writer <container> <count> <tag> <others>`: a client of the group daemon that
 //   saves <count> users (one write each) and waits (30 s at most) until it has seen the
 //   <others> users the other clients insert; prints "SEEN <n>", exits 0 when all were seen.
+// - `storm-writer <container> <index> <count>`: writes <count> change sets (a user and two
+//   posts, and an update of the board of the next writer), printing "ACK <label>" for each
+//   one acknowledged and retrying a failed one under a new label; then "DONE". Then waits
+//   for the file `check` (the sequence to reach) and writes what its main context holds to
+//   `digest-<index>`.
+// - `watcher <container> <name>`: holds every Tag in its main context, prints "READY", waits
+//   for `check-<name>` and writes what it holds to `digest-<name>`.
+// - `big-save <container> <count>`: prints "SAVING" and saves <count> users in one change set.
 import Foundation
 import Skyros
 import SkyrosShared
 import SkyrosTestModels
+import SkyrosWire
+
+/// Waits (30 s at most) for a file and returns its contents.
+func waitForFile(_ path: String) -> String? {
+    let deadline = Date().addingTimeInterval(30)
+    while Date() < deadline {
+        if let text = try? String(contentsOfFile: path, encoding: .utf8), text.hasSuffix("\n") { return text }
+        usleep(5_000)
+    }
+    return nil
+}
+
+/// Waits until the shared stack has merged change set `target`, then writes what the main
+/// context holds — the held tags (read from their registered instances) and the storm users
+/// with their post counts — to `digest-<name>`, one sorted line each.
+func writeDigest(_ store: Skyros, held: [Tag], container: String, name: String) throws {
+    guard let text = waitForFile(container + "/check-" + name), let target = UInt64(text.trimmingCharacters(in: .whitespacesAndNewlines)) else {
+        print("NO CHECK FILE")
+        exit(5)
+    }
+    let remote = store.store as! RemoteStore
+    let deadline = Date().addingTimeInterval(30)
+    while remote.sequence < target && Date() < deadline { usleep(5_000) }
+    guard remote.sequence >= target else {
+        print("STUCK AT \(remote.sequence) OF \(target)")
+        exit(6)
+    }
+    var lines: [String] = []
+    store.read { context in
+        lines += held.filter { !$0.isDeleted }.map { "tag \($0.label)=\($0.uses)" }
+        lines += try User.all(where: #Predicate { $0.firstname == "storm" }, in: context).map {
+            "user \($0.lastname) posts=\($0.posts.count)"
+        }
+    }
+    try (lines.sorted().joined(separator: "\n") + "\n").write(
+        toFile: container + "/digest-" + name, atomically: true, encoding: .utf8)
+    print("DIGEST \(lines.count)")
+}
 
 func writeUsers(_ path: String, _ count: Int) throws -> Skyros {
     let store = try Skyros(sqliteStack: testSchema, at: URL(fileURLWithPath: path))
@@ -121,6 +167,76 @@ case "shared-writer":
     timeout.cancel()
     print("SEEN \(seen)")
     exit(seen >= others ? 0 : 3)
+case "storm-writer":
+    let container = arguments[2]
+    let index = Int(arguments[3])!
+    let count = Int(arguments[4])!
+    let store = try Skyros(sharedStack: testSchema, container: URL(fileURLWithPath: container), timeout: 30)
+    var held: [Tag] = []
+    store.read { context in
+        held = try Tag.all(in: context)
+        _ = held.map(\.uses)  // fire the faults: from now on they hold values, kept fresh only by merges
+    }
+    print("READY")
+    fflush(nil)
+    _ = waitForFile(container + "/go")
+    let board = "board-\((index + 1) % 8)"
+    for number in 0..<count {
+        var attempt = 0
+        while true {
+            let label = "\(index)-\(number)-\(attempt)"
+            do {
+                try await store.write { context in
+                    let user = User.create(in: context)
+                    user.firstname = "storm"
+                    user.lastname = label
+                    user.handle = UUID().uuidString
+                    for part in 0..<2 {
+                        let post = Post.create(in: context)
+                        post.title = "\(label)/\(part)"
+                        post.author = user
+                    }
+                    try Tag.first(where: #Predicate { $0.label == board }, in: context)?.uses = number
+                }
+                print("ACK \(label)")
+                break
+            } catch {
+                print("FAIL \(label) \(error)")
+                attempt += 1
+                guard attempt < 20 else { exit(7) }
+            }
+        }
+    }
+    print("DONE")
+    fflush(nil)
+    try writeDigest(store, held: held, container: container, name: "\(index)")
+case "watcher":
+    // A subscriber with a tiny event queue: events are dropped as soon as it falls behind.
+    let container = arguments[2]
+    let store = Skyros(sharedStack: try RemoteStore(
+        schema: testSchema, container: GroupContainer(url: URL(fileURLWithPath: container)), timeout: 30,
+        eventQueueLimit: 1, eventSocketBufferBytes: 4_096))
+    var held: [Tag] = []
+    store.read { context in
+        held = try Tag.all(in: context)
+        _ = held.map(\.uses)  // fire the faults: from now on they hold values, kept fresh only by merges
+    }
+    print("READY \(held.count)")
+    fflush(nil)
+    try writeDigest(store, held: held, container: container, name: arguments[3])
+case "big-save":
+    let store = try Skyros(sharedStack: testSchema, container: URL(fileURLWithPath: arguments[2]), timeout: 30)
+    let count = Int(arguments[3])!
+    print("SAVING")
+    fflush(nil)
+    try await store.write { context in
+        for index in 0..<count {
+            let user = User.create(in: context)
+            user.firstname = "big"
+            user.handle = "big-\(index)"
+        }
+    }
+    print("SAVED")
 default:
     FileHandle.standardError.write(
         Data("usage: skyros-test-child fingerprint|write-and-wait|write-and-exit|shared-writer …\n".utf8))
