@@ -29,8 +29,8 @@ public final class RemoteStore: PersistentStore, @unchecked Sendable {
     /// How long the event socket may stay silent (the daemon sends a heartbeat every
     /// 100 ms) before the client catches up with the history anyway.
     public let silenceInterval: TimeInterval = 1
-    /// For tests: how many replies to drop, as if they were lost on the way.
-    var droppedRepliesForTesting = 0
+    /// For tests: how many save acknowledgements to drop, as if they were lost on the way.
+    var droppedSaveRepliesForTesting = 0
 
     private let zmq: ZeroMQContext
     private let lock = NSLock()
@@ -259,8 +259,8 @@ public final class RemoteStore: PersistentStore, @unchecked Sendable {
                 throw SkyrosError(SkyrosError.Code(rawValue: code), message)
             }
             guard reply.requestID == id else { continue }  // a late reply to an abandoned request
-            if droppedRepliesForTesting > 0 {
-                droppedRepliesForTesting -= 1
+            if case .saved = reply.body, droppedSaveRepliesForTesting > 0 {
+                droppedSaveRepliesForTesting -= 1
                 continue
             }
             if case .error(let code, let message) = reply.body {
