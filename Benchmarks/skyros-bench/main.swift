@@ -2,17 +2,31 @@
 //
 //     swift run -c release skyros-bench embedded [--json] [--quick] [--only fetch|saves|iterate]
 //     swift run -c release skyros-bench shared [--json] [--quick]
+//     swift run -c release skyros-bench contention [--json] [--quick] [--clients N …]
 //
 // Prints a table, or with --json one object per line:
 // {"name": …, "unit": …, "skyros": …, "baseline": …, "ratio": …} (ratio = skyros ÷ baseline).
 import Foundation
 
 let arguments = Array(CommandLine.arguments.dropFirst())
+// Hidden roles: the client processes of the contention benchmark.
+if arguments.count == 4, let seconds = Double(arguments[3]) {
+    switch arguments[0] {
+    case "contention-client":
+        try ContentionBenchmark.client(container: arguments[1], go: arguments[2], seconds: seconds)
+        exit(0)
+    case "contention-direct":
+        ContentionBenchmark.direct(database: arguments[1], go: arguments[2], seconds: seconds)
+        exit(0)
+    default:
+        break
+    }
+}
 let json = arguments.contains("--json")
 let quick = arguments.contains("--quick")
-guard let suite = arguments.first, ["embedded", "shared"].contains(suite) else {
+guard let suite = arguments.first, ["embedded", "shared", "contention"].contains(suite) else {
     FileHandle.standardError.write(
-        Data("usage: skyros-bench embedded|shared [--json] [--quick] [--only fetch|saves|iterate]\n".utf8))
+        Data("usage: skyros-bench embedded|shared|contention [--json] [--quick] [--only fetch|saves|iterate]\n".utf8))
     exit(64)
 }
 
@@ -35,7 +49,12 @@ let report: (Row) -> Void = { row in
     }
     fflush(nil)
 }
-if suite == "shared" {
+if suite == "contention" {
+    var benchmark = ContentionBenchmark(directory: directory, seconds: quick ? 2 : 5)
+    let counts = zip(arguments, arguments.dropFirst()).filter { $0.0 == "--clients" }.compactMap { Int($0.1) }
+    if !counts.isEmpty { benchmark.clientCounts = counts }
+    try benchmark.run(report: report)
+} else if suite == "shared" {
     try SharedBenchmark(directory: directory, saveSamples: quick ? 100 : 300, insertCount: quick ? 5_000 : 50_000)
         .run(report: report)
 } else {

@@ -196,8 +196,7 @@ public final class DaemonServer: @unchecked Sendable {
         do {
             body = try respond(to: message.body, from: identity)
         } catch {
-            let error = SkyrosError.wrap(error)
-            body = .error(code: error.code.rawValue, message: error.message)
+            body = Self.errorReply(SkyrosError.wrap(error))
         }
         reply(to: identity, WireMessage(requestID: message.requestID, body: body))
     }
@@ -256,11 +255,17 @@ public final class DaemonServer: @unchecked Sendable {
             let body: WireMessage.Body =
                 switch result {
                 case .success(let sequence): .saved(sequence: sequence)
-                case .failure(let error): .error(code: error.code.rawValue, message: error.message)
+                case .failure(let error): Self.errorReply(error)
                 }
             reply(to: save.identity, WireMessage(requestID: save.requestID, body: body))
         }
         for event in events { publish(event) }
+    }
+
+    /// The reply to a failed request: the conflict list of a refused save, or an error.
+    static func errorReply(_ error: SkyrosError) -> WireMessage.Body {
+        if error.code == .mergeConflict { return .conflicts(message: error.message, error.conflicts) }
+        return .error(code: error.code.rawValue, message: error.message)
     }
 
     /// Applies the history retention at most once a second, inside a commit.

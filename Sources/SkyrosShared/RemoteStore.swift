@@ -266,6 +266,9 @@ public final class RemoteStore: PersistentStore, @unchecked Sendable {
             if case .error(let code, let message) = reply.body {
                 throw SkyrosError(SkyrosError.Code(rawValue: code), message)
             }
+            if case .conflicts(let message, let conflicts) = reply.body {
+                throw SkyrosError(.mergeConflict, message, conflicts: conflicts)
+            }
             return reply.body
         }
         throw ExchangeTimeout.timedOut

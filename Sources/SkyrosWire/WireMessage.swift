@@ -41,7 +41,7 @@ public struct ChangeEvent: Sendable, Hashable {
 /// published change event.
 public struct WireMessage: Sendable, Hashable {
     /// The protocol version this build speaks.
-    public static let protocolVersion: UInt8 = 1
+    public static let protocolVersion: UInt8 = 2
     /// The largest encoded message either side accepts (16 MiB).
     public static let maximumSize = 16 * 1_048_576
 
@@ -66,6 +66,8 @@ public struct WireMessage: Sendable, Hashable {
         case saved(sequence: UInt64)
         case error(code: String, message: String)
         case changes([ChangeEvent])
+        /// A save refused under the `.error` merge policy: every conflicting object.
+        case conflicts(message: String, [MergeConflict])
         // Published on the event socket
         case event(ChangeEvent)
 
@@ -86,6 +88,7 @@ public struct WireMessage: Sendable, Hashable {
             case .saved: 68
             case .error: 69
             case .changes: 70
+            case .conflicts: 71
             case .event: 96
             }
         }
@@ -144,6 +147,10 @@ public struct WireMessage: Sendable, Hashable {
         case .changes(let events):
             writer.uvarint(UInt64(events.count))
             for event in events { writer.event(event) }
+        case .conflicts(let message, let conflicts):
+            writer.string(message)
+            writer.uvarint(UInt64(conflicts.count))
+            for conflict in conflicts { writer.conflict(conflict) }
         case .event(let event):
             writer.event(event)
         }
@@ -203,6 +210,11 @@ public struct WireMessage: Sendable, Hashable {
             var events: [ChangeEvent] = []
             for _ in 0..<(try reader.count(minimumSize: 4)) { events.append(try reader.event()) }
             body = .changes(events)
+        case 71:
+            let message = try reader.string()
+            var conflicts: [MergeConflict] = []
+            for _ in 0..<(try reader.count(minimumSize: 20)) { conflicts.append(try reader.conflict()) }
+            body = .conflicts(message: message, conflicts)
         case 96: body = .event(try reader.event())
         default: throw .unknownMessageType(type)
         }

@@ -122,6 +122,7 @@ extension WireWriter {
         objectID(snapshot.id)
         uvarint(UInt64(snapshot.values.count))
         for item in snapshot.values { value(item) }
+        uvarint(UInt64(max(0, snapshot.version)))
     }
 
     public mutating func changeSet(_ changes: ChangeSet) {
@@ -130,6 +131,7 @@ extension WireWriter {
         uvarint(UInt64(changes.updated.count))
         for update in changes.updated {
             objectID(update.id)
+            uvarint(UInt64(max(0, update.baseVersion)))
             let entries = update.changes.sorted { $0.key < $1.key }
             uvarint(UInt64(entries.count))
             for (index, item) in entries {
@@ -139,6 +141,23 @@ extension WireWriter {
         }
         uvarint(UInt64(changes.deleted.count))
         for id in changes.deleted { objectID(id) }
+        byte(Self.policyCode(changes.mergePolicy))
+    }
+
+    static func policyCode(_ policy: MergePolicy) -> UInt8 {
+        switch policy {
+        case .saverWins: 0
+        case .storeWins: 1
+        case .error: 2
+        }
+    }
+
+    public mutating func conflict(_ conflict: MergeConflict) {
+        objectID(conflict.objectID)
+        uvarint(UInt64(conflict.properties.count))
+        for name in conflict.properties { string(name) }
+        uvarint(UInt64(max(0, conflict.baseVersion)))
+        uvarint(UInt64(max(0, conflict.storeVersion)))
     }
 }
 
@@ -244,7 +263,21 @@ extension WireReader {
         var values = ContiguousArray<StoredValue>()
         values.reserveCapacity(count)
         for _ in 0..<count { values.append(try value()) }
-        return Snapshot(id: id, values: values)
+        return Snapshot(id: id, values: values, version: try version())
+    }
+
+    /// An object version: a uvarint no larger than `Int64.max`.
+    mutating func version() throws(WireError) -> Int64 {
+        let value = try uvarint()
+        guard value <= UInt64(Int64.max) else { throw .invalidValue("a version of \(value)") }
+        return Int64(value)
+    }
+
+    public mutating func conflict() throws(WireError) -> MergeConflict {
+        let id = try objectID()
+        var names: [String] = []
+        for _ in 0..<(try count()) { names.append(try string()) }
+        return MergeConflict(objectID: id, properties: names, baseVersion: try version(), storeVersion: try version())
     }
 
     public mutating func changeSet() throws(WireError) -> ChangeSet {
@@ -252,14 +285,21 @@ extension WireReader {
         for _ in 0..<(try count(minimumSize: 18)) { changes.inserted.append(try snapshot()) }
         for _ in 0..<(try count(minimumSize: 18)) {
             let id = try objectID()
+            let base = try version()
             var values: [Int: StoredValue] = [:]
             for _ in 0..<(try count(minimumSize: 2)) {
                 let index = try int()
                 values[index] = try value()
             }
-            changes.updated.append(ChangeSet.Update(id: id, changes: values))
+            changes.updated.append(ChangeSet.Update(id: id, changes: values, baseVersion: base))
         }
         for _ in 0..<(try count(minimumSize: 17)) { changes.deleted.append(try objectID()) }
+        switch try byte() {
+        case 0: changes.mergePolicy = .saverWins
+        case 1: changes.mergePolicy = .storeWins
+        case 2: changes.mergePolicy = .error
+        case let code: throw .invalidValue("merge policy \(code)")
+        }
         return changes
     }
 }

@@ -38,7 +38,7 @@ final class RawClient {
 
     func hello(_ schema: Schema = testSchema) throws -> WireMessage.Body {
         try call(.hello(
-            protocolVersion: 1, schemaFingerprint: schema.fingerprint, clientName: "test",
+            protocolVersion: 2, schemaFingerprint: schema.fingerprint, clientName: "test",
             schemaDescription: Array(try JSONEncoder().encode(schema.schemaDescription))))
     }
 }
@@ -60,7 +60,7 @@ struct DaemonServerTests {
     func session() throws {
         let daemon = try RunningDaemon()
         let client = try RawClient(daemon)
-        guard case .welcome(1, 0) = try client.hello() else {
+        guard case .welcome(2, 0) = try client.hello() else {
             Issue.record("no welcome")
             return
         }
@@ -136,12 +136,12 @@ struct DaemonServerTests {
         let client = try RawClient(daemon)
         // Before hello.
         #expect(errorCode(try client.call(.count(StoreRequest(entityName: "User")))) == "helloRequired")
-        #expect(try client.hello() == .welcome(protocolVersion: 1, sequence: 0))
+        #expect(try client.hello() == .welcome(protocolVersion: 2, sequence: 0))
         #expect(try client.call(.save(clientID: "c", saveNumber: 1, changes: ChangeSet(inserted: [userSnapshot("kept")])))
             == .saved(sequence: 1))
         // Garbage, a wrong version, an unknown type, extra frames.
         #expect(errorCode(try client.raw([Data([0xFF, 0x00, 0x01])]).body) == "unsupportedProtocolVersion")
-        #expect(errorCode(try client.raw([Data([1, 250, 1])]).body) == "malformedMessage")
+        #expect(errorCode(try client.raw([Data([2, 250, 1])]).body) == "malformedMessage")
         #expect(errorCode(try client.raw([Data()]).body) == "malformedMessage")
         #expect(errorCode(try client.raw([Data([1]), Data([2])]).body) == "malformedMessage")
         // Unknown entities and properties, wrong value types and counts, garbage predicates.
@@ -168,11 +168,11 @@ struct DaemonServerTests {
     @Test("a client with another schema is refused")
     func schemaMismatch() throws {
         let daemon = try RunningDaemon()
-        #expect(try RawClient(daemon).hello() == .welcome(protocolVersion: 1, sequence: 0))
+        #expect(try RawClient(daemon).hello() == .welcome(protocolVersion: 2, sequence: 0))
         let other = try RawClient(daemon)
         #expect(errorCode(try other.hello(Schema([Tag.self]))) == "schemaMismatch")
         #expect(errorCode(try other.call(.hello(
-            protocolVersion: 2, schemaFingerprint: testSchema.fingerprint, clientName: "future", schemaDescription: [])))
+            protocolVersion: 3, schemaFingerprint: testSchema.fingerprint, clientName: "future", schemaDescription: [])))
             == "unsupportedProtocolVersion")
     }
 
@@ -184,6 +184,6 @@ struct DaemonServerTests {
         } throws: { error in
             (error as? SkyrosError)?.code == .groupLocked
         }
-        #expect(try RawClient(daemon).hello() == .welcome(protocolVersion: 1, sequence: 0))
+        #expect(try RawClient(daemon).hello() == .welcome(protocolVersion: 2, sequence: 0))
     }
 }

@@ -74,7 +74,7 @@ struct JournalTests {
         first.shutDown()
         let second = try RunningDaemon(directory: first.directory)
         let back = try RawClient(second)
-        #expect(try back.hello() == .welcome(protocolVersion: 1, sequence: 3))
+        #expect(try back.hello() == .welcome(protocolVersion: 2, sequence: 3))
         #expect(try back.call(.save(clientID: "c", saveNumber: 3, changes: ChangeSet(inserted: [userSnapshot("u3")])))
             == .saved(sequence: 3))
         #expect(try back.call(.save(clientID: "c", saveNumber: 4, changes: ChangeSet(inserted: [userSnapshot("u4")])))
@@ -98,7 +98,7 @@ struct JournalTests {
         var sent: [(RawClient, UInt64, Bool)] = []
         for (index, client) in clients.enumerated() {
             sent.append((client, try client.send(.hello(
-                protocolVersion: 1, schemaFingerprint: testSchema.fingerprint, clientName: "c\(index)",
+                protocolVersion: 2, schemaFingerprint: testSchema.fingerprint, clientName: "c\(index)",
                 schemaDescription: Array(try JSONEncoder().encode(testSchema.schemaDescription)))), true))
             for number in 1...5 {
                 // The third save of client 2 repeats a unique handle of client 0: it fails alone.

@@ -148,6 +148,15 @@ struct DaemonProcessTests {
         #expect(outsider.wait() == .exited(0))
         let output = outsider.readAll()
         #expect(output.contains("ERROR permissionDenied"), "\(output)")
+        // The daemon checks each peer's credentials too: with the container's mode loosened
+        // by mistake, the outsider reaches the sockets and the daemon refuses it.
+        for path in [container, container + "/requests.ipc", container + "/events.ipc"] { chmod(path, 0o777) }
+        let reachable = try ChildProcess(
+            ["--reuid=nobody", "--regid=nogroup", "--clear-groups", helper, "shared-open", container],
+            executable: URL(fileURLWithPath: "/usr/bin/setpriv"))
+        #expect(reachable.wait() == .exited(0))
+        let refused = reachable.readAll()
+        #expect(refused.contains("ERROR permissionDenied") && refused.contains("neither the owner"), "\(refused)")
         let member = try ChildProcess(["shared-open", container])
         #expect(member.wait() == .exited(0))
         #expect(member.readAll().contains("OPENED"))

@@ -8,8 +8,8 @@ import Testing
 @Suite("Predicate translation", .timeLimit(.minutes(1)))
 struct PredicateTranslationTests {
     static let select =
-        "SELECT t0.\"_id\", t0.\"firstname\", t0.\"lastname\", t0.\"age\", t0.\"email\", t0.\"handle\" FROM \"User\" t0"
-    static let postSelect = "SELECT t0.\"_id\", t0.\"title\", t0.\"score\", t0.\"author\" FROM \"Post\" t0"
+        "SELECT t0.\"_id\", t0.\"_version\", t0.\"firstname\", t0.\"lastname\", t0.\"age\", t0.\"email\", t0.\"handle\" FROM \"User\" t0"
+    static let postSelect = "SELECT t0.\"_id\", t0.\"_version\", t0.\"title\", t0.\"score\", t0.\"author\" FROM \"Post\" t0"
     static let order = " ORDER BY t0.\"_id\" ASC"
 
     /// A case: a user predicate, its expected WHERE clause, arguments, and matching handles.

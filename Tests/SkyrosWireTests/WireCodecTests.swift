@@ -26,8 +26,8 @@ let sampleMessages: [WireMessage] = {
         limit: 10, offset: 5)
     let changes = ChangeSet(
         inserted: [Snapshot(id: user, values: values)],
-        updated: [ChangeSet.Update(id: post, changes: [0: .text("new"), 2: .null])],
-        deleted: [post, user])
+        updated: [ChangeSet.Update(id: post, changes: [0: .text("new"), 2: .null], baseVersion: 300)],
+        deleted: [post, user], mergePolicy: .error)
     let event = ChangeEvent(
         sequence: 12, author: "client-1 (todo)",
         changes: [
@@ -38,7 +38,7 @@ let sampleMessages: [WireMessage] = {
         WireMessage(
             requestID: 1,
             body: .hello(
-                protocolVersion: 1, schemaFingerprint: "abc123", clientName: "todo",
+                protocolVersion: 2, schemaFingerprint: "abc123", clientName: "todo",
                 schemaDescription: Array(#"{"entities":[]}"#.utf8))),
         WireMessage(requestID: 2, body: .fetch(StoreRequest(entityName: "User", predicate: predicate))),
         WireMessage(requestID: 3, body: .fetchIdentifiers(request)),
@@ -47,13 +47,17 @@ let sampleMessages: [WireMessage] = {
         WireMessage(requestID: 6, body: .save(clientID: "c1", saveNumber: 7, changes: changes)),
         WireMessage(requestID: 7, body: .changesSince(99)),
         WireMessage(requestID: 9, body: .deleteAll(clientID: "c1")),
-        WireMessage(requestID: 1, body: .welcome(protocolVersion: 1, sequence: 42)),
-        WireMessage(requestID: 2, body: .snapshotsReply([Snapshot(id: user, values: values), Snapshot(id: post, values: [])])),
+        WireMessage(requestID: 1, body: .welcome(protocolVersion: 2, sequence: 42)),
+        WireMessage(requestID: 2, body: .snapshotsReply([Snapshot(id: user, values: values, version: 7), Snapshot(id: post, values: [])])),
         WireMessage(requestID: 3, body: .identifiersReply([user, post])),
         WireMessage(requestID: 4, body: .countReply(1_000_000)),
         WireMessage(requestID: 6, body: .saved(sequence: 13)),
         WireMessage(requestID: 8, body: .error(code: "uniqueConstraintViolation", message: "User.handle must be unique")),
         WireMessage(requestID: 7, body: .changes([event, ChangeEvent(sequence: 13, author: "", isReset: true, changes: [])])),
+        WireMessage(requestID: 6, body: .conflicts(message: "1 object changed", [
+            MergeConflict(objectID: post, properties: ["title", "score"], baseVersion: 2, storeVersion: 5),
+            MergeConflict(objectID: user, properties: [], baseVersion: 1, storeVersion: Int64.max),
+        ])),
         WireMessage(requestID: 0, body: .event(event)),
     ]
 }()
@@ -78,9 +82,9 @@ struct WireCodecTests {
     @Test("a wrong version, an unknown type and trailing bytes are refused with their reason")
     func framing() {
         var bytes = sampleMessages[0].encoded()
-        bytes[0] = 2
-        #expect(throws: WireError.unsupportedVersion(2)) { try WireMessage.decode(bytes) }
-        bytes[0] = 1
+        bytes[0] = 1  // the previous protocol
+        #expect(throws: WireError.unsupportedVersion(1)) { try WireMessage.decode(bytes) }
+        bytes[0] = WireMessage.protocolVersion
         bytes[1] = 200
         #expect(throws: WireError.unknownMessageType(200)) { try WireMessage.decode(bytes) }
         #expect(throws: WireError.trailingBytes(1)) { try WireMessage.decode(sampleMessages[0].encoded() + [0]) }

@@ -48,7 +48,7 @@ extension ObjectContext {
             if !storage.isFault { return object }
         }
         guard let snapshot = try parent.snapshots(for: [id]).first else { throw notFound(id) }
-        return try materialize(id, values: snapshot.values)
+        return try materialize(id, values: snapshot.values, version: snapshot.version)
     }
 
     private func notFound(_ id: ObjectID) -> SkyrosError {
@@ -64,8 +64,8 @@ extension ObjectContext {
             var result: [any ManagedObject] = []
             registryPurgeThreshold = Int.max  // the objects being made are held by `result`
             defer { registryPurgeThreshold = max(4096, registry.count * 2) }
-            try parent.forEachSnapshot(request) { id, values in
-                result.append(try materialize(id, values: values, entity: entity))
+            try parent.forEachSnapshot(request) { id, values, version in
+                result.append(try materialize(id, values: values, version: version, entity: entity))
             }
             return result
         }
@@ -75,7 +75,9 @@ extension ObjectContext {
         registry.reserveCapacity(registry.count + snapshots.count)
         // The objects being materialised are held by `result`: pruning now would free nothing.
         registryPurgeThreshold = max(registryPurgeThreshold, registry.count + snapshots.count + 1)
-        for snapshot in snapshots { result.append(try materialize(snapshot.id, values: snapshot.values, entity: entity)) }
+        for snapshot in snapshots {
+            result.append(try materialize(snapshot.id, values: snapshot.values, version: snapshot.version, entity: entity))
+        }
         return result
     }
 
@@ -91,7 +93,7 @@ extension ObjectContext {
         rows.removeAll { pendingIDs.contains($0.id) }
         for storage in pending where !storage.isDeleted {
             if try matches(request.predicate, storage) {
-                rows.append(Snapshot(id: storage.objectID, values: storage.values))
+                rows.append(Snapshot(id: storage.objectID, values: storage.values, version: storage.version))
             }
         }
         try sort(&rows, by: request.sortKeys, entityName: request.entityName)
@@ -279,11 +281,11 @@ extension ObjectContext {
     }
 
     public func forEachSnapshot(
-        _ request: StoreRequest, _ body: (ObjectID, ContiguousArray<StoredValue>) throws -> Void
+        _ request: StoreRequest, _ body: (ObjectID, ContiguousArray<StoredValue>, Int64) throws -> Void
     ) throws {
         try performAndWait {
             if hasPendingChanges(of: request.entityName) {
-                for snapshot in try mergedSnapshots(request) { try body(snapshot.id, snapshot.values) }
+                for snapshot in try mergedSnapshots(request) { try body(snapshot.id, snapshot.values, snapshot.version) }
             } else {
                 try parent.forEachSnapshot(request, body)
             }
@@ -306,7 +308,7 @@ extension ObjectContext {
                 if let storage = lookup(id)?.skyrosStorage {
                     if storage.isDeleted { continue }
                     if !storage.isFault {
-                        result.append(Snapshot(id: id, values: storage.values))
+                        result.append(Snapshot(id: id, values: storage.values, version: storage.version))
                         continue
                     }
                 }

@@ -19,7 +19,7 @@ extension ObjectContext {
         try validateForSave()
         let changes = makeChangeSet()
         try parent.save(changes)
-        didSave(keepingObjects: keepingObjects)
+        didSave(keepingObjects: keepingObjects, policy: changes.mergePolicy)
     }
 
     func makeChangeSet() -> ChangeSet {
@@ -38,21 +38,36 @@ extension ObjectContext {
             for index in storage.changed where storage.entity.properties[index].hasColumn {
                 values[index] = storage.values[index]
             }
-            if !values.isEmpty { changes.updated.append(ChangeSet.Update(id: id, changes: values)) }
+            if !values.isEmpty {
+                changes.updated.append(ChangeSet.Update(id: id, changes: values, baseVersion: storage.version))
+            }
         }
         changes.deleted = Array(deleted.keys)
+        changes.mergePolicy = mergePolicy
         return changes
     }
 
-    func didSave(keepingObjects: Bool = true) {
+    /// After a save: pending changes are cleared, and the saved objects take the version
+    /// the store gives them once the changes reach it: 1 for an insert, one more for an
+    /// update (when the parent is a context this is ahead of the store until the parent
+    /// saves; if that save fails, the stack forgets these copies). Under
+    /// ``MergePolicy/storeWins`` updated objects saved into the store are refreshed instead:
+    /// the store may have kept its own values.
+    func didSave(keepingObjects: Bool = true, policy: MergePolicy = .saverWins) {
         for object in inserted.values {
             let storage = object.skyrosStorage
             storage.isInserted = false
+            storage.version = 1
             if keepingObjects && storage.isExposed && registry[storage.objectID] == nil { register(object) }
         }
         for object in updated.values {
             let storage = object.skyrosStorage
             storage.changed = []
+            if !parentIsContext && policy == .storeWins {
+                storage.isFault = true
+            } else if storage.version > 0 {
+                storage.version += 1
+            }
             if keepingObjects && storage.isExposed && registry[storage.objectID] == nil { register(object) }
         }
         for (id, object) in deleted {
@@ -180,10 +195,12 @@ extension ObjectContext {
             for snapshot in try parent.snapshots(for: missing) {
                 if let object = lookup(snapshot.id) {
                     object.skyrosStorage.values = snapshot.values
+                    object.skyrosStorage.version = snapshot.version
                     object.skyrosStorage.isFault = false
                 } else {
                     let entity = try schema.requireEntity(snapshot.id.entityName)
                     let storage = ObjectStorage(objectID: snapshot.id, entity: entity, values: snapshot.values, reference: reference)
+                    storage.version = snapshot.version
                     loaded[snapshot.id] = entity.objectType.init(skyrosStorage: storage)
                 }
             }
@@ -220,6 +237,10 @@ extension ObjectContext {
             if updated[update.id] == nil && !storage.isInserted {
                 updated[update.id] = object
                 pendingCountByEntity[ObjectIdentifier(storage.entity), default: 0] += 1
+                // The changes were made on the child's version: that is what the store checks.
+                if update.baseVersion > 0 { storage.version = update.baseVersion }
+            } else if update.baseVersion > 0 && storage.version > 0 {
+                storage.version = min(storage.version, update.baseVersion)
             }
             for (index, value) in update.changes {
                 storage.values[index] = value

@@ -20,6 +20,16 @@ public final class ObjectContext: ObjectStore, @unchecked Sendable, CustomString
     let queue: DispatchQueue
     /// The weak reference to this context that its objects share.
     let reference = ContextReference()
+    private let policyLock = NSLock()
+    private var _mergePolicy = MergePolicy.saverWins
+
+    /// What a save into the store does with updated objects that changed in the store since
+    /// they were read (it matters for a context whose parent is the store: the root
+    /// context). Default: ``MergePolicy/saverWins``. Thread-safe.
+    public var mergePolicy: MergePolicy {
+        get { policyLock.withLock { _mergePolicy } }
+        set { policyLock.withLock { _mergePolicy = newValue } }
+    }
 
     // Queue-confined state.
     /// Registered objects. Held strongly (no weak side tables on the hot path) and pruned
@@ -161,18 +171,21 @@ public final class ObjectContext: ObjectStore, @unchecked Sendable, CustomString
 
     /// The registered object, or a new one made from `values` (a fault when nil).
     func materialize(
-        _ id: ObjectID, values: ContiguousArray<StoredValue>?, entity knownEntity: EntityDescription? = nil
+        _ id: ObjectID, values: ContiguousArray<StoredValue>?, version: Int64 = 0,
+        entity knownEntity: EntityDescription? = nil
     ) throws -> any ManagedObject {
         if let object = registered(id) {
             let storage = object.skyrosStorage
             if storage.isFault, let values {
                 storage.values = values
+                storage.version = version
                 storage.isFault = false
             }
             return object
         }
         let entity = try knownEntity ?? schema.requireEntity(id.entityName)
         let storage = ObjectStorage(objectID: id, entity: entity, values: values, reference: reference)
+        storage.version = version
         let object = entity.objectType.init(skyrosStorage: storage)
         register(object)
         return object
@@ -195,6 +208,7 @@ public final class ObjectContext: ObjectStore, @unchecked Sendable, CustomString
                 "Skyros: \(storage.objectID) is a fault that cannot be fulfilled in context '\(name)': the object was deleted")
         }
         storage.values = snapshot.values
+        storage.version = snapshot.version
         storage.isFault = false
     }
 

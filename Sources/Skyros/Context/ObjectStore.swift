@@ -10,9 +10,11 @@ public protocol ObjectStore: AnyObject, Sendable {
     var schema: Schema { get }
     /// The rows matching a request, with all their values, sorted and sliced as it says.
     func fetchSnapshots(_ request: StoreRequest) throws -> [Snapshot]
-    /// Calls `body` with each row matching a request, in order, without collecting them
-    /// first. The default implementation iterates ``fetchSnapshots(_:)``.
-    func forEachSnapshot(_ request: StoreRequest, _ body: (ObjectID, ContiguousArray<StoredValue>) throws -> Void) throws
+    /// Calls `body` with each row matching a request (identifier, values, version), in
+    /// order, without collecting them first. The default implementation iterates
+    /// ``fetchSnapshots(_:)``.
+    func forEachSnapshot(
+        _ request: StoreRequest, _ body: (ObjectID, ContiguousArray<StoredValue>, Int64) throws -> Void) throws
     /// The identifiers of the rows matching a request, sorted and sliced as it says.
     func fetchIdentifiers(_ request: StoreRequest) throws -> [ObjectID]
     /// The number of rows matching a request (limit and offset applied).
@@ -25,9 +27,9 @@ public protocol ObjectStore: AnyObject, Sendable {
 
 extension ObjectStore {
     public func forEachSnapshot(
-        _ request: StoreRequest, _ body: (ObjectID, ContiguousArray<StoredValue>) throws -> Void
+        _ request: StoreRequest, _ body: (ObjectID, ContiguousArray<StoredValue>, Int64) throws -> Void
     ) throws {
-        for snapshot in try fetchSnapshots(request) { try body(snapshot.id, snapshot.values) }
+        for snapshot in try fetchSnapshots(request) { try body(snapshot.id, snapshot.values, snapshot.version) }
     }
 }
 
@@ -62,14 +64,56 @@ public struct SortKey: Sendable, Codable, Hashable {
     }
 }
 
-/// An object's identity and values, as stored.
+/// An object's identity, values and version, as stored.
 public struct Snapshot: Sendable, Codable, Hashable {
     public var id: ObjectID
     /// One value per property of the entity, in declaration order (NULL for to-many).
     public var values: ContiguousArray<StoredValue>
-    public init(id: ObjectID, values: ContiguousArray<StoredValue>) {
+    /// The object's version in the store: 1 when inserted, one more at each committed
+    /// update; 0 when unknown (an object not saved yet).
+    public var version: Int64
+    public init(id: ObjectID, values: ContiguousArray<StoredValue>, version: Int64 = 0) {
         self.id = id
         self.values = values
+        self.version = version
+    }
+}
+
+/// What a save does with an updated object that changed in the store since it was read
+/// (another process, or another stack on the same file, saved it in between). Core Data's
+/// merge policies, by property.
+public enum MergePolicy: String, Sendable, Codable, CaseIterable {
+    /// The properties the saver changed take the saver's values; the properties it did not
+    /// change keep the store's values. The default (Core Data's
+    /// `NSMergeByPropertyObjectTrumpMergePolicy`).
+    case saverWins
+    /// The store's values are kept for every conflicting object: its update is dropped (the
+    /// rest of the change set is saved) and the saver's objects are refreshed from the store.
+    case storeWins
+    /// The whole change set is refused with ``SkyrosError/Code/mergeConflict``, listing each
+    /// conflicting object in ``SkyrosError/conflicts``.
+    case error
+}
+
+/// An updated object that changed in the store since it was read.
+public struct MergeConflict: Sendable, Hashable, Codable, CustomStringConvertible {
+    public var objectID: ObjectID
+    /// The properties the saver changed.
+    public var properties: [String]
+    /// The version the saver read.
+    public var baseVersion: Int64
+    /// The version in the store.
+    public var storeVersion: Int64
+
+    public init(objectID: ObjectID, properties: [String], baseVersion: Int64, storeVersion: Int64) {
+        self.objectID = objectID
+        self.properties = properties
+        self.baseVersion = baseVersion
+        self.storeVersion = storeVersion
+    }
+
+    public var description: String {
+        "\(objectID) (\(properties.joined(separator: ", ")); read at version \(baseVersion), store has \(storeVersion))"
     }
 }
 
@@ -79,20 +123,28 @@ public struct ChangeSet: Sendable, Codable, Hashable {
     public struct Update: Sendable, Codable, Hashable {
         public var id: ObjectID
         public var changes: [Int: StoredValue]
-        public init(id: ObjectID, changes: [Int: StoredValue]) {
+        /// The version of the object the changes were made on; 0 when unknown (no check).
+        public var baseVersion: Int64
+        public init(id: ObjectID, changes: [Int: StoredValue], baseVersion: Int64 = 0) {
             self.id = id
             self.changes = changes
+            self.baseVersion = baseVersion
         }
     }
 
     public var inserted: [Snapshot] = []
     public var updated: [Update] = []
     public var deleted: [ObjectID] = []
+    /// What the store does with updates whose object changed since its base version.
+    public var mergePolicy: MergePolicy = .saverWins
 
-    public init(inserted: [Snapshot] = [], updated: [Update] = [], deleted: [ObjectID] = []) {
+    public init(
+        inserted: [Snapshot] = [], updated: [Update] = [], deleted: [ObjectID] = [], mergePolicy: MergePolicy = .saverWins
+    ) {
         self.inserted = inserted
         self.updated = updated
         self.deleted = deleted
+        self.mergePolicy = mergePolicy
     }
 
     public var isEmpty: Bool { inserted.isEmpty && updated.isEmpty && deleted.isEmpty }

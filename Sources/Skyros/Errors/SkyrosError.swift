@@ -44,6 +44,9 @@ public struct SkyrosError: Error, Sendable, CustomStringConvertible {
         public static let stackUnavailable = Code(rawValue: "stackUnavailable")
         /// An error thrown by user code inside a `read` or `write` block.
         public static let blockFailed = Code(rawValue: "blockFailed")
+        /// A save under the ``MergePolicy/error`` policy updated objects that changed in the
+        /// store since they were read; ``SkyrosError/conflicts`` lists them. Nothing was saved.
+        public static let mergeConflict = Code(rawValue: "mergeConflict")
     }
 
     /// What went wrong, as a matchable code.
@@ -52,11 +55,14 @@ public struct SkyrosError: Error, Sendable, CustomStringConvertible {
     public var message: String
     /// The error that caused this one, if any.
     public var underlyingError: (any Error)?
+    /// For ``Code/mergeConflict``: each object whose update was refused.
+    public var conflicts: [MergeConflict]
 
-    public init(_ code: Code, _ message: String, underlying: (any Error)? = nil) {
+    public init(_ code: Code, _ message: String, underlying: (any Error)? = nil, conflicts: [MergeConflict] = []) {
         self.code = code
         self.message = message
         self.underlyingError = underlying
+        self.conflicts = conflicts
     }
 
     public var description: String {

@@ -33,6 +33,7 @@ open class Skyros: @unchecked Sendable {
     private let lock = NSLock()
     private var contexts: Contexts
     private var _errorHandler: (@Sendable (SkyrosError) -> Void)?
+    private var _mergePolicy = MergePolicy.saverWins
     let inFlight = DispatchGroup()
     let changeObservers = ChangeObservers()
 
@@ -85,6 +86,18 @@ open class Skyros: @unchecked Sendable {
     }
 
     private var current: Contexts { lock.withLock { contexts } }
+
+    /// What a save does with objects another process (or another stack on the same file)
+    /// changed since this stack read them: ``MergePolicy/saverWins`` by default, property by
+    /// property; ``MergePolicy/storeWins``; or ``MergePolicy/error``, which refuses the write
+    /// with ``SkyrosError/Code/mergeConflict`` and the list of conflicts.
+    public var mergePolicy: MergePolicy {
+        get { current.root.mergePolicy }
+        set {
+            lock.withLock { _mergePolicy = newValue }
+            current.root.mergePolicy = newValue
+        }
+    }
 
     /// The main context: the single source of truth, where `read` runs.
     public var mainContext: ObjectContext { current.main }
@@ -230,8 +243,14 @@ open class Skyros: @unchecked Sendable {
     private func saveRoot(_ stack: Contexts) -> SkyrosError? {
         let root = stack.root
         guard root.hasChanges else { return nil }
+        // Under storeWins the store may keep its values for some updated objects: the main
+        // context's copies are refreshed after the save.
+        let refreshed = root.mergePolicy == .storeWins ? Array(root.updated.keys) : []
         do {
             try root.save()
+            if !refreshed.isEmpty {
+                stack.main.perform { for id in refreshed { stack.main.refreshIfClean(id) } }
+            }
             return nil
         } catch {
             // A failed save keeps the pending changes: they say which objects it touched.
@@ -267,6 +286,7 @@ open class Skyros: @unchecked Sendable {
         stack.main.performAndWait {}
         try stack.root.performAndWait { try store.deleteAll() }
         let fresh = Self.makeContexts(store)
+        fresh.root.mergePolicy = lock.withLock { _mergePolicy }
         lock.withLock { contexts = fresh }
         for context in [stack.scratch, stack.main, stack.root] { context.performAndWait { context.reset() } }
     }

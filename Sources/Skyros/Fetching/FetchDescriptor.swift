@@ -99,7 +99,8 @@ public struct FetchResultsCollection<T: ManagedObject>: RandomAccessCollection {
             preconditionFailure("Skyros: could not load a batch of \(T.self): \(error)")
         }
         cache.objects = batchIDs.map { id in
-            (try? context.materialize(id, values: snapshots[id]?.values)) ?? context.registeredOrFault(id)!
+            (try? context.materialize(id, values: snapshots[id]?.values, version: snapshots[id]?.version ?? 0))
+                ?? context.registeredOrFault(id)!
         }
         cache.ownedIDs = missing
         cache.batchIndex = batch

@@ -27,6 +27,9 @@ public final class ObjectStorage {
     @exclusivity(unchecked) var isDeleted = false
     /// Whether user code may hold the object (then it stays registered after a save).
     @exclusivity(unchecked) var isExposed = false
+    /// The object's version in the store when its values were read (0: unknown, or not
+    /// saved yet); updates carry it so that the store can detect conflicts.
+    @exclusivity(unchecked) var version: Int64 = 0
     /// Properties changed since the last save (indexes).
     @exclusivity(unchecked) var changed: Set<Int> = []
     /// Values that could not be encoded, reported at save.

@@ -42,7 +42,8 @@ public final class SQLiteStore: ObjectStore, @unchecked Sendable {
             let names = ["\"_id\""] + columns.map { SQLBuilder.quote($0.name) }
             tables[entity.name] = TableInfo(
                 entity: entity, columnIndexes: columns.map(\.index),
-                selectList: names.map { "t0.\($0)" }.joined(separator: ", "),
+                selectList: (["\"_id\"", "\"_version\""] + columns.map { SQLBuilder.quote($0.name) })
+                    .map { "t0.\($0)" }.joined(separator: ", "),
                 insertSQL:
                     "INSERT INTO \(SQLBuilder.quote(entity.name)) (\(names.joined(separator: ", "))) VALUES (\(names.map { _ in "?" }.joined(separator: ", ")))"
             )
@@ -98,7 +99,15 @@ public final class SQLiteStore: ObjectStore, @unchecked Sendable {
                 "the store at \(url.path) was made with schema \(fingerprint), not \(schema.fingerprint); the file was left untouched (migrations are not supported yet)"
             )
         }
+        if let format = try metadata("format", of: url), format != Self.format {
+            throw SkyrosError(
+                .schemaMismatch,
+                "the store at \(url.path) has file format \(format), this Skyros reads format \(Self.format); the file was left untouched")
+        }
     }
+
+    /// The layout of the tables: 2 adds each object's `_version`.
+    static let format = "2"
 
     /// A value of `skyros_metadata` in an existing file, read through a read-only connection;
     /// nil when the file has no Skyros metadata.
@@ -130,8 +139,8 @@ public final class SQLiteStore: ObjectStore, @unchecked Sendable {
         encoder.outputFormatting = [.sortedKeys]
         let description = String(decoding: try encoder.encode(schema.schemaDescription), as: UTF8.self)
         try db.execute(
-            sql: "INSERT INTO skyros_metadata (key, value) VALUES ('fingerprint', ?), ('format', '1'), ('schema', ?)",
-            arguments: [schema.fingerprint, description])
+            sql: "INSERT INTO skyros_metadata (key, value) VALUES ('fingerprint', ?), ('format', ?), ('schema', ?)",
+            arguments: [schema.fingerprint, Self.format, description])
         for statement in Self.schemaSQL(schema) { try db.execute(sql: statement) }
     }
 
@@ -141,7 +150,7 @@ public final class SQLiteStore: ObjectStore, @unchecked Sendable {
         var statements: [String] = []
         for entity in schema.entities {
             let table = SQLBuilder.quote(entity.name)
-            var columns = ["\"_id\" BLOB PRIMARY KEY NOT NULL"]
+            var columns = ["\"_id\" BLOB PRIMARY KEY NOT NULL", "\"_version\" INTEGER NOT NULL DEFAULT 1"]
             var indexes: [String] = []
             for property in entity.properties where property.hasColumn {
                 let name = SQLBuilder.quote(property.name)
@@ -179,12 +188,14 @@ public final class SQLiteStore: ObjectStore, @unchecked Sendable {
 
     public func fetchSnapshots(_ request: StoreRequest) throws -> [Snapshot] {
         var result: [Snapshot] = []
-        try forEachSnapshot(request) { id, values in result.append(Snapshot(id: id, values: values)) }
+        try forEachSnapshot(request) { id, values, version in
+            result.append(Snapshot(id: id, values: values, version: version))
+        }
         return result
     }
 
     public func forEachSnapshot(
-        _ request: StoreRequest, _ body: (ObjectID, ContiguousArray<StoredValue>) throws -> Void
+        _ request: StoreRequest, _ body: (ObjectID, ContiguousArray<StoredValue>, Int64) throws -> Void
     ) throws {
         let table = try tableInfo(request.entityName)
         var builder = SQLBuilder(schema: schema)
@@ -196,22 +207,23 @@ public final class SQLiteStore: ObjectStore, @unchecked Sendable {
         try read { db in
             try Self.query(db, sql, builder.arguments) { statement in
                 let uuid = Self.uuid(statement, 0)
+                let version = sqlite3_column_int64(statement, 1)
                 let values: ContiguousArray<StoredValue>
                 if dense {
                     values = ContiguousArray(unsafeUninitializedCapacity: count) { buffer, initialized in
                         for index in 0..<count {
-                            (buffer.baseAddress! + index).initialize(to: Self.value(statement, Int32(index + 1)))
+                            (buffer.baseAddress! + index).initialize(to: Self.value(statement, Int32(index + 2)))
                         }
                         initialized = count
                     }
                 } else {
                     var sparse = ContiguousArray<StoredValue>(repeating: .null, count: count)
                     for column in columnIndexes.indices {
-                        sparse[columnIndexes[column]] = Self.value(statement, Int32(column + 1))
+                        sparse[columnIndexes[column]] = Self.value(statement, Int32(column + 2))
                     }
                     values = sparse
                 }
-                try body(ObjectID(entityName: entityName, uuid: uuid), values)
+                try body(ObjectID(entityName: entityName, uuid: uuid), values, version)
             }
         }
     }
@@ -287,11 +299,22 @@ public final class SQLiteStore: ObjectStore, @unchecked Sendable {
             }
             try Self.stepDone(db, raw)
         }
+        var conflicts: [MergeConflict] = []
         for update in changes.updated {
             let table = try tableInfo(update.id.entityName)
             let indexes = update.changes.keys.sorted().filter { table.entity.properties[$0].hasColumn }
             guard !indexes.isEmpty else { continue }
-            let assignments = indexes.map { "\(SQLBuilder.quote(table.entity.properties[$0].name)) = ?" }
+            if changes.mergePolicy != .saverWins && update.baseVersion > 0,
+                let current = try Self.version(of: update.id, table, db), current != update.baseVersion
+            {
+                // The object changed in the store since the saver read it.
+                if changes.mergePolicy == .storeWins { continue }
+                conflicts.append(MergeConflict(
+                    objectID: update.id, properties: indexes.map { table.entity.properties[$0].name },
+                    baseVersion: update.baseVersion, storeVersion: current))
+                continue
+            }
+            let assignments = indexes.map { "\(SQLBuilder.quote(table.entity.properties[$0].name)) = ?" } + ["\"_version\" = \"_version\" + 1"]
             let statement = try db.cachedStatement(
                 sql: "UPDATE \(SQLBuilder.quote(table.entity.name)) SET \(assignments.joined(separator: ", ")) WHERE \"_id\" = ?")
             let raw = statement.sqliteStatement
@@ -301,6 +324,13 @@ public final class SQLiteStore: ObjectStore, @unchecked Sendable {
             }
             Self.bind(raw, Int32(indexes.count + 1), update.id.uuid.storedValue)
             try Self.stepDone(db, raw)
+        }
+        if !conflicts.isEmpty {
+            throw SkyrosError(
+                .mergeConflict,
+                "\(conflicts.count) object(s) changed in the store since they were read: "
+                    + conflicts.map(\.description).joined(separator: "; "),
+                conflicts: conflicts)
         }
         for id in changes.deleted {
             let table = try tableInfo(id.entityName)
@@ -325,6 +355,16 @@ public final class SQLiteStore: ObjectStore, @unchecked Sendable {
             if db.isInsideTransaction { try? db.execute(sql: "ROLLBACK") }
             throw error
         }
+    }
+
+    /// The stored version of an object; nil when it does not exist (any more).
+    private static func version(of id: ObjectID, _ table: TableInfo, _ db: Database) throws -> Int64? {
+        let raw = try db.cachedStatement(sql: "SELECT \"_version\" FROM \(SQLBuilder.quote(table.entity.name)) WHERE \"_id\" = ?")
+            .sqliteStatement
+        sqlite3_reset(raw)
+        bind(raw, 1, id.uuid.storedValue)
+        defer { sqlite3_reset(raw) }
+        return sqlite3_step(raw) == SQLITE_ROW ? sqlite3_column_int64(raw, 0) : nil
     }
 
     /// Checks what a change set from another process could get wrong before touching the

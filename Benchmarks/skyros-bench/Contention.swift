@@ -1,0 +1,164 @@
+import Foundation
+import GRDBSQLite
+import Skyros
+import SkyrosDaemon
+import SkyrosShared
+import SkyrosWire
+
+/// `skyros-bench contention`: 1, 4, 8 and 16 client processes each save one-object change
+/// sets as fast as they can (each waits for its acknowledgement) for a fixed time, at
+/// durability full, through one daemon (group commit). Baseline, in the same run: the same
+/// number of processes inserting the same rows straight into one SQLite WAL file, one
+/// transaction each, with a busy timeout.
+///
+/// The clients are this executable again, in the hidden roles `contention-client` and
+/// `contention-direct`; each prints its number of saves and their latencies.
+struct ContentionBenchmark {
+    let directory: URL
+    let seconds: Double
+    var clientCounts = [1, 4, 8, 16]
+
+    func run(report: (Row) -> Void) throws {
+        var rates: [Int: Double] = [:]
+        for count in clientCounts {
+            let daemonFolder = directory.appendingPathComponent("contention-\(count)")
+            let daemon = try SharedBenchmark.Daemon(daemonFolder, durability: .full)
+            // The store is made by a first hello, before the clients race.
+            _ = try RemoteStore(schema: benchSchema, container: daemon.container)
+            let skyros = try measure(role: "contention-client", target: daemonFolder.path, count: count)
+            daemon.stop()
+            let databasePath = directory.appendingPathComponent("direct-\(count).sqlite").path
+            let setup = RawSQLite(path: databasePath)
+            setup.createItemTable()
+            let direct = try measure(role: "contention-direct", target: databasePath, count: count)
+            rates[count] = skyros.rate
+            report(Row(name: "contention: \(count) clients, aggregate saves", unit: "saves/s",
+                       skyros: skyros.rate, baseline: direct.rate))
+            report(Row(name: "contention: \(count) clients, save p99", unit: "us",
+                       skyros: percentile(skyros.latencies, 99), baseline: percentile(direct.latencies, 99)))
+        }
+        if let eight = rates[8], let one = rates[1] {
+            report(Row(name: "contention: 8 clients vs Skyros' own single-client rate", unit: "saves/s",
+                       skyros: eight, baseline: one))
+        }
+    }
+
+    struct Result {
+        var rate: Double
+        var latencies: [Double]
+    }
+
+    /// Starts `count` processes in `role`, lets them go together, and sums what they report.
+    private func measure(role: String, target: String, count: Int) throws -> Result {
+        let go = directory.appendingPathComponent("go-\(role)-\(count)").path
+        let executable = URL(fileURLWithPath: "/proc/self/exe").resolvingSymlinksInPath()
+        var processes: [(Process, Pipe)] = []
+        for _ in 0..<count {
+            let process = Process()
+            process.executableURL = executable
+            process.arguments = [role, target, go, "\(seconds)"]
+            let pipe = Pipe()
+            process.standardOutput = pipe
+            try process.run()
+            processes.append((process, pipe))
+        }
+        // Every client ready (connected), then all start at once.
+        var outputs = processes.map { _ in Data() }
+        for (index, (_, pipe)) in processes.enumerated() {
+            while !String(decoding: outputs[index], as: UTF8.self).contains("READY\n") {
+                let chunk = pipe.fileHandleForReading.availableData
+                guard !chunk.isEmpty else { throw SkyrosError(.storeFailure, "a \(role) process ended early") }
+                outputs[index].append(chunk)
+            }
+        }
+        let cpuBefore = (cpuSeconds(RUSAGE_SELF.rawValue), cpuSeconds(RUSAGE_CHILDREN.rawValue))
+        _ = FileManager.default.createFile(atPath: go, contents: nil)
+        var result = Result(rate: 0, latencies: [])
+        for (index, (process, pipe)) in processes.enumerated() {
+            outputs[index].append(pipe.fileHandleForReading.readDataToEndOfFile())
+            process.waitUntilExit()
+            for line in String(decoding: outputs[index], as: UTF8.self).split(separator: "\n") where line.hasPrefix("RESULT ") {
+                let numbers = line.dropFirst(7).split(separator: " ").compactMap { Double($0) }
+                guard let saves = numbers.first else { continue }
+                result.rate += saves / seconds
+                result.latencies += numbers.dropFirst()
+            }
+        }
+        if ProcessInfo.processInfo.environment["SKYROS_BENCH_CPU"] != nil {
+            let saves = result.rate * seconds
+            let daemon = (cpuSeconds(RUSAGE_SELF.rawValue) - cpuBefore.0) / saves * 1e6
+            let clients = (cpuSeconds(RUSAGE_CHILDREN.rawValue) - cpuBefore.1) / saves * 1e6
+            FileHandle.standardError.write(Data(
+                "\(role) ×\(count): CPU per save: this process \(Int(daemon)) µs, clients \(Int(clients)) µs\n".utf8))
+        }
+        return result
+    }
+
+    private func cpuSeconds(_ who: __rusage_who_t) -> Double {
+        var usage = rusage()
+        getrusage(who, &usage)
+        return Double(usage.ru_utime.tv_sec + usage.ru_stime.tv_sec)
+            + Double(usage.ru_utime.tv_usec + usage.ru_stime.tv_usec) / 1e6
+    }
+
+    /// Waits for the go file (30 s at most).
+    static func waitForGo(_ path: String) {
+        let deadline = Date().addingTimeInterval(30)
+        while !FileManager.default.fileExists(atPath: path) && Date() < deadline { usleep(1_000) }
+    }
+
+    static func report(_ latencies: [Double]) {
+        print("RESULT \(latencies.count) " + latencies.map { String(Int($0)) }.joined(separator: " "))
+    }
+
+    /// A client of the daemon: one-object writes, each waited for.
+    static func client(container: String, go: String, seconds: Double) throws {
+        let store = try Skyros(sharedStack: benchSchema, container: URL(fileURLWithPath: container), timeout: 30)
+        print("READY")
+        fflush(nil)
+        waitForGo(go)
+        let done = DispatchSemaphore(value: 0)
+        var latencies: [Double] = []
+        let end = Clock.now() + UInt64(seconds * 1e9)
+        var index = 0
+        while Clock.now() < end {
+            let start = Clock.now()
+            store.writeSync({ context in Item.create(in: context).value = index }, completion: { _ in done.signal() })
+            done.wait()
+            latencies.append(Double(Clock.now() - start) / 1000)
+            index += 1
+        }
+        report(latencies)
+    }
+
+    /// A process writing straight into the shared SQLite file: one transaction per row.
+    static func direct(database: String, go: String, seconds: Double) {
+        let raw = RawSQLite(path: database)
+        sqlite3_busy_timeout(raw.db, 10_000)
+        let statement = raw.prepare(RawSQLite.insertItemSQL)
+        print("READY")
+        fflush(nil)
+        waitForGo(go)
+        var latencies: [Double] = []
+        let end = Clock.now() + UInt64(seconds * 1e9)
+        var index = 0
+        while Clock.now() < end {
+            let start = Clock.now()
+            raw.execute("BEGIN IMMEDIATE")
+            sqlite3_reset(statement)
+            var id = UUID().uuid
+            _ = withUnsafeBytes(of: &id) { sqlite3_bind_blob(statement, 1, $0.baseAddress, 16, RawSQLite.transient) }
+            raw.bind(statement, 2, "item \(index)")
+            sqlite3_bind_int64(statement, 3, Int64(index % 100))
+            sqlite3_bind_double(statement, 4, Double(index) * 0.5)
+            sqlite3_bind_int64(statement, 5, 1)
+            sqlite3_bind_double(statement, 6, Double(index))
+            raw.step(statement)
+            raw.execute("COMMIT")
+            latencies.append(Double(Clock.now() - start) / 1000)
+            index += 1
+        }
+        sqlite3_finalize(statement)
+        report(latencies)
+    }
+}
