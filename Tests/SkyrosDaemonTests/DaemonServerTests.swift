@@ -165,6 +165,51 @@ struct DaemonServerTests {
         #expect(try client.call(.count(StoreRequest(entityName: "User"))) == .countReply(1))
     }
 
+    @Test("a well-behaved client is served between every kind of bad input, and loses nothing")
+    func badInputBesideAGoodClient() throws {
+        let daemon = try RunningDaemon()
+        let good = try RawClient(daemon)
+        #expect(try good.hello() == .welcome(protocolVersion: 2, sequence: 0))
+        var saved = 0
+        /// The good client saves one user and counts them all.
+        func goodClientIsServed(_ sourceLocation: SourceLocation = #_sourceLocation) throws {
+            saved += 1
+            #expect(try good.call(.save(clientID: "good", saveNumber: UInt64(saved), changes: ChangeSet(
+                inserted: [userSnapshot("good-\(saved)")]))) == .saved(sequence: UInt64(saved)), sourceLocation: sourceLocation)
+            #expect(try good.call(.count(StoreRequest(entityName: "User"))) == .countReply(saved), sourceLocation: sourceLocation)
+        }
+        let bad = try RawClient(daemon)
+        _ = try bad.hello()
+        var garbage = SystemRandomNumberGenerator()
+        let badInputs: [[Data]] = [
+            [Data((0..<64).map { _ in UInt8.random(in: 0...255, using: &garbage) })],  // noise
+            [Data([WireMessage.protocolVersion, 77, 1])],  // unknown message type
+            [Data([1, 6, 1])],  // the previous protocol version
+            [Data([WireMessage.protocolVersion, 2, 1, 1, 0xFF])],  // a fetch cut short
+            [Data(WireMessage(requestID: 9, body: .fetch(StoreRequest(
+                entityName: "User", predicate: .compare(.less, .property(scope: 7, path: ["age"]), .constant(.null))))).encoded())],
+            [Data(WireMessage(requestID: 9, body: .fetch(StoreRequest(entityName: "Nope"))).encoded())],
+            [Data(WireMessage(requestID: 9, body: .fetch(StoreRequest(
+                entityName: "User", sortKeys: [SortKey(property: "nope", ascending: true)]))).encoded())],
+            [Data(WireMessage(requestID: 9, body: .save(clientID: "bad", saveNumber: 1, changes: ChangeSet(
+                updated: [ChangeSet.Update(id: .make(entityName: "User"), changes: [2: .text("not an int")])]))).encoded())],
+            [Data(WireMessage(requestID: 9, body: .snapshots([.make(entityName: "Nope")])).encoded())],
+        ]
+        for frames in badInputs {
+            let reply = try bad.raw(frames)
+            #expect(errorCode(reply.body) != nil, "\(frames.map(\.count)): \(reply)")
+            try goodClientIsServed()
+        }
+        // Too large to even be read: ZeroMQ drops it and the connection, no reply.
+        let huge = try RawClient(daemon)
+        try huge.dealer.setReceiveTimeout(milliseconds: 500)
+        try huge.dealer.send([Data(count: WireMessage.maximumSize + 1)])
+        #expect(throws: ZeroMQError.self) { _ = try huge.dealer.receive() }
+        try goodClientIsServed()
+        daemon.shutDown()
+        #expect(try historySequences(daemon) == (1...Int64(saved)).map { $0 })
+    }
+
     @Test("a client with another schema is refused")
     func schemaMismatch() throws {
         let daemon = try RunningDaemon()

@@ -141,7 +141,7 @@ struct DaemonProcessTests {
         let container = URL(fileURLWithPath: groups).appendingPathComponent("g").path
         // The helper binary must be reachable by nobody: copy it next to the groups.
         let helper = groups + "/skyros-test-child"
-        try FileManager.default.copyItem(atPath: ChildProcess.helperURL.path, toPath: helper)
+        try copyExecutable(ChildProcess.helperURL.path, to: helper)
         let outsider = try ChildProcess(
             ["--reuid=nobody", "--regid=nogroup", "--clear-groups", helper, "shared-open", container],
             executable: URL(fileURLWithPath: "/usr/bin/setpriv"))
@@ -276,4 +276,16 @@ struct DaemonProcessTests {
         #expect(daemon.wait() == .exited(64))
         #expect(try FileManager.default.contentsOfDirectory(atPath: groups).isEmpty)
     }
+}
+
+/// Copies an executable through a close-on-exec descriptor: a process spawned meanwhile by
+/// another test must not inherit it open for writing, or executing the copy fails with
+/// "Text file busy".
+func copyExecutable(_ source: String, to destination: String) throws {
+    let bytes = try Data(contentsOf: URL(fileURLWithPath: source))
+    let fd = open(destination, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0o755)
+    guard fd >= 0 else { throw POSIXError(POSIXErrorCode(rawValue: errno) ?? .EIO) }
+    defer { close(fd) }
+    let written = bytes.withUnsafeBytes { write(fd, $0.baseAddress, $0.count) }
+    guard written == bytes.count else { throw POSIXError(.EIO) }
 }

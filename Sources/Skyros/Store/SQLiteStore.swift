@@ -383,8 +383,33 @@ public final class SQLiteStore: ObjectStore, @unchecked Sendable {
             if let index = update.changes.keys.first(where: { $0 < 0 || $0 >= table.entity.properties.count }) {
                 throw SkyrosError(.valueNotStorable, "\(table.entity.name) has no property number \(index)")
             }
+            // Inserted rows are type-checked by the STRICT tables; an update of an object
+            // that no longer exists writes no row, so its values are checked here.
+            for (index, value) in update.changes {
+                let property = table.entity.properties[index]
+                guard property.hasColumn, !Self.fits(value, property) else { continue }
+                throw SkyrosError(
+                    .valueNotStorable, "\(value) cannot be stored in \(table.entity.name).\(property.name) (\(update.id))")
+            }
         }
         for id in changes.deleted { _ = try tableInfo(id.entityName) }
+    }
+
+    /// Whether a value has the storage class of a property's column.
+    static func fits(_ value: StoredValue, _ property: PropertyDescription) -> Bool {
+        if property.kind == .toOne {
+            switch value {
+            case .null: return true
+            case .blob(let data): return data.count == 16
+            default: return false
+            }
+        }
+        switch (value, property.codec.storageType) {
+        case (.null, _): return property.codec.isOptional
+        case (.integer, .integer), (.integer, .real), (.real, .real), (.text, .text), (.blob, .blob): return true
+        case (.real(let number), .integer): return number.rounded() == number && abs(number) < 9.2e18
+        default: return false
+        }
     }
 
     /// Deletes every object, keeping the schema.
