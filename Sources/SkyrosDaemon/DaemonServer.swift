@@ -259,7 +259,7 @@ public final class DaemonServer: @unchecked Sendable {
                 }
             reply(to: save.identity, WireMessage(requestID: save.requestID, body: body))
         }
-        for event in events { publish(event) }
+        publish(events)
     }
 
     /// The reply to a failed request: the conflict list of a refused save, or an error.
@@ -350,11 +350,17 @@ public final class DaemonServer: @unchecked Sendable {
         publish(ChangeEvent(sequence: sequence, author: "", changes: []))
     }
 
-    private func publish(_ event: ChangeEvent) {
+    private func publish(_ event: ChangeEvent) { publish([event]) }
+
+    /// Publishes committed change sets: one event, or the consecutive events of a group
+    /// commit in one `changes` message (each subscriber wakes up once for all of them).
+    private func publish(_ committed: [ChangeEvent]) {
+        guard let first = committed.first else { return }
+        let body: WireMessage.Body = committed.count == 1 ? .event(first) : .changes(committed)
         do {
-            try events.send([Data(WireMessage(requestID: 0, body: .event(event)).encoded())], dontWait: true)
+            try events.send([Data(WireMessage(requestID: 0, body: body).encoded())], dontWait: true)
         } catch {
-            configuration.log("could not publish change \(event.sequence): \(error)")
+            configuration.log("could not publish changes from \(first.sequence): \(error)")
         }
     }
 

@@ -137,9 +137,12 @@ public final class RemoteStore: PersistentStore, @unchecked Sendable {
                     }
                     lastHeard = Date()
                     let frames = try self.events.receive(dontWait: true)
-                    guard let frame = frames.first, case .event(let event) = try WireMessage.decode([UInt8](frame)).body
-                    else { continue }
-                    self.deliver(event)
+                    guard let frame = frames.first else { continue }
+                    switch try WireMessage.decode([UInt8](frame)).body {
+                    case .event(let event): self.deliver([event])
+                    case .changes(let events): self.deliver(events)  // the events of one group commit
+                    default: continue
+                    }
                 } catch {
                     continue
                 }
@@ -153,11 +156,13 @@ public final class RemoteStore: PersistentStore, @unchecked Sendable {
     /// Merges events in sequence order, with no gap and no duplicate: an event (or a
     /// heartbeat, whose author is empty) past the next expected sequence means some were
     /// dropped, and they are fetched with changes-since before going on.
-    private func deliver(_ event: ChangeEvent) {
+    private func deliver(_ events: [ChangeEvent]) {
         let last = eventsLock.withLock { _sequence }
-        guard event.sequence > last else { return }  // known already, or a heartbeat with nothing new
-        if event.sequence == last + 1 && !event.author.isEmpty {
-            merge([event])
+        let new = events.drop { $0.sequence <= last }  // known already, or a heartbeat with nothing new
+        guard let first = new.first else { return }
+        let consecutive = zip(new, new.dropFirst()).allSatisfy { $1.sequence == $0.sequence + 1 }
+        if first.sequence == last + 1 && !first.author.isEmpty && consecutive {
+            merge(Array(new))
         } else {
             catchUp()
         }
