@@ -7,6 +7,7 @@
 // Prints a table, or with --json one object per line:
 // {"name": …, "unit": …, "skyros": …, "baseline": …, "ratio": …} (ratio = skyros ÷ baseline).
 import Foundation
+import Skyros
 
 let arguments = Array(CommandLine.arguments.dropFirst())
 // Hidden roles: the client processes of the contention benchmark.
@@ -21,6 +22,25 @@ if arguments.count == 4, let seconds = Double(arguments[3]) {
     default:
         break
     }
+}
+// Hidden: `profile-fetch`, a loop of "fetch all" to run under a profiler.
+if arguments.first == "profile-fetch" {
+    let url = FileManager.default.temporaryDirectory.appendingPathComponent("skyros-profile-\(getpid()).sqlite")
+    defer { for suffix in ["", "-wal", "-shm"] { try? FileManager.default.removeItem(atPath: url.path + suffix) } }
+    let store = try Skyros(sqliteStack: benchSchema, at: url)
+    store.writeSync { context in for index in 0..<100_000 { Item.create(in: context).value = index } }
+    _ = store.flush()
+    var total = 0
+    let seconds = Clock.seconds {
+        for _ in 0..<20 {
+            let reader = try! Skyros(sqliteStack: benchSchema, at: url)
+            reader.read { context in
+                for item in try Item.all(in: context) { total += item.value + item.name.utf8.count + (item.flag ? 1 : 0) }
+            }
+        }
+    }
+    print("fetched 20 × 100,000 in \(seconds) s: \(Int(2_000_000 / seconds)) objects/s (\(total))")
+    exit(0)
 }
 let json = arguments.contains("--json")
 let quick = arguments.contains("--quick")
