@@ -58,6 +58,37 @@ struct ContextTests {
         }
     }
 
+    @Test("a fresh context's first fetch registers its objects: later fetches and lookups give the same instances, and a fetch fills a registered fault")
+    func firstFetchRegisters() throws {
+        let (_, root, main) = try makeStack()
+        try main.performAndWait {
+            makeUsers([("A", "X"), ("B", "Y"), ("C", "Z")], in: main)
+            let post = Post.create(in: main)
+            post.title = "p"
+            post.author = try User.first(where: #Predicate { $0.firstname == "B" }, in: main)
+            try main.save()
+        }
+        try root.performAndWait { try root.save() }
+        let reader = ObjectContext(name: "reader", parent: root)
+        try reader.performAndWait {
+            let users = try User.all(sortedBy: [SortDescriptor(\User.firstname)], in: reader)
+            #expect(users.map(\.firstname) == ["A", "B", "C"])
+            let again = try User.all(sortedBy: [SortDescriptor(\User.firstname)], in: reader)
+            #expect(zip(users, again).allSatisfy { $0 === $1 })
+            #expect(users.allSatisfy { reader.object(with: $0.objectID) === $0 })
+        }
+        // A relationship makes a fault; the fetch that then meets its row fills that instance.
+        let other = ObjectContext(name: "other", parent: root)
+        try other.performAndWait {
+            let author = try #require(try Post.first(in: other)?.author)
+            #expect(author.isFault)
+            let fetched = try User.all(in: other)
+            #expect(fetched.contains { $0 === author })
+            #expect(!author.isFault)
+            #expect(author.firstname == "B")
+        }
+    }
+
     @Test("object(with:) is nil and existingObject throws for an unknown or deleted object")
     func objectLookups() throws {
         let (_, _, main) = try makeStack()

@@ -6,7 +6,13 @@ extension ObjectContext {
     /// The objects matching a fetch descriptor, pending changes included.
     public func fetch<T: ManagedObject>(_ descriptor: FetchDescriptor<T>) throws -> [T] {
         // Every object of the request is of entity T, whose class is T: no dynamic cast needed.
-        try fetchObjects(descriptor.storeRequest(schema: schema)).map { unsafeDowncast($0 as AnyObject, to: T.self) }
+        let request = try descriptor.storeRequest(schema: schema)
+        guard !hasPendingChanges(of: request.entityName) else {
+            return try fetchObjects(request).map { unsafeDowncast($0 as AnyObject, to: T.self) }
+        }
+        var result: [T] = []
+        try streamObjects(request) { result.append(unsafeDowncast($0 as AnyObject, to: T.self)) }
+        return result
     }
 
     /// The number of objects matching a fetch descriptor, pending changes included.
@@ -60,13 +66,8 @@ extension ObjectContext {
     func fetchObjects(_ request: StoreRequest, localOnly: Bool = false) throws -> [any ManagedObject] {
         let entity = try schema.requireEntity(request.entityName)
         if !localOnly && !hasPendingChanges(of: request.entityName) {
-            // Nothing to merge here: make the objects as the rows stream in from the parent.
             var result: [any ManagedObject] = []
-            registryPurgeThreshold = Int.max  // the objects being made are held by `result`
-            defer { registryPurgeThreshold = max(4096, registry.count * 2) }
-            try parent.forEachSnapshot(request) { id, values, version in
-                result.append(try materialize(id, values: values, version: version, entity: entity))
-            }
+            try streamObjects(request) { result.append($0) }
             return result
         }
         let snapshots = try mergedSnapshots(request, localOnly: localOnly)
@@ -79,6 +80,40 @@ extension ObjectContext {
             result.append(try materialize(snapshot.id, values: snapshot.values, version: snapshot.version, entity: entity))
         }
         return result
+    }
+
+    /// Makes the objects of a request as the parent's rows stream in, handing each to `body`
+    /// in order; for a context with no pending change of the entity (nothing to merge).
+    /// Registered objects are reused (a fault is filled from its row). New objects are
+    /// registered together once every row is read: the registry grows once, and when it was
+    /// empty it is not searched at all (a query gives each object once).
+    func streamObjects(_ request: StoreRequest, _ body: (any ManagedObject) -> Void) throws {
+        let entity = try schema.requireEntity(request.entityName)
+        let mayBeRegistered = !registry.isEmpty || hasChanges
+        let reference = reference
+        var made: [any ManagedObject] = []
+        try parent.forEachSnapshot(request) { id, values, version in
+            if mayBeRegistered, let object = registered(id) {
+                let storage = object.skyrosStorage
+                if storage.isFault {
+                    storage.values = values
+                    storage.version = version
+                    storage.isFault = false
+                }
+                body(object)
+                return
+            }
+            let storage = ObjectStorage(objectID: id, entity: entity, values: values, reference: reference)
+            storage.version = version
+            storage.isExposed = true
+            let object = entity.objectType.init(skyrosStorage: storage)
+            made.append(object)
+            body(object)
+        }
+        // The objects just made are held by the caller: pruning now would free nothing.
+        registry.reserveCapacity(registry.count + made.count)
+        for object in made { registry[object.skyrosStorage.objectID] = Entry(object) }
+        registryPurgeThreshold = max(4096, registry.count * 2)
     }
 
     /// The parent's rows merged with this context's pending changes of the entity.

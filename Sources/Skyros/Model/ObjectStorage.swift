@@ -55,8 +55,20 @@ public final class ObjectStorage {
     @inlinable
     public func value<Value>(at index: Int) -> Value {
         willAccess(index)
-        let codec = unsafeDowncast(entity.codecs[index], to: AttributeCodec<Value>.self)
-        return codec.decode(values[index])
+        // The common types, read without the codec: once this is specialised for a concrete
+        // type (as the accessors `@Entity` writes are), only that type's line is left.
+        // Anything unexpected in the column goes through the codec, which has the last word.
+        switch values[index] {
+        case .integer(let value) where Value.self == Int.self: return unsafeBitCast(Int(value), to: Value.self)
+        case .integer(let value) where Value.self == Bool.self: return unsafeBitCast(value != 0, to: Value.self)
+        case .real(let value) where Value.self == Double.self: return unsafeBitCast(value, to: Value.self)
+        case .real(let value) where Value.self == Date.self:
+            return unsafeBitCast(Date(timeIntervalSince1970: value), to: Value.self)
+        case .text(let value) where Value.self == String.self: return unsafeBitCast(value, to: Value.self)
+        default:
+            let codec = unsafeDowncast(entity.codecs[index], to: AttributeCodec<Value>.self)
+            return codec.decode(values[index])
+        }
     }
 
     /// Writes an attribute; the change is reported at save if the value cannot be stored.
