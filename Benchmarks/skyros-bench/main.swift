@@ -31,10 +31,11 @@ if arguments.first == "profile-fetch" {
     store.writeSync { context in for index in 0..<100_000 { Item.create(in: context).value = index } }
     _ = store.flush()
     var total = 0
+    let rounds = Int(ProcessInfo.processInfo.environment["SKYROS_PROFILE_ROUNDS"] ?? "") ?? 20
     // Each reader is timed while it reads, and deallocated outside the timing, as in the benchmark.
     func timed(_ body: (ObjectContext) throws -> Void) -> Double {
         var seconds = 0.0
-        for _ in 0..<20 {
+        for _ in 0..<rounds {
             let reader = try! Skyros(sqliteStack: benchSchema, at: url)
             seconds += Clock.seconds { reader.read { context in try body(context) } }
         }
@@ -49,11 +50,12 @@ if arguments.first == "profile-fetch" {
     let ids = timed { context in total += try context.fetchIdentifiers(FetchDescriptor<Item>()).count }
     let rawStore = try SQLiteStore(schema: benchSchema, url: url)
     let rows = Clock.seconds {
-        for _ in 0..<20 { try! rawStore.forEachSnapshot(StoreRequest(entityName: "Item")) { _, values, _ in total += values.count } }
+        for _ in 0..<rounds { try! rawStore.forEachSnapshot(StoreRequest(entityName: "Item")) { _, values, _ in total += values.count } }
     }
     for (name, seconds) in [("fetch all, read every attribute", all), ("fetch all, read nothing", unread),
                             ("identifiers only", ids), ("store rows only", rows)] {
-        print("\(name): \(Int(2_000_000 / seconds)) /s, \(Int(seconds / 2_000_000 * 1e9)) ns each")
+        let objects = Double(rounds * 100_000)
+        print("\(name): \(Int(objects / seconds)) /s, \(Int(seconds / objects * 1e9)) ns each")
     }
     print(total)
     exit(0)

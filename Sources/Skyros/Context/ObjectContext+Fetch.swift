@@ -4,6 +4,7 @@ extension ObjectContext {
     // MARK: - Public fetching
 
     /// The objects matching a fetch descriptor, pending changes included.
+    @inlinable  // specialised in the caller: the result array is built for T, with no generic lookups
     public func fetch<T: ManagedObject>(_ descriptor: FetchDescriptor<T>) throws -> [T] {
         // Every object of the request is of entity T, whose class is T: no dynamic cast needed.
         let request = try descriptor.storeRequest(schema: schema)
@@ -63,6 +64,7 @@ extension ObjectContext {
 
     // MARK: - Merging with pending changes
 
+    @usableFromInline
     func fetchObjects(_ request: StoreRequest, localOnly: Bool = false) throws -> [any ManagedObject] {
         let entity = try schema.requireEntity(request.entityName)
         if !localOnly && !hasPendingChanges(of: request.entityName) {
@@ -87,6 +89,7 @@ extension ObjectContext {
     /// Registered objects are reused (a fault is filled from its row). New objects are
     /// registered together once every row is read: the registry grows once, and when it was
     /// empty it is not searched at all (a query gives each object once).
+    @usableFromInline
     func streamObjects(_ request: StoreRequest, _ body: (any ManagedObject) -> Void) throws {
         let entity = try schema.requireEntity(request.entityName)
         let mayBeRegistered = !registry.isEmpty || hasChanges

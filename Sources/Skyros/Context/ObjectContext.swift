@@ -218,6 +218,7 @@ public final class ObjectContext: ObjectStore, @unchecked Sendable, CustomString
         pendingCountByEntity[ObjectIdentifier(entity), default: 0] += delta
     }
 
+    @usableFromInline
     func hasPendingChanges(of entityName: String) -> Bool {
         guard hasChanges, let entity = schema.entity(named: entityName) else { return false }
         return (pendingCountByEntity[ObjectIdentifier(entity)] ?? 0) > 0
