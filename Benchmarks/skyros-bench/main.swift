@@ -23,6 +23,32 @@ if arguments.count == 4, let seconds = Double(arguments[3]) {
         break
     }
 }
+// Hidden: `profile-insert`, inserts of 100,000 objects in one write, to run under a profiler.
+if arguments.first == "profile-insert" {
+    let rounds = Int(ProcessInfo.processInfo.environment["SKYROS_PROFILE_ROUNDS"] ?? "") ?? 5
+    var seconds = 0.0
+    for round in 0..<rounds {
+        let url = FileManager.default.temporaryDirectory.appendingPathComponent("skyros-profile-\(getpid())-\(round).sqlite")
+        defer { for suffix in ["", "-wal", "-shm"] { try? FileManager.default.removeItem(atPath: url.path + suffix) } }
+        let store = try Skyros(sqliteStack: benchSchema, at: url)
+        let done = DispatchSemaphore(value: 0)
+        seconds += Clock.seconds {
+            store.writeSync({ context in
+                for index in 0..<100_000 {
+                    let item = Item.create(in: context)
+                    item.name = "item \(index)"
+                    item.value = index % 100
+                    item.score = Double(index) * 0.5
+                    item.flag = index % 2 == 0
+                    item.created = Date(timeIntervalSince1970: Double(index))
+                }
+            }, completion: { _ in done.signal() })
+            done.wait()
+        }
+    }
+    print("insert: \(Int(Double(rounds * 100_000) / seconds)) objects/s")
+    exit(0)
+}
 // Hidden: `profile-fetch`, a loop of "fetch all" to run under a profiler.
 if arguments.first == "profile-fetch" {
     let url = FileManager.default.temporaryDirectory.appendingPathComponent("skyros-profile-\(getpid()).sqlite")

@@ -46,16 +46,6 @@ public struct ObjectID: Hashable, Sendable, Codable, CustomStringConvertible {
         }
     }
 
-    /// The hash `Dictionary` and `Set` use, without SipHash: the last 64 bits of a UUID
-    /// (version 7 or 4) are random already, so they are mixed with the table's seed by one
-    /// multiplication. Registries of contexts hash every fetched object twice; this is the
-    /// cheapest correct hash for them.
-    public func _rawHashValue(seed: Int) -> Int {
-        let random = withUnsafeBytes(of: uuid.uuid) { $0.loadUnaligned(fromByteOffset: 8, as: UInt64.self) }
-        let mixed = (random ^ UInt64(bitPattern: Int64(seed))) &* 0x9E37_79B9_7F4A_7C15
-        return Int(bitPattern: UInt(mixed ^ (mixed >> 29)))
-    }
-
     public static func == (lhs: ObjectID, rhs: ObjectID) -> Bool {
         lhs.uuid == rhs.uuid && lhs.entityName == rhs.entityName
     }
