@@ -97,12 +97,7 @@ extension ObjectContext {
         var made: [any ManagedObject] = []
         try parent.forEachSnapshot(request) { id, values, version in
             if mayBeRegistered, let object = registered(id) {
-                let storage = object.skyrosStorage
-                if storage.isFault {
-                    storage.values = values
-                    storage.version = version
-                    storage.isFault = false
-                }
+                if object.skyrosStorage.isFault { object.skyrosStorage.fill(values, version: version) }
                 body(object)
                 return
             }

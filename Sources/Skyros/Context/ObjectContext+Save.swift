@@ -194,9 +194,7 @@ extension ObjectContext {
         if !missing.isEmpty {
             for snapshot in try parent.snapshots(for: missing) {
                 if let object = lookup(snapshot.id) {
-                    object.skyrosStorage.values = snapshot.values
-                    object.skyrosStorage.version = snapshot.version
-                    object.skyrosStorage.isFault = false
+                    object.skyrosStorage.fill(snapshot.values, version: snapshot.version)
                 } else {
                     let entity = try schema.requireEntity(snapshot.id.entityName)
                     let storage = ObjectStorage(objectID: snapshot.id, entity: entity, values: snapshot.values, reference: reference)

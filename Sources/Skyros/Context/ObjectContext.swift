@@ -176,11 +176,7 @@ public final class ObjectContext: ObjectStore, @unchecked Sendable, CustomString
     ) throws -> any ManagedObject {
         if let object = registered(id) {
             let storage = object.skyrosStorage
-            if storage.isFault, let values {
-                storage.values = values
-                storage.version = version
-                storage.isFault = false
-            }
+            if storage.isFault, let values { storage.fill(values, version: version) }
             return object
         }
         let entity = try knownEntity ?? schema.requireEntity(id.entityName)
@@ -207,9 +203,7 @@ public final class ObjectContext: ObjectStore, @unchecked Sendable, CustomString
             preconditionFailure(
                 "Skyros: \(storage.objectID) is a fault that cannot be fulfilled in context '\(name)': the object was deleted")
         }
-        storage.values = snapshot.values
-        storage.version = snapshot.version
-        storage.isFault = false
+        storage.fill(snapshot.values, version: snapshot.version)
     }
 
     // MARK: - Pending state

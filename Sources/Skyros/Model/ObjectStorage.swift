@@ -141,6 +141,14 @@ public final class ObjectStorage {
 
     // MARK: - Internals
 
+    /// Gives the object the values and version of its row, read from the parent: a fault
+    /// is fulfilled, a refreshed object is up to date again.
+    func fill(_ values: ContiguousArray<StoredValue>, version: Int64) {
+        self.values = values
+        self.version = version
+        isFault = false
+    }
+
     @inlinable
     func willAccess(_ index: Int) {
         if ConcurrencyDebug.isEnabled { ConcurrencyDebug.check(self) }
