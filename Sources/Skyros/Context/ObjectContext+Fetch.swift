@@ -93,7 +93,6 @@ extension ObjectContext {
     func streamObjects(_ request: StoreRequest, _ body: (any ManagedObject) -> Void) throws {
         let entity = try schema.requireEntity(request.entityName)
         let mayBeRegistered = !registry.isEmpty || hasChanges
-        let reference = reference
         var made: [any ManagedObject] = []
         try parent.forEachSnapshot(request) { id, values, version in
             if mayBeRegistered, let object = registered(id) {
@@ -101,10 +100,8 @@ extension ObjectContext {
                 body(object)
                 return
             }
-            let storage = ObjectStorage(objectID: id, entity: entity, values: values, reference: reference)
-            storage.version = version
-            storage.isExposed = true
-            let object = entity.objectType.init(skyrosStorage: storage)
+            let object = makeObject(id, of: entity, values: values, version: version)
+            object.skyrosStorage.isExposed = true
             made.append(object)
             body(object)
         }

@@ -196,10 +196,9 @@ extension ObjectContext {
                 if let object = lookup(snapshot.id) {
                     object.skyrosStorage.fill(snapshot.values, version: snapshot.version)
                 } else {
-                    let entity = try schema.requireEntity(snapshot.id.entityName)
-                    let storage = ObjectStorage(objectID: snapshot.id, entity: entity, values: snapshot.values, reference: reference)
-                    storage.version = snapshot.version
-                    loaded[snapshot.id] = entity.objectType.init(skyrosStorage: storage)
+                    loaded[snapshot.id] = makeObject(
+                        snapshot.id, of: try schema.requireEntity(snapshot.id.entityName), values: snapshot.values,
+                        version: snapshot.version)
                 }
             }
         }
@@ -250,11 +249,7 @@ extension ObjectContext {
                 pendingCountByEntity[ObjectIdentifier(entity), default: 0] -= 1
                 continue
             }
-            let object = try lookup(id) ?? {
-                let entity = try schema.requireEntity(id.entityName)
-                return entity.objectType.init(
-                    skyrosStorage: ObjectStorage(objectID: id, entity: entity, values: nil, reference: reference))
-            }()
+            let object = try lookup(id) ?? makeObject(id, of: try schema.requireEntity(id.entityName), values: nil)
             if object.skyrosStorage.isDeleted { continue }
             markDeleted(object)
             if inserted[id] == nil && deleted[id] == nil { registry[id] = nil }

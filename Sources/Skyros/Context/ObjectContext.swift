@@ -124,9 +124,8 @@ public final class ObjectContext: ObjectStore, @unchecked Sendable, CustomString
         guard let values = insertedRows.removeValue(forKey: id), let entity = schema.entity(named: id.entityName) else {
             return nil
         }
-        let storage = ObjectStorage(objectID: id, entity: entity, values: values, reference: reference)
-        storage.isInserted = true
-        let object = entity.objectType.init(skyrosStorage: storage)
+        let object = makeObject(id, of: entity, values: values)
+        object.skyrosStorage.isInserted = true
         inserted[id] = object
         return object
     }
@@ -179,12 +178,20 @@ public final class ObjectContext: ObjectStore, @unchecked Sendable, CustomString
             if storage.isFault, let values { storage.fill(values, version: version) }
             return object
         }
-        let entity = try knownEntity ?? schema.requireEntity(id.entityName)
-        let storage = ObjectStorage(objectID: id, entity: entity, values: values, reference: reference)
-        storage.version = version
-        let object = entity.objectType.init(skyrosStorage: storage)
+        let object = makeObject(id, of: try knownEntity ?? schema.requireEntity(id.entityName), values: values, version: version)
         register(object)
         return object
+    }
+
+    /// A new instance of the entity's class for this context, not registered anywhere: a
+    /// fault when `values` is nil.
+    @inline(__always)
+    func makeObject(
+        _ id: ObjectID, of entity: EntityDescription, values: ContiguousArray<StoredValue>?, version: Int64 = 0
+    ) -> any ManagedObject {
+        let storage = ObjectStorage(objectID: id, entity: entity, values: values, reference: reference)
+        storage.version = version
+        return entity.objectType.init(skyrosStorage: storage)
     }
 
     /// The object for a to-one reference: registered, or a fault filled on first access.
