@@ -20,7 +20,8 @@ struct EmbeddedBenchmark {
         if only.isEmpty || only.contains("iterate") { try iterate(report: report) }
     }
 
-    private func fill(_ item: Item, _ index: Int) {
+    /// Gives an item the five attribute values of row `index`.
+    static func fill(_ item: Item, _ index: Int) {
         item.name = "item \(index)"
         item.value = index % 100
         item.score = Double(index) * 0.5
@@ -61,7 +62,7 @@ struct EmbeddedBenchmark {
         let done = DispatchSemaphore(value: 0)
         let skyrosInsert = Clock.seconds {
             store.writeSync({ context in
-                for index in 0..<count { fill(Item.create(in: context), index) }
+                for index in 0..<count { Self.fill(Item.create(in: context), index) }
             }, completion: { error in
                 if let error { fatalError("insert failed: \(error)") }
                 done.signal()
@@ -152,7 +153,7 @@ struct EmbeddedBenchmark {
         var baseline: [Double] = []
         for index in 0..<saveSamples {
             var start = Clock.now()
-            store.writeSync({ context in fill(Item.create(in: context), index) }, completion: { _ in done.signal() })
+            store.writeSync({ context in Self.fill(Item.create(in: context), index) }, completion: { _ in done.signal() })
             done.wait()
             skyros.append(Double(Clock.now() - start) / 1000)
 

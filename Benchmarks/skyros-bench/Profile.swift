@@ -1,0 +1,68 @@
+import Foundation
+import Skyros
+
+/// Hidden suites to run under a profiler (`perf record`, `valgrind --tool=callgrind`):
+/// `skyros-bench profile-insert` and `skyros-bench profile-fetch`. They print rates, not
+/// benchmark rows. `SKYROS_PROFILE_ROUNDS` sets how many times each step runs.
+struct Profile {
+    let directory: URL
+    var rounds: Int? { Int(ProcessInfo.processInfo.environment["SKYROS_PROFILE_ROUNDS"] ?? "") }
+    let count = 100_000
+
+    /// Inserts of `count` objects in one write, each into a new store, until durable.
+    func insert() throws {
+        let rounds = rounds ?? 5
+        var seconds = 0.0
+        for round in 0..<rounds {
+            let store = try Skyros(sqliteStack: benchSchema, at: directory.appendingPathComponent("insert-\(round).sqlite"))
+            let done = DispatchSemaphore(value: 0)
+            seconds += Clock.seconds {
+                store.writeSync({ context in
+                    for index in 0..<count { EmbeddedBenchmark.fill(Item.create(in: context), index) }
+                }, completion: { _ in done.signal() })
+                done.wait()
+            }
+        }
+        print("insert: \(Int(Double(rounds * count) / seconds)) objects/s")
+    }
+
+    /// "Fetch all" of `count` stored objects, stage by stage: with every attribute read, with
+    /// none read, identifiers only, and the store's rows alone. Each reader is a new stack,
+    /// timed while it reads and deallocated outside the timing, as in the benchmark.
+    func fetch() throws {
+        let url = directory.appendingPathComponent("fetch.sqlite")
+        let store = try Skyros(sqliteStack: benchSchema, at: url)
+        store.writeSync { context in for index in 0..<count { EmbeddedBenchmark.fill(Item.create(in: context), index) } }
+        _ = store.flush()
+        let rounds = rounds ?? 20
+        var total = 0
+        func timed(_ body: (ObjectContext) throws -> Void) throws -> Double {
+            var seconds = 0.0
+            for _ in 0..<rounds {
+                let reader = try Skyros(sqliteStack: benchSchema, at: url)
+                seconds += Clock.seconds { reader.read { context in try body(context) } }
+            }
+            return seconds
+        }
+        let all = try timed { context in
+            for item in try Item.all(in: context) {
+                total += item.value + item.name.utf8.count + (item.flag ? 1 : 0) + Int(item.score)
+                    + Int(item.created.timeIntervalSince1970)
+            }
+        }
+        let unread = try timed { context in total += try Item.all(in: context).count }
+        let ids = try timed { context in total += try context.fetchIdentifiers(FetchDescriptor<Item>()).count }
+        let rawStore = try SQLiteStore(schema: benchSchema, url: url)
+        let rows = try Clock.seconds {
+            for _ in 0..<rounds {
+                try rawStore.forEachSnapshot(StoreRequest(entityName: "Item")) { _, values, _ in total += values.count }
+            }
+        }
+        let objects = Double(rounds * count)
+        for (name, seconds) in [("fetch all, read every attribute", all), ("fetch all, read nothing", unread),
+                                ("identifiers only", ids), ("store rows only", rows)] {
+            print("\(name): \(Int(objects / seconds)) /s, \(Int(seconds / objects * 1e9)) ns each")
+        }
+        print("checksum \(total)")
+    }
+}
