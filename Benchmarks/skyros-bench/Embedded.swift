@@ -94,18 +94,7 @@ struct EmbeddedBenchmark {
             }
         }
         var rawChecksum = 0.0
-        let rawFetch = Clock.seconds {
-            let statement = raw.prepare("SELECT id, name, value, score, flag, created FROM item")
-            while sqlite3_step(statement) == SQLITE_ROW {
-                let name = raw.text(statement, 1)
-                let value = Int(sqlite3_column_int64(statement, 2))
-                let score = sqlite3_column_double(statement, 3)
-                let flag = sqlite3_column_int64(statement, 4) != 0
-                let created = Date(timeIntervalSince1970: sqlite3_column_double(statement, 5))
-                rawChecksum += Double(name.utf8.count + value) + score + (flag ? 1 : 0) + created.timeIntervalSince1970
-            }
-            sqlite3_finalize(statement)
-        }
+        let rawFetch = Clock.seconds { rawChecksum = raw.readAllItems() }
         precondition(checksum == rawChecksum, "the two fetches read different data")
 
         // 1% of the rows through the index; each round fetches other rows, nothing is cached.
