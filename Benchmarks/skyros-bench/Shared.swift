@@ -131,6 +131,8 @@ struct SharedBenchmark {
 /// The baseline server: ROUTER socket, one SQLite row per request in its own transaction.
 final class BareServer: @unchecked Sendable {
     let context: ZeroMQContext
+    /// The server's own context, as a daemon in its own process has: its I/O thread is not the client's.
+    let serverContext: ZeroMQContext
     let client: ZeroMQSocket
     let endpoint: String
     private let stopped = NSLock()
@@ -141,7 +143,8 @@ final class BareServer: @unchecked Sendable {
         try FileManager.default.createDirectory(at: folder, withIntermediateDirectories: true)
         endpoint = "ipc://" + folder.appendingPathComponent("bare.ipc").path
         context = try ZeroMQContext()
-        let router = try ZeroMQSocket(context: context, kind: .router)
+        serverContext = try ZeroMQContext()
+        let router = try ZeroMQSocket(context: serverContext, kind: .router)
         try router.bind(endpoint)
         let raw = RawSQLite(path: folder.appendingPathComponent("bare.sqlite").path,
                             synchronous: durability == .full ? "FULL" : "NORMAL")
