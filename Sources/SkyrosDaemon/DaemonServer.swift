@@ -52,6 +52,8 @@ public final class DaemonServer: @unchecked Sendable {
     private var lastHeartbeat = Date.distantPast
     private var lastPrune = Date.distantPast
     private let state = NSLock()
+    /// The save records of the commits since the daemon started (see ``lastSave(of:_:)``).
+    private var lastSaves: [String: Journal.SaveRecord] = [:]
     private var counters = Statistics()
 
     /// What the server has committed since it started.
@@ -201,55 +203,72 @@ public final class DaemonServer: @unchecked Sendable {
         reply(to: identity, WireMessage(requestID: message.requestID, body: body))
     }
 
-    /// Commits the saves of one turn in one transaction, each in its own savepoint: one that
-    /// fails (a unique constraint, a link to an object another client deleted) fails alone.
-    /// A save whose client and save number were applied before is not applied again; its
-    /// first acknowledgement is sent again. Replies and events go out once the commit is
-    /// durable.
+    /// Commits the saves of one turn in one transaction, each in its own savepoint when there
+    /// are several: one that fails (a unique constraint, a link to an object another client
+    /// deleted) fails alone; a turn of one save that fails is rolled back whole. A save whose
+    /// client and save number were applied before is not applied again; its first
+    /// acknowledgement is sent again. Replies and events go out once the commit is durable.
     private func commit(_ saves: [PendingSave]) {
         guard let store else { return }
         var results: [Result<UInt64, SkyrosError>] = []
-        var events: [ChangeEvent] = []
+        var events: [(event: ChangeEvent, encoded: [UInt8])] = []
         var next = sequence
+        // Save records of this turn: known to `lastSaves` only once the commit is durable.
+        var recorded: [String: Journal.SaveRecord] = [:]
+        let isolated = saves.count > 1
+        var refusal: SkyrosError?  // the error of a save alone in its transaction
         do {
             try store.transaction { transaction in
                 for save in saves {
                     do {
-                        if let sequence = try Journal.acknowledgement(
-                            of: save.clientID, save: save.saveNumber, in: transaction)
+                        if let last = try recorded[save.clientID] ?? lastSave(of: save.clientID, transaction),
+                            last.save >= save.saveNumber
                         {
-                            results.append(.success(sequence))
+                            results.append(.success(last.sequence))
                             continue
                         }
-                        let event = try transaction.savepoint {
+                        let apply = { () throws -> (ChangeEvent, [UInt8]) in
                             try transaction.apply(save.changes)
                             let event = ChangeEvent(
                                 sequence: next + 1, author: save.clientID,
-                                changes: summary(of: save.changes, in: store.schema))
-                            try Journal.record(
-                                event, process: acceptedPeers[save.identity] ?? "", save: save.saveNumber,
+                                changes: self.summary(of: save.changes, in: store.schema))
+                            let encoded = try Journal.record(
+                                event, process: self.acceptedPeers[save.identity] ?? "", save: save.saveNumber,
                                 in: transaction)
-                            return event
+                            return (event, encoded)
                         }
+                        let (event, encoded) = try isolated ? transaction.savepoint(apply) : apply()
                         next = event.sequence
-                        events.append(event)
+                        recorded[save.clientID] = Journal.SaveRecord(save: save.saveNumber, sequence: next)
+                        events.append((event, encoded))
                         results.append(.success(event.sequence))
                     } catch {
+                        // Alone in its transaction, a failed save rolls the transaction back.
+                        guard isolated else {
+                            refusal = SkyrosError.wrap(error)
+                            throw error
+                        }
                         results.append(.failure(SkyrosError.wrap(error)))
                     }
                 }
                 try pruneIfDue(next, transaction)
             }
             sequence = next
+            rememberSaves(recorded)
             state.withLock {
                 counters.commits += 1
                 counters.changeSets += events.count
             }
         } catch {
-            // The commit itself failed (I/O, disk full): nothing of this turn is stored.
-            configuration.log("group commit of \(saves.count) change sets failed: \(error)")
-            results = Array(repeating: .failure(SkyrosError.wrap(error)), count: saves.count)
-            events = []
+            if let refusal {
+                results = [.failure(refusal)]
+                events = []
+            } else {
+                // The commit itself failed (I/O, disk full): nothing of this turn is stored.
+                configuration.log("group commit of \(saves.count) change sets failed: \(error)")
+                results = Array(repeating: .failure(SkyrosError.wrap(error)), count: saves.count)
+                events = []
+            }
         }
         for (save, result) in zip(saves, results) {
             let body: WireMessage.Body =
@@ -259,7 +278,25 @@ public final class DaemonServer: @unchecked Sendable {
                 }
             reply(to: save.identity, WireMessage(requestID: save.requestID, body: body))
         }
-        publish(events)
+        if events.count == 1 {
+            send(events[0].encoded, firstSequence: events[0].event.sequence)  // the bytes of its history row
+        } else {
+            publish(events.map(\.event))
+        }
+    }
+
+    /// The last save applied for a client: from memory, or from its record in the store the
+    /// first time the client is seen (after a restart, a client may resend an applied save).
+    private func lastSave(of client: String, _ transaction: SQLiteStore.Transaction) throws -> Journal.SaveRecord? {
+        if let known = lastSaves[client] { return known }
+        return try Journal.lastSave(of: client, in: transaction)
+    }
+
+    /// Keeps the save records of a durable commit in memory; bounded, since each client
+    /// process has its own id: when full, it starts again from the store's records.
+    private func rememberSaves(_ records: [String: Journal.SaveRecord]) {
+        if lastSaves.count + records.count > 10_000 { lastSaves.removeAll(keepingCapacity: true) }
+        lastSaves.merge(records) { _, new in new }
     }
 
     /// The reply to a failed request: the conflict list of a refused save, or an error.
@@ -357,10 +394,15 @@ public final class DaemonServer: @unchecked Sendable {
     private func publish(_ committed: [ChangeEvent]) {
         guard let first = committed.first else { return }
         let body: WireMessage.Body = committed.count == 1 ? .event(first) : .changes(committed)
+        send(WireMessage(requestID: 0, body: body).encoded(), firstSequence: first.sequence)
+    }
+
+    /// Publishes an encoded `event` or `changes` message.
+    private func send(_ encoded: [UInt8], firstSequence: UInt64) {
         do {
-            try events.send([Data(WireMessage(requestID: 0, body: body).encoded())], dontWait: true)
+            try events.send([Data(encoded)], dontWait: true)
         } catch {
-            configuration.log("could not publish changes from \(first.sequence): \(error)")
+            configuration.log("could not publish changes from \(firstSequence): \(error)")
         }
     }
 

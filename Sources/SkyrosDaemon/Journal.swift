@@ -7,10 +7,13 @@ import SkyrosWire
 ///
 /// - `skyros_history`: one row per committed change set — its sequence number (gap-free,
 ///   continuing across restarts), author (client id and process name), time, and the
-///   published event;
+///   published event. Pruning always keeps the newest row: it carries the last sequence
+///   number given;
 /// - `skyros_saves`: per client, the last save number applied and the sequence it got, so a
-///   save that is sent again is acknowledged again instead of applied twice;
-/// - `skyros_sequence`: the last sequence number given, which survives pruning.
+///   save that is sent again is acknowledged again instead of applied twice.
+///
+/// A commit of one change set writes two rows besides its objects (history and save record)
+/// and reads nothing: the daemon keeps the save records it has seen in memory.
 struct Journal {
     /// How much history is kept: by count and by age, whichever is shorter.
     struct Retention: Sendable {
@@ -25,11 +28,7 @@ struct Journal {
         """,
         """
         CREATE TABLE IF NOT EXISTS skyros_saves (client TEXT PRIMARY KEY NOT NULL, save INTEGER NOT NULL, \
-        sequence INTEGER NOT NULL, timestamp REAL NOT NULL) STRICT
-        """,
-        """
-        CREATE TABLE IF NOT EXISTS skyros_sequence (id INTEGER PRIMARY KEY NOT NULL CHECK (id = 0), \
-        value INTEGER NOT NULL) STRICT
+        sequence INTEGER NOT NULL, timestamp REAL NOT NULL) STRICT, WITHOUT ROWID
         """,
     ]
 
@@ -37,46 +36,49 @@ struct Journal {
     static func open(_ store: SQLiteStore) throws -> UInt64 {
         try store.transaction { transaction in
             for sql in tables { try transaction.execute(sql) }
-            try transaction.execute("INSERT OR IGNORE INTO skyros_sequence (id, value) VALUES (0, 0)")
-            guard case .integer(let value)? = try transaction.rows("SELECT value FROM skyros_sequence").first?.first
+            guard case .integer(let value)? = try transaction.rows("SELECT max(sequence) FROM skyros_history").first?.first
             else { return 0 }
             return UInt64(value)
         }
     }
 
-    /// The sequence a save already got, when this client's save number was applied before.
-    static func acknowledgement(
-        of client: String, save: UInt64, in transaction: SQLiteStore.Transaction
-    ) throws -> UInt64? {
+    /// The last save number applied for a client and the sequence it got, when the client
+    /// has a record.
+    static func lastSave(of client: String, in transaction: SQLiteStore.Transaction) throws -> SaveRecord? {
         let row = try transaction.rows("SELECT save, sequence FROM skyros_saves WHERE client = ?", [.text(client)]).first
-        guard let row, case .integer(let applied) = row[0], case .integer(let sequence) = row[1],
-            UInt64(applied) >= save
-        else { return nil }
-        return UInt64(sequence)
+        guard let row, case .integer(let save) = row[0], case .integer(let sequence) = row[1] else { return nil }
+        return SaveRecord(save: UInt64(save), sequence: UInt64(sequence))
     }
 
-    /// Records a committed change set: its history row, the new last sequence and, for a
-    /// save, the client's save number.
+    /// A client's last applied save: its number and the sequence it got.
+    struct SaveRecord: Sendable, Equatable {
+        var save: UInt64
+        var sequence: UInt64
+    }
+
+    /// Records a committed change set: its history row and, for a save, the client's save
+    /// number. Returns the event as published (the bytes of the history row).
+    @discardableResult
     static func record(
         _ event: ChangeEvent, process: String, save: UInt64?, in transaction: SQLiteStore.Transaction
-    ) throws {
+    ) throws -> [UInt8] {
         let now = Date().timeIntervalSince1970
         let sequence = StoredValue.integer(Int64(event.sequence))
+        let encoded = WireMessage(requestID: 0, body: .event(event)).encoded()
         try transaction.execute(
             "INSERT INTO skyros_history (sequence, client, process, timestamp, event) VALUES (?, ?, ?, ?, ?)",
-            [sequence, .text(event.author), .text(process), .real(now),
-             .blob(Data(WireMessage(requestID: 0, body: .event(event)).encoded()))])
-        try transaction.execute("UPDATE skyros_sequence SET value = ? WHERE id = 0", [sequence])
+            [sequence, .text(event.author), .text(process), .real(now), .blob(Data(encoded))])
         if let save {
             try transaction.execute(
                 "INSERT OR REPLACE INTO skyros_saves (client, save, sequence, timestamp) VALUES (?, ?, ?, ?)",
                 [.text(event.author), .integer(Int64(save)), sequence, .real(now)])
         }
+        return encoded
     }
 
     /// Drops history past the retention count and, when `byAge`, past the retention age, with
     /// exactly-once records older than that age (a client silent for so long has long stopped
-    /// resending).
+    /// resending). The newest row is always kept: it carries the last sequence number.
     static func prune(
         _ retention: Retention, current: UInt64, byAge: Bool, in transaction: SQLiteStore.Transaction
     ) throws {
@@ -89,7 +91,7 @@ struct Journal {
             """
             DELETE FROM skyros_history WHERE sequence < coalesce((SELECT sequence FROM skyros_history \
             WHERE timestamp >= ? ORDER BY sequence LIMIT 1), ?)
-            """, [.real(cutoff), .integer(Int64(current) + 1)])
+            """, [.real(cutoff), .integer(Int64(current))])
         try transaction.execute("DELETE FROM skyros_saves WHERE timestamp < ?", [.real(cutoff)])
     }
 

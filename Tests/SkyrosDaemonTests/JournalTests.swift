@@ -180,4 +180,32 @@ struct JournalTests {
         #expect(kept.map(\.sequence) == [4, 5, 6])
         #expect(try client.call(.changesSince(6)) == .changes([]))
     }
+
+    @Test("history pruned by age keeps its newest change set: a restarted daemon goes on from its sequence")
+    func pruningKeepsTheSequence() throws {
+        let first = try RunningDaemon()
+        let client = try RawClient(first)
+        _ = try client.hello()
+        for number in 1...3 {
+            _ = try client.call(.save(clientID: "c", saveNumber: UInt64(number), changes: ChangeSet(
+                inserted: [userSnapshot("p\(number)")])))
+        }
+        first.shutDown()
+        // Every change set is past an age of 0: the first commit prunes all but the newest.
+        let second = try RunningDaemon(directory: first.directory, historyAge: 0)
+        let again = try RawClient(second)
+        #expect(try again.hello() == .welcome(protocolVersion: 2, sequence: 3))
+        #expect(try again.call(.save(clientID: "c", saveNumber: 4, changes: ChangeSet(inserted: [userSnapshot("p4")])))
+            == .saved(sequence: 4))
+        #expect(errorCode(try again.call(.changesSince(1))) == "historyExpired")
+        second.shutDown()
+        #expect(try historySequences(second) == [4])
+        let third = try RunningDaemon(directory: first.directory)
+        let last = try RawClient(third)
+        #expect(try last.hello() == .welcome(protocolVersion: 2, sequence: 4))
+        #expect(try last.call(.save(clientID: "c", saveNumber: 5, changes: ChangeSet(inserted: [userSnapshot("p5")])))
+            == .saved(sequence: 5))
+        third.shutDown()
+        #expect(try historySequences(third) == [4, 5])
+    }
 }

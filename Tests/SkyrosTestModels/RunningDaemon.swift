@@ -16,12 +16,17 @@ public final class RunningDaemon: @unchecked Sendable {
     /// - Parameters:
     ///   - directory: the directory of a daemon shut down before (a restart), or nil for a new one.
     ///   - historyCount: how many change sets the history keeps.
+    ///   - historyAge: how long the history keeps a change set, in seconds.
     ///   - serving: false to start serving later with ``startServing()`` — requests sent in
     ///     between wait in the socket and are all taken in the first turn (a group commit).
-    public init(directory: String? = nil, historyCount: Int = 100_000, serving: Bool = true) throws {
+    public init(
+        directory: String? = nil, historyCount: Int = 100_000, historyAge: TimeInterval = 7 * 86_400,
+        serving: Bool = true
+    ) throws {
         self.directory = directory ?? "/tmp/skd-\(getpid())-\(UInt32.random(in: 0...UInt32.max))"
         container = GroupContainer(url: URL(fileURLWithPath: self.directory).appendingPathComponent("g"))
-        server = try DaemonServer(configuration: .init(container: container, historyCount: historyCount))
+        server = try DaemonServer(configuration: .init(
+            container: container, historyCount: historyCount, historyAge: historyAge))
         if serving { startServing() }
     }
 

@@ -30,7 +30,7 @@ struct StoreContents {
         }
         digest = lines.sorted()
         history = try store.rows("SELECT sequence FROM skyros_history ORDER BY sequence").map { int($0[0]) }
-        lastSequence = try store.rows("SELECT value FROM skyros_sequence").first.map { int($0[0]) } ?? -1
+        lastSequence = history.last ?? -1
     }
 }
 
