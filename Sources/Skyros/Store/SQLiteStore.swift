@@ -346,10 +346,12 @@ public final class SQLiteStore: ObjectStore, @unchecked Sendable {
     /// another process can never make the commit fail with SQLITE_BUSY halfway), with
     /// prepared BEGIN/COMMIT statements: the cheapest durable commit SQLite offers.
     static func immediateTransaction<T>(_ db: Database, _ body: (Database) throws -> T) throws -> T {
-        try db.cachedStatement(sql: "BEGIN IMMEDIATE").execute()
+        // Stepped directly, like every statement of a save: GRDB's execute() adds its
+        // statement bookkeeping to what is, on the daemon, most of a one-object commit.
+        try stepDone(db, db.cachedStatement(sql: "BEGIN IMMEDIATE").sqliteStatement)
         do {
             let result = try body(db)
-            try db.cachedStatement(sql: "COMMIT").execute()
+            try stepDone(db, db.cachedStatement(sql: "COMMIT").sqliteStatement)
             return result
         } catch {
             if db.isInsideTransaction { try? db.execute(sql: "ROLLBACK") }
