@@ -72,15 +72,7 @@ struct EmbeddedBenchmark {
 
         let raw = RawSQLite(path: folder.appendingPathComponent("raw.sqlite").path)
         raw.createItemTable()
-        let rawInsert = Clock.seconds {
-            raw.execute("BEGIN IMMEDIATE")
-            let statement = raw.prepare(RawSQLite.insertItemSQL)
-            for index in 0..<count {
-                raw.insertItem(statement, index)
-            }
-            sqlite3_finalize(statement)
-            raw.execute("COMMIT")
-        }
+        let rawInsert = Clock.seconds { raw.insertItems(count) }
 
         // Fetch all and read every attribute, from a stack that has nothing cached.
         var checksum = 0.0

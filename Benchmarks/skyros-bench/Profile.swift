@@ -24,7 +24,14 @@ struct Profile {
                 done.wait()
             }
         }
+        var rawSeconds = 0.0
+        for round in 0..<rounds {
+            let raw = RawSQLite(path: directory.appendingPathComponent("insert-raw-\(round).sqlite").path)
+            raw.createItemTable()
+            rawSeconds += Clock.seconds { raw.insertItems(count) }
+        }
         print("insert: \(Int(Double(rounds * count) / seconds)) objects/s")
+        print("raw SQLite insert: \(Int(Double(rounds * count) / rawSeconds)) objects/s")
     }
 
     /// "Fetch all" of `count` stored objects, stage by stage: with every attribute read, with
@@ -63,11 +70,7 @@ struct Profile {
         }
         let raw = RawSQLite(path: directory.appendingPathComponent("fetch-raw.sqlite").path)
         raw.createItemTable()
-        raw.execute("BEGIN IMMEDIATE")
-        let statement = raw.prepare(RawSQLite.insertItemSQL)
-        for index in 0..<count { raw.insertItem(statement, index) }
-        sqlite3_finalize(statement)
-        raw.execute("COMMIT")
+        raw.insertItems(count)
         var rawRows = Double.infinity
         for _ in 0..<rounds { rawRows = min(rawRows, Clock.seconds { total += Int(raw.readAllItems()) }) }
         let objects = Double(count)
