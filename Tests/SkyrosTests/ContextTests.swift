@@ -89,6 +89,39 @@ struct ContextTests {
         }
     }
 
+    @Test("rows passing through a context keep their order, and stay findable, updatable and deletable there")
+    func rowsPassingThrough() throws {
+        let (store, root, main) = try makeStack()
+        func write(_ body: (ObjectContext) throws -> Void) throws {
+            let scratch = ObjectContext(name: "scratch", parent: main)
+            try scratch.performAndWait {
+                try body(scratch)
+                try scratch.save()
+            }
+        }
+        try write { makeUsers([("A", "1"), ("B", "2")], in: $0) }
+        try write { makeUsers([("C", "3"), ("D", "4")], in: $0) }  // into rows already pending
+        // Found by a fetch merging pending changes, updated and deleted from another child.
+        try write { scratch in
+            let users = try User.all(sortedBy: [SortDescriptor(\.firstname)], in: scratch)
+            #expect(users.map(\.firstname) == ["A", "B", "C", "D"])
+            users[1].age = 42
+            scratch.delete(users[2])
+        }
+        try main.performAndWait {
+            #expect(main.insertedObjects.count == 3)
+            try main.save()
+        }
+        try root.performAndWait { try root.save() }
+        let rows = try store.fetchSnapshots(StoreRequest(entityName: "User"))
+        let entity = try #require(testSchema.entity(named: "User"))
+        let first = try #require(entity.property(named: "firstname")).index
+        let age = try #require(entity.property(named: "age")).index
+        // The store orders ties by object ID, that is by creation: the order of the inserts.
+        #expect(rows.map { $0.values[first] } == [.text("A"), .text("B"), .text("D")])
+        #expect(rows.map { $0.values[age] } == [.integer(0), .integer(42), .integer(0)])
+    }
+
     @Test("object(with:) is nil and existingObject throws for an unknown or deleted object")
     func objectLookups() throws {
         let (_, _, main) = try makeStack()

@@ -25,12 +25,11 @@ extension ObjectContext {
     func makeChangeSet() -> ChangeSet {
         var changes = ChangeSet()
         changes.inserted.reserveCapacity(inserted.count + insertedRows.count)
-        for id in insertionOrder {
-            if let values = insertedRows[id] {
-                changes.inserted.append(Snapshot(id: id, values: values))
-            } else if let object = inserted[id] {
-                changes.inserted.append(Snapshot(id: id, values: object.skyrosStorage.values))
-            }
+        if inserted.isEmpty {
+            // Only rows passing through (the common case of a main or root context): in order, no lookups.
+            insertedRows.forEach { id, values in changes.inserted.append(Snapshot(id: id, values: values)) }
+        } else {
+            appendInsertions(to: &changes)
         }
         for (id, object) in updated {
             let storage = object.skyrosStorage
@@ -45,6 +44,17 @@ extension ObjectContext {
         changes.deleted = Array(deleted.keys)
         changes.mergePolicy = mergePolicy
         return changes
+    }
+
+    /// Inserted objects and rows, in the order they were inserted here.
+    private func appendInsertions(to changes: inout ChangeSet) {
+        for id in insertionOrder {
+            if let values = insertedRows[id] {
+                changes.inserted.append(Snapshot(id: id, values: values))
+            } else if let object = inserted[id] {
+                changes.inserted.append(Snapshot(id: id, values: object.skyrosStorage.values))
+            }
+        }
     }
 
     /// After a save: pending changes are cleared, and the saved objects take the version
@@ -127,8 +137,10 @@ extension ObjectContext {
             guard !value.isNull else { return }
             candidates[id.entityName, default: [:]][index, default: []].append((id, value))
         }
+        var entity: EntityDescription?  // change sets come grouped by entity: one lookup per group
         for snapshot in changes.inserted {
-            guard let entity = schema.entity(named: snapshot.id.entityName) else { continue }
+            if entity?.name != snapshot.id.entityName { entity = schema.entity(named: snapshot.id.entityName) }
+            guard let entity else { continue }
             for property in entity.uniqueProperties { consider(snapshot.id, property.index, snapshot.values[property.index]) }
         }
         for update in changes.updated {
@@ -204,10 +216,12 @@ extension ObjectContext {
         }
         insertedRows.reserveCapacity(insertedRows.count + changes.inserted.count)
         insertionOrder.reserveCapacity(insertionOrder.count + changes.inserted.count)
+        // A change set names each object once: into no pending row, its rows are all new.
+        let fresh = insertedRows.isEmpty
         var entity: EntityDescription?
         var added = 0
         for snapshot in changes.inserted {
-            if let existing = inserted[snapshot.id] {
+            if !inserted.isEmpty, let existing = inserted[snapshot.id] {
                 existing.skyrosStorage.values = snapshot.values
                 continue
             }
@@ -216,16 +230,19 @@ extension ObjectContext {
                 added = 0
                 entity = try schema.requireEntity(snapshot.id.entityName)
             }
-            if insertedRows.updateValue(snapshot.values, forKey: snapshot.id) == nil {
-                insertionOrder.append(snapshot.id)
-                added += 1
+            if fresh {
+                insertedRows.appendNew(snapshot.id, snapshot.values)
+            } else if insertedRows.updateValue(snapshot.values, forKey: snapshot.id) != nil {
+                continue
             }
+            insertionOrder.append(snapshot.id)
+            added += 1
         }
         if let entity, added > 0 { pendingCountByEntity[ObjectIdentifier(entity), default: 0] += added }
         for update in changes.updated {
             if var values = insertedRows[update.id] {
                 for (index, value) in update.changes { values[index] = value }
-                insertedRows[update.id] = values
+                insertedRows.updateValue(values, forKey: update.id)
                 continue
             }
             guard let object = lookup(update.id) ?? loaded[update.id] else { continue }  // deleted here meanwhile

@@ -51,7 +51,7 @@ public final class ObjectContext: ObjectStore, @unchecked Sendable, CustomString
     /// Rows inserted by a child's save that nobody has asked for in this context yet: kept
     /// as values only, and turned into objects on first use (most never are: they just pass
     /// through toward the store).
-    @exclusivity(unchecked) var insertedRows: [ObjectID: ContiguousArray<StoredValue>] = [:]
+    @exclusivity(unchecked) var insertedRows = PendingRows()
     @exclusivity(unchecked) var insertionOrder: [ObjectID] = []
     @exclusivity(unchecked) var updated: [ObjectID: any ManagedObject] = [:]
     @exclusivity(unchecked) var deleted: [ObjectID: any ManagedObject] = [:]
@@ -133,7 +133,7 @@ public final class ObjectContext: ObjectStore, @unchecked Sendable, CustomString
     /// Turns every pending inserted row of an entity (all entities when nil) into objects.
     func promoteRows(of entityName: String?) {
         guard !insertedRows.isEmpty else { return }
-        for id in Array(insertedRows.keys) where entityName == nil || id.entityName == entityName {
+        for id in insertedRows.keys where entityName == nil || id.entityName == entityName {
             _ = promoteRow(id)
         }
     }
@@ -414,7 +414,7 @@ public final class ObjectContext: ObjectStore, @unchecked Sendable, CustomString
     /// Empties the pending sets (after a save, a rollback or a reset).
     func clearPendingChanges() {
         inserted = [:]
-        insertedRows = [:]
+        insertedRows = PendingRows()
         insertionOrder = []
         updated = [:]
         deleted = [:]
