@@ -213,3 +213,26 @@ struct SchemaDescriptionTests {
         #expect(throws: SkyrosError.self) { try Schema(description: description) }
     }
 }
+
+/// An entity whose second property has a default no column can hold.
+@Entity final class UnstorableDefault {
+    var label: String = "fine"
+    var ratio: Double = .nan
+}
+
+@Suite("Defaults", .timeLimit(.minutes(1)))
+struct DefaultValueTests {
+    @Test("a default that cannot be stored fails the save with an error naming its property")
+    func unstorableDefault() throws {
+        let store = try Skyros(inMemoryStack: Schema([UnstorableDefault.self]))
+        let probe = CompletionProbe()
+        store.writeSync({ context in _ = UnstorableDefault.create(in: context) }, completion: probe.completion)
+        #expect(probe.wait())
+        let error = try #require(probe.calls.first ?? nil)
+        #expect(error.code == .valueNotStorable)
+        #expect(error.message.contains("UnstorableDefault.ratio"), "\(error.message)")
+        var count = -1
+        store.read { context in count = try UnstorableDefault.count(in: context) }
+        #expect(count == 0)
+    }
+}

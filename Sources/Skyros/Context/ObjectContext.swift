@@ -295,7 +295,7 @@ public final class ObjectContext: ObjectStore, @unchecked Sendable, CustomString
         let (values, errors) = entity.defaultValues()
         let storage = ObjectStorage(
             objectID: .make(entityName: entity.name), entity: entity, values: values, reference: reference)
-        for (index, error) in errors.enumerated() { storage.valueErrors[index] = error }
+        storage.valueErrors = errors  // by property: reported at save, like a value set that cannot be stored
         let object = T(skyrosStorage: storage)
         storage.isExposed = true
         markInserted(object)

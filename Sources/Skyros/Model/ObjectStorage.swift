@@ -87,9 +87,7 @@ public final class ObjectStorage {
 
     @usableFromInline
     func recordValueError(_ error: any Error, at index: Int) {
-        valueErrors[index] = SkyrosError(
-            .valueNotStorable, "\(entity.name).\(entity.properties[index].name): \(SkyrosError.wrap(error).message)",
-            underlying: error)
+        valueErrors[index] = entity.valueError(error, at: index)
         markChanged(index)
     }
 

@@ -57,17 +57,23 @@ public final class EntityDescription: @unchecked Sendable, CustomStringConvertib
 
     public var description: String { "Entity \(name) \(properties)" }
 
+    /// The error reported at save for a value of property `index` that cannot be stored.
+    func valueError(_ error: any Error, at index: Int) -> SkyrosError {
+        SkyrosError(
+            .valueNotStorable, "\(name).\(properties[index].name): \(SkyrosError.wrap(error).message)", underlying: error)
+    }
+
     /// The values of a new object: each property's default.
-    func defaultValues() -> (ContiguousArray<StoredValue>, [SkyrosError]) {
+    func defaultValues() -> (ContiguousArray<StoredValue>, [Int: SkyrosError]) {
         var values = ContiguousArray<StoredValue>()
         values.reserveCapacity(properties.count)
-        var errors: [SkyrosError] = []
+        var errors: [Int: SkyrosError] = [:]
         for property in properties {
             do {
                 values.append(try property.makeDefault())
             } catch {
                 values.append(.null)
-                errors.append(SkyrosError.wrap(error))
+                errors[property.index] = valueError(error, at: property.index)
             }
         }
         return (values, errors)
