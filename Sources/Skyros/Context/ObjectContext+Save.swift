@@ -25,12 +25,9 @@ extension ObjectContext {
     func makeChangeSet() -> ChangeSet {
         var changes = ChangeSet()
         changes.inserted.reserveCapacity(inserted.count + insertedRows.count)
-        if inserted.isEmpty {
-            // Only rows passing through (the common case of a main or root context): in order, no lookups.
-            insertedRows.forEach { id, values in changes.inserted.append(Snapshot(id: id, values: values)) }
-        } else {
-            appendInsertions(to: &changes)
-        }
+        // Rows passing through, then objects inserted here, each in order; no lookups.
+        insertedRows.forEach { id, values in changes.inserted.append(Snapshot(id: id, values: values)) }
+        inserted.forEach { id, object in changes.inserted.append(Snapshot(id: id, values: object.skyrosStorage.values)) }
         for (id, object) in updated {
             let storage = object.skyrosStorage
             var values: [Int: StoredValue] = [:]
@@ -46,17 +43,6 @@ extension ObjectContext {
         return changes
     }
 
-    /// Inserted objects and rows, in the order they were inserted here.
-    private func appendInsertions(to changes: inout ChangeSet) {
-        for id in insertionOrder {
-            if let values = insertedRows[id] {
-                changes.inserted.append(Snapshot(id: id, values: values))
-            } else if let object = inserted[id] {
-                changes.inserted.append(Snapshot(id: id, values: object.skyrosStorage.values))
-            }
-        }
-    }
-
     /// After a save: pending changes are cleared, and the saved objects take the version
     /// the store gives them once the changes reach it: 1 for an insert, one more for an
     /// update (when the parent is a context this is ahead of the store until the parent
@@ -64,7 +50,7 @@ extension ObjectContext {
     /// ``MergePolicy/storeWins`` updated objects saved into the store are refreshed instead:
     /// the store may have kept its own values.
     func didSave(keepingObjects: Bool = true, policy: MergePolicy = .saverWins) {
-        for object in inserted.values {
+        inserted.forEach { _, object in
             let storage = object.skyrosStorage
             storage.isInserted = false
             storage.version = 1
@@ -90,27 +76,8 @@ extension ObjectContext {
     // MARK: - Validation
 
     func validateForSave() throws {
-        for object in [inserted.values, updated.values].joined() {
-            let storage = object.skyrosStorage
-            if !storage.valueErrors.isEmpty, let error = storage.valueErrors.min(by: { $0.key < $1.key })?.value {
-                throw error
-            }
-            for property in storage.entity.requiredToOneProperties {
-                if storage.values[property.index].isNull {
-                    throw SkyrosError(
-                        .missingRequiredRelationship,
-                        "\(storage.entity.name).\(property.name) is required but \(storage.objectID) has none")
-                }
-                if let uuid = UUID(storedValue: storage.values[property.index]),
-                    let target = registered(ObjectID(entityName: property.destinationName!, uuid: uuid)),
-                    target.skyrosStorage.isDeleted
-                {
-                    throw SkyrosError(
-                        .missingRequiredRelationship,
-                        "\(storage.entity.name).\(property.name) of \(storage.objectID) points to a deleted object")
-                }
-            }
-        }
+        try inserted.forEach { _, object in try validate(object.skyrosStorage) }
+        for object in updated.values { try validate(object.skyrosStorage) }
         for object in deleted.values {
             let storage = object.skyrosStorage
             for property in storage.entity.relationships where property.deleteRule == .deny {
@@ -130,8 +97,32 @@ extension ObjectContext {
         }
     }
 
+    /// The checks of an inserted or updated object: values that could not be stored, required
+    /// to-one relationships set and not pointing to a deleted object.
+    private func validate(_ storage: ObjectStorage) throws {
+        if !storage.valueErrors.isEmpty, let error = storage.valueErrors.min(by: { $0.key < $1.key })?.value {
+            throw error
+        }
+        for property in storage.entity.requiredToOneProperties {
+            if storage.values[property.index].isNull {
+                throw SkyrosError(
+                    .missingRequiredRelationship,
+                    "\(storage.entity.name).\(property.name) is required but \(storage.objectID) has none")
+            }
+            if let uuid = UUID(storedValue: storage.values[property.index]),
+                let target = registered(ObjectID(entityName: property.destinationName!, uuid: uuid)),
+                target.skyrosStorage.isDeleted
+            {
+                throw SkyrosError(
+                    .missingRequiredRelationship,
+                    "\(storage.entity.name).\(property.name) of \(storage.objectID) points to a deleted object")
+            }
+        }
+    }
+
     /// Checks unique attributes of a change set against this context's view.
     func validateUniqueness(of changes: ChangeSet) throws {
+        guard schema.hasUniqueAttributes else { return }
         var candidates: [String: [Int: [(ObjectID, StoredValue)]]] = [:]
         func consider(_ id: ObjectID, _ index: Int, _ value: StoredValue) {
             guard !value.isNull else { return }
@@ -215,7 +206,6 @@ extension ObjectContext {
             }
         }
         insertedRows.reserveCapacity(insertedRows.count + changes.inserted.count)
-        insertionOrder.reserveCapacity(insertionOrder.count + changes.inserted.count)
         // A change set names each object once: into no pending row, its rows are all new.
         let fresh = insertedRows.isEmpty
         var entity: EntityDescription?
@@ -235,7 +225,6 @@ extension ObjectContext {
             } else if insertedRows.updateValue(snapshot.values, forKey: snapshot.id) != nil {
                 continue
             }
-            insertionOrder.append(snapshot.id)
             added += 1
         }
         if let entity, added > 0 { pendingCountByEntity[ObjectIdentifier(entity), default: 0] += added }

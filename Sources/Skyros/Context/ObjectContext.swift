@@ -47,14 +47,16 @@ public final class ObjectContext: ObjectStore, @unchecked Sendable, CustomString
     }
     @exclusivity(unchecked) var registry: [ObjectID: Entry] = [:]
     var registryPurgeThreshold = 4096
-    @exclusivity(unchecked) var inserted: [ObjectID: any ManagedObject] = [:]
+    /// Objects inserted in this context, in order.
+    @exclusivity(unchecked) var inserted = PendingList<any ManagedObject>()
     /// Rows inserted by a child's save that nobody has asked for in this context yet: kept
     /// as values only, and turned into objects on first use (most never are: they just pass
     /// through toward the store).
-    @exclusivity(unchecked) var insertedRows = PendingRows()
-    @exclusivity(unchecked) var insertionOrder: [ObjectID] = []
+    @exclusivity(unchecked) var insertedRows = PendingList<ContiguousArray<StoredValue>>()
     @exclusivity(unchecked) var updated: [ObjectID: any ManagedObject] = [:]
     @exclusivity(unchecked) var deleted: [ObjectID: any ManagedObject] = [:]
+    /// The entity of the last insert, known to be of this context's schema.
+    @exclusivity(unchecked) var lastInsertedEntity: ObjectIdentifier?
     @exclusivity(unchecked) var pendingCountByEntity: [ObjectIdentifier: Int] = [:]
 
     /// Makes a context whose parent is `parent` (a store or another context).
@@ -126,7 +128,7 @@ public final class ObjectContext: ObjectStore, @unchecked Sendable, CustomString
         }
         let object = makeObject(id, of: entity, values: values)
         object.skyrosStorage.isInserted = true
-        inserted[id] = object
+        inserted.appendNew(id, object)  // a row is never also an inserted object
         return object
     }
 
@@ -234,8 +236,7 @@ public final class ObjectContext: ObjectStore, @unchecked Sendable, CustomString
     func markInserted(_ object: any ManagedObject) {
         let storage = object.skyrosStorage
         storage.isInserted = true
-        inserted[storage.objectID] = object
-        insertionOrder.append(storage.objectID)
+        inserted.appendNew(storage.objectID, object)  // a new object: its identifier is new
         adjustPending(storage.entity, 1)
     }
 
@@ -244,7 +245,7 @@ public final class ObjectContext: ObjectStore, @unchecked Sendable, CustomString
         let id = storage.objectID
         if updated.removeValue(forKey: id) != nil { adjustPending(storage.entity, -1) }
         if storage.isInserted {
-            inserted[id] = nil
+            inserted.removeValue(forKey: id)
             storage.isInserted = false
             adjustPending(storage.entity, -1)
         } else {
@@ -260,7 +261,8 @@ public final class ObjectContext: ObjectStore, @unchecked Sendable, CustomString
         guard hasPendingChanges(of: entityName) else { return [] }
         promoteRows(of: entityName)
         var result: [ObjectStorage] = []
-        for dictionary in [inserted, updated, deleted] {
+        inserted.forEach { id, object in if id.entityName == entityName { result.append(object.skyrosStorage) } }
+        for dictionary in [updated, deleted] {
             for (id, object) in dictionary where id.entityName == entityName { result.append(object.skyrosStorage) }
         }
         return result
@@ -275,7 +277,7 @@ public final class ObjectContext: ObjectStore, @unchecked Sendable, CustomString
     /// Objects inserted and not yet saved.
     public var insertedObjects: [any ManagedObject] {
         promoteRows(of: nil)
-        return insertionOrder.compactMap { inserted[$0] }
+        return inserted.values
     }
     /// Objects changed and not yet saved.
     public var updatedObjects: [any ManagedObject] { Array(updated.values) }
@@ -289,8 +291,11 @@ public final class ObjectContext: ObjectStore, @unchecked Sendable, CustomString
     /// Inserts a new object with its default values.
     public func insert<T: ManagedObject>(_ type: T.Type) -> T {
         let entity = T.entityDescription
-        guard schema.entity(named: entity.name) === entity else {
-            preconditionFailure("Skyros: \(T.self) is not an entity of this context's schema")
+        if lastInsertedEntity != ObjectIdentifier(entity) {  // checked once per run of inserts of an entity
+            guard schema.entity(named: entity.name) === entity else {
+                preconditionFailure("Skyros: \(T.self) is not an entity of this context's schema")
+            }
+            lastInsertedEntity = ObjectIdentifier(entity)
         }
         let (values, errors) = entity.defaultValues()
         let storage = ObjectStorage(
@@ -386,7 +391,7 @@ public final class ObjectContext: ObjectStore, @unchecked Sendable, CustomString
     /// Forgets every object and pending change. Objects fetched before are detached.
     public func reset() {
         for entry in registry.values { entry.object.skyrosStorage.context = nil }
-        for object in Array(inserted.values) + Array(updated.values) + Array(deleted.values) {
+        for object in inserted.values + Array(updated.values) + Array(deleted.values) {
             object.skyrosStorage.context = nil
         }
         registry = [:]
@@ -413,9 +418,8 @@ public final class ObjectContext: ObjectStore, @unchecked Sendable, CustomString
 
     /// Empties the pending sets (after a save, a rollback or a reset).
     func clearPendingChanges() {
-        inserted = [:]
-        insertedRows = PendingRows()
-        insertionOrder = []
+        inserted = PendingList()
+        insertedRows = PendingList()
         updated = [:]
         deleted = [:]
         pendingCountByEntity = [:]

@@ -21,6 +21,8 @@ public final class Schema: Sendable {
     /// A stable hash of the declarations (entity and property names, types, options,
     /// relationships), as 32 hexadecimal digits.
     public let fingerprint: String
+    /// Whether any entity has a unique attribute (otherwise saves have nothing to check).
+    let hasUniqueAttributes: Bool
 
     /// Makes a schema of the given managed object classes.
     public convenience init(_ types: [any ManagedObject.Type]) {
@@ -36,6 +38,7 @@ public final class Schema: Sendable {
             byName[entity.name] = entity
         }
         self.entitiesByName = byName
+        hasUniqueAttributes = entities.contains { !$0.uniqueProperties.isEmpty }
         var inverses: [String: [Int: PropertyDescription]] = [:]
         for entity in entities {
             for index in entity.indexes {

@@ -1,0 +1,91 @@
+import Foundation
+
+/// A context's pending inserts by identifier, in the order they came: the objects inserted in
+/// it, and the rows a child's save inserted that it has not turned into objects (most only
+/// pass through toward the store on the next save).
+///
+/// Neither inserting nor passing through needs a lookup — entries are appended as they come
+/// and handed on in that order — so the identifier index is only built on the first lookup by
+/// identifier (a fetch merging pending changes, an object asked for, an update or a delete of
+/// a pending entry), then kept up to date. Inserting 100,000 objects and saving them through
+/// three contexts then costs appends, not operations on growing 100,000-entry hash tables.
+struct PendingList<Value> {
+    private var ids: [ObjectID] = []
+    /// The value of `ids[i]`; nil once the entry was removed.
+    private var entries: [Value?] = []
+    /// Positions by identifier, once a lookup needed them.
+    private var positions: [ObjectID: Int]?
+    /// Entries present.
+    private(set) var count = 0
+
+    var isEmpty: Bool { count == 0 }
+
+    /// The identifiers present, in order.
+    var keys: [ObjectID] { ids.indices.compactMap { entries[$0] == nil ? nil : ids[$0] } }
+
+    /// The values present, in order.
+    var values: [Value] { entries.compactMap { $0 } }
+
+    /// Calls `body` with each entry present, in order.
+    func forEach(_ body: (ObjectID, Value) throws -> Void) rethrows {
+        for position in ids.indices {
+            if let value = entries[position] { try body(ids[position], value) }
+        }
+    }
+
+    mutating func reserveCapacity(_ capacity: Int) {
+        ids.reserveCapacity(capacity)
+        entries.reserveCapacity(capacity)
+    }
+
+    /// Appends an entry known not to be here (a new object; the rows of one change set into
+    /// an empty list): no lookup.
+    mutating func appendNew(_ id: ObjectID, _ value: Value) {
+        positions?[id] = ids.count
+        ids.append(id)
+        entries.append(value)
+        count += 1
+    }
+
+    /// The value of an entry, if present.
+    subscript(id: ObjectID) -> Value? {
+        mutating get {
+            guard count > 0, let position = position(of: id) else { return nil }
+            return entries[position]
+        }
+    }
+
+    /// Sets the value of an entry, appending it when new; returns the previous value.
+    @discardableResult
+    mutating func updateValue(_ value: Value, forKey id: ObjectID) -> Value? {
+        if count > 0, let position = position(of: id) {
+            defer { entries[position] = value }
+            return entries[position]
+        }
+        appendNew(id, value)
+        return nil
+    }
+
+    /// Removes an entry; returns its value when it was present.
+    @discardableResult
+    mutating func removeValue(forKey id: ObjectID) -> Value? {
+        guard count > 0, let position = position(of: id) else { return nil }
+        let value = entries[position]
+        entries[position] = nil
+        positions?[id] = nil
+        count -= 1
+        return value
+    }
+
+    /// The position of a present entry, building the index on first use.
+    private mutating func position(of id: ObjectID) -> Int? {
+        if positions == nil {
+            var index: [ObjectID: Int] = [:]
+            index.reserveCapacity(count)
+            for position in ids.indices where entries[position] != nil { index[ids[position]] = position }
+            positions = index
+        }
+        guard let position = positions?[id], entries[position] != nil else { return nil }
+        return position
+    }
+}
