@@ -27,6 +27,9 @@ public final class SQLiteStore: ObjectStore, @unchecked Sendable {
         let entity: EntityDescription
         /// Property indexes that have a column, in column order after `_id`.
         let columnIndexes: [Int]
+        /// The type of each of those columns when it is NOT NULL (STRICT tables hold nothing
+        /// else there: no need to ask SQLite a row's type); nil when it may hold NULL.
+        let columnTypes: [StorageType?]
         let selectList: String
         let insertSQL: String
     }
@@ -42,6 +45,7 @@ public final class SQLiteStore: ObjectStore, @unchecked Sendable {
             let names = ["\"_id\""] + columns.map { SQLBuilder.quote($0.name) }
             tables[entity.name] = TableInfo(
                 entity: entity, columnIndexes: columns.map(\.index),
+                columnTypes: columns.map { $0.kind == .attribute && !$0.codec.isOptional ? $0.codec.storageType : nil },
                 selectList: (["\"_id\"", "\"_version\""] + columns.map { SQLBuilder.quote($0.name) })
                     .map { "t0.\($0)" }.joined(separator: ", "),
                 insertSQL:
@@ -202,6 +206,7 @@ public final class SQLiteStore: ObjectStore, @unchecked Sendable {
         let sql = try builder.select(table.selectList, for: request)
         let count = table.entity.properties.count
         let columnIndexes = table.columnIndexes
+        let types = table.columnTypes
         let dense = columnIndexes == Array(0..<count)  // no to-many: column i+1 is property i
         let entityName = table.entity.name
         try read { db in
@@ -212,14 +217,14 @@ public final class SQLiteStore: ObjectStore, @unchecked Sendable {
                 if dense {
                     values = ContiguousArray(unsafeUninitializedCapacity: count) { buffer, initialized in
                         for index in 0..<count {
-                            (buffer.baseAddress! + index).initialize(to: Self.value(statement, Int32(index + 2)))
+                            (buffer.baseAddress! + index).initialize(to: Self.value(statement, Int32(index + 2), types[index]))
                         }
                         initialized = count
                     }
                 } else {
                     var sparse = ContiguousArray<StoredValue>(repeating: .null, count: count)
                     for column in columnIndexes.indices {
-                        sparse[columnIndexes[column]] = Self.value(statement, Int32(column + 2))
+                        sparse[columnIndexes[column]] = Self.value(statement, Int32(column + 2), types[column])
                     }
                     values = sparse
                 }
@@ -521,14 +526,28 @@ public final class SQLiteStore: ObjectStore, @unchecked Sendable {
         }
     }
 
+    /// A column of the current row whose type is known (NOT NULL in a STRICT table), or asked.
+    @inline(__always)
+    static func value(_ statement: OpaquePointer, _ column: Int32, _ type: StorageType?) -> StoredValue {
+        switch type {
+        case .integer?: .integer(sqlite3_column_int64(statement, column))
+        case .real?: .real(sqlite3_column_double(statement, column))
+        case .text?: text(statement, column)
+        case .blob?, nil: value(statement, column)
+        }
+    }
+
+    static func text(_ statement: OpaquePointer, _ column: Int32) -> StoredValue {
+        let count = Int(sqlite3_column_bytes(statement, column))
+        guard let pointer = sqlite3_column_text(statement, column) else { return .text("") }
+        return .text(String(decoding: UnsafeBufferPointer(start: pointer, count: count), as: UTF8.self))
+    }
+
     static func value(_ statement: OpaquePointer, _ column: Int32) -> StoredValue {
         switch sqlite3_column_type(statement, column) {
         case SQLITE_INTEGER: return .integer(sqlite3_column_int64(statement, column))
         case SQLITE_FLOAT: return .real(sqlite3_column_double(statement, column))
-        case SQLITE_TEXT:
-            let count = Int(sqlite3_column_bytes(statement, column))
-            guard let pointer = sqlite3_column_text(statement, column) else { return .text("") }
-            return .text(String(decoding: UnsafeBufferPointer(start: pointer, count: count), as: UTF8.self))
+        case SQLITE_TEXT: return text(statement, column)
         case SQLITE_BLOB:
             let count = Int(sqlite3_column_bytes(statement, column))
             guard let pointer = sqlite3_column_blob(statement, column) else { return .blob(Data()) }
