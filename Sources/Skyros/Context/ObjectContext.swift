@@ -45,7 +45,7 @@ public final class ObjectContext: ObjectStore, @unchecked Sendable, CustomString
             self.object = object
         }
     }
-    @exclusivity(unchecked) var registry: [ObjectID: Entry] = [:]
+    @exclusivity(unchecked) var registry = Registry()
     var registryPurgeThreshold = 4096
     /// Objects inserted in this context, in order.
     @exclusivity(unchecked) var inserted = PendingList<any ManagedObject>()
@@ -154,19 +154,7 @@ public final class ObjectContext: ObjectStore, @unchecked Sendable, CustomString
     /// Drops the registered objects that only the registry holds and that have no changes.
     /// Amortised O(1) per registration: it runs when the registry has doubled.
     func pruneRegistry() {
-        var unused: [ObjectID] = []
-        var index = registry.values.startIndex
-        while index != registry.values.endIndex {
-            if isKnownUniquelyReferenced(&registry.values[index].owner),
-                !registry.values[index].object.skyrosStorage.hasChanges
-            {
-                unused.append(registry.keys[index])
-            }
-            registry.values.formIndex(after: &index)
-        }
-        for id in unused {
-            registry.removeValue(forKey: id)?.object.skyrosStorage.context = nil
-        }
+        for entry in registry.removeUnused() { entry.object.skyrosStorage.context = nil }
         registryPurgeThreshold = max(4096, registry.count * 2)
     }
 
@@ -394,7 +382,7 @@ public final class ObjectContext: ObjectStore, @unchecked Sendable, CustomString
         for object in inserted.values + Array(updated.values) + Array(deleted.values) {
             object.skyrosStorage.context = nil
         }
-        registry = [:]
+        registry = Registry()
         clearPendingChanges()
     }
 

@@ -50,7 +50,7 @@ extension Skyros {
             if change.isReset {
                 main.forgetAllClean()
             } else if change.isRefresh {
-                for id in Array(main.registry.keys) { main.refreshIfClean(id) }
+                for id in main.registry.keys { main.refreshIfClean(id) }
             } else {
                 for id in change.updated.keys { main.refreshIfClean(id) }
                 for id in change.deleted { main.forgetDeleted(id) }
@@ -100,6 +100,6 @@ extension ObjectContext {
 
     /// Forgets every registered object without changes (the store was emptied).
     func forgetAllClean() {
-        for id in Array(registry.keys) { forgetDeleted(id) }
+        for id in registry.keys { forgetDeleted(id) }
     }
 }

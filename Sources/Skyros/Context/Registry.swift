@@ -1,0 +1,79 @@
+import Foundation
+
+/// The objects registered in a context, by identifier (one instance per object per context).
+///
+/// A fetch registers every object it makes; a read that only fetches and reads attributes
+/// never looks one up by identifier. So the objects a fetch makes are added as a list, and
+/// indexed by identifier on the first lookup (a later fetch, `object(with:)`, a relationship,
+/// a merge), then kept up to date: fetching 100,000 objects costs no hash-table insertions
+/// unless something asks for one of them by identifier.
+struct Registry {
+    private var index: [ObjectID: ObjectContext.Entry] = [:]
+    /// Entries added by ``addNew(_:)``, none of them in `index` nor twice.
+    private var unindexed: [ObjectContext.Entry] = []
+
+    var count: Int { index.count + unindexed.count }
+    var isEmpty: Bool { index.isEmpty && unindexed.isEmpty }
+
+    subscript(id: ObjectID) -> ObjectContext.Entry? {
+        mutating get {
+            indexAll()
+            return index[id]
+        }
+        set {
+            indexAll()
+            index[id] = newValue
+        }
+    }
+
+    @discardableResult
+    mutating func removeValue(forKey id: ObjectID) -> ObjectContext.Entry? {
+        indexAll()
+        return index.removeValue(forKey: id)
+    }
+
+    /// The identifiers registered.
+    var keys: [ObjectID] {
+        mutating get {
+            indexAll()
+            return Array(index.keys)
+        }
+    }
+
+    /// The entries, in no particular order.
+    var values: [ObjectContext.Entry] { Array(index.values) + unindexed }
+
+    mutating func reserveCapacity(_ capacity: Int) {
+        index.reserveCapacity(capacity - unindexed.count)
+    }
+
+    /// Registers objects that are not registered yet and appear once each (the new objects
+    /// of one fetch), without indexing them yet.
+    mutating func addNew(_ entries: [ObjectContext.Entry]) {
+        if unindexed.isEmpty { unindexed = entries } else { unindexed += entries }
+    }
+
+    /// Removes and returns the entries of objects that only the registry holds and that have
+    /// no changes.
+    mutating func removeUnused() -> [ObjectContext.Entry] {
+        indexAll()
+        var unused: [ObjectID] = []
+        var position = index.values.startIndex
+        while position != index.values.endIndex {
+            if isKnownUniquelyReferenced(&index.values[position].owner),
+                !index.values[position].object.skyrosStorage.hasChanges
+            {
+                unused.append(index.keys[position])
+            }
+            index.values.formIndex(after: &position)
+        }
+        return unused.compactMap { index.removeValue(forKey: $0) }
+    }
+
+    private mutating func indexAll() {
+        guard !unindexed.isEmpty else { return }
+        index.reserveCapacity(count)
+        for entry in unindexed { index[entry.object.objectID] = entry }
+        unindexed = []
+    }
+}
