@@ -33,9 +33,13 @@ struct PendingList<Value> {
         }
     }
 
+    /// Makes room for `capacity` entries, growing geometrically: many small saves into a
+    /// context must not copy its pending list each time.
     mutating func reserveCapacity(_ capacity: Int) {
-        ids.reserveCapacity(capacity)
-        entries.reserveCapacity(capacity)
+        guard ids.capacity < capacity else { return }
+        let grown = Swift.max(capacity, ids.capacity * 2)
+        ids.reserveCapacity(grown)
+        entries.reserveCapacity(grown)
     }
 
     /// Appends an entry known not to be here (a new object; the rows of one change set into

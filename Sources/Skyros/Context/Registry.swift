@@ -43,8 +43,10 @@ struct Registry {
     /// The entries, in no particular order.
     var values: [ObjectContext.Entry] { Array(index.values) + unindexed }
 
+    /// Makes room for `capacity` objects, growing geometrically: fetches adding a few
+    /// objects each must not copy the whole index every time.
     mutating func reserveCapacity(_ capacity: Int) {
-        index.reserveCapacity(capacity - unindexed.count)
+        if index.capacity < capacity { index.reserveCapacity(Swift.max(capacity, index.capacity * 2)) }
     }
 
     /// Registers objects that are not registered yet and appear once each (the new objects
@@ -72,7 +74,7 @@ struct Registry {
 
     private mutating func indexAll() {
         guard !unindexed.isEmpty else { return }
-        index.reserveCapacity(count)
+        reserveCapacity(count)
         for entry in unindexed { index[entry.object.objectID] = entry }
         unindexed = []
     }
