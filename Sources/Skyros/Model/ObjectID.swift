@@ -46,6 +46,20 @@ public struct ObjectID: Hashable, Sendable, Codable, CustomStringConvertible {
         }
     }
 
+    /// The hash a `Dictionary` or `Set` of object IDs uses: the UUID's two words mixed with
+    /// the table's seed by two rounds of a 64-bit finalizer (MurmurHash3's), a fraction of
+    /// SipHash's cost for lookups in a context's registry. Hashing into a `Hasher` (a
+    /// Snapshot's hash, for one) goes through ``hash(into:)``.
+    public func _rawHashValue(seed: Int) -> Int {
+        withUnsafeBytes(of: uuid.uuid) { bytes in
+            var x = bytes.loadUnaligned(as: UInt64.self) &+ UInt64(truncatingIfNeeded: seed)
+            x = (x ^ (x >> 33)) &* 0xFF51_AFD7_ED55_8CCD
+            x ^= bytes.loadUnaligned(fromByteOffset: 8, as: UInt64.self)
+            x = (x ^ (x >> 33)) &* 0xC4CE_B9FE_1A85_EC53
+            return Int(truncatingIfNeeded: x ^ (x >> 33))
+        }
+    }
+
     public static func == (lhs: ObjectID, rhs: ObjectID) -> Bool {
         lhs.uuid == rhs.uuid && lhs.entityName == rhs.entityName
     }
