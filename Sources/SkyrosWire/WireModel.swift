@@ -260,9 +260,8 @@ extension WireReader {
     public mutating func snapshot() throws(WireError) -> Snapshot {
         let id = try objectID()
         let count = try count()
-        var values = ContiguousArray<StoredValue>()
-        values.reserveCapacity(count)
-        for _ in 0..<count { values.append(try value()) }
+        var values = StoredValues(repeating: .null, count: count)  // `count` fits in what is left of the message
+        for index in 0..<count { values[index] = try value() }
         return Snapshot(id: id, values: values, version: try version())
     }
 

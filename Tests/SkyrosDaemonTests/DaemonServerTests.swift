@@ -153,7 +153,7 @@ struct DaemonServerTests {
         #expect(errorCode(try client.call(.save(clientID: "c", saveNumber: 2, changes: ChangeSet(inserted: [wrongType]))))
             == "valueNotStorable")
         var short = userSnapshot("y")
-        short.values.removeLast(3)
+        short.values = StoredValues(short.values.dropLast(3))
         #expect(errorCode(try client.call(.save(clientID: "c", saveNumber: 3, changes: ChangeSet(inserted: [short]))))
             == "valueNotStorable")
         #expect(errorCode(try client.call(.save(clientID: "c", saveNumber: 4, changes: ChangeSet(

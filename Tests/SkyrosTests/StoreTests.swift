@@ -236,3 +236,26 @@ struct DefaultValueTests {
         #expect(count == 0)
     }
 }
+
+@Suite("StoredValues")
+struct StoredValuesTests {
+    @Test("copies are independent (copy on write); equality, hashing and coding are those of an array of values")
+    func valueSemantics() throws {
+        let values: StoredValues = [.text("Ada"), .integer(36), .null, .real(1.5), .blob(Data([1, 2]))]
+        var copy = values
+        copy[1] = .integer(37)
+        #expect(values[1] == .integer(36))
+        #expect(copy[1] == .integer(37))
+        #expect(values != copy)
+        copy[1] = .integer(36)
+        #expect(values == copy)
+        #expect(Set([values, copy]).count == 1)
+        #expect(StoredValues() == [])
+        #expect(StoredValues().isEmpty)
+        #expect(StoredValues(repeating: .null, count: 3) == [.null, .null, .null])
+        let encoded = try JSONEncoder().encode(values)
+        #expect(encoded == (try JSONEncoder().encode(Array(values))))
+        #expect(try JSONDecoder().decode(StoredValues.self, from: encoded) == values)
+        #expect(values.description == Array(values).description)
+    }
+}

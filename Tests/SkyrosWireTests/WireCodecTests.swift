@@ -7,7 +7,7 @@ import Testing
 let sampleMessages: [WireMessage] = {
     let user = ObjectID(entityName: "User", uuid: UUID(uuidString: "0190E4C8-1111-7000-8000-000000000001")!)
     let post = ObjectID(entityName: "Post", uuid: UUID(uuidString: "0190E4C8-2222-7000-8000-000000000002")!)
-    let values: ContiguousArray<StoredValue> = [
+    let values: StoredValues = [
         .null, .integer(-42), .integer(.max), .integer(.min), .real(0.1), .real(-.infinity), .text("héllo"), .text(""),
         .blob(Data([0, 1, 255])),
     ]

@@ -311,7 +311,7 @@ extension ObjectContext {
     }
 
     public func forEachSnapshot(
-        _ request: StoreRequest, _ body: (ObjectID, ContiguousArray<StoredValue>, Int64) throws -> Void
+        _ request: StoreRequest, _ body: (ObjectID, StoredValues, Int64) throws -> Void
     ) throws {
         try performAndWait {
             if hasPendingChanges(of: request.entityName) {

@@ -52,7 +52,7 @@ public final class ObjectContext: ObjectStore, @unchecked Sendable, CustomString
     /// Rows inserted by a child's save that nobody has asked for in this context yet: kept
     /// as values only, and turned into objects on first use (most never are: they just pass
     /// through toward the store).
-    @exclusivity(unchecked) var insertedRows = PendingList<ContiguousArray<StoredValue>>()
+    @exclusivity(unchecked) var insertedRows = PendingList<StoredValues>()
     @exclusivity(unchecked) var updated: [ObjectID: any ManagedObject] = [:]
     @exclusivity(unchecked) var deleted: [ObjectID: any ManagedObject] = [:]
     /// The entity of the last insert, known to be of this context's schema.
@@ -160,7 +160,7 @@ public final class ObjectContext: ObjectStore, @unchecked Sendable, CustomString
 
     /// The registered object, or a new one made from `values` (a fault when nil).
     func materialize(
-        _ id: ObjectID, values: ContiguousArray<StoredValue>?, version: Int64 = 0,
+        _ id: ObjectID, values: StoredValues?, version: Int64 = 0,
         entity knownEntity: EntityDescription? = nil
     ) throws -> any ManagedObject {
         if let object = registered(id) {
@@ -177,7 +177,7 @@ public final class ObjectContext: ObjectStore, @unchecked Sendable, CustomString
     /// fault when `values` is nil.
     @inline(__always)
     func makeObject(
-        _ id: ObjectID, of entity: EntityDescription, values: ContiguousArray<StoredValue>?, version: Int64 = 0
+        _ id: ObjectID, of entity: EntityDescription, values: StoredValues?, version: Int64 = 0
     ) -> any ManagedObject {
         let storage = ObjectStorage(objectID: id, entity: entity, values: values, reference: reference)
         storage.version = version

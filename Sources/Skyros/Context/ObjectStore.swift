@@ -14,7 +14,7 @@ public protocol ObjectStore: AnyObject, Sendable {
     /// order, without collecting them first. The default implementation iterates
     /// ``fetchSnapshots(_:)``.
     func forEachSnapshot(
-        _ request: StoreRequest, _ body: (ObjectID, ContiguousArray<StoredValue>, Int64) throws -> Void) throws
+        _ request: StoreRequest, _ body: (ObjectID, StoredValues, Int64) throws -> Void) throws
     /// The identifiers of the rows matching a request, sorted and sliced as it says.
     func fetchIdentifiers(_ request: StoreRequest) throws -> [ObjectID]
     /// The number of rows matching a request (limit and offset applied).
@@ -27,7 +27,7 @@ public protocol ObjectStore: AnyObject, Sendable {
 
 extension ObjectStore {
     public func forEachSnapshot(
-        _ request: StoreRequest, _ body: (ObjectID, ContiguousArray<StoredValue>, Int64) throws -> Void
+        _ request: StoreRequest, _ body: (ObjectID, StoredValues, Int64) throws -> Void
     ) throws {
         for snapshot in try fetchSnapshots(request) { try body(snapshot.id, snapshot.values, snapshot.version) }
     }
@@ -68,11 +68,11 @@ public struct SortKey: Sendable, Codable, Hashable {
 public struct Snapshot: Sendable, Codable, Hashable {
     public var id: ObjectID
     /// One value per property of the entity, in declaration order (NULL for to-many).
-    public var values: ContiguousArray<StoredValue>
+    public var values: StoredValues
     /// The object's version in the store: 1 when inserted, one more at each committed
     /// update; 0 when unknown (an object not saved yet).
     public var version: Int64
-    public init(id: ObjectID, values: ContiguousArray<StoredValue>, version: Int64 = 0) {
+    public init(id: ObjectID, values: StoredValues, version: Int64 = 0) {
         self.id = id
         self.values = values
         self.version = version

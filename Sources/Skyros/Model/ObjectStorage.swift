@@ -21,7 +21,7 @@ public final class ObjectStorage {
 
     // Confined to the context's queue (checked under SKYROS_CONCURRENCY_DEBUG), so the
     // dynamic exclusivity checks of these hot properties are left out.
-    @exclusivity(unchecked) @usableFromInline var values: ContiguousArray<StoredValue>
+    @exclusivity(unchecked) @usableFromInline var values: StoredValues
     @exclusivity(unchecked) @usableFromInline var isFault: Bool
     @exclusivity(unchecked) var isInserted = false
     @exclusivity(unchecked) var isDeleted = false
@@ -39,12 +39,12 @@ public final class ObjectStorage {
     var hasChanges: Bool { isInserted || isDeleted || !changed.isEmpty }
 
     init(
-        objectID: ObjectID, entity: EntityDescription, values: ContiguousArray<StoredValue>?,
+        objectID: ObjectID, entity: EntityDescription, values: StoredValues?,
         reference: ContextReference
     ) {
         self.objectID = objectID
         self.entity = entity
-        self.values = values ?? ContiguousArray(repeating: .null, count: entity.properties.count)
+        self.values = values ?? StoredValues(repeating: .null, count: entity.properties.count)
         self.isFault = values == nil
         self.contextReference = reference
     }
@@ -141,7 +141,7 @@ public final class ObjectStorage {
 
     /// Gives the object the values and version of its row, read from the parent: a fault
     /// is fulfilled, a refreshed object is up to date again.
-    func fill(_ values: ContiguousArray<StoredValue>, version: Int64) {
+    func fill(_ values: StoredValues, version: Int64) {
         self.values = values
         self.version = version
         isFault = false

@@ -64,16 +64,16 @@ public final class EntityDescription: @unchecked Sendable, CustomStringConvertib
     }
 
     /// The values of a new object: each property's default.
-    func defaultValues() -> (ContiguousArray<StoredValue>, [Int: SkyrosError]) {
-        var values = ContiguousArray<StoredValue>()
-        values.reserveCapacity(properties.count)
+    func defaultValues() -> (StoredValues, [Int: SkyrosError]) {
         var errors: [Int: SkyrosError] = [:]
-        for property in properties {
-            do {
-                values.append(try property.makeDefault())
-            } catch {
-                values.append(.null)
-                errors[property.index] = valueError(error, at: property.index)
+        let values = StoredValues(unsafeUninitializedCount: properties.count) { values in
+            for (index, property) in properties.enumerated() {
+                do {
+                    (values + index).initialize(to: try property.makeDefault())
+                } catch {
+                    (values + index).initialize(to: .null)
+                    errors[index] = valueError(error, at: index)
+                }
             }
         }
         return (values, errors)

@@ -199,7 +199,7 @@ public final class SQLiteStore: ObjectStore, @unchecked Sendable {
     }
 
     public func forEachSnapshot(
-        _ request: StoreRequest, _ body: (ObjectID, ContiguousArray<StoredValue>, Int64) throws -> Void
+        _ request: StoreRequest, _ body: (ObjectID, StoredValues, Int64) throws -> Void
     ) throws {
         let table = try tableInfo(request.entityName)
         var builder = SQLBuilder(schema: schema)
@@ -213,16 +213,15 @@ public final class SQLiteStore: ObjectStore, @unchecked Sendable {
             try Self.query(db, sql, builder.arguments) { statement in
                 let uuid = Self.uuid(statement, 0)
                 let version = sqlite3_column_int64(statement, 1)
-                let values: ContiguousArray<StoredValue>
+                let values: StoredValues
                 if dense {
-                    values = ContiguousArray(unsafeUninitializedCapacity: count) { buffer, initialized in
+                    values = StoredValues(unsafeUninitializedCount: count) { buffer in
                         for index in 0..<count {
-                            (buffer.baseAddress! + index).initialize(to: Self.value(statement, Int32(index + 2), types[index]))
+                            (buffer + index).initialize(to: Self.value(statement, Int32(index + 2), types[index]))
                         }
-                        initialized = count
                     }
                 } else {
-                    var sparse = ContiguousArray<StoredValue>(repeating: .null, count: count)
+                    var sparse = StoredValues(repeating: .null, count: count)
                     for column in columnIndexes.indices {
                         sparse[columnIndexes[column]] = Self.value(statement, Int32(column + 2), types[column])
                     }
