@@ -67,6 +67,7 @@ public final class ObjectContext: ObjectStore, @unchecked Sendable, CustomString
         self.parentIsContext = parent is ObjectContext
         self.queue = DispatchQueue(label: "skyros.context.\(name)")
         reference.context = self
+        if ConcurrencyDebug.isRequested && !ConcurrencyDebug.isEnabled { ConcurrencyDebug.isEnabled = true }
     }
 
     public var description: String { "ObjectContext(\(name))" }

@@ -185,8 +185,13 @@ final class ContextReference {
 /// `SKYROS_CONCURRENCY_DEBUG=1`: trap when a managed object is touched off its context's queue.
 @usableFromInline
 enum ConcurrencyDebug {
+    /// Read on every attribute access, so a plain flag rather than a lazily initialised one:
+    /// it is set when a context is made (every object belongs to one), and only ever to true.
     @usableFromInline
-    static let isEnabled: Bool = {
+    nonisolated(unsafe) static var isEnabled = false
+
+    /// What the environment asks for, read once.
+    static let isRequested: Bool = {
         guard let value = ProcessInfo.processInfo.environment["SKYROS_CONCURRENCY_DEBUG"] else { return false }
         return value == "1" || value.lowercased() == "yes" || value.lowercased() == "true"
     }()
