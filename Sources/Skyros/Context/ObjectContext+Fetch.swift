@@ -101,8 +101,7 @@ extension ObjectContext {
                 body(object)
                 return
             }
-            let object = makeObject(id, of: entity, values: values, version: version)
-            object.skyrosStorage.isExposed = true
+            let object = makeObject(id, of: entity, values: values, version: version, exposed: true)
             made.append(Entry(object))
             body(object)
         }

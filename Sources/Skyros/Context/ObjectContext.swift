@@ -178,10 +178,11 @@ public final class ObjectContext: ObjectStore, @unchecked Sendable, CustomString
     /// fault when `values` is nil.
     @inline(__always)
     func makeObject(
-        _ id: ObjectID, of entity: EntityDescription, values: StoredValues?, version: Int64 = 0
+        _ id: ObjectID, of entity: EntityDescription, values: StoredValues?, version: Int64 = 0, exposed: Bool = false
     ) -> any ManagedObject {
         let storage = ObjectStorage(objectID: id, entity: entity, values: values, reference: reference)
         storage.version = version
+        storage.isExposed = exposed
         return entity.objectType.init(skyrosStorage: storage)
     }
 
