@@ -556,11 +556,10 @@ public final class SQLiteStore: ObjectStore, @unchecked Sendable {
     }
 
     static func uuid(_ statement: OpaquePointer, _ column: Int32) -> UUID {
-        var bytes: uuid_t = (0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0)
-        if let pointer = sqlite3_column_blob(statement, column), sqlite3_column_bytes(statement, column) == 16 {
-            withUnsafeMutableBytes(of: &bytes) { $0.copyMemory(from: UnsafeRawBufferPointer(start: pointer, count: 16)) }
+        guard let pointer = sqlite3_column_blob(statement, column), sqlite3_column_bytes(statement, column) == 16 else {
+            return UUID(uuid: (0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0))
         }
-        return UUID(uuid: bytes)
+        return UUID(uuid: pointer.loadUnaligned(as: uuid_t.self))
     }
 
     /// Maps SQLite errors to typed Skyros errors.
