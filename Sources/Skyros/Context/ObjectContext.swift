@@ -408,11 +408,13 @@ public final class ObjectContext: ObjectStore, @unchecked Sendable, CustomString
 
     /// Empties the pending sets (after a save, a rollback or a reset).
     func clearPendingChanges() {
-        inserted = PendingList()
-        insertedRows = PendingList()
-        updated = [:]
-        deleted = [:]
-        pendingCountByEntity = [:]
+        // Only what was used is replaced: a small save leaves most of these empty, and making
+        // new empty collections is not free.
+        inserted.removeAll()
+        insertedRows.removeAll()
+        if !updated.isEmpty { updated = [:] }
+        if !deleted.isEmpty { deleted = [:] }
+        if !pendingCountByEntity.isEmpty { pendingCountByEntity = [:] }
     }
 
     /// Turns an object back into a fault, discarding its pending changes unless

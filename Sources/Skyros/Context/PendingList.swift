@@ -33,6 +33,11 @@ struct PendingList<Value> {
         }
     }
 
+    /// Removes every entry, and the storage of those removed before.
+    mutating func removeAll() {
+        if !ids.isEmpty || positions != nil { self = PendingList() }
+    }
+
     /// Makes room for `capacity` entries, growing geometrically: many small saves into a
     /// context must not copy its pending list each time.
     mutating func reserveCapacity(_ capacity: Int) {
