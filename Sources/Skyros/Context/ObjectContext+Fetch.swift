@@ -87,14 +87,12 @@ extension ObjectContext {
     /// Makes the objects of a request as the parent's rows stream in, handing each to `body`
     /// in order; for a context with no pending change of the entity (nothing to merge).
     /// Registered objects are reused (a fault is filled from its row). New objects are
-    /// registered together once every row is read, as a list the registry indexes on its
-    /// first lookup; when the registry was empty it is not searched at all (a query gives
-    /// each object once).
+    /// registered as they are made, in a list the registry indexes on its first lookup;
+    /// when the registry was empty it is not searched at all (a query gives each object once).
     @usableFromInline
     func streamObjects(_ request: StoreRequest, _ body: (any ManagedObject) -> Void) throws {
         let entity = try schema.requireEntity(request.entityName)
         let mayBeRegistered = !registry.isEmpty || hasChanges
-        var made: [Entry] = []
         try parent.forEachSnapshot(request) { id, values, version in
             if mayBeRegistered, let object = registered(id) {
                 if object.skyrosStorage.isFault { object.skyrosStorage.fill(values, version: version) }
@@ -102,11 +100,10 @@ extension ObjectContext {
                 return
             }
             let object = makeObject(id, of: entity, values: values, version: version, exposed: true)
-            made.append(Entry(object))
+            registry.addNew(Entry(object))
             body(object)
         }
         // The objects just made are held by the caller: pruning now would free nothing.
-        registry.addNew(made)
         registryPurgeThreshold = max(4096, registry.count * 2)
     }
 

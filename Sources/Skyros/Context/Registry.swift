@@ -49,10 +49,10 @@ struct Registry {
         if index.capacity < capacity { index.reserveCapacity(Swift.max(capacity, index.capacity * 2)) }
     }
 
-    /// Registers objects that are not registered yet and appear once each (the new objects
-    /// of one fetch), without indexing them yet.
-    mutating func addNew(_ entries: [ObjectContext.Entry]) {
-        if unindexed.isEmpty { unindexed = entries } else { unindexed += entries }
+    /// Registers an object that is not registered yet (a new object of a fetch, which gives
+    /// each object once), without indexing it yet.
+    mutating func addNew(_ entry: ObjectContext.Entry) {
+        unindexed.append(entry)
     }
 
     /// Removes and returns the entries of objects that only the registry holds and that have
