@@ -85,8 +85,11 @@ struct EmbeddedBenchmark {
                 }
             }
         }
+        // The same for the baseline: a new connection, whose page cache does not hold the
+        // pages its insert just wrote (up to a fifth faster when it does).
         var rawChecksum = 0.0
-        let rawFetch = Clock.seconds { rawChecksum = raw.readAllItems() }
+        let reading = RawSQLite(path: folder.appendingPathComponent("raw.sqlite").path)
+        let rawFetch = Clock.seconds { rawChecksum = reading.readAllItems() }
         precondition(checksum == rawChecksum, "the two fetches read different data")
 
         // 1% of the rows through the index; each round fetches other rows, nothing is cached.
