@@ -258,4 +258,28 @@ struct StoredValuesTests {
         #expect(try JSONDecoder().decode(StoredValues.self, from: encoded) == values)
         #expect(values.description == Array(values).description)
     }
+
+    @Test("rows made in one arena share buffers but behave as values of their own")
+    func arenaRows() {
+        var arena = StoredValues.Arena()
+        var rows = (0..<3000).map { row in
+            arena.make(count: 3) { $0.initialize(repeating: .integer(Int64(row)), count: 3) }
+        }
+        #expect(rows[1234] == [.integer(1234), .integer(1234), .integer(1234)])
+        #expect(rows[1234].hashValue == StoredValues([.integer(1234), .integer(1234), .integer(1234)]).hashValue)
+        let before = rows[11]
+        rows[11][2] = .text("changed")  // shared buffer: copied first
+        #expect(rows[11] == [.integer(11), .integer(11), .text("changed")])
+        #expect(before == [.integer(11), .integer(11), .integer(11)])
+        #expect(rows[10] == [.integer(10), .integer(10), .integer(10)])
+        #expect(rows[12] == [.integer(12), .integer(12), .integer(12)])
+        // Once the other rows are gone, a row alone in its buffer is written in place.
+        var last = rows[2999]
+        rows = []
+        last[0] = .null
+        #expect(last == [.null, .integer(2999), .integer(2999)])
+        // More values than a shared buffer takes get a buffer of their own.
+        let wide = arena.make(count: 5000) { $0.initialize(repeating: .null, count: 5000) }
+        #expect(wide.count == 5000 && wide.allSatisfy { $0 == .null })
+    }
 }

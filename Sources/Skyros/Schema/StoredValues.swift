@@ -14,7 +14,8 @@ import Foundation
 public struct StoredValues: RandomAccessCollection, MutableCollection, Hashable, Codable, ExpressibleByArrayLiteral,
     CustomStringConvertible
 {
-    /// The elements, with their count as the header.
+    /// Elements, with how many of them are initialized as the header. Values of their own
+    /// have a buffer each; the rows of one fetch share buffers (see ``Arena``).
     @usableFromInline
     final class Buffer: ManagedBuffer<Int, StoredValue> {
         deinit {
@@ -23,15 +24,62 @@ public struct StoredValues: RandomAccessCollection, MutableCollection, Hashable,
     }
 
     @usableFromInline var buffer: Buffer
+    /// Where these values start in `buffer`, and how many there are.
+    @usableFromInline var offset: Int32
+    @usableFromInline var length: Int32
+
+    @inlinable
+    init(buffer: Buffer, offset: Int, count: Int) {
+        self.buffer = buffer
+        self.offset = Int32(offset)
+        self.length = Int32(count)
+    }
 
     /// Makes `count` values that `initializer` initializes, all of them, in place.
     @inlinable
     public init(unsafeUninitializedCount count: Int, initializingWith initializer: (UnsafeMutablePointer<StoredValue>) -> Void) {
-        precondition(count >= 0, "a negative count of values")
-        buffer = unsafeDowncast(Buffer.create(minimumCapacity: count) { _ in 0 }, to: Buffer.self)
+        precondition(count >= 0 && count <= Int(Int32.max), "an impossible count of values")
+        let buffer = unsafeDowncast(Buffer.create(minimumCapacity: count) { _ in 0 }, to: Buffer.self)
         buffer.withUnsafeMutablePointers { header, elements in
             initializer(elements)
             header.pointee = count
+        }
+        self.init(buffer: buffer, offset: 0, count: count)
+    }
+
+    /// Makes the values of many rows, a few thousand values to a buffer: a fetch makes one
+    /// allocation per buffer instead of one per row. The rows of a buffer keep it alive
+    /// together (about 100 KB); a row written to gets a buffer of its own first.
+    public struct Arena {
+        private var buffer: StoredValues.Buffer?
+        private var used = 0
+        private var capacity = 0
+        /// Values per shared buffer.
+        static let valuesPerBuffer = 4096
+
+        public init() {}
+
+        /// Makes `count` values that `initializer` initializes, all of them, in place.
+        public mutating func make(
+            count: Int, initializingWith initializer: (UnsafeMutablePointer<StoredValue>) -> Void
+        ) -> StoredValues {
+            if count > Self.valuesPerBuffer / 4 {
+                return StoredValues(unsafeUninitializedCount: count, initializingWith: initializer)
+            }
+            if buffer == nil || used + count > capacity {
+                let made = StoredValues.Buffer.create(minimumCapacity: Self.valuesPerBuffer) { _ in 0 }
+                buffer = unsafeDowncast(made, to: StoredValues.Buffer.self)
+                used = 0
+                capacity = Self.valuesPerBuffer
+            }
+            let buffer = buffer!
+            let start = used
+            buffer.withUnsafeMutablePointers { header, elements in
+                initializer(elements + start)
+                header.pointee = start + count
+            }
+            used += count
+            return StoredValues(buffer: buffer, offset: start, count: count)
         }
     }
 
@@ -58,35 +106,33 @@ public struct StoredValues: RandomAccessCollection, MutableCollection, Hashable,
     // MARK: Collection
 
     @inlinable public var startIndex: Int { 0 }
-    // Read through its address: `ManagedBuffer.header` is a class property, each access of
-    // which would be checked for exclusivity at run time.
-    @inlinable public var endIndex: Int { buffer.withUnsafeMutablePointerToHeader { $0.pointee } }
+    @inlinable public var endIndex: Int { Int(length) }
 
     @inlinable
     public subscript(position: Int) -> StoredValue {
         get {
-            precondition(position >= 0 && position < endIndex, "StoredValues index out of range")
-            return buffer.withUnsafeMutablePointerToElements { $0[position] }
+            precondition(position >= 0 && position < Int(length), "StoredValues index out of range")
+            return buffer.withUnsafeMutablePointerToElements { $0[Int(offset) + position] }
         }
         set {
-            precondition(position >= 0 && position < endIndex, "StoredValues index out of range")
-            if !isKnownUniquelyReferenced(&buffer) { buffer = copiedBuffer() }
-            buffer.withUnsafeMutablePointerToElements { $0[position] = newValue }
+            precondition(position >= 0 && position < Int(length), "StoredValues index out of range")
+            if !isKnownUniquelyReferenced(&buffer) { self = copied() }
+            buffer.withUnsafeMutablePointerToElements { $0[Int(offset) + position] = newValue }
         }
     }
 
-    /// A buffer of its own, before a write to values that are shared.
+    /// The same values in a buffer of their own, before a write to values that are shared.
     @usableFromInline
-    func copiedBuffer() -> Buffer {
+    func copied() -> StoredValues {
         buffer.withUnsafeMutablePointerToElements { source in
-            StoredValues(unsafeUninitializedCount: count) { $0.initialize(from: source, count: count) }.buffer
+            StoredValues(unsafeUninitializedCount: count) { $0.initialize(from: source + Int(offset), count: count) }
         }
     }
 
     // MARK: Hashable, Codable, description
 
     public static func == (lhs: StoredValues, rhs: StoredValues) -> Bool {
-        lhs.buffer === rhs.buffer || lhs.elementsEqual(rhs)
+        (lhs.buffer === rhs.buffer && lhs.offset == rhs.offset && lhs.length == rhs.length) || lhs.elementsEqual(rhs)
     }
 
     public func hash(into hasher: inout Hasher) {

@@ -209,23 +209,22 @@ public final class SQLiteStore: ObjectStore, @unchecked Sendable {
         let types = table.columnTypes
         let dense = columnIndexes == Array(0..<count)  // no to-many: column i+1 is property i
         let entityName = table.entity.name
+        var arena = StoredValues.Arena()  // the rows' values, a few thousand to an allocation
         try read { db in
             try Self.query(db, sql, builder.arguments) { statement in
                 let uuid = Self.uuid(statement, 0)
                 let version = sqlite3_column_int64(statement, 1)
-                let values: StoredValues
-                if dense {
-                    values = StoredValues(unsafeUninitializedCount: count) { buffer in
+                let values = arena.make(count: count) { buffer in
+                    if dense {
                         for index in 0..<count {
                             (buffer + index).initialize(to: Self.value(statement, Int32(index + 2), types[index]))
                         }
+                    } else {
+                        buffer.initialize(repeating: .null, count: count)
+                        for column in columnIndexes.indices {
+                            buffer[columnIndexes[column]] = Self.value(statement, Int32(column + 2), types[column])
+                        }
                     }
-                } else {
-                    var sparse = StoredValues(repeating: .null, count: count)
-                    for column in columnIndexes.indices {
-                        sparse[columnIndexes[column]] = Self.value(statement, Int32(column + 2), types[column])
-                    }
-                    values = sparse
                 }
                 try body(ObjectID(entityName: entityName, uuid: uuid), values, version)
             }
