@@ -122,6 +122,30 @@ struct ContextTests {
         #expect(rows.map { $0.values[age] } == [.integer(0), .integer(42), .integer(0)])
     }
 
+    @Test("a save validating an object whose required to-one is still a pending row turns that row into an object")
+    func validationPromotesRows() throws {
+        let (store, root, main) = try makeStack()
+        let scratch = ObjectContext(name: "scratch", parent: main)
+        try scratch.performAndWait {
+            for index in 0..<50 {
+                let team = Team.create(in: scratch)
+                team.name = "team \(index)"
+                let badge = Badge.create(in: scratch)
+                badge.label = "badge \(index)"
+                badge.team = team
+            }
+            try scratch.save()
+        }
+        try main.performAndWait {
+            // Fetching badges turns their rows into objects; their teams stay rows until asked for.
+            #expect(try Badge.all(in: main).count == 50)
+            try main.save()
+        }
+        try root.performAndWait { try root.save() }
+        #expect(try store.count(StoreRequest(entityName: "Team")) == 50)
+        #expect(try store.count(StoreRequest(entityName: "Badge")) == 50)
+    }
+
     @Test("object(with:) is nil and existingObject throws for an unknown or deleted object")
     func objectLookups() throws {
         let (_, _, main) = try makeStack()

@@ -76,7 +76,8 @@ extension ObjectContext {
     // MARK: - Validation
 
     func validateForSave() throws {
-        try inserted.forEach { _, object in try validate(object.skyrosStorage) }
+        // Over a copy: validating may turn pending rows into inserted objects.
+        for object in inserted.values { try validate(object.skyrosStorage) }
         for object in updated.values { try validate(object.skyrosStorage) }
         for object in deleted.values {
             let storage = object.skyrosStorage
