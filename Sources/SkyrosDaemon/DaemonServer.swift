@@ -278,11 +278,7 @@ public final class DaemonServer: @unchecked Sendable {
                 }
             reply(to: save.identity, WireMessage(requestID: save.requestID, body: body))
         }
-        if events.count == 1 {
-            send(events[0].encoded, firstSequence: events[0].event.sequence)  // the bytes of its history row
-        } else {
-            publish(events.map(\.event))
-        }
+        publish(events)
     }
 
     /// The last save applied for a client: from memory, or from its record in the store the
@@ -336,12 +332,12 @@ public final class DaemonServer: @unchecked Sendable {
         case .snapshots(let ids): return .snapshotsReply(try store.snapshots(for: ids))
         case .deleteAll(let clientID):
             let event = ChangeEvent(sequence: sequence + 1, author: clientID, isReset: true, changes: [])
-            try store.transaction { transaction in
+            let encoded = try store.transaction { transaction in
                 try transaction.deleteAll()
-                try Journal.record(event, process: acceptedPeers[identity] ?? "", save: nil, in: transaction)
+                return try Journal.record(event, process: acceptedPeers[identity] ?? "", save: nil, in: transaction)
             }
             sequence = event.sequence
-            publish(event)
+            publish([(event, encoded)])
             return .saved(sequence: sequence)
         case .changesSince(let since):
             return .changes(try Journal.changes(since: since, current: sequence, limit: 10_000, in: store))
@@ -384,17 +380,19 @@ public final class DaemonServer: @unchecked Sendable {
     private func heartbeatIfDue(every interval: TimeInterval) {
         guard Date().timeIntervalSince(lastHeartbeat) >= interval else { return }
         lastHeartbeat = Date()
-        publish(ChangeEvent(sequence: sequence, author: "", changes: []))
+        let heartbeat = ChangeEvent(sequence: sequence, author: "", changes: [])
+        send(WireMessage(requestID: 0, body: .event(heartbeat)).encoded(), firstSequence: heartbeat.sequence)
     }
 
-    private func publish(_ event: ChangeEvent) { publish([event]) }
-
-    /// Publishes committed change sets: one event, or the consecutive events of a group
-    /// commit in one `changes` message (each subscriber wakes up once for all of them).
-    private func publish(_ committed: [ChangeEvent]) {
+    /// Publishes committed change sets, each with the bytes of its history row (the encoded
+    /// `event` message): one event as recorded, or the consecutive events of a group commit
+    /// in one `changes` message (each subscriber wakes up once for all of them).
+    private func publish(_ committed: [(event: ChangeEvent, encoded: [UInt8])]) {
         guard let first = committed.first else { return }
-        let body: WireMessage.Body = committed.count == 1 ? .event(first) : .changes(committed)
-        send(WireMessage(requestID: 0, body: body).encoded(), firstSequence: first.sequence)
+        let message =
+            committed.count == 1
+            ? first.encoded : WireMessage(requestID: 0, body: .changes(committed.map(\.event))).encoded()
+        send(message, firstSequence: first.event.sequence)
     }
 
     /// Publishes an encoded `event` or `changes` message.

@@ -58,7 +58,6 @@ struct Journal {
 
     /// Records a committed change set: its history row and, for a save, the client's save
     /// number. Returns the event as published (the bytes of the history row).
-    @discardableResult
     static func record(
         _ event: ChangeEvent, process: String, save: UInt64?, in transaction: SQLiteStore.Transaction
     ) throws -> [UInt8] {
