@@ -18,6 +18,12 @@ public struct StoredValues: RandomAccessCollection, MutableCollection, Hashable,
     /// have a buffer each; the rows of one fetch share buffers (see ``Arena``).
     @usableFromInline
     final class Buffer: ManagedBuffer<Int, StoredValue> {
+        /// A buffer for `capacity` values, none initialized yet.
+        @inlinable
+        static func make(capacity: Int) -> Buffer {
+            unsafeDowncast(create(minimumCapacity: capacity) { _ in 0 }, to: Buffer.self)
+        }
+
         deinit {
             _ = withUnsafeMutablePointers { count, elements in elements.deinitialize(count: count.pointee) }
         }
@@ -39,7 +45,7 @@ public struct StoredValues: RandomAccessCollection, MutableCollection, Hashable,
     @inlinable
     public init(unsafeUninitializedCount count: Int, initializingWith initializer: (UnsafeMutablePointer<StoredValue>) -> Void) {
         precondition(count >= 0 && count <= Int(Int32.max), "an impossible count of values")
-        let buffer = unsafeDowncast(Buffer.create(minimumCapacity: count) { _ in 0 }, to: Buffer.self)
+        let buffer = Buffer.make(capacity: count)
         buffer.withUnsafeMutablePointers { header, elements in
             initializer(elements)
             header.pointee = count
@@ -51,9 +57,8 @@ public struct StoredValues: RandomAccessCollection, MutableCollection, Hashable,
     /// allocation per buffer instead of one per row. The rows of a buffer keep it alive
     /// together (about 100 KB); a row written to gets a buffer of its own first.
     public struct Arena {
+        /// The buffer being filled; its header counts the values given out.
         private var buffer: StoredValues.Buffer?
-        private var used = 0
-        private var capacity = 0
         /// Values per shared buffer.
         static let valuesPerBuffer = 4096
 
@@ -66,19 +71,16 @@ public struct StoredValues: RandomAccessCollection, MutableCollection, Hashable,
             if count > Self.valuesPerBuffer / 4 {
                 return StoredValues(unsafeUninitializedCount: count, initializingWith: initializer)
             }
-            if buffer == nil || used + count > capacity {
-                let made = StoredValues.Buffer.create(minimumCapacity: Self.valuesPerBuffer) { _ in 0 }
-                buffer = unsafeDowncast(made, to: StoredValues.Buffer.self)
-                used = 0
-                capacity = Self.valuesPerBuffer
+            var start = buffer?.withUnsafeMutablePointerToHeader { $0.pointee } ?? Self.valuesPerBuffer
+            if start + count > Self.valuesPerBuffer {
+                buffer = .make(capacity: Self.valuesPerBuffer)
+                start = 0
             }
             let buffer = buffer!
-            let start = used
             buffer.withUnsafeMutablePointers { header, elements in
                 initializer(elements + start)
                 header.pointee = start + count
             }
-            used += count
             return StoredValues(buffer: buffer, offset: start, count: count)
         }
     }
