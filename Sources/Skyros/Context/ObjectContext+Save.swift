@@ -212,7 +212,7 @@ extension ObjectContext {
         var entity: EntityDescription?
         var added = 0
         for snapshot in changes.inserted {
-            if !inserted.isEmpty, let existing = inserted[snapshot.id] {
+            if let existing = inserted[snapshot.id] {  // no lookup (nor index) while nothing is inserted here
                 existing.skyrosStorage.values = snapshot.values
                 continue
             }
