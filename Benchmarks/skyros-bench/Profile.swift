@@ -3,7 +3,7 @@ import GRDBSQLite
 import Skyros
 
 /// Hidden suites to run under a profiler (`perf record`, `valgrind --tool=callgrind`):
-/// `skyros-bench profile-insert` and `skyros-bench profile-fetch`. They print rates, not
+/// `skyros-bench profile-insert`, `profile-fetch` and `profile-shared`. They print rates, not
 /// benchmark rows. `SKYROS_PROFILE_ROUNDS` sets how many times each step runs.
 struct Profile {
     let directory: URL
@@ -86,5 +86,25 @@ struct Profile {
             print("\(name): \(Int(objects / seconds)) /s, \(Int(seconds / objects * 1e9)) ns each")
         }
         print("checksum \(total)")
+    }
+
+    /// Client A saves one object through an in-process daemon, client B fetches it by an
+    /// indexed attribute: the requests of the shared benchmark's visibility loop, without waits.
+    func shared() throws {
+        let rounds = rounds ?? 2_000
+        let daemon = try SharedBenchmark.Daemon(directory.appendingPathComponent("shared"), durability: .normal)
+        defer { daemon.stop() }
+        let a = try Skyros(sharedStack: benchSchema, container: daemon.container.url, timeout: 60)
+        let b = try Skyros(sharedStack: benchSchema, container: daemon.container.url, timeout: 60)
+        let done = DispatchSemaphore(value: 0)
+        var found = 0
+        let seconds = try Clock.seconds {
+            for index in 0..<rounds {
+                a.writeSync({ context in Item.create(in: context).value = index }, completion: { _ in done.signal() })
+                done.wait()
+                try b.read { context in found += try Item.first(where: #Predicate { $0.value == index }, in: context) == nil ? 0 : 1 }
+            }
+        }
+        print("save + fetch: \(Int(seconds / Double(rounds) * 1e6)) us each, \(found) found")
     }
 }

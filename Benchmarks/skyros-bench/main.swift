@@ -25,7 +25,7 @@ if arguments.count == 4, let seconds = Double(arguments[3]) {
 let json = arguments.contains("--json")
 let quick = arguments.contains("--quick")
 // `profile-insert` and `profile-fetch` are hidden suites for profilers (Profile.swift).
-let suites = ["embedded", "shared", "contention", "profile-insert", "profile-fetch"]
+let suites = ["embedded", "shared", "contention", "profile-insert", "profile-fetch", "profile-shared"]
 guard let suite = arguments.first, suites.contains(suite) else {
     FileHandle.standardError.write(
         Data("usage: skyros-bench embedded|shared|contention [--json] [--quick] [--only fetch|saves|iterate]\n".utf8))
@@ -38,7 +38,11 @@ defer { try? FileManager.default.removeItem(at: directory) }
 
 if suite.hasPrefix("profile-") {
     let profile = Profile(directory: directory)
-    try suite == "profile-insert" ? profile.insert() : profile.fetch()
+    switch suite {
+    case "profile-insert": try profile.insert()
+    case "profile-shared": try profile.shared()
+    default: try profile.fetch()
+    }
 } else if !json {
     print("benchmark".padding(toLength: 52, withPad: " ", startingAt: 0), "unit".padding(toLength: 10, withPad: " ", startingAt: 0),
           "skyros".padding(toLength: 14, withPad: " ", startingAt: 0), "baseline".padding(toLength: 14, withPad: " ", startingAt: 0), "ratio")
