@@ -98,11 +98,11 @@ struct Profile {
         let b = try Skyros(sharedStack: benchSchema, container: daemon.container.url, timeout: 60)
         let done = DispatchSemaphore(value: 0)
         var found = 0
-        let seconds = try Clock.seconds {
+        let seconds = Clock.seconds {
             for index in 0..<rounds {
                 a.writeSync({ context in Item.create(in: context).value = index }, completion: { _ in done.signal() })
                 done.wait()
-                try b.read { context in found += try Item.first(where: #Predicate { $0.value == index }, in: context) == nil ? 0 : 1 }
+                b.read { context in found += try Item.first(where: #Predicate { $0.value == index }, in: context) == nil ? 0 : 1 }
             }
         }
         print("save + fetch: \(Int(seconds / Double(rounds) * 1e6)) us each, \(found) found")

@@ -81,7 +81,8 @@ public final class DaemonServer: @unchecked Sendable {
         lock = try GroupLock(container)
         if let description = try SQLiteStore.storedSchemaDescription(at: container.store) {
             let store = try SQLiteStore(
-                schema: try Schema(description: description), url: container.store, durability: configuration.durability)
+                schema: try Schema(description: description), url: container.store, durability: configuration.durability,
+                serialAccess: true)
             sequence = try Journal.open(store)
             self.store = store
         }
@@ -360,7 +361,8 @@ public final class DaemonServer: @unchecked Sendable {
                 throw SkyrosError(.schemaMismatch, "the schema description does not have the announced fingerprint")
             }
             let created = try SQLiteStore(
-                schema: schema, url: configuration.container.store, durability: configuration.durability)
+                schema: schema, url: configuration.container.store, durability: configuration.durability,
+                serialAccess: true)
             sequence = try Journal.open(created)
             store = created
             configuration.log("created the store for schema \(fingerprint)")

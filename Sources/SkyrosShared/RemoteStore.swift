@@ -191,7 +191,8 @@ public final class RemoteStore: PersistentStore, @unchecked Sendable {
     }
 
     /// Hands events to ``onChange`` in order (this client's own are skipped), then records
-    /// each as merged: once ``sequence`` reads n, the merge of n has been handed over.
+    /// each as merged: once ``sequence`` reads n, ``onChange`` has returned for n (the shared
+    /// stack's handler returns once the main context has merged it).
     /// Called on the event thread only.
     private func merge(_ events: [ChangeEvent]) {
         for event in events {

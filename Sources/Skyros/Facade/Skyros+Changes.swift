@@ -42,11 +42,15 @@ extension Skyros {
     /// Merges a change committed by another process into the main context: registered
     /// objects that changed become faults (their next access reads the new values), deleted
     /// ones are marked deleted and forgotten, and fetches see inserts (they ask the store).
-    /// Then ``changes`` delivers it. Called by the shared stack; objects with unsaved changes
-    /// in the main context keep them.
+    /// Then ``changes`` delivers it. Called by the shared stack on its event thread; objects
+    /// with unsaved changes in the main context keep them.
+    ///
+    /// The merge runs synchronously, inside the main context (waiting for it when it is
+    /// busy): it returns once the main context has the change. Merging on the caller's thread
+    /// spares the thread wake-up of an asynchronous hop on every change.
     public func merge(_ change: StoreChange) {
         let main = mainContext
-        main.perform { [self] in
+        main.performAndWait { [self] in
             if change.isReset {
                 main.forgetAllClean()
             } else if change.isRefresh {
