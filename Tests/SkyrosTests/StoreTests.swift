@@ -155,6 +155,29 @@ struct StoreTests {
         #expect(try normal.effectiveDurability() == .normal)
     }
 
+    @Test("a store with serial access reads on its writer connection what every save committed")
+    func serialAccessReads() throws {
+        let directory = try TemporaryDirectory()
+        let url = directory.file("store.sqlite")
+        let serial = try SQLiteStore(schema: testSchema, url: url, serialAccess: true)
+        let stack = Skyros(store: serial)
+        let users = StoreRequest(entityName: "User")
+        for round in 1...3 {
+            let probe = CompletionProbe()
+            stack.writeSync({ makeUsers([("First \(round)", "Last")], in: $0) }, completion: probe.completion)
+            #expect(probe.wait())
+            // Each read sees the commit just made, through the connection that made it.
+            #expect(try serial.count(users) == round)
+            #expect(try serial.fetchIdentifiers(users).count == round)
+        }
+        // The same rows as a store reading through the pool of another connection.
+        let pooled = try SQLiteStore(schema: testSchema, url: url)
+        let serialRows = try serial.fetchSnapshots(users)
+        #expect(serialRows.count == 3)
+        #expect(Set(serialRows) == Set(try pooled.fetchSnapshots(users)))
+        #expect(try serial.rows("SELECT count(*) FROM \"User\"") == [[.integer(3)]])
+    }
+
     @Test("the normal durability option opens and saves")
     func durabilityNormal() throws {
         let directory = try TemporaryDirectory()
