@@ -48,6 +48,11 @@ public final class DaemonServer: @unchecked Sendable {
     private var sequence: UInt64 = 0
     /// Connections that said hello, with the name of their process.
     private var acceptedPeers: [Data: String] = [:]
+    /// The event topic of each connection that said hello (see ``WireMessage/broadcastTopic``),
+    /// given in turn from 1 to 255: two connections share one only past 255 of them, and
+    /// then each receives the other's events a little later, by catching up.
+    private var eventTopics: [Data: UInt8] = [:]
+    private var nextEventTopic: UInt8 = 1
     private let access: PeerAccess
     private var lastHeartbeat = Date.distantPast
     private var lastPrune = Date.distantPast
@@ -212,7 +217,7 @@ public final class DaemonServer: @unchecked Sendable {
     private func commit(_ saves: [PendingSave]) {
         guard let store else { return }
         var results: [Result<UInt64, SkyrosError>] = []
-        var events: [(event: ChangeEvent, encoded: [UInt8])] = []
+        var events: [Committed] = []
         var next = sequence
         // Save records of this turn: known to `lastSaves` only once the commit is durable.
         var recorded: [String: Journal.SaveRecord] = [:]
@@ -241,7 +246,7 @@ public final class DaemonServer: @unchecked Sendable {
                         let (event, encoded) = try isolated ? transaction.savepoint(apply) : apply()
                         next = event.sequence
                         recorded[save.clientID] = Journal.SaveRecord(save: save.saveNumber, sequence: next)
-                        events.append((event, encoded))
+                        events.append(Committed(event: event, encoded: encoded, topic: eventTopics[save.identity]))
                         results.append(.success(event.sequence))
                     } catch {
                         // Alone in its transaction, a failed save rolls the transaction back.
@@ -338,7 +343,7 @@ public final class DaemonServer: @unchecked Sendable {
                 return try Journal.record(event, process: acceptedPeers[identity] ?? "", save: nil, in: transaction)
             }
             sequence = event.sequence
-            publish([(event, encoded)])
+            publish([Committed(event: event, encoded: encoded, topic: eventTopics[identity])])
             return .saved(sequence: sequence)
         case .changesSince(let since):
             return .changes(try Journal.changes(since: since, current: sequence, limit: 10_000, in: store))
@@ -373,8 +378,13 @@ public final class DaemonServer: @unchecked Sendable {
                 "the group's store has schema \(store?.schema.fingerprint ?? "?"), the client \(name) has \(fingerprint)")
         }
         acceptedPeers[identity] = name
+        let topic = eventTopics[identity] ?? nextEventTopic
+        if eventTopics[identity] == nil {
+            eventTopics[identity] = topic
+            nextEventTopic = nextEventTopic == .max ? 1 : nextEventTopic + 1
+        }
         configuration.log("hello from \(name)")
-        return .welcome(protocolVersion: UInt64(WireMessage.protocolVersion), sequence: sequence)
+        return .welcome(protocolVersion: UInt64(WireMessage.protocolVersion), sequence: sequence, eventTopic: topic)
     }
 
     /// A heartbeat is an event with an empty author and the current sequence: clients learn
@@ -383,24 +393,37 @@ public final class DaemonServer: @unchecked Sendable {
         guard Date().timeIntervalSince(lastHeartbeat) >= interval else { return }
         lastHeartbeat = Date()
         let heartbeat = ChangeEvent(sequence: sequence, author: "", changes: [])
-        send(WireMessage(requestID: 0, body: .event(heartbeat)).encoded(), firstSequence: heartbeat.sequence)
+        send(
+            WireMessage(requestID: 0, body: .event(heartbeat)).encoded(), topic: WireMessage.broadcastTopic,
+            firstSequence: heartbeat.sequence)
     }
 
-    /// Publishes committed change sets, each with the bytes of its history row (the encoded
-    /// `event` message): one event as recorded, or the consecutive events of a group commit
-    /// in one `changes` message (each subscriber wakes up once for all of them).
-    private func publish(_ committed: [(event: ChangeEvent, encoded: [UInt8])]) {
+    /// A committed change set: its event, the bytes of its history row (the encoded `event`
+    /// message), and the event topic of the connection that saved it.
+    private struct Committed {
+        var event: ChangeEvent
+        var encoded: [UInt8]
+        var topic: UInt8?
+    }
+
+    /// Publishes committed change sets: one event as recorded, under its author's topic (the
+    /// author knows it from the reply and does not wake up for it), or the consecutive events
+    /// of a group commit in one `changes` message to everyone (each subscriber wakes up once
+    /// for all of them).
+    private func publish(_ committed: [Committed]) {
         guard let first = committed.first else { return }
-        let message =
-            committed.count == 1
-            ? first.encoded : WireMessage(requestID: 0, body: .changes(committed.map(\.event))).encoded()
-        send(message, firstSequence: first.event.sequence)
+        if committed.count == 1 {
+            send(first.encoded, topic: first.topic ?? WireMessage.broadcastTopic, firstSequence: first.event.sequence)
+        } else {
+            let message = WireMessage(requestID: 0, body: .changes(committed.map(\.event))).encoded()
+            send(message, topic: WireMessage.broadcastTopic, firstSequence: first.event.sequence)
+        }
     }
 
-    /// Publishes an encoded `event` or `changes` message.
-    private func send(_ encoded: [UInt8], firstSequence: UInt64) {
+    /// Publishes an encoded `event` or `changes` message: two frames, its topic and itself.
+    private func send(_ encoded: [UInt8], topic: UInt8, firstSequence: UInt64) {
         do {
-            try events.send([Data(encoded)], dontWait: true)
+            try events.send([Data([topic]), Data(encoded)], dontWait: true)
         } catch {
             configuration.log("could not publish changes from \(firstSequence): \(error)")
         }

@@ -48,6 +48,18 @@ public final class RemoteStore: PersistentStore, @unchecked Sendable {
     /// The sequence of the last change set merged (or known to be this client's own).
     public var sequence: UInt64 { eventsLock.withLock { _sequence } }
     private var _sequence: UInt64 = 0
+    /// Sequences of this client's own saves past ``sequence``: the daemon does not send
+    /// their events here (they come under this connection's event topic), so they are
+    /// counted as merged from their replies.
+    private var ownSequences: Set<UInt64> = []
+    /// The event topic of the current connection (from its welcome), and the one the event
+    /// socket is subscribed without (nil: subscribed to everything); the event thread
+    /// changes its subscriptions when they differ.
+    private var eventTopic: UInt8?
+    private var unsubscribedTopic: UInt8?
+    /// For tests: change events (not heartbeats) received on the event socket.
+    var receivedEventsForTesting: Int { eventsLock.withLock { receivedEvents } }
+    private var receivedEvents = 0
 
     /// Connects to the daemon of `container` and says hello.
     ///
@@ -90,10 +102,11 @@ public final class RemoteStore: PersistentStore, @unchecked Sendable {
             clientName: name, schemaDescription: description)
         let reply = try request(hello)
         helloMessage = hello
-        guard case .welcome(_, let current) = reply else {
+        guard case .welcome(_, let current, let topic) = reply else {
             throw SkyrosError(.malformedMessage, "the daemon answered hello with \(reply)")
         }
         _sequence = current
+        eventTopic = topic
     }
 
     deinit {
@@ -127,6 +140,7 @@ public final class RemoteStore: PersistentStore, @unchecked Sendable {
             var lastHeard = Date()
             while let self, !self.eventsLock.withLock({ self.stopped }) {
                 do {
+                    try self.subscribeToOthers()
                     guard try self.events.waitForInput(milliseconds: 50) else {
                         if Date().timeIntervalSince(lastHeard) > self.silenceInterval {
                             // Silence: the daemon may be gone or events lost; ask what was missed.
@@ -136,11 +150,16 @@ public final class RemoteStore: PersistentStore, @unchecked Sendable {
                         continue
                     }
                     lastHeard = Date()
+                    // Two frames: the topic, then the message.
                     let frames = try self.events.receive(dontWait: true)
-                    guard let frame = frames.first else { continue }
+                    guard frames.count == 2, let frame = frames.last else { continue }
                     switch try WireMessage.decode([UInt8](frame)).body {
-                    case .event(let event): self.deliver([event])
-                    case .changes(let events): self.deliver(events)  // the events of one group commit
+                    case .event(let event):
+                        if !event.author.isEmpty { self.eventsLock.withLock { self.receivedEvents += 1 } }
+                        self.deliver([event])
+                    case .changes(let events):  // the events of one group commit
+                        self.eventsLock.withLock { self.receivedEvents += events.count }
+                        self.deliver(events)
                     default: continue
                     }
                 } catch {
@@ -153,18 +172,61 @@ public final class RemoteStore: PersistentStore, @unchecked Sendable {
         thread.start()
     }
 
+    /// Subscribes the event socket to every topic but the current connection's own (whose
+    /// events are this client's saves), once the topic is known or when it changed (a new
+    /// connection said hello). Called on the event thread only, which owns the socket.
+    private func subscribeToOthers() throws {
+        let (wanted, current) = eventsLock.withLock { (eventTopic, unsubscribedTopic) }
+        guard let wanted, wanted != current else { return }
+        eventsLock.withLock { unsubscribedTopic = wanted }
+        if let current {
+            try events.subscribe(Data([current]))  // someone else's now
+            try events.unsubscribe(Data([wanted]))
+        } else {
+            for topic in UInt8.min...UInt8.max where topic != wanted { try events.subscribe(Data([topic])) }
+            try events.unsubscribe()  // the prefix "" of the first subscription, to everything
+        }
+    }
+
     /// Merges events in sequence order, with no gap and no duplicate: an event (or a
     /// heartbeat, whose author is empty) past the next expected sequence means some were
-    /// dropped, and they are fetched with changes-since before going on.
+    /// dropped, and they are fetched with changes-since before going on. A gap may also be
+    /// this client's own save, whose event is not sent here and whose reply is still on its
+    /// way: the request in progress is waited for before catching up.
     private func deliver(_ events: [ChangeEvent]) {
-        let last = eventsLock.withLock { _sequence }
+        if mergeIfNext(events) { return }
+        lock.withLock {}  // a save in flight records its sequence before it lets go of the lock
+        if !mergeIfNext(events) { catchUp() }
+    }
+
+    /// Merges the events past the last one merged when they follow it; false when there is
+    /// a gap before them.
+    private func mergeIfNext(_ events: [ChangeEvent]) -> Bool {
+        let last = eventsLock.withLock { () -> UInt64 in
+            absorbOwnSequences()
+            return _sequence
+        }
         let new = events.drop { $0.sequence <= last }  // known already, or a heartbeat with nothing new
-        guard let first = new.first else { return }
+        guard let first = new.first else { return true }
         let consecutive = zip(new, new.dropFirst()).allSatisfy { $1.sequence == $0.sequence + 1 }
-        if first.sequence == last + 1 && !first.author.isEmpty && consecutive {
-            merge(Array(new))
-        } else {
-            catchUp()
+        guard first.sequence == last + 1 && !first.author.isEmpty && consecutive else { return false }
+        merge(Array(new))
+        return true
+    }
+
+    /// Counts this client's own saves that follow the last sequence merged as merged
+    /// (called with `eventsLock` held).
+    private func absorbOwnSequences() {
+        while ownSequences.remove(_sequence + 1) != nil { _sequence += 1 }
+        if !ownSequences.isEmpty { ownSequences = ownSequences.filter { $0 > _sequence } }
+    }
+
+    /// Records the sequence a save of this client got (called while the request lock is held).
+    private func recordOwnSequence(_ sequence: UInt64) {
+        eventsLock.withLock {
+            guard sequence > _sequence else { return }
+            ownSequences.insert(sequence)
+            absorbOwnSequences()
         }
     }
 
@@ -201,14 +263,21 @@ public final class RemoteStore: PersistentStore, @unchecked Sendable {
             }
             guard next else { continue }
             handler?(event)
-            eventsLock.withLock { _sequence = max(_sequence, event.sequence) }
+            eventsLock.withLock {
+                _sequence = max(_sequence, event.sequence)
+                absorbOwnSequences()
+            }
         }
     }
 
     /// Starts over from the daemon's current sequence, refreshing everything.
     private func resynchronize() {
-        guard let hello = helloMessage, case .welcome(_, let current)? = try? request(hello) else { return }
-        eventsLock.withLock { _sequence = current }
+        guard let hello = helloMessage, case .welcome(_, let current, let topic)? = try? request(hello) else { return }
+        eventsLock.withLock {
+            _sequence = current
+            ownSequences = []
+            eventTopic = topic
+        }
         let handler = eventsLock.withLock { _onRestart }
         handler?()
     }
@@ -272,6 +341,7 @@ public final class RemoteStore: PersistentStore, @unchecked Sendable {
             if case .error(let code, let message) = reply.body {
                 throw SkyrosError(SkyrosError.Code(rawValue: code), message)
             }
+            if case .saved(let sequence) = reply.body { recordOwnSequence(sequence) }
             if case .conflicts(let message, let conflicts) = reply.body {
                 throw SkyrosError(.mergeConflict, message, conflicts: conflicts)
             }
@@ -284,12 +354,14 @@ public final class RemoteStore: PersistentStore, @unchecked Sendable {
     /// the event thread catches up with what was missed; a daemon whose sequence is behind
     /// this client's has another store, and ``onRestart`` refreshes everything.
     private func sayHelloAgain(wait: TimeInterval) throws {
-        guard let hello = helloMessage, case .welcome(_, let current) = try exchange(hello, wait: wait) else {
+        guard let hello = helloMessage, case .welcome(_, let current, let topic) = try exchange(hello, wait: wait) else {
             throw SkyrosError(.malformedMessage, "the daemon did not welcome this client back")
         }
         let replaced = eventsLock.withLock { () -> Bool in
+            eventTopic = topic
             guard current < _sequence else { return false }
             _sequence = current
+            ownSequences = []
             return true
         }
         if replaced { eventsLock.withLock { _onRestart }?() }

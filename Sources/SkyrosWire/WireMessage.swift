@@ -41,7 +41,12 @@ public struct ChangeEvent: Sendable, Hashable {
 /// published change event.
 public struct WireMessage: Sendable, Hashable {
     /// The protocol version this build speaks.
-    public static let protocolVersion: UInt8 = 2
+    public static let protocolVersion: UInt8 = 3
+    /// The topic of the events every client receives: heartbeats, and the events of a group
+    /// commit of several change sets. An event of one change set is published under the
+    /// topic its author's connection got in its welcome, which that client does not
+    /// subscribe to: it knows its own saves from their replies.
+    public static let broadcastTopic: UInt8 = 0
     /// The largest encoded message either side accepts (16 MiB).
     public static let maximumSize = 16 * 1_048_576
 
@@ -59,7 +64,8 @@ public struct WireMessage: Sendable, Hashable {
         /// Empties the store (`nuke`).
         case deleteAll(clientID: String)
         // Replies
-        case welcome(protocolVersion: UInt64, sequence: UInt64)
+        /// `eventTopic`: the first frame of the events of this connection's saves (1–255).
+        case welcome(protocolVersion: UInt64, sequence: UInt64, eventTopic: UInt8)
         case snapshotsReply([Snapshot])
         case identifiersReply([ObjectID])
         case countReply(Int)
@@ -128,9 +134,10 @@ public struct WireMessage: Sendable, Hashable {
             writer.uvarint(sequence)
         case .deleteAll(let clientID):
             writer.string(clientID)
-        case .welcome(let version, let sequence):
+        case .welcome(let version, let sequence, let topic):
             writer.uvarint(version)
             writer.uvarint(sequence)
+            writer.byte(topic)
         case .snapshotsReply(let snapshots):
             writer.uvarint(UInt64(snapshots.count))
             for snapshot in snapshots { writer.snapshot(snapshot) }
@@ -192,7 +199,8 @@ public struct WireMessage: Sendable, Hashable {
         case 8: body = .deleteAll(clientID: try reader.string())
         case 64:
             let version = try reader.uvarint()
-            body = .welcome(protocolVersion: version, sequence: try reader.uvarint())
+            let sequence = try reader.uvarint()
+            body = .welcome(protocolVersion: version, sequence: sequence, eventTopic: try reader.byte())
         case 65:
             var snapshots: [Snapshot] = []
             for _ in 0..<(try reader.count(minimumSize: 18)) { snapshots.append(try reader.snapshot()) }

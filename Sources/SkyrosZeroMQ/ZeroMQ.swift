@@ -122,6 +122,8 @@ public final class ZeroMQSocket {
     public func setSendHighWaterMark(_ messages: Int32) throws { try setOption(ZMQ_SNDHWM, messages) }
     /// Subscribes a SUB socket to messages starting with `prefix` (empty: all).
     public func subscribe(_ prefix: Data = Data()) throws { try setOption(ZMQ_SUBSCRIBE, prefix) }
+    /// Removes a subscription made with ``subscribe(_:)`` (the same prefix).
+    public func unsubscribe(_ prefix: Data = Data()) throws { try setOption(ZMQ_UNSUBSCRIBE, prefix) }
 
     // MARK: Messages
 

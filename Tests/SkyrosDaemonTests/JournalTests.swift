@@ -74,7 +74,7 @@ struct JournalTests {
         first.shutDown()
         let second = try RunningDaemon(directory: first.directory)
         let back = try RawClient(second)
-        #expect(try back.hello() == .welcome(protocolVersion: 2, sequence: 3))
+        #expect(welcomeSequence(try back.hello()) == 3)
         #expect(try back.call(.save(clientID: "c", saveNumber: 3, changes: ChangeSet(inserted: [userSnapshot("u3")])))
             == .saved(sequence: 3))
         #expect(try back.call(.save(clientID: "c", saveNumber: 4, changes: ChangeSet(inserted: [userSnapshot("u4")])))
@@ -98,7 +98,8 @@ struct JournalTests {
         var sent: [(RawClient, UInt64, Bool)] = []
         for (index, client) in clients.enumerated() {
             sent.append((client, try client.send(.hello(
-                protocolVersion: 2, schemaFingerprint: testSchema.fingerprint, clientName: "c\(index)",
+                protocolVersion: UInt64(WireMessage.protocolVersion), schemaFingerprint: testSchema.fingerprint,
+                clientName: "c\(index)",
                 schemaDescription: Array(try JSONEncoder().encode(testSchema.schemaDescription)))), true))
             for number in 1...5 {
                 // The third save of client 2 repeats a unique handle of client 0: it fails alone.
@@ -194,7 +195,7 @@ struct JournalTests {
         // Every change set is past an age of 0: the first commit prunes all but the newest.
         let second = try RunningDaemon(directory: first.directory, historyAge: 0)
         let again = try RawClient(second)
-        #expect(try again.hello() == .welcome(protocolVersion: 2, sequence: 3))
+        #expect(welcomeSequence(try again.hello()) == 3)
         #expect(try again.call(.save(clientID: "c", saveNumber: 4, changes: ChangeSet(inserted: [userSnapshot("p4")])))
             == .saved(sequence: 4))
         #expect(errorCode(try again.call(.changesSince(1))) == "historyExpired")
@@ -202,7 +203,7 @@ struct JournalTests {
         #expect(try historySequences(second) == [4])
         let third = try RunningDaemon(directory: first.directory)
         let last = try RawClient(third)
-        #expect(try last.hello() == .welcome(protocolVersion: 2, sequence: 4))
+        #expect(welcomeSequence(try last.hello()) == 4)
         #expect(try last.call(.save(clientID: "c", saveNumber: 5, changes: ChangeSet(inserted: [userSnapshot("p5")])))
             == .saved(sequence: 5))
         third.shutDown()

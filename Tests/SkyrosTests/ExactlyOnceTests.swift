@@ -31,6 +31,35 @@ struct ExactlyOnceTests {
         #expect(daemon.server.statistics.changeSets == 1)
     }
 
+    @Test("a client is not sent the events of its own saves: it counts them as merged from their replies")
+    func ownEventsStayHome() async throws {
+        let daemon = try RunningDaemon()
+        let remoteA = try RemoteStore(schema: testSchema, container: daemon.container)
+        let a = Skyros(sharedStack: remoteA)
+        let remoteB = try RemoteStore(schema: testSchema, container: daemon.container)
+        let b = Skyros(sharedStack: remoteB)
+        let aChanges = a.changes
+        for number in 1...30 {
+            try await a.write { User.create(in: $0).handle = "a\(number)" }
+            // Counted as merged as soon as the save returns: no event needed.
+            #expect(remoteA.sequence == UInt64(number))
+        }
+        // B merges all of them (bounded).
+        let deadline = Date().addingTimeInterval(5)
+        while remoteB.sequence < 30 && Date() < deadline { try await Task.sleep(for: .milliseconds(5)) }
+        #expect(remoteB.sequence == 30)
+        let seenByB = try await b.read { try User.count(in: $0) }
+        #expect(seenByB == 30)
+        // A was sent (almost) none of its own: only what was on its way before its event
+        // socket's subscription reached the daemon.
+        #expect(remoteA.receivedEventsForTesting <= 3, "A received \(remoteA.receivedEventsForTesting) of its own events")
+        // A still hears B.
+        try await b.write { User.create(in: $0).handle = "b" }
+        let change = try #require(await nextChange(aChanges))
+        #expect(change.sequence == 31 && change.inserted.count == 1)
+        #expect(remoteA.sequence == 31)
+    }
+
     @Test("a call made while no daemon answers fails with daemonUnavailable after its timeout, not before")
     func unavailable() throws {
         let daemon = try RunningDaemon()

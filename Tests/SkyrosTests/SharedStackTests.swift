@@ -7,23 +7,6 @@ import Testing
 /// Two clients of one daemon, in this process (the multi-process tests run real processes).
 @Suite("Shared stack", .timeLimit(.minutes(1)))
 struct SharedStackTests {
-    /// Waits for the next change delivered to `stack`, bounded.
-    func nextChange(_ changes: AsyncStream<StoreChange>, seconds: Double = 5) async -> StoreChange? {
-        await withTaskGroup(of: StoreChange?.self) { group in
-            group.addTask {
-                var iterator = changes.makeAsyncIterator()
-                return await iterator.next()
-            }
-            group.addTask {
-                try? await Task.sleep(for: .seconds(seconds))
-                return nil
-            }
-            let first = await group.next() ?? nil
-            group.cancelAll()
-            return first
-        }
-    }
-
     @Test("each client sees the other's inserts, updates and deletes in its main context")
     func seeEachOther() async throws {
         let daemon = try RunningDaemon()

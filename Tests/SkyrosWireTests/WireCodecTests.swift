@@ -47,7 +47,7 @@ let sampleMessages: [WireMessage] = {
         WireMessage(requestID: 6, body: .save(clientID: "c1", saveNumber: 7, changes: changes)),
         WireMessage(requestID: 7, body: .changesSince(99)),
         WireMessage(requestID: 9, body: .deleteAll(clientID: "c1")),
-        WireMessage(requestID: 1, body: .welcome(protocolVersion: 2, sequence: 42)),
+        WireMessage(requestID: 1, body: .welcome(protocolVersion: 3, sequence: 42, eventTopic: 7)),
         WireMessage(requestID: 2, body: .snapshotsReply([Snapshot(id: user, values: values, version: 7), Snapshot(id: post, values: [])])),
         WireMessage(requestID: 3, body: .identifiersReply([user, post])),
         WireMessage(requestID: 4, body: .countReply(1_000_000)),

@@ -98,3 +98,20 @@ func makeUsers(_ names: [(String, String)], in context: ObjectContext) {
         user.handle = "\(first)-\(last)".lowercased()
     }
 }
+
+/// The next change delivered on `changes`, or nil after `seconds`.
+func nextChange(_ changes: AsyncStream<StoreChange>, seconds: Double = 5) async -> StoreChange? {
+    await withTaskGroup(of: StoreChange?.self) { group in
+        group.addTask {
+            var iterator = changes.makeAsyncIterator()
+            return await iterator.next()
+        }
+        group.addTask {
+            try? await Task.sleep(for: .seconds(seconds))
+            return nil
+        }
+        let first = await group.next() ?? nil
+        group.cancelAll()
+        return first
+    }
+}
