@@ -177,6 +177,29 @@ struct PredicateTranslationTests {
         #expect(pending == ["john", "jane"])
     }
 
+    @Test("constants of each attribute type are bound as their columns store them; NaN is refused")
+    func constants() throws {
+        let store = try SQLiteStore(schema: testSchema, url: nil)
+        let id = UUID(uuidString: "12345678-1234-1234-1234-123456789ABC")!
+        let (int, int64, text, flag, ratio) = (3, Int64(5), "x", true, 1.5)
+        let date = Date(timeIntervalSince1970: 7)
+        let request = try FetchDescriptor<Sample>(predicate: #Predicate {
+            $0.int == int && $0.int64 == int64 && $0.string == text && $0.bool == flag && $0.uuid == id
+                && $0.double == ratio && $0.date == date && $0.optionalInt == nil
+        }).storeRequest(schema: testSchema)
+        let (_, arguments) = try store.sql(for: request)
+        #expect(arguments == [
+            .integer(3), .integer(5), .text("x"), .integer(1), .blob(withUnsafeBytes(of: id.uuid) { Data($0) }),
+            .real(1.5), .real(7),
+        ])
+        let notANumber = Double("nan")!  // a run-time value: the compiler warns of a literal NaN
+        #expect {
+            _ = try FetchDescriptor<Sample>(predicate: #Predicate { $0.double == notANumber }).storeRequest(schema: testSchema)
+        } throws: { error in
+            (error as? SkyrosError)?.code == .valueNotStorable
+        }
+    }
+
     @Test("an untranslatable predicate is refused with a typed error naming it")
     func untranslatable() throws {
         let stack = try TestStack(.inMemory)

@@ -58,6 +58,17 @@ struct PredicateTranslator {
 
     /// Encodes a constant of a predicate.
     func constant(_ value: Any) throws -> StoredValue {
+        // The most common constants first, as their codecs store them, without a conformance
+        // lookup or a mirror: a predicate is translated on every fetch.
+        switch value {
+        case let value as Int: return value.storedValue
+        case let value as String: return value.storedValue
+        case let value as Bool: return value.storedValue
+        case let value as Int64: return value.storedValue
+        case let value as UUID: return value.storedValue
+        case let value as Double where !value.isNaN: return value.storedValue  // NaN: the codec's error
+        default: break
+        }
         if let object = value as? any ManagedObject { return object.objectID.uuid.storedValue }
         let mirror = Mirror(reflecting: value)
         if mirror.displayStyle == .optional {
