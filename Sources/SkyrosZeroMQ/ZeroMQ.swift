@@ -168,7 +168,7 @@ public final class ZeroMQSocket {
                 throw ZeroMQError.last("receive")
             }
             if peer == nil, let address = zmq_msg_gets(&message, "Peer-Address") {
-                peer = PeerCredentials(peerAddress: String(cString: address))
+                peer = PeerCredentials(peerAddress: UnsafeRawPointer(address).assumingMemoryBound(to: UInt8.self))
             }
             let size = zmq_msg_size(&message)
             frames.append(size == 0 ? Data() : Data(bytes: zmq_msg_data(&message), count: size))
@@ -220,9 +220,35 @@ public struct PeerCredentials: Sendable, Hashable {
     /// Parses libzmq's `Peer-Address` of a Unix-domain connection, which ends with
     /// `:uid:gid:pid`; nil for any other address.
     public init?(peerAddress: String) {
-        let parts = peerAddress.split(separator: ":", omittingEmptySubsequences: false).suffix(3)
-        guard parts.count == 3, let uid = UInt32(parts[parts.startIndex]), let gid = UInt32(parts[parts.startIndex + 1]),
-            let pid = Int32(parts[parts.startIndex + 2])
+        var bytes = Array(peerAddress.utf8)
+        bytes.append(0)
+        guard let parsed = bytes.withUnsafeBufferPointer({ PeerCredentials(peerAddress: $0.baseAddress!) }) else {
+            return nil
+        }
+        self = parsed
+    }
+
+    /// Parses a NUL-terminated `Peer-Address` in place: read for every request the daemon
+    /// receives, so without making a string.
+    init?(peerAddress: UnsafePointer<UInt8>) {
+        var end: Int? = strlen(UnsafeRawPointer(peerAddress).assumingMemoryBound(to: CChar.self))
+        /// The field that ends at `end`: 1 to 10 digits, after a ':' or at the start.
+        func field() -> UInt64? {
+            guard let last = end else { return nil }
+            var start = last
+            while start > 0 && peerAddress[start - 1] != UInt8(ascii: ":") { start -= 1 }
+            guard start < last, last - start <= 10 else { return nil }
+            var value: UInt64 = 0
+            for index in start..<last {
+                let digit = peerAddress[index] &- UInt8(ascii: "0")
+                guard digit < 10 else { return nil }
+                value = value * 10 + UInt64(digit)
+            }
+            end = start > 0 ? start - 1 : nil
+            return value
+        }
+        guard let pid = field().flatMap(Int32.init(exactly:)), let gid = field().flatMap(UInt32.init(exactly:)),
+            let uid = field().flatMap(UInt32.init(exactly:))
         else { return nil }
         self.init(uid: uid, gid: gid, pid: pid)
     }
