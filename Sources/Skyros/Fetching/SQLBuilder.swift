@@ -14,7 +14,9 @@ struct SQLBuilder {
     init(schema: Schema) { self.schema = schema }
 
     static func quote(_ identifier: String) -> String {
-        "\"" + identifier.replacingOccurrences(of: "\"", with: "\"\"") + "\""
+        // Names hardly ever hold a quote: Foundation's replacing is skipped for them.
+        guard identifier.utf8.contains(UInt8(ascii: "\"")) else { return "\"" + identifier + "\"" }
+        return "\"" + identifier.replacingOccurrences(of: "\"", with: "\"\"") + "\""
     }
 
     /// `SELECT <columns> FROM "Entity" t0 WHERE … ORDER BY … LIMIT … OFFSET …`.
