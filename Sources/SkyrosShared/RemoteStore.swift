@@ -57,6 +57,8 @@ public final class RemoteStore: PersistentStore, @unchecked Sendable {
     /// changes its subscriptions when they differ.
     private var eventTopic: UInt8?
     private var unsubscribedTopic: UInt8?
+    /// For tests: the event topic of the current connection.
+    var eventTopicForTesting: UInt8? { eventsLock.withLock { eventTopic } }
     /// For tests: change events (not heartbeats) received on the event socket.
     var receivedEventsForTesting: Int { eventsLock.withLock { receivedEvents } }
     private var receivedEvents = 0

@@ -3,6 +3,7 @@ import Foundation
 import Skyros
 import SkyrosTestModels
 import SkyrosWire
+import SkyrosZeroMQ
 import Testing
 
 @Suite("Exactly-once saves", .timeLimit(.minutes(1)))
@@ -58,6 +59,42 @@ struct ExactlyOnceTests {
         let change = try #require(await nextChange(aChanges))
         #expect(change.sequence == 31 && change.inserted.count == 1)
         #expect(remoteA.sequence == 31)
+    }
+
+    @Test("two clients sharing an event topic (past 255 connections) still get each other's changes, by catching up")
+    func sharedEventTopic() async throws {
+        let daemon = try RunningDaemon()
+        let remoteA = try RemoteStore(schema: testSchema, container: daemon.container)
+        let a = Skyros(sharedStack: remoteA)
+        // 254 more connections say hello: the daemon's topics go round, and B gets A's.
+        let context = try ZeroMQContext()
+        var others: [ZeroMQSocket] = []
+        defer { for socket in others { socket.close() } }
+        for index in 0..<254 {
+            let socket = try ZeroMQSocket(context: context, kind: .dealer)
+            others.append(socket)
+            try socket.setReceiveTimeout(milliseconds: 5_000)
+            try socket.connect(daemon.container.requestsEndpoint)
+            try socket.send([Data(WireMessage(requestID: 1, body: .hello(
+                protocolVersion: UInt64(WireMessage.protocolVersion), schemaFingerprint: testSchema.fingerprint,
+                clientName: "other \(index)", schemaDescription: [])).encoded())])
+            _ = try socket.receive()
+        }
+        let remoteB = try RemoteStore(schema: testSchema, container: daemon.container)
+        let b = Skyros(sharedStack: remoteB)
+        #expect(remoteA.eventTopicForTesting != nil && remoteA.eventTopicForTesting == remoteB.eventTopicForTesting)
+        let aChanges = a.changes
+        let id = try await b.write { context in
+            let user = User.create(in: context)
+            user.handle = "b"
+            return user.objectID
+        }
+        // Not sent to A (B's topic is A's own), yet merged: the heartbeat shows the gap.
+        let change = try #require(await nextChange(aChanges))
+        #expect(change.inserted == [id])
+        #expect(remoteA.receivedEventsForTesting == 0)
+        let handle = try await a.read { context in context.object(with: id, as: User.self)?.handle }
+        #expect(handle == "b")
     }
 
     @Test("a call made while no daemon answers fails with daemonUnavailable after its timeout, not before")
