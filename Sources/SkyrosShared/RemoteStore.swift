@@ -224,9 +224,10 @@ public final class RemoteStore: PersistentStore, @unchecked Sendable {
     }
 
     /// Records the sequence a save of this client got (called while the request lock is held).
+    /// Without an event thread nothing is merged, and nothing is recorded either.
     private func recordOwnSequence(_ sequence: UInt64) {
         eventsLock.withLock {
-            guard sequence > _sequence else { return }
+            guard eventThreadStarted, sequence > _sequence else { return }
             ownSequences.insert(sequence)
             absorbOwnSequences()
         }
