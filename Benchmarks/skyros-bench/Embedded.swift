@@ -35,21 +35,31 @@ struct EmbeddedBenchmark {
         var skyrosIndexed = 0.0, rawIndexed = 0.0, indexedRows = 0
     }
 
-    /// Runs `rounds` rounds (each on new files) and reports the median rate of each side.
+    /// Runs `rounds` rounds (each on new files). Each round measures Skyros and the baseline
+    /// back to back, so a round's ratio compares the two at the same moment of a machine whose
+    /// speed drifts; the round with the median ratio is reported (its two rates, as measured).
+    /// `SKYROS_BENCH_VERBOSE=1` prints every round's pair on stderr.
     private func insertAndFetch(report: (Row) -> Void) throws {
         var times: [RoundTimes] = []
         for round in 0..<rounds { times.append(try insertAndFetchRound(round)) }
-        func median(_ values: [Double]) -> Double { values.sorted()[values.count / 2] }
         let rows = Double(times[0].indexedRows)
-        report(Row(name: "insert \(count) objects, one write", unit: "objects/s",
-                   skyros: median(times.map { Double(count) / $0.skyrosInsert }),
-                   baseline: median(times.map { Double(count) / $0.rawInsert })))
-        report(Row(name: "fetch all \(count) and read every attribute", unit: "objects/s",
-                   skyros: median(times.map { Double(count) / $0.skyrosFetch }),
-                   baseline: median(times.map { Double(count) / $0.rawFetch })))
-        report(Row(name: "fetch 1% by an indexed attribute", unit: "objects/s",
-                   skyros: median(times.map { rows / $0.skyrosIndexed }),
-                   baseline: median(times.map { rows / $0.rawIndexed })))
+        let verbose = ProcessInfo.processInfo.environment["SKYROS_BENCH_VERBOSE"] != nil
+        func pairedMedian(_ name: String, _ rates: (RoundTimes) -> (skyros: Double, baseline: Double)) -> Row {
+            let pairs = times.map(rates)
+            if verbose {
+                let text = pairs.map { String(format: "%.0f/%.0f=%.3f", $0.skyros, $0.baseline, $0.skyros / $0.baseline) }
+                FileHandle.standardError.write(Data("\(name): \(text.joined(separator: " "))\n".utf8))
+            }
+            let median = pairs.sorted { $0.skyros / $0.baseline < $1.skyros / $1.baseline }[pairs.count / 2]
+            return Row(name: name, unit: "objects/s", skyros: median.skyros, baseline: median.baseline)
+        }
+        report(pairedMedian("insert \(count) objects, one write") {
+            (Double(count) / $0.skyrosInsert, Double(count) / $0.rawInsert)
+        })
+        report(pairedMedian("fetch all \(count) and read every attribute") {
+            (Double(count) / $0.skyrosFetch, Double(count) / $0.rawFetch)
+        })
+        report(pairedMedian("fetch 1% by an indexed attribute") { (rows / $0.skyrosIndexed, rows / $0.rawIndexed) })
     }
 
     /// Inserts `count` objects in one write, then fetches them all, then 1% by an indexed value.

@@ -69,7 +69,7 @@ if suite == "contention" {
 } else if suite == "embedded" {
     try EmbeddedBenchmark(
         directory: directory, count: quick ? 10_000 : 100_000, iterateCount: quick ? 100_000 : 1_000_000,
-        saveSamples: quick ? 100 : 500, rounds: quick ? 1 : 5,
+        saveSamples: quick ? 100 : 500, rounds: quick ? 1 : 7,
         only: Set(zip(arguments, arguments.dropFirst()).filter { $0.0 == "--only" }.map(\.1))
     ).run(report: report)
 }
