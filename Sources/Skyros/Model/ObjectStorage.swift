@@ -31,9 +31,9 @@ public final class ObjectStorage {
     /// saved yet); updates carry it so that the store can detect conflicts.
     @exclusivity(unchecked) var version: Int64 = 0
     /// Properties changed since the last save (indexes).
-    @exclusivity(unchecked) var changed: Set<Int> = []
+    @exclusivity(unchecked) var changed = Set<Int>()  // not `[]`: a literal goes through its initializer for every object made
     /// Values that could not be encoded, reported at save.
-    @exclusivity(unchecked) @usableFromInline var valueErrors: [Int: SkyrosError] = [:]
+    @exclusivity(unchecked) @usableFromInline var valueErrors = [Int: SkyrosError]()  // not `[:]`, the same
 
     var isUpdated: Bool { !isInserted && !isDeleted && !changed.isEmpty }
     var hasChanges: Bool { isInserted || isDeleted || !changed.isEmpty }
