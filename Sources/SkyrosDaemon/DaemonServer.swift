@@ -20,6 +20,11 @@ public final class DaemonServer: @unchecked Sendable {
         public var historyAge: TimeInterval
         /// The most change sets committed together in one transaction.
         public var maximumGroupCommit: Int
+        /// How many connections the daemon remembers the hello of. Past it, it forgets them
+        /// all: each says hello again on its next request, as clients do by themselves when
+        /// told `helloRequired`, so a daemon serving short-lived clients for months does not
+        /// grow without bound.
+        public var maximumConnections: Int
         /// Where the server writes what it does (one line per call).
         public var log: @Sendable (String) -> Void
 
@@ -27,7 +32,7 @@ public final class DaemonServer: @unchecked Sendable {
             container: GroupContainer, durability: Durability = .full,
             maximumMessageSize: Int = WireMessage.maximumSize,
             historyCount: Int = 100_000, historyAge: TimeInterval = 7 * 86_400, maximumGroupCommit: Int = 256,
-            log: @escaping @Sendable (String) -> Void = { _ in }
+            maximumConnections: Int = 10_000, log: @escaping @Sendable (String) -> Void = { _ in }
         ) {
             self.container = container
             self.durability = durability
@@ -35,6 +40,7 @@ public final class DaemonServer: @unchecked Sendable {
             self.historyCount = max(1, historyCount)
             self.historyAge = historyAge
             self.maximumGroupCommit = max(1, maximumGroupCommit)
+            self.maximumConnections = max(1, maximumConnections)
             self.log = log
         }
     }
@@ -67,10 +73,14 @@ public final class DaemonServer: @unchecked Sendable {
         public var commits = 0
         /// Change sets stored by them.
         public var changeSets = 0
+        /// Hellos answered with a welcome (a client says hello again after a restart, on a
+        /// new connection, or when the daemon forgot its connections).
+        public var welcomes = 0
 
-        public init(commits: Int = 0, changeSets: Int = 0) {
+        public init(commits: Int = 0, changeSets: Int = 0, welcomes: Int = 0) {
             self.commits = commits
             self.changeSets = changeSets
+            self.welcomes = welcomes
         }
     }
 
@@ -377,12 +387,18 @@ public final class DaemonServer: @unchecked Sendable {
                 .schemaMismatch,
                 "the group's store has schema \(store?.schema.fingerprint ?? "?"), the client \(name) has \(fingerprint)")
         }
+        if acceptedPeers[identity] == nil && acceptedPeers.count >= configuration.maximumConnections {
+            configuration.log("forgetting the \(acceptedPeers.count) connections that said hello: each says it again")
+            acceptedPeers.removeAll()
+            eventTopics.removeAll()
+        }
         acceptedPeers[identity] = name
         let topic = eventTopics[identity] ?? nextEventTopic
         if eventTopics[identity] == nil {
             eventTopics[identity] = topic
             nextEventTopic = nextEventTopic == .max ? 1 : nextEventTopic + 1
         }
+        state.withLock { counters.welcomes += 1 }
         configuration.log("hello from \(name)")
         return .welcome(protocolVersion: UInt64(WireMessage.protocolVersion), sequence: sequence, eventTopic: topic)
     }

@@ -19,14 +19,16 @@ public final class RunningDaemon: @unchecked Sendable {
     ///   - historyAge: how long the history keeps a change set, in seconds.
     ///   - serving: false to start serving later with ``startServing()`` — requests sent in
     ///     between wait in the socket and are all taken in the first turn (a group commit).
+    ///   - maximumConnections: how many connections' hellos the daemon remembers.
     public init(
         directory: String? = nil, historyCount: Int = 100_000, historyAge: TimeInterval = 7 * 86_400,
-        serving: Bool = true
+        serving: Bool = true, maximumConnections: Int = 10_000
     ) throws {
         self.directory = directory ?? "/tmp/skd-\(getpid())-\(UInt32.random(in: 0...UInt32.max))"
         container = GroupContainer(url: URL(fileURLWithPath: self.directory).appendingPathComponent("g"))
         server = try DaemonServer(configuration: .init(
-            container: container, historyCount: historyCount, historyAge: historyAge))
+            container: container, historyCount: historyCount, historyAge: historyAge,
+            maximumConnections: maximumConnections))
         if serving { startServing() }
     }
 

@@ -100,6 +100,31 @@ struct ExactlyOnceTests {
         #expect(handle == "b")
     }
 
+    @Test("a daemon that forgets its connections past its maximum keeps serving them: each says hello again")
+    func forgottenConnections() async throws {
+        let daemon = try RunningDaemon(maximumConnections: 2)
+        let a = try Skyros(sharedStack: testSchema, container: daemon.container.url)
+        let b = try Skyros(sharedStack: testSchema, container: daemon.container.url)
+        let bChanges = b.changes
+        // A third connection: the daemon forgets A's and B's.
+        let c = try Skyros(sharedStack: testSchema, container: daemon.container.url)
+        let id = try await a.write { context in
+            let user = User.create(in: context)
+            user.handle = "after"
+            return user.objectID
+        }
+        let change = try #require(await nextChange(bChanges))
+        #expect(change.inserted == [id])
+        let seenByB = try await b.read { try User.count(in: $0) }
+        let seenByC = try await c.read { try User.count(in: $0) }
+        #expect(seenByB == 1 && seenByC == 1)
+        try await c.write { User.create(in: $0).handle = "c" }
+        let total = try await a.read { try User.count(in: $0) }
+        #expect(total == 2)
+        // The clients were forgotten, and said hello again, more than once.
+        #expect(daemon.server.statistics.welcomes > 3)
+    }
+
     @Test("a call made while no daemon answers fails with daemonUnavailable after its timeout, not before")
     func unavailable() throws {
         let daemon = try RunningDaemon()
