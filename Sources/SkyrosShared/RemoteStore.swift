@@ -45,6 +45,20 @@ public final class RemoteStore: PersistentStore, @unchecked Sendable {
     private var stopped = false
     private let eventsFinished = DispatchSemaphore(value: 0)
     private var eventThreadStarted = false
+    /// The event thread, while it runs (to know when `deinit` runs on it).
+    private var eventThread: pthread_t?
+    /// A pipe that wakes the event thread from its wait (its read end, then its write end):
+    /// to stop, or to change its subscriptions. The thread otherwise sleeps until an event, a
+    /// heartbeat, or the end of the silence interval.
+    private let wakePipe: (read: Int32, write: Int32) = {
+        var ends: [Int32] = [-1, -1]
+        guard pipe(&ends) == 0 else { return (-1, -1) }
+        for end in ends {
+            _ = fcntl(end, F_SETFL, fcntl(end, F_GETFL) | O_NONBLOCK)
+            _ = fcntl(end, F_SETFD, FD_CLOEXEC)
+        }
+        return (ends[0], ends[1])
+    }()
     /// The sequence of the last change set merged (or known to be this client's own).
     public var sequence: UInt64 { eventsLock.withLock { _sequence } }
     private var _sequence: UInt64 = 0
@@ -112,8 +126,27 @@ public final class RemoteStore: PersistentStore, @unchecked Sendable {
     }
 
     deinit {
-        eventsLock.withLock { stopped = true }
-        if eventThreadStarted { _ = eventsFinished.wait(timeout: .now() + 2) }
+        let thread = eventsLock.withLock { () -> pthread_t? in
+            stopped = true
+            return eventThreadStarted ? eventThread : nil
+        }
+        // The event thread holds this store only while it handles an event: when the last
+        // reference goes away there, the thread stops on its own after this returns.
+        if let thread, pthread_equal(thread, pthread_self()) == 0 {
+            wakeEventThread()
+            guard eventsFinished.wait(timeout: .now() + 2) == .success else { return }  // keep the pipe it may poll
+        }
+        if wakePipe.read >= 0 {
+            close(wakePipe.read)
+            close(wakePipe.write)
+        }
+    }
+
+    /// Wakes the event thread from its wait.
+    private func wakeEventThread() {
+        guard wakePipe.write >= 0 else { return }
+        var byte: UInt8 = 1
+        _ = write(wakePipe.write, &byte, 1)  // a full pipe already wakes it
     }
 
     private static func makeDealer(_ zmq: ZeroMQContext, _ container: GroupContainer) throws -> ZeroMQSocket {
@@ -137,14 +170,39 @@ public final class RemoteStore: PersistentStore, @unchecked Sendable {
         }
     }
 
+    /// The event thread: it holds the store only while it handles something, so that the
+    /// store goes away (and stops it) when its last user lets go of it.
     private func startEventThread() {
+        let (wake, finished, silence) = (wakePipe.read, eventsFinished, silenceInterval)
         let thread = Thread { [weak self] in
+            self?.eventsLock.withLock { self?.eventThread = pthread_self() }
             var lastHeard = Date()
-            while let self, !self.eventsLock.withLock({ self.stopped }) {
+            while true {
+                // The socket is held while waiting, the store is not.
+                let socket: ZeroMQSocket
                 do {
-                    try self.subscribeToOthers()
-                    guard try self.events.waitForInput(milliseconds: 50) else {
-                        if Date().timeIntervalSince(lastHeard) > self.silenceInterval {
+                    guard let store = self, !store.eventsLock.withLock({ store.stopped }) else { break }
+                    try? store.subscribeToOthers()
+                    socket = store.events
+                }
+                // Until the end of the silence interval, an event or heartbeat, or a wake-up.
+                let left = Int((silence - Date().timeIntervalSince(lastHeard)) * 1000) + 1
+                let ready: (socket: Bool, descriptor: Bool)
+                do {
+                    ready = wake >= 0
+                        ? try socket.waitForInput(orDescriptor: wake, milliseconds: max(1, left))
+                        : (try socket.waitForInput(milliseconds: min(50, max(1, left))), false)
+                } catch {
+                    continue
+                }
+                if ready.descriptor {
+                    var bytes = [UInt8](repeating: 0, count: 64)
+                    while read(wake, &bytes, bytes.count) > 0 {}
+                }
+                guard let self, !self.eventsLock.withLock({ self.stopped }) else { break }
+                do {
+                    guard ready.socket else {
+                        if Date().timeIntervalSince(lastHeard) > silence {
                             // Silence: the daemon may be gone or events lost; ask what was missed.
                             lastHeard = Date()
                             self.catchUp()
@@ -153,7 +211,7 @@ public final class RemoteStore: PersistentStore, @unchecked Sendable {
                     }
                     lastHeard = Date()
                     // Two frames: the topic, then the message.
-                    let frames = try self.events.receive(dontWait: true)
+                    let frames = try socket.receive(dontWait: true)
                     guard frames.count == 2, let frame = frames.last else { continue }
                     switch try WireMessage.decode([UInt8](frame)).body {
                     case .event(let event):
@@ -168,7 +226,7 @@ public final class RemoteStore: PersistentStore, @unchecked Sendable {
                     continue
                 }
             }
-            self?.eventsFinished.signal()
+            finished.signal()
         }
         thread.name = "skyros.events"
         thread.start()
@@ -281,6 +339,7 @@ public final class RemoteStore: PersistentStore, @unchecked Sendable {
             ownSequences = []
             eventTopic = topic
         }
+        wakeEventThread()  // to subscribe without the new topic
         let handler = eventsLock.withLock { _onRestart }
         handler?()
     }
@@ -367,6 +426,7 @@ public final class RemoteStore: PersistentStore, @unchecked Sendable {
             ownSequences = []
             return true
         }
+        wakeEventThread()  // to subscribe without the new topic
         if replaced { eventsLock.withLock { _onRestart }?() }
     }
 

@@ -184,6 +184,17 @@ public final class ZeroMQSocket {
         return ready > 0
     }
 
+    /// Waits until the socket can be read or `descriptor` (a file descriptor) is readable,
+    /// for at most `milliseconds` (-1: forever); returns which of the two are ready.
+    public func waitForInput(orDescriptor descriptor: Int32, milliseconds: Int) throws -> (socket: Bool, descriptor: Bool) {
+        var items = [
+            zmq_pollitem_t(socket: handle, fd: 0, events: Int16(ZMQ_POLLIN), revents: 0),
+            zmq_pollitem_t(socket: nil, fd: descriptor, events: Int16(ZMQ_POLLIN), revents: 0),
+        ]
+        guard zmq_poll(&items, 2, milliseconds) >= 0 else { throw ZeroMQError.last("poll") }
+        return (items[0].revents & Int16(ZMQ_POLLIN) != 0, items[1].revents & Int16(ZMQ_POLLIN) != 0)
+    }
+
     /// Waits until any of `sockets` can be read; returns the indexes of those that can.
     public static func poll(_ sockets: [ZeroMQSocket], milliseconds: Int) throws -> [Int] {
         var items = sockets.map { zmq_pollitem_t(socket: $0.handle, fd: 0, events: Int16(ZMQ_POLLIN), revents: 0) }

@@ -47,6 +47,20 @@ struct SharedStackTests {
         #expect(await nextChange(aChanges, seconds: 0.3) == nil)
     }
 
+    @Test("releasing a shared stack stops its event thread at once (it waited 2 seconds for it before)")
+    func releasePromptly() throws {
+        let daemon = try RunningDaemon()
+        for _ in 0..<3 {
+            var stack: Skyros? = try Skyros(sharedStack: testSchema, container: daemon.container.url)
+            stack?.writeSync { User.create(in: $0).handle = UUID().uuidString }
+            #expect(stack?.flush() == true)
+            let started = Date()
+            stack = nil
+            let elapsed = Date().timeIntervalSince(started)
+            #expect(elapsed < 1, "releasing took \(elapsed) s")
+        }
+    }
+
     @Test("a schema that differs from the group's store fails the initializer with a typed error")
     func schemaMismatch() throws {
         let daemon = try RunningDaemon()
