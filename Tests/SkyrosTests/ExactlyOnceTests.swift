@@ -87,11 +87,7 @@ struct ExactlyOnceTests {
         let b = Skyros(sharedStack: remoteB)
         #expect(remoteA.eventTopicForTesting != nil && remoteA.eventTopicForTesting == remoteB.eventTopicForTesting)
         let aChanges = a.changes
-        let id = try await b.write { context in
-            let user = User.create(in: context)
-            user.handle = "b"
-            return user.objectID
-        }
+        let id = try await insertUser(handle: "b", into: b)
         // Not sent to A (B's topic is A's own), yet merged: the heartbeat shows the gap.
         let change = try #require(await nextChange(aChanges))
         #expect(change.inserted == [id])
@@ -108,11 +104,7 @@ struct ExactlyOnceTests {
         let bChanges = b.changes
         // A third connection: the daemon forgets A's and B's.
         let c = try Skyros(sharedStack: testSchema, container: daemon.container.url)
-        let id = try await a.write { context in
-            let user = User.create(in: context)
-            user.handle = "after"
-            return user.objectID
-        }
+        let id = try await insertUser(handle: "after", into: a)
         let change = try #require(await nextChange(bChanges))
         #expect(change.inserted == [id])
         let seenByB = try await b.read { try User.count(in: $0) }

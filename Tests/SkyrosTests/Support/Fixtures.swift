@@ -115,3 +115,12 @@ func nextChange(_ changes: AsyncStream<StoreChange>, seconds: Double = 5) async 
         return first
     }
 }
+
+/// Inserts a user with `handle` in one write; returns its identifier once durable.
+func insertUser(handle: String, into stack: Skyros) async throws -> ObjectID {
+    try await stack.write { context in
+        let user = User.create(in: context)
+        user.handle = handle
+        return user.objectID
+    }
+}
