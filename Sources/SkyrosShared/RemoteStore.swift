@@ -43,6 +43,7 @@ public final class RemoteStore: PersistentStore, @unchecked Sendable {
     private var _onRestart: (@Sendable () -> Void)?
     private var helloMessage: WireMessage.Body?
     private var stopped = false
+    private var isStopped: Bool { eventsLock.withLock { stopped } }
     private let eventsFinished = DispatchSemaphore(value: 0)
     private var eventThreadStarted = false
     /// The event thread, while it runs (to know when `deinit` runs on it).
@@ -126,13 +127,15 @@ public final class RemoteStore: PersistentStore, @unchecked Sendable {
     }
 
     deinit {
-        let thread = eventsLock.withLock { () -> pthread_t? in
+        let (started, thread) = eventsLock.withLock { () -> (Bool, pthread_t?) in
             stopped = true
-            return eventThreadStarted ? eventThread : nil
+            return (eventThreadStarted, eventThread)
         }
         // The event thread holds this store only while it handles an event: when the last
-        // reference goes away there, the thread stops on its own after this returns.
-        if let thread, pthread_equal(thread, pthread_self()) == 0 {
+        // reference goes away there, the thread stops on its own after this returns. A thread
+        // that has not recorded itself yet is another one: it is waited for like any.
+        let onEventThread = thread.map { pthread_equal($0, pthread_self()) != 0 } ?? false
+        if started && !onEventThread {
             wakeEventThread()
             guard eventsFinished.wait(timeout: .now() + 2) == .success else { return }  // keep the pipe it may poll
         }
@@ -181,7 +184,7 @@ public final class RemoteStore: PersistentStore, @unchecked Sendable {
                 // The socket is held while waiting, the store is not.
                 let socket: ZeroMQSocket
                 do {
-                    guard let store = self, !store.eventsLock.withLock({ store.stopped }) else { break }
+                    guard let store = self, !store.isStopped else { break }
                     try? store.subscribeToOthers()
                     socket = store.events
                 }
@@ -199,7 +202,7 @@ public final class RemoteStore: PersistentStore, @unchecked Sendable {
                     var bytes = [UInt8](repeating: 0, count: 64)
                     while read(wake, &bytes, bytes.count) > 0 {}
                 }
-                guard let self, !self.eventsLock.withLock({ self.stopped }) else { break }
+                guard let self, !self.isStopped else { break }
                 do {
                     guard ready.socket else {
                         if Date().timeIntervalSince(lastHeard) > silence {
