@@ -52,12 +52,16 @@ public final class DaemonServer: @unchecked Sendable {
     private let events: ZeroMQSocket
     private var store: SQLiteStore?
     private var sequence: UInt64 = 0
-    /// Connections that said hello, with the name of their process.
-    private var acceptedPeers: [Data: String] = [:]
-    /// The event topic of each connection that said hello (see ``WireMessage/broadcastTopic``),
-    /// given in turn from 1 to 255: two connections share one only past 255 of them, and
-    /// then each receives the other's events a little later, by catching up.
-    private var eventTopics: [Data: UInt8] = [:]
+    /// A connection that said hello: the name of its process, and its event topic (see
+    /// ``WireMessage/broadcastTopic``). Topics are given in turn from 1 to 255: two
+    /// connections share one only past 255 of them, and then each receives the other's
+    /// events a little later, by catching up.
+    private struct Peer {
+        var name: String
+        var topic: UInt8
+    }
+    /// The connections that said hello, by identity.
+    private var peers: [Data: Peer] = [:]
     private var nextEventTopic: UInt8 = 1
     private let access: PeerAccess
     private var lastHeartbeat = Date.distantPast
@@ -198,7 +202,7 @@ public final class DaemonServer: @unchecked Sendable {
             reply(to: identity, WireMessage(requestID: 0, body: .error(code: code.rawValue, message: error.description)))
             return
         }
-        if case .save(let clientID, let saveNumber, let changes) = message.body, acceptedPeers[identity] != nil,
+        if case .save(let clientID, let saveNumber, let changes) = message.body, peers[identity] != nil,
             store != nil
         {
             saves.append(PendingSave(
@@ -249,14 +253,14 @@ public final class DaemonServer: @unchecked Sendable {
                                 sequence: next + 1, author: save.clientID,
                                 changes: self.summary(of: save.changes, in: store.schema))
                             let encoded = try Journal.record(
-                                event, process: self.acceptedPeers[save.identity] ?? "", save: save.saveNumber,
+                                event, process: self.peers[save.identity]?.name ?? "", save: save.saveNumber,
                                 in: transaction)
                             return (event, encoded)
                         }
                         let (event, encoded) = try isolated ? transaction.savepoint(apply) : apply()
                         next = event.sequence
                         recorded[save.clientID] = Journal.SaveRecord(save: save.saveNumber, sequence: next)
-                        events.append(Committed(event: event, encoded: encoded, topic: eventTopics[save.identity]))
+                        events.append(Committed(event: event, encoded: encoded, topic: peers[save.identity]?.topic))
                         results.append(.success(event.sequence))
                     } catch {
                         // Alone in its transaction, a failed save rolls the transaction back.
@@ -338,7 +342,7 @@ public final class DaemonServer: @unchecked Sendable {
         if case .hello(let version, let fingerprint, let name, let description) = body {
             return try hello(version: version, fingerprint: fingerprint, name: name, description: description, identity)
         }
-        guard acceptedPeers[identity] != nil, let store else {
+        guard peers[identity] != nil, let store else {
             throw SkyrosError(.helloRequired, "say hello first")
         }
         switch body {
@@ -350,10 +354,10 @@ public final class DaemonServer: @unchecked Sendable {
             let event = ChangeEvent(sequence: sequence + 1, author: clientID, isReset: true, changes: [])
             let encoded = try store.transaction { transaction in
                 try transaction.deleteAll()
-                return try Journal.record(event, process: acceptedPeers[identity] ?? "", save: nil, in: transaction)
+                return try Journal.record(event, process: peers[identity]?.name ?? "", save: nil, in: transaction)
             }
             sequence = event.sequence
-            publish([Committed(event: event, encoded: encoded, topic: eventTopics[identity])])
+            publish([Committed(event: event, encoded: encoded, topic: peers[identity]?.topic)])
             return .saved(sequence: sequence)
         case .changesSince(let since):
             return .changes(try Journal.changes(since: since, current: sequence, limit: 10_000, in: store))
@@ -387,17 +391,18 @@ public final class DaemonServer: @unchecked Sendable {
                 .schemaMismatch,
                 "the group's store has schema \(store?.schema.fingerprint ?? "?"), the client \(name) has \(fingerprint)")
         }
-        if acceptedPeers[identity] == nil && acceptedPeers.count >= configuration.maximumConnections {
-            configuration.log("forgetting the \(acceptedPeers.count) connections that said hello: each says it again")
-            acceptedPeers.removeAll()
-            eventTopics.removeAll()
+        if peers[identity] == nil && peers.count >= configuration.maximumConnections {
+            configuration.log("forgetting the \(peers.count) connections that said hello: each says it again")
+            peers.removeAll()
         }
-        acceptedPeers[identity] = name
-        let topic = eventTopics[identity] ?? nextEventTopic
-        if eventTopics[identity] == nil {
-            eventTopics[identity] = topic
+        let topic: UInt8
+        if let known = peers[identity]?.topic {
+            topic = known
+        } else {
+            topic = nextEventTopic
             nextEventTopic = nextEventTopic == .max ? 1 : nextEventTopic + 1
         }
+        peers[identity] = Peer(name: name, topic: topic)
         state.withLock { counters.welcomes += 1 }
         configuration.log("hello from \(name)")
         return .welcome(protocolVersion: UInt64(WireMessage.protocolVersion), sequence: sequence, eventTopic: topic)
