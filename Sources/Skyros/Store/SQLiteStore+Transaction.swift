@@ -102,15 +102,10 @@ extension SQLiteStore {
         }
     }
 
-    /// Runs a read-only query on a reader connection; each row is its columns' values.
+    /// Runs a read-only query as a read (on a reader connection, or the writer one with serial
+    /// access); each row is its columns' values.
     public func rows(_ sql: String, _ arguments: [StoredValue] = []) throws -> [[StoredValue]] {
-        do {
-            if serialAccess { return try writer.writeWithoutTransaction { db in try Self.rows(db, sql, arguments) } }
-            if let pool = writer as? DatabasePool { return try pool.read { db in try Self.rows(db, sql, arguments) } }
-            return try writer.read { db in try Self.rows(db, sql, arguments) }
-        } catch {
-            throw Self.translate(error)
-        }
+        try read { db in try Self.rows(db, sql, arguments) }
     }
 
     static func rows(_ db: Database, _ sql: String, _ arguments: [StoredValue]) throws -> [[StoredValue]] {

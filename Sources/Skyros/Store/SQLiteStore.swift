@@ -465,7 +465,9 @@ public final class SQLiteStore: ObjectStore, @unchecked Sendable {
         return table
     }
 
-    private func read<T>(_ body: (Database) throws -> T) throws -> T {
+    /// Runs `body` as a read: on the writer connection with serial access, else on a reader
+    /// of the pool (or the queue of an in-memory store); errors become ``SkyrosError``s.
+    func read<T>(_ body: (Database) throws -> T) throws -> T {
         do {
             if serialAccess { return try writer.writeWithoutTransaction(body) }
             if let pool = writer as? DatabasePool { return try pool.read(body) }
