@@ -15,6 +15,14 @@ extension RawClient {
         return id
     }
 
+    /// Saves one user per number, as client "c" with that save number; returns the replies.
+    func saveUsers(_ numbers: ClosedRange<Int>, handlePrefix: String) throws -> [WireMessage.Body] {
+        try numbers.map { number in
+            try call(.save(clientID: "c", saveNumber: UInt64(number), changes: ChangeSet(
+                inserted: [userSnapshot("\(handlePrefix)\(number)")])))
+        }
+    }
+
     func replies(_ count: Int) throws -> [UInt64: WireMessage.Body] {
         var result: [UInt64: WireMessage.Body] = [:]
         while result.count < count {
@@ -67,10 +75,7 @@ struct JournalTests {
         let first = try RunningDaemon()
         let client = try RawClient(first)
         _ = try client.hello()
-        for number in 1...3 {
-            #expect(try client.call(.save(clientID: "c", saveNumber: UInt64(number), changes: ChangeSet(
-                inserted: [userSnapshot("u\(number)")]))) == .saved(sequence: UInt64(number)))
-        }
+        #expect(try client.saveUsers(1...3, handlePrefix: "u") == (1...3).map { .saved(sequence: $0) })
         first.shutDown()
         let second = try RunningDaemon(directory: first.directory)
         let back = try RawClient(second)
@@ -169,10 +174,7 @@ struct JournalTests {
         let daemon = try RunningDaemon(historyCount: 3)
         let client = try RawClient(daemon)
         _ = try client.hello()
-        for number in 1...6 {
-            _ = try client.call(.save(clientID: "c", saveNumber: UInt64(number), changes: ChangeSet(
-                inserted: [userSnapshot("r\(number)")])))
-        }
+        _ = try client.saveUsers(1...6, handlePrefix: "r")
         #expect(errorCode(try client.call(.changesSince(1))) == "historyExpired")
         guard case .changes(let kept) = try client.call(.changesSince(3)) else {
             Issue.record("no changes reply")
@@ -187,10 +189,7 @@ struct JournalTests {
         let first = try RunningDaemon()
         let client = try RawClient(first)
         _ = try client.hello()
-        for number in 1...3 {
-            _ = try client.call(.save(clientID: "c", saveNumber: UInt64(number), changes: ChangeSet(
-                inserted: [userSnapshot("p\(number)")])))
-        }
+        _ = try client.saveUsers(1...3, handlePrefix: "p")
         first.shutDown()
         // Every change set is past an age of 0: the first commit prunes all but the newest.
         let second = try RunningDaemon(directory: first.directory, historyAge: 0)
