@@ -4,6 +4,7 @@ import Skyros
 import SkyrosDaemon
 import SkyrosShared
 import SkyrosWire
+import SkyrosZeroMQ
 
 /// `skyros-bench contention`: 1, 4, 8 and 16 client processes each save one-object change
 /// sets as fast as they can (each waits for its acknowledgement) for a fixed time, at
@@ -11,12 +12,17 @@ import SkyrosWire
 /// number of processes inserting the same rows straight into one SQLite WAL file, one
 /// transaction each, with a busy timeout.
 ///
-/// The clients are this executable again, in the hidden roles `contention-client` and
-/// `contention-direct`; each prints its number of saves and their latencies.
+/// A third figure, with `--ceiling`: the same processes through a bare group-commit server (a
+/// ROUTER thread that inserts every request waiting in one transaction, raw SQLite, no Skyros
+/// layers), the most any daemon over ZeroMQ can give on this machine.
+///
+/// The clients are this executable again, in the hidden roles `contention-client`,
+/// `contention-direct` and `contention-bare`; each prints its number of saves and their latencies.
 struct ContentionBenchmark {
     let directory: URL
     let seconds: Double
     var clientCounts = [1, 4, 8, 16]
+    var ceiling = false
 
     func run(report: (Row) -> Void) throws {
         var rates: [Int: Double] = [:]
@@ -36,6 +42,13 @@ struct ContentionBenchmark {
                        skyros: skyros.rate, baseline: direct.rate))
             report(Row(name: "contention: \(count) clients, save p99", unit: "us",
                        skyros: percentile(skyros.latencies, 99), baseline: percentile(direct.latencies, 99)))
+            if ceiling {
+                let server = try GroupCommitServer(directory.appendingPathComponent("bare-\(count)"))
+                let bare = try measure(role: "contention-bare", target: server.endpoint, count: count)
+                server.stop()
+                report(Row(name: "contention: \(count) clients, bare group commit", unit: "saves/s",
+                           skyros: bare.rate, baseline: direct.rate))
+            }
         }
         if let eight = rates[8], let one = rates[1] {
             report(Row(name: "contention: 8 clients vs Skyros' own single-client rate", unit: "saves/s",
@@ -131,6 +144,29 @@ struct ContentionBenchmark {
         report(latencies)
     }
 
+    /// A client of the bare group-commit server: one request at a time, each waited for.
+    static func bare(endpoint: String, go: String, seconds: Double) throws {
+        let context = try ZeroMQContext()
+        let socket = try ZeroMQSocket(context: context, kind: .dealer)
+        try socket.setReceiveTimeout(milliseconds: 10_000)
+        try socket.connect(endpoint)
+        print("READY")
+        fflush(nil)
+        waitForGo(go)
+        var latencies: [Double] = []
+        let end = Clock.now() + UInt64(seconds * 1e9)
+        var index = 0
+        while Clock.now() < end {
+            let start = Clock.now()
+            try socket.send([withUnsafeBytes(of: index) { Data($0) }])
+            _ = try socket.receive()
+            latencies.append(Double(Clock.now() - start) / 1000)
+            index += 1
+        }
+        socket.close()
+        report(latencies)
+    }
+
     /// A process writing straight into the shared SQLite file: one transaction per row.
     static func direct(database: String, go: String, seconds: Double) {
         let raw = RawSQLite(path: database)
@@ -160,5 +196,53 @@ struct ContentionBenchmark {
         }
         sqlite3_finalize(statement)
         report(latencies)
+    }
+}
+
+/// The ceiling of the contention benchmark: a ROUTER thread that takes every request waiting,
+/// inserts one row for each in one transaction (durability full), commits, and replies to all.
+final class GroupCommitServer: @unchecked Sendable {
+    let context: ZeroMQContext
+    let endpoint: String
+    private let stopped = NSLock()
+    private var isStopped = false
+    private let finished = DispatchSemaphore(value: 0)
+
+    init(_ folder: URL) throws {
+        try FileManager.default.createDirectory(at: folder, withIntermediateDirectories: true)
+        endpoint = "ipc://" + folder.appendingPathComponent("bare.ipc").path
+        context = try ZeroMQContext()
+        let router = try ZeroMQSocket(context: context, kind: .router)
+        try router.bind(endpoint)
+        let raw = RawSQLite(path: folder.appendingPathComponent("bare.sqlite").path)
+        raw.createItemTable()
+        let box = UncheckedBox((router, raw))
+        Thread.detachNewThread { [self] in
+            let (router, raw) = box.value
+            let statement = raw.prepare(RawSQLite.insertItemSQL)
+            var next = 0
+            while !stopped.withLock({ isStopped }) {
+                guard (try? router.waitForInput(milliseconds: 50)) == true else { continue }
+                var batch: [[Data]] = []
+                while let frames = try? router.receive(dontWait: true) {
+                    if frames.count == 2 { batch.append(frames) }
+                }
+                raw.execute("BEGIN IMMEDIATE")
+                for _ in batch {
+                    raw.insertItem(statement, next)
+                    next += 1
+                }
+                raw.execute("COMMIT")
+                for frames in batch { try? router.send([frames[0], Data("ok".utf8)]) }
+            }
+            sqlite3_finalize(statement)
+            router.close()
+            finished.signal()
+        }
+    }
+
+    func stop() {
+        stopped.withLock { isStopped = true }
+        finished.wait()
     }
 }

@@ -2,7 +2,7 @@
 //
 //     swift run -c release skyros-bench embedded [--json] [--quick] [--only fetch|saves|iterate]
 //     swift run -c release skyros-bench shared [--json] [--quick]
-//     swift run -c release skyros-bench contention [--json] [--quick] [--clients N …]
+//     swift run -c release skyros-bench contention [--json] [--quick] [--clients N …] [--ceiling]
 //
 // Prints a table, or with --json one object per line:
 // {"name": …, "unit": …, "skyros": …, "baseline": …, "ratio": …} (ratio = skyros ÷ baseline).
@@ -17,6 +17,9 @@ if arguments.count == 4, let seconds = Double(arguments[3]) {
         exit(0)
     case "contention-direct":
         ContentionBenchmark.direct(database: arguments[1], go: arguments[2], seconds: seconds)
+        exit(0)
+    case "contention-bare":
+        try ContentionBenchmark.bare(endpoint: arguments[1], go: arguments[2], seconds: seconds)
         exit(0)
     default:
         break
@@ -62,6 +65,7 @@ if suite == "contention" {
     var benchmark = ContentionBenchmark(directory: directory, seconds: quick ? 2 : 5)
     let counts = zip(arguments, arguments.dropFirst()).filter { $0.0 == "--clients" }.compactMap { Int($0.1) }
     if !counts.isEmpty { benchmark.clientCounts = counts }
+    benchmark.ceiling = arguments.contains("--ceiling")
     try benchmark.run(report: report)
 } else if suite == "shared" {
     try SharedBenchmark(directory: directory, saveSamples: quick ? 100 : 300, insertCount: quick ? 5_000 : 50_000)
