@@ -354,6 +354,45 @@ struct ConformanceTests {
         #expect(counts == [1, 0, 1])
     }
 
+    @Test("completions run in order on the completion queue, and may read, write and nuke", arguments: StoreKind.allCases)
+    func completionsInOrder(kind: StoreKind) throws {
+        let stack = try TestStack(kind)
+        let store = stack.store
+        let key = DispatchSpecificKey<Int>()
+        store.completionQueue.setSpecific(key: key, value: 1)
+        let order = Locked<[Int]>([])
+        let done = CompletionProbe()
+        // The default queue also runs the saves: a failed write's completion still comes in turn.
+        for index in 0..<12 {
+            store.writeAsync({ context in
+                if index == 5 { throw TestFailure(reason: "write 5 fails") }
+                makeUsers([("U\(index)", "X")], in: context)
+            }, completion: { error in
+                order.withValue { $0.append(DispatchQueue.getSpecific(key: key) == 1 && (error == nil) == (index != 5) ? index : -1) }
+                if index == 11 { done.completion(nil) }
+            })
+        }
+        #expect(done.wait())
+        #expect(order.value == Array(0..<12))
+        // From a completion: a read, a write (whose own completion comes after), then a nuke.
+        let counts = Locked<[Int]>([])
+        let inner = CompletionProbe()
+        store.writeSync({ makeUsers([("V", "Y")], in: $0) }, completion: { _ in
+            store.read { context in counts.withValue { $0.append((try? User.count(in: context)) ?? -1) } }
+            store.writeSync({ makeUsers([("W", "Z")], in: $0) }, completion: inner.completion)
+        })
+        #expect(inner.wait())
+        let nuked = CompletionProbe()
+        store.writeSync({ makeUsers([("N", "N")], in: $0) }, completion: { _ in
+            do { try store.nuke() } catch { nuked.completion(SkyrosError.wrap(error)) }
+            nuked.completion(nil)
+        })
+        #expect(nuked.wait())
+        #expect(nuked.calls.count == 1 && nuked.calls.first! == nil)
+        store.read { context in counts.withValue { $0.append((try? User.count(in: context)) ?? -1) } }
+        #expect(counts.value == [12, 0])
+    }
+
     @Test("strings sort byte by byte", arguments: StoreKind.allCases)
     func binarySort(kind: StoreKind) throws {
         let stack = try TestStack(kind)

@@ -18,7 +18,11 @@ import Foundation
 /// returns, and durable when its completion runs.
 ///
 /// Completions and ``handleError(_:)`` run on ``completionQueue``, a private serial queue
-/// by default: in order, once per write, after the write is durable (or has failed).
+/// by default: in order, once per write, after the write is durable (or has failed). That
+/// default queue also makes the writes durable (the root context's save runs there, inside
+/// its `performAndWait`), so a completion runs on the thread that has just committed, with no
+/// thread hop in between; keep default-queue completions short, since the next write's disk
+/// save waits for them, or pass a queue of your own for long work.
 open class Skyros: @unchecked Sendable {
     /// The schema of the stack.
     public let schema: Schema
@@ -29,6 +33,8 @@ open class Skyros: @unchecked Sendable {
     public let allowsConcurrentWritings: Bool
     /// Where completions and ``handleError(_:)`` are called.
     public let completionQueue: DispatchQueue
+    /// Whether ``completionQueue`` is the stack's own, which also runs the root's saves.
+    private let savesOnCompletionQueue: Bool
 
     private let lock = NSLock()
     private var contexts: Contexts
@@ -75,7 +81,9 @@ open class Skyros: @unchecked Sendable {
         self.store = store
         self.allowsConcurrentWritings = allowsConcurrentWritings
         self.completionQueue = completionQueue ?? DispatchQueue(label: "skyros.completion")
+        self.savesOnCompletionQueue = completionQueue == nil
         self.contexts = Self.makeContexts(store)
+        if savesOnCompletionQueue { self.completionQueue.setSpecific(key: Self.ownQueueKey, value: ObjectIdentifier(self)) }
         SaveOnStop.register(self)
     }
 
@@ -86,6 +94,20 @@ open class Skyros: @unchecked Sendable {
     }
 
     private var current: Contexts { lock.withLock { contexts } }
+
+    /// Marks the stack's own completion queue, to tell whether a caller runs on it.
+    private static let ownQueueKey = DispatchSpecificKey<ObjectIdentifier>()
+
+    /// Waits until the root saves of the writes persisted so far are done: they run on the
+    /// completion queue when it is the stack's own (on the root's queue otherwise, where a
+    /// `performAndWait` on the root comes after them anyway). From a completion, the saves
+    /// queued behind it cannot be waited for; they find their root context emptied.
+    private func waitForQueuedSaves() {
+        guard savesOnCompletionQueue, DispatchQueue.getSpecific(key: Self.ownQueueKey) != ObjectIdentifier(self) else {
+            return
+        }
+        completionQueue.sync {}
+    }
 
     /// What a save does with objects another process (or another stack on the same file)
     /// changed since this stack read them: ``MergePolicy/saverWins`` by default, property by
@@ -220,9 +242,13 @@ open class Skyros: @unchecked Sendable {
         return failure
     }
 
-    /// Main → root at once (in memory: the rows just move one level), then root → store
-    /// on the root's queue, then the completion. The disk write is the only asynchronous
-    /// step, so a small write reaches the disk with as few thread hops as possible.
+    /// Main → root at once (in memory: the rows just move one level), then root → store,
+    /// then the completion. The disk write is the only asynchronous step, so a small write
+    /// reaches the disk with as few thread hops as possible: with the stack's own completion
+    /// queue, one (the root's save runs there, in the root's `performAndWait`, which runs
+    /// on the calling thread, and the completion follows on the same thread); with a queue
+    /// of the caller's, whose thread is not ours to block on a disk write, two (the root's
+    /// queue, then the completion queue).
     private func persist(_ stack: Contexts, _ completion: (@Sendable (SkyrosError?) -> Void)?) {
         let mainFailure: SkyrosError? = stack.main.performAndWait {
             do {
@@ -233,8 +259,15 @@ open class Skyros: @unchecked Sendable {
                 return SkyrosError.wrap(error)
             }
         }
-        stack.root.perform { [self] in
-            finish(mainFailure ?? saveRoot(stack), completion)
+        if savesOnCompletionQueue {
+            completionQueue.async { [self] in
+                let error = mainFailure ?? stack.root.performAndWait { saveRoot(stack) }
+                complete(error, completion)
+            }
+        } else {
+            stack.root.perform { [self] in
+                finish(mainFailure ?? saveRoot(stack), completion)
+            }
         }
     }
 
@@ -269,11 +302,14 @@ open class Skyros: @unchecked Sendable {
     }
 
     private func finish(_ error: SkyrosError?, _ completion: (@Sendable (SkyrosError?) -> Void)?) {
-        completionQueue.async { [self] in
-            if let error { handleError(error) }
-            completion?(error)
-            inFlight.leave()
-        }
+        completionQueue.async { [self] in complete(error, completion) }
+    }
+
+    /// The end of a write, on ``completionQueue``.
+    private func complete(_ error: SkyrosError?, _ completion: (@Sendable (SkyrosError?) -> Void)?) {
+        if let error { handleError(error) }
+        completion?(error)
+        inFlight.leave()
     }
 
     // MARK: - Maintenance
@@ -284,6 +320,7 @@ open class Skyros: @unchecked Sendable {
         let stack = current
         stack.scratch.performAndWait {}
         stack.main.performAndWait {}
+        waitForQueuedSaves()
         try stack.root.performAndWait { try store.deleteAll() }
         let fresh = Self.makeContexts(store)
         fresh.root.mergePolicy = lock.withLock { _mergePolicy }

@@ -124,3 +124,12 @@ func insertUser(handle: String, into stack: Skyros) async throws -> ObjectID {
         return user.objectID
     }
 }
+
+/// A value shared between a test and the closures it hands out.
+final class Locked<Value>: @unchecked Sendable {
+    private let lock = NSLock()
+    private var _value: Value
+    init(_ value: Value) { _value = value }
+    var value: Value { lock.withLock { _value } }
+    func withValue<T>(_ body: (inout Value) -> T) -> T { lock.withLock { body(&_value) } }
+}
