@@ -33,6 +33,11 @@ struct ContentionBenchmark {
             _ = try RemoteStore(schema: benchSchema, container: daemon.container)
             let skyros = try measure(role: "contention-client", target: daemonFolder.path, count: count)
             daemon.stop()
+            if ProcessInfo.processInfo.environment["SKYROS_BENCH_CPU"] != nil {
+                let statistics = daemon.server.statistics
+                FileHandle.standardError.write(Data(
+                    "daemon ×\(count): \(statistics.changeSets) change sets, \(statistics.commits) commits, \(statistics.publishes) event messages\n".utf8))
+            }
             let databasePath = directory.appendingPathComponent("direct-\(count).sqlite").path
             let setup = RawSQLite(path: databasePath)
             setup.createItemTable()

@@ -25,6 +25,13 @@ public final class DaemonServer: @unchecked Sendable {
         /// told `helloRequired`, so a daemon serving short-lived clients for months does not
         /// grow without bound.
         public var maximumConnections: Int
+        /// How long, in seconds, the events of a commit may wait while more requests are
+        /// already waiting: under load the events of several commits go out together, in one
+        /// message that wakes each client once (each client receives every other client's
+        /// changes, so under load a publish per commit costs every client a wake-up per
+        /// commit). A daemon with nothing more to do publishes at once. 0 publishes after
+        /// every commit.
+        public var maximumEventDelay: TimeInterval
         /// Where the server writes what it does (one line per call).
         public var log: @Sendable (String) -> Void
 
@@ -32,7 +39,8 @@ public final class DaemonServer: @unchecked Sendable {
             container: GroupContainer, durability: Durability = .full,
             maximumMessageSize: Int = WireMessage.maximumSize,
             historyCount: Int = 100_000, historyAge: TimeInterval = 7 * 86_400, maximumGroupCommit: Int = 256,
-            maximumConnections: Int = 10_000, log: @escaping @Sendable (String) -> Void = { _ in }
+            maximumConnections: Int = 10_000, maximumEventDelay: TimeInterval = 0.002,
+            log: @escaping @Sendable (String) -> Void = { _ in }
         ) {
             self.container = container
             self.durability = durability
@@ -41,6 +49,7 @@ public final class DaemonServer: @unchecked Sendable {
             self.historyAge = historyAge
             self.maximumGroupCommit = max(1, maximumGroupCommit)
             self.maximumConnections = max(1, maximumConnections)
+            self.maximumEventDelay = max(0, maximumEventDelay)
             self.log = log
         }
     }
@@ -70,6 +79,12 @@ public final class DaemonServer: @unchecked Sendable {
     /// The save records of the commits since the daemon started (see ``lastSave(of:_:)``).
     private var lastSaves: [String: Journal.SaveRecord] = [:]
     private var counters = Statistics()
+    /// Committed change sets whose events are not published yet (see
+    /// ``Configuration/maximumEventDelay``), the bytes of their history rows, and since when
+    /// the oldest has waited.
+    private var unpublished: [Committed] = []
+    private var unpublishedBytes = 0
+    private var unpublishedSince = ContinuousClock.now
 
     /// What the server has committed since it started.
     public struct Statistics: Sendable, Equatable {
@@ -80,11 +95,15 @@ public final class DaemonServer: @unchecked Sendable {
         /// Hellos answered with a welcome (a client says hello again after a restart, on a
         /// new connection, or when the daemon forgot its connections).
         public var welcomes = 0
+        /// Messages of change events published (heartbeats not counted): one per commit when
+        /// the daemon is idle between them, fewer under load.
+        public var publishes = 0
 
-        public init(commits: Int = 0, changeSets: Int = 0, welcomes: Int = 0) {
+        public init(commits: Int = 0, changeSets: Int = 0, welcomes: Int = 0, publishes: Int = 0) {
             self.commits = commits
             self.changeSets = changeSets
             self.welcomes = welcomes
+            self.publishes = publishes
         }
     }
 
@@ -142,12 +161,14 @@ public final class DaemonServer: @unchecked Sendable {
                     handle(received.frames, peer: received.peer, saves: &saves)
                 }
                 if !saves.isEmpty { commit(saves) }
+                publishUnlessBusy()
             } catch let error as ZeroMQError where error.isTimeout || error.code == EINTR {
                 continue
             } catch {
                 configuration.log("receive failed: \(error)")
             }
         }
+        publishUnpublished()
     }
 
     /// Asks ``serve(pollInterval:)`` to return once the request in progress is answered.
@@ -298,7 +319,11 @@ public final class DaemonServer: @unchecked Sendable {
                 }
             reply(to: save.identity, WireMessage(requestID: save.requestID, body: body))
         }
-        publish(events)
+        if !events.isEmpty {
+            if unpublished.isEmpty { unpublishedSince = .now }
+            unpublished += events
+            unpublishedBytes += events.reduce(0) { $0 + $1.encoded.count }
+        }
     }
 
     /// The last save applied for a client: from memory, or from its record in the store the
@@ -357,6 +382,7 @@ public final class DaemonServer: @unchecked Sendable {
                 return try Journal.record(event, process: peers[identity]?.name ?? "", save: nil, in: transaction)
             }
             sequence = event.sequence
+            publishUnpublished()  // the events before it go first
             publish([Committed(event: event, encoded: encoded, topic: peers[identity]?.topic)])
             return .saved(sequence: sequence)
         case .changesSince(let since):
@@ -413,6 +439,7 @@ public final class DaemonServer: @unchecked Sendable {
     private func heartbeatIfDue(every interval: TimeInterval) {
         guard Date().timeIntervalSince(lastHeartbeat) >= interval else { return }
         lastHeartbeat = Date()
+        publishUnpublished()  // a heartbeat past unpublished events would look like a gap
         let heartbeat = ChangeEvent(sequence: sequence, author: "", changes: [])
         send(
             WireMessage(requestID: 0, body: .event(heartbeat)).encoded(), topic: WireMessage.broadcastTopic,
@@ -429,10 +456,32 @@ public final class DaemonServer: @unchecked Sendable {
 
     /// Publishes committed change sets: one event as recorded, under its author's topic (the
     /// author knows it from the reply and does not wake up for it), or the consecutive events
-    /// of a group commit in one `changes` message to everyone (each subscriber wakes up once
-    /// for all of them).
+    /// of a group commit, or of commits made while requests kept coming, in one `changes`
+    /// message to everyone (each subscriber wakes up once for all of them).
+    /// Publishes the waiting events, unless more requests are already waiting and the oldest
+    /// event has waited less than ``Configuration/maximumEventDelay`` (and the waiting events
+    /// are under 1,024 and 1 MiB): the next commits' events then go out with them.
+    private func publishUnlessBusy() {
+        guard !unpublished.isEmpty else { return }
+        let waited = ContinuousClock.now - unpublishedSince
+        if waited < .seconds(configuration.maximumEventDelay), unpublishedBytes < 1_048_576, unpublished.count < 1_024,
+            (try? requests.waitForInput(milliseconds: 0)) == true
+        {
+            return
+        }
+        publishUnpublished()
+    }
+
+    private func publishUnpublished() {
+        guard !unpublished.isEmpty else { return }
+        publish(unpublished)
+        unpublished = []
+        unpublishedBytes = 0
+    }
+
     private func publish(_ committed: [Committed]) {
         guard let first = committed.first else { return }
+        state.withLock { counters.publishes += 1 }
         if committed.count == 1 {
             send(first.encoded, topic: first.topic ?? WireMessage.broadcastTopic, firstSequence: first.event.sequence)
         } else {

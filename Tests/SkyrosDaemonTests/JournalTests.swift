@@ -135,8 +135,47 @@ struct JournalTests {
         #expect(sequences.sorted() == Array(1...19))
         #expect(try setup.call(.count(StoreRequest(entityName: "User"))) == .countReply(19))
         daemon.shutDown()
-        #expect(daemon.server.statistics == .init(commits: 1, changeSets: 19, welcomes: 5))  // 4 clients and the setup said hello
+        // 4 clients and the setup said hello; one commit, so one message of events.
+        #expect(daemon.server.statistics == .init(commits: 1, changeSets: 19, welcomes: 5, publishes: 1))
         #expect(try historySequences(daemon) == Array(1...19))
+    }
+
+    @Test(
+        "while requests wait, the events of several commits go out together, in order; with no delay, each commit's alone",
+        arguments: [true, false])
+    func eventsHeldUnderLoad(held: Bool) throws {
+        // One save a commit, so that six saves make six commits; they all wait in the socket
+        // before the daemon serves, so that after each commit but the last, requests wait.
+        // Heartbeats (which publish what waits) are a second apart.
+        let daemon = try RunningDaemon(
+            serving: false, maximumGroupCommit: 1, maximumEventDelay: held ? 60 : 0, heartbeatInterval: 1_000)
+        defer { daemon.shutDown() }
+        let watcher = try RawClient(daemon)
+        try watcher.subscriber.setReceiveTimeout(milliseconds: 5_000)
+        let writer = try RawClient(daemon)
+        _ = try writer.send(.hello(
+            protocolVersion: UInt64(WireMessage.protocolVersion), schemaFingerprint: testSchema.fingerprint,
+            clientName: "writer", schemaDescription: Array(try JSONEncoder().encode(testSchema.schemaDescription))))
+        for number in 1...6 {
+            _ = try writer.send(.save(clientID: "w", saveNumber: UInt64(number), changes: ChangeSet(
+                inserted: [userSnapshot("h\(number)")])))
+        }
+        daemon.startServing()
+        let replies = try writer.replies(7)
+        #expect((2...7).map { replies[UInt64($0)] } == (1...6).map { .saved(sequence: UInt64($0)) })
+        // The watcher's messages, heartbeats aside, until it has the six events.
+        var messages: [[UInt64]] = []
+        while messages.joined().count < 6 {
+            switch try watcher.event().message.body {
+            case .event(let event) where !event.author.isEmpty: messages.append([event.sequence])
+            case .changes(let events): messages.append(events.map(\.sequence))
+            default: continue
+            }
+        }
+        #expect(Array(messages.joined()) == Array(1...6))
+        #expect(messages.count == (held ? 1 : 6))
+        #expect(daemon.server.statistics.commits == 6)
+        #expect(daemon.server.statistics.publishes == (held ? 1 : 6))
     }
 
     @Test("a save linking to an object another client deleted fails; one deleted after a link nullifies it")

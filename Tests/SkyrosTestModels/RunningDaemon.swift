@@ -9,6 +9,7 @@ public final class RunningDaemon: @unchecked Sendable {
     public let container: GroupContainer
     public let server: DaemonServer
     private let finished = DispatchSemaphore(value: 0)
+    private let heartbeatInterval: Int
     private let lock = NSLock()
     private var serving = false
     private var closed = false
@@ -20,15 +21,21 @@ public final class RunningDaemon: @unchecked Sendable {
     ///   - serving: false to start serving later with ``startServing()`` — requests sent in
     ///     between wait in the socket and are all taken in the first turn (a group commit).
     ///   - maximumConnections: how many connections' hellos the daemon remembers.
+    ///   - maximumGroupCommit: the most change sets committed together.
+    ///   - maximumEventDelay: how long events may wait for the next commits' while requests wait.
+    ///   - heartbeatInterval: milliseconds between heartbeats (the serve loop's poll interval).
     public init(
         directory: String? = nil, historyCount: Int = 100_000, historyAge: TimeInterval = 7 * 86_400,
-        serving: Bool = true, maximumConnections: Int = 10_000
+        serving: Bool = true, maximumConnections: Int = 10_000, maximumGroupCommit: Int = 256,
+        maximumEventDelay: TimeInterval = 0.002, heartbeatInterval: Int = 20
     ) throws {
+        self.heartbeatInterval = heartbeatInterval
         self.directory = directory ?? "/tmp/skd-\(getpid())-\(UInt32.random(in: 0...UInt32.max))"
         container = GroupContainer(url: URL(fileURLWithPath: self.directory).appendingPathComponent("g"))
         server = try DaemonServer(configuration: .init(
             container: container, historyCount: historyCount, historyAge: historyAge,
-            maximumConnections: maximumConnections))
+            maximumGroupCommit: maximumGroupCommit, maximumConnections: maximumConnections,
+            maximumEventDelay: maximumEventDelay))
         if serving { startServing() }
     }
 
@@ -36,8 +43,9 @@ public final class RunningDaemon: @unchecked Sendable {
         lock.withLock { serving = true }
         let server = self.server
         let finished = self.finished
+        let heartbeatInterval = self.heartbeatInterval
         Thread.detachNewThread {
-            server.serve(pollInterval: 20)
+            server.serve(pollInterval: heartbeatInterval)
             finished.signal()
         }
     }
