@@ -40,12 +40,16 @@ struct SharedBenchmark {
         var bareFull: [Double] = []
         var bareNormal: [Double] = []
         for durability in [Durability.full, .normal] {
-            let (skyros, baseline) = try saves(durability)
+            let (skyros, waited, baseline) = try saves(durability)
             if durability == .full { bareFull = baseline } else { bareNormal = baseline }
             report(Row(name: "one-object save through the daemon p50 (\(durability.rawValue))", unit: "us",
                        skyros: percentile(skyros, 50), baseline: percentile(baseline, 50)))
             report(Row(name: "one-object save through the daemon p99 (\(durability.rawValue))", unit: "us",
                        skyros: percentile(skyros, 99), baseline: percentile(baseline, 99)))
+            report(Row(name: "one-object writeAndWait through the daemon p50 (\(durability.rawValue))", unit: "us",
+                       skyros: percentile(waited, 50), baseline: percentile(baseline, 50)))
+            report(Row(name: "one-object writeAndWait through the daemon p99 (\(durability.rawValue))", unit: "us",
+                       skyros: percentile(waited, 99), baseline: percentile(baseline, 99)))
         }
         // Baseline: the bare commit-and-reply round trip of the same run at the same
         // durability, the least any "saved here, known there" can take (a change is published
@@ -65,9 +69,11 @@ struct SharedBenchmark {
                    skyros: Double(insertCount) / shared, baseline: Double(insertCount) / embedded))
     }
 
-    /// Skyros: writeSync of one object until its completion. Baseline: a DEALER sends a
-    /// request, a ROUTER thread inserts one row in its own transaction and replies.
-    private func saves(_ durability: Durability) throws -> ([Double], [Double]) {
+    /// Skyros: writeSync of one object until its completion, and writeAndWait of one object
+    /// (the same save, with no hop to the root's queue and back). Baseline: a DEALER sends a
+    /// request, a ROUTER thread inserts one row in its own transaction and replies. The three
+    /// take turns, sample by sample.
+    private func saves(_ durability: Durability) throws -> ([Double], [Double], [Double]) {
         let daemon = try Daemon(directory.appendingPathComponent("s-\(durability.rawValue)"), durability: durability)
         defer { daemon.stop() }
         let store = try Skyros(sharedStack: benchSchema, container: daemon.container.url)
@@ -75,6 +81,7 @@ struct SharedBenchmark {
         defer { baseline.stop() }
         let done = DispatchSemaphore(value: 0)
         var skyros: [Double] = []
+        var waited: [Double] = []
         var bare: [Double] = []
         for index in 0..<saveSamples {
             var start = Clock.now()
@@ -82,34 +89,61 @@ struct SharedBenchmark {
             done.wait()
             skyros.append(Double(Clock.now() - start) / 1000)
             start = Clock.now()
+            try store.writeAndWait { context in Item.create(in: context).value = -index }
+            waited.append(Double(Clock.now() - start) / 1000)
+            start = Clock.now()
             try baseline.roundTrip(index)
             bare.append(Double(Clock.now() - start) / 1000)
         }
-        return (skyros, bare)
+        return (skyros, waited, bare)
     }
 
-    /// Client A saves; client B (its own connection to the daemon) waits until its main
-    /// context returns the new value.
+    /// Client A saves (`writeAndWait`: its request leaves from this thread); client B (its own
+    /// connection to the daemon) reacts to the change as an app would, in a task iterating
+    /// `changes`, and reads the new value from its main context: the time is taken there.
     private func crossClientVisibility(_ durability: Durability) throws -> [Double] {
         let daemon = try Daemon(directory.appendingPathComponent("v-\(durability.rawValue)"), durability: durability)
         defer { daemon.stop() }
         let a = try Skyros(sharedStack: benchSchema, container: daemon.container.url)
         let b = try Skyros(sharedStack: benchSchema, container: daemon.container.url)
         let seen = DispatchSemaphore(value: 0)
+        let expected = Expected()
         let watcher = Task {
-            for await _ in b.changes { seen.signal() }
+            for await _ in b.changes {
+                guard let wanted = expected.value else { continue }
+                if Self.value(wanted, in: b) == wanted { expected.found(at: Clock.now()) }
+                seen.signal()
+            }
         }
         defer { watcher.cancel() }
         var samples: [Double] = []
         for index in 0..<min(saveSamples, 200) {
+            expected.expect(index)
             let start = Clock.now()
-            a.writeSync { context in Item.create(in: context).value = index }
-            guard seen.wait(timeout: .now() + 5) == .success else { continue }
-            var value = -1
-            b.read { context in value = try Item.first(where: #Predicate { $0.value == index }, in: context)?.value ?? -1 }
-            if value == index { samples.append(Double(Clock.now() - start) / 1000) }
+            try a.writeAndWait { context in Item.create(in: context).value = index }
+            guard seen.wait(timeout: .now() + 5) == .success, let end = expected.foundAt else { continue }
+            samples.append(Double(end - start) / 1000)
         }
         return samples
+    }
+
+    /// The `value` of the item with this value in a stack's main context, read there
+    /// synchronously (-1 when there is none).
+    private static func value(_ wanted: Int, in store: Skyros) -> Int {
+        var value = -1
+        store.read { context in value = try Item.first(where: #Predicate { $0.value == wanted }, in: context)?.value ?? -1 }
+        return value
+    }
+
+    /// The value client B waits for, and when it found it.
+    private final class Expected: @unchecked Sendable {
+        private let lock = NSLock()
+        private var wanted: Int?
+        private var at: UInt64?
+        var value: Int? { lock.withLock { wanted } }
+        var foundAt: UInt64? { lock.withLock { at } }
+        func expect(_ value: Int) { lock.withLock { (wanted, at) = (value, nil) } }
+        func found(at time: UInt64) { lock.withLock { at = time } }
     }
 
     /// One write of `insertCount` objects through the daemon, and through the embedded stack,

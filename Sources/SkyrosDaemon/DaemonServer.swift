@@ -454,10 +454,11 @@ public final class DaemonServer: @unchecked Sendable {
         var topic: UInt8?
     }
 
-    /// Publishes committed change sets: one event as recorded, under its author's topic (the
-    /// author knows it from the reply and does not wake up for it), or the consecutive events
-    /// of a group commit, or of commits made while requests kept coming, in one `changes`
-    /// message to everyone (each subscriber wakes up once for all of them).
+    /// Publishes committed change sets: one event as recorded, or the consecutive events of a
+    /// group commit, or of commits made while requests kept coming, in one `changes` message
+    /// (each subscriber wakes up once for all of them); under their author's topic when one
+    /// connection saved them all (the author knows them from the replies and does not wake up
+    /// for them), to everyone otherwise.
     /// Publishes the waiting events, unless more requests are already waiting and the oldest
     /// event has waited less than ``Configuration/maximumEventDelay`` (and the waiting events
     /// are under 1,024 and 1 MiB): the next commits' events then go out with them.
@@ -482,11 +483,14 @@ public final class DaemonServer: @unchecked Sendable {
     private func publish(_ committed: [Committed]) {
         guard let first = committed.first else { return }
         state.withLock { counters.publishes += 1 }
+        // The author's topic when one connection saved them all, so that it is not woken up.
+        let topic = committed.allSatisfy { $0.topic == first.topic } ? first.topic ?? WireMessage.broadcastTopic
+            : WireMessage.broadcastTopic
         if committed.count == 1 {
-            send(first.encoded, topic: first.topic ?? WireMessage.broadcastTopic, firstSequence: first.event.sequence)
+            send(first.encoded, topic: topic, firstSequence: first.event.sequence)
         } else {
             let message = WireMessage(requestID: 0, body: .changes(committed.map(\.event))).encoded()
-            send(message, topic: WireMessage.broadcastTopic, firstSequence: first.event.sequence)
+            send(message, topic: topic, firstSequence: first.event.sequence)
         }
     }
 

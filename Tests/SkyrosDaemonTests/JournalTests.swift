@@ -163,17 +163,26 @@ struct JournalTests {
         daemon.startServing()
         let replies = try writer.replies(7)
         #expect((2...7).map { replies[UInt64($0)] } == (1...6).map { .saved(sequence: UInt64($0)) })
+        guard case .welcome(_, _, let writerTopic)? = replies[1] else {
+            Issue.record("no welcome: \(String(describing: replies[1]))")
+            return
+        }
         // The watcher's messages, heartbeats aside, until it has the six events.
         var messages: [[UInt64]] = []
+        var topics: Set<UInt8> = []
         while messages.joined().count < 6 {
-            switch try watcher.event().message.body {
+            let (topic, message) = try watcher.event()
+            switch message.body {
             case .event(let event) where !event.author.isEmpty: messages.append([event.sequence])
             case .changes(let events): messages.append(events.map(\.sequence))
             default: continue
             }
+            topics.insert(topic)
         }
         #expect(Array(messages.joined()) == Array(1...6))
         #expect(messages.count == (held ? 1 : 6))
+        // All saved on one connection: under its topic, so that the writer is not woken up.
+        #expect(topics == [writerTopic])
         #expect(daemon.server.statistics.commits == 6)
         #expect(daemon.server.statistics.publishes == (held ? 1 : 6))
     }

@@ -354,6 +354,47 @@ struct ConformanceTests {
         #expect(counts == [1, 0, 1])
     }
 
+    @Test("writeAndWait returns once durable, after the writes before it; its errors are thrown and handled", arguments: StoreKind.allCases)
+    func writeAndWait(kind: StoreKind) throws {
+        let stack = try TestStack(kind)
+        let store = stack.store
+        let recorder = ErrorRecorder()
+        store.errorHandler = { recorder.record($0) }
+        let earlier = CompletionProbe()
+        store.writeSync({ makeUsers([("Early", "X")], in: $0) }, completion: earlier.completion)
+        try store.writeAndWait { context in
+            let user = User.create(in: context)
+            user.firstname = "Now"
+            user.handle = "now"
+        }
+        // Durable: the store under the root context has both.
+        let stored = try store.store.fetchSnapshots(StoreRequest(entityName: "User"))
+        #expect(stored.count == 2)
+        #expect(earlier.wait())
+        #expect(earlier.calls.count == 1 && earlier.calls.first! == nil)
+        // A duplicate unique value: thrown, handled, and nothing of the write is kept.
+        #expect {
+            try store.writeAndWait { context in
+                User.create(in: context).handle = "now"
+                User.create(in: context).firstname = "Also lost"
+            }
+        } throws: { ($0 as? SkyrosError)?.code == .uniqueConstraintViolation }
+        // A block that throws: the block's error, nothing saved.
+        #expect(throws: SkyrosError.self) {
+            try store.writeAndWait { context in
+                User.create(in: context).firstname = "Never"
+                throw TestFailure(reason: "changed my mind")
+            }
+        }
+        var names: [String] = []
+        store.read { names = try User.all(in: $0).map(\.firstname).sorted() }
+        #expect(names == ["Early", "Now"])
+        #expect(try store.store.count(StoreRequest(entityName: "User")) == 2)
+        store.completionQueue.sync {}  // handleError runs there
+        #expect(recorder.errors.map(\.code).first == .uniqueConstraintViolation)
+        #expect(recorder.errors.count == 2)
+    }
+
     @Test("completions run in order on the completion queue, and may read, write and nuke", arguments: StoreKind.allCases)
     func completionsInOrder(kind: StoreKind) throws {
         let stack = try TestStack(kind)

@@ -18,11 +18,8 @@ import Foundation
 /// returns, and durable when its completion runs.
 ///
 /// Completions and ``handleError(_:)`` run on ``completionQueue``, a private serial queue
-/// by default: in order, once per write, after the write is durable (or has failed). That
-/// default queue also makes the writes durable (the root context's save runs there, inside
-/// its `performAndWait`), so a completion runs on the thread that has just committed, with no
-/// thread hop in between; keep default-queue completions short, since the next write's disk
-/// save waits for them, or pass a queue of your own for long work.
+/// by default: in order, once per write, after the write is durable (or has failed).
+/// ``writeAndWait(_:)`` does it all on the calling thread and returns once durable.
 open class Skyros: @unchecked Sendable {
     /// The schema of the stack.
     public let schema: Schema
@@ -33,8 +30,6 @@ open class Skyros: @unchecked Sendable {
     public let allowsConcurrentWritings: Bool
     /// Where completions and ``handleError(_:)`` are called.
     public let completionQueue: DispatchQueue
-    /// Whether ``completionQueue`` is the stack's own, which also runs the root's saves.
-    private let savesOnCompletionQueue: Bool
 
     private let lock = NSLock()
     private var contexts: Contexts
@@ -81,9 +76,7 @@ open class Skyros: @unchecked Sendable {
         self.store = store
         self.allowsConcurrentWritings = allowsConcurrentWritings
         self.completionQueue = completionQueue ?? DispatchQueue(label: "skyros.completion")
-        self.savesOnCompletionQueue = completionQueue == nil
         self.contexts = Self.makeContexts(store)
-        if savesOnCompletionQueue { self.completionQueue.setSpecific(key: Self.ownQueueKey, value: ObjectIdentifier(self)) }
         SaveOnStop.register(self)
     }
 
@@ -94,20 +87,6 @@ open class Skyros: @unchecked Sendable {
     }
 
     private var current: Contexts { lock.withLock { contexts } }
-
-    /// Marks the stack's own completion queue, to tell whether a caller runs on it.
-    private static let ownQueueKey = DispatchSpecificKey<ObjectIdentifier>()
-
-    /// Waits until the root saves of the writes persisted so far are done: they run on the
-    /// completion queue when it is the stack's own (on the root's queue otherwise, where a
-    /// `performAndWait` on the root comes after them anyway). From a completion, the saves
-    /// queued behind it cannot be waited for; they find their root context emptied.
-    private func waitForQueuedSaves() {
-        guard savesOnCompletionQueue, DispatchQueue.getSpecific(key: Self.ownQueueKey) != ObjectIdentifier(self) else {
-            return
-        }
-        completionQueue.sync {}
-    }
 
     /// What a save does with objects another process (or another stack on the same file)
     /// changed since this stack read them: ``MergePolicy/saverWins`` by default, property by
@@ -179,7 +158,7 @@ open class Skyros: @unchecked Sendable {
         var failure: SkyrosError?
         scratch.performAndWait { failure = runWrite(changes, in: scratch) }
         if let failure {
-            finish(failure, completion)
+            finishInTurn(stack, failure, completion)
         } else {
             persist(stack, completion)
         }
@@ -198,7 +177,7 @@ open class Skyros: @unchecked Sendable {
         inFlight.enter()
         scratch.perform { [self] in
             if let failure = runWrite(changes, in: scratch) {
-                finish(failure, completion)
+                finishInTurn(stack, failure, completion)
             } else {
                 persist(stack, completion)
             }
@@ -219,6 +198,40 @@ open class Skyros: @unchecked Sendable {
                 })
         }
         return box.value!
+    }
+
+    /// Runs `changes` on a scratch context and saves them all the way to the store before it
+    /// returns: when it returns without throwing, the write is durable (for a shared stack,
+    /// acknowledged by the daemon). Everything runs on the calling thread, which waits for
+    /// the disk or the daemon: for command-line tools, services and background threads, not
+    /// for a thread that must stay responsive.
+    ///
+    /// ```swift
+    /// try store.writeAndWait { context in User.create(in: context).firstname = "Jane" }
+    /// // durable here: no completion, no semaphore
+    /// ```
+    ///
+    /// Writes started before it with ``writeSync(_:completion:)`` or
+    /// ``writeAsync(_:completion:)`` are saved first (their completions follow, in order, on
+    /// ``completionQueue``): its changes reach the root context behind their saves, on the
+    /// root's queue. Errors also go to ``handleError(_:)``, on ``completionQueue``.
+    /// - Throws: the block's error (nothing of it is saved), or the save's
+    ///   (``SkyrosError/Code/uniqueConstraintViolation``, ``SkyrosError/Code/daemonUnavailable``, …),
+    ///   after which nothing of the write is stored.
+    public func writeAndWait(_ changes: (ObjectContext) throws -> Void) throws {
+        let stack = current
+        let scratch = scratchContext(stack)
+        inFlight.enter()
+        defer { inFlight.leave() }
+        var failure: SkyrosError?
+        scratch.performAndWait { failure = runWrite(changes, in: scratch) }
+        if failure == nil { failure = saveMain(stack) }
+        // On this thread: the root's queue runs the block here when it is idle.
+        if failure == nil { failure = stack.root.performAndWait { saveRoot(stack) } }
+        if let failure {
+            completionQueue.async { [self] in handleError(failure) }
+            throw failure
+        }
     }
 
     private final class ResultBox<T>: @unchecked Sendable {
@@ -242,31 +255,36 @@ open class Skyros: @unchecked Sendable {
         return failure
     }
 
-    /// Main → root at once (in memory: the rows just move one level), then root → store,
-    /// then the completion. The disk write is the only asynchronous step, so a small write
-    /// reaches the disk with as few thread hops as possible: with the stack's own completion
-    /// queue, one (the root's save runs there, in the root's `performAndWait`, which runs
-    /// on the calling thread, and the completion follows on the same thread); with a queue
-    /// of the caller's, whose thread is not ours to block on a disk write, two (the root's
-    /// queue, then the completion queue).
+    /// Main → root at once (in memory: the rows just move one level), then root → store
+    /// on the root's queue, then the completion. The disk write is the only asynchronous
+    /// step, so a small write reaches the disk with as few thread hops as possible. The
+    /// root's queue keeps each write's save before the next write's changes reach the root
+    /// (a push waits there behind the saves queued before it), so a save carries its own
+    /// write's changes and its error is its own.
     private func persist(_ stack: Contexts, _ completion: (@Sendable (SkyrosError?) -> Void)?) {
-        let mainFailure: SkyrosError? = stack.main.performAndWait {
+        let mainFailure = saveMain(stack)
+        stack.root.perform { [self] in
+            finish(mainFailure ?? saveRoot(stack), completion)
+        }
+    }
+
+    /// The completion of a write that failed before reaching the root: through the root's
+    /// queue, so that it comes after the completions of the writes before it.
+    private func finishInTurn(
+        _ stack: Contexts, _ failure: SkyrosError, _ completion: (@Sendable (SkyrosError?) -> Void)?
+    ) {
+        stack.root.perform { [self] in finish(failure, completion) }
+    }
+
+    /// Saves the main context into the root (in memory); on failure discards its changes.
+    private func saveMain(_ stack: Contexts) -> SkyrosError? {
+        stack.main.performAndWait {
             do {
                 try stack.main.save()
                 return nil
             } catch {
                 stack.main.rollback()
                 return SkyrosError.wrap(error)
-            }
-        }
-        if savesOnCompletionQueue {
-            completionQueue.async { [self] in
-                let error = mainFailure ?? stack.root.performAndWait { saveRoot(stack) }
-                complete(error, completion)
-            }
-        } else {
-            stack.root.perform { [self] in
-                finish(mainFailure ?? saveRoot(stack), completion)
             }
         }
     }
@@ -302,14 +320,11 @@ open class Skyros: @unchecked Sendable {
     }
 
     private func finish(_ error: SkyrosError?, _ completion: (@Sendable (SkyrosError?) -> Void)?) {
-        completionQueue.async { [self] in complete(error, completion) }
-    }
-
-    /// The end of a write, on ``completionQueue``.
-    private func complete(_ error: SkyrosError?, _ completion: (@Sendable (SkyrosError?) -> Void)?) {
-        if let error { handleError(error) }
-        completion?(error)
-        inFlight.leave()
+        completionQueue.async { [self] in
+            if let error { handleError(error) }
+            completion?(error)
+            inFlight.leave()
+        }
     }
 
     // MARK: - Maintenance
@@ -320,7 +335,6 @@ open class Skyros: @unchecked Sendable {
         let stack = current
         stack.scratch.performAndWait {}
         stack.main.performAndWait {}
-        waitForQueuedSaves()
         try stack.root.performAndWait { try store.deleteAll() }
         let fresh = Self.makeContexts(store)
         fresh.root.mergePolicy = lock.withLock { _mergePolicy }
