@@ -52,3 +52,12 @@ let count = try await store.write { context -> Int in
 print("users left:", count)
 let posts: Int = try await store.read { context in try Post.count(in: context) }
 print("posts left:", posts)
+
+// A tool that wants its write on disk before it goes on: no completion, no semaphore.
+try store.writeAndWait { context in
+    let user = User.create(in: context)
+    user.firstname = "Ann"
+    user.handle = "ann"
+}
+let users: Int = try await store.read { context in try User.count(in: context) }
+print("users now:", users)
