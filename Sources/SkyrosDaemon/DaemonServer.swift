@@ -160,8 +160,10 @@ public final class DaemonServer: @unchecked Sendable {
                     }
                     handle(received.frames, peer: received.peer, saves: &saves)
                 }
-                if !saves.isEmpty { commit(saves) }
-                publishUnlessBusy()
+                // Whether requests were waiting before this turn's replies went out (after them,
+                // a client that was just answered may already have sent its next request).
+                let waiting = saves.isEmpty ? (try requests.waitForInput(milliseconds: 0)) : commit(saves)
+                publishUnlessBusy(requestsWaiting: waiting)
             } catch let error as ZeroMQError where error.isTimeout || error.code == EINTR {
                 continue
             } catch {
@@ -232,7 +234,7 @@ public final class DaemonServer: @unchecked Sendable {
             return
         }
         if case .deleteAll = message.body, !saves.isEmpty {
-            commit(saves)  // saves that arrived first are committed first
+            _ = commit(saves)  // saves that arrived first are committed first
             saves.removeAll()
         }
         let body: WireMessage.Body
@@ -249,8 +251,9 @@ public final class DaemonServer: @unchecked Sendable {
     /// deleted) fails alone; a turn of one save that fails is rolled back whole. A save whose
     /// client and save number were applied before is not applied again; its first
     /// acknowledgement is sent again. Replies and events go out once the commit is durable.
-    private func commit(_ saves: [PendingSave]) {
-        guard let store else { return }
+    /// - Returns: whether more requests were waiting once the commit was done, before the replies.
+    private func commit(_ saves: [PendingSave]) -> Bool {
+        guard let store else { return false }
         var results: [Result<UInt64, SkyrosError>] = []
         var events: [Committed] = []
         var next = sequence
@@ -311,6 +314,7 @@ public final class DaemonServer: @unchecked Sendable {
                 events = []
             }
         }
+        let waiting = (try? requests.waitForInput(milliseconds: 0)) == true
         for (save, result) in zip(saves, results) {
             let body: WireMessage.Body =
                 switch result {
@@ -324,6 +328,7 @@ public final class DaemonServer: @unchecked Sendable {
             unpublished += events
             unpublishedBytes += events.reduce(0) { $0 + $1.encoded.count }
         }
+        return waiting
     }
 
     /// The last save applied for a client: from memory, or from its record in the store the
@@ -459,14 +464,14 @@ public final class DaemonServer: @unchecked Sendable {
     /// (each subscriber wakes up once for all of them); under their author's topic when one
     /// connection saved them all (the author knows them from the replies and does not wake up
     /// for them), to everyone otherwise.
-    /// Publishes the waiting events, unless more requests are already waiting and the oldest
+    /// Publishes the waiting events, unless more requests were already waiting and the oldest
     /// event has waited less than ``Configuration/maximumEventDelay`` (and the waiting events
     /// are under 1,024 and 1 MiB): the next commits' events then go out with them.
-    private func publishUnlessBusy() {
+    private func publishUnlessBusy(requestsWaiting: Bool) {
         guard !unpublished.isEmpty else { return }
         let waited = ContinuousClock.now - unpublishedSince
-        if waited < .seconds(configuration.maximumEventDelay), unpublishedBytes < 1_048_576, unpublished.count < 1_024,
-            (try? requests.waitForInput(milliseconds: 0)) == true
+        if requestsWaiting, waited < .seconds(configuration.maximumEventDelay), unpublishedBytes < 1_048_576,
+            unpublished.count < 1_024
         {
             return
         }
