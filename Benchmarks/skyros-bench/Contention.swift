@@ -125,28 +125,32 @@ struct ContentionBenchmark {
         while !FileManager.default.fileExists(atPath: path) && Date() < deadline { usleep(1_000) }
     }
 
-    static func report(_ latencies: [Double]) {
+    /// A client process's part: says it is ready, waits for the go, then saves one at a time
+    /// for `seconds`, and prints how many saves it made and the latency of each.
+    static func saveLoop(go: String, seconds: Double, _ save: (Int) throws -> Void) rethrows {
+        print("READY")
+        fflush(nil)
+        waitForGo(go)
+        var latencies: [Double] = []
+        let end = Clock.now() + UInt64(seconds * 1e9)
+        var index = 0
+        while Clock.now() < end {
+            let start = Clock.now()
+            try save(index)
+            latencies.append(Double(Clock.now() - start) / 1000)
+            index += 1
+        }
         print("RESULT \(latencies.count) " + latencies.map { String(Int($0)) }.joined(separator: " "))
     }
 
     /// A client of the daemon: one-object writes, each waited for.
     static func client(container: String, go: String, seconds: Double) throws {
         let store = try Skyros(sharedStack: benchSchema, container: URL(fileURLWithPath: container), timeout: 30)
-        print("READY")
-        fflush(nil)
-        waitForGo(go)
         let done = DispatchSemaphore(value: 0)
-        var latencies: [Double] = []
-        let end = Clock.now() + UInt64(seconds * 1e9)
-        var index = 0
-        while Clock.now() < end {
-            let start = Clock.now()
+        saveLoop(go: go, seconds: seconds) { index in
             store.writeSync({ context in Item.create(in: context).value = index }, completion: { _ in done.signal() })
             done.wait()
-            latencies.append(Double(Clock.now() - start) / 1000)
-            index += 1
         }
-        report(latencies)
     }
 
     /// A client of the bare group-commit server: one request at a time, each waited for.
@@ -155,21 +159,11 @@ struct ContentionBenchmark {
         let socket = try ZeroMQSocket(context: context, kind: .dealer)
         try socket.setReceiveTimeout(milliseconds: 10_000)
         try socket.connect(endpoint)
-        print("READY")
-        fflush(nil)
-        waitForGo(go)
-        var latencies: [Double] = []
-        let end = Clock.now() + UInt64(seconds * 1e9)
-        var index = 0
-        while Clock.now() < end {
-            let start = Clock.now()
+        try saveLoop(go: go, seconds: seconds) { index in
             try socket.send([withUnsafeBytes(of: index) { Data($0) }])
             _ = try socket.receive()
-            latencies.append(Double(Clock.now() - start) / 1000)
-            index += 1
         }
         socket.close()
-        report(latencies)
     }
 
     /// A process writing straight into the shared SQLite file: one transaction per row.
@@ -177,14 +171,7 @@ struct ContentionBenchmark {
         let raw = RawSQLite(path: database)
         sqlite3_busy_timeout(raw.db, 10_000)
         let statement = raw.prepare(RawSQLite.insertItemSQL)
-        print("READY")
-        fflush(nil)
-        waitForGo(go)
-        var latencies: [Double] = []
-        let end = Clock.now() + UInt64(seconds * 1e9)
-        var index = 0
-        while Clock.now() < end {
-            let start = Clock.now()
+        saveLoop(go: go, seconds: seconds) { index in
             raw.execute("BEGIN IMMEDIATE")
             sqlite3_reset(statement)
             var id = UUID().uuid
@@ -196,11 +183,8 @@ struct ContentionBenchmark {
             sqlite3_bind_double(statement, 6, Double(index))
             raw.step(statement)
             raw.execute("COMMIT")
-            latencies.append(Double(Clock.now() - start) / 1000)
-            index += 1
         }
         sqlite3_finalize(statement)
-        report(latencies)
     }
 }
 
