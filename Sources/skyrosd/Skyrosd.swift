@@ -41,8 +41,20 @@ struct Skyrosd: AsyncParsableCommand {
     @Option(help: "How long the history keeps a change set, in seconds (default: 7 days).")
     var historyAge: Double = 7 * 86_400
 
+    @Option(help: """
+        How long, in milliseconds, a commit's change events may wait for the next commits' \
+        while more requests are waiting, to go out in one message (0: after every commit).
+        """)
+    var eventDelay: Double = 2
+
     @Option(help: "trace, debug, info, notice, warning, error or critical.")
     var logLevel: Logger.Level = .info
+
+    func validate() throws {
+        guard eventDelay >= 0, eventDelay.isFinite else {
+            throw ValidationError("--event-delay is a number of milliseconds, 0 or more")
+        }
+    }
 
     func run() async throws {
         let level = logLevel
@@ -69,7 +81,7 @@ struct Skyrosd: AsyncParsableCommand {
             server = try DaemonServer(
                 configuration: .init(
                     container: GroupContainer(url: containerURL), durability: durability,
-                    historyCount: historyCount, historyAge: historyAge,
+                    historyCount: historyCount, historyAge: historyAge, maximumEventDelay: eventDelay / 1000,
                     log: { message in logger.info("\(message)") }))
         } catch let error as SkyrosError where error.code == .groupLocked {
             logger.critical("\(error.message)")

@@ -276,6 +276,17 @@ struct DaemonProcessTests {
         #expect(daemon.wait() == .exited(64))
         #expect(try FileManager.default.contentsOfDirectory(atPath: groups).isEmpty)
     }
+
+    @Test("a negative --event-delay is refused with a clear message before any file is touched")
+    func invalidEventDelay() throws {
+        let groups = groupsDirectory()
+        defer { try? FileManager.default.removeItem(atPath: groups) }
+        let daemon = try ChildProcess(
+            ["--group", "g", "--groups-dir", groups, "--event-delay=-1"], executable: Self.skyrosd)
+        #expect(daemon.wait() == .exited(64))
+        #expect(daemon.readAll().contains("--event-delay is a number of milliseconds, 0 or more"))
+        #expect(try FileManager.default.contentsOfDirectory(atPath: groups).isEmpty)
+    }
 }
 
 /// Copies an executable through a close-on-exec descriptor: a process spawned meanwhile by
