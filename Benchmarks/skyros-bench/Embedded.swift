@@ -135,20 +135,44 @@ struct EmbeddedBenchmark {
             skyrosIndexed: skyrosIndexed, rawIndexed: rawIndexed, indexedRows: rawRows)
     }
 
-    /// One-object writeSync until its completion, against a raw single-row transaction.
-    /// Samples alternate between the two, so that both see the same disk conditions.
+    /// One-object writeSync until its completion, against a raw single-row transaction; then
+    /// one-object writeAndWait (the same save on the calling thread, with no hand-off) against
+    /// the same. Samples alternate between Skyros and the baseline, so that both see the same
+    /// disk conditions.
     private func singleSaves(report: (Row) -> Void) throws {
-        let store = try Skyros(sqliteStack: benchSchema, at: directory.appendingPathComponent("saves.sqlite"))
-        let raw = RawSQLite(path: directory.appendingPathComponent("raw-saves.sqlite").path)
+        let done = DispatchSemaphore(value: 0)
+        let (skyros, baseline) = try alternatingSaves("saves") { store, index in
+            store.writeSync({ context in Self.fill(Item.create(in: context), index) }, completion: { _ in done.signal() })
+            done.wait()
+        }
+        report(Row(name: "one-object save until durable p50", unit: "us",
+                   skyros: percentile(skyros, 50), baseline: percentile(baseline, 50)))
+        report(Row(name: "one-object save until durable p99", unit: "us",
+                   skyros: percentile(skyros, 99), baseline: percentile(baseline, 99)))
+        let (waited, waitedBaseline) = try alternatingSaves("waits") { store, index in
+            try store.writeAndWait { context in Self.fill(Item.create(in: context), index) }
+        }
+        report(Row(name: "one-object writeAndWait p50", unit: "us",
+                   skyros: percentile(waited, 50), baseline: percentile(waitedBaseline, 50)))
+        report(Row(name: "one-object writeAndWait p99", unit: "us",
+                   skyros: percentile(waited, 99), baseline: percentile(waitedBaseline, 99)))
+    }
+
+    /// `saveSamples` one-object saves through a new stack, each followed by a raw single-row
+    /// transaction into a new file; the latencies of each, in µs.
+    private func alternatingSaves(
+        _ name: String, _ save: (Skyros, Int) throws -> Void
+    ) throws -> (skyros: [Double], baseline: [Double]) {
+        let store = try Skyros(sqliteStack: benchSchema, at: directory.appendingPathComponent("\(name).sqlite"))
+        let raw = RawSQLite(path: directory.appendingPathComponent("raw-\(name).sqlite").path)
         raw.createItemTable()
         let statement = raw.prepare(RawSQLite.insertItemSQL)
-        let done = DispatchSemaphore(value: 0)
+        defer { sqlite3_finalize(statement) }
         var skyros: [Double] = []
         var baseline: [Double] = []
         for index in 0..<saveSamples {
             var start = Clock.now()
-            store.writeSync({ context in Self.fill(Item.create(in: context), index) }, completion: { _ in done.signal() })
-            done.wait()
+            try save(store, index)
             skyros.append(Double(Clock.now() - start) / 1000)
 
             start = Clock.now()
@@ -157,11 +181,7 @@ struct EmbeddedBenchmark {
             raw.execute("COMMIT")
             baseline.append(Double(Clock.now() - start) / 1000)
         }
-        sqlite3_finalize(statement)
-        report(Row(name: "one-object save until durable p50", unit: "us",
-                   skyros: percentile(skyros, 50), baseline: percentile(baseline, 50)))
-        report(Row(name: "one-object save until durable p99", unit: "us",
-                   skyros: percentile(skyros, 99), baseline: percentile(baseline, 99)))
+        return (skyros, baseline)
     }
 
     /// Iterates `iterateCount` stored objects in batches; reports peak RSS growth.
