@@ -80,10 +80,8 @@ public final class DaemonServer: @unchecked Sendable {
     private var lastSaves: [String: Journal.SaveRecord] = [:]
     private var counters = Statistics()
     /// Committed change sets whose events are not published yet (see
-    /// ``Configuration/maximumEventDelay``), the bytes of their history rows, and since when
-    /// the oldest has waited.
+    /// ``Configuration/maximumEventDelay``), and since when the oldest has waited.
     private var unpublished: [Committed] = []
-    private var unpublishedBytes = 0
     private var unpublishedSince = ContinuousClock.now
 
     /// What the server has committed since it started.
@@ -160,10 +158,9 @@ public final class DaemonServer: @unchecked Sendable {
                     }
                     handle(received.frames, peer: received.peer, saves: &saves)
                 }
-                // Whether requests were waiting before this turn's replies went out (after them,
-                // a client that was just answered may already have sent its next request).
-                let waiting = saves.isEmpty ? (try requests.waitForInput(milliseconds: 0)) : commit(saves)
-                publishUnlessBusy(requestsWaiting: waiting)
+                // A commit tells whether requests were waiting before its replies went out (after
+                // them, a client that was just answered may already have sent its next request).
+                publishUnlessBusy(requestsWaiting: saves.isEmpty ? nil : commit(saves))
             } catch let error as ZeroMQError where error.isTimeout || error.code == EINTR {
                 continue
             } catch {
@@ -251,7 +248,8 @@ public final class DaemonServer: @unchecked Sendable {
     /// deleted) fails alone; a turn of one save that fails is rolled back whole. A save whose
     /// client and save number were applied before is not applied again; its first
     /// acknowledgement is sent again. Replies and events go out once the commit is durable.
-    /// - Returns: whether more requests were waiting once the commit was done, before the replies.
+    /// - Returns: whether more requests were waiting once the commit was done, before the
+    ///   replies (asked only when there are events to publish).
     private func commit(_ saves: [PendingSave]) -> Bool {
         guard let store else { return false }
         var results: [Result<UInt64, SkyrosError>] = []
@@ -314,7 +312,7 @@ public final class DaemonServer: @unchecked Sendable {
                 events = []
             }
         }
-        let waiting = (try? requests.waitForInput(milliseconds: 0)) == true
+        let waiting = !(events.isEmpty && unpublished.isEmpty) && requestsAreWaiting()
         for (save, result) in zip(saves, results) {
             let body: WireMessage.Body =
                 switch result {
@@ -323,11 +321,8 @@ public final class DaemonServer: @unchecked Sendable {
                 }
             reply(to: save.identity, WireMessage(requestID: save.requestID, body: body))
         }
-        if !events.isEmpty {
-            if unpublished.isEmpty { unpublishedSince = .now }
-            unpublished += events
-            unpublishedBytes += events.reduce(0) { $0 + $1.encoded.count }
-        }
+        if unpublished.isEmpty { unpublishedSince = .now }
+        unpublished += events
         return waiting
     }
 
@@ -459,19 +454,18 @@ public final class DaemonServer: @unchecked Sendable {
         var topic: UInt8?
     }
 
-    /// Publishes committed change sets: one event as recorded, or the consecutive events of a
-    /// group commit, or of commits made while requests kept coming, in one `changes` message
-    /// (each subscriber wakes up once for all of them); under their author's topic when one
-    /// connection saved them all (the author knows them from the replies and does not wake up
-    /// for them), to everyone otherwise.
-    /// Publishes the waiting events, unless more requests were already waiting and the oldest
-    /// event has waited less than ``Configuration/maximumEventDelay`` (and the waiting events
-    /// are under 1,024 and 1 MiB): the next commits' events then go out with them.
-    private func publishUnlessBusy(requestsWaiting: Bool) {
+    /// Whether a request is waiting in the socket.
+    private func requestsAreWaiting() -> Bool { (try? requests.waitForInput(milliseconds: 0)) == true }
+
+    /// Publishes the waiting events, unless more requests were already waiting (nil: ask the
+    /// socket) and the oldest event has waited less than ``Configuration/maximumEventDelay``
+    /// (and the waiting events are under 1,024 and 1 MiB): the next commits' events then go
+    /// out with them.
+    private func publishUnlessBusy(requestsWaiting: Bool?) {
         guard !unpublished.isEmpty else { return }
-        let waited = ContinuousClock.now - unpublishedSince
-        if requestsWaiting, waited < .seconds(configuration.maximumEventDelay), unpublishedBytes < 1_048_576,
-            unpublished.count < 1_024
+        if ContinuousClock.now - unpublishedSince < .seconds(configuration.maximumEventDelay),
+            unpublished.count < 1_024, unpublished.reduce(0, { $0 + $1.encoded.count }) < 1_048_576,
+            requestsWaiting ?? requestsAreWaiting()
         {
             return
         }
@@ -482,21 +476,22 @@ public final class DaemonServer: @unchecked Sendable {
         guard !unpublished.isEmpty else { return }
         publish(unpublished)
         unpublished = []
-        unpublishedBytes = 0
     }
 
+    /// Publishes committed change sets: one event as recorded, or the consecutive events of a
+    /// group commit, or of commits made while requests kept coming, in one `changes` message
+    /// (each subscriber wakes up once for all of them); under their author's topic when one
+    /// connection saved them all (the author knows them from the replies and does not wake up
+    /// for them), to everyone otherwise.
     private func publish(_ committed: [Committed]) {
         guard let first = committed.first else { return }
         state.withLock { counters.publishes += 1 }
-        // The author's topic when one connection saved them all, so that it is not woken up.
         let topic = committed.allSatisfy { $0.topic == first.topic } ? first.topic ?? WireMessage.broadcastTopic
             : WireMessage.broadcastTopic
-        if committed.count == 1 {
-            send(first.encoded, topic: topic, firstSequence: first.event.sequence)
-        } else {
-            let message = WireMessage(requestID: 0, body: .changes(committed.map(\.event))).encoded()
-            send(message, topic: topic, firstSequence: first.event.sequence)
-        }
+        let message =
+            committed.count == 1
+            ? first.encoded : WireMessage(requestID: 0, body: .changes(committed.map(\.event))).encoded()
+        send(message, topic: topic, firstSequence: first.event.sequence)
     }
 
     /// Publishes an encoded `event` or `changes` message: two frames, its topic and itself.

@@ -220,7 +220,7 @@ public final class RemoteStore: PersistentStore, @unchecked Sendable {
                     case .event(let event):
                         if !event.author.isEmpty { self.eventsLock.withLock { self.receivedEvents += 1 } }
                         self.deliver([event])
-                    case .changes(let events):  // the events of one group commit
+                    case .changes(let events):  // consecutive events published together
                         self.eventsLock.withLock { self.receivedEvents += events.count }
                         self.deliver(events)
                     default: continue
@@ -337,14 +337,22 @@ public final class RemoteStore: PersistentStore, @unchecked Sendable {
     /// Starts over from the daemon's current sequence, refreshing everything.
     private func resynchronize() {
         guard let hello = helloMessage, case .welcome(_, let current, let topic)? = try? request(hello) else { return }
-        eventsLock.withLock {
+        welcomed(sequence: current, topic: topic, startingOver: true)
+    }
+
+    /// Takes a new welcome: its event topic (the event thread subscribes without it) and,
+    /// when starting over or when the daemon is behind this client (it serves another
+    /// store), its sequence, after which ``onRestart`` refreshes everything.
+    private func welcomed(sequence current: UInt64, topic: UInt8, startingOver: Bool) {
+        let replaced = eventsLock.withLock { () -> Bool in
+            eventTopic = topic
+            guard startingOver || current < _sequence else { return false }
             _sequence = current
             ownSequences = []
-            eventTopic = topic
+            return true
         }
-        wakeEventThread()  // to subscribe without the new topic
-        let handler = eventsLock.withLock { _onRestart }
-        handler?()
+        wakeEventThread()
+        if replaced { eventsLock.withLock { _onRestart }?() }
     }
 
     // MARK: - Requests
@@ -422,15 +430,7 @@ public final class RemoteStore: PersistentStore, @unchecked Sendable {
         guard let hello = helloMessage, case .welcome(_, let current, let topic) = try exchange(hello, wait: wait) else {
             throw SkyrosError(.malformedMessage, "the daemon did not welcome this client back")
         }
-        let replaced = eventsLock.withLock { () -> Bool in
-            eventTopic = topic
-            guard current < _sequence else { return false }
-            _sequence = current
-            ownSequences = []
-            return true
-        }
-        wakeEventThread()  // to subscribe without the new topic
-        if replaced { eventsLock.withLock { _onRestart }?() }
+        welcomed(sequence: current, topic: topic, startingOver: false)
     }
 
     /// Called when everything this client holds may be stale: the daemon's history no longer

@@ -42,10 +42,10 @@ public struct ChangeEvent: Sendable, Hashable {
 public struct WireMessage: Sendable, Hashable {
     /// The protocol version this build speaks.
     public static let protocolVersion: UInt8 = 3
-    /// The topic of the events every client receives: heartbeats, and the events of a group
-    /// commit of several change sets. An event of one change set is published under the
-    /// topic its author's connection got in its welcome, which that client does not
-    /// subscribe to: it knows its own saves from their replies.
+    /// The topic of the events every client receives: heartbeats, and `changes` messages of
+    /// change sets saved on several connections. The events of change sets saved on one
+    /// connection are published under the topic it got in its welcome, which that client
+    /// does not subscribe to: it knows its own saves from their replies.
     public static let broadcastTopic: UInt8 = 0
     /// The largest encoded message either side accepts (16 MiB).
     public static let maximumSize = 16 * 1_048_576

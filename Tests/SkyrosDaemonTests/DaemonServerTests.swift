@@ -44,9 +44,14 @@ final class RawClient {
     }
 
     func hello(_ schema: Schema = testSchema) throws -> WireMessage.Body {
-        try call(.hello(
-            protocolVersion: UInt64(WireMessage.protocolVersion), schemaFingerprint: schema.fingerprint, clientName: "test",
-            schemaDescription: Array(try JSONEncoder().encode(schema.schemaDescription))))
+        try call(Self.hello(schema, name: "test"))
+    }
+
+    /// The hello of a client of the current protocol with `schema`.
+    static func hello(_ schema: Schema = testSchema, name: String) throws -> WireMessage.Body {
+        .hello(
+            protocolVersion: UInt64(WireMessage.protocolVersion), schemaFingerprint: schema.fingerprint, clientName: name,
+            schemaDescription: Array(try JSONEncoder().encode(schema.schemaDescription)))
     }
 }
 

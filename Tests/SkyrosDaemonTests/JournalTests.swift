@@ -102,10 +102,7 @@ struct JournalTests {
         // Everything is sent before the daemon serves: its first turn takes it all.
         var sent: [(RawClient, UInt64, Bool)] = []
         for (index, client) in clients.enumerated() {
-            sent.append((client, try client.send(.hello(
-                protocolVersion: UInt64(WireMessage.protocolVersion), schemaFingerprint: testSchema.fingerprint,
-                clientName: "c\(index)",
-                schemaDescription: Array(try JSONEncoder().encode(testSchema.schemaDescription)))), true))
+            sent.append((client, try client.send(RawClient.hello(name: "c\(index)")), true))
             for number in 1...5 {
                 // The third save of client 2 repeats a unique handle of client 0: it fails alone.
                 let handle = index == 2 && number == 3 ? "c0-1" : "c\(index)-\(number)"
@@ -153,9 +150,7 @@ struct JournalTests {
         let watcher = try RawClient(daemon)
         try watcher.subscriber.setReceiveTimeout(milliseconds: 5_000)
         let writer = try RawClient(daemon)
-        _ = try writer.send(.hello(
-            protocolVersion: UInt64(WireMessage.protocolVersion), schemaFingerprint: testSchema.fingerprint,
-            clientName: "writer", schemaDescription: Array(try JSONEncoder().encode(testSchema.schemaDescription))))
+        _ = try writer.send(RawClient.hello(name: "writer"))
         for number in 1...6 {
             _ = try writer.send(.save(clientID: "w", saveNumber: UInt64(number), changes: ChangeSet(
                 inserted: [userSnapshot("h\(number)")])))

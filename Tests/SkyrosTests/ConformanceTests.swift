@@ -403,7 +403,7 @@ struct ConformanceTests {
         store.completionQueue.setSpecific(key: key, value: 1)
         let order = Locked<[Int]>([])
         let done = CompletionProbe()
-        // The default queue also runs the saves: a failed write's completion still comes in turn.
+        // A failed write's completion comes in turn, after those of the writes before it.
         for index in 0..<12 {
             store.writeAsync({ context in
                 if index == 5 { throw TestFailure(reason: "write 5 fails") }
