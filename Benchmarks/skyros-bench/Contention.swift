@@ -4,7 +4,6 @@ import Skyros
 import SkyrosDaemon
 import SkyrosShared
 import SkyrosWire
-import SkyrosZeroMQ
 
 /// `skyros-bench contention`: 1, 4, 8 and 16 client processes each save one-object change
 /// sets as fast as they can (each waits for its acknowledgement) for a fixed time, at
@@ -48,7 +47,8 @@ struct ContentionBenchmark {
             report(Row(name: "contention: \(count) clients, save p99", unit: "us",
                        skyros: percentile(skyros.latencies, 99), baseline: percentile(direct.latencies, 99)))
             if ceiling {
-                let server = try GroupCommitServer(directory.appendingPathComponent("bare-\(count)"))
+                let server = try BareServer(
+                    directory.appendingPathComponent("bare-\(count)"), durability: .full, groupCommit: true)
                 let bare = try measure(role: "contention-bare", target: server.endpoint, count: count)
                 server.stop()
                 report(Row(name: "contention: \(count) clients, bare group commit", unit: "saves/s",
@@ -155,15 +155,9 @@ struct ContentionBenchmark {
 
     /// A client of the bare group-commit server: one request at a time, each waited for.
     static func bare(endpoint: String, go: String, seconds: Double) throws {
-        let context = try ZeroMQContext()
-        let socket = try ZeroMQSocket(context: context, kind: .dealer)
-        try socket.setReceiveTimeout(milliseconds: 10_000)
-        try socket.connect(endpoint)
-        try saveLoop(go: go, seconds: seconds) { index in
-            try socket.send([withUnsafeBytes(of: index) { Data($0) }])
-            _ = try socket.receive()
-        }
-        socket.close()
+        let client = try BareClient(endpoint: endpoint, timeoutMilliseconds: 10_000)
+        try saveLoop(go: go, seconds: seconds) { index in try client.roundTrip(index) }
+        client.close()
     }
 
     /// A process writing straight into the shared SQLite file: one transaction per row.
@@ -185,53 +179,5 @@ struct ContentionBenchmark {
             raw.execute("COMMIT")
         }
         sqlite3_finalize(statement)
-    }
-}
-
-/// The ceiling of the contention benchmark: a ROUTER thread that takes every request waiting,
-/// inserts one row for each in one transaction (durability full), commits, and replies to all.
-final class GroupCommitServer: @unchecked Sendable {
-    let context: ZeroMQContext
-    let endpoint: String
-    private let stopped = NSLock()
-    private var isStopped = false
-    private let finished = DispatchSemaphore(value: 0)
-
-    init(_ folder: URL) throws {
-        try FileManager.default.createDirectory(at: folder, withIntermediateDirectories: true)
-        endpoint = "ipc://" + folder.appendingPathComponent("bare.ipc").path
-        context = try ZeroMQContext()
-        let router = try ZeroMQSocket(context: context, kind: .router)
-        try router.bind(endpoint)
-        let raw = RawSQLite(path: folder.appendingPathComponent("bare.sqlite").path)
-        raw.createItemTable()
-        let box = UncheckedBox((router, raw))
-        Thread.detachNewThread { [self] in
-            let (router, raw) = box.value
-            let statement = raw.prepare(RawSQLite.insertItemSQL)
-            var next = 0
-            while !stopped.withLock({ isStopped }) {
-                guard (try? router.waitForInput(milliseconds: 50)) == true else { continue }
-                var batch: [[Data]] = []
-                while let frames = try? router.receive(dontWait: true) {
-                    if frames.count == 2 { batch.append(frames) }
-                }
-                raw.execute("BEGIN IMMEDIATE")
-                for _ in batch {
-                    raw.insertItem(statement, next)
-                    next += 1
-                }
-                raw.execute("COMMIT")
-                for frames in batch { try? router.send([frames[0], Data("ok".utf8)]) }
-            }
-            sqlite3_finalize(statement)
-            router.close()
-            finished.signal()
-        }
-    }
-
-    func stop() {
-        stopped.withLock { isStopped = true }
-        finished.wait()
     }
 }

@@ -77,8 +77,12 @@ struct SharedBenchmark {
         let daemon = try Daemon(directory.appendingPathComponent("s-\(durability.rawValue)"), durability: durability)
         defer { daemon.stop() }
         let store = try Skyros(sharedStack: benchSchema, container: daemon.container.url)
-        let baseline = try BareServer(directory.appendingPathComponent("bare-\(durability.rawValue)"), durability: durability)
-        defer { baseline.stop() }
+        let server = try BareServer(directory.appendingPathComponent("bare-\(durability.rawValue)"), durability: durability)
+        let baseline = try BareClient(endpoint: server.endpoint, timeoutMilliseconds: 5_000)
+        defer {
+            server.stop()
+            baseline.close()
+        }
         let done = DispatchSemaphore(value: 0)
         var skyros: [Double] = []
         var waited: [Double] = []
@@ -167,43 +171,46 @@ struct SharedBenchmark {
     }
 }
 
-/// The baseline server: ROUTER socket, one SQLite row per request in its own transaction.
+/// The baseline server, with no Skyros layer: a ROUTER thread that inserts one SQLite row
+/// per request in its own transaction and replies; with `groupCommit`, it takes every request
+/// waiting and inserts their rows in one transaction (the contention benchmark's ceiling).
+/// It has a ZeroMQ context of its own, as a daemon in its own process has: its I/O thread is
+/// not its clients'.
 final class BareServer: @unchecked Sendable {
-    let context: ZeroMQContext
-    /// The server's own context, as a daemon in its own process has: its I/O thread is not the client's.
-    let serverContext: ZeroMQContext
-    let client: ZeroMQSocket
     let endpoint: String
+    private let context: ZeroMQContext
     private let stopped = NSLock()
     private var isStopped = false
     private let finished = DispatchSemaphore(value: 0)
 
-    init(_ folder: URL, durability: Durability) throws {
+    init(_ folder: URL, durability: Durability, groupCommit: Bool = false) throws {
         try FileManager.default.createDirectory(at: folder, withIntermediateDirectories: true)
         endpoint = "ipc://" + folder.appendingPathComponent("bare.ipc").path
         context = try ZeroMQContext()
-        serverContext = try ZeroMQContext()
-        let router = try ZeroMQSocket(context: serverContext, kind: .router)
+        let router = try ZeroMQSocket(context: context, kind: .router)
         try router.bind(endpoint)
         let raw = RawSQLite(path: folder.appendingPathComponent("bare.sqlite").path,
                             synchronous: durability == .full ? "FULL" : "NORMAL")
         raw.createItemTable()
-        client = try ZeroMQSocket(context: context, kind: .dealer)
-        try client.setReceiveTimeout(milliseconds: 5_000)
-        try client.connect(endpoint)
         let box = UncheckedBox((router, raw))
         Thread.detachNewThread { [self] in
             let (router, raw) = box.value
             let statement = raw.prepare(RawSQLite.insertItemSQL)
+            var next = 0  // the rows' numbers: clients in other processes send the same indexes
             while !stopped.withLock({ isStopped }) {
-                guard (try? router.waitForInput(milliseconds: 50)) == true,
-                    let frames = try? router.receive(dontWait: true), frames.count == 2
-                else { continue }
-                let index = frames[1].withUnsafeBytes { $0.loadUnaligned(as: Int.self) }
+                guard (try? router.waitForInput(milliseconds: 50)) == true else { continue }
+                var batch: [[Data]] = []
+                while batch.isEmpty || groupCommit, let frames = try? router.receive(dontWait: true) {
+                    if frames.count == 2 { batch.append(frames) }
+                }
+                guard !batch.isEmpty else { continue }
                 raw.execute("BEGIN IMMEDIATE")
-                raw.insertItem(statement, index)
+                for _ in batch {
+                    raw.insertItem(statement, next)
+                    next += 1
+                }
                 raw.execute("COMMIT")
-                try? router.send([frames[0], Data("ok".utf8)])
+                for frames in batch { try? router.send([frames[0], Data("ok".utf8)]) }
             }
             sqlite3_finalize(statement)
             router.close()
@@ -211,16 +218,30 @@ final class BareServer: @unchecked Sendable {
         }
     }
 
-    func roundTrip(_ index: Int) throws {
-        try client.send([withUnsafeBytes(of: index) { Data($0) }])
-        _ = try client.receive()
-    }
-
     func stop() {
         stopped.withLock { isStopped = true }
         finished.wait()
-        client.close()
     }
+}
+
+/// A client of a ``BareServer``: a DEALER that sends one request and waits for its reply.
+final class BareClient {
+    private let context: ZeroMQContext
+    private let socket: ZeroMQSocket
+
+    init(endpoint: String, timeoutMilliseconds: Int32) throws {
+        context = try ZeroMQContext()
+        socket = try ZeroMQSocket(context: context, kind: .dealer)
+        try socket.setReceiveTimeout(milliseconds: timeoutMilliseconds)
+        try socket.connect(endpoint)
+    }
+
+    func roundTrip(_ index: Int) throws {
+        try socket.send([withUnsafeBytes(of: index) { Data($0) }])
+        _ = try socket.receive()
+    }
+
+    func close() { socket.close() }
 }
 
 struct UncheckedBox<T>: @unchecked Sendable {
