@@ -88,12 +88,15 @@ let package = Package(
             dependencies: ["Skyros", "SkyrosShared", "TodoModel"],
             path: "examples/Todo"
         ),
+        // The folder is SkyrosTool, not skyros: no two paths may differ only in case
+        // (Sources/Skyros), or a checkout on a case-insensitive file system breaks.
         .executableTarget(
             name: "skyros",
             dependencies: [
                 "Skyros", "SkyrosShared", "TodoModel",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
-            ]
+            ],
+            path: "Sources/SkyrosTool"
         ),
         .executableTarget(
             name: "skyros-quickstart",

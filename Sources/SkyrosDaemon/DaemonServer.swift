@@ -37,9 +37,10 @@ public final class DaemonServer: @unchecked Sendable {
 
         public init(
             container: GroupContainer, durability: Durability = .full,
-            maximumMessageSize: Int = WireMessage.maximumSize,
+            maximumMessageSize: Int = WireProtocol.maximumMessageSize,
             historyCount: Int = 100_000, historyAge: TimeInterval = 7 * 86_400, maximumGroupCommit: Int = 256,
-            maximumConnections: Int = 10_000, maximumEventDelay: TimeInterval = 0.002,
+            maximumConnections: Int = 10_000,
+            maximumEventDelay: TimeInterval = Double(WireProtocol.maximumEventDelay.components.attoseconds) / 1e18,
             log: @escaping @Sendable (String) -> Void = { _ in }
         ) {
             self.container = container
@@ -61,28 +62,18 @@ public final class DaemonServer: @unchecked Sendable {
     private let events: ZeroMQSocket
     private var store: SQLiteStore?
     private var sequence: UInt64 = 0
-    /// A connection that said hello: the name of its process, and its event topic (see
-    /// ``WireMessage/broadcastTopic``). Topics are given in turn from 1 to 255: two
-    /// connections share one only past 255 of them, and then each receives the other's
-    /// events a little later, by catching up.
-    private struct Peer {
-        var name: String
-        var topic: UInt8
-    }
-    /// The connections that said hello, by identity.
-    private var peers: [Data: Peer] = [:]
-    private var nextEventTopic: UInt8 = 1
+    /// The store's identity (see ``WireMessage/Welcome/storeEpoch``).
+    private var epoch = ChangeEvent.noAuthor
+    /// The connections that said hello.
+    private var sessions: SessionTable
+    private var publisher: EventPublisher
     private let access: PeerAccess
     private var lastHeartbeat = Date.distantPast
     private var lastPrune = Date.distantPast
     private let state = NSLock()
     /// The save records of the commits since the daemon started (see ``lastSave(of:_:)``).
-    private var lastSaves: [String: Journal.SaveRecord] = [:]
+    private var lastSaves: [UUID: Journal.SaveRecord] = [:]
     private var counters = Statistics()
-    /// Committed change sets whose events are not published yet (see
-    /// ``Configuration/maximumEventDelay``), and since when the oldest has waited.
-    private var unpublished: [Committed] = []
-    private var unpublishedSince = ContinuousClock.now
 
     /// What the server has committed since it started.
     public struct Statistics: Sendable, Equatable {
@@ -115,12 +106,14 @@ public final class DaemonServer: @unchecked Sendable {
         let container = configuration.container
         try container.prepare()
         lock = try GroupLock(container)
+        sessions = SessionTable(maximumSessions: configuration.maximumConnections)
+        publisher = EventPublisher(maximumDelay: .milliseconds(Int64(configuration.maximumEventDelay * 1000)))
         if let description = try SQLiteStore.storedSchemaDescription(at: container.store) {
             let store = try SQLiteStore(
                 schema: try Schema(description: description), url: container.store, durability: configuration.durability,
                 serialAccess: true)
-            sequence = try Journal.open(store)
-            self.store = store
+            let opened = try Journal.open(store)
+            (self.store, sequence, epoch) = (store, opened.sequence, opened.epoch)
         }
         access = PeerAccess(container: container)
         zmq = try ZeroMQContext()
@@ -138,6 +131,14 @@ public final class DaemonServer: @unchecked Sendable {
             "serving \(container.url.path)\(store == nil ? " (no store yet)" : " at sequence \(sequence)")")
     }
 
+    /// Takes a store the daemon just created.
+    private func open(_ store: SQLiteStore) throws {
+        let opened = try Journal.open(store)
+        sequence = opened.sequence
+        epoch = opened.epoch
+        self.store = store
+    }
+
     /// Serves until ``stop()`` is called; checks for it every `pollInterval` milliseconds.
     ///
     /// Each turn takes every request already waiting: reads are answered at once, and the
@@ -147,7 +148,12 @@ public final class DaemonServer: @unchecked Sendable {
         while !isStopRequested {
             heartbeatIfDue(every: Double(pollInterval) / 1000)
             do {
-                guard try requests.waitForInput(milliseconds: pollInterval) else { continue }
+                // Events held under load wait at most their delay: the turn after it publishes them.
+                let wait = publisher.held.isEmpty ? pollInterval : 1
+                guard try requests.waitForInput(milliseconds: wait) else {
+                    publish(publisher.committed([], requestsWaiting: false, now: .now))
+                    continue
+                }
                 var saves: [PendingSave] = []
                 while saves.count < configuration.maximumGroupCommit {
                     let received: (frames: [Data], peer: PeerCredentials?)
@@ -160,16 +166,19 @@ public final class DaemonServer: @unchecked Sendable {
                 }
                 // A commit tells whether requests were waiting before its replies went out (after
                 // them, a client that was just answered may already have sent its next request).
-                publishUnlessBusy(requestsWaiting: saves.isEmpty ? nil : commit(saves))
+                if !saves.isEmpty {
+                    commit(saves)
+                } else if !publisher.held.isEmpty {
+                    publish(publisher.committed([], requestsWaiting: requestsAreWaiting(), now: .now))
+                }
             } catch let error as ZeroMQError where error.isTimeout || error.code == EINTR {
                 continue
             } catch {
                 configuration.log("receive failed: \(error)")
             }
         }
-        publishUnpublished()
+        publish(publisher.flush())
     }
-
     /// Asks ``serve(pollInterval:)`` to return once the request in progress is answered.
     public func stop() { state.withLock { stopRequested = true } }
 
@@ -191,38 +200,42 @@ public final class DaemonServer: @unchecked Sendable {
     private struct PendingSave {
         var identity: Data
         var requestID: UInt64
-        var clientID: String
+        var clientID: UUID
         var saveNumber: UInt64
         var changes: ChangeSet
     }
 
     /// Answers a request, or adds it to `saves` when it is a save to commit with the others
-    /// of this turn.
+    /// of this turn. Every reply carries the ID of the request it answers: 0 only when the
+    /// frame does not even hold a message header.
     private func handle(_ frames: [Data], peer: PeerCredentials?, saves: inout [PendingSave]) {
         guard frames.count == 2 else {
             if frames.count > 2 || frames.count == 1 {
-                reply(to: frames[0], WireMessage(requestID: 0, body: .error(
+                let header = frames.count > 1 ? WireHeader([UInt8](frames[1])) : nil
+                reply(to: frames[0], WireMessage(requestID: header?.requestID ?? 0, body: .error(
                     code: SkyrosError.Code.malformedMessage.rawValue,
                     message: "a request is exactly one frame, not \(frames.count - 1)")))
             }
             return
         }
         let identity = frames[0]
+        let bytes = [UInt8](frames[1])
         if let refusal = access.refusal(of: peer) {
-            reply(to: identity, WireMessage(requestID: 0, body: .error(
+            reply(to: identity, WireMessage(requestID: WireHeader(bytes)?.requestID ?? 0, body: .error(
                 code: SkyrosError.Code.permissionDenied.rawValue, message: refusal)))
             return
         }
         let message: WireMessage
         do {
-            message = try WireMessage.decode([UInt8](frames[1]), maximumSize: configuration.maximumMessageSize)
+            message = try WireMessage.decode(bytes, maximumSize: configuration.maximumMessageSize)
         } catch {
             let code: SkyrosError.Code =
                 if case .unsupportedVersion = error { .unsupportedProtocolVersion } else { .malformedMessage }
-            reply(to: identity, WireMessage(requestID: 0, body: .error(code: code.rawValue, message: error.description)))
+            reply(to: identity, WireMessage(requestID: WireHeader(bytes)?.requestID ?? 0, body: .error(
+                code: code.rawValue, message: error.description)))
             return
         }
-        if case .save(let clientID, let saveNumber, let changes) = message.body, peers[identity] != nil,
+        if case .save(let clientID, let saveNumber, let changes) = message.body, sessions[identity] != nil,
             store != nil
         {
             saves.append(PendingSave(
@@ -230,9 +243,14 @@ public final class DaemonServer: @unchecked Sendable {
                 changes: changes))
             return
         }
-        if case .deleteAll = message.body, !saves.isEmpty {
-            _ = commit(saves)  // saves that arrived first are committed first
+        if case .deleteAll(let clientID, let saveNumber) = message.body, sessions[identity] != nil, store != nil {
+            // Saves that arrived first are committed first; the reset is a change set of its own.
+            saves.append(PendingSave(
+                identity: identity, requestID: message.requestID, clientID: clientID, saveNumber: saveNumber,
+                changes: ChangeSet()))
+            commit(saves, resetting: saves.count - 1)
             saves.removeAll()
+            return
         }
         let body: WireMessage.Body
         do {
@@ -245,44 +263,56 @@ public final class DaemonServer: @unchecked Sendable {
 
     /// Commits the saves of one turn in one transaction, each in its own savepoint when there
     /// are several: one that fails (a unique constraint, a link to an object another client
-    /// deleted) fails alone; a turn of one save that fails is rolled back whole. A save whose
-    /// client and save number were applied before is not applied again; its first
-    /// acknowledgement is sent again. Replies and events go out once the commit is durable.
-    /// - Returns: whether more requests were waiting once the commit was done, before the
-    ///   replies (asked only when there are events to publish).
-    private func commit(_ saves: [PendingSave]) -> Bool {
-        guard let store else { return false }
+    /// deleted, an object that does not exist) fails alone; a turn of one save that fails is
+    /// rolled back whole. A save whose client and save number were applied before is not
+    /// applied again: it is answered with the sequence it got the first time (an older save
+    /// number than the client's last is looked up in the history). Replies go out once the
+    /// commit is durable, then its events (held under load, see ``EventPublisher``).
+    ///
+    /// - Parameter resetting: the index of a `deleteAll` among `saves` (the store is emptied there).
+    private func commit(_ saves: [PendingSave], resetting: Int? = nil) {
+        guard let store else { return }
         var results: [Result<UInt64, SkyrosError>] = []
-        var events: [Committed] = []
+        var events: [EventPublisher.Committed] = []
         var next = sequence
         // Save records of this turn: known to `lastSaves` only once the commit is durable.
-        var recorded: [String: Journal.SaveRecord] = [:]
+        var recorded: [UUID: Journal.SaveRecord] = [:]
         let isolated = saves.count > 1
         var refusal: SkyrosError?  // the error of a save alone in its transaction
         do {
             try store.transaction { transaction in
-                for save in saves {
+                for (index, save) in saves.enumerated() {
                     do {
                         if let last = try recorded[save.clientID] ?? lastSave(of: save.clientID, transaction),
                             last.save >= save.saveNumber
                         {
-                            results.append(.success(last.sequence))
+                            let first =
+                                last.save == save.saveNumber
+                                ? last.sequence
+                                : try Journal.sequence(ofSave: save.saveNumber, by: save.clientID, in: transaction) ?? 0
+                            results.append(.success(first))
                             continue
                         }
-                        let apply = { () throws -> (ChangeEvent, [UInt8]) in
-                            try transaction.apply(save.changes)
-                            let event = ChangeEvent(
-                                sequence: next + 1, author: save.clientID,
-                                changes: self.summary(of: save.changes, in: store.schema))
-                            let encoded = try Journal.record(
-                                event, process: self.peers[save.identity]?.name ?? "", save: save.saveNumber,
-                                in: transaction)
-                            return (event, encoded)
+                        let session = sessions[save.identity]
+                        let apply = { () throws -> ChangeEvent in
+                            var event = ChangeEvent(
+                                sequence: next + 1, kind: index == resetting ? .reset : .changes,
+                                authorID: save.clientID, author: session?.name ?? "")
+                            if index == resetting {
+                                try transaction.deleteAll()
+                            } else {
+                                let applied = try transaction.apply(save.changes)
+                                event.inserted = save.changes.inserted.map { Snapshot(id: $0.id, values: $0.values, version: 1) }
+                                event.updated = applied.map { ChangeEvent.Update(id: $0.id, version: $0.version, values: $0.changes) }
+                                event.deleted = save.changes.deleted
+                            }
+                            return event
                         }
-                        let (event, encoded) = try isolated ? transaction.savepoint(apply) : apply()
+                        let event = try isolated ? transaction.savepoint(apply) : apply()
+                        let encoded = try Journal.record(event, save: save.saveNumber, in: transaction)
                         next = event.sequence
                         recorded[save.clientID] = Journal.SaveRecord(save: save.saveNumber, sequence: next)
-                        events.append(Committed(event: event, encoded: encoded, topic: peers[save.identity]?.topic))
+                        events.append(EventPublisher.Committed(event: event, encoded: encoded, topic: session?.topic))
                         results.append(.success(event.sequence))
                     } catch {
                         // Alone in its transaction, a failed save rolls the transaction back.
@@ -304,15 +334,17 @@ public final class DaemonServer: @unchecked Sendable {
         } catch {
             if let refusal {
                 results = [.failure(refusal)]
-                events = []
             } else {
                 // The commit itself failed (I/O, disk full): nothing of this turn is stored.
                 configuration.log("group commit of \(saves.count) change sets failed: \(error)")
                 results = Array(repeating: .failure(SkyrosError.wrap(error)), count: saves.count)
-                events = []
             }
+            events = []
         }
-        let waiting = !(events.isEmpty && unpublished.isEmpty) && requestsAreWaiting()
+        if resetting != nil { publish(publisher.flush()) }  // the events before a reset go first
+        // Asked before the replies: after them, a client just answered may already have sent
+        // its next request, which is no sign of load.
+        let waiting = !events.isEmpty && resetting == nil && requestsAreWaiting()
         for (save, result) in zip(saves, results) {
             let body: WireMessage.Body =
                 switch result {
@@ -321,21 +353,20 @@ public final class DaemonServer: @unchecked Sendable {
                 }
             reply(to: save.identity, WireMessage(requestID: save.requestID, body: body))
         }
-        if unpublished.isEmpty { unpublishedSince = .now }
-        unpublished += events
-        return waiting
+        publish(publisher.committed(events, requestsWaiting: waiting, now: .now))
+        if resetting != nil { publish(publisher.flush()) }
     }
 
     /// The last save applied for a client: from memory, or from its record in the store the
     /// first time the client is seen (after a restart, a client may resend an applied save).
-    private func lastSave(of client: String, _ transaction: SQLiteStore.Transaction) throws -> Journal.SaveRecord? {
+    private func lastSave(of client: UUID, _ transaction: SQLiteStore.Transaction) throws -> Journal.SaveRecord? {
         if let known = lastSaves[client] { return known }
         return try Journal.lastSave(of: client, in: transaction)
     }
 
     /// Keeps the save records of a durable commit in memory; bounded, since each client
     /// process has its own id: when full, it starts again from the store's records.
-    private func rememberSaves(_ records: [String: Journal.SaveRecord]) {
+    private func rememberSaves(_ records: [UUID: Journal.SaveRecord]) {
         if lastSaves.count + records.count > 10_000 { lastSaves.removeAll(keepingCapacity: true) }
         lastSaves.merge(records) { _, new in new }
     }
@@ -364,10 +395,8 @@ public final class DaemonServer: @unchecked Sendable {
     }
 
     private func respond(to body: WireMessage.Body, from identity: Data) throws -> WireMessage.Body {
-        if case .hello(let version, let fingerprint, let name, let description) = body {
-            return try hello(version: version, fingerprint: fingerprint, name: name, description: description, identity)
-        }
-        guard peers[identity] != nil, let store else {
+        if case .hello(let hello) = body { return try welcome(hello, identity) }
+        guard sessions[identity] != nil, let store else {
             throw SkyrosError(.helloRequired, "say hello first")
         }
         switch body {
@@ -375,141 +404,61 @@ public final class DaemonServer: @unchecked Sendable {
         case .fetchIdentifiers(let request): return .identifiersReply(try store.fetchIdentifiers(request))
         case .count(let request): return .countReply(try store.count(request))
         case .snapshots(let ids): return .snapshotsReply(try store.snapshots(for: ids))
-        case .deleteAll(let clientID):
-            let event = ChangeEvent(sequence: sequence + 1, author: clientID, isReset: true, changes: [])
-            let encoded = try store.transaction { transaction in
-                try transaction.deleteAll()
-                return try Journal.record(event, process: peers[identity]?.name ?? "", save: nil, in: transaction)
-            }
-            sequence = event.sequence
-            publishUnpublished()  // the events before it go first
-            publish([Committed(event: event, encoded: encoded, topic: peers[identity]?.topic)])
-            return .saved(sequence: sequence)
-        case .changesSince(let since):
-            return .changes(try Journal.changes(since: since, current: sequence, limit: 10_000, in: store))
+        case .changesSince(let since, let limit):
+            let page = try Journal.changes(since: since, current: sequence, limit: limit, in: store)
+            return .changes(page.events, more: page.more)
         default:
-            throw SkyrosError(.malformedMessage, "a client cannot send this message")
+            throw SkyrosError(.malformedMessage, "a client cannot send a \(body.kind) message")
         }
     }
 
-    private func hello(
-        version: UInt64, fingerprint: String, name: String, description: [UInt8], _ identity: Data
-    ) throws -> WireMessage.Body {
-        guard version == UInt64(WireMessage.protocolVersion) else {
-            throw SkyrosError(
-                .unsupportedProtocolVersion, "the daemon speaks protocol \(WireMessage.protocolVersion), not \(version)")
-        }
-        if store == nil {
-            let decoded = try JSONDecoder().decode(SchemaDescription.self, from: Data(description))
-            let schema = try Schema(description: decoded)
-            guard schema.fingerprint == fingerprint else {
+    /// Answers a hello: the first one of a group with no store creates the store from its
+    /// schema description.
+    private func welcome(_ hello: WireMessage.Hello, _ identity: Data) throws -> WireMessage.Body {
+        if store == nil && hello.protocolVersion == UInt64(WireProtocol.version) {
+            let decoded = try JSONDecoder().decode(SchemaDescription.self, from: Data(hello.schemaDescription))
+            let schema = try Schema(description: decoded, version: Int(clamping: hello.schemaVersion))
+            guard schema.fingerprint == hello.schemaFingerprint else {
                 throw SkyrosError(.schemaMismatch, "the schema description does not have the announced fingerprint")
             }
-            let created = try SQLiteStore(
+            try open(SQLiteStore(
                 schema: schema, url: configuration.container.store, durability: configuration.durability,
-                serialAccess: true)
-            sequence = try Journal.open(created)
-            store = created
-            configuration.log("created the store for schema \(fingerprint)")
+                serialAccess: true))
+            configuration.log("created the store for schema \(hello.schemaFingerprint)")
         }
-        guard let store, store.schema.fingerprint == fingerprint else {
-            throw SkyrosError(
-                .schemaMismatch,
-                "the group's store has schema \(store?.schema.fingerprint ?? "?"), the client \(name) has \(fingerprint)")
+        switch sessions.hello(identity, hello, storeFingerprint: store?.schema.fingerprint ?? "") {
+        case .refuse(let code, let message):
+            throw SkyrosError(code, message)
+        case .welcome(let topic, let forgotOthers):
+            if forgotOthers {
+                configuration.log("forgot the connections that said hello: each says it again")
+            }
+            state.withLock { counters.welcomes += 1 }
+            configuration.log("hello from \(hello.clientName) (pid \(hello.pid))")
+            return .welcome(WireMessage.Welcome(
+                sequence: sequence, eventTopic: topic, storeEpoch: epoch, schemaVersion: UInt64(store?.schema.version ?? 1)))
         }
-        if peers[identity] == nil && peers.count >= configuration.maximumConnections {
-            configuration.log("forgetting the \(peers.count) connections that said hello: each says it again")
-            peers.removeAll()
-        }
-        let topic: UInt8
-        if let known = peers[identity]?.topic {
-            topic = known
-        } else {
-            topic = nextEventTopic
-            nextEventTopic = nextEventTopic == .max ? 1 : nextEventTopic + 1
-        }
-        peers[identity] = Peer(name: name, topic: topic)
-        state.withLock { counters.welcomes += 1 }
-        configuration.log("hello from \(name)")
-        return .welcome(protocolVersion: UInt64(WireMessage.protocolVersion), sequence: sequence, eventTopic: topic)
     }
 
-    /// A heartbeat is an event with an empty author and the current sequence: clients learn
+    /// A heartbeat is an event of kind heartbeat with the current sequence: clients learn
     /// that their subscription is live and notice gaps even when nothing is saved.
     private func heartbeatIfDue(every interval: TimeInterval) {
         guard Date().timeIntervalSince(lastHeartbeat) >= interval else { return }
         lastHeartbeat = Date()
-        publishUnpublished()  // a heartbeat past unpublished events would look like a gap
-        let heartbeat = ChangeEvent(sequence: sequence, author: "", changes: [])
-        send(
-            WireMessage(requestID: 0, body: .event(heartbeat)).encoded(), topic: WireMessage.broadcastTopic,
-            firstSequence: heartbeat.sequence)
-    }
-
-    /// A committed change set: its event, the bytes of its history row (the encoded `event`
-    /// message), and the event topic of the connection that saved it.
-    private struct Committed {
-        var event: ChangeEvent
-        var encoded: [UInt8]
-        var topic: UInt8?
+        for publication in publisher.heartbeat(sequence: sequence) { publish(publication) }
     }
 
     /// Whether a request is waiting in the socket.
     private func requestsAreWaiting() -> Bool { (try? requests.waitForInput(milliseconds: 0)) == true }
 
-    /// Publishes the waiting events, unless more requests were already waiting (nil: ask the
-    /// socket) and the oldest event has waited less than ``Configuration/maximumEventDelay``
-    /// (and the waiting events are under 1,024 and 1 MiB): the next commits' events then go
-    /// out with them.
-    private func publishUnlessBusy(requestsWaiting: Bool?) {
-        guard !unpublished.isEmpty else { return }
-        if ContinuousClock.now - unpublishedSince < .seconds(configuration.maximumEventDelay),
-            unpublished.count < 1_024, unpublished.reduce(0, { $0 + $1.encoded.count }) < 1_048_576,
-            requestsWaiting ?? requestsAreWaiting()
-        {
-            return
-        }
-        publishUnpublished()
-    }
-
-    private func publishUnpublished() {
-        guard !unpublished.isEmpty else { return }
-        publish(unpublished)
-        unpublished = []
-    }
-
-    /// Publishes committed change sets: one event as recorded, or the consecutive events of a
-    /// group commit, or of commits made while requests kept coming, in one `changes` message
-    /// (each subscriber wakes up once for all of them); under their author's topic when one
-    /// connection saved them all (the author knows them from the replies and does not wake up
-    /// for them), to everyone otherwise.
-    private func publish(_ committed: [Committed]) {
-        guard let first = committed.first else { return }
-        state.withLock { counters.publishes += 1 }
-        let topic = committed.allSatisfy { $0.topic == first.topic } ? first.topic ?? WireMessage.broadcastTopic
-            : WireMessage.broadcastTopic
-        let message =
-            committed.count == 1
-            ? first.encoded : WireMessage(requestID: 0, body: .changes(committed.map(\.event))).encoded()
-        send(message, topic: topic, firstSequence: first.event.sequence)
-    }
-
-    /// Publishes an encoded `event` or `changes` message: two frames, its topic and itself.
-    private func send(_ encoded: [UInt8], topic: UInt8, firstSequence: UInt64) {
+    /// Sends what the publisher decided: two frames, the topic and the message.
+    private func publish(_ publication: EventPublisher.Publication?) {
+        guard let publication else { return }
+        if publication.changeSets > 0 { state.withLock { counters.publishes += 1 } }
         do {
-            try events.send([Data([topic]), Data(encoded)], dontWait: true)
+            try events.send([Data([publication.topic]), Data(publication.message)], dontWait: true)
         } catch {
-            configuration.log("could not publish changes from \(firstSequence): \(error)")
+            configuration.log("could not publish changes from \(publication.firstSequence): \(error)")
         }
-    }
-
-    private func summary(of changes: ChangeSet, in schema: Schema) -> [ObjectChange] {
-        var result = changes.inserted.map { ObjectChange(id: $0.id, kind: .inserted) }
-        for update in changes.updated {
-            let names = update.changes.keys.sorted().compactMap { schema.entity(named: update.id.entityName)?.properties[$0].name }
-            result.append(ObjectChange(id: update.id, kind: .updated, properties: names))
-        }
-        result += changes.deleted.map { ObjectChange(id: $0, kind: .deleted) }
-        return result
     }
 }

@@ -6,8 +6,8 @@ import SkyrosWire
 /// same transaction as the change set it describes:
 ///
 /// - `skyros_history`: one row per committed change set — its sequence number (gap-free,
-///   continuing across restarts), author (client id and process name), time, and the
-///   published event. Pruning always keeps the newest row: it carries the last sequence
+///   continuing across restarts), author (client id and process name), time, the save
+///   number it answered, and the published event. Pruning always keeps the newest row: it carries the last sequence
 ///   number given;
 /// - `skyros_saves`: per client, the last save number applied and the sequence it got, so a
 ///   save that is sent again is acknowledged again instead of applied twice.
@@ -24,7 +24,7 @@ struct Journal {
     static let tables = [
         """
         CREATE TABLE IF NOT EXISTS skyros_history (sequence INTEGER PRIMARY KEY NOT NULL, client TEXT NOT NULL, \
-        process TEXT NOT NULL, timestamp REAL NOT NULL, event BLOB NOT NULL) STRICT
+        process TEXT NOT NULL, timestamp REAL NOT NULL, event BLOB NOT NULL, save INTEGER) STRICT
         """,
         """
         CREATE TABLE IF NOT EXISTS skyros_saves (client TEXT PRIMARY KEY NOT NULL, save INTEGER NOT NULL, \
@@ -32,22 +32,55 @@ struct Journal {
         """,
     ]
 
-    /// Creates the tables when missing and returns the last sequence number given.
-    static func open(_ store: SQLiteStore) throws -> UInt64 {
+    /// What ``open(_:)`` finds in a store.
+    struct Opened: Sendable {
+        /// The last sequence number given.
+        var sequence: UInt64
+        /// The store's identity, made with it (see ``WireMessage/Welcome/storeEpoch``).
+        var epoch: UUID
+    }
+
+    /// Creates the tables when missing (and the `save` column of a history made before
+    /// protocol 4), gives the store its epoch the first time, and returns the last sequence
+    /// number given.
+    static func open(_ store: SQLiteStore) throws -> Opened {
         try store.transaction { transaction in
             for sql in tables { try transaction.execute(sql) }
-            guard case .integer(let value)? = try transaction.rows("SELECT max(sequence) FROM skyros_history").first?.first
-            else { return 0 }
-            return UInt64(value)
+            let columns = try transaction.rows("SELECT name FROM pragma_table_info('skyros_history')")
+            if !columns.contains([.text("save")]) {
+                try transaction.execute("ALTER TABLE skyros_history ADD COLUMN save INTEGER")
+            }
+            try transaction.execute(
+                "INSERT OR IGNORE INTO skyros_metadata (key, value) VALUES ('epoch', ?)", [.text(UUID().uuidString)])
+            guard case .text(let text)? = try transaction.rows("SELECT value FROM skyros_metadata WHERE key = 'epoch'").first?.first,
+                let epoch = UUID(uuidString: text)
+            else { throw SkyrosError(.storeFailure, "the store's epoch cannot be read") }
+            let sequence: UInt64
+            if case .integer(let value)? = try transaction.rows("SELECT max(sequence) FROM skyros_history").first?.first {
+                sequence = UInt64(value)
+            } else {
+                sequence = 0
+            }
+            return Opened(sequence: sequence, epoch: epoch)
         }
     }
 
     /// The last save number applied for a client and the sequence it got, when the client
     /// has a record.
-    static func lastSave(of client: String, in transaction: SQLiteStore.Transaction) throws -> SaveRecord? {
-        let row = try transaction.rows("SELECT save, sequence FROM skyros_saves WHERE client = ?", [.text(client)]).first
+    static func lastSave(of client: UUID, in transaction: SQLiteStore.Transaction) throws -> SaveRecord? {
+        let row = try transaction.rows("SELECT save, sequence FROM skyros_saves WHERE client = ?", [.text(client.uuidString)]).first
         guard let row, case .integer(let save) = row[0], case .integer(let sequence) = row[1] else { return nil }
         return SaveRecord(save: UInt64(save), sequence: UInt64(sequence))
+    }
+
+    /// The sequence an earlier save of a client got, from the history; nil when the history
+    /// no longer keeps it.
+    static func sequence(ofSave save: UInt64, by client: UUID, in transaction: SQLiteStore.Transaction) throws -> UInt64? {
+        let row = try transaction.rows(
+            "SELECT sequence FROM skyros_history WHERE client = ? AND save = ?", [.text(client.uuidString), .integer(Int64(save))]
+        ).first
+        guard case .integer(let sequence)? = row?.first else { return nil }
+        return UInt64(sequence)
     }
 
     /// A client's last applied save: its number and the sequence it got.
@@ -58,20 +91,17 @@ struct Journal {
 
     /// Records a committed change set: its history row and, for a save, the client's save
     /// number. Returns the event as published (the bytes of the history row).
-    static func record(
-        _ event: ChangeEvent, process: String, save: UInt64?, in transaction: SQLiteStore.Transaction
-    ) throws -> [UInt8] {
+    static func record(_ event: ChangeEvent, save: UInt64, in transaction: SQLiteStore.Transaction) throws -> [UInt8] {
         let now = Date().timeIntervalSince1970
         let sequence = StoredValue.integer(Int64(event.sequence))
+        let client = StoredValue.text(event.authorID.uuidString)
         let encoded = WireMessage(requestID: 0, body: .event(event)).encoded()
         try transaction.execute(
-            "INSERT INTO skyros_history (sequence, client, process, timestamp, event) VALUES (?, ?, ?, ?, ?)",
-            [sequence, .text(event.author), .text(process), .real(now), .blob(Data(encoded))])
-        if let save {
-            try transaction.execute(
-                "INSERT OR REPLACE INTO skyros_saves (client, save, sequence, timestamp) VALUES (?, ?, ?, ?)",
-                [.text(event.author), .integer(Int64(save)), sequence, .real(now)])
-        }
+            "INSERT INTO skyros_history (sequence, client, process, timestamp, event, save) VALUES (?, ?, ?, ?, ?, ?)",
+            [sequence, client, .text(event.author), .real(now), .blob(Data(encoded)), .integer(Int64(save))])
+        try transaction.execute(
+            "INSERT OR REPLACE INTO skyros_saves (client, save, sequence, timestamp) VALUES (?, ?, ?, ?)",
+            [client, .integer(Int64(save)), sequence, .real(now)])
         return encoded
     }
 
@@ -94,29 +124,31 @@ struct Journal {
         try transaction.execute("DELETE FROM skyros_saves WHERE timestamp < ?", [.real(cutoff)])
     }
 
-    /// The change sets after `sequence`, oldest first, at most `limit` of them; throws
-    /// ``SkyrosError/Code/historyExpired`` when some of them are no longer kept.
-    static func changes(since sequence: UInt64, current: UInt64, limit: Int, in store: SQLiteStore) throws -> [ChangeEvent] {
-        guard sequence < current else { return [] }
+    /// A page of the change sets after `sequence`, oldest first: at most `limit` of them
+    /// (0 or more than ``WireProtocol/maximumChangesPage``: that maximum) and about
+    /// ``WireProtocol/maximumChangesPageBytes``; `more` when newer ones are left. Throws
+    /// ``SkyrosError/Code/historyExpired`` when some of them are no longer kept (or were
+    /// recorded by a daemon of an earlier protocol, whose events this one cannot publish).
+    static func changes(since sequence: UInt64, current: UInt64, limit: UInt64, in store: SQLiteStore) throws
+        -> (events: [ChangeEvent], more: Bool)
+    {
+        guard sequence < current else { return ([], false) }
+        let page = limit == 0 ? WireProtocol.maximumChangesPage : Int(min(limit, UInt64(WireProtocol.maximumChangesPage)))
         let rows = try store.rows(
             "SELECT sequence, event FROM skyros_history WHERE sequence > ? ORDER BY sequence LIMIT ?",
-            [.integer(Int64(sequence)), .integer(Int64(limit))])
-        guard case .integer(let first)? = rows.first?[0], UInt64(first) == sequence + 1 else {
-            throw SkyrosError(
-                .historyExpired,
-                "the changes after \(sequence) are no longer kept; refresh everything and go on from \(current)")
-        }
+            [.integer(Int64(sequence)), .integer(Int64(page))])
+        let expired = SkyrosError(
+            .historyExpired, "the changes after \(sequence) are no longer kept; refresh everything and go on from \(current)")
+        guard case .integer(let first)? = rows.first?[0], UInt64(first) == sequence + 1 else { throw expired }
         var events: [ChangeEvent] = []
         var bytes = 0
         for row in rows {
-            guard case .blob(let data) = row[1], case .event(let event) = try WireMessage.decode([UInt8](data)).body else {
-                throw SkyrosError(.storeFailure, "a history row of the store cannot be read")
-            }
+            guard case .blob(let data) = row[1] else { throw SkyrosError(.storeFailure, "a history row of the store cannot be read") }
+            guard case .event(let event)? = try? WireMessage.decode([UInt8](data)).body else { throw expired }
             bytes += data.count
-            // Stay well under the maximum message size: the client asks again for the rest.
-            if !events.isEmpty && bytes > WireMessage.maximumSize / 2 { break }
+            if !events.isEmpty && bytes > WireProtocol.maximumChangesPageBytes { break }
             events.append(event)
         }
-        return events
+        return (events, (events.last?.sequence ?? current) < current)
     }
 }

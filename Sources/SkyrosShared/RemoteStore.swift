@@ -20,15 +20,18 @@ import SkyrosZeroMQ
 public final class RemoteStore: PersistentStore, @unchecked Sendable {
     public let schema: Schema
     public let container: GroupContainer
-    /// This client's identity in the group (also the author of its change events).
-    public let clientID: String
+    /// This client's identity in the group: 128 bits, random, made for each connection
+    /// object; saves carry it (with their save number) and its change events name it.
+    public let clientID: UUID
+    /// The process name the hello gives the daemon.
+    public let clientName: String
     /// How long a request waits for the daemon, in all.
     public let timeout: TimeInterval
     /// How long one attempt of a request waits for its reply before it is sent again.
     public let retryInterval: TimeInterval
     /// How long the event socket may stay silent (the daemon sends a heartbeat every
     /// 100 ms) before the client catches up with the history anyway.
-    public let silenceInterval: TimeInterval = 1
+    public let silenceInterval: TimeInterval = Double(WireProtocol.silenceInterval.components.seconds)
     /// For tests: how many save acknowledgements to drop, as if they were lost on the way.
     var droppedSaveRepliesForTesting = 0
 
@@ -41,7 +44,7 @@ public final class RemoteStore: PersistentStore, @unchecked Sendable {
     private let eventsLock = NSLock()
     private var _onChange: (@Sendable (ChangeEvent) -> Void)?
     private var _onRestart: (@Sendable () -> Void)?
-    private var helloMessage: WireMessage.Body?
+    private let helloMessage: WireMessage.Hello
     private var stopped = false
     private var isStopped: Bool { eventsLock.withLock { stopped } }
     private let eventsFinished = DispatchSemaphore(value: 0)
@@ -60,13 +63,16 @@ public final class RemoteStore: PersistentStore, @unchecked Sendable {
         }
         return (ends[0], ends[1])
     }()
-    /// The sequence of the last change set merged (or known to be this client's own).
-    public var sequence: UInt64 { eventsLock.withLock { _sequence } }
-    private var _sequence: UInt64 = 0
-    /// Sequences of this client's own saves past ``sequence``: the daemon does not send
-    /// their events here (they come under this connection's event topic), so they are
-    /// counted as merged from their replies.
-    private var ownSequences: Set<UInt64> = []
+    /// The sequence of the last change set merged (or known to be this client's own): once
+    /// it reads n, ``onChange`` has returned for every change set up to n.
+    public var sequence: UInt64 { eventsLock.withLock { delivered } }
+    private var delivered: UInt64 = 0
+    /// What to merge, when to catch up or start over (see ``EventSequencer``).
+    private var sequencer: EventSequencer
+    /// Actions decided on a request thread (a save's reply closed a gap), for the event thread.
+    private var queuedActions: [EventSequencer.Action] = []
+    /// Whether the event thread is carrying out actions (``delivered`` follows it then).
+    private var isMerging = false
     /// The event topic of the current connection (from its welcome), and the one the event
     /// socket is subscribed without (nil: subscribed to everything); the event thread
     /// changes its subscriptions when they differ.
@@ -101,29 +107,32 @@ public final class RemoteStore: PersistentStore, @unchecked Sendable {
         self.container = container
         self.timeout = timeout
         self.retryInterval = min(retryInterval, timeout)
-        let name = clientName ?? ProcessInfo.processInfo.processName
-        self.clientID = "\(UUID().uuidString.prefix(8)) \(name)"
+        let name = String(
+            decoding: Array((clientName ?? ProcessInfo.processInfo.processName).utf8.prefix(WireProtocol.maximumClientNameBytes)),
+            as: UTF8.self)
+        let clientID = UUID()
+        self.clientID = clientID
+        self.clientName = name
+        helloMessage = try WireMessage.Hello(schema: schema, clientName: name)
+        sequencer = EventSequencer(
+            clientID: clientID, welcome: WireMessage.Welcome(sequence: 0, eventTopic: 0, storeEpoch: ChangeEvent.noAuthor, schemaVersion: 0))
         try container.checkAccess()
         zmq = try ZeroMQContext()
         // Subscribe first, then ask for the state (ZeroMQ guide, Clone pattern).
         events = try ZeroMQSocket(context: zmq, kind: .subscriber)
-        try events.setMaximumMessageSize(Int64(WireMessage.maximumSize))
+        try events.setMaximumMessageSize(Int64(WireProtocol.maximumMessageSize))
         try events.setReceiveHighWaterMark(eventQueueLimit)
         if let eventSocketBufferBytes { try events.setOption(ZMQ_RCVBUF, eventSocketBufferBytes) }
         try events.subscribe()
         try events.connect(container.eventsEndpoint)
         dealer = try Self.makeDealer(zmq, container)
-        let description = Array(try JSONEncoder().encode(schema.schemaDescription))
-        let hello = WireMessage.Body.hello(
-            protocolVersion: UInt64(WireMessage.protocolVersion), schemaFingerprint: schema.fingerprint,
-            clientName: name, schemaDescription: description)
-        let reply = try request(hello)
-        helloMessage = hello
-        guard case .welcome(_, let current, let topic) = reply else {
-            throw SkyrosError(.malformedMessage, "the daemon answered hello with \(reply)")
+        let reply = try request(.hello(helloMessage))
+        guard case .welcome(let welcome) = reply else {
+            throw SkyrosError(.malformedMessage, "the daemon answered hello with a \(reply.kind) message")
         }
-        _sequence = current
-        eventTopic = topic
+        sequencer = EventSequencer(clientID: clientID, welcome: welcome)
+        delivered = welcome.sequence
+        eventTopic = welcome.eventTopic
     }
 
     deinit {
@@ -154,7 +163,7 @@ public final class RemoteStore: PersistentStore, @unchecked Sendable {
 
     private static func makeDealer(_ zmq: ZeroMQContext, _ container: GroupContainer) throws -> ZeroMQSocket {
         let socket = try ZeroMQSocket(context: zmq, kind: .dealer)
-        try socket.setMaximumMessageSize(Int64(WireMessage.maximumSize))
+        try socket.setMaximumMessageSize(Int64(WireProtocol.maximumMessageSize))
         try socket.connect(container.requestsEndpoint)
         return socket
     }
@@ -208,7 +217,9 @@ public final class RemoteStore: PersistentStore, @unchecked Sendable {
                         if Date().timeIntervalSince(lastHeard) > silence {
                             // Silence: the daemon may be gone or events lost; ask what was missed.
                             lastHeard = Date()
-                            self.catchUp()
+                            self.perform { $0.silence() }
+                        } else {
+                            self.perform { _ in [] }  // actions a save's reply queued
                         }
                         continue
                     }
@@ -216,15 +227,15 @@ public final class RemoteStore: PersistentStore, @unchecked Sendable {
                     // Two frames: the topic, then the message.
                     let frames = try socket.receive(dontWait: true)
                     guard frames.count == 2, let frame = frames.last else { continue }
+                    let received: [ChangeEvent]
                     switch try WireMessage.decode([UInt8](frame)).body {
-                    case .event(let event):
-                        if !event.author.isEmpty { self.eventsLock.withLock { self.receivedEvents += 1 } }
-                        self.deliver([event])
-                    case .changes(let events):  // consecutive events published together
-                        self.eventsLock.withLock { self.receivedEvents += events.count }
-                        self.deliver(events)
+                    case .event(let event): received = [event]
+                    case .changes(let events, _): received = events  // consecutive events published together
                     default: continue
                     }
+                    let changeSets = received.count { $0.isChangeSet }
+                    self.eventsLock.withLock { self.receivedEvents += changeSets }
+                    self.perform { $0.received(received) }
                 } catch {
                     continue
                 }
@@ -251,108 +262,66 @@ public final class RemoteStore: PersistentStore, @unchecked Sendable {
         }
     }
 
-    /// Merges events in sequence order, with no gap and no duplicate: an event (or a
-    /// heartbeat, whose author is empty) past the next expected sequence means some were
-    /// dropped, and they are fetched with changes-since before going on. A gap may also be
-    /// this client's own save, whose event is not sent here and whose reply is still on its
-    /// way: the request in progress is waited for before catching up.
-    private func deliver(_ events: [ChangeEvent]) {
-        if mergeIfNext(events) { return }
-        lock.withLock {}  // a save in flight records its sequence before it lets go of the lock
-        if !mergeIfNext(events) { catchUp() }
-    }
-
-    /// Merges the events past the last one merged when they follow it; false when there is
-    /// a gap before them.
-    private func mergeIfNext(_ events: [ChangeEvent]) -> Bool {
-        let last = eventsLock.withLock { () -> UInt64 in
-            absorbOwnSequences()
-            return _sequence
+    /// Feeds the sequencer on the event thread and carries out what it decides, with the
+    /// actions a request thread queued: merges (``onChange``, in order, this client's own
+    /// change sets left out), catch-ups (`changes-since`, page after page), a new hello when
+    /// the history expired, and ``onRestart`` when starting over. A failed catch-up is
+    /// retried on the next heartbeat or gap.
+    private func perform(_ input: (inout EventSequencer) -> [EventSequencer.Action]) {
+        var actions = eventsLock.withLock { () -> [EventSequencer.Action] in
+            isMerging = true
+            defer { queuedActions = [] }
+            return queuedActions + input(&sequencer)
         }
-        let new = events.drop { $0.sequence <= last }  // known already, or a heartbeat with nothing new
-        guard let first = new.first else { return true }
-        let consecutive = zip(new, new.dropFirst()).allSatisfy { $1.sequence == $0.sequence + 1 }
-        guard first.sequence == last + 1 && !first.author.isEmpty && consecutive else { return false }
-        merge(Array(new))
-        return true
-    }
-
-    /// Counts this client's own saves that follow the last sequence merged as merged
-    /// (called with `eventsLock` held).
-    private func absorbOwnSequences() {
-        while ownSequences.remove(_sequence + 1) != nil { _sequence += 1 }
-        if !ownSequences.isEmpty { ownSequences = ownSequences.filter { $0 > _sequence } }
-    }
-
-    /// Records the sequence a save of this client got (called while the request lock is held).
-    /// Without an event thread nothing is merged, and nothing is recorded either.
-    private func recordOwnSequence(_ sequence: UInt64) {
+        while !actions.isEmpty {
+            switch actions.removeFirst() {
+            case .merge(let events):
+                let handler = eventsLock.withLock { _onChange }
+                for event in events {
+                    handler?(event)
+                    eventsLock.withLock { delivered = max(delivered, event.sequence) }
+                }
+            case .catchUp(let after):
+                do {
+                    guard case .changes(let events, let more) = try request(.changesSince(after, limit: 0)) else { break }
+                    actions += eventsLock.withLock { sequencer.page(events, more: more) }
+                } catch let error as SkyrosError where error.code == .historyExpired {
+                    actions += eventsLock.withLock { sequencer.historyExpired() }
+                } catch {
+                    continue
+                }
+            case .sayHelloAgain:
+                guard case .welcome(let welcome)? = try? request(.hello(helloMessage)) else { break }
+                actions += welcomed(welcome, startingOver: true)
+            case .startOver:
+                eventsLock.withLock { _onRestart }?()
+            }
+        }
         eventsLock.withLock {
-            guard eventThreadStarted, sequence > _sequence else { return }
-            ownSequences.insert(sequence)
-            absorbOwnSequences()
+            isMerging = false
+            delivered = sequencer.sequence
         }
     }
 
-    /// Fetches and merges every change set after the last one merged, in pages, until the
-    /// daemon has nothing newer. When the daemon no longer keeps them (history expired), the
-    /// client starts over from the daemon's current sequence and ``onRestart`` refreshes
-    /// everything. Other failures are retried on the next event or heartbeat.
-    private func catchUp() {
-        while true {
-            let last = eventsLock.withLock { _sequence }
-            let missed: [ChangeEvent]
-            do {
-                guard case .changes(let events) = try request(.changesSince(last)) else { return }
-                missed = events
-            } catch let error as SkyrosError where error.code == .historyExpired {
-                resynchronize()
-                return
-            } catch {
-                return
-            }
-            if missed.isEmpty { return }
-            merge(missed)
-        }
-    }
-
-    /// Hands events to ``onChange`` in order (this client's own are skipped), then records
-    /// each as merged: once ``sequence`` reads n, ``onChange`` has returned for n (the shared
-    /// stack's handler returns once the main context has merged it).
-    /// Called on the event thread only.
-    private func merge(_ events: [ChangeEvent]) {
-        for event in events {
-            let (next, handler) = eventsLock.withLock { () -> (Bool, (@Sendable (ChangeEvent) -> Void)?) in
-                (event.sequence == _sequence + 1, event.author == clientID ? nil : _onChange)
-            }
-            guard next else { continue }
-            handler?(event)
-            eventsLock.withLock {
-                _sequence = max(_sequence, event.sequence)
-                absorbOwnSequences()
-            }
-        }
-    }
-
-    /// Starts over from the daemon's current sequence, refreshing everything.
-    private func resynchronize() {
-        guard let hello = helloMessage, case .welcome(_, let current, let topic)? = try? request(hello) else { return }
-        welcomed(sequence: current, topic: topic, startingOver: true)
-    }
-
-    /// Takes a new welcome: its event topic (the event thread subscribes without it) and,
-    /// when starting over or when the daemon is behind this client (it serves another
-    /// store), its sequence, after which ``onRestart`` refreshes everything.
-    private func welcomed(sequence current: UInt64, topic: UInt8, startingOver: Bool) {
-        let replaced = eventsLock.withLock { () -> Bool in
-            eventTopic = topic
-            guard startingOver || current < _sequence else { return false }
-            _sequence = current
-            ownSequences = []
-            return true
+    /// Takes a new welcome: its event topic (the event thread subscribes without it) and what
+    /// the sequencer decides (a new store epoch, or a daemon behind this client, starts over).
+    private func welcomed(_ welcome: WireMessage.Welcome, startingOver: Bool) -> [EventSequencer.Action] {
+        let actions = eventsLock.withLock { () -> [EventSequencer.Action] in
+            eventTopic = welcome.eventTopic
+            return sequencer.welcomed(welcome, startingOver: startingOver)
         }
         wakeEventThread()
-        if replaced { eventsLock.withLock { _onRestart }?() }
+        return actions
+    }
+
+    /// Hands actions decided off the event thread to it.
+    private func queue(_ actions: [EventSequencer.Action]) {
+        let wake = eventsLock.withLock { () -> Bool in
+            queuedActions += actions
+            if !isMerging && queuedActions.isEmpty { delivered = sequencer.sequence }
+            return !queuedActions.isEmpty
+        }
+        if wake { wakeEventThread() }
     }
 
     // MARK: - Requests
@@ -414,7 +383,6 @@ public final class RemoteStore: PersistentStore, @unchecked Sendable {
             if case .error(let code, let message) = reply.body {
                 throw SkyrosError(SkyrosError.Code(rawValue: code), message)
             }
-            if case .saved(let sequence) = reply.body { recordOwnSequence(sequence) }
             if case .conflicts(let message, let conflicts) = reply.body {
                 throw SkyrosError(.mergeConflict, message, conflicts: conflicts)
             }
@@ -424,13 +392,13 @@ public final class RemoteStore: PersistentStore, @unchecked Sendable {
     }
 
     /// Says hello to a daemon that restarted. Its sequence numbers go on where they were, so
-    /// the event thread catches up with what was missed; a daemon whose sequence is behind
-    /// this client's has another store, and ``onRestart`` refreshes everything.
+    /// the event thread catches up with what was missed; a daemon of another store (a new
+    /// epoch), or behind this client, makes ``onRestart`` refresh everything.
     private func sayHelloAgain(wait: TimeInterval) throws {
-        guard let hello = helloMessage, case .welcome(_, let current, let topic) = try exchange(hello, wait: wait) else {
+        guard case .welcome(let welcome) = try exchange(.hello(helloMessage), wait: wait) else {
             throw SkyrosError(.malformedMessage, "the daemon did not welcome this client back")
         }
-        welcomed(sequence: current, topic: topic, startingOver: false)
+        queue(welcomed(welcome, startingOver: false))
     }
 
     /// Called when everything this client holds may be stale: the daemon's history no longer
@@ -465,17 +433,26 @@ public final class RemoteStore: PersistentStore, @unchecked Sendable {
 
     /// Sends a change set; returns once the daemon has made it durable.
     public func save(_ changes: ChangeSet) throws {
+        try saveRequest { .save(clientID: clientID, saveNumber: $0, changes: changes) }
+    }
+
+    /// Empties the group's store (every client's objects), exactly once like a save.
+    public func deleteAll() throws {
+        try saveRequest { .deleteAll(clientID: clientID, saveNumber: $0) }
+    }
+
+    /// Sends a save (or a reset) with the next save number, and tells the sequencer its
+    /// outcome: the reply's sequence is this client's own, never merged.
+    private func saveRequest(_ body: (UInt64) -> WireMessage.Body) throws {
         let number = lock.withLock { () -> UInt64 in
             saveNumber += 1
             return saveNumber
         }
-        guard case .saved = try request(.save(clientID: clientID, saveNumber: number, changes: changes)) else {
-            throw unexpected()
-        }
-    }
-
-    public func deleteAll() throws {
-        guard case .saved = try request(.deleteAll(clientID: clientID)) else { throw unexpected() }
+        eventsLock.withLock { sequencer.saveSent() }
+        var saved: UInt64?
+        defer { queue(eventsLock.withLock { sequencer.saveAnswered(sequence: saved) }) }
+        guard case .saved(let sequence) = try request(body(number)) else { throw unexpected() }
+        saved = sequence
     }
 
     private func unexpected() -> SkyrosError {

@@ -33,15 +33,18 @@ extension Skyros {
     /// queue): change events of other processes are merged into the main context.
     public convenience init(sharedStack remote: RemoteStore, allowsConcurrentWritings: Bool = false) {
         self.init(store: remote, allowsConcurrentWritings: allowsConcurrentWritings)
+        let schema = remote.schema
         remote.onChange = { [weak self] (event: ChangeEvent) in
             guard let self else { return }
-            var change = StoreChange(sequence: event.sequence, author: event.author, isReset: event.isReset)
-            for item in event.changes {
-                switch item.kind {
-                case .inserted: change.inserted.append(item.id)
-                case .updated: change.updated[item.id] = item.properties
-                case .deleted: change.deleted.append(item.id)
+            var change = StoreChange(
+                sequence: event.sequence, author: event.author, isReset: event.kind == .reset,
+                isRefresh: event.kind == .schemaChanged, inserted: event.inserted.map(\.id), deleted: event.deleted)
+            for update in event.updated {
+                let properties = schema.entity(named: update.id.entityName)?.properties
+                change.updated[update.id] = update.values.keys.sorted().compactMap { index in
+                    properties.flatMap { index < $0.count ? $0[index].name : nil }
                 }
+                change.updatedValues[update.id] = StoreChange.UpdatedValues(version: update.version, values: update.values)
             }
             self.merge(change)
         }

@@ -9,6 +9,8 @@ public enum WireError: Error, Equatable, Sendable, CustomStringConvertible {
     case tooLarge(Int)
     case unsupportedVersion(UInt8)
     case unknownMessageType(UInt8)
+    /// A kind the protocol reserves that this build does not implement yet.
+    case unimplementedMessageType(UInt8)
     case invalidTag(String, UInt8)
     case invalidUTF8
     case tooDeep
@@ -19,8 +21,9 @@ public enum WireError: Error, Equatable, Sendable, CustomStringConvertible {
         case .truncated: "the message ends too early"
         case .trailingBytes(let count): "\(count) unexpected bytes after the message"
         case .tooLarge(let size): "the message is \(size) bytes, more than allowed"
-        case .unsupportedVersion(let version): "protocol version \(version) is not supported (this side speaks \(WireMessage.protocolVersion))"
+        case .unsupportedVersion(let version): "protocol version \(version) is not supported (this side speaks \(WireProtocol.version))"
         case .unknownMessageType(let type): "unknown message type \(type)"
+        case .unimplementedMessageType(let type): "message type \(type) is reserved and not implemented by this daemon"
         case .invalidTag(let what, let tag): "invalid \(what) tag \(tag)"
         case .invalidUTF8: "a string is not valid UTF-8"
         case .tooDeep: "the predicate is nested too deeply"

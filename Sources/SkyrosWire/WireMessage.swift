@@ -1,101 +1,189 @@
 import Foundation
 import Skyros
 
-/// One change of a committed change set, as published to every client.
-public struct ObjectChange: Sendable, Hashable {
-    public enum Kind: UInt8, Sendable, Hashable {
-        case inserted = 0
-        case updated = 1
-        case deleted = 2
-    }
-    public var id: ObjectID
-    public var kind: Kind
-    /// For updates: the names of the properties that changed.
-    public var properties: [String]
-
-    public init(id: ObjectID, kind: Kind, properties: [String] = []) {
-        self.id = id
-        self.kind = kind
-        self.properties = properties
-    }
-}
-
-/// A committed change set as the daemon publishes it: its sequence number, its author, and
-/// what changed.
+/// A committed change set as the daemon publishes it and keeps it in its history: its
+/// sequence number, who saved it, and what changed, with the values — a receiver merges it
+/// without asking the daemon for anything.
 public struct ChangeEvent: Sendable, Hashable {
-    public var sequence: UInt64
-    public var author: String
-    /// The store was emptied (`nuke`): every object is gone.
-    public var isReset: Bool
-    public var changes: [ObjectChange]
-
-    public init(sequence: UInt64, author: String, isReset: Bool = false, changes: [ObjectChange]) {
-        self.sequence = sequence
-        self.author = author
-        self.isReset = isReset
-        self.changes = changes
+    /// What an event says.
+    public enum Kind: UInt8, Sendable, Hashable {
+        /// A change set (a save).
+        case changes = 0
+        /// The store was emptied (`nuke`): every object is gone.
+        case reset = 1
+        /// No change: the daemon's current sequence, published every
+        /// ``WireProtocol/heartbeatInterval`` so that clients notice gaps and silence.
+        case heartbeat = 2
+        /// Reserved (schema evolution): the store's schema changed; the lists are empty.
+        case schemaChanged = 3
+        /// Reserved (batch operations): a batch update or delete, with its affected objects.
+        case batch = 4
     }
+
+    /// An updated object: its version after the change, and the values of the properties
+    /// that changed, by property index.
+    public struct Update: Sendable, Hashable {
+        public var id: ObjectID
+        public var version: Int64
+        public var values: [Int: StoredValue]
+
+        public init(id: ObjectID, version: Int64, values: [Int: StoredValue]) {
+            self.id = id
+            self.version = version
+            self.values = values
+        }
+    }
+
+    public var sequence: UInt64
+    public var kind: Kind
+    /// The client ID of the saver (all zeros for heartbeats).
+    public var authorID: UUID
+    /// The process name of the saver, as its hello said.
+    public var author: String
+    /// Inserted objects with all their values (version 1).
+    public var inserted: [Snapshot]
+    public var updated: [Update]
+    public var deleted: [ObjectID]
+
+    public init(
+        sequence: UInt64, kind: Kind = .changes, authorID: UUID = ChangeEvent.noAuthor, author: String = "",
+        inserted: [Snapshot] = [], updated: [Update] = [], deleted: [ObjectID] = []
+    ) {
+        self.sequence = sequence
+        self.kind = kind
+        self.authorID = authorID
+        self.author = author
+        self.inserted = inserted
+        self.updated = updated
+        self.deleted = deleted
+    }
+
+    /// The author ID of heartbeats: all zeros.
+    public static let noAuthor = UUID(uuid: (0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0))
+
+    /// The heartbeat of a daemon at `sequence`.
+    public static func heartbeat(_ sequence: UInt64) -> ChangeEvent { ChangeEvent(sequence: sequence, kind: .heartbeat) }
+
+    /// Whether this is a change set with a sequence of its own (not a heartbeat).
+    public var isChangeSet: Bool { kind != .heartbeat }
+
+    /// Every object the event names.
+    public var objectIDs: [ObjectID] { inserted.map(\.id) + updated.map(\.id) + deleted }
 }
 
 /// A message of the client–daemon protocol (docs/PROTOCOL.md): a request, a reply, or a
-/// published change event.
+/// published change event. Tags, limits and defaults are in ``WireProtocol``.
 public struct WireMessage: Sendable, Hashable {
-    /// The protocol version this build speaks.
-    public static let protocolVersion: UInt8 = 3
-    /// The topic of the events every client receives: heartbeats, and `changes` messages of
-    /// change sets saved on several connections. The events of change sets saved on one
-    /// connection are published under the topic it got in its welcome, which that client
-    /// does not subscribe to: it knows its own saves from their replies.
-    public static let broadcastTopic: UInt8 = 0
-    /// The largest encoded message either side accepts (16 MiB).
-    public static let maximumSize = 16 * 1_048_576
+    /// What a client says first on a connection.
+    public struct Hello: Sendable, Hashable {
+        public var protocolVersion: UInt64
+        /// The ``Skyros/Schema/fingerprint`` of the client's schema.
+        public var schemaFingerprint: String
+        /// The client's ``Skyros/Schema/version``.
+        public var schemaVersion: UInt64
+        /// The client's process name: at most ``WireProtocol/maximumClientNameBytes`` bytes.
+        public var clientName: String
+        /// The client's process ID (for operators; peer credentials are what the daemon trusts).
+        public var pid: UInt64
+        /// The JSON of the client's ``Skyros/SchemaDescription``: a daemon whose group has no
+        /// store yet creates it from it.
+        public var schemaDescription: [UInt8]
+
+        public init(
+            protocolVersion: UInt64 = UInt64(WireProtocol.version), schemaFingerprint: String, schemaVersion: UInt64,
+            clientName: String, pid: UInt64, schemaDescription: [UInt8]
+        ) {
+            self.protocolVersion = protocolVersion
+            self.schemaFingerprint = schemaFingerprint
+            self.schemaVersion = schemaVersion
+            self.clientName = clientName
+            self.pid = pid
+            self.schemaDescription = schemaDescription
+        }
+
+        /// The hello of this process for `schema`.
+        public init(schema: Schema, clientName: String) throws {
+            self.init(
+                schemaFingerprint: schema.fingerprint, schemaVersion: UInt64(schema.version), clientName: clientName,
+                pid: UInt64(ProcessInfo.processInfo.processIdentifier),
+                schemaDescription: Array(try schema.schemaDescription.canonicalJSON()))
+        }
+    }
+
+    /// The daemon's answer to a hello.
+    public struct Welcome: Sendable, Hashable {
+        public var protocolVersion: UInt64
+        /// The sequence of the last committed change set.
+        public var sequence: UInt64
+        /// The first frame of the events of this connection's saves (1–255).
+        public var eventTopic: UInt8
+        /// The identity of the store: made when the store was created, kept across daemon
+        /// restarts. A client that sees another one starts over (refreshes everything).
+        public var storeEpoch: UUID
+        /// The store's schema version.
+        public var schemaVersion: UInt64
+
+        public init(
+            protocolVersion: UInt64 = UInt64(WireProtocol.version), sequence: UInt64, eventTopic: UInt8,
+            storeEpoch: UUID, schemaVersion: UInt64
+        ) {
+            self.protocolVersion = protocolVersion
+            self.sequence = sequence
+            self.eventTopic = eventTopic
+            self.storeEpoch = storeEpoch
+            self.schemaVersion = schemaVersion
+        }
+    }
 
     public enum Body: Sendable, Hashable {
         // Requests
-        /// `schemaDescription` is the JSON of the client's `SchemaDescription`: a daemon whose
-        /// group has no store yet creates it from it.
-        case hello(protocolVersion: UInt64, schemaFingerprint: String, clientName: String, schemaDescription: [UInt8])
+        case hello(Hello)
         case fetch(StoreRequest)
         case fetchIdentifiers(StoreRequest)
         case count(StoreRequest)
         case snapshots([ObjectID])
-        case save(clientID: String, saveNumber: UInt64, changes: ChangeSet)
-        case changesSince(UInt64)
-        /// Empties the store (`nuke`).
-        case deleteAll(clientID: String)
+        /// A change set, with the client's ID and the number of this save (see PROTOCOL.md,
+        /// "Saves: exactly once").
+        case save(clientID: UUID, saveNumber: UInt64, changes: ChangeSet)
+        /// The change sets after a sequence, at most `limit` of them (0: the daemon's
+        /// maximum, ``WireProtocol/maximumChangesPage``).
+        case changesSince(UInt64, limit: UInt64)
+        /// Empties the store (`nuke`); exactly-once like a save.
+        case deleteAll(clientID: UUID, saveNumber: UInt64)
         // Replies
-        /// `eventTopic`: the first frame of the events of this connection's saves (1–255).
-        case welcome(protocolVersion: UInt64, sequence: UInt64, eventTopic: UInt8)
+        case welcome(Welcome)
         case snapshotsReply([Snapshot])
         case identifiersReply([ObjectID])
         case countReply(Int)
         case saved(sequence: UInt64)
         case error(code: String, message: String)
-        case changes([ChangeEvent])
+        /// Change sets in sequence order; `more`: the daemon has newer ones than the last
+        /// of this page (ask again from it).
+        case changes([ChangeEvent], more: Bool)
         /// A save refused under the `.error` merge policy: every conflicting object.
         case conflicts(message: String, [MergeConflict])
         // Published on the event socket
         case event(ChangeEvent)
 
-        var type: UInt8 {
+        public var kind: WireProtocol.Kind {
             switch self {
-            case .hello: 1
-            case .fetch: 2
-            case .fetchIdentifiers: 3
-            case .count: 4
-            case .snapshots: 5
-            case .save: 6
-            case .changesSince: 7
-            case .deleteAll: 8
-            case .welcome: 64
-            case .snapshotsReply: 65
-            case .identifiersReply: 66
-            case .countReply: 67
-            case .saved: 68
-            case .error: 69
-            case .changes: 70
-            case .conflicts: 71
-            case .event: 96
+            case .hello: .hello
+            case .fetch: .fetch
+            case .fetchIdentifiers: .fetchIdentifiers
+            case .count: .count
+            case .snapshots: .snapshots
+            case .save: .save
+            case .changesSince: .changesSince
+            case .deleteAll: .deleteAll
+            case .welcome: .welcome
+            case .snapshotsReply: .snapshotsReply
+            case .identifiersReply: .identifiersReply
+            case .countReply: .countReply
+            case .saved: .saved
+            case .error: .error
+            case .changes: .changes
+            case .conflicts: .conflicts
+            case .event: .event
             }
         }
     }
@@ -109,41 +197,42 @@ public struct WireMessage: Sendable, Hashable {
         self.body = body
     }
 
-    /// `[version][type][requestID varint][body]`.
+    /// `[version][kind][requestID uvarint][body]`.
     public func encoded() -> [UInt8] {
         var writer = WireWriter()
-        writer.byte(Self.protocolVersion)
-        writer.byte(body.type)
+        writer.byte(WireProtocol.version)
+        writer.byte(body.kind.rawValue)
         writer.uvarint(requestID)
         switch body {
-        case .hello(let version, let fingerprint, let name, let description):
-            writer.uvarint(version)
-            writer.string(fingerprint)
-            writer.string(name)
-            writer.data(description)
+        case .hello(let hello):
+            writer.uvarint(hello.protocolVersion)
+            writer.string(hello.schemaFingerprint)
+            writer.uvarint(hello.schemaVersion)
+            writer.string(hello.clientName)
+            writer.uvarint(hello.pid)
+            writer.data(hello.schemaDescription)
         case .fetch(let request), .fetchIdentifiers(let request), .count(let request):
             writer.request(request)
-        case .snapshots(let ids):
-            writer.uvarint(UInt64(ids.count))
-            for id in ids { writer.objectID(id) }
+        case .snapshots(let ids), .identifiersReply(let ids):
+            writer.list(ids) { $0.objectID($1) }
         case .save(let clientID, let number, let changes):
-            writer.string(clientID)
+            writer.uuid(clientID)
             writer.uvarint(number)
             writer.changeSet(changes)
-        case .changesSince(let sequence):
+        case .changesSince(let sequence, let limit):
             writer.uvarint(sequence)
-        case .deleteAll(let clientID):
-            writer.string(clientID)
-        case .welcome(let version, let sequence, let topic):
-            writer.uvarint(version)
-            writer.uvarint(sequence)
-            writer.byte(topic)
+            writer.uvarint(limit)
+        case .deleteAll(let clientID, let number):
+            writer.uuid(clientID)
+            writer.uvarint(number)
+        case .welcome(let welcome):
+            writer.uvarint(welcome.protocolVersion)
+            writer.uvarint(welcome.sequence)
+            writer.byte(welcome.eventTopic)
+            writer.uuid(welcome.storeEpoch)
+            writer.uvarint(welcome.schemaVersion)
         case .snapshotsReply(let snapshots):
-            writer.uvarint(UInt64(snapshots.count))
-            for snapshot in snapshots { writer.snapshot(snapshot) }
-        case .identifiersReply(let ids):
-            writer.uvarint(UInt64(ids.count))
-            for id in ids { writer.objectID(id) }
+            writer.list(snapshots) { $0.snapshot($1) }
         case .countReply(let count):
             writer.uvarint(UInt64(count))
         case .saved(let sequence):
@@ -151,13 +240,12 @@ public struct WireMessage: Sendable, Hashable {
         case .error(let code, let message):
             writer.string(code)
             writer.string(message)
-        case .changes(let events):
-            writer.uvarint(UInt64(events.count))
-            for event in events { writer.event(event) }
+        case .changes(let events, let more):
+            writer.list(events) { $0.event($1) }
+            writer.bool(more)
         case .conflicts(let message, let conflicts):
             writer.string(message)
-            writer.uvarint(UInt64(conflicts.count))
-            for conflict in conflicts { writer.conflict(conflict) }
+            writer.list(conflicts) { $0.conflict($1) }
         case .event(let event):
             writer.event(event)
         }
@@ -166,65 +254,64 @@ public struct WireMessage: Sendable, Hashable {
 
     /// Decodes a message, refusing anything malformed with a ``WireError``: never a crash,
     /// never an allocation larger than the message itself.
-    public static func decode(_ bytes: [UInt8], maximumSize: Int = WireMessage.maximumSize) throws(WireError)
+    public static func decode(_ bytes: [UInt8], maximumSize: Int = WireProtocol.maximumMessageSize) throws(WireError)
         -> WireMessage
     {
         guard bytes.count <= maximumSize else { throw .tooLarge(bytes.count) }
         var reader = WireReader(bytes)
         let version = try reader.byte()
-        guard version == protocolVersion else { throw .unsupportedVersion(version) }
-        let type = try reader.byte()
+        guard version == WireProtocol.version else { throw .unsupportedVersion(version) }
+        let tag = try reader.byte()
         let requestID = try reader.uvarint()
+        guard let kind = WireProtocol.Kind(rawValue: tag) else { throw .unknownMessageType(tag) }
         let body: Body
-        switch type {
-        case 1:
+        switch kind {
+        case .hello:
             let version = try reader.uvarint()
             let fingerprint = try reader.string()
+            let schemaVersion = try reader.uvarint()
             let name = try reader.string()
-            body = .hello(
-                protocolVersion: version, schemaFingerprint: fingerprint, clientName: name,
-                schemaDescription: try reader.data())
-        case 2: body = .fetch(try reader.request())
-        case 3: body = .fetchIdentifiers(try reader.request())
-        case 4: body = .count(try reader.request())
-        case 5:
-            var ids: [ObjectID] = []
-            for _ in 0..<(try reader.count(minimumSize: 17)) { ids.append(try reader.objectID()) }
-            body = .snapshots(ids)
-        case 6:
-            let clientID = try reader.string()
+            let pid = try reader.uvarint()
+            body = .hello(Hello(
+                protocolVersion: version, schemaFingerprint: fingerprint, schemaVersion: schemaVersion, clientName: name,
+                pid: pid, schemaDescription: try reader.data()))
+        case .fetch: body = .fetch(try reader.request())
+        case .fetchIdentifiers: body = .fetchIdentifiers(try reader.request())
+        case .count: body = .count(try reader.request())
+        case .snapshots: body = .snapshots(try reader.list(minimumSize: 17) { reader throws(WireError) in try reader.objectID() })
+        case .save:
+            let clientID = try reader.uuid()
             let number = try reader.uvarint()
             body = .save(clientID: clientID, saveNumber: number, changes: try reader.changeSet())
-        case 7: body = .changesSince(try reader.uvarint())
-        case 8: body = .deleteAll(clientID: try reader.string())
-        case 64:
+        case .changesSince:
+            let sequence = try reader.uvarint()
+            body = .changesSince(sequence, limit: try reader.uvarint())
+        case .deleteAll:
+            let clientID = try reader.uuid()
+            body = .deleteAll(clientID: clientID, saveNumber: try reader.uvarint())
+        case .welcome:
             let version = try reader.uvarint()
             let sequence = try reader.uvarint()
-            body = .welcome(protocolVersion: version, sequence: sequence, eventTopic: try reader.byte())
-        case 65:
-            var snapshots: [Snapshot] = []
-            for _ in 0..<(try reader.count(minimumSize: 18)) { snapshots.append(try reader.snapshot()) }
-            body = .snapshotsReply(snapshots)
-        case 66:
-            var ids: [ObjectID] = []
-            for _ in 0..<(try reader.count(minimumSize: 17)) { ids.append(try reader.objectID()) }
-            body = .identifiersReply(ids)
-        case 67: body = .countReply(try reader.int())
-        case 68: body = .saved(sequence: try reader.uvarint())
-        case 69:
+            let topic = try reader.byte()
+            let epoch = try reader.uuid()
+            body = .welcome(Welcome(
+                protocolVersion: version, sequence: sequence, eventTopic: topic, storeEpoch: epoch,
+                schemaVersion: try reader.uvarint()))
+        case .snapshotsReply: body = .snapshotsReply(try reader.list(minimumSize: 18) { reader throws(WireError) in try reader.snapshot() })
+        case .identifiersReply: body = .identifiersReply(try reader.list(minimumSize: 17) { reader throws(WireError) in try reader.objectID() })
+        case .countReply: body = .countReply(try reader.int())
+        case .saved: body = .saved(sequence: try reader.uvarint())
+        case .error:
             let code = try reader.string()
             body = .error(code: code, message: try reader.string())
-        case 70:
-            var events: [ChangeEvent] = []
-            for _ in 0..<(try reader.count(minimumSize: 4)) { events.append(try reader.event()) }
-            body = .changes(events)
-        case 71:
+        case .changes:
+            let events = try reader.list(minimumSize: 21) { reader throws(WireError) in try reader.event() }
+            body = .changes(events, more: try reader.bool())
+        case .conflicts:
             let message = try reader.string()
-            var conflicts: [MergeConflict] = []
-            for _ in 0..<(try reader.count(minimumSize: 20)) { conflicts.append(try reader.conflict()) }
-            body = .conflicts(message: message, conflicts)
-        case 96: body = .event(try reader.event())
-        default: throw .unknownMessageType(type)
+            body = .conflicts(message: message, try reader.list(minimumSize: 20) { reader throws(WireError) in try reader.conflict() })
+        case .event: body = .event(try reader.event())
+        default: throw .unimplementedMessageType(tag)
         }
         guard reader.remaining == 0 else { throw .trailingBytes(reader.remaining) }
         return WireMessage(requestID: requestID, body: body)
@@ -232,33 +319,76 @@ public struct WireMessage: Sendable, Hashable {
 }
 
 extension WireWriter {
+    /// `uvarint` count, then each element.
+    public mutating func list<Element>(_ elements: [Element], _ write: (inout WireWriter, Element) -> Void) {
+        uvarint(UInt64(elements.count))
+        for element in elements { write(&self, element) }
+    }
+
+    /// `ChangeEvent` (docs/PROTOCOL.md).
     public mutating func event(_ event: ChangeEvent) {
         uvarint(event.sequence)
+        byte(event.kind.rawValue)
+        uuid(event.authorID)
         string(event.author)
-        bool(event.isReset)
-        uvarint(UInt64(event.changes.count))
-        for change in event.changes {
-            objectID(change.id)
-            byte(change.kind.rawValue)
-            uvarint(UInt64(change.properties.count))
-            for name in change.properties { string(name) }
+        list(event.inserted) { $0.snapshot($1) }
+        list(event.updated) { writer, update in
+            writer.objectID(update.id)
+            writer.uvarint(UInt64(max(0, update.version)))
+            writer.propertyValues(update.values)
+        }
+        list(event.deleted) { $0.objectID($1) }
+    }
+
+    /// `list<uvarint property index + Value>`, by increasing index.
+    mutating func propertyValues(_ values: [Int: StoredValue]) {
+        list(values.sorted { $0.key < $1.key }) { writer, entry in
+            writer.uvarint(UInt64(entry.key))
+            writer.value(entry.value)
         }
     }
 }
 
 extension WireReader {
+    /// `uvarint` count of elements of at least `minimumSize` bytes each, then the elements.
+    public mutating func list<Element>(minimumSize: Int = 1, _ read: (inout WireReader) throws(WireError) -> Element)
+        throws(WireError) -> [Element]
+    {
+        let count = try count(minimumSize: minimumSize)
+        var elements: [Element] = []
+        elements.reserveCapacity(count)
+        for _ in 0..<count { elements.append(try read(&self)) }
+        return elements
+    }
+
+    /// `ChangeEvent` (docs/PROTOCOL.md).
     public mutating func event() throws(WireError) -> ChangeEvent {
         let sequence = try uvarint()
+        let tag = try byte()
+        guard let kind = ChangeEvent.Kind(rawValue: tag) else { throw .invalidTag("event kind", tag) }
+        let authorID = try uuid()
         let author = try string()
-        let isReset = try bool()
-        var changes: [ObjectChange] = []
-        for _ in 0..<(try count(minimumSize: 19)) {
-            let id = try objectID()
-            guard let kind = ObjectChange.Kind(rawValue: try byte()) else { throw .invalidValue("change kind") }
-            var properties: [String] = []
-            for _ in 0..<(try count()) { properties.append(try string()) }
-            changes.append(ObjectChange(id: id, kind: kind, properties: properties))
+        let inserted = try list(minimumSize: 18) { reader throws(WireError) in try reader.snapshot() }
+        let updated = try list(minimumSize: 19) { reader throws(WireError) in
+            let id = try reader.objectID()
+            let version = try reader.version()
+            return ChangeEvent.Update(id: id, version: version, values: try reader.propertyValues())
         }
-        return ChangeEvent(sequence: sequence, author: author, isReset: isReset, changes: changes)
+        let deleted = try list(minimumSize: 17) { reader throws(WireError) in try reader.objectID() }
+        return ChangeEvent(
+            sequence: sequence, kind: kind, authorID: authorID, author: author, inserted: inserted, updated: updated,
+            deleted: deleted)
+    }
+
+    /// `list<uvarint property index + Value>`; an index given twice is refused.
+    mutating func propertyValues() throws(WireError) -> [Int: StoredValue] {
+        var values: [Int: StoredValue] = [:]
+        for _ in 0..<(try count(minimumSize: 2)) {
+            let index = try int()
+            guard values.updateValue(try value(), forKey: index) == nil else {
+                throw .invalidValue("property \(index) given twice")
+            }
+        }
+        return values
     }
 }

@@ -132,12 +132,7 @@ extension WireWriter {
         for update in changes.updated {
             objectID(update.id)
             uvarint(UInt64(max(0, update.baseVersion)))
-            let entries = update.changes.sorted { $0.key < $1.key }
-            uvarint(UInt64(entries.count))
-            for (index, item) in entries {
-                uvarint(UInt64(index))
-                value(item)
-            }
+            propertyValues(update.changes)
         }
         uvarint(UInt64(changes.deleted.count))
         for id in changes.deleted { objectID(id) }
@@ -162,9 +157,6 @@ extension WireWriter {
 }
 
 extension WireReader {
-    /// The deepest predicate tree accepted (deeper ones are refused, never recursed into).
-    public static let maximumPredicateDepth = 64
-
     public mutating func value() throws(WireError) -> StoredValue {
         switch try byte() {
         case 0: return .null
@@ -191,7 +183,7 @@ extension WireReader {
     }
 
     public mutating func predicate(depth: Int = 0) throws(WireError) -> PredicateNode {
-        guard depth < Self.maximumPredicateDepth else { throw .tooDeep }
+        guard depth < WireProtocol.maximumPredicateDepth else { throw .tooDeep }
         let next = depth + 1
         switch try byte() {
         case 1: return .constant(try value())
@@ -285,12 +277,7 @@ extension WireReader {
         for _ in 0..<(try count(minimumSize: 18)) {
             let id = try objectID()
             let base = try version()
-            var values: [Int: StoredValue] = [:]
-            for _ in 0..<(try count(minimumSize: 2)) {
-                let index = try int()
-                values[index] = try value()
-            }
-            changes.updated.append(ChangeSet.Update(id: id, changes: values, baseVersion: base))
+            changes.updated.append(ChangeSet.Update(id: id, changes: try propertyValues(), baseVersion: base))
         }
         for _ in 0..<(try count(minimumSize: 17)) { changes.deleted.append(try objectID()) }
         switch try byte() {

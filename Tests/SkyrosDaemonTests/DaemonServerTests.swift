@@ -49,19 +49,28 @@ final class RawClient {
 
     /// The hello of a client of the current protocol with `schema`.
     static func hello(_ schema: Schema = testSchema, name: String) throws -> WireMessage.Body {
-        .hello(
-            protocolVersion: UInt64(WireMessage.protocolVersion), schemaFingerprint: schema.fingerprint, clientName: name,
-            schemaDescription: Array(try JSONEncoder().encode(schema.schemaDescription)))
+        .hello(try WireMessage.Hello(schema: schema, clientName: name))
     }
 }
 
 /// The sequence of a welcome in the current protocol version that gives a connection its own
 /// event topic; nil for anything else.
 func welcomeSequence(_ body: WireMessage.Body) -> UInt64? {
-    guard case .welcome(let version, let sequence, let topic) = body, version == UInt64(WireMessage.protocolVersion),
-        topic != WireMessage.broadcastTopic
+    guard case .welcome(let welcome) = body, welcome.protocolVersion == UInt64(WireProtocol.version),
+        welcome.eventTopic != WireProtocol.broadcastTopic
     else { return nil }
-    return sequence
+    return welcome.sequence
+}
+
+extension UUID {
+    /// A client ID for tests, the same for the same name.
+    static func named(_ name: String) -> UUID {
+        var bytes = [UInt8](repeating: 0, count: 16)
+        for (index, byte) in name.utf8.enumerated() { bytes[index % 16] ^= byte &+ UInt8(truncatingIfNeeded: index) }
+        bytes[15] ^= UInt8(truncatingIfNeeded: name.utf8.count)
+        return UUID(uuid: (bytes[0], bytes[1], bytes[2], bytes[3], bytes[4], bytes[5], bytes[6], bytes[7], bytes[8],
+                           bytes[9], bytes[10], bytes[11], bytes[12], bytes[13], bytes[14], bytes[15]))
+    }
 }
 
 func errorCode(_ body: WireMessage.Body) -> String? {
@@ -81,14 +90,16 @@ struct DaemonServerTests {
     func session() throws {
         let daemon = try RunningDaemon()
         let client = try RawClient(daemon)
-        guard case .welcome(_, 0, let topic) = try client.hello(), topic != WireMessage.broadcastTopic else {
+        guard case .welcome(let welcome) = try client.hello(), welcome.sequence == 0,
+            case let topic = welcome.eventTopic, topic != WireProtocol.broadcastTopic
+        else {
             Issue.record("no welcome")
             return
         }
         // Wait until the subscription is live: ZeroMQ's slow joiner.
-        var saved = try client.call(.save(clientID: "c1", saveNumber: 1, changes: ChangeSet(inserted: [userSnapshot("a")])))
+        var saved = try client.call(.save(clientID: .named("c1"), saveNumber: 1, changes: ChangeSet(inserted: [userSnapshot("a")])))
         #expect(saved == .saved(sequence: 1))
-        saved = try client.call(.save(clientID: "c1", saveNumber: 2, changes: ChangeSet(inserted: [userSnapshot("b")])))
+        saved = try client.call(.save(clientID: .named("c1"), saveNumber: 2, changes: ChangeSet(inserted: [userSnapshot("b")])))
         #expect(saved == .saved(sequence: 2))
         #expect(try client.call(.count(StoreRequest(entityName: "User"))) == .countReply(2))
         guard case .snapshotsReply(let rows) = try client.call(.fetch(StoreRequest(
@@ -105,9 +116,9 @@ struct DaemonServerTests {
         let deadline = Date().addingTimeInterval(5)
         while first == nil && Date() < deadline {
             number += 1
-            _ = try client.call(.save(clientID: "c1", saveNumber: number, changes: ChangeSet(inserted: [userSnapshot("w\(number)")])))
+            _ = try client.call(.save(clientID: .named("c1"), saveNumber: number, changes: ChangeSet(inserted: [userSnapshot("w\(number)")])))
             if try client.subscriber.waitForInput(milliseconds: 20), case let (eventTopic, message) = try client.event(),
-                case .event(let event) = message.body, !event.author.isEmpty  // not a heartbeat
+                case .event(let event) = message.body, event.isChangeSet  // not a heartbeat
             {
                 // An event of one save comes under its connection's topic, which its own
                 // client does not subscribe to (this raw one subscribes to everything).
@@ -116,9 +127,10 @@ struct DaemonServerTests {
             }
         }
         let firstEvent = try #require(first)
-        #expect(firstEvent.author == "c1" && firstEvent.changes.map(\.kind) == [.inserted])
+        #expect(firstEvent.authorID == .named("c1") && firstEvent.author == "test" && firstEvent.inserted.count == 1)
+        #expect(firstEvent.inserted.first?.values == userSnapshot("a").values)  // the values travel with the event
         for extra in 1...3 {
-            #expect(try client.call(.save(clientID: "c1", saveNumber: number + UInt64(extra), changes: ChangeSet(
+            #expect(try client.call(.save(clientID: .named("c1"), saveNumber: number + UInt64(extra), changes: ChangeSet(
                 inserted: [userSnapshot("e\(extra)")]))) == .saved(sequence: number + UInt64(extra)))
         }
         // The next change events are those three, in order; heartbeats (empty author) come between.
@@ -128,12 +140,12 @@ struct DaemonServerTests {
         while sequences.count < 3 {
             let (eventTopic, message) = try client.event()
             switch message.body {
-            case .event(let event) where event.author.isEmpty:
-                #expect(eventTopic == WireMessage.broadcastTopic)
+            case .event(let event) where !event.isChangeSet:
+                #expect(eventTopic == WireProtocol.broadcastTopic)
                 heartbeats += 1
             case .event(let event):
                 if event.sequence > number { sequences.append(event.sequence) }
-            case .changes(let events):  // a daemon under load may publish several together
+            case .changes(let events, _):  // a daemon under load may publish several together
                 #expect(eventTopic == topic)
                 sequences += events.map(\.sequence).filter { $0 > number }
             default:
@@ -145,13 +157,13 @@ struct DaemonServerTests {
         // Heartbeats carry the current sequence.
         while true {
             guard case .event(let event) = try client.event().message.body else { break }
-            if event.author.isEmpty {
+            if !event.isChangeSet {
                 #expect(event.sequence == number + 3)
                 break
             }
         }
         // Changes since a sequence come from the history, in order.
-        guard case .changes(let missed) = try client.call(.changesSince(number)) else {
+        guard case .changes(let missed, _) = try client.call(.changesSince(number, limit: 0)) else {
             Issue.record("no changes reply")
             return
         }
@@ -165,11 +177,11 @@ struct DaemonServerTests {
         // Before hello.
         #expect(errorCode(try client.call(.count(StoreRequest(entityName: "User")))) == "helloRequired")
         #expect(welcomeSequence(try client.hello()) == 0)
-        #expect(try client.call(.save(clientID: "c", saveNumber: 1, changes: ChangeSet(inserted: [userSnapshot("kept")])))
+        #expect(try client.call(.save(clientID: .named("c"), saveNumber: 1, changes: ChangeSet(inserted: [userSnapshot("kept")])))
             == .saved(sequence: 1))
         // Garbage, a wrong version, an unknown type, extra frames.
         #expect(errorCode(try client.raw([Data([0xFF, 0x00, 0x01])]).body) == "unsupportedProtocolVersion")
-        #expect(errorCode(try client.raw([Data([WireMessage.protocolVersion, 250, 1])]).body) == "malformedMessage")
+        #expect(errorCode(try client.raw([Data([WireProtocol.version, 250, 1])]).body) == "malformedMessage")
         #expect(errorCode(try client.raw([Data()]).body) == "malformedMessage")
         #expect(errorCode(try client.raw([Data([1]), Data([2])]).body) == "malformedMessage")
         // Unknown entities and properties, wrong value types and counts, garbage predicates.
@@ -178,16 +190,16 @@ struct DaemonServerTests {
             entityName: "User", predicate: .equals("nope", .integer(1)))))) == "unsupportedPredicate")
         var wrongType = userSnapshot("x")
         wrongType.values[2] = .text("not a number")
-        #expect(errorCode(try client.call(.save(clientID: "c", saveNumber: 2, changes: ChangeSet(inserted: [wrongType]))))
-            == "valueNotStorable")
+        #expect(errorCode(try client.call(.save(clientID: .named("c"), saveNumber: 2, changes: ChangeSet(inserted: [wrongType]))))
+            == "typeMismatch")
         var short = userSnapshot("y")
         short.values = StoredValues(short.values.dropLast(3))
-        #expect(errorCode(try client.call(.save(clientID: "c", saveNumber: 3, changes: ChangeSet(inserted: [short]))))
+        #expect(errorCode(try client.call(.save(clientID: .named("c"), saveNumber: 3, changes: ChangeSet(inserted: [short]))))
             == "valueNotStorable")
-        #expect(errorCode(try client.call(.save(clientID: "c", saveNumber: 4, changes: ChangeSet(
+        #expect(errorCode(try client.call(.save(clientID: .named("c"), saveNumber: 4, changes: ChangeSet(
             updated: [ChangeSet.Update(id: .make(entityName: "User"), changes: [99: .null])])))) == "valueNotStorable")
         // A duplicate unique value fails alone.
-        #expect(errorCode(try client.call(.save(clientID: "c", saveNumber: 5, changes: ChangeSet(inserted: [userSnapshot("kept")]))))
+        #expect(errorCode(try client.call(.save(clientID: .named("c"), saveNumber: 5, changes: ChangeSet(inserted: [userSnapshot("kept")]))))
             == "uniqueConstraintViolation")
         // Still serving, nothing committed lost.
         #expect(try client.call(.count(StoreRequest(entityName: "User"))) == .countReply(1))
@@ -202,7 +214,7 @@ struct DaemonServerTests {
         /// The good client saves one user and counts them all.
         func goodClientIsServed(_ sourceLocation: SourceLocation = #_sourceLocation) throws {
             saved += 1
-            #expect(try good.call(.save(clientID: "good", saveNumber: UInt64(saved), changes: ChangeSet(
+            #expect(try good.call(.save(clientID: .named("good"), saveNumber: UInt64(saved), changes: ChangeSet(
                 inserted: [userSnapshot("good-\(saved)")]))) == .saved(sequence: UInt64(saved)), sourceLocation: sourceLocation)
             #expect(try good.call(.count(StoreRequest(entityName: "User"))) == .countReply(saved), sourceLocation: sourceLocation)
         }
@@ -211,15 +223,15 @@ struct DaemonServerTests {
         var garbage = SystemRandomNumberGenerator()
         let badInputs: [[Data]] = [
             [Data((0..<64).map { _ in UInt8.random(in: 0...255, using: &garbage) })],  // noise
-            [Data([WireMessage.protocolVersion, 77, 1])],  // unknown message type
-            [Data([WireMessage.protocolVersion - 1, 6, 1])],  // the previous protocol version
-            [Data([WireMessage.protocolVersion, 2, 1, 1, 0xFF])],  // a fetch cut short
+            [Data([WireProtocol.version, 77, 1])],  // unknown message type
+            [Data([WireProtocol.version - 1, 6, 1])],  // the previous protocol version
+            [Data([WireProtocol.version, 2, 1, 1, 0xFF])],  // a fetch cut short
             [Data(WireMessage(requestID: 9, body: .fetch(StoreRequest(
                 entityName: "User", predicate: .compare(.less, .property(scope: 7, path: ["age"]), .constant(.null))))).encoded())],
             [Data(WireMessage(requestID: 9, body: .fetch(StoreRequest(entityName: "Nope"))).encoded())],
             [Data(WireMessage(requestID: 9, body: .fetch(StoreRequest(
                 entityName: "User", sortKeys: [SortKey(property: "nope", ascending: true)]))).encoded())],
-            [Data(WireMessage(requestID: 9, body: .save(clientID: "bad", saveNumber: 1, changes: ChangeSet(
+            [Data(WireMessage(requestID: 9, body: .save(clientID: .named("bad"), saveNumber: 1, changes: ChangeSet(
                 updated: [ChangeSet.Update(id: .make(entityName: "User"), changes: [2: .text("not an int")])]))).encoded())],
             [Data(WireMessage(requestID: 9, body: .snapshots([.make(entityName: "Nope")])).encoded())],
         ]
@@ -231,7 +243,7 @@ struct DaemonServerTests {
         // Too large to even be read: ZeroMQ drops it and the connection, no reply.
         let huge = try RawClient(daemon)
         try huge.dealer.setReceiveTimeout(milliseconds: 500)
-        try huge.dealer.send([Data(count: WireMessage.maximumSize + 1)])
+        try huge.dealer.send([Data(count: WireProtocol.maximumMessageSize + 1)])
         #expect(throws: ZeroMQError.self) { _ = try huge.dealer.receive() }
         try goodClientIsServed()
         daemon.shutDown()
@@ -244,9 +256,9 @@ struct DaemonServerTests {
         #expect(welcomeSequence(try RawClient(daemon).hello()) == 0)
         let other = try RawClient(daemon)
         #expect(errorCode(try other.hello(Schema([Tag.self]))) == "schemaMismatch")
-        #expect(errorCode(try other.call(.hello(
-            protocolVersion: UInt64(WireMessage.protocolVersion) + 1, schemaFingerprint: testSchema.fingerprint,
-            clientName: "future", schemaDescription: [])))
+        #expect(errorCode(try other.call(.hello(WireMessage.Hello(
+            protocolVersion: UInt64(WireProtocol.version) + 1, schemaFingerprint: testSchema.fingerprint, schemaVersion: 1,
+            clientName: "future", pid: 1, schemaDescription: []))))
             == "unsupportedProtocolVersion")
     }
 

@@ -18,7 +18,7 @@ extension RawClient {
     /// Saves one user per number, as client "c" with that save number; returns the replies.
     func saveUsers(_ numbers: ClosedRange<Int>, handlePrefix: String) throws -> [WireMessage.Body] {
         try numbers.map { number in
-            try call(.save(clientID: "c", saveNumber: UInt64(number), changes: ChangeSet(
+            try call(.save(clientID: .named("c"), saveNumber: UInt64(number), changes: ChangeSet(
                 inserted: [userSnapshot("\(handlePrefix)\(number)")])))
         }
     }
@@ -56,7 +56,7 @@ struct JournalTests {
         let daemon = try RunningDaemon()
         let first = try RawClient(daemon)
         _ = try first.hello()
-        let save = WireMessage.Body.save(clientID: "c1", saveNumber: 1, changes: ChangeSet(inserted: [userSnapshot("once")]))
+        let save = WireMessage.Body.save(clientID: .named("c1"), saveNumber: 1, changes: ChangeSet(inserted: [userSnapshot("once")]))
         #expect(try first.call(save) == .saved(sequence: 1))
         // The reply was "lost": the client reconnects, says hello again and resends.
         let again = try RawClient(daemon)
@@ -64,7 +64,7 @@ struct JournalTests {
         #expect(try again.call(save) == .saved(sequence: 1))
         #expect(try again.call(.count(StoreRequest(entityName: "User"))) == .countReply(1))
         // The next save number is a new save.
-        #expect(try again.call(.save(clientID: "c1", saveNumber: 2, changes: ChangeSet(inserted: [userSnapshot("two")])))
+        #expect(try again.call(.save(clientID: .named("c1"), saveNumber: 2, changes: ChangeSet(inserted: [userSnapshot("two")])))
             == .saved(sequence: 2))
         daemon.shutDown()
         #expect(try historySequences(daemon) == [1, 2])
@@ -80,16 +80,16 @@ struct JournalTests {
         let second = try RunningDaemon(directory: first.directory)
         let back = try RawClient(second)
         #expect(welcomeSequence(try back.hello()) == 3)
-        #expect(try back.call(.save(clientID: "c", saveNumber: 3, changes: ChangeSet(inserted: [userSnapshot("u3")])))
+        #expect(try back.call(.save(clientID: .named("c"), saveNumber: 3, changes: ChangeSet(inserted: [userSnapshot("u3")])))
             == .saved(sequence: 3))
-        #expect(try back.call(.save(clientID: "c", saveNumber: 4, changes: ChangeSet(inserted: [userSnapshot("u4")])))
+        #expect(try back.call(.save(clientID: .named("c"), saveNumber: 4, changes: ChangeSet(inserted: [userSnapshot("u4")])))
             == .saved(sequence: 4))
-        guard case .changes(let events) = try back.call(.changesSince(1)) else {
+        guard case .changes(let events, _) = try back.call(.changesSince(1, limit: 0)) else {
             Issue.record("no changes reply")
             return
         }
         #expect(events.map(\.sequence) == [2, 3, 4])
-        #expect(events.allSatisfy { $0.author == "c" && $0.changes.count == 1 })
+        #expect(events.allSatisfy { $0.authorID == .named("c") && $0.inserted.count == 1 })
         second.shutDown()
         #expect(try historySequences(second) == [1, 2, 3, 4])
     }
@@ -106,7 +106,7 @@ struct JournalTests {
             for number in 1...5 {
                 // The third save of client 2 repeats a unique handle of client 0: it fails alone.
                 let handle = index == 2 && number == 3 ? "c0-1" : "c\(index)-\(number)"
-                let id = try client.send(.save(clientID: "client\(index)", saveNumber: UInt64(number), changes: ChangeSet(
+                let id = try client.send(.save(clientID: .named("client\(index)"), saveNumber: UInt64(number), changes: ChangeSet(
                     inserted: [userSnapshot(handle)])))
                 sent.append((client, id, !(index == 2 && number == 3)))
             }
@@ -152,13 +152,13 @@ struct JournalTests {
         let writer = try RawClient(daemon)
         _ = try writer.send(RawClient.hello(name: "writer"))
         for number in 1...6 {
-            _ = try writer.send(.save(clientID: "w", saveNumber: UInt64(number), changes: ChangeSet(
+            _ = try writer.send(.save(clientID: .named("w"), saveNumber: UInt64(number), changes: ChangeSet(
                 inserted: [userSnapshot("h\(number)")])))
         }
         daemon.startServing()
         let replies = try writer.replies(7)
         #expect((2...7).map { replies[UInt64($0)] } == (1...6).map { .saved(sequence: UInt64($0)) })
-        guard case .welcome(_, _, let writerTopic)? = replies[1] else {
+        guard case .welcome(let welcome)? = replies[1], case let writerTopic = welcome.eventTopic else {
             Issue.record("no welcome: \(String(describing: replies[1]))")
             return
         }
@@ -168,8 +168,8 @@ struct JournalTests {
         while messages.joined().count < 6 {
             let (topic, message) = try watcher.event()
             switch message.body {
-            case .event(let event) where !event.author.isEmpty: messages.append([event.sequence])
-            case .changes(let events): messages.append(events.map(\.sequence))
+            case .event(let event) where event.isChangeSet: messages.append([event.sequence])
+            case .changes(let events, _): messages.append(events.map(\.sequence))
             default: continue
             }
             topics.insert(topic)
@@ -191,17 +191,17 @@ struct JournalTests {
         _ = try bob.hello()
         // Deleted first, linked after: the link is refused, nothing dangling is stored.
         let doomed = teamSnapshot("doomed")
-        #expect(try alice.call(.save(clientID: "a", saveNumber: 1, changes: ChangeSet(inserted: [doomed]))) == .saved(sequence: 1))
-        #expect(try alice.call(.save(clientID: "a", saveNumber: 2, changes: ChangeSet(deleted: [doomed.id]))) == .saved(sequence: 2))
-        #expect(errorCode(try bob.call(.save(clientID: "b", saveNumber: 1, changes: ChangeSet(
+        #expect(try alice.call(.save(clientID: .named("a"), saveNumber: 1, changes: ChangeSet(inserted: [doomed]))) == .saved(sequence: 1))
+        #expect(try alice.call(.save(clientID: .named("a"), saveNumber: 2, changes: ChangeSet(deleted: [doomed.id]))) == .saved(sequence: 2))
+        #expect(errorCode(try bob.call(.save(clientID: .named("b"), saveNumber: 1, changes: ChangeSet(
             inserted: [playerSnapshot("late", team: doomed.id)])))) == "deleteDenied")
         #expect(try bob.call(.count(StoreRequest(entityName: "Player"))) == .countReply(0))
         // Linked first, deleted after: the store applies the nullify rule.
         let team = teamSnapshot("kept")
         let player = playerSnapshot("early", team: team.id)
-        #expect(try alice.call(.save(clientID: "a", saveNumber: 3, changes: ChangeSet(inserted: [team]))) == .saved(sequence: 3))
-        #expect(try bob.call(.save(clientID: "b", saveNumber: 2, changes: ChangeSet(inserted: [player]))) == .saved(sequence: 4))
-        #expect(try alice.call(.save(clientID: "a", saveNumber: 4, changes: ChangeSet(deleted: [team.id]))) == .saved(sequence: 5))
+        #expect(try alice.call(.save(clientID: .named("a"), saveNumber: 3, changes: ChangeSet(inserted: [team]))) == .saved(sequence: 3))
+        #expect(try bob.call(.save(clientID: .named("b"), saveNumber: 2, changes: ChangeSet(inserted: [player]))) == .saved(sequence: 4))
+        #expect(try alice.call(.save(clientID: .named("a"), saveNumber: 4, changes: ChangeSet(deleted: [team.id]))) == .saved(sequence: 5))
         guard case .snapshotsReply(let rows) = try bob.call(.snapshots([player.id])) else {
             Issue.record("no snapshots")
             return
@@ -218,13 +218,13 @@ struct JournalTests {
         let client = try RawClient(daemon)
         _ = try client.hello()
         _ = try client.saveUsers(1...6, handlePrefix: "r")
-        #expect(errorCode(try client.call(.changesSince(1))) == "historyExpired")
-        guard case .changes(let kept) = try client.call(.changesSince(3)) else {
+        #expect(errorCode(try client.call(.changesSince(1, limit: 0))) == "historyExpired")
+        guard case .changes(let kept, _) = try client.call(.changesSince(3, limit: 0)) else {
             Issue.record("no changes reply")
             return
         }
         #expect(kept.map(\.sequence) == [4, 5, 6])
-        #expect(try client.call(.changesSince(6)) == .changes([]))
+        #expect(try client.call(.changesSince(6, limit: 0)) == .changes([], more: false))
     }
 
     @Test("history pruned by age keeps its newest change set: a restarted daemon goes on from its sequence")
@@ -238,15 +238,15 @@ struct JournalTests {
         let second = try RunningDaemon(directory: first.directory, historyAge: 0)
         let again = try RawClient(second)
         #expect(welcomeSequence(try again.hello()) == 3)
-        #expect(try again.call(.save(clientID: "c", saveNumber: 4, changes: ChangeSet(inserted: [userSnapshot("p4")])))
+        #expect(try again.call(.save(clientID: .named("c"), saveNumber: 4, changes: ChangeSet(inserted: [userSnapshot("p4")])))
             == .saved(sequence: 4))
-        #expect(errorCode(try again.call(.changesSince(1))) == "historyExpired")
+        #expect(errorCode(try again.call(.changesSince(1, limit: 0))) == "historyExpired")
         second.shutDown()
         #expect(try historySequences(second) == [4])
         let third = try RunningDaemon(directory: first.directory)
         let last = try RawClient(third)
         #expect(welcomeSequence(try last.hello()) == 4)
-        #expect(try last.call(.save(clientID: "c", saveNumber: 5, changes: ChangeSet(inserted: [userSnapshot("p5")])))
+        #expect(try last.call(.save(clientID: .named("c"), saveNumber: 5, changes: ChangeSet(inserted: [userSnapshot("p5")])))
             == .saved(sequence: 5))
         third.shutDown()
         #expect(try historySequences(third) == [4, 5])

@@ -78,9 +78,9 @@ struct ExactlyOnceTests {
             others.append(socket)
             try socket.setReceiveTimeout(milliseconds: 5_000)
             try socket.connect(daemon.container.requestsEndpoint)
-            try socket.send([Data(WireMessage(requestID: 1, body: .hello(
-                protocolVersion: UInt64(WireMessage.protocolVersion), schemaFingerprint: testSchema.fingerprint,
-                clientName: "other \(index)", schemaDescription: [])).encoded())])
+            try socket.send([Data(WireMessage(requestID: 1, body: .hello(WireMessage.Hello(
+                schemaFingerprint: testSchema.fingerprint, schemaVersion: 1, clientName: "other \(index)", pid: 1,
+                schemaDescription: []))).encoded())])
             _ = try socket.receive()
         }
         let remoteB = try RemoteStore(schema: testSchema, container: daemon.container)

@@ -28,32 +28,34 @@ let sampleMessages: [WireMessage] = {
         inserted: [Snapshot(id: user, values: values)],
         updated: [ChangeSet.Update(id: post, changes: [0: .text("new"), 2: .null], baseVersion: 300)],
         deleted: [post, user], mergePolicy: .error)
+    let client = UUID(uuidString: "5E1F0B7A-93C4-4D2E-8A61-0C3B9F2D4E71")!
     let event = ChangeEvent(
-        sequence: 12, author: "client-1 (todo)",
-        changes: [
-            ObjectChange(id: user, kind: .inserted), ObjectChange(id: post, kind: .updated, properties: ["title", "score"]),
-            ObjectChange(id: post, kind: .deleted),
-        ])
+        sequence: 12, authorID: client, author: "todo",
+        inserted: [Snapshot(id: user, values: values, version: 1)],
+        updated: [ChangeEvent.Update(id: post, version: 4, values: [0: .text("title"), 3: .real(2.5)])],
+        deleted: [post])
     return [
         WireMessage(
             requestID: 1,
-            body: .hello(
-                protocolVersion: 2, schemaFingerprint: "abc123", clientName: "todo",
-                schemaDescription: Array(#"{"entities":[]}"#.utf8))),
+            body: .hello(WireMessage.Hello(
+                protocolVersion: 2, schemaFingerprint: "abc123", schemaVersion: 3, clientName: "todo", pid: 4242,
+                schemaDescription: Array(#"{"entities":[]}"#.utf8)))),
         WireMessage(requestID: 2, body: .fetch(StoreRequest(entityName: "User", predicate: predicate))),
         WireMessage(requestID: 3, body: .fetchIdentifiers(request)),
         WireMessage(requestID: .max, body: .count(StoreRequest(entityName: "Post"))),
         WireMessage(requestID: 5, body: .snapshots([user, post])),
-        WireMessage(requestID: 6, body: .save(clientID: "c1", saveNumber: 7, changes: changes)),
-        WireMessage(requestID: 7, body: .changesSince(99)),
-        WireMessage(requestID: 9, body: .deleteAll(clientID: "c1")),
-        WireMessage(requestID: 1, body: .welcome(protocolVersion: 3, sequence: 42, eventTopic: 7)),
+        WireMessage(requestID: 6, body: .save(clientID: client, saveNumber: 7, changes: changes)),
+        WireMessage(requestID: 7, body: .changesSince(99, limit: 500)),
+        WireMessage(requestID: 9, body: .deleteAll(clientID: client, saveNumber: 8)),
+        WireMessage(requestID: 1, body: .welcome(WireMessage.Welcome(
+            sequence: 42, eventTopic: 7, storeEpoch: UUID(uuidString: "00000000-0000-4000-8000-0000000000AB")!, schemaVersion: 2))),
         WireMessage(requestID: 2, body: .snapshotsReply([Snapshot(id: user, values: values, version: 7), Snapshot(id: post, values: [])])),
         WireMessage(requestID: 3, body: .identifiersReply([user, post])),
         WireMessage(requestID: 4, body: .countReply(1_000_000)),
         WireMessage(requestID: 6, body: .saved(sequence: 13)),
         WireMessage(requestID: 8, body: .error(code: "uniqueConstraintViolation", message: "User.handle must be unique")),
-        WireMessage(requestID: 7, body: .changes([event, ChangeEvent(sequence: 13, author: "", isReset: true, changes: [])])),
+        WireMessage(requestID: 7, body: .changes([event, ChangeEvent(sequence: 13, kind: .reset, authorID: client, author: "todo")], more: true)),
+        WireMessage(requestID: 0, body: .event(.heartbeat(13))),
         WireMessage(requestID: 6, body: .conflicts(message: "1 object changed", [
             MergeConflict(objectID: post, properties: ["title", "score"], baseVersion: 2, storeVersion: 5),
             MergeConflict(objectID: user, properties: [], baseVersion: 1, storeVersion: Int64.max),
@@ -67,7 +69,7 @@ struct WireCodecTests {
     @Test("every message round-trips", arguments: sampleMessages)
     func roundTrip(message: WireMessage) throws {
         let bytes = message.encoded()
-        #expect(bytes[0] == WireMessage.protocolVersion)
+        #expect(bytes[0] == WireProtocol.version)
         #expect(try WireMessage.decode(bytes) == message)
     }
 
@@ -84,7 +86,7 @@ struct WireCodecTests {
         var bytes = sampleMessages[0].encoded()
         bytes[0] = 1  // the previous protocol
         #expect(throws: WireError.unsupportedVersion(1)) { try WireMessage.decode(bytes) }
-        bytes[0] = WireMessage.protocolVersion
+        bytes[0] = WireProtocol.version
         bytes[1] = 200
         #expect(throws: WireError.unknownMessageType(200)) { try WireMessage.decode(bytes) }
         #expect(throws: WireError.trailingBytes(1)) { try WireMessage.decode(sampleMessages[0].encoded() + [0]) }
@@ -94,7 +96,7 @@ struct WireCodecTests {
     @Test("a forged element count is refused before anything is allocated")
     func forgedCount() {
         var writer = WireWriter()
-        writer.byte(WireMessage.protocolVersion)
+        writer.byte(WireProtocol.version)
         writer.byte(5)  // snapshots request
         writer.uvarint(1)
         writer.uvarint(UInt64.max >> 1)  // claims a huge number of IDs
@@ -104,7 +106,7 @@ struct WireCodecTests {
     @Test("a predicate nested beyond the limit is refused without deep recursion")
     func deepPredicate() {
         var writer = WireWriter()
-        writer.byte(WireMessage.protocolVersion)
+        writer.byte(WireProtocol.version)
         writer.byte(2)  // fetch
         writer.uvarint(1)
         writer.string("User")
@@ -116,7 +118,7 @@ struct WireCodecTests {
     @Test("strings must be valid UTF-8")
     func invalidUTF8() {
         var writer = WireWriter()
-        writer.byte(WireMessage.protocolVersion)
+        writer.byte(WireProtocol.version)
         writer.byte(69)  // error reply
         writer.uvarint(1)
         writer.data([0xFF, 0xFE])
@@ -136,7 +138,7 @@ struct WireCodecTests {
             var bytes: [UInt8]
             if iteration % 10 == 0 {
                 bytes = (0..<Int.random(in: 0...64, using: &random)).map { _ in UInt8.random(in: 0...255, using: &random) }
-                if bytes.count > 1 { bytes[0] = WireMessage.protocolVersion }
+                if bytes.count > 1 { bytes[0] = WireProtocol.version }
             } else {
                 bytes = seeds[Int.random(in: 0..<seeds.count, using: &random)]
                 for _ in 0...Int.random(in: 0...3, using: &random) {

@@ -28,6 +28,9 @@ public struct SkyrosError: Error, Sendable, CustomStringConvertible {
         public static let missingRequiredRelationship = Code(rawValue: "missingRequiredRelationship")
         /// A value cannot be stored in its column (NaN, an encoding failure, …).
         public static let valueNotStorable = Code(rawValue: "valueNotStorable")
+        /// A value of a change set does not have the type its property declares (an integer
+        /// where a string is declared); the message names the entity and the property.
+        public static let typeMismatch = Code(rawValue: "typeMismatch")
         /// The schema is invalid (a relationship without a valid inverse, duplicate entity names, …).
         public static let invalidSchema = Code(rawValue: "invalidSchema")
         /// The store file was created with another schema (its fingerprint differs).

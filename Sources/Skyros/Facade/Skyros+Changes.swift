@@ -14,10 +14,24 @@ public struct StoreChange: Sendable, Hashable {
     /// Updated objects with the names of their changed properties.
     public var updated: [ObjectID: [String]]
     public var deleted: [ObjectID]
+    /// The new values of updated objects, when the change carries them (a shared stack's
+    /// events do): objects the main context holds take them without asking the store.
+    public var updatedValues: [ObjectID: UpdatedValues]
+
+    /// An updated object's version after the change and its changed properties' values, by
+    /// property index.
+    public struct UpdatedValues: Sendable, Hashable {
+        public var version: Int64
+        public var values: [Int: StoredValue]
+        public init(version: Int64, values: [Int: StoredValue]) {
+            self.version = version
+            self.values = values
+        }
+    }
 
     public init(
         sequence: UInt64, author: String, isReset: Bool = false, isRefresh: Bool = false, inserted: [ObjectID] = [],
-        updated: [ObjectID: [String]] = [:], deleted: [ObjectID] = []
+        updated: [ObjectID: [String]] = [:], deleted: [ObjectID] = [], updatedValues: [ObjectID: UpdatedValues] = [:]
     ) {
         self.sequence = sequence
         self.author = author
@@ -26,6 +40,7 @@ public struct StoreChange: Sendable, Hashable {
         self.inserted = inserted
         self.updated = updated
         self.deleted = deleted
+        self.updatedValues = updatedValues
     }
 }
 
@@ -40,8 +55,10 @@ extension Skyros {
     }
 
     /// Merges a change committed by another process into the main context: registered
-    /// objects that changed become faults (their next access reads the new values), deleted
-    /// ones are marked deleted and forgotten, and fetches see inserts (they ask the store).
+    /// objects that changed take the new values the change carries (without a fetch; the
+    /// properties an object has unsaved changes of keep them), or become faults when it carries
+    /// none; deleted ones are marked deleted and forgotten, and fetches see inserts (they ask
+    /// the store). Objects the context never held are not made.
     /// Then ``changes`` delivers it. Called by the shared stack on its event thread; objects
     /// with unsaved changes in the main context keep them.
     ///
@@ -56,7 +73,13 @@ extension Skyros {
             } else if change.isRefresh {
                 for id in main.registry.keys { main.refreshIfClean(id) }
             } else {
-                for id in change.updated.keys { main.refreshIfClean(id) }
+                for id in change.updated.keys {
+                    if let update = change.updatedValues[id] {
+                        main.takeValues(update, of: id)
+                    } else {
+                        main.refreshIfClean(id)
+                    }
+                }
                 for id in change.deleted { main.forgetDeleted(id) }
             }
             changeObservers.yield(change)
@@ -92,6 +115,18 @@ extension ObjectContext {
     func refreshIfClean(_ id: ObjectID) {
         guard let object = registry[id]?.object, !object.skyrosStorage.hasChanges else { return }
         object.skyrosStorage.isFault = true
+    }
+
+    /// Takes another process's new values for a registered object that is not a fault:
+    /// the properties it has unsaved changes of keep them (the saver of those wins at its own
+    /// save, property by property), and its version becomes the new one only when it has
+    /// none (so that an `.error` merge policy still sees the conflict).
+    func takeValues(_ update: StoreChange.UpdatedValues, of id: ObjectID) {
+        guard let storage = registry[id]?.object.skyrosStorage, !storage.isFault, !storage.isDeleted else { return }
+        for (index, value) in update.values where index < storage.values.count && !storage.changed.contains(index) {
+            storage.values[index] = value
+        }
+        if storage.changed.isEmpty { storage.version = update.version }
     }
 
     /// Marks a registered object deleted by another process, and forgets it.

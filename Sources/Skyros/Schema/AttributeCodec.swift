@@ -10,7 +10,10 @@ public class AnyAttributeCodec: @unchecked Sendable {
     public let storageType: StorageType
     /// Whether the Swift type is an optional (the column accepts NULL).
     public let isOptional: Bool
-    /// A name for the Swift type, used in the schema fingerprint and in errors.
+    /// The platform-neutral name of the type, used in the schema description, the
+    /// fingerprint and errors: ``AttributeValue/schemaTypeName`` for native types,
+    /// `enum:` and the raw type's name for enums, `json` for Codable values; an optional
+    /// has the name of its wrapped type (optionality is ``isOptional``).
     public let typeName: String
 
     init(storageType: StorageType, isOptional: Bool, typeName: String) {
@@ -29,14 +32,14 @@ public final class AttributeCodec<Value>: AnyAttributeCodec, @unchecked Sendable
     @usableFromInline let encode: (Value) throws -> StoredValue
 
     init(
-        storageType: StorageType, isOptional: Bool, typeName: String? = nil,
+        storageType: StorageType, isOptional: Bool, typeName: String,
         decode: @escaping (StoredValue) -> Value,
         encode: @escaping (Value) throws -> StoredValue
     ) {
         self.decode = decode
         self.encode = encode
         super.init(
-            storageType: storageType, isOptional: isOptional, typeName: typeName ?? String(reflecting: Value.self))
+            storageType: storageType, isOptional: isOptional, typeName: typeName)
     }
 
     override func encodeAny(_ value: Any) throws -> StoredValue {
@@ -112,7 +115,7 @@ public enum AttributeCodecs {
     @inline(__always)
     private static func concreteNative<A: AttributeValue>(_ type: A.Type) -> AnyAttributeCodec {
         AttributeCodec<A>(
-            storageType: A.storageType, isOptional: false,
+            storageType: A.storageType, isOptional: false, typeName: A.schemaTypeName,
             decode: { stored in
                 guard let value = A(storedValue: stored) else { corrupt(stored, A.self) }
                 return value
@@ -132,7 +135,7 @@ public enum AttributeCodecs {
     private static func makeRaw<R: RawRepresentable>(_ type: R.Type) -> AnyAttributeCodec? {
         guard let raw = codec(for: R.RawValue.self), !raw.isOptional else { return nil }
         return AttributeCodec<R>(
-            storageType: raw.storageType, isOptional: false,
+            storageType: raw.storageType, isOptional: false, typeName: "enum:\(raw.typeName)",
             decode: { stored in
                 guard let value = R(rawValue: raw.decode(stored)) else { corrupt(stored, R.self) }
                 return value
@@ -142,7 +145,7 @@ public enum AttributeCodecs {
 
     private static func makeCodable<C: Codable>(_ type: C.Type) -> AnyAttributeCodec {
         AttributeCodec<C>(
-            storageType: .blob, isOptional: false,
+            storageType: .blob, isOptional: false, typeName: "json",
             decode: { stored in
                 guard case .blob(let data) = stored, let value = try? JSONDecoder().decode(C.self, from: data)
                 else { corrupt(stored, C.self) }
@@ -162,7 +165,7 @@ public enum AttributeCodecs {
     static func makeOptional<Wrapped>(_ type: Wrapped.Type) -> AnyAttributeCodec? {
         guard let inner = codec(for: Wrapped.self), !inner.isOptional else { return nil }
         return AttributeCodec<Wrapped?>(
-            storageType: inner.storageType, isOptional: true,
+            storageType: inner.storageType, isOptional: true, typeName: inner.typeName,
             decode: { stored in stored.isNull ? nil : inner.decode(stored) },
             encode: { value in
                 guard let value else { return .null }

@@ -12,9 +12,19 @@ public protocol AttributeValue {
     init?(storedValue: StoredValue)
     /// The value as stored.
     var storedValue: StoredValue { get }
+    /// The type's name in a ``SchemaDescription`` and the schema fingerprint: the same on
+    /// every platform (never a runtime name such as `Foundation.Date`). Skyros' types use
+    /// `string`, `int`, `int64`, `int32`, `int16`, `int8`, `double`, `float`, `bool`,
+    /// `date`, `data`, `uuid`, `url` and `decimal`; the default is the type's own name.
+    static var schemaTypeName: String { get }
+}
+
+extension AttributeValue {
+    public static var schemaTypeName: String { String(describing: Self.self) }
 }
 
 extension String: AttributeValue {
+    public static var schemaTypeName: String { "string" }
     public static var storageType: StorageType { .text }
     public init?(storedValue: StoredValue) {
         switch storedValue {
@@ -39,13 +49,24 @@ extension BinaryInteger where Self: AttributeValue {
     public var storedValue: StoredValue { .integer(Int64(truncatingIfNeeded: self)) }
 }
 
-extension Int: AttributeValue {}
-extension Int64: AttributeValue {}
-extension Int32: AttributeValue {}
-extension Int16: AttributeValue {}
-extension Int8: AttributeValue {}
+extension Int: AttributeValue {
+    public static var schemaTypeName: String { "int" }
+}
+extension Int64: AttributeValue {
+    public static var schemaTypeName: String { "int64" }
+}
+extension Int32: AttributeValue {
+    public static var schemaTypeName: String { "int32" }
+}
+extension Int16: AttributeValue {
+    public static var schemaTypeName: String { "int16" }
+}
+extension Int8: AttributeValue {
+    public static var schemaTypeName: String { "int8" }
+}
 
 extension Double: AttributeValue {
+    public static var schemaTypeName: String { "double" }
     public static var storageType: StorageType { .real }
     public init?(storedValue: StoredValue) {
         switch storedValue {
@@ -58,6 +79,7 @@ extension Double: AttributeValue {
 }
 
 extension Float: AttributeValue {
+    public static var schemaTypeName: String { "float" }
     public static var storageType: StorageType { .real }
     public init?(storedValue: StoredValue) {
         guard let value = Double(storedValue: storedValue) else { return nil }
@@ -67,6 +89,7 @@ extension Float: AttributeValue {
 }
 
 extension Bool: AttributeValue {
+    public static var schemaTypeName: String { "bool" }
     public static var storageType: StorageType { .integer }
     public init?(storedValue: StoredValue) {
         guard case .integer(let value) = storedValue else { return nil }
@@ -77,6 +100,7 @@ extension Bool: AttributeValue {
 
 /// Dates are stored as seconds since 1970 (REAL), so they sort and compare in SQL.
 extension Date: AttributeValue {
+    public static var schemaTypeName: String { "date" }
     public static var storageType: StorageType { .real }
     public init?(storedValue: StoredValue) {
         guard let seconds = Double(storedValue: storedValue) else { return nil }
@@ -86,6 +110,7 @@ extension Date: AttributeValue {
 }
 
 extension Data: AttributeValue {
+    public static var schemaTypeName: String { "data" }
     public static var storageType: StorageType { .blob }
     public init?(storedValue: StoredValue) {
         switch storedValue {
@@ -99,6 +124,7 @@ extension Data: AttributeValue {
 
 /// UUIDs are stored as 16-byte blobs.
 extension UUID: AttributeValue {
+    public static var schemaTypeName: String { "uuid" }
     public static var storageType: StorageType { .blob }
     public init?(storedValue: StoredValue) {
         guard case .blob(let data) = storedValue, data.count == 16 else { return nil }
@@ -113,6 +139,7 @@ extension UUID: AttributeValue {
 
 /// URLs are stored as their absolute string.
 extension URL: AttributeValue {
+    public static var schemaTypeName: String { "url" }
     public static var storageType: StorageType { .text }
     public init?(storedValue: StoredValue) {
         guard case .text(let value) = storedValue else { return nil }
@@ -123,6 +150,7 @@ extension URL: AttributeValue {
 
 /// Decimals are stored as text, exactly.
 extension Decimal: AttributeValue {
+    public static var schemaTypeName: String { "decimal" }
     public static var storageType: StorageType { .text }
     public init?(storedValue: StoredValue) {
         switch storedValue {

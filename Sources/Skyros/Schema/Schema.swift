@@ -23,13 +23,19 @@ public final class Schema: Sendable {
     public let fingerprint: String
     /// Whether any entity has a unique attribute (otherwise saves have nothing to check).
     let hasUniqueAttributes: Bool
+    /// The version of the model, 1 or more: the application raises it when it changes its
+    /// entities. Not part of the ``fingerprint``; a shared stack's hello carries it.
+    public let version: Int
 
     /// Makes a schema of the given managed object classes.
-    public convenience init(_ types: [any ManagedObject.Type]) {
-        self.init(entities: types.map { $0.entityDescription })
+    ///
+    /// - Parameter version: the version of the model (1 or more).
+    public convenience init(_ types: [any ManagedObject.Type], version: Int = 1) {
+        self.init(entities: types.map { $0.entityDescription }, version: version)
     }
 
-    init(entities: [EntityDescription]) {
+    init(entities: [EntityDescription], version: Int = 1) {
+        self.version = max(1, version)
         self.entities = entities
         var byName: [String: EntityDescription] = [:]
         var errors: [String] = []
@@ -144,10 +150,19 @@ public final class Schema: Sendable {
         return .success(inverse)
     }
 
+    /// The canonical text the ``fingerprint`` hashes (docs/PROTOCOL.md, "Schema fingerprint").
+    public var fingerprintText: String { Schema.fingerprintText(of: entities, inverses: inverses) }
+
     private static func fingerprint(of entities: [EntityDescription], inverses: [String: [Int: PropertyDescription]])
         -> String
     {
-        var text = "skyros-schema-1\n"
+        StableHash.hex128(Array(fingerprintText(of: entities, inverses: inverses).utf8))
+    }
+
+    private static func fingerprintText(of entities: [EntityDescription], inverses: [String: [Int: PropertyDescription]])
+        -> String
+    {
+        var text = "skyros-schema-2\n"
         for entity in entities.sorted(by: { $0.name < $1.name }) {
             text += "entity \(entity.name)\n"
             for property in entity.properties {
@@ -165,7 +180,7 @@ public final class Schema: Sendable {
             }
             for index in entity.indexes { text += "  index \(index.joined(separator: ","))\n" }
         }
-        return StableHash.hex128(Array(text.utf8))
+        return text
     }
 }
 

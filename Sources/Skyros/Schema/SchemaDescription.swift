@@ -21,15 +21,50 @@ public struct SchemaDescription: Codable, Sendable, Hashable {
         public var deleteRule: DeleteRule
         public var inverse: String?
         public var isRequired: Bool
+
+        public init(
+            name: String, kind: String, storageType: StorageType, isOptional: Bool, typeName: String,
+            isUnique: Bool = false, isIndexed: Bool = false, originalName: String? = nil, destination: String? = nil,
+            deleteRule: DeleteRule = .nullify, inverse: String? = nil, isRequired: Bool = false
+        ) {
+            self.name = name
+            self.kind = kind
+            self.storageType = storageType
+            self.isOptional = isOptional
+            self.typeName = typeName
+            self.isUnique = isUnique
+            self.isIndexed = isIndexed
+            self.originalName = originalName
+            self.destination = destination
+            self.deleteRule = deleteRule
+            self.inverse = inverse
+            self.isRequired = isRequired
+        }
     }
 
     public struct Entity: Codable, Sendable, Hashable {
         public var name: String
         public var properties: [Property]
         public var indexes: [[String]]
+
+        public init(name: String, properties: [Property], indexes: [[String]] = []) {
+            self.name = name
+            self.properties = properties
+            self.indexes = indexes
+        }
     }
 
     public var entities: [Entity]
+
+    public init(entities: [Entity]) { self.entities = entities }
+
+    /// The description as sent in a hello and recorded in a store: JSON with sorted keys, no
+    /// whitespace, absent optional keys left out (docs/PROTOCOL.md, "Schema description").
+    public func canonicalJSON() throws -> Data {
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
+        return try encoder.encode(self)
+    }
 }
 
 extension Schema {
@@ -54,7 +89,7 @@ extension Schema {
 
     /// A schema rebuilt from its description, without the entity classes. Its objects can be
     /// stored, fetched and saved (as values); typed access needs the real classes.
-    public convenience init(description: SchemaDescription) throws {
+    public convenience init(description: SchemaDescription, version: Int = 1) throws {
         var entities: [EntityDescription] = []
         for entity in description.entities {
             var properties: [PropertyDescription] = []
@@ -80,7 +115,7 @@ extension Schema {
             entities.append(
                 EntityDescription(DynamicObject.self, name: entity.name, properties: properties, indexes: entity.indexes))
         }
-        self.init(entities: entities)
+        self.init(entities: entities, version: version)
         try validate()
     }
 }

@@ -29,6 +29,18 @@ public enum StoredValue: Sendable, Hashable, Codable, CustomStringConvertible {
         }
     }
 
+    /// The storage class and, for short values, the value: for error messages (text is cut
+    /// at 32 characters, so a huge value never ends up whole in a log).
+    public var typeDescription: String {
+        switch self {
+        case .null: "null"
+        case .integer(let value): "the integer \(value)"
+        case .real(let value): "the real \(value)"
+        case .text(let value): "the text \(value.count > 32 ? "'\(value.prefix(32))…'" : "'\(value)'")"
+        case .blob(let value): "a blob of \(value.count) bytes"
+        }
+    }
+
     /// True when SQLite would consider the value true in a `WHERE` clause.
     var isTruthy: Bool {
         switch self {

@@ -21,10 +21,16 @@ extension SQLiteStore {
         /// links to an object that no longer exists (another process deleted it) or deletes
         /// an object still referenced under a `.deny` rule fails with
         /// ``SkyrosError/Code/deleteDenied`` — call it inside ``savepoint(_:)`` to undo what
-        /// it wrote in that case.
-        public func apply(_ changes: ChangeSet) throws {
+        /// it wrote in that case. An update or delete of an object that does not exist fails
+        /// with ``SkyrosError/Code/objectNotFound``, a value of the wrong type with
+        /// ``SkyrosError/Code/typeMismatch``.
+        ///
+        /// - Returns: the updates applied, with the objects' new versions.
+        @discardableResult
+        public func apply(_ changes: ChangeSet) throws -> [AppliedUpdate] {
+            let applied: [AppliedUpdate]
             do {
-                try store.apply(changes, db)
+                applied = try store.apply(changes, db)
             } catch {
                 throw SQLiteStore.translate(error)
             }
@@ -33,6 +39,7 @@ extension SQLiteStore {
                     .deleteDenied,
                     "relationship integrity: the change set refers to an object that does not exist, or deletes one that is still referenced under a deny rule")
             }
+            return applied
         }
 
         /// Deletes every object, keeping the schema.

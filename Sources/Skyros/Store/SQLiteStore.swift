@@ -294,7 +294,14 @@ public final class SQLiteStore: ObjectStore, @unchecked Sendable {
     }
 
     /// Writes a change set's rows inside the current transaction (no commit of its own).
-    func apply(_ changes: ChangeSet, _ db: Database) throws {
+    /// An update or delete of an object that does not exist fails with
+    /// ``SkyrosError/Code/objectNotFound``; a value of the wrong type with
+    /// ``SkyrosError/Code/typeMismatch`` (both before anything is written).
+    ///
+    /// - Returns: the updates applied, each with the object's new version (under
+    ///   ``MergePolicy/storeWins``, conflicting updates are left out).
+    @discardableResult
+    func apply(_ changes: ChangeSet, _ db: Database) throws -> [AppliedUpdate] {
         try validateShape(of: changes)
         var table: TableInfo?
         var raw: OpaquePointer?
@@ -313,30 +320,42 @@ public final class SQLiteStore: ObjectStore, @unchecked Sendable {
             try Self.stepDone(db, raw)
         }
         var conflicts: [MergeConflict] = []
+        var applied: [AppliedUpdate] = []
+        applied.reserveCapacity(changes.updated.count)
         for update in changes.updated {
             let table = try tableInfo(update.id.entityName)
             let indexes = update.changes.keys.sorted().filter { table.entity.properties[$0].hasColumn }
-            guard !indexes.isEmpty else { continue }
-            if changes.mergePolicy != .saverWins && update.baseVersion > 0,
-                let current = try Self.version(of: update.id, table, db), current != update.baseVersion
-            {
-                // The object changed in the store since the saver read it.
-                if changes.mergePolicy == .storeWins { continue }
-                conflicts.append(MergeConflict(
-                    objectID: update.id, properties: indexes.map { table.entity.properties[$0].name },
-                    baseVersion: update.baseVersion, storeVersion: current))
-                continue
+            let check = changes.mergePolicy != .saverWins && update.baseVersion > 0
+            if indexes.isEmpty || check {
+                guard let current = try Self.version(of: update.id, table, db) else { throw Self.notFound(update.id) }
+                if check && current != update.baseVersion {
+                    // The object changed in the store since the saver read it.
+                    if changes.mergePolicy == .storeWins { continue }
+                    conflicts.append(MergeConflict(
+                        objectID: update.id, properties: indexes.map { table.entity.properties[$0].name },
+                        baseVersion: update.baseVersion, storeVersion: current))
+                    continue
+                }
+                if indexes.isEmpty {
+                    applied.append(AppliedUpdate(id: update.id, version: current, changes: [:]))
+                    continue
+                }
             }
             let assignments = indexes.map { "\(SQLBuilder.quote(table.entity.properties[$0].name)) = ?" } + ["\"_version\" = \"_version\" + 1"]
             let statement = try db.cachedStatement(
-                sql: "UPDATE \(SQLBuilder.quote(table.entity.name)) SET \(assignments.joined(separator: ", ")) WHERE \"_id\" = ?")
+                sql: "UPDATE \(SQLBuilder.quote(table.entity.name)) SET \(assignments.joined(separator: ", ")) WHERE \"_id\" = ? RETURNING \"_version\"")
             let raw = statement.sqliteStatement
             sqlite3_reset(raw)
+            var values: [Int: StoredValue] = [:]
             for (position, index) in indexes.enumerated() {
-                Self.bind(raw, Int32(position + 1), update.changes[index]!)
+                let value = update.changes[index] ?? .null
+                values[index] = value
+                Self.bind(raw, Int32(position + 1), value)
             }
             Self.bind(raw, Int32(indexes.count + 1), update.id.uuid.storedValue)
-            try Self.stepDone(db, raw)
+            let version = try Self.stepReturning(db, raw)
+            guard let version else { throw Self.notFound(update.id) }
+            applied.append(AppliedUpdate(id: update.id, version: version, changes: values))
         }
         if !conflicts.isEmpty {
             throw SkyrosError(
@@ -344,6 +363,11 @@ public final class SQLiteStore: ObjectStore, @unchecked Sendable {
                 "\(conflicts.count) object(s) changed in the store since they were read: "
                     + conflicts.map(\.description).joined(separator: "; "),
                 conflicts: conflicts)
+        }
+        // Every deleted object must exist before any is deleted: a cascade of an earlier
+        // delete may remove a later one, which is no error.
+        for id in changes.deleted where try Self.version(of: id, try tableInfo(id.entityName), db) == nil {
+            throw Self.notFound(id)
         }
         for id in changes.deleted {
             let table = try tableInfo(id.entityName)
@@ -353,6 +377,19 @@ public final class SQLiteStore: ObjectStore, @unchecked Sendable {
             Self.bind(raw, 1, id.uuid.storedValue)
             try Self.stepDone(db, raw)
         }
+        return applied
+    }
+
+    /// An update as applied: the object, its version after the update, and the values of
+    /// the properties it changed (stored properties only), by property index.
+    public struct AppliedUpdate: Sendable, Hashable {
+        public var id: ObjectID
+        public var version: Int64
+        public var changes: [Int: StoredValue]
+    }
+
+    private static func notFound(_ id: ObjectID) -> SkyrosError {
+        SkyrosError(.objectNotFound, "\(id) does not exist in the store (another process may have deleted it)")
     }
 
     /// Runs `body` in a `BEGIN IMMEDIATE` transaction (the write lock is taken at once, so
@@ -383,7 +420,9 @@ public final class SQLiteStore: ObjectStore, @unchecked Sendable {
     }
 
     /// Checks what a change set from another process could get wrong before touching the
-    /// database: known entities, one value per property, property indexes in range.
+    /// database: known entities, one value per property, property indexes in range, and every
+    /// value of the storage class its property declares (STRICT tables would convert text
+    /// that looks like a number, and a number into text: ``SkyrosError/Code/typeMismatch``).
     func validateShape(of changes: ChangeSet) throws {
         for snapshot in changes.inserted {
             let table = try tableInfo(snapshot.id.entityName)
@@ -392,22 +431,32 @@ public final class SQLiteStore: ObjectStore, @unchecked Sendable {
                     .valueNotStorable,
                     "\(snapshot.id) has \(snapshot.values.count) values; \(table.entity.name) has \(table.entity.properties.count) properties")
             }
+            for index in table.columnIndexes {
+                try Self.checkType(snapshot.values[index], table.entity, index, snapshot.id)
+            }
         }
         for update in changes.updated {
             let table = try tableInfo(update.id.entityName)
             if let index = update.changes.keys.first(where: { $0 < 0 || $0 >= table.entity.properties.count }) {
                 throw SkyrosError(.valueNotStorable, "\(table.entity.name) has no property number \(index)")
             }
-            // Inserted rows are type-checked by the STRICT tables; an update of an object
-            // that no longer exists writes no row, so its values are checked here.
-            for (index, value) in update.changes {
-                let property = table.entity.properties[index]
-                guard property.hasColumn, !Self.fits(value, property) else { continue }
-                throw SkyrosError(
-                    .valueNotStorable, "\(value) cannot be stored in \(table.entity.name).\(property.name) (\(update.id))")
+            for (index, value) in update.changes where table.entity.properties[index].hasColumn {
+                try Self.checkType(value, table.entity, index, update.id)
             }
         }
         for id in changes.deleted { _ = try tableInfo(id.entityName) }
+    }
+
+    /// Throws ``SkyrosError/Code/typeMismatch`` when a value does not fit its property.
+    private static func checkType(_ value: StoredValue, _ entity: EntityDescription, _ index: Int, _ id: ObjectID) throws {
+        let property = entity.properties[index]
+        guard !fits(value, property) else { return }
+        let declared =
+            property.kind == .toOne
+            ? "a reference to \(property.destinationName ?? "?") (a 16-byte blob or null)"
+            : "\(property.codec.isOptional ? "an optional " : "")\(property.codec.typeName) (\(property.codec.storageType.rawValue))"
+        throw SkyrosError(
+            .typeMismatch, "\(entity.name).\(property.name) is \(declared); \(id) gives it \(value.typeDescription)")
     }
 
     /// Whether a value has the storage class of a property's column.
@@ -508,6 +557,24 @@ public final class SQLiteStore: ObjectStore, @unchecked Sendable {
                 resultCode: ResultCode(rawValue: sqlite3_extended_errcode(db.sqliteConnection)),
                 message: String(cString: sqlite3_errmsg(db.sqliteConnection)))
         }
+    }
+
+    /// Steps a statement that returns at most one integer (`… RETURNING column`): the integer,
+    /// or nil when no row was touched.
+    static func stepReturning(_ db: Database, _ raw: OpaquePointer) throws -> Int64? {
+        defer { sqlite3_reset(raw) }
+        var result: Int64?
+        var code = sqlite3_step(raw)
+        if code == SQLITE_ROW {
+            result = sqlite3_column_int64(raw, 0)
+            code = sqlite3_step(raw)
+        }
+        guard code == SQLITE_DONE else {
+            throw DatabaseError(
+                resultCode: ResultCode(rawValue: sqlite3_extended_errcode(db.sqliteConnection)),
+                message: String(cString: sqlite3_errmsg(db.sqliteConnection)))
+        }
+        return result
     }
 
     private static let transient = unsafeBitCast(-1, to: sqlite3_destructor_type.self)

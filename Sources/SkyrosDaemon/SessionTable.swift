@@ -1,0 +1,77 @@
+import Foundation
+import Skyros
+import SkyrosWire
+
+/// The daemon's sessions as a value: the connections that said hello, by ZeroMQ identity,
+/// with what each said (name, pid, schema version) and the event topic each was given.
+///
+/// It decides hellos and nothing else: no socket, no store. The daemon feeds it a decoded
+/// hello and carries out the outcome (a welcome or an error reply).
+struct SessionTable {
+    /// A connection that said hello.
+    struct Session: Equatable {
+        var name: String
+        var pid: UInt64
+        var schemaVersion: UInt64
+        /// See ``WireProtocol/broadcastTopic``: topics are given in turn from 1 to 255; two
+        /// connections share one only past 255 of them.
+        var topic: UInt8
+    }
+
+    /// How many sessions are remembered; past it, all are forgotten (each client says hello
+    /// again when told `helloRequired`), so a daemon serving short-lived clients for months
+    /// does not grow without bound.
+    let maximumSessions: Int
+    private(set) var sessions: [Data: Session] = [:]
+    private var nextTopic: UInt8 = 1
+
+    init(maximumSessions: Int) {
+        self.maximumSessions = max(1, maximumSessions)
+    }
+
+    subscript(identity: Data) -> Session? { sessions[identity] }
+
+    /// What a hello leads to.
+    enum HelloOutcome: Equatable {
+        /// Welcome the connection with this event topic; `forgotOthers`: the table was full
+        /// and every other session was forgotten first.
+        case welcome(topic: UInt8, forgotOthers: Bool)
+        case refuse(code: SkyrosError.Code, message: String)
+    }
+
+    /// Decides a hello against the store's schema fingerprint (nil: the group has no store
+    /// yet and the hello's description is about to create it).
+    mutating func hello(_ identity: Data, _ hello: WireMessage.Hello, storeFingerprint: String) -> HelloOutcome {
+        guard hello.protocolVersion == UInt64(WireProtocol.version) else {
+            return .refuse(
+                code: .unsupportedProtocolVersion,
+                message: "the daemon speaks protocol \(WireProtocol.version), not \(hello.protocolVersion)")
+        }
+        let nameBytes = hello.clientName.utf8.count
+        guard nameBytes <= WireProtocol.maximumClientNameBytes else {
+            return .refuse(
+                code: .malformedMessage,
+                message: "the client name is \(nameBytes) bytes; at most \(WireProtocol.maximumClientNameBytes) are allowed")
+        }
+        guard storeFingerprint == hello.schemaFingerprint else {
+            return .refuse(
+                code: .schemaMismatch,
+                message: "the group's store has schema \(storeFingerprint), the client \(hello.clientName) has \(hello.schemaFingerprint)")
+        }
+        var forgot = false
+        if sessions[identity] == nil && sessions.count >= maximumSessions {
+            sessions.removeAll()
+            forgot = true
+        }
+        let topic: UInt8
+        if let known = sessions[identity]?.topic {
+            topic = known
+        } else {
+            topic = nextTopic
+            nextTopic = nextTopic == .max ? 1 : nextTopic + 1
+        }
+        sessions[identity] = Session(
+            name: hello.clientName, pid: hello.pid, schemaVersion: hello.schemaVersion, topic: topic)
+        return .welcome(topic: topic, forgotOthers: forgot)
+    }
+}

@@ -1,0 +1,128 @@
+import Foundation
+import SkyrosWire
+
+/// The client's side of the change-event stream, as a value: what to merge, when to catch up
+/// and when to start over. It takes what happens (events and heartbeats received, a save sent
+/// and its reply, a page of `changes-since`, a welcome, silence, an expired history) and
+/// returns actions; the event thread carries them out. No socket, no clock, no lock.
+///
+/// Invariants: events are merged in sequence order, each once, none skipped; this client's
+/// own change sets are never merged (their sequences are counted from the save replies, or
+/// from their events when they come back); a gap is closed by `changes-since`, except while
+/// a save is in flight (the gap may be that save, whose reply is on its way).
+struct EventSequencer: Equatable {
+    /// What the event thread does.
+    enum Action: Equatable {
+        /// Hand these change sets, in order, to the main context.
+        case merge([ChangeEvent])
+        /// Ask `changes-since` this sequence (and feed the reply to ``page(_:more:)``).
+        case catchUp(after: UInt64)
+        /// Say hello again and feed the welcome to ``welcomed(_:startingOver:)``: the history
+        /// no longer has what this client missed.
+        case sayHelloAgain
+        /// Everything the client holds may be stale: refresh it all.
+        case startOver
+    }
+
+    let clientID: UUID
+    /// The last sequence merged, or known to be this client's own.
+    private(set) var sequence: UInt64
+    /// The store the sequence numbers belong to.
+    private(set) var epoch: UUID
+    /// Sequences of this client's saves past ``sequence``, from their replies.
+    private var ownSequences: Set<UInt64> = []
+    /// Saves sent and not answered yet.
+    private(set) var savesInFlight = 0
+    /// Change sets past a gap, kept while a save is in flight (the gap may be that save).
+    private(set) var held: [ChangeEvent] = []
+
+    init(clientID: UUID, welcome: WireMessage.Welcome) {
+        self.clientID = clientID
+        self.sequence = welcome.sequence
+        self.epoch = welcome.storeEpoch
+    }
+
+    /// A save request goes out.
+    mutating func saveSent() { savesInFlight += 1 }
+
+    /// A save's reply came (`sequence`), or the save failed or was given up (nil).
+    mutating func saveAnswered(sequence saved: UInt64?) -> [Action] {
+        savesInFlight = max(0, savesInFlight - 1)
+        if let saved, saved > sequence { ownSequences.insert(saved) }
+        absorbOwnSequences()
+        guard !held.isEmpty else { return [] }
+        let waiting = held
+        held = []
+        return advance(waiting, catchUpOnGap: savesInFlight == 0)
+    }
+
+    /// Events (and heartbeats) received on the event socket.
+    mutating func received(_ events: [ChangeEvent]) -> [Action] {
+        advance(events, catchUpOnGap: savesInFlight == 0)
+    }
+
+    /// Nothing heard for ``WireProtocol/silenceInterval``: the daemon may be gone or events
+    /// lost; ask what was missed.
+    mutating func silence() -> [Action] {
+        savesInFlight == 0 ? [.catchUp(after: sequence)] : []
+    }
+
+    /// A page of `changes-since`: merged; `more` asks for the next page.
+    mutating func page(_ events: [ChangeEvent], more: Bool) -> [Action] {
+        var actions = advance(events, catchUpOnGap: false)
+        if more && !events.isEmpty { actions.append(.catchUp(after: sequence)) }
+        return actions
+    }
+
+    /// The daemon no longer has the change sets after ``sequence``.
+    mutating func historyExpired() -> [Action] { [.sayHelloAgain] }
+
+    /// A welcome on a new connection (the daemon restarted, forgot this connection, or the
+    /// client starts over). Another store (a new epoch), a daemon behind this client, or
+    /// `startingOver` make the client take the daemon's sequence and refresh everything.
+    mutating func welcomed(_ welcome: WireMessage.Welcome, startingOver: Bool) -> [Action] {
+        guard startingOver || welcome.storeEpoch != epoch || welcome.sequence < sequence else { return [] }
+        sequence = welcome.sequence
+        epoch = welcome.storeEpoch
+        ownSequences = []
+        held = []
+        return [.startOver]
+    }
+
+    /// Takes events in order: consecutive ones are merged (this client's own only counted),
+    /// known ones dropped; at the first gap the rest is held while a save is in flight, or a
+    /// catch-up is asked.
+    private mutating func advance(_ events: [ChangeEvent], catchUpOnGap: Bool) -> [Action] {
+        var merged: [ChangeEvent] = []
+        var gap = false
+        for (position, event) in events.enumerated() {
+            absorbOwnSequences()
+            guard event.sequence > sequence else { continue }  // known, or a heartbeat with nothing new
+            guard event.isChangeSet, event.sequence == sequence + 1 else {
+                if savesInFlight > 0 {
+                    held = Self.union(held, events[position...].filter(\.isChangeSet), after: sequence)
+                }
+                gap = true
+                break
+            }
+            sequence = event.sequence
+            if event.authorID != clientID { merged.append(event) }
+        }
+        absorbOwnSequences()
+        var actions: [Action] = merged.isEmpty ? [] : [.merge(merged)]
+        if gap && catchUpOnGap && savesInFlight == 0 { actions.append(.catchUp(after: sequence)) }
+        return actions
+    }
+
+    private mutating func absorbOwnSequences() {
+        while ownSequences.remove(sequence + 1) != nil { sequence += 1 }
+        if !ownSequences.isEmpty { ownSequences = ownSequences.filter { $0 > sequence } }
+    }
+
+    /// Held events and new ones, in order, each once, past `sequence`.
+    private static func union(_ held: [ChangeEvent], _ new: [ChangeEvent], after sequence: UInt64) -> [ChangeEvent] {
+        var bySequence: [UInt64: ChangeEvent] = [:]
+        for event in held + new where event.sequence > sequence { bySequence[event.sequence] = event }
+        return bySequence.keys.sorted().compactMap { bySequence[$0] }
+    }
+}

@@ -1,0 +1,110 @@
+import Foundation
+
+/// The facts of the client–daemon protocol, declared once: message kinds and their tags,
+/// limits and defaults. The encoder, the decoder, the daemon, the client and
+/// docs/PROTOCOL.md (whose tables a test compares with these) all take them from here.
+public enum WireProtocol {
+    /// The protocol version this build speaks (the first byte of every message).
+    public static let version: UInt8 = 4
+    /// The largest encoded message either side accepts (16 MiB).
+    public static let maximumMessageSize = 16 * 1_048_576
+    /// The longest client name a hello may carry, in UTF-8 bytes.
+    public static let maximumClientNameBytes = 256
+    /// The most change sets one `changes` reply carries (a request may ask for fewer).
+    public static let maximumChangesPage = 10_000
+    /// The most bytes of change sets one `changes` reply carries (it stops before the
+    /// change set that would cross this, unless it is the first).
+    public static let maximumChangesPageBytes = 8 * 1_048_576
+    /// The event topic of messages for everyone: heartbeats, and `changes` messages of change
+    /// sets saved on several connections.
+    public static let broadcastTopic: UInt8 = 0
+    /// How often the daemon publishes a heartbeat.
+    public static let heartbeatInterval: Duration = .milliseconds(100)
+    /// How long a client lets its event socket stay silent before it asks `changes-since`.
+    public static let silenceInterval: Duration = .seconds(1)
+    /// How long one attempt of a request waits for its reply before it is sent again on a
+    /// new connection (client default).
+    public static let retryInterval: Duration = .seconds(1)
+    /// How long a request waits for the daemon in all (client default).
+    public static let requestTimeout: Duration = .seconds(5)
+    /// How long the events of a commit may wait under load (daemon default).
+    public static let maximumEventDelay: Duration = .milliseconds(2)
+    /// The deepest predicate tree accepted.
+    public static let maximumPredicateDepth = 64
+
+    /// The kind of a message: its second byte. Kinds marked *reserved* are written down so
+    /// that no other message takes their tag; a daemon of this version answers them with
+    /// `malformedMessage` ("not implemented yet").
+    public enum Kind: UInt8, Sendable, CaseIterable {
+        // Requests (client → daemon)
+        case hello = 1
+        case fetch = 2
+        case fetchIdentifiers = 3
+        case count = 4
+        case snapshots = 5
+        case save = 6
+        case changesSince = 7
+        case deleteAll = 8
+        /// Reserved: a batch update or delete by predicate (one change set, one sequence).
+        case batch = 9
+        /// Reserved: the hello of an admin session (no schema).
+        case adminHello = 16
+        /// Reserved: the daemon's status (admin).
+        case status = 17
+        /// Reserved: a page of the change log (admin).
+        case history = 18
+        /// Reserved: an online backup to a file (admin).
+        case backup = 19
+        /// Reserved: the store's schema and recorded versions (admin).
+        case describeSchema = 20
+        // Replies (daemon → client)
+        case welcome = 64
+        case snapshotsReply = 65
+        case identifiersReply = 66
+        case countReply = 67
+        case saved = 68
+        case error = 69
+        case changes = 70
+        case conflicts = 71
+        /// Reserved: the reply to `status`.
+        case statusReply = 72
+        /// Reserved: the reply to `history`.
+        case historyReply = 73
+        /// Reserved: progress and end of a `backup`.
+        case backupProgress = 74
+        /// Reserved: the reply to `describeSchema`.
+        case schemaReply = 75
+        // Published on the event socket
+        case event = 96
+
+        /// Whether this build implements the kind (the others are reserved).
+        public var isImplemented: Bool {
+            switch self {
+            case .batch, .adminHello, .status, .history, .backup, .describeSchema, .statusReply, .historyReply,
+                .backupProgress, .schemaReply:
+                false
+            default: true
+            }
+        }
+    }
+}
+
+/// The header every message starts with, in every protocol version: `u8` version, `u8`
+/// kind, `uvarint` request ID. Readable on its own, so that a reply to a message that cannot
+/// be decoded still carries the request ID it answers.
+public struct WireHeader: Sendable, Hashable {
+    public var version: UInt8
+    public var kind: UInt8
+    public var requestID: UInt64
+
+    /// Reads the header of a frame; nil when even that is not there.
+    public init?(_ bytes: [UInt8]) {
+        var reader = WireReader(bytes)
+        guard let version = try? reader.byte(), let kind = try? reader.byte(), let id = try? reader.uvarint() else {
+            return nil
+        }
+        self.version = version
+        self.kind = kind
+        self.requestID = id
+    }
+}

@@ -1,0 +1,103 @@
+import Foundation
+import Skyros
+@testable import SkyrosDaemon
+import SkyrosWire
+import Testing
+
+/// The daemon's sessions and publishing as transcripts: an input, then the outcome expected.
+/// No socket, no store, no sleep (time is passed in).
+@Suite("Daemon state machines")
+struct DaemonStateMachineTests {
+    func hello(_ name: String = "app", fingerprint: String = "f1", version: UInt64 = UInt64(WireProtocol.version))
+        -> WireMessage.Hello
+    {
+        WireMessage.Hello(
+            protocolVersion: version, schemaFingerprint: fingerprint, schemaVersion: 1, clientName: name, pid: 7,
+            schemaDescription: [])
+    }
+
+    @Test("hellos get topics in turn; the same connection keeps its topic; its name and pid are kept")
+    func topics() {
+        var table = SessionTable(maximumSessions: 10)
+        #expect(table.hello(Data([1]), hello(), storeFingerprint: "f1") == .welcome(topic: 1, forgotOthers: false))
+        #expect(table.hello(Data([2]), hello(), storeFingerprint: "f1") == .welcome(topic: 2, forgotOthers: false))
+        #expect(table.hello(Data([1]), hello("again"), storeFingerprint: "f1") == .welcome(topic: 1, forgotOthers: false))
+        #expect(table[Data([1])] == SessionTable.Session(name: "again", pid: 7, schemaVersion: 1, topic: 1))
+    }
+
+    @Test("a wrong protocol, a long name and another schema are refused with their codes")
+    func refusals() {
+        var table = SessionTable(maximumSessions: 10)
+        guard case .refuse(let code, _) = table.hello(Data([1]), hello(version: 3), storeFingerprint: "f1") else {
+            Issue.record("protocol 3 welcomed")
+            return
+        }
+        #expect(code == .unsupportedProtocolVersion)
+        let long = String(repeating: "n", count: WireProtocol.maximumClientNameBytes + 1)
+        guard case .refuse(let code, let message) = table.hello(Data([1]), hello(long), storeFingerprint: "f1") else {
+            Issue.record("a long name welcomed")
+            return
+        }
+        #expect(code == .malformedMessage && message.count < 200)  // the name is never copied whole
+        guard case .refuse(let code, _) = table.hello(Data([1]), hello(fingerprint: "f2"), storeFingerprint: "f1") else {
+            Issue.record("another schema welcomed")
+            return
+        }
+        #expect(code == .schemaMismatch)
+        #expect(table.sessions.isEmpty)
+    }
+
+    @Test("past the maximum, every session is forgotten (each says hello again when told)")
+    func forgetting() {
+        var table = SessionTable(maximumSessions: 2)
+        _ = table.hello(Data([1]), hello(), storeFingerprint: "f1")
+        _ = table.hello(Data([2]), hello(), storeFingerprint: "f1")
+        #expect(table.hello(Data([3]), hello(), storeFingerprint: "f1") == .welcome(topic: 3, forgotOthers: true))
+        #expect(table.sessions.count == 1 && table[Data([1])] == nil)
+    }
+
+    func committed(_ sequence: UInt64, topic: UInt8?) -> EventPublisher.Committed {
+        let event = ChangeEvent(sequence: sequence, authorID: UUID(), author: "a")
+        return EventPublisher.Committed(
+            event: event, encoded: WireMessage(requestID: 0, body: .event(event)).encoded(), topic: topic)
+    }
+
+    @Test("an idle daemon publishes each commit at once, under the saver's topic, as recorded")
+    func idle() {
+        var publisher = EventPublisher(maximumDelay: .milliseconds(2))
+        let one = committed(1, topic: 4)
+        #expect(
+            publisher.committed([one], requestsWaiting: false, now: .now)
+                == EventPublisher.Publication(topic: 4, message: one.encoded, firstSequence: 1, changeSets: 1))
+    }
+
+    @Test("under load, events wait at most the delay, then go out together, to everyone when saved by several")
+    func heldUnderLoad() throws {
+        var publisher = EventPublisher(maximumDelay: .milliseconds(2))
+        let start = ContinuousClock.now
+        #expect(publisher.committed([committed(1, topic: 4)], requestsWaiting: true, now: start) == nil)
+        #expect(publisher.committed([committed(2, topic: 5)], requestsWaiting: true, now: start + .milliseconds(1)) == nil)
+        let due = publisher.committed([], requestsWaiting: true, now: start + .milliseconds(3))
+        let publication = try #require(due)
+        #expect(publication.topic == WireProtocol.broadcastTopic && publication.changeSets == 2)
+        guard case .changes(let events, false) = try WireMessage.decode(publication.message).body else {
+            Issue.record("not a changes message")
+            return
+        }
+        #expect(events.map(\.sequence) == [1, 2])
+        #expect(publisher.held.isEmpty)
+    }
+
+    @Test("held events go out before a heartbeat, whose sequence would otherwise look like a gap")
+    func heartbeatAfterHeld() throws {
+        var publisher = EventPublisher(maximumDelay: .seconds(1))
+        #expect(publisher.committed([committed(1, topic: 4)], requestsWaiting: true, now: .now) == nil)
+        let sent = publisher.heartbeat(sequence: 1)
+        #expect(sent.count == 2 && sent[0].firstSequence == 1 && sent[0].changeSets == 1)
+        guard case .event(let beat) = try WireMessage.decode(sent[1].message).body else {
+            Issue.record("no heartbeat")
+            return
+        }
+        #expect(beat.kind == .heartbeat && beat.sequence == 1 && sent[1].topic == WireProtocol.broadcastTopic)
+    }
+}

@@ -1,0 +1,135 @@
+import Foundation
+import Skyros
+@testable import SkyrosShared
+import SkyrosWire
+import Testing
+
+/// The client's event sequencing as a transcript: what happens, then the action expected.
+/// No socket, no thread, no sleep.
+@Suite("Client event sequencer (state machine)")
+struct EventSequencerTests {
+    let me = UUID(uuidString: "00000000-0000-4000-8000-00000000000A")!
+    let other = UUID(uuidString: "00000000-0000-4000-8000-00000000000B")!
+    let epoch = UUID(uuidString: "00000000-0000-4000-8000-0000000000E1")!
+
+    func welcome(_ sequence: UInt64, epoch: UUID? = nil) -> WireMessage.Welcome {
+        WireMessage.Welcome(sequence: sequence, eventTopic: 1, storeEpoch: epoch ?? self.epoch, schemaVersion: 1)
+    }
+
+    func event(_ sequence: UInt64, by author: UUID? = nil) -> ChangeEvent {
+        ChangeEvent(sequence: sequence, authorID: author ?? other, author: "p")
+    }
+
+    @Test("consecutive events are merged in order; known ones and heartbeats with nothing new are dropped")
+    func consecutive() {
+        var machine = EventSequencer(clientID: me, welcome: welcome(5))
+        #expect(machine.received([event(4), event(5)]) == [])  // before the welcome's sequence
+        #expect(machine.received([event(6), event(7)]) == [.merge([event(6), event(7)])])
+        #expect(machine.received([.heartbeat(7)]) == [])
+        #expect(machine.received([event(7)]) == [])  // a duplicate
+        #expect(machine.sequence == 7)
+    }
+
+    @Test("a gap in events asks changes-since from the last merged, and the page fills it")
+    func gap() {
+        var machine = EventSequencer(clientID: me, welcome: welcome(0))
+        #expect(machine.received([event(1)]) == [.merge([event(1)])])
+        #expect(machine.received([event(4)]) == [.catchUp(after: 1)])
+        #expect(machine.page([event(2), event(3), event(4)], more: false) == [.merge([event(2), event(3), event(4)])])
+        #expect(machine.sequence == 4)
+    }
+
+    @Test("a heartbeat past the last merged sequence is a gap (events were dropped)")
+    func heartbeatGap() {
+        var machine = EventSequencer(clientID: me, welcome: welcome(10))
+        #expect(machine.received([.heartbeat(12)]) == [.catchUp(after: 10)])
+    }
+
+    @Test("a page with more asks for the next page from where it ends")
+    func pages() {
+        var machine = EventSequencer(clientID: me, welcome: welcome(0))
+        #expect(machine.page([event(1), event(2)], more: true) == [.merge([event(1), event(2)]), .catchUp(after: 2)])
+        #expect(machine.page([event(3)], more: false) == [.merge([event(3)])])
+    }
+
+    @Test("this client's own change sets are counted from the save replies, never merged")
+    func ownSaves() {
+        var machine = EventSequencer(clientID: me, welcome: welcome(0))
+        machine.saveSent()
+        #expect(machine.saveAnswered(sequence: 1) == [])
+        #expect(machine.sequence == 1)
+        #expect(machine.received([event(2)]) == [.merge([event(2)])])
+        // Its own event, when it comes back anyway (subscribed to everything), is only counted.
+        #expect(machine.received([event(3, by: me), event(4)]) == [.merge([event(4)])])
+        #expect(machine.sequence == 4)
+    }
+
+    @Test("lost reply and resend: a gap while a save is in flight waits for its reply instead of catching up")
+    func gapWhileSaving() {
+        var machine = EventSequencer(clientID: me, welcome: welcome(0))
+        machine.saveSent()
+        // Another client's change set 2 arrives before the reply of this client's save (1).
+        #expect(machine.received([event(2)]) == [])
+        #expect(machine.held == [event(2)])
+        // The first attempt's reply was lost; the resend is answered with the same sequence.
+        #expect(machine.saveAnswered(sequence: 1) == [.merge([event(2)])])
+        #expect(machine.sequence == 2 && machine.held.isEmpty)
+    }
+
+    @Test("a save that fails leaves the gap to a catch-up")
+    func failedSaveThenGap() {
+        var machine = EventSequencer(clientID: me, welcome: welcome(0))
+        machine.saveSent()
+        #expect(machine.received([event(2)]) == [])
+        #expect(machine.saveAnswered(sequence: nil) == [.catchUp(after: 0)])
+    }
+
+    @Test("silence asks what was missed, unless a save is in flight")
+    func silence() {
+        var machine = EventSequencer(clientID: me, welcome: welcome(3))
+        #expect(machine.silence() == [.catchUp(after: 3)])
+        machine.saveSent()
+        #expect(machine.silence() == [])
+    }
+
+    @Test("history expired: hello again, then start over from the welcome's sequence")
+    func historyExpired() {
+        var machine = EventSequencer(clientID: me, welcome: welcome(3))
+        #expect(machine.received([event(9)]) == [.catchUp(after: 3)])
+        #expect(machine.historyExpired() == [.sayHelloAgain])
+        #expect(machine.welcomed(welcome(20), startingOver: true) == [.startOver])
+        #expect(machine.sequence == 20)
+        #expect(machine.received([event(21)]) == [.merge([event(21)])])
+    }
+
+    @Test("reconnect to the same daemon: nothing to start over, the gap is caught up")
+    func reconnect() {
+        var machine = EventSequencer(clientID: me, welcome: welcome(5))
+        #expect(machine.welcomed(welcome(8), startingOver: false) == [])
+        #expect(machine.sequence == 5)
+        #expect(machine.received([.heartbeat(8)]) == [.catchUp(after: 5)])
+    }
+
+    @Test("reconnect during a save: the save stays in flight across the new hello; its reply closes the gap")
+    func reconnectDuringSave() {
+        var machine = EventSequencer(clientID: me, welcome: welcome(5))
+        machine.saveSent()
+        #expect(machine.welcomed(welcome(6), startingOver: false) == [])
+        #expect(machine.received([event(7)]) == [])
+        #expect(machine.saveAnswered(sequence: 6) == [.merge([event(7)])])
+    }
+
+    @Test("daemon restart with a new store epoch: start over, whatever the sequences")
+    func newEpoch() {
+        var machine = EventSequencer(clientID: me, welcome: welcome(5))
+        #expect(machine.welcomed(welcome(50, epoch: UUID()), startingOver: false) == [.startOver])
+        #expect(machine.sequence == 50)
+    }
+
+    @Test("a daemon behind this client serves another store: start over")
+    func daemonBehind() {
+        var machine = EventSequencer(clientID: me, welcome: welcome(5))
+        #expect(machine.welcomed(welcome(2), startingOver: false) == [.startOver])
+        #expect(machine.sequence == 2)
+    }
+}
