@@ -58,6 +58,49 @@ public struct SchemaDescription: Codable, Sendable, Hashable {
 
     public init(entities: [Entity]) { self.entities = entities }
 
+    /// The description with the platform-neutral type names of ``AttributeCodec``, for a
+    /// description recorded before they existed (with runtime names such as `Swift.String`,
+    /// `Foundation.Date` or `Swift.Optional<Swift.Int>`). Enums and Codable values, whose
+    /// runtime names say nothing of their raw type, are named after their storage
+    /// (`enum:string`, `enum:int`, `enum:double`, `json`).
+    public func upgradingLegacyTypeNames() -> SchemaDescription {
+        var upgraded = self
+        for entity in upgraded.entities.indices {
+            for property in upgraded.entities[entity].properties.indices {
+                let old = upgraded.entities[entity].properties[property]
+                upgraded.entities[entity].properties[property].typeName = Self.neutralName(
+                    old.typeName, storageType: old.storageType, isAttribute: old.kind == "attribute")
+            }
+        }
+        return upgraded
+    }
+
+    private static func neutralName(_ name: String, storageType: StorageType, isAttribute: Bool) -> String {
+        var name = name
+        if name.hasPrefix("Swift.Optional<") && name.hasSuffix(">") {
+            name = String(name.dropFirst("Swift.Optional<".count).dropLast())
+        }
+        guard name.contains(".") else { return name }  // already neutral
+        let module = name.prefix { $0 != "." }
+        let type = name.dropFirst(module.count + 1)
+        if ["Swift", "Foundation", "FoundationEssentials"].contains(module),
+            let neutral = [
+                "String": "string", "Int": "int", "Int64": "int64", "Int32": "int32", "Int16": "int16", "Int8": "int8",
+                "Double": "double", "Float": "float", "Bool": "bool", "Date": "date", "Data": "data", "UUID": "uuid",
+                "URL": "url", "Decimal": "decimal",
+            ][String(type)]
+        {
+            return neutral
+        }
+        guard isAttribute else { return "uuid" }
+        switch storageType {
+        case .blob: return "json"
+        case .text: return "enum:string"
+        case .integer: return "enum:int"
+        case .real: return "enum:double"
+        }
+    }
+
     /// The description as sent in a hello and recorded in a store: JSON with sorted keys, no
     /// whitespace, absent optional keys left out (docs/PROTOCOL.md, "Schema description").
     public func canonicalJSON() throws -> Data {

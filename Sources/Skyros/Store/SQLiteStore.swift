@@ -99,7 +99,7 @@ public final class SQLiteStore: ObjectStore, @unchecked Sendable {
             let json = try metadata("schema", of: url)
         else { return nil }
         do {
-            return try JSONDecoder().decode(SchemaDescription.self, from: Data(json.utf8))
+            return try JSONDecoder().decode(SchemaDescription.self, from: Data(json.utf8)).upgradingLegacyTypeNames()
         } catch {
             throw SkyrosError(.storeFailure, "could not read the schema of the store at \(url.path)", underlying: error)
         }
@@ -107,7 +107,9 @@ public final class SQLiteStore: ObjectStore, @unchecked Sendable {
 
     /// Reads the fingerprint of an existing file without writing to it.
     private static func checkFingerprint(of url: URL, schema: Schema) throws {
-        if let fingerprint = try metadata("fingerprint", of: url), fingerprint != schema.fingerprint {
+        if let fingerprint = try metadata("fingerprint", of: url), fingerprint != schema.fingerprint,
+            try !isLegacy(of: schema, description: metadata("schema", of: url))
+        {
             throw SkyrosError(
                 .schemaMismatch,
                 "the store at \(url.path) was made with schema \(fingerprint), not \(schema.fingerprint); the file was left untouched (migrations are not supported yet)"
@@ -140,18 +142,31 @@ public final class SQLiteStore: ObjectStore, @unchecked Sendable {
         }
     }
 
+    /// Whether a stored schema description is `schema` as recorded before type names were
+    /// platform-neutral (its fingerprint was computed from runtime type names).
+    private static func isLegacy(of schema: Schema, description json: String?) throws -> Bool {
+        guard let json, let stored = try? JSONDecoder().decode(SchemaDescription.self, from: Data(json.utf8)) else {
+            return false
+        }
+        return (try? Schema(description: stored.upgradingLegacyTypeNames()))?.fingerprint == schema.fingerprint
+    }
+
     private func createSchemaIfNeeded(_ db: Database) throws {
+        let description = String(decoding: try schema.schemaDescription.canonicalJSON(), as: UTF8.self)
         if try db.tableExists("skyros_metadata") {
             let stored = try String.fetchOne(db, sql: "SELECT value FROM skyros_metadata WHERE key = 'fingerprint'")
-            if stored != schema.fingerprint {
+            guard stored != schema.fingerprint else { return }
+            let json = try String.fetchOne(db, sql: "SELECT value FROM skyros_metadata WHERE key = 'schema'")
+            guard try Self.isLegacy(of: schema, description: json) else {
                 throw SkyrosError(.schemaMismatch, "the store was made with schema \(stored ?? "?"), not \(schema.fingerprint)")
             }
+            // The same schema, recorded with runtime type names: the record is brought up to date.
+            try db.execute(
+                sql: "UPDATE skyros_metadata SET value = CASE key WHEN 'fingerprint' THEN ? ELSE ? END WHERE key IN ('fingerprint', 'schema')",
+                arguments: [schema.fingerprint, description])
             return
         }
         try db.execute(sql: "CREATE TABLE skyros_metadata (key TEXT PRIMARY KEY NOT NULL, value TEXT NOT NULL)")
-        let encoder = JSONEncoder()
-        encoder.outputFormatting = [.sortedKeys]
-        let description = String(decoding: try encoder.encode(schema.schemaDescription), as: UTF8.self)
         try db.execute(
             sql: "INSERT INTO skyros_metadata (key, value) VALUES ('fingerprint', ?), ('format', ?), ('schema', ?)",
             arguments: [schema.fingerprint, Self.format, description])
@@ -290,7 +305,7 @@ public final class SQLiteStore: ObjectStore, @unchecked Sendable {
 
     public func save(_ changes: ChangeSet) throws {
         guard !changes.isEmpty else { return }
-        try transaction { transaction in try transaction.apply(changes) }
+        try transaction { transaction in _ = try transaction.apply(changes) }
     }
 
     /// Writes a change set's rows inside the current transaction (no commit of its own).
