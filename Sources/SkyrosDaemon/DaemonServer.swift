@@ -64,6 +64,8 @@ public final class DaemonServer: @unchecked Sendable {
     private var sequence: UInt64 = 0
     /// The store's identity (see ``WireMessage/Welcome/storeEpoch``).
     private var epoch = ChangeEvent.noAuthor
+    /// The store's schema version, as recorded when it was created.
+    private var schemaVersion: UInt64 = 1
     /// The connections that said hello.
     private var sessions: SessionTable
     private var publisher: EventPublisher
@@ -113,7 +115,7 @@ public final class DaemonServer: @unchecked Sendable {
                 schema: try Schema(description: description), url: container.store, durability: configuration.durability,
                 serialAccess: true)
             let opened = try Journal.open(store)
-            (self.store, sequence, epoch) = (store, opened.sequence, opened.epoch)
+            (self.store, sequence, epoch, schemaVersion) = (store, opened.sequence, opened.epoch, opened.schemaVersion)
         }
         access = PeerAccess(container: container)
         zmq = try ZeroMQContext()
@@ -136,6 +138,7 @@ public final class DaemonServer: @unchecked Sendable {
         let opened = try Journal.open(store)
         sequence = opened.sequence
         epoch = opened.epoch
+        schemaVersion = opened.schemaVersion
         self.store = store
     }
 
@@ -235,6 +238,11 @@ public final class DaemonServer: @unchecked Sendable {
                 code: code.rawValue, message: error.description)))
             return
         }
+        if case .save(_, 0, _) = message.body {
+            reply(to: identity, WireMessage(requestID: message.requestID, body: .error(
+                code: SkyrosError.Code.malformedMessage.rawValue, message: "save numbers start at 1")))
+            return
+        }
         if case .save(let clientID, let saveNumber, let changes) = message.body, sessions[identity] != nil,
             store != nil
         {
@@ -243,7 +251,9 @@ public final class DaemonServer: @unchecked Sendable {
                 changes: changes))
             return
         }
-        if case .deleteAll(let clientID, let saveNumber) = message.body, sessions[identity] != nil, store != nil {
+        if case .deleteAll(let clientID, let saveNumber) = message.body, saveNumber > 0, sessions[identity] != nil,
+            store != nil
+        {
             // Saves that arrived first are committed first; the reset is a change set of its own.
             saves.append(PendingSave(
                 identity: identity, requestID: message.requestID, clientID: clientID, saveNumber: saveNumber,
@@ -436,7 +446,7 @@ public final class DaemonServer: @unchecked Sendable {
             state.withLock { counters.welcomes += 1 }
             configuration.log("hello from \(hello.clientName) (pid \(hello.pid))")
             return .welcome(WireMessage.Welcome(
-                sequence: sequence, eventTopic: topic, storeEpoch: epoch, schemaVersion: UInt64(store?.schema.version ?? 1)))
+                sequence: sequence, eventTopic: topic, storeEpoch: epoch, schemaVersion: schemaVersion))
         }
     }
 

@@ -38,6 +38,8 @@ struct Journal {
         var sequence: UInt64
         /// The store's identity, made with it (see ``WireMessage/Welcome/storeEpoch``).
         var epoch: UUID
+        /// The schema version the store was created with.
+        var schemaVersion: UInt64
     }
 
     /// Creates the tables when missing (and the `save` column of a history made before
@@ -51,7 +53,9 @@ struct Journal {
                 try transaction.execute("ALTER TABLE skyros_history ADD COLUMN save INTEGER")
             }
             try transaction.execute(
-                "INSERT OR IGNORE INTO skyros_metadata (key, value) VALUES ('epoch', ?)", [.text(UUID().uuidString)])
+                "INSERT OR IGNORE INTO skyros_metadata (key, value) VALUES ('epoch', ?), ('schemaVersion', ?)",
+                [.text(UUID().uuidString), .text(String(store.schema.version))])
+            let version = try transaction.rows("SELECT value FROM skyros_metadata WHERE key = 'schemaVersion'").first?.first
             guard case .text(let text)? = try transaction.rows("SELECT value FROM skyros_metadata WHERE key = 'epoch'").first?.first,
                 let epoch = UUID(uuidString: text)
             else { throw SkyrosError(.storeFailure, "the store's epoch cannot be read") }
@@ -61,7 +65,8 @@ struct Journal {
             } else {
                 sequence = 0
             }
-            return Opened(sequence: sequence, epoch: epoch)
+            let schemaVersion = if case .text(let text)? = version { UInt64(text) ?? 1 } else { UInt64(1) }
+            return Opened(sequence: sequence, epoch: epoch, schemaVersion: schemaVersion)
         }
     }
 

@@ -29,8 +29,10 @@ public enum WireProtocol {
     public static let requestTimeout: Duration = .seconds(5)
     /// How long the events of a commit may wait under load (daemon default).
     public static let maximumEventDelay: Duration = .milliseconds(2)
-    /// The deepest predicate tree accepted.
-    public static let maximumPredicateDepth = 64
+    /// The deepest predicate tree accepted, counting every node on the longest path from the
+    /// root to a leaf (a lone constant is 1 deep). Deeper trees would overflow SQLite's parser
+    /// once translated.
+    public static let maximumPredicateDepth = 32
 
     /// The kind of a message: its second byte. Kinds marked *reserved* are written down so
     /// that no other message takes their tag; a daemon of this version answers them with

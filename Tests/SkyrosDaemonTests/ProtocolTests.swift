@@ -61,6 +61,12 @@ struct ProtocolTests {
             return
         }
         #expect(code == "typeMismatch" && message.contains("User.firstname"))
+        var toMany = userSnapshot("y")
+        toMany.values[5] = .blob(Data(repeating: 1, count: 16))  // posts: a to-many has no value of its own
+        #expect(errorCode(try client.call(.save(clientID: .named("c"), saveNumber: 1, changes: ChangeSet(inserted: [toMany]))))
+            == "typeMismatch")
+        #expect(errorCode(try client.call(.save(clientID: .named("c"), saveNumber: 0, changes: ChangeSet(inserted: [userSnapshot("z")]))))
+            == "malformedMessage")  // save numbers start at 1
         let user = userSnapshot("kept")
         #expect(try client.call(.save(clientID: .named("c"), saveNumber: 2, changes: ChangeSet(inserted: [user]))) == .saved(sequence: 1))
         for value in [StoredValue.text("12"), .blob(Data([1])), .null] {  // age is a non-optional Int

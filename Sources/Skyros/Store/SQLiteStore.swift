@@ -449,6 +449,13 @@ public final class SQLiteStore: ObjectStore, @unchecked Sendable {
             for index in table.columnIndexes {
                 try Self.checkType(snapshot.values[index], table.entity, index, snapshot.id)
             }
+            // A to-many has no value of its own (its objects point here): anything but NULL
+            // would be published to other clients and never stored.
+            for property in table.entity.properties where property.kind == .toMany && !snapshot.values[property.index].isNull {
+                throw SkyrosError(
+                    .typeMismatch,
+                    "\(table.entity.name).\(property.name) is a to-many relationship, whose value is always null; \(snapshot.id) gives it \(snapshot.values[property.index].typeDescription)")
+            }
         }
         for update in changes.updated {
             let table = try tableInfo(update.id.entityName)
