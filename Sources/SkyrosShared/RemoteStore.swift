@@ -83,6 +83,9 @@ public final class RemoteStore: PersistentStore, @unchecked Sendable {
     /// For tests: change events (not heartbeats) received on the event socket.
     var receivedEventsForTesting: Int { eventsLock.withLock { receivedEvents } }
     private var receivedEvents = 0
+    /// For tests: requests sent to the daemon (each attempt counts), by kind.
+    var requestsSentForTesting: [WireProtocol.Kind: Int] { lock.withLock { requestsSent } }
+    private var requestsSent: [WireProtocol.Kind: Int] = [:]
 
     /// Connects to the daemon of `container` and says hello.
     ///
@@ -364,6 +367,7 @@ public final class RemoteStore: PersistentStore, @unchecked Sendable {
     /// One request and its reply, on the current connection (called with `lock` held).
     private func exchange(_ body: WireMessage.Body, wait: TimeInterval) throws -> WireMessage.Body {
         let id = nextRequestID
+        requestsSent[body.kind, default: 0] += 1
         nextRequestID += 1
         try dealer.send([Data(WireMessage(requestID: id, body: body).encoded())])
         let deadline = Date().addingTimeInterval(wait)

@@ -331,6 +331,8 @@ struct ConformanceTests {
         #expect(first.wait() && second.wait())
         #expect(first.calls.first! == nil)
         #expect(second.calls.first??.code == .uniqueConstraintViolation)
+        let message = second.calls.first??.message ?? ""
+        #expect(message.contains("User.handle must be unique") && message.contains("'same'"), "\(message)")
         stack.store.read { handles = try User.all(in: $0).map(\.firstname) }
         #expect(handles == ["first"])
         // Two duplicates in one write fail too.

@@ -32,6 +32,35 @@ struct ExactlyOnceTests {
         #expect(daemon.server.statistics.changeSets == 1)
     }
 
+    @Test("a save with a unique attribute is one round trip: the store's commit is the check, naming entity, property and value")
+    func uniqueCheckedAtCommit() throws {
+        let daemon = try RunningDaemon()
+        let remote = try RemoteStore(schema: testSchema, container: daemon.container)
+        let store = Skyros(sharedStack: remote)
+        try store.writeAndWait { context in User.create(in: context).handle = "taken" }
+        let before = remote.requestsSentForTesting
+        try store.writeAndWait { context in User.create(in: context).handle = "free" }
+        var sent = remote.requestsSentForTesting
+        for (kind, count) in before { sent[kind, default: 0] -= count }
+        #expect(sent.filter { $0.value > 0 } == [.save: 1])
+        // A duplicate: refused by the daemon's store, and nothing of it is kept in any context.
+        #expect {
+            try store.writeAndWait { context in
+                let user = User.create(in: context)
+                user.handle = "taken"
+                user.firstname = "Duplicate"
+            }
+        } throws: { error in
+            guard let error = error as? SkyrosError else { return false }
+            return error.code == .uniqueConstraintViolation && error.message.contains("User.handle must be unique")
+                && error.message.contains("'taken'")
+        }
+        var names: [String] = []
+        store.read { names = try User.all(in: $0).map(\.firstname) }
+        #expect(!names.contains("Duplicate") && names.count == 2)
+        #expect(try remote.count(StoreRequest(entityName: "User")) == 2)
+    }
+
     @Test("a client is not sent the events of its own saves: it counts them as merged from their replies")
     func ownEventsStayHome() async throws {
         let daemon = try RunningDaemon()

@@ -121,7 +121,12 @@ extension ObjectContext {
         }
     }
 
-    /// Checks unique attributes of a change set against this context's view.
+    /// Checks unique attributes of a change set against what is in memory: the change set
+    /// itself and the pending changes of this context and of the contexts above it. The
+    /// store is not asked: its unique indexes are the check for what is saved already, at
+    /// commit (one round trip per save, also through a daemon), with the same
+    /// ``SkyrosError/Code/uniqueConstraintViolation`` naming entity, property and value;
+    /// the stack then forgets what the failed save left in its contexts.
     func validateUniqueness(of changes: ChangeSet) throws {
         guard schema.hasUniqueAttributes else { return }
         var candidates: [String: [Int: [(ObjectID, StoredValue)]]] = [:]
@@ -145,7 +150,6 @@ extension ObjectContext {
         let touched = Set(changes.allIDs)
         for (entityName, byProperty) in candidates {
             let entity = try schema.requireEntity(entityName)
-            if !parentIsContext && !hasPendingChanges(of: entityName) { continue }  // the store enforces it
             for (index, values) in byProperty {
                 let property = entity.properties[index]
                 var seen: [StoredValue: ObjectID] = [:]
@@ -160,13 +164,24 @@ extension ObjectContext {
                     let request = StoreRequest(
                         entityName: entityName,
                         predicate: .isIn(.property(scope: 0, path: [property.name]), chunk.map(\.1)))
-                    for row in try mergedSnapshots(request) where !touched.contains(row.id) {
+                    for row in try pendingSnapshots(request) where !touched.contains(row.id) {
                         let value = row.values[index]
                         throw duplicate(entity, property, value, seen[value] ?? row.id, row.id)
                     }
                 }
             }
         }
+    }
+
+    /// The pending objects matching a request in this context and the contexts above it,
+    /// each seen as the lowest context that has it (never the store's rows).
+    func pendingSnapshots(_ request: StoreRequest) throws -> [Snapshot] {
+        var rows = try mergedSnapshots(request, localOnly: true)
+        if let parent = parent as? ObjectContext {
+            let known = Set(pendingStorages(of: request.entityName).map(\.objectID))
+            rows += try parent.performAndWait { try parent.pendingSnapshots(request) }.filter { !known.contains($0.id) }
+        }
+        return rows
     }
 
     private func duplicate(

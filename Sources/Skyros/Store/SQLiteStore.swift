@@ -96,7 +96,7 @@ public final class SQLiteStore: ObjectStore, @unchecked Sendable {
     /// the file does not exist or has no Skyros schema yet.
     public static func storedSchemaDescription(at url: URL) throws -> SchemaDescription? {
         guard FileManager.default.fileExists(atPath: url.path),
-            let json = try metadata("schema", of: url)
+            let json = try metadata(["schema"], of: url)["schema"]
         else { return nil }
         do {
             return try JSONDecoder().decode(SchemaDescription.self, from: Data(json.utf8)).upgradingLegacyTypeNames()
@@ -107,15 +107,16 @@ public final class SQLiteStore: ObjectStore, @unchecked Sendable {
 
     /// Reads the fingerprint of an existing file without writing to it.
     private static func checkFingerprint(of url: URL, schema: Schema) throws {
-        if let fingerprint = try metadata("fingerprint", of: url), fingerprint != schema.fingerprint,
-            try !isLegacy(of: schema, description: metadata("schema", of: url))
+        let stored = try metadata(["fingerprint", "schema", "format"], of: url)
+        if let fingerprint = stored["fingerprint"], fingerprint != schema.fingerprint,
+            try !isLegacy(of: schema, description: stored["schema"])
         {
             throw SkyrosError(
                 .schemaMismatch,
                 "the store at \(url.path) was made with schema \(fingerprint), not \(schema.fingerprint); the file was left untouched (migrations are not supported yet)"
             )
         }
-        if let format = try metadata("format", of: url), format != Self.format {
+        if let format = stored["format"], format != Self.format {
             throw SkyrosError(
                 .schemaMismatch,
                 "the store at \(url.path) has file format \(format), this Skyros reads format \(Self.format); the file was left untouched")
@@ -125,21 +126,44 @@ public final class SQLiteStore: ObjectStore, @unchecked Sendable {
     /// The layout of the tables: 2 adds each object's `_version`.
     static let format = "2"
 
-    /// A value of `skyros_metadata` in an existing file, read through a read-only connection;
-    /// nil when the file has no Skyros metadata.
-    private static func metadata(_ key: String, of url: URL) throws -> String? {
-        var configuration = Configuration()
-        configuration.readonly = true
-        do {
-            let queue = try DatabaseQueue(path: url.path, configuration: configuration)
-            defer { try? queue.close() }
-            return try queue.read { db -> String? in
-                guard try db.tableExists("skyros_metadata") else { return nil }
-                return try String.fetchOne(db, sql: "SELECT value FROM skyros_metadata WHERE key = ?", arguments: [key])
-            }
-        } catch {
-            throw SkyrosError(.storeFailure, "could not read the \(key) of the store at \(url.path)", underlying: error)
+    /// Values of `skyros_metadata` in an existing file, read through a read-only connection
+    /// that writes nothing; none when the file has no Skyros metadata. Without a `-wal` file
+    /// the database file holds everything committed, and it is read as immutable: a plain
+    /// read-only connection to a WAL database would create the `-wal` and `-shm` files.
+    private static func metadata(_ keys: [String], of url: URL) throws -> [String: String] {
+        let walExists = FileManager.default.fileExists(atPath: url.path + "-wal")
+        var components = URLComponents()
+        components.scheme = "file"
+        components.path = url.path
+        if !walExists { components.queryItems = [URLQueryItem(name: "immutable", value: "1")] }
+        let failure = { (reason: String) in
+            SkyrosError(.storeFailure, "could not read the metadata of the store at \(url.path): \(reason)")
         }
+        var db: OpaquePointer?
+        defer { sqlite3_close_v2(db) }
+        guard let uri = components.string,
+            sqlite3_open_v2(uri, &db, SQLITE_OPEN_READONLY | SQLITE_OPEN_URI, nil) == SQLITE_OK, let db
+        else { throw failure(db.map { String(cString: sqlite3_errmsg($0)) } ?? "cannot open") }
+        var statement: OpaquePointer?
+        defer { sqlite3_finalize(statement) }
+        let sql = "SELECT key, value FROM skyros_metadata"
+        guard sqlite3_prepare_v2(db, sql, -1, &statement, nil) == SQLITE_OK, let statement else {
+            let message = String(cString: sqlite3_errmsg(db))
+            if message.hasPrefix("no such table") { return [:] }
+            throw failure(message)
+        }
+        var values: [String: String] = [:]
+        while true {
+            let code = sqlite3_step(statement)
+            guard code == SQLITE_ROW else {
+                guard code == SQLITE_DONE else { throw failure(String(cString: sqlite3_errmsg(db))) }
+                break
+            }
+            guard let key = sqlite3_column_text(statement, 0), let value = sqlite3_column_text(statement, 1) else { continue }
+            let name = String(cString: key)
+            if keys.contains(name) { values[name] = String(cString: value) }
+        }
+        return values
     }
 
     /// Whether a stored schema description is `schema` as recorded before type names were
@@ -332,7 +356,11 @@ public final class SQLiteStore: ObjectStore, @unchecked Sendable {
             for column in table.columnIndexes.indices {
                 Self.bind(raw, Int32(column + 2), snapshot.values[table.columnIndexes[column]])
             }
-            try Self.stepDone(db, raw)
+            do {
+                try Self.stepDone(db, raw)
+            } catch {
+                throw try uniqueViolation(error, table.entity, snapshot.id, { snapshot.values[$0] }, db)
+            }
         }
         var conflicts: [MergeConflict] = []
         var applied: [AppliedUpdate] = []
@@ -368,7 +396,12 @@ public final class SQLiteStore: ObjectStore, @unchecked Sendable {
                 Self.bind(raw, Int32(position + 1), value)
             }
             Self.bind(raw, Int32(indexes.count + 1), update.id.uuid.storedValue)
-            let version = try Self.stepReturning(db, raw)
+            let version: Int64?
+            do {
+                version = try Self.stepReturning(db, raw)
+            } catch {
+                throw try uniqueViolation(error, table.entity, update.id, { values[$0] }, db)
+            }
             guard let version else { throw Self.notFound(update.id) }
             applied.append(AppliedUpdate(id: update.id, version: version, changes: values))
         }
@@ -401,6 +434,24 @@ public final class SQLiteStore: ObjectStore, @unchecked Sendable {
         public var id: ObjectID
         public var version: Int64
         public var changes: [Int: StoredValue]
+    }
+
+    /// A unique index's failure as the contexts report it, naming entity, property, value and
+    /// the object that holds it already (SQLite names only the column); any other error as is.
+    private func uniqueViolation(
+        _ error: any Error, _ entity: EntityDescription, _ id: ObjectID, _ value: (Int) -> StoredValue?, _ db: Database
+    ) throws -> any Error {
+        guard let error = error as? DatabaseError, error.extendedResultCode == .SQLITE_CONSTRAINT_UNIQUE,
+            let column = error.message?.split(separator: ".").last.map(String.init),
+            let property = entity.property(named: column), let held = value(property.index)
+        else { return error }
+        let other = try Self.rows(
+            db, "SELECT \"_id\" FROM \(SQLBuilder.quote(entity.name)) WHERE \(SQLBuilder.quote(property.name)) = ? LIMIT 1", [held]
+        ).first.flatMap { UUID(storedValue: $0[0]) }.map { ObjectID(entityName: entity.name, uuid: $0) }
+        return SkyrosError(
+            .uniqueConstraintViolation,
+            "\(entity.name).\(property.name) must be unique: \(id)\(other.map { " and \($0)" } ?? "") both hold \(held)",
+            underlying: error)
     }
 
     private static func notFound(_ id: ObjectID) -> SkyrosError {
