@@ -10,4 +10,10 @@ import Skyros
     var created: Date = Date(timeIntervalSince1970: 0)
 }
 
-let benchSchema = Schema([Item.self])
+/// An entity with a unique attribute: its saves are checked by the store's unique index at
+/// commit (through a daemon, one round trip per save).
+@Entity final class Account {
+    @Attribute(.unique) var handle: String = ""
+}
+
+let benchSchema = Schema([Item.self, Account.self])

@@ -40,7 +40,7 @@ struct SharedBenchmark {
         var bareFull: [Double] = []
         var bareNormal: [Double] = []
         for durability in [Durability.full, .normal] {
-            let (skyros, waited, baseline) = try saves(durability)
+            let (skyros, waited, unique, baseline) = try saves(durability)
             if durability == .full { bareFull = baseline } else { bareNormal = baseline }
             report(Row(name: "one-object save through the daemon p50 (\(durability.rawValue))", unit: "us",
                        skyros: percentile(skyros, 50), baseline: percentile(baseline, 50)))
@@ -50,6 +50,8 @@ struct SharedBenchmark {
                        skyros: percentile(waited, 50), baseline: percentile(baseline, 50)))
             report(Row(name: "one-object writeAndWait through the daemon p99 (\(durability.rawValue))", unit: "us",
                        skyros: percentile(waited, 99), baseline: percentile(baseline, 99)))
+            report(Row(name: "one-object writeAndWait with a unique attribute p50 (\(durability.rawValue))", unit: "us",
+                       skyros: percentile(unique, 50), baseline: percentile(baseline, 50)))
         }
         // Baseline: the bare commit-and-reply round trip of the same run at the same
         // durability, the least any "saved here, known there" can take (a change is published
@@ -73,7 +75,7 @@ struct SharedBenchmark {
     /// (the same save, with no hop to the root's queue and back). Baseline: a DEALER sends a
     /// request, a ROUTER thread inserts one row in its own transaction and replies. The three
     /// take turns, sample by sample.
-    private func saves(_ durability: Durability) throws -> ([Double], [Double], [Double]) {
+    private func saves(_ durability: Durability) throws -> ([Double], [Double], [Double], [Double]) {
         let daemon = try Daemon(directory.appendingPathComponent("s-\(durability.rawValue)"), durability: durability)
         defer { daemon.stop() }
         let store = try Skyros(sharedStack: benchSchema, container: daemon.container.url)
@@ -86,6 +88,7 @@ struct SharedBenchmark {
         let done = DispatchSemaphore(value: 0)
         var skyros: [Double] = []
         var waited: [Double] = []
+        var unique: [Double] = []
         var bare: [Double] = []
         for index in 0..<saveSamples {
             var start = Clock.now()
@@ -96,10 +99,13 @@ struct SharedBenchmark {
             try store.writeAndWait { context in Item.create(in: context).value = -index }
             waited.append(Double(Clock.now() - start) / 1000)
             start = Clock.now()
+            try store.writeAndWait { context in Account.create(in: context).handle = "a\(index)" }
+            unique.append(Double(Clock.now() - start) / 1000)
+            start = Clock.now()
             try baseline.roundTrip(index)
             bare.append(Double(Clock.now() - start) / 1000)
         }
-        return (skyros, waited, bare)
+        return (skyros, waited, unique, bare)
     }
 
     /// Client A saves (`writeAndWait`: its request leaves from this thread); client B (its own
