@@ -10,9 +10,13 @@ import SkyrosZeroMQ
 /// Bad input never stops it: every malformed or invalid request gets an error reply and the
 /// server goes on with the next one.
 public final class DaemonServer: @unchecked Sendable {
+    /// How a daemon serves its group.
     public struct Configuration: Sendable {
+        /// The group container (created with mode 0770 when missing).
         public var container: GroupContainer
+        /// The store's durability: `.full` syncs every commit (the default).
         public var durability: Durability
+        /// The largest request accepted (ZeroMQ drops larger frames before they are read).
         public var maximumMessageSize: Int
         /// How many change sets the history keeps (at least 1).
         public var historyCount: Int
@@ -35,6 +39,7 @@ public final class DaemonServer: @unchecked Sendable {
         /// Where the server writes what it does (one line per call).
         public var log: @Sendable (String) -> Void
 
+        /// A configuration; every limit has the protocol's default.
         public init(
             container: GroupContainer, durability: Durability = .full,
             maximumMessageSize: Int = WireProtocol.maximumMessageSize,
@@ -55,6 +60,7 @@ public final class DaemonServer: @unchecked Sendable {
         }
     }
 
+    /// How this daemon serves.
     public let configuration: Configuration
     private let lock: GroupLock
     private let zmq: ZeroMQContext
@@ -90,6 +96,7 @@ public final class DaemonServer: @unchecked Sendable {
         /// the daemon is idle between them, fewer under load.
         public var publishes = 0
 
+        /// Statistics with the given counts (for comparisons in tests).
         public init(commits: Int = 0, changeSets: Int = 0, welcomes: Int = 0, publishes: Int = 0) {
             self.commits = commits
             self.changeSets = changeSets
@@ -98,6 +105,7 @@ public final class DaemonServer: @unchecked Sendable {
         }
     }
 
+    /// What the daemon has done since it started; readable from any thread.
     public var statistics: Statistics { state.withLock { counters } }
     private var stopRequested = false
 

@@ -4,11 +4,11 @@ import SkyrosWire
 
 /// An exclusive lock on a group's lock file, held for the daemon's life (released by the
 /// kernel if the process dies).
-public final class GroupLock: @unchecked Sendable {
+package final class GroupLock: @unchecked Sendable {
     private var descriptor: Int32
 
     /// Takes the lock or throws ``SkyrosError/Code/groupLocked`` at once.
-    public init(_ container: GroupContainer) throws {
+    package init(_ container: GroupContainer) throws {
         let fd = open(container.lockFile.path, O_RDWR | O_CREAT | O_CLOEXEC, 0o660)
         guard fd >= 0 else {
             throw SkyrosError(.storeFailure, "cannot open \(container.lockFile.path): \(String(cString: strerror(errno)))")
@@ -25,7 +25,7 @@ public final class GroupLock: @unchecked Sendable {
     }
 
     /// Releases the lock (once; the deinitializer does it too).
-    public func release() {
+    package func release() {
         guard descriptor >= 0 else { return }
         flock(descriptor, LOCK_UN)
         close(descriptor)

@@ -18,7 +18,9 @@ import SkyrosZeroMQ
 /// once and acknowledges it again (exactly-once saves). When a save fails with
 /// `daemonUnavailable`, whether the daemon applied it is unknown until the next fetch.
 public final class RemoteStore: PersistentStore, @unchecked Sendable {
+    /// The client's schema (the group's store has the same fingerprint).
     public let schema: Schema
+    /// The group container whose daemon this store talks to.
     public let container: GroupContainer
     /// This client's identity in the group: 128 bits, random, made for each connection
     /// object; saves carry it (with their save number) and its change events name it.
@@ -414,21 +416,25 @@ public final class RemoteStore: PersistentStore, @unchecked Sendable {
 
     // MARK: - ObjectStore
 
+    /// The daemon's rows matching a request (see ``ObjectStore/fetchSnapshots(_:)``).
     public func fetchSnapshots(_ request: StoreRequest) throws -> [Snapshot] {
         guard case .snapshotsReply(let rows) = try self.request(.fetch(request)) else { throw unexpected() }
         return rows
     }
 
+    /// The identifiers of the daemon's rows matching a request.
     public func fetchIdentifiers(_ request: StoreRequest) throws -> [ObjectID] {
         guard case .identifiersReply(let ids) = try self.request(.fetchIdentifiers(request)) else { throw unexpected() }
         return ids
     }
 
+    /// The number of the daemon's rows matching a request.
     public func count(_ request: StoreRequest) throws -> Int {
         guard case .countReply(let count) = try self.request(.count(request)) else { throw unexpected() }
         return count
     }
 
+    /// The daemon's rows of these objects (faulting); missing ones are left out.
     public func snapshots(for ids: [ObjectID]) throws -> [Snapshot] {
         guard !ids.isEmpty else { return [] }
         guard case .snapshotsReply(let rows) = try request(.snapshots(ids)) else { throw unexpected() }

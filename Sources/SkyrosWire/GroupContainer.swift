@@ -20,11 +20,15 @@ extension SkyrosError.Code {
 
 /// The files of an application group's container.
 public struct GroupContainer: Sendable {
+    /// The container directory.
     public let url: URL
 
+    /// The container at `url` (nothing is created until ``prepare()``).
     public init(url: URL) { self.url = url }
 
+    /// The group's store, owned by its daemon.
     public var store: URL { url.appendingPathComponent("store.sqlite") }
+    /// The file whose lock a serving daemon holds (one daemon per group).
     public var lockFile: URL { url.appendingPathComponent("daemon.lock") }
     /// The socket file of requests and replies.
     public var requestsSocket: String { url.appendingPathComponent("requests.ipc").path }
@@ -32,7 +36,9 @@ public struct GroupContainer: Sendable {
     public var eventsSocket: String { url.appendingPathComponent("events.ipc").path }
     /// Both socket files.
     public var sockets: [String] { [requestsSocket, eventsSocket] }
+    /// The ZeroMQ endpoint of requests and replies.
     public var requestsEndpoint: String { "ipc://" + requestsSocket }
+    /// The ZeroMQ endpoint of published change events.
     public var eventsEndpoint: String { "ipc://" + eventsSocket }
 
     /// Socket paths of `ipc://` endpoints are limited by `sun_path` (107 bytes).

@@ -16,6 +16,7 @@ public enum WireError: Error, Equatable, Sendable, CustomStringConvertible {
     case tooDeep
     case invalidValue(String)
 
+    /// The reason, for an error reply or a log.
     public var description: String {
         switch self {
         case .truncated: "the message ends too early"
@@ -33,15 +34,15 @@ public enum WireError: Error, Equatable, Sendable, CustomStringConvertible {
 }
 
 /// Appends the primitives of the wire format (see docs/PROTOCOL.md) to a byte buffer.
-public struct WireWriter {
-    public private(set) var bytes: [UInt8] = []
+package struct WireWriter {
+    package private(set) var bytes: [UInt8] = []
 
-    public init() {}
+    package init() {}
 
-    public mutating func byte(_ value: UInt8) { bytes.append(value) }
+    package mutating func byte(_ value: UInt8) { bytes.append(value) }
 
     /// Unsigned LEB128.
-    public mutating func uvarint(_ value: UInt64) {
+    package mutating func uvarint(_ value: UInt64) {
         var value = value
         while value >= 0x80 {
             bytes.append(UInt8(truncatingIfNeeded: value) | 0x80)
@@ -51,46 +52,46 @@ public struct WireWriter {
     }
 
     /// Signed integers, zigzag then LEB128.
-    public mutating func varint(_ value: Int64) {
+    package mutating func varint(_ value: Int64) {
         uvarint(UInt64(bitPattern: (value << 1) ^ (value >> 63)))
     }
 
     /// IEEE 754 binary64, little-endian.
-    public mutating func double(_ value: Double) {
+    package mutating func double(_ value: Double) {
         withUnsafeBytes(of: value.bitPattern.littleEndian) { bytes.append(contentsOf: $0) }
     }
 
-    public mutating func bool(_ value: Bool) { bytes.append(value ? 1 : 0) }
+    package mutating func bool(_ value: Bool) { bytes.append(value ? 1 : 0) }
 
-    public mutating func data<C: Collection>(_ value: C) where C.Element == UInt8 {
+    package mutating func data<C: Collection>(_ value: C) where C.Element == UInt8 {
         uvarint(UInt64(value.count))
         bytes.append(contentsOf: value)
     }
 
-    public mutating func string(_ value: String) { data(Array(value.utf8)) }
+    package mutating func string(_ value: String) { data(Array(value.utf8)) }
 
-    public mutating func uuid(_ value: UUID) {
+    package mutating func uuid(_ value: UUID) {
         withUnsafeBytes(of: value.uuid) { bytes.append(contentsOf: $0) }
     }
 }
 
 /// Reads the primitives of the wire format, refusing anything out of bounds: every read
 /// checks the remaining length, and counts are checked against it before allocating.
-public struct WireReader {
+package struct WireReader {
     let bytes: [UInt8]
-    public private(set) var position = 0
+    package private(set) var position = 0
 
-    public init(_ bytes: [UInt8]) { self.bytes = bytes }
+    package init(_ bytes: [UInt8]) { self.bytes = bytes }
 
-    public var remaining: Int { bytes.count - position }
+    package var remaining: Int { bytes.count - position }
 
-    public mutating func byte() throws(WireError) -> UInt8 {
+    package mutating func byte() throws(WireError) -> UInt8 {
         guard position < bytes.count else { throw .truncated }
         defer { position += 1 }
         return bytes[position]
     }
 
-    public mutating func uvarint() throws(WireError) -> UInt64 {
+    package mutating func uvarint() throws(WireError) -> UInt64 {
         var result: UInt64 = 0
         var shift: UInt64 = 0
         while true {
@@ -103,26 +104,26 @@ public struct WireReader {
         }
     }
 
-    public mutating func varint() throws(WireError) -> Int64 {
+    package mutating func varint() throws(WireError) -> Int64 {
         let raw = try uvarint()
         return Int64(bitPattern: (raw >> 1) ^ (0 &- (raw & 1)))
     }
 
     /// A count of elements that each take at least `minimumSize` bytes: refused when the
     /// message is too short to hold them, so a forged count never allocates.
-    public mutating func count(minimumSize: Int = 1) throws(WireError) -> Int {
+    package mutating func count(minimumSize: Int = 1) throws(WireError) -> Int {
         let value = try uvarint()
         guard value <= UInt64(remaining / max(1, minimumSize)) else { throw .truncated }
         return Int(value)
     }
 
-    public mutating func int() throws(WireError) -> Int {
+    package mutating func int() throws(WireError) -> Int {
         let value = try uvarint()
         guard value <= UInt64(Int.max) else { throw .invalidValue("integer") }
         return Int(value)
     }
 
-    public mutating func double() throws(WireError) -> Double {
+    package mutating func double() throws(WireError) -> Double {
         guard remaining >= 8 else { throw .truncated }
         var raw: UInt64 = 0
         for index in 0..<8 { raw |= UInt64(bytes[position + index]) << (8 * UInt64(index)) }
@@ -130,7 +131,7 @@ public struct WireReader {
         return Double(bitPattern: raw)
     }
 
-    public mutating func bool() throws(WireError) -> Bool {
+    package mutating func bool() throws(WireError) -> Bool {
         switch try byte() {
         case 0: return false
         case 1: return true
@@ -138,19 +139,19 @@ public struct WireReader {
         }
     }
 
-    public mutating func data() throws(WireError) -> [UInt8] {
+    package mutating func data() throws(WireError) -> [UInt8] {
         let length = try count()
         defer { position += length }
         return Array(bytes[position..<(position + length)])
     }
 
-    public mutating func string() throws(WireError) -> String {
+    package mutating func string() throws(WireError) -> String {
         let raw = try data()
         guard let text = String(validating: raw, as: UTF8.self) else { throw .invalidUTF8 }
         return text
     }
 
-    public mutating func uuid() throws(WireError) -> UUID {
+    package mutating func uuid() throws(WireError) -> UUID {
         guard remaining >= 16 else { throw .truncated }
         var value: uuid_t = (0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0)
         withUnsafeMutableBytes(of: &value) { buffer in

@@ -23,10 +23,14 @@ public struct ChangeEvent: Sendable, Hashable {
     /// An updated object: its version after the change, and the values of the properties
     /// that changed, by property index.
     public struct Update: Sendable, Hashable {
+        /// The updated object.
         public var id: ObjectID
+        /// Its version after the update.
         public var version: Int64
+        /// The new values of the properties that changed, by property index.
         public var values: [Int: StoredValue]
 
+        /// An updated object as an event carries it.
         public init(id: ObjectID, version: Int64, values: [Int: StoredValue]) {
             self.id = id
             self.version = version
@@ -34,7 +38,9 @@ public struct ChangeEvent: Sendable, Hashable {
         }
     }
 
+    /// The change set's sequence number (for a heartbeat: the daemon's current sequence).
     public var sequence: UInt64
+    /// What the event says.
     public var kind: Kind
     /// The client ID of the saver (all zeros for heartbeats).
     public var authorID: UUID
@@ -42,9 +48,12 @@ public struct ChangeEvent: Sendable, Hashable {
     public var author: String
     /// Inserted objects with all their values (version 1).
     public var inserted: [Snapshot]
+    /// Updated objects, with their changed values.
     public var updated: [Update]
+    /// Deleted objects.
     public var deleted: [ObjectID]
 
+    /// An event; a change set by default.
     public init(
         sequence: UInt64, kind: Kind = .changes, authorID: UUID = ChangeEvent.noAuthor, author: String = "",
         inserted: [Snapshot] = [], updated: [Update] = [], deleted: [ObjectID] = []
@@ -76,6 +85,7 @@ public struct ChangeEvent: Sendable, Hashable {
 public struct WireMessage: Sendable, Hashable {
     /// What a client says first on a connection.
     public struct Hello: Sendable, Hashable {
+        /// The protocol version the client speaks (``WireProtocol/version``).
         public var protocolVersion: UInt64
         /// The ``Skyros/Schema/fingerprint`` of the client's schema.
         public var schemaFingerprint: String
@@ -89,6 +99,7 @@ public struct WireMessage: Sendable, Hashable {
         /// store yet creates it from it.
         public var schemaDescription: [UInt8]
 
+        /// A hello with every field given.
         public init(
             protocolVersion: UInt64 = UInt64(WireProtocol.version), schemaFingerprint: String, schemaVersion: UInt64,
             clientName: String, pid: UInt64, schemaDescription: [UInt8]
@@ -112,6 +123,7 @@ public struct WireMessage: Sendable, Hashable {
 
     /// The daemon's answer to a hello.
     public struct Welcome: Sendable, Hashable {
+        /// The protocol version the daemon speaks.
         public var protocolVersion: UInt64
         /// The sequence of the last committed change set.
         public var sequence: UInt64
@@ -123,6 +135,7 @@ public struct WireMessage: Sendable, Hashable {
         /// The store's schema version.
         public var schemaVersion: UInt64
 
+        /// A welcome with every field given.
         public init(
             protocolVersion: UInt64 = UInt64(WireProtocol.version), sequence: UInt64, eventTopic: UInt8,
             storeEpoch: UUID, schemaVersion: UInt64
@@ -135,6 +148,7 @@ public struct WireMessage: Sendable, Hashable {
         }
     }
 
+    /// What a message says: one case per kind of ``WireProtocol/Kind`` this build implements.
     public enum Body: Sendable, Hashable {
         // Requests
         case hello(Hello)
@@ -165,6 +179,7 @@ public struct WireMessage: Sendable, Hashable {
         // Published on the event socket
         case event(ChangeEvent)
 
+        /// The kind of the message (its tag on the wire).
         public var kind: WireProtocol.Kind {
             switch self {
             case .hello: .hello
@@ -190,8 +205,10 @@ public struct WireMessage: Sendable, Hashable {
 
     /// Chosen by the requester, echoed by the reply (0 for events).
     public var requestID: UInt64
+    /// What the message says.
     public var body: Body
 
+    /// A message with its request ID (0 for events).
     public init(requestID: UInt64, body: Body) {
         self.requestID = requestID
         self.body = body
@@ -320,13 +337,13 @@ public struct WireMessage: Sendable, Hashable {
 
 extension WireWriter {
     /// `uvarint` count, then each element.
-    public mutating func list<Element>(_ elements: [Element], _ write: (inout WireWriter, Element) -> Void) {
+    package mutating func list<Element>(_ elements: [Element], _ write: (inout WireWriter, Element) -> Void) {
         uvarint(UInt64(elements.count))
         for element in elements { write(&self, element) }
     }
 
     /// `ChangeEvent` (docs/PROTOCOL.md).
-    public mutating func event(_ event: ChangeEvent) {
+    package mutating func event(_ event: ChangeEvent) {
         uvarint(event.sequence)
         byte(event.kind.rawValue)
         uuid(event.authorID)
@@ -351,7 +368,7 @@ extension WireWriter {
 
 extension WireReader {
     /// `uvarint` count of elements of at least `minimumSize` bytes each, then the elements.
-    public mutating func list<Element>(minimumSize: Int = 1, _ read: (inout WireReader) throws(WireError) -> Element)
+    package mutating func list<Element>(minimumSize: Int = 1, _ read: (inout WireReader) throws(WireError) -> Element)
         throws(WireError) -> [Element]
     {
         let count = try count(minimumSize: minimumSize)
@@ -362,7 +379,7 @@ extension WireReader {
     }
 
     /// `ChangeEvent` (docs/PROTOCOL.md).
-    public mutating func event() throws(WireError) -> ChangeEvent {
+    package mutating func event() throws(WireError) -> ChangeEvent {
         let sequence = try uvarint()
         let tag = try byte()
         guard let kind = ChangeEvent.Kind(rawValue: tag) else { throw .invalidTag("event kind", tag) }

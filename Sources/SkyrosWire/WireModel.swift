@@ -4,7 +4,7 @@ import Skyros
 // Encoding of Skyros' store types (docs/PROTOCOL.md, "Values").
 
 extension WireWriter {
-    public mutating func value(_ value: StoredValue) {
+    package mutating func value(_ value: StoredValue) {
         switch value {
         case .null: byte(0)
         case .integer(let number):
@@ -22,12 +22,12 @@ extension WireWriter {
         }
     }
 
-    public mutating func objectID(_ id: ObjectID) {
+    package mutating func objectID(_ id: ObjectID) {
         string(id.entityName)
         uuid(id.uuid)
     }
 
-    public mutating func predicate(_ node: PredicateNode) {
+    package mutating func predicate(_ node: PredicateNode) {
         switch node {
         case .constant(let constant):
             byte(1)
@@ -96,7 +96,7 @@ extension WireWriter {
         }
     }
 
-    public mutating func request(_ request: StoreRequest) {
+    package mutating func request(_ request: StoreRequest) {
         string(request.entityName)
         if let node = request.predicate {
             bool(true)
@@ -118,14 +118,14 @@ extension WireWriter {
         uvarint(UInt64(request.offset))
     }
 
-    public mutating func snapshot(_ snapshot: Snapshot) {
+    package mutating func snapshot(_ snapshot: Snapshot) {
         objectID(snapshot.id)
         uvarint(UInt64(snapshot.values.count))
         for item in snapshot.values { value(item) }
         uvarint(UInt64(max(0, snapshot.version)))
     }
 
-    public mutating func changeSet(_ changes: ChangeSet) {
+    package mutating func changeSet(_ changes: ChangeSet) {
         uvarint(UInt64(changes.inserted.count))
         for item in changes.inserted { snapshot(item) }
         uvarint(UInt64(changes.updated.count))
@@ -147,7 +147,7 @@ extension WireWriter {
         }
     }
 
-    public mutating func conflict(_ conflict: MergeConflict) {
+    package mutating func conflict(_ conflict: MergeConflict) {
         objectID(conflict.objectID)
         uvarint(UInt64(conflict.properties.count))
         for name in conflict.properties { string(name) }
@@ -157,7 +157,7 @@ extension WireWriter {
 }
 
 extension WireReader {
-    public mutating func value() throws(WireError) -> StoredValue {
+    package mutating func value() throws(WireError) -> StoredValue {
         switch try byte() {
         case 0: return .null
         case 1: return .integer(try varint())
@@ -168,7 +168,7 @@ extension WireReader {
         }
     }
 
-    public mutating func objectID() throws(WireError) -> ObjectID {
+    package mutating func objectID() throws(WireError) -> ObjectID {
         let entity = try string()
         guard !entity.isEmpty else { throw .invalidValue("entity name") }
         return ObjectID(entityName: entity, uuid: try uuid())
@@ -182,7 +182,7 @@ extension WireReader {
         return path
     }
 
-    public mutating func predicate(depth: Int = 0) throws(WireError) -> PredicateNode {
+    package mutating func predicate(depth: Int = 0) throws(WireError) -> PredicateNode {
         guard depth < WireProtocol.maximumPredicateDepth else { throw .tooDeep }
         let next = depth + 1
         switch try byte() {
@@ -236,7 +236,7 @@ extension WireReader {
         }
     }
 
-    public mutating func request() throws(WireError) -> StoreRequest {
+    package mutating func request() throws(WireError) -> StoreRequest {
         let entity = try string()
         let node = try bool() ? try predicate() : nil
         let count = try count(minimumSize: 2)
@@ -249,7 +249,7 @@ extension WireReader {
         return StoreRequest(entityName: entity, predicate: node, sortKeys: keys, limit: limit, offset: try int())
     }
 
-    public mutating func snapshot() throws(WireError) -> Snapshot {
+    package mutating func snapshot() throws(WireError) -> Snapshot {
         let id = try objectID()
         let count = try count()
         var values = StoredValues(repeating: .null, count: count)  // `count` fits in what is left of the message
@@ -264,14 +264,14 @@ extension WireReader {
         return Int64(value)
     }
 
-    public mutating func conflict() throws(WireError) -> MergeConflict {
+    package mutating func conflict() throws(WireError) -> MergeConflict {
         let id = try objectID()
         var names: [String] = []
         for _ in 0..<(try count()) { names.append(try string()) }
         return MergeConflict(objectID: id, properties: names, baseVersion: try version(), storeVersion: try version())
     }
 
-    public mutating func changeSet() throws(WireError) -> ChangeSet {
+    package mutating func changeSet() throws(WireError) -> ChangeSet {
         var changes = ChangeSet()
         for _ in 0..<(try count(minimumSize: 18)) { changes.inserted.append(try snapshot()) }
         for _ in 0..<(try count(minimumSize: 18)) {

@@ -95,8 +95,11 @@ public enum WireProtocol {
 /// kind, `uvarint` request ID. Readable on its own, so that a reply to a message that cannot
 /// be decoded still carries the request ID it answers.
 public struct WireHeader: Sendable, Hashable {
+    /// The protocol version of the message.
     public var version: UInt8
+    /// The tag of its kind (see ``WireProtocol/Kind``; unknown tags are kept as read).
     public var kind: UInt8
+    /// Its request ID.
     public var requestID: UInt64
 
     /// Reads the header of a frame; nil when even that is not there.

@@ -2,14 +2,14 @@ import CZeroMQ
 import Foundation
 
 /// An error of the ZeroMQ library: its `errno` code and message.
-public struct ZeroMQError: Error, Sendable, CustomStringConvertible, Equatable {
-    public let code: Int32
-    public let operation: String
-    public var message: String { String(cString: zmq_strerror(code)) }
-    public var description: String { "ZeroMQ \(operation) failed: \(message) (\(code))" }
+package struct ZeroMQError: Error, Sendable, CustomStringConvertible, Equatable {
+    package let code: Int32
+    package let operation: String
+    package var message: String { String(cString: zmq_strerror(code)) }
+    package var description: String { "ZeroMQ \(operation) failed: \(message) (\(code))" }
 
     /// The call would block, or a receive timed out.
-    public var isTimeout: Bool { code == EAGAIN }
+    package var isTimeout: Bool { code == EAGAIN }
 
     static func last(_ operation: String) -> ZeroMQError {
         ZeroMQError(code: zmq_errno(), operation: operation)
@@ -17,17 +17,17 @@ public struct ZeroMQError: Error, Sendable, CustomStringConvertible, Equatable {
 }
 
 /// A ZeroMQ context: owns the I/O threads of its sockets. Thread-safe.
-public final class ZeroMQContext: @unchecked Sendable {
+package final class ZeroMQContext: @unchecked Sendable {
     let handle: UnsafeMutableRawPointer
 
-    public init() throws {
+    package init() throws {
         guard let handle = zmq_ctx_new() else { throw ZeroMQError.last("zmq_ctx_new") }
         self.handle = handle
     }
 
     /// Makes blocking calls on every socket of the context fail (with ETERM), so that
     /// threads using them can finish; sockets must still be closed.
-    public func shutdown() {
+    package func shutdown() {
         zmq_ctx_shutdown(handle)
     }
 
@@ -37,8 +37,8 @@ public final class ZeroMQContext: @unchecked Sendable {
 }
 
 /// A ZeroMQ socket. Not thread-safe: use it from one thread at a time (ZeroMQ's rule).
-public final class ZeroMQSocket {
-    public enum Kind: Sendable {
+package final class ZeroMQSocket {
+    package enum Kind: Sendable {
         case request, reply, dealer, router, publisher, subscriber, push, pull, pair
 
         var raw: Int32 {
@@ -59,9 +59,9 @@ public final class ZeroMQSocket {
     let handle: UnsafeMutableRawPointer
     private var isClosed = false
     /// Keeps the context alive as long as the socket.
-    public let context: ZeroMQContext
+    package let context: ZeroMQContext
 
-    public init(context: ZeroMQContext, kind: Kind) throws {
+    package init(context: ZeroMQContext, kind: Kind) throws {
         guard let handle = zmq_socket(context.handle, kind.raw) else { throw ZeroMQError.last("zmq_socket") }
         self.handle = handle
         self.context = context
@@ -71,64 +71,64 @@ public final class ZeroMQSocket {
     deinit { close() }
 
     /// Closes the socket; further calls fail.
-    public func close() {
+    package func close() {
         guard !isClosed else { return }
         isClosed = true
         zmq_close(handle)
     }
 
-    public func bind(_ endpoint: String) throws {
+    package func bind(_ endpoint: String) throws {
         guard zmq_bind(handle, endpoint) == 0 else { throw ZeroMQError.last("bind \(endpoint)") }
     }
 
-    public func connect(_ endpoint: String) throws {
+    package func connect(_ endpoint: String) throws {
         guard zmq_connect(handle, endpoint) == 0 else { throw ZeroMQError.last("connect \(endpoint)") }
     }
 
-    public func disconnect(_ endpoint: String) throws {
+    package func disconnect(_ endpoint: String) throws {
         guard zmq_disconnect(handle, endpoint) == 0 else { throw ZeroMQError.last("disconnect \(endpoint)") }
     }
 
     // MARK: Options
 
-    public func setOption(_ option: Int32, _ value: Int32) throws {
+    package func setOption(_ option: Int32, _ value: Int32) throws {
         var value = value
         guard zmq_setsockopt(handle, option, &value, MemoryLayout<Int32>.size) == 0 else {
             throw ZeroMQError.last("setsockopt \(option)")
         }
     }
 
-    public func setOption(_ option: Int32, _ value: Int64) throws {
+    package func setOption(_ option: Int32, _ value: Int64) throws {
         var value = value
         guard zmq_setsockopt(handle, option, &value, MemoryLayout<Int64>.size) == 0 else {
             throw ZeroMQError.last("setsockopt \(option)")
         }
     }
 
-    public func setOption(_ option: Int32, _ bytes: Data) throws {
+    package func setOption(_ option: Int32, _ bytes: Data) throws {
         let result = bytes.withUnsafeBytes { zmq_setsockopt(handle, option, $0.baseAddress, bytes.count) }
         guard result == 0 else { throw ZeroMQError.last("setsockopt \(option)") }
     }
 
     /// Receive timeout in milliseconds (-1: block).
-    public func setReceiveTimeout(milliseconds: Int32) throws { try setOption(ZMQ_RCVTIMEO, milliseconds) }
+    package func setReceiveTimeout(milliseconds: Int32) throws { try setOption(ZMQ_RCVTIMEO, milliseconds) }
     /// Send timeout in milliseconds (-1: block).
-    public func setSendTimeout(milliseconds: Int32) throws { try setOption(ZMQ_SNDTIMEO, milliseconds) }
+    package func setSendTimeout(milliseconds: Int32) throws { try setOption(ZMQ_SNDTIMEO, milliseconds) }
     /// Messages larger than this are refused by the library (the peer is disconnected).
-    public func setMaximumMessageSize(_ bytes: Int64) throws { try setOption(ZMQ_MAXMSGSIZE, bytes) }
+    package func setMaximumMessageSize(_ bytes: Int64) throws { try setOption(ZMQ_MAXMSGSIZE, bytes) }
     /// Receive high-water mark, in messages.
-    public func setReceiveHighWaterMark(_ messages: Int32) throws { try setOption(ZMQ_RCVHWM, messages) }
+    package func setReceiveHighWaterMark(_ messages: Int32) throws { try setOption(ZMQ_RCVHWM, messages) }
     /// Send high-water mark, in messages.
-    public func setSendHighWaterMark(_ messages: Int32) throws { try setOption(ZMQ_SNDHWM, messages) }
+    package func setSendHighWaterMark(_ messages: Int32) throws { try setOption(ZMQ_SNDHWM, messages) }
     /// Subscribes a SUB socket to messages starting with `prefix` (empty: all).
-    public func subscribe(_ prefix: Data = Data()) throws { try setOption(ZMQ_SUBSCRIBE, prefix) }
+    package func subscribe(_ prefix: Data = Data()) throws { try setOption(ZMQ_SUBSCRIBE, prefix) }
     /// Removes a subscription made with ``subscribe(_:)`` (the same prefix).
-    public func unsubscribe(_ prefix: Data = Data()) throws { try setOption(ZMQ_UNSUBSCRIBE, prefix) }
+    package func unsubscribe(_ prefix: Data = Data()) throws { try setOption(ZMQ_UNSUBSCRIBE, prefix) }
 
     // MARK: Messages
 
     /// Sends a multipart message.
-    public func send(_ frames: [Data], dontWait: Bool = false) throws {
+    package func send(_ frames: [Data], dontWait: Bool = false) throws {
         precondition(!frames.isEmpty, "a message has at least one frame")
         for (index, frame) in frames.enumerated() {
             var flags: Int32 = index < frames.count - 1 ? ZMQ_SNDMORE : 0
@@ -140,7 +140,7 @@ public final class ZeroMQSocket {
 
     /// Receives a multipart message; throws a timeout error (``ZeroMQError/isTimeout``)
     /// when the receive timeout expires.
-    public func receive(dontWait: Bool = false) throws -> [Data] {
+    package func receive(dontWait: Bool = false) throws -> [Data] {
         var frames: [Data] = []
         var message = zmq_msg_t()
         zmq_msg_init(&message)
@@ -157,7 +157,7 @@ public final class ZeroMQSocket {
 
     /// Receives a multipart message with the credentials of the process that sent it, when
     /// the connection is an `ipc://` one (libzmq reads them with `SO_PEERCRED`).
-    public func receiveWithCredentials(dontWait: Bool = false) throws -> (frames: [Data], peer: PeerCredentials?) {
+    package func receiveWithCredentials(dontWait: Bool = false) throws -> (frames: [Data], peer: PeerCredentials?) {
         var frames: [Data] = []
         var peer: PeerCredentials?
         var message = zmq_msg_t()
@@ -177,7 +177,7 @@ public final class ZeroMQSocket {
     }
 
     /// Waits until the socket can be read, for at most `milliseconds` (-1: forever).
-    public func waitForInput(milliseconds: Int) throws -> Bool {
+    package func waitForInput(milliseconds: Int) throws -> Bool {
         var item = zmq_pollitem_t(socket: handle, fd: 0, events: Int16(ZMQ_POLLIN), revents: 0)
         let ready = zmq_poll(&item, 1, milliseconds)
         guard ready >= 0 else { throw ZeroMQError.last("poll") }
@@ -186,7 +186,7 @@ public final class ZeroMQSocket {
 
     /// Waits until the socket can be read or `descriptor` (a file descriptor) is readable,
     /// for at most `milliseconds` (-1: forever); returns which of the two are ready.
-    public func waitForInput(orDescriptor descriptor: Int32, milliseconds: Int) throws -> (socket: Bool, descriptor: Bool) {
+    package func waitForInput(orDescriptor descriptor: Int32, milliseconds: Int) throws -> (socket: Bool, descriptor: Bool) {
         var items = [
             zmq_pollitem_t(socket: handle, fd: 0, events: Int16(ZMQ_POLLIN), revents: 0),
             zmq_pollitem_t(socket: nil, fd: descriptor, events: Int16(ZMQ_POLLIN), revents: 0),
@@ -196,7 +196,7 @@ public final class ZeroMQSocket {
     }
 
     /// Waits until any of `sockets` can be read; returns the indexes of those that can.
-    public static func poll(_ sockets: [ZeroMQSocket], milliseconds: Int) throws -> [Int] {
+    package static func poll(_ sockets: [ZeroMQSocket], milliseconds: Int) throws -> [Int] {
         var items = sockets.map { zmq_pollitem_t(socket: $0.handle, fd: 0, events: Int16(ZMQ_POLLIN), revents: 0) }
         let ready = zmq_poll(&items, Int32(items.count), milliseconds)
         guard ready >= 0 else { throw ZeroMQError.last("poll") }
@@ -208,7 +208,7 @@ public final class ZeroMQSocket {
 extension ZeroMQSocket: Sendable {}
 
 /// The version of the linked libzmq, "4.3.4".
-public var zeroMQVersion: String {
+package var zeroMQVersion: String {
     var major: Int32 = 0
     var minor: Int32 = 0
     var patch: Int32 = 0
@@ -217,12 +217,12 @@ public var zeroMQVersion: String {
 }
 
 /// The user, group and process of the peer of an `ipc://` connection.
-public struct PeerCredentials: Sendable, Hashable {
-    public var uid: UInt32
-    public var gid: UInt32
-    public var pid: Int32
+package struct PeerCredentials: Sendable, Hashable {
+    package var uid: UInt32
+    package var gid: UInt32
+    package var pid: Int32
 
-    public init(uid: UInt32, gid: UInt32, pid: Int32) {
+    package init(uid: UInt32, gid: UInt32, pid: Int32) {
         self.uid = uid
         self.gid = gid
         self.pid = pid
@@ -230,7 +230,7 @@ public struct PeerCredentials: Sendable, Hashable {
 
     /// Parses libzmq's `Peer-Address` of a Unix-domain connection, which ends with
     /// `:uid:gid:pid`; nil for any other address.
-    public init?(peerAddress: String) {
+    package init?(peerAddress: String) {
         var bytes = Array(peerAddress.utf8)
         bytes.append(0)
         guard let parsed = bytes.withUnsafeBufferPointer({ PeerCredentials(peerAddress: $0.baseAddress!) }) else {
