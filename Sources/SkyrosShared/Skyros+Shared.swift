@@ -38,7 +38,8 @@ extension Skyros {
             guard let self else { return }
             var change = StoreChange(
                 sequence: event.sequence, author: event.author, isReset: event.kind == .reset,
-                isRefresh: event.kind == .schemaChanged, inserted: event.inserted.map(\.id), deleted: event.deleted)
+                isRefresh: event.kind == .schemaChanged, inserted: event.inserted.map(\.id), deleted: event.deleted,
+                insertedSnapshots: event.inserted)
             for update in event.updated {
                 let properties = schema.entity(named: update.id.entityName)?.properties
                 change.updated[update.id] = update.values.keys.sorted().compactMap { index in

@@ -61,6 +61,33 @@ struct ExactlyOnceTests {
         #expect(try remote.count(StoreRequest(entityName: "User")) == 2)
     }
 
+    @Test("another process's change reaches the main context in one hop: inserted and updated values, no request")
+    func oneHop() async throws {
+        let daemon = try RunningDaemon()
+        let remoteA = try RemoteStore(schema: testSchema, container: daemon.container)
+        let remoteB = try RemoteStore(schema: testSchema, container: daemon.container)
+        let a = Skyros(sharedStack: remoteA)
+        let b = Skyros(sharedStack: remoteB)
+        let bChanges = b.changes
+        let id = try await a.write { context in
+            let user = User.create(in: context)
+            user.handle = "hop"
+            user.firstname = "Before"
+            return user.objectID
+        }
+        #expect(try #require(await nextChange(bChanges)).inserted == [id])
+        let before = remoteB.requestsSentForTesting
+        // B reads the inserted object and holds it: its values came with the event.
+        let first = try await b.read { context in context.object(with: id, as: User.self)?.firstname }
+        #expect(first == "Before")
+        try await a.write { context in context.object(with: id, as: User.self)?.firstname = "After" }
+        let change = try #require(await nextChange(bChanges))
+        #expect(change.updated[id] == ["firstname"])
+        let second = try await b.read { context in context.object(with: id, as: User.self)?.firstname }
+        #expect(second == "After")
+        #expect(remoteB.requestsSentForTesting == before, "B asked the daemon for what the events carried")
+    }
+
     @Test("a client is not sent the events of its own saves: it counts them as merged from their replies")
     func ownEventsStayHome() async throws {
         let daemon = try RunningDaemon()

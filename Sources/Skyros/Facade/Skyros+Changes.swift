@@ -17,6 +17,10 @@ public struct StoreChange: Sendable, Hashable {
     /// The new values of updated objects, when the change carries them (a shared stack's
     /// events do): objects the main context holds take them without asking the store.
     public var updatedValues: [ObjectID: UpdatedValues]
+    /// The inserted objects with their values, when the change carries them (a shared
+    /// stack's events do): the main context registers them, so that `object(with:)` has them
+    /// without asking the store (Core Data's merge of inserted objects).
+    public var insertedSnapshots: [Snapshot]
 
     /// An updated object's version after the change and its changed properties' values, by
     /// property index.
@@ -31,7 +35,8 @@ public struct StoreChange: Sendable, Hashable {
 
     public init(
         sequence: UInt64, author: String, isReset: Bool = false, isRefresh: Bool = false, inserted: [ObjectID] = [],
-        updated: [ObjectID: [String]] = [:], deleted: [ObjectID] = [], updatedValues: [ObjectID: UpdatedValues] = [:]
+        updated: [ObjectID: [String]] = [:], deleted: [ObjectID] = [], updatedValues: [ObjectID: UpdatedValues] = [:],
+        insertedSnapshots: [Snapshot] = []
     ) {
         self.sequence = sequence
         self.author = author
@@ -41,6 +46,7 @@ public struct StoreChange: Sendable, Hashable {
         self.updated = updated
         self.deleted = deleted
         self.updatedValues = updatedValues
+        self.insertedSnapshots = insertedSnapshots
     }
 }
 
@@ -57,8 +63,9 @@ extension Skyros {
     /// Merges a change committed by another process into the main context: registered
     /// objects that changed take the new values the change carries (without a fetch; the
     /// properties an object has unsaved changes of keep them), or become faults when it carries
-    /// none; deleted ones are marked deleted and forgotten, and fetches see inserts (they ask
-    /// the store). Objects the context never held are not made.
+    /// none; deleted ones are marked deleted and forgotten; inserted objects whose values the
+    /// change carries are registered (fetches see inserts in any case: they ask the store).
+    /// Updated objects the context never held are not made.
     /// Then ``changes`` delivers it. Called by the shared stack on its event thread; objects
     /// with unsaved changes in the main context keep them.
     ///
@@ -73,6 +80,9 @@ extension Skyros {
             } else if change.isRefresh {
                 for id in main.registry.keys { main.refreshIfClean(id) }
             } else {
+                for snapshot in change.insertedSnapshots where main.registered(snapshot.id) == nil {
+                    _ = try? main.materialize(snapshot.id, values: snapshot.values, version: snapshot.version)
+                }
                 for id in change.updated.keys {
                     if let update = change.updatedValues[id] {
                         main.takeValues(update, of: id)
