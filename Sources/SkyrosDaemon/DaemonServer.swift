@@ -312,7 +312,7 @@ public final class DaemonServer: @unchecked Sendable {
                             continue
                         }
                         let session = sessions[save.identity]
-                        let apply = { () throws -> ChangeEvent in
+                        let apply = { () throws -> (ChangeEvent, [UInt8]) in
                             var event = ChangeEvent(
                                 sequence: next + 1, kind: index == resetting ? .reset : .changes,
                                 authorID: save.clientID, author: session?.name ?? "")
@@ -324,10 +324,9 @@ public final class DaemonServer: @unchecked Sendable {
                                 event.updated = applied.map { ChangeEvent.Update(id: $0.id, version: $0.version, values: $0.changes) }
                                 event.deleted = save.changes.deleted
                             }
-                            return event
+                            return (event, try Journal.record(event, save: save.saveNumber, in: transaction))
                         }
-                        let event = try isolated ? transaction.savepoint(apply) : apply()
-                        let encoded = try Journal.record(event, save: save.saveNumber, in: transaction)
+                        let (event, encoded) = try isolated ? transaction.savepoint(apply) : apply()
                         next = event.sequence
                         recorded[save.clientID] = Journal.SaveRecord(save: save.saveNumber, sequence: next)
                         events.append(EventPublisher.Committed(event: event, encoded: encoded, topic: session?.topic))
