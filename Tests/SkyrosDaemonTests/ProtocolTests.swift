@@ -1,3 +1,4 @@
+import CZeroMQ
 import Foundation
 import Skyros
 import SkyrosDaemon
@@ -136,6 +137,27 @@ struct ProtocolTests {
         #expect(updated.updated == [ChangeEvent.Update(id: user.id, version: 2, values: [2: .integer(40)])])
         _ = try writer.call(.save(clientID: .named("w"), saveNumber: 3, changes: ChangeSet(deleted: [user.id])))
         #expect(try nextChangeEvent(reader, milliseconds: 2_000)?.deleted == [user.id])
+    }
+
+    @Test("a client that disappears mid-save: its save is committed once, published, and the daemon serves on")
+    func clientGoneMidSave() throws {
+        let daemon = try RunningDaemon()
+        let watcher = try RawClient(daemon)
+        _ = try watcher.hello()
+        do {
+            let gone = try RawClient(daemon)
+            _ = try gone.hello()
+            try gone.dealer.setOption(ZMQ_LINGER, Int32(0))
+            _ = try gone.send(.save(clientID: .named("gone"), saveNumber: 1, changes: ChangeSet(inserted: [userSnapshot("orphan")])))
+            gone.dealer.close()  // before its reply comes
+        }
+        let event = try #require(try nextChangeEvent(watcher, milliseconds: 2_000))
+        #expect(event.authorID == .named("gone") && event.inserted.count == 1)
+        #expect(try watcher.call(.count(StoreRequest(entityName: "User"))) == .countReply(1))
+        // Coming back with the same client ID and save number, it learns the save's sequence.
+        #expect(try watcher.call(.save(clientID: .named("gone"), saveNumber: 1, changes: ChangeSet(inserted: [userSnapshot("orphan")])))
+            == .saved(sequence: event.sequence))
+        #expect(try watcher.call(.count(StoreRequest(entityName: "User"))) == .countReply(1))
     }
 
     @Test("changes-since answers in pages with a more flag")
