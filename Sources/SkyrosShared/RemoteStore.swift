@@ -339,26 +339,30 @@ public final class RemoteStore: PersistentStore, @unchecked Sendable {
     /// passed: ``SkyrosError/Code/daemonUnavailable``.
     func request(_ body: WireMessage.Body) throws -> WireMessage.Body {
         try lock.withLock {
-            let deadline = Date().addingTimeInterval(timeout)
-            var needsHello = false
+            var attempts = RequestAttempts(
+                now: .now, timeout: .milliseconds(Int64(timeout * 1000)),
+                retryInterval: .milliseconds(Int64(retryInterval * 1000)))
             while true {
-                let wait = max(0.01, min(retryInterval, deadline.timeIntervalSinceNow))
-                do {
-                    if needsHello {
-                        try sayHelloAgain(wait: wait)
-                        needsHello = false
-                    }
-                    return try exchange(body, wait: wait)
-                } catch let error as SkyrosError where error.code == .helloRequired {
-                    needsHello = true
-                } catch ExchangeTimeout.timedOut {
-                    dealer.close()
-                    dealer = try Self.makeDealer(zmq, container)
-                }
-                if Date() >= deadline {
+                guard case .attempt(let wait, let newConnection, let sayHelloFirst) = attempts.next(now: .now) else {
                     throw SkyrosError(
                         .daemonUnavailable,
                         "the daemon of \(container.url.path) did not answer within \(timeout) seconds (is skyrosd running?)")
+                }
+                let seconds = Double(wait.components.seconds) + Double(wait.components.attoseconds) / 1e18
+                do {
+                    if newConnection {
+                        dealer.close()
+                        dealer = try Self.makeDealer(zmq, container)
+                    }
+                    if sayHelloFirst {
+                        try sayHelloAgain(wait: seconds)
+                        attempts.welcomed()
+                    }
+                    return try exchange(body, wait: seconds)
+                } catch let error as SkyrosError where error.code == .helloRequired {
+                    attempts.helloRequired()
+                } catch ExchangeTimeout.timedOut {
+                    attempts.timedOut()
                 }
             }
         }

@@ -133,3 +133,49 @@ struct EventSequencerTests {
         #expect(machine.sequence == 2)
     }
 }
+
+/// One request's attempts as a transcript: a reply lost, a daemon restarted, the timeout.
+@Suite("Client request attempts (state machine)")
+struct RequestAttemptsTests {
+    let start = ContinuousClock.now
+
+    @Test("the first attempt waits the retry interval on the current connection")
+    func first() {
+        var attempts = RequestAttempts(now: start, timeout: .seconds(5), retryInterval: .seconds(1))
+        #expect(attempts.next(now: start) == .attempt(wait: .seconds(1), newConnection: false, sayHelloFirst: false))
+    }
+
+    @Test("lost reply: the request is sent again on a new connection, until the timeout, then it fails")
+    func lostReplies() {
+        var attempts = RequestAttempts(now: start, timeout: .seconds(2), retryInterval: .seconds(1))
+        _ = attempts.next(now: start)
+        attempts.timedOut()
+        #expect(attempts.next(now: start + .seconds(1)) == .attempt(wait: .seconds(1), newConnection: true, sayHelloFirst: false))
+        attempts.timedOut()
+        // The last attempt gets what is left of the timeout, never less than 10 ms.
+        #expect(attempts.next(now: start + .milliseconds(1_995))
+            == .attempt(wait: .milliseconds(10), newConnection: true, sayHelloFirst: false))
+        attempts.timedOut()
+        #expect(attempts.next(now: start + .seconds(2)) == .fail)
+        #expect(attempts.attempts == 3)
+    }
+
+    @Test("daemon restarted: hello again before the next attempt, once welcomed no more")
+    func helloRequired() {
+        var attempts = RequestAttempts(now: start, timeout: .seconds(5), retryInterval: .seconds(1))
+        _ = attempts.next(now: start)
+        attempts.helloRequired()
+        #expect(attempts.next(now: start + .milliseconds(1))
+            == .attempt(wait: .seconds(1), newConnection: false, sayHelloFirst: true))
+        attempts.welcomed()
+        attempts.timedOut()
+        #expect(attempts.next(now: start + .seconds(2)) == .attempt(wait: .seconds(1), newConnection: true, sayHelloFirst: false))
+    }
+
+    @Test("a request always gets one attempt, even with a timeout already past")
+    func alwaysOneAttempt() {
+        var attempts = RequestAttempts(now: start, timeout: .zero, retryInterval: .seconds(1))
+        #expect(attempts.next(now: start + .seconds(1)) == .attempt(wait: .milliseconds(10), newConnection: false, sayHelloFirst: false))
+        #expect(attempts.next(now: start + .seconds(1)) == .fail)
+    }
+}
