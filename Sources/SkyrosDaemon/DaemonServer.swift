@@ -79,8 +79,8 @@ public final class DaemonServer: @unchecked Sendable {
     private var lastHeartbeat = Date.distantPast
     private var lastPrune = Date.distantPast
     private let state = NSLock()
-    /// The save records of the commits since the daemon started (see ``lastSave(of:_:)``).
-    private var lastSaves: [UUID: Journal.SaveRecord] = [:]
+    /// Exactly-once decisions, from the save records of the commits since the daemon started.
+    private var ledger = SaveLedger()
     private var counters = Statistics()
 
     /// What the server has committed since it started.
@@ -293,23 +293,27 @@ public final class DaemonServer: @unchecked Sendable {
         var results: [Result<UInt64, SkyrosError>] = []
         var events: [EventPublisher.Committed] = []
         var next = sequence
-        // Save records of this turn: known to `lastSaves` only once the commit is durable.
-        var recorded: [UUID: Journal.SaveRecord] = [:]
         let isolated = saves.count > 1
         var refusal: SkyrosError?  // the error of a save alone in its transaction
         do {
             try store.transaction { transaction in
                 for (index, save) in saves.enumerated() {
                     do {
-                        if let last = try recorded[save.clientID] ?? lastSave(of: save.clientID, transaction),
-                            last.save >= save.saveNumber
-                        {
-                            let first =
-                                last.save == save.saveNumber
-                                ? last.sequence
-                                : try Journal.sequence(ofSave: save.saveNumber, by: save.clientID, in: transaction) ?? 0
-                            results.append(.success(first))
+                        var decision = ledger.decide(client: save.clientID, save: save.saveNumber)
+                        if decision == .readStore {
+                            let stored = try Journal.lastSave(of: save.clientID, in: transaction)
+                            decision = ledger.decide(client: save.clientID, save: save.saveNumber, stored: .some(stored))
+                        }
+                        switch decision {
+                        case .answer(let sequence):
+                            results.append(.success(sequence))
                             continue
+                        case .answerFromHistory:
+                            let first = try Journal.sequence(ofSave: save.saveNumber, by: save.clientID, in: transaction)
+                            results.append(.success(first ?? 0))
+                            continue
+                        case .apply, .readStore:
+                            break
                         }
                         let session = sessions[save.identity]
                         let apply = { () throws -> (ChangeEvent, [UInt8]) in
@@ -328,7 +332,7 @@ public final class DaemonServer: @unchecked Sendable {
                         }
                         let (event, encoded) = try isolated ? transaction.savepoint(apply) : apply()
                         next = event.sequence
-                        recorded[save.clientID] = Journal.SaveRecord(save: save.saveNumber, sequence: next)
+                        ledger.applied(client: save.clientID, save: save.saveNumber, sequence: next)
                         events.append(EventPublisher.Committed(event: event, encoded: encoded, topic: session?.topic))
                         results.append(.success(event.sequence))
                     } catch {
@@ -343,12 +347,13 @@ public final class DaemonServer: @unchecked Sendable {
                 try pruneIfDue(next, transaction)
             }
             sequence = next
-            rememberSaves(recorded)
+            ledger.commit()
             state.withLock {
                 counters.commits += 1
                 counters.changeSets += events.count
             }
         } catch {
+            ledger.abandon()
             if let refusal {
                 results = [.failure(refusal)]
             } else {
@@ -372,20 +377,6 @@ public final class DaemonServer: @unchecked Sendable {
         }
         publish(publisher.committed(events, requestsWaiting: waiting, now: .now))
         if resetting != nil { publish(publisher.flush()) }
-    }
-
-    /// The last save applied for a client: from memory, or from its record in the store the
-    /// first time the client is seen (after a restart, a client may resend an applied save).
-    private func lastSave(of client: UUID, _ transaction: SQLiteStore.Transaction) throws -> Journal.SaveRecord? {
-        if let known = lastSaves[client] { return known }
-        return try Journal.lastSave(of: client, in: transaction)
-    }
-
-    /// Keeps the save records of a durable commit in memory; bounded, since each client
-    /// process has its own id: when full, it starts again from the store's records.
-    private func rememberSaves(_ records: [UUID: Journal.SaveRecord]) {
-        if lastSaves.count + records.count > 10_000 { lastSaves.removeAll(keepingCapacity: true) }
-        lastSaves.merge(records) { _, new in new }
     }
 
     /// The reply to a failed request: the conflict list of a refused save, or an error.

@@ -100,4 +100,48 @@ struct DaemonStateMachineTests {
         }
         #expect(beat.kind == .heartbeat && beat.sequence == 1 && sent[1].topic == WireProtocol.broadcastTopic)
     }
+
+    @Test("exactly-once: a new save is applied; the same save again is answered with its sequence, even in the same turn")
+    func ledgerRetries() {
+        let client = UUID()
+        var ledger = SaveLedger()
+        #expect(ledger.decide(client: client, save: 1) == .readStore)  // never seen: its record is in the store, or nowhere
+        #expect(ledger.decide(client: client, save: 1, stored: .some(nil)) == .apply)
+        ledger.applied(client: client, save: 1, sequence: 7)
+        #expect(ledger.decide(client: client, save: 1) == .answer(sequence: 7))  // resent within the same turn
+        ledger.commit()
+        #expect(ledger.decide(client: client, save: 1) == .answer(sequence: 7))  // resent later
+        #expect(ledger.decide(client: client, save: 2) == .apply)
+    }
+
+    @Test("an older save than the last is answered from the history; after a restart the store's record decides")
+    func ledgerOlderAndRestart() {
+        let client = UUID()
+        var ledger = SaveLedger()
+        ledger.applied(client: client, save: 5, sequence: 40)
+        ledger.commit()
+        #expect(ledger.decide(client: client, save: 3) == .answerFromHistory)
+        let restarted = SaveLedger()
+        #expect(restarted.decide(client: client, save: 5) == .readStore)
+        let record = Journal.SaveRecord(save: 5, sequence: 40)
+        #expect(restarted.decide(client: client, save: 5, stored: .some(record)) == .answer(sequence: 40))
+        #expect(restarted.decide(client: client, save: 6, stored: .some(record)) == .apply)
+    }
+
+    @Test("a failed commit forgets its turn; past its capacity the ledger forgets everyone and asks the store")
+    func ledgerAbandonAndCapacity() {
+        let (a, b, c) = (UUID(), UUID(), UUID())
+        var ledger = SaveLedger(capacity: 2)
+        ledger.applied(client: a, save: 1, sequence: 1)
+        ledger.abandon()  // the transaction rolled back: save 1 of a never happened
+        #expect(ledger.decide(client: a, save: 1) == .readStore)
+        ledger.applied(client: a, save: 1, sequence: 1)
+        ledger.applied(client: b, save: 1, sequence: 2)
+        ledger.commit()
+        ledger.applied(client: c, save: 1, sequence: 3)
+        ledger.commit()
+        #expect(ledger.known.count <= 2)
+        #expect(ledger.decide(client: c, save: 1) == .answer(sequence: 3))
+        #expect(ledger.decide(client: a, save: 1) == .readStore)
+    }
 }
