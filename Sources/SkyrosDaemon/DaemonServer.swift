@@ -39,13 +39,14 @@ public final class DaemonServer: @unchecked Sendable {
         /// Where the server writes what it does (one line per call).
         public var log: @Sendable (String) -> Void
 
-        /// A configuration; every limit has the protocol's default.
+        /// A configuration; every limit has the protocol's default (`maximumEventDelay` nil:
+        /// ``WireProtocol/maximumEventDelay``).
         public init(
             container: GroupContainer, durability: Durability = .full,
             maximumMessageSize: Int = WireProtocol.maximumMessageSize,
             historyCount: Int = 100_000, historyAge: TimeInterval = 7 * 86_400, maximumGroupCommit: Int = 256,
             maximumConnections: Int = 10_000,
-            maximumEventDelay: TimeInterval = Double(WireProtocol.maximumEventDelay.components.attoseconds) / 1e18,
+            maximumEventDelay: TimeInterval? = nil,
             log: @escaping @Sendable (String) -> Void = { _ in }
         ) {
             self.container = container
@@ -55,7 +56,7 @@ public final class DaemonServer: @unchecked Sendable {
             self.historyAge = historyAge
             self.maximumGroupCommit = max(1, maximumGroupCommit)
             self.maximumConnections = max(1, maximumConnections)
-            self.maximumEventDelay = max(0, maximumEventDelay)
+            self.maximumEventDelay = max(0, maximumEventDelay ?? WireProtocol.maximumEventDelay.timeInterval)
             self.log = log
         }
     }
@@ -117,7 +118,7 @@ public final class DaemonServer: @unchecked Sendable {
         try container.prepare()
         lock = try GroupLock(container)
         sessions = SessionTable(maximumSessions: configuration.maximumConnections)
-        publisher = EventPublisher(maximumDelay: .milliseconds(Int64(configuration.maximumEventDelay * 1000)))
+        publisher = EventPublisher(maximumDelay: .seconds(configuration.maximumEventDelay))
         if let description = try SQLiteStore.storedSchemaDescription(at: container.store) {
             let store = try SQLiteStore(
                 schema: try Schema(description: description), url: container.store, durability: configuration.durability,
@@ -246,10 +247,12 @@ public final class DaemonServer: @unchecked Sendable {
                 code: code.rawValue, message: error.description)))
             return
         }
-        if case .save(_, 0, _) = message.body {
+        switch message.body {
+        case .save(_, 0, _), .deleteAll(_, 0):
             reply(to: identity, WireMessage(requestID: message.requestID, body: .error(
                 code: SkyrosError.Code.malformedMessage.rawValue, message: "save numbers start at 1")))
             return
+        default: break
         }
         if case .save(let clientID, let saveNumber, let changes) = message.body, sessions[identity] != nil,
             store != nil
@@ -259,9 +262,7 @@ public final class DaemonServer: @unchecked Sendable {
                 changes: changes))
             return
         }
-        if case .deleteAll(let clientID, let saveNumber) = message.body, saveNumber > 0, sessions[identity] != nil,
-            store != nil
-        {
+        if case .deleteAll(let clientID, let saveNumber) = message.body, sessions[identity] != nil, store != nil {
             // Saves that arrived first are committed first; the reset is a change set of its own.
             saves.append(PendingSave(
                 identity: identity, requestID: message.requestID, clientID: clientID, saveNumber: saveNumber,

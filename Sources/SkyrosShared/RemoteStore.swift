@@ -33,7 +33,7 @@ public final class RemoteStore: PersistentStore, @unchecked Sendable {
     public let retryInterval: TimeInterval
     /// How long the event socket may stay silent (the daemon sends a heartbeat every
     /// 100 ms) before the client catches up with the history anyway.
-    public let silenceInterval: TimeInterval = Double(WireProtocol.silenceInterval.components.seconds)
+    public let silenceInterval: TimeInterval = WireProtocol.silenceInterval.timeInterval
     /// For tests: how many save acknowledgements to drop, as if they were lost on the way.
     var droppedSaveRepliesForTesting = 0
 
@@ -340,25 +340,23 @@ public final class RemoteStore: PersistentStore, @unchecked Sendable {
     func request(_ body: WireMessage.Body) throws -> WireMessage.Body {
         try lock.withLock {
             var attempts = RequestAttempts(
-                now: .now, timeout: .milliseconds(Int64(timeout * 1000)),
-                retryInterval: .milliseconds(Int64(retryInterval * 1000)))
+                now: .now, timeout: .seconds(timeout), retryInterval: .seconds(retryInterval))
             while true {
                 guard case .attempt(let wait, let newConnection, let sayHelloFirst) = attempts.next(now: .now) else {
                     throw SkyrosError(
                         .daemonUnavailable,
                         "the daemon of \(container.url.path) did not answer within \(timeout) seconds (is skyrosd running?)")
                 }
-                let seconds = Double(wait.components.seconds) + Double(wait.components.attoseconds) / 1e18
                 do {
                     if newConnection {
                         dealer.close()
                         dealer = try Self.makeDealer(zmq, container)
                     }
                     if sayHelloFirst {
-                        try sayHelloAgain(wait: seconds)
+                        try sayHelloAgain(wait: wait.timeInterval)
                         attempts.welcomed()
                     }
-                    return try exchange(body, wait: seconds)
+                    return try exchange(body, wait: wait.timeInterval)
                 } catch let error as SkyrosError where error.code == .helloRequired {
                     attempts.helloRequired()
                 } catch ExchangeTimeout.timedOut {

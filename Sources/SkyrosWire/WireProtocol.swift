@@ -91,6 +91,13 @@ public enum WireProtocol {
     }
 }
 
+extension Duration {
+    /// The duration in seconds, for the APIs that take a `TimeInterval`.
+    package var timeInterval: TimeInterval {
+        Double(components.seconds) + Double(components.attoseconds) / 1e18
+    }
+}
+
 /// The header every message starts with, in every protocol version: `u8` version, `u8`
 /// kind, `uvarint` request ID. Readable on its own, so that a reply to a message that cannot
 /// be decoded still carries the request ID it answers.

@@ -75,6 +75,14 @@ public struct SchemaDescription: Codable, Sendable, Hashable {
         return upgraded
     }
 
+    /// The types Skyros stores natively (see ``AttributeValue``).
+    private static var nativeTypes: [any AttributeValue.Type] {
+        [
+            String.self, Int.self, Int64.self, Int32.self, Int16.self, Int8.self, Double.self, Float.self, Bool.self,
+            Date.self, Data.self, UUID.self, URL.self, Decimal.self,
+        ]
+    }
+
     private static func neutralName(_ name: String, storageType: StorageType, isAttribute: Bool) -> String {
         var name = name
         if name.hasPrefix("Swift.Optional<") && name.hasSuffix(">") {
@@ -84,13 +92,9 @@ public struct SchemaDescription: Codable, Sendable, Hashable {
         let module = name.prefix { $0 != "." }
         let type = name.dropFirst(module.count + 1)
         if ["Swift", "Foundation", "FoundationEssentials"].contains(module),
-            let neutral = [
-                "String": "string", "Int": "int", "Int64": "int64", "Int32": "int32", "Int16": "int16", "Int8": "int8",
-                "Double": "double", "Float": "float", "Bool": "bool", "Date": "date", "Data": "data", "UUID": "uuid",
-                "URL": "url", "Decimal": "decimal",
-            ][String(type)]
+            let native = nativeTypes.first(where: { String(describing: $0) == type })
         {
-            return neutral
+            return native.schemaTypeName
         }
         guard isAttribute else { return "uuid" }
         switch storageType {

@@ -176,7 +176,7 @@ public final class SQLiteStore: ObjectStore, @unchecked Sendable {
     }
 
     private func createSchemaIfNeeded(_ db: Database) throws {
-        let description = String(decoding: try schema.schemaDescription.canonicalJSON(), as: UTF8.self)
+        func description() throws -> String { String(decoding: try schema.schemaDescription.canonicalJSON(), as: UTF8.self) }
         if try db.tableExists("skyros_metadata") {
             let stored = try String.fetchOne(db, sql: "SELECT value FROM skyros_metadata WHERE key = 'fingerprint'")
             guard stored != schema.fingerprint else { return }
@@ -187,13 +187,13 @@ public final class SQLiteStore: ObjectStore, @unchecked Sendable {
             // The same schema, recorded with runtime type names: the record is brought up to date.
             try db.execute(
                 sql: "UPDATE skyros_metadata SET value = CASE key WHEN 'fingerprint' THEN ? ELSE ? END WHERE key IN ('fingerprint', 'schema')",
-                arguments: [schema.fingerprint, description])
+                arguments: [schema.fingerprint, try description()])
             return
         }
         try db.execute(sql: "CREATE TABLE skyros_metadata (key TEXT PRIMARY KEY NOT NULL, value TEXT NOT NULL)")
         try db.execute(
             sql: "INSERT INTO skyros_metadata (key, value) VALUES ('fingerprint', ?), ('format', ?), ('schema', ?)",
-            arguments: [schema.fingerprint, Self.format, description])
+            arguments: [schema.fingerprint, Self.format, try description()])
         for statement in Self.schemaSQL(schema) { try db.execute(sql: statement) }
     }
 
@@ -615,9 +615,7 @@ public final class SQLiteStore: ObjectStore, @unchecked Sendable {
             } else if code == SQLITE_DONE {
                 return
             } else {
-                throw DatabaseError(
-                    resultCode: ResultCode(rawValue: sqlite3_extended_errcode(db.sqliteConnection)),
-                    message: String(cString: sqlite3_errmsg(db.sqliteConnection)), sql: sql)
+                throw lastError(db, sql: sql)
             }
         }
     }
@@ -625,11 +623,14 @@ public final class SQLiteStore: ObjectStore, @unchecked Sendable {
     static func stepDone(_ db: Database, _ raw: OpaquePointer) throws {
         let code = sqlite3_step(raw)
         sqlite3_reset(raw)
-        if code != SQLITE_DONE {
-            throw DatabaseError(
-                resultCode: ResultCode(rawValue: sqlite3_extended_errcode(db.sqliteConnection)),
-                message: String(cString: sqlite3_errmsg(db.sqliteConnection)))
-        }
+        if code != SQLITE_DONE { throw lastError(db) }
+    }
+
+    /// The error of the connection's last failed call.
+    static func lastError(_ db: Database, sql: String? = nil) -> DatabaseError {
+        DatabaseError(
+            resultCode: ResultCode(rawValue: sqlite3_extended_errcode(db.sqliteConnection)),
+            message: String(cString: sqlite3_errmsg(db.sqliteConnection)), sql: sql)
     }
 
     /// Steps a statement that returns at most one integer (`… RETURNING column`): the integer,
@@ -642,11 +643,7 @@ public final class SQLiteStore: ObjectStore, @unchecked Sendable {
             result = sqlite3_column_int64(raw, 0)
             code = sqlite3_step(raw)
         }
-        guard code == SQLITE_DONE else {
-            throw DatabaseError(
-                resultCode: ResultCode(rawValue: sqlite3_extended_errcode(db.sqliteConnection)),
-                message: String(cString: sqlite3_errmsg(db.sqliteConnection)))
-        }
+        guard code == SQLITE_DONE else { throw lastError(db) }
         return result
     }
 
