@@ -143,13 +143,21 @@ struct ContentionBenchmark {
         print("RESULT \(latencies.count) " + latencies.map { String(Int($0)) }.joined(separator: " "))
     }
 
-    /// A client of the daemon: one-object writes, each waited for.
+    /// A client of the daemon: one-object writes, each waited for with `writeAndWait` (the
+    /// API for a thread that waits for durability); with SKYROS_BENCH_WRITESYNC set, with
+    /// `writeSync` and a semaphore signalled by its completion (two more thread hops a save).
     static func client(container: String, go: String, seconds: Double) throws {
         let store = try Skyros(sharedStack: benchSchema, container: URL(fileURLWithPath: container), timeout: 30)
-        let done = DispatchSemaphore(value: 0)
-        saveLoop(go: go, seconds: seconds) { index in
-            store.writeSync({ context in Item.create(in: context).value = index }, completion: { _ in done.signal() })
-            done.wait()
+        if ProcessInfo.processInfo.environment["SKYROS_BENCH_WRITESYNC"] != nil {
+            let done = DispatchSemaphore(value: 0)
+            saveLoop(go: go, seconds: seconds) { index in
+                store.writeSync({ context in Item.create(in: context).value = index }, completion: { _ in done.signal() })
+                done.wait()
+            }
+            return
+        }
+        try saveLoop(go: go, seconds: seconds) { index in
+            try store.writeAndWait { context in Item.create(in: context).value = index }
         }
     }
 

@@ -44,7 +44,7 @@ public final class RemoteStore: PersistentStore, @unchecked Sendable {
     private var saveNumber: UInt64 = 0
     private let events: ZeroMQSocket
     private let eventsLock = NSLock()
-    private var _onChange: (@Sendable (ChangeEvent) -> Void)?
+    private var _onChange: (@Sendable ([ChangeEvent]) -> Void)?
     private var _onRestart: (@Sendable () -> Void)?
     private let helloMessage: WireMessage.Hello
     private var stopped = false
@@ -173,9 +173,10 @@ public final class RemoteStore: PersistentStore, @unchecked Sendable {
         return socket
     }
 
-    /// Called on a background thread with each change event of another client, in order.
-    /// Setting it starts listening.
-    public var onChange: (@Sendable (ChangeEvent) -> Void)? {
+    /// Called on a background thread with the change events of other clients, in order, a
+    /// run of consecutive ones at a time (under load the daemon publishes several commits in
+    /// one message: they are merged in one go). Setting it starts listening.
+    public var onChange: (@Sendable ([ChangeEvent]) -> Void)? {
         get { eventsLock.withLock { _onChange } }
         set {
             let start = eventsLock.withLock { () -> Bool in
@@ -281,11 +282,9 @@ public final class RemoteStore: PersistentStore, @unchecked Sendable {
         while !actions.isEmpty {
             switch actions.removeFirst() {
             case .merge(let events):
-                let handler = eventsLock.withLock { _onChange }
-                for event in events {
-                    handler?(event)
-                    eventsLock.withLock { delivered = max(delivered, event.sequence) }
-                }
+                guard let last = events.last else { break }
+                eventsLock.withLock { _onChange }?(events)
+                eventsLock.withLock { delivered = max(delivered, last.sequence) }
             case .catchUp(let after):
                 do {
                     guard case .changes(let events, let more) = try request(.changesSince(after, limit: 0)) else { break }

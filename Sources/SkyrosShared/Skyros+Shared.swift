@@ -34,24 +34,28 @@ extension Skyros {
     public convenience init(sharedStack remote: RemoteStore, allowsConcurrentWritings: Bool = false) {
         self.init(store: remote, allowsConcurrentWritings: allowsConcurrentWritings)
         let schema = remote.schema
-        remote.onChange = { [weak self] (event: ChangeEvent) in
-            guard let self else { return }
-            var change = StoreChange(
-                sequence: event.sequence, author: event.author, isReset: event.kind == .reset,
-                isRefresh: event.kind == .schemaChanged, inserted: event.inserted.map(\.id), deleted: event.deleted,
-                insertedSnapshots: event.inserted)
-            for update in event.updated {
-                let properties = schema.entity(named: update.id.entityName)?.properties
-                change.updated[update.id] = update.values.keys.sorted().compactMap { index in
-                    properties.flatMap { index < $0.count ? $0[index].name : nil }
-                }
-                change.updatedValues[update.id] = StoreChange.UpdatedValues(version: update.version, values: update.values)
-            }
-            self.merge(change)
+        remote.onChange = { [weak self] (events: [ChangeEvent]) in
+            self?.merge(events.map { Self.storeChange($0, schema) })
         }
         remote.onRestart = { [weak self] in
             // The daemon restarted and may have lost events: what the main context holds is refreshed.
             self?.merge(StoreChange(sequence: 0, author: "", isRefresh: true))
         }
+    }
+
+    /// A change event as the main context merges it: updated properties by name, with their values.
+    static func storeChange(_ event: ChangeEvent, _ schema: Schema) -> StoreChange {
+        var change = StoreChange(
+            sequence: event.sequence, author: event.author, isReset: event.kind == .reset,
+            isRefresh: event.kind == .schemaChanged, inserted: event.inserted.map(\.id), deleted: event.deleted,
+            insertedSnapshots: event.inserted)
+        for update in event.updated {
+            let properties = schema.entity(named: update.id.entityName)?.properties
+            change.updated[update.id] = update.values.keys.sorted().compactMap { index in
+                properties.flatMap { index < $0.count ? $0[index].name : nil }
+            }
+            change.updatedValues[update.id] = StoreChange.UpdatedValues(version: update.version, values: update.values)
+        }
+        return change
     }
 }

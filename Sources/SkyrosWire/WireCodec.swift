@@ -68,7 +68,10 @@ package struct WireWriter {
         bytes.append(contentsOf: value)
     }
 
-    package mutating func string(_ value: String) { data(Array(value.utf8)) }
+    package mutating func string(_ value: String) {
+        var value = value
+        value.withUTF8 { data($0) }
+    }
 
     package mutating func uuid(_ value: UUID) {
         withUnsafeBytes(of: value.uuid) { bytes.append(contentsOf: $0) }
@@ -145,9 +148,18 @@ package struct WireReader {
         return Array(bytes[position..<(position + length)])
     }
 
+    /// A string, refused unless its bytes are valid UTF-8. Decoded straight from the message
+    /// (no copy of the bytes first); `String(decoding:)` replaces invalid sequences, so the
+    /// result is compared with the bytes, which costs less than the generic validating path.
     package mutating func string() throws(WireError) -> String {
-        let raw = try data()
-        guard let text = String(validating: raw, as: UTF8.self) else { throw .invalidUTF8 }
+        let length = try count()
+        let text = bytes.withUnsafeBufferPointer { buffer in
+            let raw = UnsafeBufferPointer(rebasing: buffer[position..<(position + length)])
+            let text = String(decoding: raw, as: UTF8.self)
+            return text.utf8.elementsEqual(raw) ? text : nil
+        }
+        guard let text else { throw .invalidUTF8 }
+        position += length
         return text
     }
 

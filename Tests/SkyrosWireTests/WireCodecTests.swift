@@ -124,6 +124,17 @@ struct WireCodecTests {
         writer.data([0xFF, 0xFE])
         writer.string("x")
         #expect(throws: WireError.invalidUTF8) { try WireMessage.decode(writer.bytes) }
+        // Invalid sequences whose replacement has the same length as the bytes (a truncated
+        // 4-byte sequence, a surrogate, an overlong form), and valid text of every length.
+        for invalid: [UInt8] in [[0xF0, 0x90, 0x80], [0x61, 0xF0, 0x90, 0x80, 0x62], [0xED, 0xA0, 0x80], [0xC0, 0xAF]] {
+            var reader = WireReader({ var w = WireWriter(); w.data(invalid); return w.bytes }())
+            #expect(throws: WireError.invalidUTF8) { try reader.string() }
+        }
+        for valid in ["", "é", "日本語", "𝄞 clef", String(repeating: "ü", count: 300)] {
+            var reader = WireReader({ var w = WireWriter(); w.string(valid); return w.bytes }())
+            #expect((try? reader.string()) == valid)
+            #expect(reader.remaining == 0)
+        }
     }
 
     /// A deterministic, seeded mutation fuzzer: 200,000 inputs here (a few seconds); set

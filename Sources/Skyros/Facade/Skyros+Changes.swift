@@ -72,27 +72,34 @@ extension Skyros {
     /// The merge runs synchronously, inside the main context (waiting for it when it is
     /// busy): it returns once the main context has the change. Merging on the caller's thread
     /// spares the thread wake-up of an asynchronous hop on every change.
-    public func merge(_ change: StoreChange) {
+    public func merge(_ change: StoreChange) { merge([change]) }
+
+    /// Merges consecutive changes in one visit to the main context (one wait for its queue
+    /// instead of one per change), in order; ``changes`` delivers each.
+    public func merge(_ changes: [StoreChange]) {
+        guard !changes.isEmpty else { return }
         let main = mainContext
         main.performAndWait { [self] in
-            if change.isReset {
-                main.forgetAllClean()
-            } else if change.isRefresh {
-                for id in main.registry.keys { main.refreshIfClean(id) }
-            } else {
-                for snapshot in change.insertedSnapshots where main.registered(snapshot.id) == nil {
-                    _ = try? main.materialize(snapshot.id, values: snapshot.values, version: snapshot.version)
-                }
-                for id in change.updated.keys {
-                    if let update = change.updatedValues[id] {
-                        main.takeValues(update, of: id)
-                    } else {
-                        main.refreshIfClean(id)
+            for change in changes {
+                if change.isReset {
+                    main.forgetAllClean()
+                } else if change.isRefresh {
+                    for id in main.registry.keys { main.refreshIfClean(id) }
+                } else {
+                    for snapshot in change.insertedSnapshots where main.registered(snapshot.id) == nil {
+                        _ = try? main.materialize(snapshot.id, values: snapshot.values, version: snapshot.version)
                     }
+                    for id in change.updated.keys {
+                        if let update = change.updatedValues[id] {
+                            main.takeValues(update, of: id)
+                        } else {
+                            main.refreshIfClean(id)
+                        }
+                    }
+                    for id in change.deleted { main.forgetDeleted(id) }
                 }
-                for id in change.deleted { main.forgetDeleted(id) }
+                changeObservers.yield(change)
             }
-            changeObservers.yield(change)
         }
     }
 }
