@@ -37,6 +37,35 @@ public final class RemoteStore: PersistentStore, @unchecked Sendable {
     /// For tests: how many save acknowledgements to drop, as if they were lost on the way.
     var droppedSaveRepliesForTesting = 0
 
+    /// What became of a save reported as ``SkyrosError/Code/outcomeUnknown``, once the
+    /// daemon answered the resent request.
+    public struct ResolvedSave: Sendable {
+        /// The save's number (its ``SkyrosError/Code/outcomeUnknown`` message names it).
+        public var saveNumber: UInt64
+        /// The sequence it was committed with; nil when it was not applied.
+        public var sequence: UInt64?
+        /// Why the daemon refused it (when not applied).
+        public var error: SkyrosError?
+        /// Whether the save is in the store.
+        public var isApplied: Bool { sequence != nil }
+    }
+
+    /// Called (on a background thread) when a save reported as
+    /// ``SkyrosError/Code/outcomeUnknown`` is resolved: the client resends it in the background
+    /// until the daemon answers, and before any new save (which waits for the answer: saves
+    /// are applied in order).
+    public var onSaveResolved: (@Sendable (ResolvedSave) -> Void)? {
+        get { lock.withLock { _onSaveResolved } }
+        set { lock.withLock { _onSaveResolved = newValue } }
+    }
+    private var _onSaveResolved: (@Sendable (ResolvedSave) -> Void)?
+    /// A save whose outcome is unknown, resent until the daemon answers (guarded by `lock`).
+    private var unresolvedSave: (number: UInt64, body: WireMessage.Body)?
+    /// Whether the current request's message went out at least once (guarded by `lock`).
+    private var requestWentOut = false
+    /// Serialises the resolution of an unknown save between the event thread and savers.
+    private let resolving = NSLock()
+
     private let zmq: ZeroMQContext
     private let lock = NSLock()
     private var dealer: ZeroMQSocket
@@ -219,6 +248,7 @@ public final class RemoteStore: PersistentStore, @unchecked Sendable {
                 }
                 guard let self, !self.isStopped else { break }
                 do {
+                    self.resolveInBackground()
                     guard ready.socket else {
                         if Date().timeIntervalSince(lastHeard) > silence {
                             // Silence: the daemon may be gone or events lost; ask what was missed.
@@ -340,8 +370,15 @@ public final class RemoteStore: PersistentStore, @unchecked Sendable {
         try lock.withLock {
             var attempts = RequestAttempts(
                 now: .now, timeout: .seconds(timeout), retryInterval: .seconds(retryInterval))
+            requestWentOut = false
             while true {
                 guard case .attempt(let wait, let newConnection, let sayHelloFirst) = attempts.next(now: .now) else {
+                    if requestWentOut, case .save(_, let number, _) = body {
+                        throw outcomeUnknown(number)
+                    }
+                    if requestWentOut, case .deleteAll(_, let number) = body {
+                        throw outcomeUnknown(number)
+                    }
                     throw SkyrosError(
                         .daemonUnavailable,
                         "the daemon of \(container.url.path) did not answer within \(timeout) seconds (is skyrosd running?)")
@@ -373,6 +410,7 @@ public final class RemoteStore: PersistentStore, @unchecked Sendable {
         requestsSent[body.kind, default: 0] += 1
         nextRequestID += 1
         try dealer.send([Data(WireMessage(requestID: id, body: body).encoded())])
+        requestWentOut = true
         let deadline = Date().addingTimeInterval(wait)
         while Date() < deadline {
             let remaining = max(1, Int(deadline.timeIntervalSinceNow * 1000))
@@ -454,16 +492,71 @@ public final class RemoteStore: PersistentStore, @unchecked Sendable {
 
     /// Sends a save (or a reset) with the next save number, and tells the sequencer its
     /// outcome: the reply's sequence is this client's own, never merged.
+    ///
+    /// A save whose outcome is still unknown is resolved first: the daemon applies a client's
+    /// saves in order, and a newer save must not overtake one that may not have arrived.
+    /// When it cannot be resolved, the new save is not sent (``SkyrosError/Code/daemonUnavailable``:
+    /// not applied).
     private func saveRequest(_ body: (UInt64) -> WireMessage.Body) throws {
-        let number = lock.withLock { () -> UInt64 in
-            saveNumber += 1
-            return saveNumber
+        try resolving.withLock {
+            try resolveUnknownSave()
+            let number = lock.withLock { () -> UInt64 in
+                saveNumber += 1
+                return saveNumber
+            }
+            do {
+                try send(save: body(number))
+            } catch let error as SkyrosError where error.code == .outcomeUnknown {
+                lock.withLock { unresolvedSave = (number, body(number)) }
+                wakeEventThread()  // it resends in the background
+                throw error
+            }
         }
+    }
+
+    /// One save request, with the sequencer told of it and of its answer; returns its sequence.
+    @discardableResult
+    private func send(save body: WireMessage.Body) throws -> UInt64 {
         eventsLock.withLock { sequencer.saveSent() }
         var saved: UInt64?
         defer { queue(eventsLock.withLock { sequencer.saveAnswered(sequence: saved) }) }
-        guard case .saved(let sequence) = try request(body(number)) else { throw unexpected() }
+        guard case .saved(let sequence) = try request(body) else { throw unexpected() }
         saved = sequence
+        return sequence
+    }
+
+    /// Resends the save whose outcome is unknown, if any, until the request's timeout; on an
+    /// answer, forgets it and tells ``onSaveResolved``. Called with `resolving` held.
+    private func resolveUnknownSave() throws {
+        guard let pending = lock.withLock({ unresolvedSave }) else { return }
+        let resolved: ResolvedSave
+        do {
+            let sequence = try send(save: pending.body)
+            resolved = ResolvedSave(saveNumber: pending.number, sequence: sequence)
+        } catch let error as SkyrosError where error.code == .outcomeUnknown || error.code == .daemonUnavailable {
+            throw SkyrosError(
+                .daemonUnavailable,
+                "save \(pending.number)'s outcome is still unknown (the daemon of \(container.url.path) does not answer); nothing new was sent")
+        } catch {
+            // The daemon answered with a refusal: the save is not in the store.
+            resolved = ResolvedSave(saveNumber: pending.number, sequence: nil, error: SkyrosError.wrap(error))
+        }
+        lock.withLock { unresolvedSave = nil }
+        onSaveResolved?(resolved)
+    }
+
+    /// Tries, on the event thread, to resolve a save whose outcome is unknown; a saver doing
+    /// it already makes this a no-op.
+    private func resolveInBackground() {
+        guard lock.withLock({ unresolvedSave != nil }), resolving.try() else { return }
+        defer { resolving.unlock() }
+        try? resolveUnknownSave()
+    }
+
+    private func outcomeUnknown(_ number: UInt64) -> SkyrosError {
+        SkyrosError(
+            .outcomeUnknown,
+            "save \(number) went out but the daemon of \(container.url.path) did not acknowledge it within \(timeout) seconds: it may or may not have been applied; it is resent until the daemon answers (RemoteStore.onSaveResolved)")
     }
 
     private func unexpected() -> SkyrosError {

@@ -10,8 +10,14 @@ extension SkyrosError.Code {
     public static let unsupportedProtocolVersion = SkyrosError.Code(rawValue: "unsupportedProtocolVersion")
     /// The change history asked for is no longer kept: refresh completely.
     public static let historyExpired = SkyrosError.Code(rawValue: "historyExpired")
-    /// The group's daemon did not answer in time.
+    /// The group's daemon did not answer in time. For a save: it was not applied (it was
+    /// never sent, see ``outcomeUnknown``).
     public static let daemonUnavailable = SkyrosError.Code(rawValue: "daemonUnavailable")
+    /// A save went out but its acknowledgement did not come in time: the daemon may or may
+    /// not have applied it. It is never reported as failed: the client resends it (same
+    /// client ID and save number, so it is applied at most once) until the daemon answers,
+    /// and `RemoteStore.onSaveResolved` tells the truth.
+    public static let outcomeUnknown = SkyrosError.Code(rawValue: "outcomeUnknown")
     /// The daemon does not know this client (it restarted): say hello again.
     public static let helloRequired = SkyrosError.Code(rawValue: "helloRequired")
     /// This process's user may not use the group (it is not in the group's Unix group).

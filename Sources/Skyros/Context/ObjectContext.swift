@@ -31,6 +31,28 @@ public final class ObjectContext: ObjectStore, @unchecked Sendable, CustomString
         set { policyLock.withLock { _mergePolicy = newValue } }
     }
 
+    private var _errorHandler: (@Sendable (SkyrosError) -> Void)?
+
+    /// Called with the errors of what cannot throw: touching a fault whose object another
+    /// process deleted (``SkyrosError/Code/objectNotFound``) or that cannot be read because
+    /// the store is away (``SkyrosError/Code/daemonUnavailable``), reading a relationship
+    /// that cannot be loaded. The object does not trap: it becomes inaccessible (Core Data's
+    /// inaccessible fault: its attributes give their last known values, or their defaults,
+    /// its relationships are empty or nil, ``ManagedObject/isDeleted`` is true, and it
+    /// leaves the context, so that fetching it again once the store is back gives a live
+    /// object). A context made on another context starts with its parent's handler; a
+    /// ``Skyros`` stack sets it on its contexts to call ``Skyros/handleError(_:)``.
+    /// Called on the thread that touched the object. Thread-safe.
+    public var errorHandler: (@Sendable (SkyrosError) -> Void)? {
+        get { policyLock.withLock { _errorHandler } }
+        set { policyLock.withLock { _errorHandler = newValue } }
+    }
+
+    /// Hands an error of something that cannot throw to ``errorHandler``.
+    func report(_ error: any Error) {
+        errorHandler?(SkyrosError.wrap(error))
+    }
+
     // Queue-confined state.
     /// Registered objects. Held strongly (no weak side tables on the hot path) and pruned
     /// when the registry doubles: objects nobody else holds and that have no changes are
@@ -67,6 +89,7 @@ public final class ObjectContext: ObjectStore, @unchecked Sendable, CustomString
         self.parentIsContext = parent is ObjectContext
         self.queue = DispatchQueue(label: "skyros.context.\(name)")
         reference.context = self
+        if let parent = parent as? ObjectContext { _errorHandler = parent.errorHandler }
         if ConcurrencyDebug.isRequested && !ConcurrencyDebug.isEnabled { ConcurrencyDebug.isEnabled = true }
     }
 
@@ -191,18 +214,32 @@ public final class ObjectContext: ObjectStore, @unchecked Sendable, CustomString
         try? materialize(id, values: nil)
     }
 
+    /// Fills a fault from the parent. When the object is gone (another process deleted it)
+    /// or the parent cannot answer (the daemon is away), the object becomes inaccessible
+    /// instead (see ``errorHandler``) and the error is reported.
     func fulfill(_ storage: ObjectStorage) {
-        let snapshot: Snapshot?
         do {
-            snapshot = try parent.snapshots(for: [storage.objectID]).first
+            guard let snapshot = try parent.snapshots(for: [storage.objectID]).first else {
+                makeInaccessible(storage, SkyrosError(
+                    .objectNotFound,
+                    "\(storage.objectID) was deleted (by another context or process) before this fault in context '\(name)' was read"))
+                return
+            }
+            storage.fill(snapshot.values, version: snapshot.version)
         } catch {
-            preconditionFailure("Skyros: could not load \(storage.objectID) in context '\(name)': \(error)")
+            makeInaccessible(storage, SkyrosError.wrap(error))
         }
-        guard let snapshot else {
-            preconditionFailure(
-                "Skyros: \(storage.objectID) is a fault that cannot be fulfilled in context '\(name)': the object was deleted")
+    }
+
+    /// Core Data's inaccessible fault: the object keeps its last known values (its defaults
+    /// when it never had any), reads as deleted, and leaves the context; the error is reported.
+    func makeInaccessible(_ storage: ObjectStorage, _ error: SkyrosError) {
+        storage.makeInaccessible()
+        if let entry = registry[storage.objectID], entry.object.skyrosStorage === storage {
+            registry[storage.objectID] = nil
         }
-        storage.fill(snapshot.values, version: snapshot.version)
+        storage.context = nil
+        report(error)
     }
 
     // MARK: - Pending state

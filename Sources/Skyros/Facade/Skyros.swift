@@ -77,7 +77,18 @@ open class Skyros: @unchecked Sendable {
         self.allowsConcurrentWritings = allowsConcurrentWritings
         self.completionQueue = completionQueue ?? DispatchQueue(label: "skyros.completion")
         self.contexts = Self.makeContexts(store)
+        adopt(contexts)
         SaveOnStop.register(self)
+    }
+
+    /// Errors of what cannot throw in the stack's contexts (a fault that cannot be read, see
+    /// ``ObjectContext/errorHandler``) go to ``handleError(_:)``, on ``completionQueue``.
+    private func adopt(_ contexts: Contexts) {
+        let report: @Sendable (SkyrosError) -> Void = { [weak self] error in
+            guard let self else { return }
+            self.completionQueue.async { self.handleError(error) }
+        }
+        for context in [contexts.root, contexts.main, contexts.scratch] { context.errorHandler = report }
     }
 
     private static func makeContexts(_ store: any PersistentStore) -> Contexts {
@@ -106,7 +117,9 @@ open class Skyros: @unchecked Sendable {
     public var rootContext: ObjectContext { current.root }
 
     /// A closure called with every error of a `read` or `write` (before the write's
-    /// completion), unless a subclass overrides ``handleError(_:)``.
+    /// completion), and of touching an object that cannot be read (another process deleted
+    /// it, or the daemon is away: see ``ObjectContext/errorHandler``), unless a subclass
+    /// overrides ``handleError(_:)``.
     public var errorHandler: (@Sendable (SkyrosError) -> Void)? {
         get { lock.withLock { _errorHandler } }
         set { lock.withLock { _errorHandler = newValue } }
@@ -337,6 +350,7 @@ open class Skyros: @unchecked Sendable {
         stack.main.performAndWait {}
         try stack.root.performAndWait { try store.deleteAll() }
         let fresh = Self.makeContexts(store)
+        adopt(fresh)
         fresh.root.mergePolicy = lock.withLock { _mergePolicy }
         lock.withLock { contexts = fresh }
         for context in [stack.scratch, stack.main, stack.root] { context.performAndWait { context.reset() } }

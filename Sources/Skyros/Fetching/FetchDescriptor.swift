@@ -91,16 +91,24 @@ public struct FetchResultsCollection<T: ManagedObject>: RandomAccessCollection {
         let range = (batch * batchSize)..<Swift.min(ids.count, (batch + 1) * batchSize)
         let batchIDs = Array(ids[range])
         let missing = batchIDs.filter { context.lookup($0) == nil }
-        let snapshots: [ObjectID: Snapshot]
+        var snapshots: [ObjectID: Snapshot] = [:]
         do {
             snapshots = Dictionary(
                 try context.parent.snapshots(for: missing).map { ($0.id, $0) }, uniquingKeysWith: { a, _ in a })
         } catch {
-            preconditionFailure("Skyros: could not load a batch of \(T.self): \(error)")
+            // The batch stays faults: each one touched becomes inaccessible if the store is still away.
+            context.report(SkyrosError(
+                SkyrosError.wrap(error).code, "could not load a batch of \(T.self): \(SkyrosError.wrap(error).message)",
+                underlying: error))
         }
         cache.objects = batchIDs.map { id in
-            (try? context.materialize(id, values: snapshots[id]?.values, version: snapshots[id]?.version ?? 0))
-                ?? context.registeredOrFault(id)!
+            if let object = try? context.materialize(id, values: snapshots[id]?.values, version: snapshots[id]?.version ?? 0) {
+                return object
+            }
+            // Not of this context's schema (impossible for identifiers this fetch produced): a detached, deleted object.
+            let object = context.makeObject(id, of: T.entityDescription, values: nil)
+            object.skyrosStorage.makeInaccessible()
+            return object
         }
         cache.ownedIDs = missing
         cache.batchIndex = batch

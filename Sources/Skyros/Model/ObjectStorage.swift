@@ -122,7 +122,11 @@ public final class ObjectStorage {
         do {
             return try context.relatedObjects(of: self, index: index).compactMap { $0 as? Destination }
         } catch {
-            preconditionFailure("Skyros: could not load \(entity.name).\(entity.properties[index].name): \(error)")
+            context.report(SkyrosError(
+                SkyrosError.wrap(error).code,
+                "could not load \(entity.name).\(entity.properties[index].name): \(SkyrosError.wrap(error).message)",
+                underlying: error))
+            return []
         }
     }
 
@@ -133,7 +137,10 @@ public final class ObjectStorage {
         do {
             try context.setToMany(self, index: index, to: destinations.map(\.skyrosStorage))
         } catch {
-            preconditionFailure("Skyros: could not set \(entity.name).\(entity.properties[index].name): \(error)")
+            context.report(SkyrosError(
+                SkyrosError.wrap(error).code,
+                "could not set \(entity.name).\(entity.properties[index].name): \(SkyrosError.wrap(error).message)",
+                underlying: error))
         }
     }
 
@@ -156,9 +163,20 @@ public final class ObjectStorage {
     @usableFromInline
     func fulfillFault() {
         guard let context else {
-            preconditionFailure("Skyros: \(objectID) is a fault whose context is gone")
+            // Its context is gone: nothing can fill it (nobody to report to either).
+            makeInaccessible()
+            return
         }
         context.fulfill(self)
+    }
+
+    /// No longer a fault and deleted, with its last known values, or its defaults when it
+    /// never had any (a fault made from an identifier holds nulls, which a non-optional
+    /// attribute cannot read as).
+    func makeInaccessible() {
+        if isFault && version == 0 { values = entity.defaultValues().0 }
+        isFault = false
+        isDeleted = true
     }
 
     @usableFromInline

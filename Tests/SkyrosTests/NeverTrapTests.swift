@@ -1,0 +1,197 @@
+import Foundation
+import Skyros
+import SkyrosShared
+import SkyrosWire
+import SkyrosTestModels
+import Testing
+
+/// Collects the errors a stack hands to `handleError`.
+final class ErrorLog: @unchecked Sendable {
+    private let lock = NSLock()
+    private var errors: [SkyrosError] = []
+    private let arrived = DispatchSemaphore(value: 0)
+
+    func attach(to store: Skyros) {
+        store.errorHandler = { [self] error in
+            lock.withLock { errors.append(error) }
+            arrived.signal()
+        }
+    }
+
+    /// Waits (bounded) until an error with `code` was reported.
+    func waitFor(_ code: SkyrosError.Code, seconds: Double = 10) -> Bool {
+        let deadline = Date().addingTimeInterval(seconds)
+        while !lock.withLock({ errors.contains { $0.code == code } }) {
+            guard arrived.wait(timeout: .now() + max(0, deadline.timeIntervalSinceNow)) == .success else { return false }
+        }
+        return true
+    }
+
+    var codes: [SkyrosError.Code] { lock.withLock { errors.map(\.code) } }
+}
+
+/// DESIGN §4: a client never traps because of the world outside it (issue 15, items 1 and 2).
+@Suite("A client never traps", .serialized, .timeLimit(.minutes(2)))
+struct NeverTrapTests {
+    let process = DaemonProcessTests()
+
+    @Test("a fault whose object another stack deleted reads as deleted, with defaults, and reports objectNotFound")
+    func deletedFault() throws {
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("skyros-trap-\(UUID().uuidString)")
+        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(at: directory) }
+        let file = directory.appendingPathComponent("store.sqlite")
+        // Two stacks on one file share no events: the second one learns of the deletion only
+        // when its fault is filled.
+        let writer = try Skyros(sqliteStack: testSchema, at: file)
+        let (userID, postID) = try writer.writeAndWaitReturning { context in
+            let user = User.create(in: context)
+            user.firstname = "Ann"
+            user.age = 41
+            let post = Post.create(in: context)
+            post.title = "hello"
+            post.author = user
+            return (user.objectID, post.objectID)
+        }
+        let reader = try Skyros(sqliteStack: testSchema, at: file)
+        let log = ErrorLog()
+        log.attach(to: reader)
+        let post = try #require(reader.mainContext.performAndWait { reader.mainContext.object(with: postID, as: Post.self) })
+        try writer.writeAndWait { context in try context.existingObject(with: userID).delete(in: context) }
+
+        reader.mainContext.performAndWait {
+            let author = post.author  // a fault of a user that is gone
+            #expect(author?.isFault == true)
+            #expect(author?.firstname == "")  // never read: its default
+            #expect(author?.age == 0)
+            #expect(author?.posts.isEmpty == true)
+            #expect(author?.isDeleted == true)
+            #expect(reader.mainContext.object(with: userID) == nil)
+        }
+        #expect(log.waitFor(.objectNotFound))
+    }
+
+    @Test("daemon SIGKILLed: touching a fault reports daemonUnavailable, a save and a fetch throw a code, unsaved edits are kept, no trap")
+    func daemonKilled() throws {
+        let groups = process.groupsDirectory()
+        defer { try? FileManager.default.removeItem(atPath: groups) }
+        let daemon = try process.startDaemon(groups)
+        let container = URL(fileURLWithPath: groups).appendingPathComponent("g")
+        let setup = try Skyros(sharedStack: testSchema, container: container)
+        let postID = try setup.writeAndWaitReturning { context in
+            let user = User.create(in: context)
+            user.firstname = "Bo"
+            user.handle = "bo"
+            let post = Post.create(in: context)
+            post.title = "first"
+            post.author = user
+            return post.objectID
+        }
+        let client = try Skyros(sharedStack: testSchema, container: container, timeout: 1)
+        let log = ErrorLog()
+        log.attach(to: client)
+        let main = client.mainContext
+        let post = try #require(main.performAndWait { try? Post.all(in: main).first })
+        #expect(post.objectID == postID)
+        main.performAndWait { post.title = "edited, unsaved" }
+
+        kill(daemon.pid, SIGKILL)
+        #expect(daemon.wait(seconds: 10) == .signalled(SIGKILL))
+
+        main.performAndWait {
+            let author = post.author
+            #expect(author?.firstname == "")  // the fault could not be read: its default, no trap
+            #expect(author?.isDeleted == true)
+            #expect(post.title == "edited, unsaved")  // what the context holds is untouched
+        }
+        #expect(log.waitFor(.daemonUnavailable))
+        #expect(throws: SkyrosError.self) {
+            do {
+                try client.writeAndWait { context in User.create(in: context).handle = "never" }
+            } catch let error as SkyrosError {
+                #expect([.daemonUnavailable, .outcomeUnknown].contains(error.code), "\(error)")
+                throw error
+            }
+        }
+        // Fetches throw the code as well.
+        #expect(throws: SkyrosError.self) {
+            do {
+                try main.performAndWait { _ = try User.all(in: main) }
+            } catch let error as SkyrosError {
+                #expect(error.code == .daemonUnavailable, "\(error)")
+                throw error
+            }
+        }
+    }
+
+    @Test("daemon SIGSTOPped across a save: outcomeUnknown (never 'failed'), then the truth once it resumes; a save reported failed is absent")
+    func stoppedDaemon() throws {
+        let groups = process.groupsDirectory()
+        defer { try? FileManager.default.removeItem(atPath: groups) }
+        let daemon = try process.startDaemon(groups)
+        defer {
+            kill(daemon.pid, SIGCONT)
+            kill(daemon.pid, SIGTERM)
+            daemon.wait(seconds: 10)
+        }
+        let container = URL(fileURLWithPath: groups).appendingPathComponent("g")
+        let remote = try RemoteStore(
+            schema: testSchema, container: GroupContainer(url: container), timeout: 1, retryInterval: 0.3)
+        let resolved = ResolvedSaves()
+        remote.onSaveResolved = { resolved.add($0) }
+        let client = Skyros(sharedStack: remote)
+        try client.writeAndWait { context in User.create(in: context).handle = "before" }
+
+        kill(daemon.pid, SIGSTOP)
+        var unknown: SkyrosError?
+        do {
+            try client.writeAndWait { context in User.create(in: context).handle = "across" }
+        } catch let error as SkyrosError {
+            unknown = error
+        }
+        #expect(unknown?.code == .outcomeUnknown, "\(String(describing: unknown))")
+        // Still stopped: a new save waits for the unknown one, cannot learn it, and is not sent.
+        var failed: SkyrosError?
+        do {
+            try client.writeAndWait { context in User.create(in: context).handle = "refused" }
+        } catch let error as SkyrosError {
+            failed = error
+        }
+        #expect(failed?.code == .daemonUnavailable, "\(String(describing: failed))")
+
+        kill(daemon.pid, SIGCONT)
+        let outcome = resolved.wait(seconds: 15)
+        #expect(outcome?.isApplied == true, "\(String(describing: outcome))")
+        let reader = try Skyros(sharedStack: testSchema, container: container)
+        let handles = try reader.mainContext.performAndWait {
+            try User.all(in: reader.mainContext).map(\.handle).sorted()
+        }
+        #expect(handles == ["across", "before"])  // applied once; the refused save is absent
+    }
+}
+
+/// The resolutions `RemoteStore.onSaveResolved` reports.
+final class ResolvedSaves: @unchecked Sendable {
+    private let lock = NSLock()
+    private var saves: [RemoteStore.ResolvedSave] = []
+    private let arrived = DispatchSemaphore(value: 0)
+
+    func add(_ save: RemoteStore.ResolvedSave) {
+        lock.withLock { saves.append(save) }
+        arrived.signal()
+    }
+
+    func wait(seconds: Double) -> RemoteStore.ResolvedSave? {
+        guard arrived.wait(timeout: .now() + seconds) == .success else { return nil }
+        return lock.withLock { saves.first }
+    }
+}
+
+extension Skyros {
+    /// Runs a write to durability and returns a value the block made.
+    func writeAndWaitReturning<T>(_ block: (ObjectContext) throws -> T) throws -> T {
+        var result: T?
+        try writeAndWait { context in result = try block(context) }
+        return result!
+    }
+}
