@@ -148,20 +148,28 @@ extension URL: AttributeValue {
     public var storedValue: StoredValue { .text(absoluteString) }
 }
 
-/// Decimals are stored as text, exactly.
+/// Decimals are stored as text, exactly, in a form whose byte order is the numeric order
+/// (see ``OrderedDecimal``): SQL sorts and compares them as numbers.
 extension Decimal: AttributeValue {
     public static var schemaTypeName: String { "decimal" }
     public static var storageType: StorageType { .text }
     public init?(storedValue: StoredValue) {
         switch storedValue {
-        case .text(let value): self.init(string: value, locale: Locale(identifier: "en_US_POSIX"))
+        case .text(let value):
+            if OrderedDecimal.looksEncoded(value) {
+                guard let decoded = OrderedDecimal.decode(value) else { return nil }
+                self = decoded
+            } else {
+                // The POSIX notation stored before the ordered form.
+                self.init(string: value, locale: Locale(identifier: "en_US_POSIX"))
+            }
         case .integer(let value): self.init(value)
         case .real(let value): self.init(value)
         default: return nil
         }
     }
     public var storedValue: StoredValue {
-        var value = self
-        return .text(NSDecimalString(&value, Locale(identifier: "en_US_POSIX")))
+        // NaN has no ordered form: "NaN" is what the codec refuses (valueNotStorable).
+        .text(OrderedDecimal.encode(self) ?? "NaN")
     }
 }
