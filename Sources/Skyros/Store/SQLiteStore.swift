@@ -179,7 +179,7 @@ public final class SQLiteStore: ObjectStore, @unchecked Sendable {
         func description() throws -> String { String(decoding: try schema.schemaDescription.canonicalJSON(), as: UTF8.self) }
         if try db.tableExists("skyros_metadata") {
             let stored = try String.fetchOne(db, sql: "SELECT value FROM skyros_metadata WHERE key = 'fingerprint'")
-            guard stored != schema.fingerprint else { return }
+            guard stored != schema.fingerprint else { return try upgradeDecimals(db) }
             let json = try String.fetchOne(db, sql: "SELECT value FROM skyros_metadata WHERE key = 'schema'")
             guard try Self.isLegacy(of: schema, description: json) else {
                 throw SkyrosError(.schemaMismatch, "the store was made with schema \(stored ?? "?"), not \(schema.fingerprint)")
@@ -188,13 +188,48 @@ public final class SQLiteStore: ObjectStore, @unchecked Sendable {
             try db.execute(
                 sql: "UPDATE skyros_metadata SET value = CASE key WHEN 'fingerprint' THEN ? ELSE ? END WHERE key IN ('fingerprint', 'schema')",
                 arguments: [schema.fingerprint, try description()])
+            try upgradeDecimals(db)
             return
         }
         try db.execute(sql: "CREATE TABLE skyros_metadata (key TEXT PRIMARY KEY NOT NULL, value TEXT NOT NULL)")
         try db.execute(
-            sql: "INSERT INTO skyros_metadata (key, value) VALUES ('fingerprint', ?), ('format', ?), ('schema', ?)",
-            arguments: [schema.fingerprint, Self.format, try description()])
+            sql: "INSERT INTO skyros_metadata (key, value) VALUES ('fingerprint', ?), ('format', ?), ('schema', ?), ('decimals', ?)",
+            arguments: [schema.fingerprint, Self.format, try description(), Self.decimalsForm])
         for statement in Self.schemaSQL(schema) { try db.execute(sql: statement) }
+    }
+
+    /// The form of decimal values, recorded in `skyros_metadata` under `decimals`: `ordered`
+    /// (``OrderedDecimal``). A store without the record holds them in POSIX notation.
+    static let decimalsForm = "ordered"
+
+    /// Converts the decimal columns of a store written before ``OrderedDecimal`` (no
+    /// `decimals` record) to the ordered form: one UPDATE per column, in the opening
+    /// transaction, of the values that do not already have the form; then records it.
+    private func upgradeDecimals(_ db: Database) throws {
+        let recorded = try String.fetchOne(db, sql: "SELECT value FROM skyros_metadata WHERE key = 'decimals'")
+        guard recorded != Self.decimalsForm else { return }
+        var columns: [(table: String, column: String)] = []
+        for entity in schema.entities {
+            for property in entity.properties where Self.isDecimal(property) {
+                columns.append((entity.name, property.name))
+            }
+        }
+        if !columns.isEmpty {
+            // A value that is not a decimal in plain notation is left as it is.
+            let function = DatabaseFunction("skyros_ordered_decimal", argumentCount: 1, pure: true) { values in
+                guard let text = String.fromDatabaseValue(values[0]) else { return values[0] }
+                return OrderedDecimal.encode(plain: text) ?? text
+            }
+            db.add(function: function)
+            defer { db.remove(function: function) }
+            for (table, column) in columns {
+                let name = SQLBuilder.quote(column)
+                try db.execute(
+                    sql: "UPDATE \(SQLBuilder.quote(table)) SET \(name) = skyros_ordered_decimal(\(name)) WHERE \(name) NOT GLOB '[nop]*'")
+            }
+        }
+        try db.execute(
+            sql: "INSERT OR REPLACE INTO skyros_metadata (key, value) VALUES ('decimals', ?)", arguments: [Self.decimalsForm])
     }
 
     /// The DDL of a schema: one STRICT, WITHOUT ROWID table per entity, foreign keys with
@@ -543,10 +578,20 @@ public final class SQLiteStore: ObjectStore, @unchecked Sendable {
         }
         switch (value, property.codec.storageType) {
         case (.null, _): return property.codec.isOptional
+        case (.text(let text), .text) where isDecimal(property):
+            // A decimal in any other form would compare and sort out of numeric order.
+            return OrderedDecimal.isWellFormed(text)
         case (.integer, .integer), (.integer, .real), (.real, .real), (.text, .text), (.blob, .blob): return true
         case (.real(let number), .integer): return number.rounded() == number && abs(number) < 9.2e18
         default: return false
         }
+    }
+
+    /// Whether an attribute holds decimals (``OrderedDecimal``): `decimal` or `enum:decimal`.
+    static func isDecimal(_ property: PropertyDescription) -> Bool {
+        let type = property.codec.typeName
+        return property.kind == .attribute
+            && (type == Decimal.schemaTypeName || type == "enum:" + Decimal.schemaTypeName)
     }
 
     /// Deletes every object, keeping the schema.
