@@ -43,6 +43,20 @@ struct ProtocolDocumentTests {
         #expect(schema.fingerprint == Self.example("fingerprint"))
     }
 
+    @Test("the document's decimal examples are the code's ordered texts")
+    func decimalExamples() throws {
+        let section = try #require(Self.document.range(of: "#### Decimal values"))
+        let end = Self.document.range(of: "`ObjectID` =", range: section.upperBound..<Self.document.endIndex)?.lowerBound
+        let rows = Self.document[section.upperBound..<(end ?? Self.document.endIndex)].split(separator: "\n")
+            .filter { $0.hasPrefix("| ") && $0.hasSuffix("` |") }
+        #expect(rows.count >= 4)
+        for row in rows {
+            let cells = row.split(separator: "|").map { $0.trimmingCharacters(in: .whitespaces) }
+            let value = try #require(Decimal(string: cells[0]), "\(row)")
+            #expect("`\(OrderedDecimal.encode(value) ?? "?")`" == cells.last, "\(row)")
+        }
+    }
+
     @Test("every message kind is in the document's tables with its tag")
     func kindsAreDocumented() {
         for kind in WireProtocol.Kind.allCases {
