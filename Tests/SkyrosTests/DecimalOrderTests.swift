@@ -201,7 +201,7 @@ struct OrderedDecimalTests {
         }
         #expect(OrderedDecimal.encode(plain: "1e3") == "p5041" && OrderedDecimal.encode(plain: "-.50") == "n4994~")
         #expect(OrderedDecimal.encode(plain: "-0.00") == "o" && OrderedDecimal.encode(.nan) == nil)
-        for bad in ["", "-", ".", "1.2.3", "12a", "NaN", "1e", "1e99999"] {
+        for bad in ["", "-", ".", "1.2.3", "12a", "NaN", "1e", "1e99999", "1e-9223372036854775808"] {
             #expect(OrderedDecimal.encode(plain: bad) == nil, "\(bad)")
         }
         for bad in ["", "o0", "p501", "p5010", "p50a1", "n5011", "n5019~", "p5011~", "q5011", "12.5", "-1"] {

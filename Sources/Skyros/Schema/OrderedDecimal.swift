@@ -57,7 +57,7 @@ public enum OrderedDecimal {
         guard !digits.isEmpty else { return nil }
         var exponent = 0
         if let byte = bytes.first, byte == UInt8(ascii: "e") || byte == UInt8(ascii: "E") {
-            guard let value = Int(String(decoding: bytes.dropFirst(), as: UTF8.self)), abs(value) < 10_000 else {
+            guard let value = Int(String(decoding: bytes.dropFirst(), as: UTF8.self)), (-9_999...9_999).contains(value) else {
                 return nil
             }
             exponent = value
