@@ -58,7 +58,11 @@ let package = Package(
         ),
         .target(
             name: "SkyrosDaemon",
-            dependencies: ["Skyros", "SkyrosWire", "SkyrosZeroMQ"]
+            dependencies: [
+                "Skyros", "SkyrosWire", "SkyrosZeroMQ",
+                // StoreCheck reads the store file through its own read-only SQLite connection.
+                .product(name: "GRDBSQLite", package: "GRDB.swift"),
+            ]
         ),
         .executableTarget(
             name: "skyrosd",

@@ -112,6 +112,11 @@ public final class DaemonServer: @unchecked Sendable {
 
     /// Prepares the container, takes the group's lock (before binding: a second daemon is
     /// refused and never steals the sockets), opens the store if it exists, and binds.
+    ///
+    /// An existing store file is checked first (``StoreCheck``, `PRAGMA quick_check`,
+    /// without writing to it): an empty file, a file that is not a Skyros store or a damaged
+    /// store is refused with ``SkyrosError/Code/storeFailure`` naming the file and the
+    /// problem, and left byte for byte as it was.
     public init(configuration: Configuration) throws {
         self.configuration = configuration
         let container = configuration.container
@@ -119,7 +124,10 @@ public final class DaemonServer: @unchecked Sendable {
         lock = try GroupLock(container)
         sessions = SessionTable(maximumSessions: configuration.maximumConnections)
         publisher = EventPublisher(maximumDelay: .seconds(configuration.maximumEventDelay))
-        if let description = try SQLiteStore.storedSchemaDescription(at: container.store) {
+        if try StoreCheck.verify(container.store, depth: .quick) {
+            guard let description = try SQLiteStore.storedSchemaDescription(at: container.store) else {
+                throw SkyrosError(.storeFailure, "the schema of the store at \(container.store.path) cannot be read")
+            }
             let store = try SQLiteStore(
                 schema: try Schema(description: description), url: container.store, durability: configuration.durability,
                 serialAccess: true)
