@@ -79,6 +79,9 @@ public final class DaemonServer: @unchecked Sendable {
     private let access: PeerAccess
     private var lastHeartbeat = Date.distantPast
     private var lastPrune = Date.distantPast
+    /// History pruned since the last log line about it, and when that line was written.
+    private var unloggedPruning = Journal.Pruned()
+    private var lastPruningLog = Date.distantPast
     private let state = NSLock()
     /// Exactly-once decisions, from the save records of the commits since the daemon started.
     private var ledger = SaveLedger()
@@ -208,6 +211,7 @@ public final class DaemonServer: @unchecked Sendable {
     public func close() {
         requests.close()
         events.close()
+        logPruning(Journal.Pruned(), force: true)
         try? store?.close()
         for path in configuration.container.sockets { try? FileManager.default.removeItem(atPath: path) }
         lock.release()
@@ -304,6 +308,8 @@ public final class DaemonServer: @unchecked Sendable {
         var next = sequence
         let isolated = saves.count > 1
         var refusal: SkyrosError?  // the error of a save alone in its transaction
+        var resetLog: String?  // the log line of the reset, written once it is committed
+        var pruned = Journal.Pruned()
         do {
             try store.transaction { transaction in
                 for (index, save) in saves.enumerated() {
@@ -329,7 +335,9 @@ public final class DaemonServer: @unchecked Sendable {
                             var event = ChangeEvent(
                                 sequence: next + 1, kind: index == resetting ? .reset : .changes,
                                 authorID: save.clientID, author: session?.name ?? "")
+                            var deletedObjects: Int?
                             if index == resetting {
+                                deletedObjects = try Self.objectCount(of: store.schema, in: transaction)
                                 try transaction.deleteAll()
                             } else {
                                 let applied = try transaction.apply(save.changes)
@@ -337,7 +345,15 @@ public final class DaemonServer: @unchecked Sendable {
                                 event.updated = applied.map { ChangeEvent.Update(id: $0.id, version: $0.version, values: $0.changes) }
                                 event.deleted = save.changes.deleted
                             }
-                            return (event, try Journal.record(event, save: save.saveNumber, in: transaction))
+                            let encoded = try Journal.record(event, save: save.saveNumber, in: transaction)
+                            if let deletedObjects {
+                                resetLog = """
+                                    reset (deleteAll) by \(Self.describe(session?.name)) (client \(save.clientID), \
+                                    save \(save.saveNumber)): deleted \(deletedObjects) object\(deletedObjects == 1 ? "" : "s"), \
+                                    sequence \(event.sequence)
+                                    """
+                            }
+                            return (event, encoded)
                         }
                         let (event, encoded) = try isolated ? transaction.savepoint(apply) : apply()
                         next = event.sequence
@@ -353,9 +369,11 @@ public final class DaemonServer: @unchecked Sendable {
                         results.append(.failure(SkyrosError.wrap(error)))
                     }
                 }
-                try pruneIfDue(next, transaction)
+                pruned = try pruneIfDue(next, transaction)
             }
             sequence = next
+            if let resetLog { configuration.log(resetLog) }
+            logPruning(pruned)
             ledger.commit()
             state.withLock {
                 counters.commits += 1
@@ -394,13 +412,55 @@ public final class DaemonServer: @unchecked Sendable {
         return .error(code: error.code.rawValue, message: error.message)
     }
 
-    /// Applies the history retention at most once a second, inside a commit.
-    private func pruneIfDue(_ current: UInt64, _ transaction: SQLiteStore.Transaction) throws {
+    /// Applies the history retention inside a commit: by count in every commit, by age at
+    /// most once a second.
+    private func pruneIfDue(_ current: UInt64, _ transaction: SQLiteStore.Transaction) throws -> Journal.Pruned {
         let byAge = Date().timeIntervalSince(lastPrune) >= 1
         if byAge { lastPrune = Date() }
-        try Journal.prune(
+        return try Journal.prune(
             Journal.Retention(count: configuration.historyCount, age: configuration.historyAge), current: current,
             byAge: byAge, in: transaction)
+    }
+
+    /// How often at most the pruning of the history is logged: with a full history, every
+    /// commit prunes a change set, and a line per commit would drown the log.
+    static let pruningLogInterval: TimeInterval = 60
+
+    /// Logs committed pruning: at once the first time, then what was pruned since at most
+    /// once every ``pruningLogInterval`` (and when the daemon closes).
+    private func logPruning(_ pruned: Journal.Pruned, force: Bool = false) {
+        unloggedPruning = unloggedPruning + pruned
+        guard !unloggedPruning.isEmpty,
+            force || Date().timeIntervalSince(lastPruningLog) >= Self.pruningLogInterval
+        else { return }
+        let changeSets = unloggedPruning.changeSets
+        let records = unloggedPruning.saveRecords
+        configuration.log("""
+            pruned the history (retention: the last \(configuration.historyCount) change sets, none older than \
+            \(configuration.historyAge) s): removed \(changeSets) change set\(changeSets == 1 ? "" : "s") and \
+            \(records) exactly-once record\(records == 1 ? "" : "s") of silent clients\
+            \(lastPruningLog == .distantPast ? "" : " since the last such line")
+            """)
+        unloggedPruning = Journal.Pruned()
+        lastPruningLog = Date()
+    }
+
+    /// The number of objects in the store, counted inside a transaction.
+    private static func objectCount(of schema: Schema, in transaction: SQLiteStore.Transaction) throws -> Int {
+        var total = 0
+        for entity in schema.entities {
+            let table = "\"" + entity.name.replacingOccurrences(of: "\"", with: "\"\"") + "\""
+            if case .integer(let count)? = try transaction.rows("SELECT count(*) FROM \(table)").first?.first {
+                total += Int(count)
+            }
+        }
+        return total
+    }
+
+    /// A client's name in the log.
+    private static func describe(_ name: String?) -> String {
+        guard let name, !name.isEmpty else { return "an unnamed client" }
+        return "'\(name)'"
     }
 
     private func reply(to identity: Data, _ message: WireMessage) {

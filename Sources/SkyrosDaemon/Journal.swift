@@ -110,15 +110,39 @@ struct Journal {
         return encoded
     }
 
+    /// What ``prune(_:current:byAge:in:)`` removed.
+    struct Pruned: Sendable, Equatable {
+        /// History rows (change sets).
+        var changeSets = 0
+        /// Exactly-once records of clients silent for longer than the retention age.
+        var saveRecords = 0
+
+        var isEmpty: Bool { changeSets == 0 && saveRecords == 0 }
+
+        static func + (left: Pruned, right: Pruned) -> Pruned {
+            Pruned(changeSets: left.changeSets + right.changeSets, saveRecords: left.saveRecords + right.saveRecords)
+        }
+    }
+
     /// Drops history past the retention count and, when `byAge`, past the retention age, with
     /// exactly-once records older than that age (a client silent for so long has long stopped
     /// resending). The newest row is always kept: it carries the last sequence number.
+    ///
+    /// - Returns: how many rows it removed.
+    @discardableResult
     static func prune(
         _ retention: Retention, current: UInt64, byAge: Bool, in transaction: SQLiteStore.Transaction
-    ) throws {
+    ) throws -> Pruned {
+        // The rows the last statement removed (counted by SQLite on this connection).
+        func removed() throws -> Int {
+            guard case .integer(let count)? = try transaction.rows("SELECT changes()").first?.first else { return 0 }
+            return Int(count)
+        }
+        var pruned = Pruned()
         let keepFrom = Int64(current) - Int64(retention.count) + 1
         try transaction.execute("DELETE FROM skyros_history WHERE sequence < ?", [.integer(keepFrom)])
-        guard byAge else { return }
+        pruned.changeSets += try removed()
+        guard byAge else { return pruned }
         let cutoff = Date().timeIntervalSince1970 - retention.age
         // Timestamps grow with sequence numbers: the first row young enough bounds the range.
         try transaction.execute(
@@ -126,7 +150,10 @@ struct Journal {
             DELETE FROM skyros_history WHERE sequence < coalesce((SELECT sequence FROM skyros_history \
             WHERE timestamp >= ? ORDER BY sequence LIMIT 1), ?)
             """, [.real(cutoff), .integer(Int64(current))])
+        pruned.changeSets += try removed()
         try transaction.execute("DELETE FROM skyros_saves WHERE timestamp < ?", [.real(cutoff)])
+        pruned.saveRecords += try removed()
+        return pruned
     }
 
     /// A page of the change sets after `sequence`, oldest first: at most `limit` of them

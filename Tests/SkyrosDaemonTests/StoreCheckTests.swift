@@ -5,6 +5,16 @@ import SkyrosTestModels
 import SkyrosWire
 import Testing
 
+/// The lines a daemon logs, collected from any thread.
+final class LogLines: @unchecked Sendable {
+    private let lock = NSLock()
+    private var lines: [String] = []
+
+    func append(_ line: String) { lock.withLock { lines.append(line) } }
+    var all: [String] { lock.withLock { lines } }
+    func matching(_ text: String) -> [String] { all.filter { $0.contains(text) } }
+}
+
 /// A temporary directory with a group container `g` in it, removed at the end.
 final class TemporaryGroup {
     let directory = "/tmp/skc-\(getpid())-\(UInt32.random(in: 0...UInt32.max))"
@@ -114,5 +124,37 @@ struct StoreCheckTests {
         let client = try RawClient(daemon)
         _ = try client.hello()
         #expect(try client.call(.count(StoreRequest(entityName: "User"))) == .countReply(1))
+    }
+
+    @Test("a reset (deleteAll) is logged: by whom, and how many objects it deleted")
+    func resetLogged() throws {
+        let log = LogLines()
+        let daemon = try RunningDaemon(log: { log.append($0) })
+        let client = try RawClient(daemon)
+        _ = try client.hello()
+        _ = try client.saveUsers(1...3, handlePrefix: "r")
+        #expect(log.matching("reset").isEmpty)
+        #expect(try client.call(.deleteAll(clientID: .named("c"), saveNumber: 4)) == .saved(sequence: 4))
+        #expect(log.matching("reset").count == 1)
+        #expect(log.matching("reset (deleteAll) by 'test' (client \(UUID.named("c")), save 4): deleted 3 objects, sequence 4").count == 1)
+    }
+
+    @Test("pruning is logged with how many change sets it removed: at once the first time, the rest when the daemon closes")
+    func pruningLogged() throws {
+        let log = LogLines()
+        let daemon = try RunningDaemon(historyCount: 2, log: { log.append($0) })
+        let client = try RawClient(daemon)
+        _ = try client.hello()
+        _ = try client.saveUsers(1...2, handlePrefix: "p")
+        #expect(log.matching("pruned").isEmpty)
+        _ = try client.saveUsers(3...5, handlePrefix: "p")
+        let first = log.matching("pruned")
+        #expect(first.count == 1)
+        #expect(first.first?.contains("the last 2 change sets") == true)
+        #expect(first.first?.contains("removed 1 change set and 0 exactly-once records") == true, "\(first)")
+        daemon.shutDown()
+        let all = log.matching("pruned")
+        #expect(all.count == 2)
+        #expect(all.last?.contains("removed 2 change sets and 0 exactly-once records of silent clients since the last such line") == true, "\(all)")
     }
 }

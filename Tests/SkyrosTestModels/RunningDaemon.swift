@@ -24,10 +24,12 @@ public final class RunningDaemon: @unchecked Sendable {
     ///   - maximumGroupCommit: the most change sets committed together.
     ///   - maximumEventDelay: how long events may wait for the next commits' while requests wait.
     ///   - heartbeatInterval: milliseconds between heartbeats (the serve loop's poll interval).
+    ///   - log: where the server writes what it does.
     public init(
         directory: String? = nil, historyCount: Int = 100_000, historyAge: TimeInterval = 7 * 86_400,
         serving: Bool = true, maximumConnections: Int = 10_000, maximumGroupCommit: Int = 256,
-        maximumEventDelay: TimeInterval = 0.002, heartbeatInterval: Int = 20
+        maximumEventDelay: TimeInterval = 0.002, heartbeatInterval: Int = 20,
+        log: @escaping @Sendable (String) -> Void = { _ in }
     ) throws {
         self.heartbeatInterval = heartbeatInterval
         self.directory = directory ?? "/tmp/skd-\(getpid())-\(UInt32.random(in: 0...UInt32.max))"
@@ -35,7 +37,7 @@ public final class RunningDaemon: @unchecked Sendable {
         server = try DaemonServer(configuration: .init(
             container: container, historyCount: historyCount, historyAge: historyAge,
             maximumGroupCommit: maximumGroupCommit, maximumConnections: maximumConnections,
-            maximumEventDelay: maximumEventDelay))
+            maximumEventDelay: maximumEventDelay, log: log))
         if serving { startServing() }
     }
 
