@@ -2,6 +2,7 @@
 //
 //     skyrosd --group com.example.todo [--groups-dir DIR] [--durability full|normal]
 //             [--history-count N] [--history-age SECONDS] [--log-level info]
+//     skyrosd --group com.example.todo [--groups-dir DIR] --check
 import ArgumentParser
 import Foundation
 import Logging
@@ -24,6 +25,12 @@ struct Skyrosd: AsyncParsableCommand {
             $SKYROS_GROUPS_DIR/<group>, else /var/lib/skyros/<group> when it exists, else \
             $XDG_DATA_HOME/skyros/<group>. One daemon per group: a second one exits with status 2. \
             SIGTERM or SIGINT stops it gracefully (exit status 0).
+
+            At start it checks the store (PRAGMA quick_check) without writing to it: an empty \
+            store.sqlite, a file that is not a Skyros store, or a damaged store is refused with \
+            a message naming the file and the problem (exit status 1), and left untouched. \
+            --check runs the full PRAGMA integrity_check instead of serving, and exits: 0 when \
+            the store is healthy (or absent: the daemon creates it), 1 with the findings.
             """)
 
     @Option(help: "The application group identifier (letters, digits, '.', '_', '-').")
@@ -49,6 +56,12 @@ struct Skyrosd: AsyncParsableCommand {
 
     @Option(help: "trace, debug, info, notice, warning, error or critical.")
     var logLevel: Logger.Level = .info
+
+    @Flag(help: """
+        Check the group's store (PRAGMA integrity_check) without writing to it, and exit \
+        instead of serving: 0 when it is healthy or absent, 1 with the findings on stderr.
+        """)
+    var check = false
 
     func validate() throws {
         guard eventDelay >= 0, eventDelay.isFinite else {
@@ -76,6 +89,10 @@ struct Skyrosd: AsyncParsableCommand {
             logger.critical("\(error.message)")
             throw ExitCode(64)
         }
+        if check {
+            try checkStore(GroupContainer(url: containerURL).store)
+            return
+        }
         let server: DaemonServer
         do {
             server = try DaemonServer(
@@ -86,6 +103,9 @@ struct Skyrosd: AsyncParsableCommand {
         } catch let error as SkyrosError where error.code == .groupLocked {
             logger.critical("\(error.message)")
             throw ExitCode(2)
+        } catch let error as SkyrosError where error.underlyingError == nil {
+            logger.critical("refusing to serve: \(error.message)")
+            throw ExitCode(1)
         } catch {
             logger.critical("cannot start: \(error)")
             throw ExitCode(1)
@@ -94,6 +114,21 @@ struct Skyrosd: AsyncParsableCommand {
         let serviceGroup = ServiceGroup(
             configuration: .init(services: [service], gracefulShutdownSignals: [.sigterm, .sigint], logger: logger))
         try await serviceGroup.run()
+    }
+
+    /// `--check`: the full check of the store file, reported on stdout (healthy, absent) or
+    /// stderr (the findings, exit status 1).
+    func checkStore(_ store: URL) throws {
+        do {
+            if try StoreCheck.verify(store, depth: .full) {
+                print("ok: \(store.path) is a Skyros store without errors (PRAGMA integrity_check)")
+            } else {
+                print("no store at \(store.path): nothing to check (the daemon creates it for its first client)")
+            }
+        } catch let error as SkyrosError {
+            FileHandle.standardError.write(Data("skyrosd --check: \(error.message)\n".utf8))
+            throw ExitCode(1)
+        }
     }
 }
 
