@@ -107,6 +107,12 @@ let package = Package(
             dependencies: ["Skyros"],
             path: "examples/QuickStart"
         ),
+        // DESIGN §3's async lines in top-level code: `swift run skyros-toplevel`.
+        .executableTarget(
+            name: "skyros-toplevel",
+            dependencies: ["Skyros"],
+            path: "examples/TopLevel"
+        ),
         .target(
             name: "SkyrosTestModels",
             dependencies: ["Skyros", "SkyrosDaemon", "SkyrosWire"],
@@ -120,7 +126,7 @@ let package = Package(
         .testTarget(
             name: "SkyrosTests",
             dependencies: [
-                "Skyros", "SkyrosShared", "SkyrosTestModels", "skyros-test-child", "skyrosd", "skyros",
+                "Skyros", "SkyrosShared", "SkyrosTestModels", "skyros-test-child", "skyrosd", "skyros", "skyros-toplevel",
                 .product(name: "GRDB", package: "GRDB.swift"),
             ]
         ),

@@ -87,8 +87,8 @@ struct EmbeddedBenchmark {
         // Fetch all and read every attribute, from a stack that has nothing cached.
         var checksum = 0.0
         let reader = try Skyros(sqliteStack: benchSchema, at: skyrosURL)
-        let skyrosFetch = Clock.seconds {
-            reader.read { context in
+        let skyrosFetch = try Clock.seconds {
+            try reader.read { context in
                 for item in try Item.all(in: context) {
                     checksum += Double(item.name.utf8.count + item.value) + item.score + (item.flag ? 1 : 0)
                         + item.created.timeIntervalSince1970

@@ -49,7 +49,7 @@ struct Profile {
             var best = Double.infinity
             for _ in 0..<rounds {
                 let reader = try Skyros(sqliteStack: benchSchema, at: url)
-                best = min(best, Clock.seconds { reader.read { context in try body(context) } })
+                best = min(best, try Clock.seconds { try reader.read { context in try body(context) } })
             }
             return best
         }

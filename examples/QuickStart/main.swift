@@ -50,7 +50,9 @@ let count = try await store.write { context -> Int in
     return try User.count(in: context)
 }
 print("users left:", count)
-let posts: Int = try await store.read { context in try Post.count(in: context) }
+// Top-level code like this file is ranked by Swift as synchronous code: `read` here is the
+// synchronous form, which also returns the value (in an async function, `try await store.read`).
+let posts: Int = try store.read { context in try Post.count(in: context) }
 print("posts left:", posts)
 
 // A tool that wants its write on disk before it goes on: no completion, no semaphore.
@@ -59,5 +61,5 @@ try store.writeAndWait { context in
     user.firstname = "Ann"
     user.handle = "ann"
 }
-let users: Int = try await store.read { context in try User.count(in: context) }
+let users: Int = try store.read { context in try User.count(in: context) }
 print("users now:", users)

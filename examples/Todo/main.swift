@@ -44,12 +44,12 @@ do {
             items[number - 1].isDone = true
         }
     case "list":
-        let lines: [String] = try await store.read { try describeTodos(in: $0) }
+        let lines: [String] = try store.read { try describeTodos(in: $0) }
         for (index, line) in lines.enumerated() { print("\(index + 1). \(line)") }
     case "watch":
         print("watching \(group) (Ctrl-C to stop)")
         for await _ in store.changes {
-            let lines: [String] = try await store.read { try describeTodos(in: $0) }
+            let lines: [String] = try store.read { try describeTodos(in: $0) }
             print("--")
             for (index, line) in lines.enumerated() { print("\(index + 1). \(line)") }
         }

@@ -145,6 +145,33 @@ open class Skyros: @unchecked Sendable {
         return self
     }
 
+    /// Runs `block` on the main context, waits, and returns its value; the synchronous
+    /// counterpart of ``read(_:)-(@Sendable(ObjectContext)->T)`` (GRDB's `dbQueue.read`).
+    /// Errors are thrown, not sent to ``handleError(_:)``.
+    ///
+    /// ```swift
+    /// let count = try store.read { context in try User.count(in: context) }
+    /// ```
+    ///
+    /// It is also what makes `let names = try await store.read { … }` give the names in
+    /// top-level code (`main.swift`): Swift ranks overloads there as in synchronous code, where
+    /// the async form always loses to a synchronous one, so without this form the chaining
+    /// ``read(_:)-(ObjectContext)->Void`` would win and `names` would be the stack. There the
+    /// compiler notes that the `await` is not needed; in async functions and closures the async
+    /// form runs.
+    /// A chaining `read` whose block throws, written as the only statement of a closure that
+    /// returns `Void` (`queue.async { store.read { … try … } }`), now resolves to this form: mark
+    /// it `try`, or give the closure a second statement.
+    /// - Throws: the block's error, as a ``SkyrosError``.
+    public func read<T>(_ block: (ObjectContext) throws -> T) rethrows -> T {
+        let main = current.main
+        do {
+            return try main.performAndWait { try block(main) }
+        } catch {
+            throw SkyrosError.wrap(error)
+        }
+    }
+
     /// Runs `block` on the main context and returns its value.
     public func read<T: Sendable>(_ block: @escaping @Sendable (ObjectContext) throws -> T) async throws -> T {
         let main = current.main
