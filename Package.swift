@@ -120,7 +120,7 @@ let package = Package(
         ),
         .executableTarget(
             name: "skyros-test-child",
-            dependencies: ["Skyros", "SkyrosShared", "SkyrosTestModels", "SkyrosWire"],
+            dependencies: ["Skyros", "SkyrosShared", "SkyrosTestModels", "SkyrosWire", "SkyrosZeroMQ"],
             path: "Tests/skyros-test-child"
         ),
         .testTarget(

@@ -142,6 +142,10 @@ public final class DaemonServer: @unchecked Sendable {
         requests = try ZeroMQSocket(context: zmq, kind: .router)
         try requests.setMaximumMessageSize(Int64(configuration.maximumMessageSize))
         events = try ZeroMQSocket(context: zmq, kind: .publisher)
+        // Events stay in the group even when the container's mode was loosened: the events
+        // socket closes a connection from anyone but the users and group PeerAccess allows
+        // as soon as it is accepted (requests are checked per message, and refused with a reply).
+        try events.acceptIPCPeers(users: access.users, groups: access.groups)
         for path in container.sockets where FileManager.default.fileExists(atPath: path) {
             // A socket file left by a daemon that died is stale: the lock proves nobody serves it.
             try? FileManager.default.removeItem(atPath: path)

@@ -22,6 +22,11 @@ final class PeerAccess {
         }
     }
 
+    /// The users always allowed: root, the daemon's own user and the container's owner.
+    var users: [uid_t] { [0, geteuid(), owner] }
+    /// The container's Unix group, whose members may use the group.
+    var groups: [gid_t] { [group] }
+
     /// Why `peer` is refused, or nil when it may use the group.
     func refusal(of peer: PeerCredentials?) -> String? {
         guard let peer else { return "the daemon could not read the credentials of this connection" }

@@ -120,6 +120,14 @@ package final class ZeroMQSocket {
     package func setReceiveHighWaterMark(_ messages: Int32) throws { try setOption(ZMQ_RCVHWM, messages) }
     /// Send high-water mark, in messages.
     package func setSendHighWaterMark(_ messages: Int32) throws { try setOption(ZMQ_SNDHWM, messages) }
+    /// Accepts `ipc://` connections only from peers whose user is one of `users`, whose
+    /// primary group is one of `groups`, or who are listed as members of one of `groups` in the
+    /// group database; every other connection is closed as soon as it is accepted (libzmq's
+    /// `ZMQ_IPC_FILTER_UID`/`ZMQ_IPC_FILTER_GID`, checked with `SO_PEERCRED`). Set before `bind`.
+    package func acceptIPCPeers(users: [uid_t], groups: [gid_t]) throws {
+        for user in Set(users) { try setOption(ZMQ_IPC_FILTER_UID, Int32(bitPattern: user)) }
+        for group in Set(groups) { try setOption(ZMQ_IPC_FILTER_GID, Int32(bitPattern: group)) }
+    }
     /// Subscribes a SUB socket to messages starting with `prefix` (empty: all).
     package func subscribe(_ prefix: Data = Data()) throws { try setOption(ZMQ_SUBSCRIBE, prefix) }
     /// Removes a subscription made with ``subscribe(_:)`` (the same prefix).

@@ -164,6 +164,45 @@ struct DaemonProcessTests {
         #expect(daemon.wait() == .exited(0))
     }
 
+    @Test("events stay in the group: with the container's mode loosened, an outsider's subscription receives nothing")
+    func eventsStayInTheGroup() throws {
+        try #require(getuid() == 0, "needs root to run a subscriber as nobody")
+        let groups = groupsDirectory()
+        defer { try? FileManager.default.removeItem(atPath: groups) }
+        chmod(groups, 0o755)
+        let daemon = try startDaemon(groups)
+        let container = URL(fileURLWithPath: groups).appendingPathComponent("g").path
+        for path in [container, container + "/requests.ipc", container + "/events.ipc"] { chmod(path, 0o777) }
+        let helper = groups + "/skyros-test-child"
+        try copyExecutable(ChildProcess.helperURL.path, to: helper)
+        // Both subscribe to everything for 3 s with a plain SUB socket; the daemon publishes a
+        // heartbeat every 100 ms and the member's saves below.
+        let outsider = try ChildProcess(
+            ["--reuid=nobody", "--regid=nogroup", "--clear-groups", helper, "raw-subscribe", container, "3"],
+            executable: URL(fileURLWithPath: "/usr/bin/setpriv"))
+        let member = try ChildProcess(["raw-subscribe", container, "3"])
+        #expect(outsider.waitForLine("SUBSCRIBED"))
+        #expect(member.waitForLine("SUBSCRIBED"))
+        let store = try Skyros(sharedStack: testSchema, container: URL(fileURLWithPath: container), timeout: 5)
+        for index in 0..<5 {
+            try store.writeAndWait { context in
+                let user = User.create(in: context)
+                user.handle = "secret-\(index)"
+            }
+        }
+        #expect(outsider.wait(seconds: 15) == .exited(0))
+        #expect(member.wait(seconds: 15) == .exited(0))
+        let seenByOutsider = outsider.readAll()
+        let seenByMember = member.readAll()
+        #expect(seenByOutsider.contains("RECEIVED 0"), "\(seenByOutsider)")
+        // The control: the same subscriber run by a member receives heartbeats and the saves.
+        let count = seenByMember.split(separator: "\n").first { $0.hasPrefix("RECEIVED ") }
+            .flatMap { Int($0.dropFirst("RECEIVED ".count)) } ?? 0
+        #expect(count >= 5, "\(seenByMember)")
+        kill(daemon.pid, SIGTERM)
+        #expect(daemon.wait() == .exited(0))
+    }
+
     @Test("a daemon restart: calls while it is away fail after the timeout; then clients go on by themselves")
     func restart() throws {
         let groups = groupsDirectory()

@@ -15,11 +15,15 @@
 // - `watcher <container> <name>`: holds every Tag in its main context, prints "READY", waits
 //   for `check-<name>` and writes what it holds to `digest-<name>`.
 // - `big-save <container> <count>`: prints "SAVING" and saves <count> users in one change set.
+// - `raw-subscribe <container> <seconds>`: subscribes to every message of the events socket
+//   with a plain ZeroMQ SUB socket (no hello), prints "SUBSCRIBED", counts what arrives for
+//   <seconds> and prints "RECEIVED <n>".
 import Foundation
 import Skyros
 import SkyrosShared
 import SkyrosTestModels
 import SkyrosWire
+import SkyrosZeroMQ
 
 /// Waits (30 s at most) for a file and returns its contents.
 func waitForFile(_ path: String) -> String? {
@@ -237,6 +241,21 @@ case "big-save":
         }
     }
     print("SAVED")
+case "raw-subscribe":
+    let zmq = try ZeroMQContext()
+    let events = try ZeroMQSocket(context: zmq, kind: .subscriber)
+    try events.subscribe()
+    try events.setReceiveTimeout(milliseconds: 100)
+    try events.connect(GroupContainer(url: URL(fileURLWithPath: arguments[2])).eventsEndpoint)
+    print("SUBSCRIBED")
+    fflush(nil)
+    var received = 0
+    let until = Date().addingTimeInterval(Double(arguments[3])!)
+    while Date() < until {
+        if (try? events.receive()) != nil { received += 1 }
+    }
+    print("RECEIVED \(received)")
+    events.close()
 default:
     FileHandle.standardError.write(
         Data("usage: skyros-test-child fingerprint|write-and-wait|write-and-exit|shared-writer …\n".utf8))
