@@ -1,7 +1,7 @@
 // skyros-bench: Skyros side by side with raw SQLite, measured in the same run.
 //
 //     swift run -c release skyros-bench embedded [--json] [--quick] [--only fetch|saves|iterate]
-//     swift run -c release skyros-bench shared [--json] [--quick]
+//     swift run -c release skyros-bench shared [--json] [--quick] [--flood]
 //     swift run -c release skyros-bench contention [--json] [--quick] [--clients N …] [--ceiling]
 //
 // Prints a table, or with --json one object per line:
@@ -20,6 +20,12 @@ if arguments.count == 4, let seconds = Double(arguments[3]) {
         exit(0)
     case "contention-bare":
         try ContentionBenchmark.bare(endpoint: arguments[1], go: arguments[2], seconds: seconds)
+        exit(0)
+    case "flood-writer":
+        try FloodBenchmark.writer(container: arguments[1], go: arguments[2], seconds: seconds)
+        exit(0)
+    case "flood-reader":
+        try FloodBenchmark.reader(container: arguments[1], go: arguments[2], seconds: seconds)
         exit(0)
     default:
         break
@@ -67,6 +73,8 @@ if suite == "contention" {
     if !counts.isEmpty { benchmark.clientCounts = counts }
     benchmark.ceiling = arguments.contains("--ceiling")
     try benchmark.run(report: report)
+} else if suite == "shared" && arguments.contains("--flood") {
+    try FloodBenchmark(directory: directory, seconds: quick ? 2 : 5).run(report: report)
 } else if suite == "shared" {
     try SharedBenchmark(directory: directory, saveSamples: quick ? 100 : 300, insertCount: quick ? 5_000 : 50_000)
         .run(report: report)

@@ -86,6 +86,8 @@ public final class DaemonServer: @unchecked Sendable {
     /// Exactly-once decisions, from the save records of the commits since the daemon started.
     private var ledger = SaveLedger()
     private var counters = Statistics()
+    /// Answers fetches, counts and faults beside the commits.
+    private let reader: ReadWorker
 
     /// What the server has committed since it started.
     public struct Statistics: Sendable, Equatable {
@@ -133,11 +135,12 @@ public final class DaemonServer: @unchecked Sendable {
             }
             let store = try SQLiteStore(
                 schema: try Schema(description: description), url: container.store, durability: configuration.durability,
-                serialAccess: true)
+                serialAccess: false)
             let opened = try Journal.open(store)
             (self.store, sequence, epoch, schemaVersion) = (store, opened.sequence, opened.epoch, opened.schemaVersion)
         }
         access = PeerAccess(container: container)
+        reader = try ReadWorker()
         zmq = try ZeroMQContext()
         requests = try ZeroMQSocket(context: zmq, kind: .router)
         try requests.setMaximumMessageSize(Int64(configuration.maximumMessageSize))
@@ -168,21 +171,27 @@ public final class DaemonServer: @unchecked Sendable {
 
     /// Serves until ``stop()`` is called; checks for it every `pollInterval` milliseconds.
     ///
-    /// Each turn takes every request already waiting: reads are answered at once, and the
-    /// saves among them are committed together in one transaction (group commit) and
-    /// acknowledged after it is durable.
+    /// Each turn takes every request already waiting (up to ``Configuration/maximumGroupCommit``
+    /// saves): the saves among them are committed together in one transaction (group commit)
+    /// and acknowledged once durable. Fetches, counts and faults go to the daemon's reader
+    /// thread (``ReadWorker``), which answers them through a reader connection beside the
+    /// commits, so a save never waits behind read work, however much of it members ask for;
+    /// this loop sends the reader's replies as they come. Hellos and `changes-since` are
+    /// answered in the turn.
     public func serve(pollInterval: Int = 100) {
         while !isStopRequested {
             heartbeatIfDue(every: Double(pollInterval) / 1000)
             do {
                 // Events held under load wait at most their delay: the turn after it publishes them.
                 let wait = publisher.held.isEmpty ? pollInterval : 1
-                guard try requests.waitForInput(milliseconds: wait) else {
-                    publish(publisher.committed([], requestsWaiting: false, now: .now))
+                let ready = try requests.waitForInput(orDescriptor: reader.wakeDescriptor, milliseconds: wait)
+                if ready.descriptor { sendReads() }
+                guard ready.socket else {
+                    if !ready.descriptor { publish(publisher.committed([], requestsWaiting: false, now: .now)) }
                     continue
                 }
                 var saves: [PendingSave] = []
-                while saves.count < configuration.maximumGroupCommit {
+                while saves.count < configuration.maximumGroupCommit && reader.pending < Self.maximumPendingReads {
                     let received: (frames: [Data], peer: PeerCredentials?)
                     do {
                         received = try requests.receiveWithCredentials(dontWait: true)
@@ -204,7 +213,25 @@ public final class DaemonServer: @unchecked Sendable {
                 configuration.log("receive failed: \(error)")
             }
         }
+        reader.stop()  // answers the reads already submitted
+        sendReads()
         publish(publisher.flush())
+    }
+
+    /// The most reads submitted to the reader and not answered yet; past it, the loop takes
+    /// no more requests from the socket (ZeroMQ keeps them, within its high-water mark) until
+    /// the reader catches up.
+    static let maximumPendingReads = 1_024
+
+    /// Sends the replies the reader has ready.
+    private func sendReads() {
+        for answered in reader.takeReplies() {
+            do {
+                try requests.send([answered.identity, Data(answered.message)], dontWait: true)
+            } catch {
+                configuration.log("could not reply to a client: \(error)")
+            }
+        }
     }
     /// Asks ``serve(pollInterval:)`` to return once the request in progress is answered.
     public func stop() { state.withLock { stopRequested = true } }
@@ -213,6 +240,7 @@ public final class DaemonServer: @unchecked Sendable {
 
     /// Closes the sockets, checkpoints and closes the store, and releases the group's lock.
     public func close() {
+        reader.stop()
         requests.close()
         events.close()
         logPruning(Journal.Pruned(), force: true)
@@ -285,6 +313,10 @@ public final class DaemonServer: @unchecked Sendable {
                 changes: ChangeSet()))
             commit(saves, resetting: saves.count - 1)
             saves.removeAll()
+            return
+        }
+        if ReadWorker.answers(message.body), sessions[identity] != nil, let store {
+            reader.submit(ReadWorker.Job(identity: identity, requestID: message.requestID, body: message.body, store: store))
             return
         }
         let body: WireMessage.Body
@@ -475,16 +507,13 @@ public final class DaemonServer: @unchecked Sendable {
         }
     }
 
+    /// Answers a hello or a `changes-since` (reads go to the reader, see ``ReadWorker``).
     private func respond(to body: WireMessage.Body, from identity: Data) throws -> WireMessage.Body {
         if case .hello(let hello) = body { return try welcome(hello, identity) }
         guard sessions[identity] != nil, let store else {
             throw SkyrosError(.helloRequired, "say hello first")
         }
         switch body {
-        case .fetch(let request): return .snapshotsReply(try store.fetchSnapshots(request))
-        case .fetchIdentifiers(let request): return .identifiersReply(try store.fetchIdentifiers(request))
-        case .count(let request): return .countReply(try store.count(request))
-        case .snapshots(let ids): return .snapshotsReply(try store.snapshots(for: ids))
         case .changesSince(let since, let limit):
             let page = try Journal.changes(since: since, current: sequence, limit: limit, in: store)
             return .changes(page.events, more: page.more)
@@ -504,7 +533,7 @@ public final class DaemonServer: @unchecked Sendable {
             }
             try open(SQLiteStore(
                 schema: schema, url: configuration.container.store, durability: configuration.durability,
-                serialAccess: true))
+                serialAccess: false))
             configuration.log("created the store for schema \(hello.schemaFingerprint)")
         }
         switch sessions.hello(identity, hello, storeFingerprint: store?.schema.fingerprint ?? "") {

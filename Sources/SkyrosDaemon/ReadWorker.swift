@@ -1,0 +1,151 @@
+import Foundation
+import Skyros
+import SkyrosWire
+
+/// The daemon's reader: answers fetches, counts and faults on a thread of its own, through
+/// a reader connection of the store's pool (WAL: it reads beside the serve loop's commits),
+/// so that saves are never queued behind read work, however much of it members ask for.
+///
+/// The serve loop hands it requests with ``submit(_:)``; the encoded replies come back
+/// through ``takeReplies()``, and ``wakeDescriptor`` becomes readable when there are some
+/// (the loop polls it beside the request socket: only the loop sends on the socket).
+final class ReadWorker: @unchecked Sendable {
+    /// A read to answer.
+    struct Job {
+        var identity: Data
+        var requestID: UInt64
+        var body: WireMessage.Body
+        var store: SQLiteStore
+    }
+
+    /// A reply ready to go out: the connection's identity and the encoded message.
+    struct Reply {
+        var identity: Data
+        var message: [UInt8]
+    }
+
+    /// Readable while replies wait to be taken (the read end of a pipe).
+    let wakeDescriptor: Int32
+    private let wakeWriter: Int32
+    private let condition = NSCondition()
+    private var jobs: [Job] = []
+    private var replies: [Reply] = []
+    private var busy = false
+    private var stopping = false
+    private var thread: Thread?
+    private let finished = DispatchSemaphore(value: 0)
+
+    init() throws {
+        var ends: [Int32] = [-1, -1]
+        guard pipe(&ends) == 0 else {
+            throw SkyrosError(.storeFailure, "the daemon could not make a pipe (errno \(errno))")
+        }
+        for end in ends {
+            _ = fcntl(end, F_SETFL, fcntl(end, F_GETFL) | O_NONBLOCK)
+            _ = fcntl(end, F_SETFD, FD_CLOEXEC)
+        }
+        (wakeDescriptor, wakeWriter) = (ends[0], ends[1])
+        let thread = Thread { [self] in run() }
+        thread.name = "skyrosd.reader"
+        self.thread = thread
+        thread.start()
+    }
+
+    deinit {
+        close(wakeDescriptor)
+        close(wakeWriter)
+    }
+
+    /// The reads submitted and not answered yet.
+    var pending: Int { condition.withLock { jobs.count + (busy ? 1 : 0) } }
+
+    /// Queues a read; its reply comes back through ``takeReplies()``.
+    func submit(_ job: Job) {
+        condition.withLock {
+            jobs.append(job)
+            condition.signal()
+        }
+    }
+
+    /// The replies ready, oldest first; resets ``wakeDescriptor``.
+    func takeReplies() -> [Reply] {
+        var drained = [UInt8](repeating: 0, count: 64)
+        while read(wakeDescriptor, &drained, drained.count) == drained.count {}
+        return condition.withLock {
+            defer { replies = [] }
+            return replies
+        }
+    }
+
+    /// Answers what was submitted, then stops the thread; returns once it has.
+    func stop() {
+        condition.withLock {
+            stopping = true
+            condition.signal()
+        }
+        if thread != nil { finished.wait() }
+        thread = nil
+    }
+
+    private func run() {
+        // Below the serve loop's priority: when members' reads and a save compete for the
+        // CPU, the loop (and so the save) goes first.
+        if let tid = Self.threadID() { _ = setpriority(__priority_which_t(PRIO_PROCESS.rawValue), tid, 10) }
+        while let batch = nextJobs() {
+            var answered: [Reply] = []
+            for job in batch {
+                let body: WireMessage.Body
+                do {
+                    body = try Self.answer(job.body, from: job.store)
+                } catch {
+                    body = DaemonServer.errorReply(SkyrosError.wrap(error))
+                }
+                answered.append(Reply(identity: job.identity, message: WireMessage(requestID: job.requestID, body: body).encoded()))
+            }
+            condition.withLock {
+                replies += answered
+                busy = false
+            }
+            var one: UInt8 = 1
+            _ = write(wakeWriter, &one, 1)  // a full pipe already wakes the loop
+        }
+        finished.signal()
+    }
+
+    /// The kernel's ID of the calling thread (`/proc/thread-self` is `<pid>/task/<tid>`).
+    private static func threadID() -> id_t? {
+        guard let link = try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/thread-self"),
+            let last = link.split(separator: "/").last
+        else { return nil }
+        return id_t(last)
+    }
+
+    /// Waits for jobs and takes them all; nil once stopped with nothing left.
+    private func nextJobs() -> [Job]? {
+        condition.withLock {
+            while jobs.isEmpty && !stopping { condition.wait() }
+            guard !jobs.isEmpty else { return nil }
+            defer { jobs = [] }
+            busy = true
+            return jobs
+        }
+    }
+
+    /// Whether the reader answers `body` (the rest is answered by the serve loop).
+    static func answers(_ body: WireMessage.Body) -> Bool {
+        switch body {
+        case .fetch, .fetchIdentifiers, .count, .snapshots: true
+        default: false
+        }
+    }
+
+    private static func answer(_ body: WireMessage.Body, from store: SQLiteStore) throws -> WireMessage.Body {
+        switch body {
+        case .fetch(let request): .snapshotsReply(try store.fetchSnapshots(request))
+        case .fetchIdentifiers(let request): .identifiersReply(try store.fetchIdentifiers(request))
+        case .count(let request): .countReply(try store.count(request))
+        case .snapshots(let ids): .snapshotsReply(try store.snapshots(for: ids))
+        default: throw SkyrosError(.malformedMessage, "the reader does not answer a \(body.kind) message")
+        }
+    }
+}
