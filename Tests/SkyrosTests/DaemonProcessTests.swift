@@ -203,6 +203,43 @@ struct DaemonProcessTests {
         #expect(daemon.wait() == .exited(0))
     }
 
+    @Test("a writer's saves all succeed beside 4 processes fetching 2,000 objects in a loop")
+    func readFlood() throws {
+        let groups = groupsDirectory()
+        defer { try? FileManager.default.removeItem(atPath: groups) }
+        let daemon = try startDaemon(groups)
+        let container = URL(fileURLWithPath: groups).appendingPathComponent("g")
+        let writer = try Skyros(sharedStack: testSchema, container: container, timeout: 2)
+        try writer.writeAndWait { context in
+            for index in 0..<2_000 {
+                let user = User.create(in: context)
+                user.handle = "seed-\(index)"
+            }
+        }
+        let readers = try (0..<4).map { _ in try ChildProcess(["read-flood", container.path]) }
+        for reader in readers { #expect(reader.waitForLine("READY")) }
+        // Each save waits for its acknowledgement, 2 s at most; before the daemon read beside
+        // its commits, a third of them timed out behind the reads.
+        var failures: [SkyrosError.Code] = []
+        for index in 0..<60 {
+            do {
+                try writer.writeAndWait { context in User.create(in: context).handle = "writer-\(index)" }
+            } catch let error as SkyrosError {
+                failures.append(error.code)
+            }
+        }
+        #expect(FileManager.default.createFile(atPath: container.appendingPathComponent("stop-flood").path, contents: nil))
+        for reader in readers {
+            #expect(reader.wait(seconds: 30) == .exited(0))
+            let output = reader.readAll()
+            #expect(output.contains("READS ") && !output.contains("READS 0\n"), "\(output)")
+        }
+        #expect(failures.isEmpty, "\(failures)")
+        #expect(try writer.read { context in try User.count(in: context) } == 2_060)
+        kill(daemon.pid, SIGTERM)
+        #expect(daemon.wait() == .exited(0))
+    }
+
     @Test("a daemon restart: calls while it is away fail after the timeout; then clients go on by themselves")
     func restart() throws {
         let groups = groupsDirectory()

@@ -15,6 +15,8 @@
 // - `watcher <container> <name>`: holds every Tag in its main context, prints "READY", waits
 //   for `check-<name>` and writes what it holds to `digest-<name>`.
 // - `big-save <container> <count>`: prints "SAVING" and saves <count> users in one change set.
+// - `read-flood <container>`: prints "READY", then fetches every user in a loop until the
+//   file `stop-flood` appears in the container (60 s at most); prints "READS <n>".
 // - `raw-subscribe <container> <seconds>`: subscribes to every message of the events socket
 //   with a plain ZeroMQ SUB socket (no hello), prints "SUBSCRIBED", counts what arrives for
 //   <seconds> and prints "RECEIVED <n>".
@@ -241,6 +243,17 @@ case "big-save":
         }
     }
     print("SAVED")
+case "read-flood":
+    let store = try Skyros(sharedStack: testSchema, container: URL(fileURLWithPath: arguments[2]), timeout: 30)
+    let stop = arguments[2] + "/stop-flood"
+    print("READY")
+    fflush(nil)
+    var reads = 0
+    let deadline = Date().addingTimeInterval(60)
+    while !FileManager.default.fileExists(atPath: stop) && Date() < deadline {
+        reads += try store.read { context in try User.all(in: context).count } > 0 ? 1 : 0
+    }
+    print("READS \(reads)")
 case "raw-subscribe":
     let zmq = try ZeroMQContext()
     let events = try ZeroMQSocket(context: zmq, kind: .subscriber)
