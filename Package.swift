@@ -8,6 +8,8 @@ let package = Package(
     products: [
         .library(name: "Skyros", targets: ["Skyros"]),
         .library(name: "SkyrosShared", targets: ["SkyrosShared"]),
+        // A separate product so that Skyros itself does not depend on swift-service-lifecycle.
+        .library(name: "SkyrosServiceLifecycle", targets: ["SkyrosServiceLifecycle"]),
         .executable(name: "skyros-bench", targets: ["skyros-bench"]),
         .executable(name: "skyrosd", targets: ["skyrosd"]),
         .executable(name: "skyros", targets: ["skyros"]),
@@ -36,6 +38,14 @@ let package = Package(
                 "SkyrosMacros",
                 .product(name: "GRDB", package: "GRDB.swift"),
                 .product(name: "GRDBSQLite", package: "GRDB.swift"),
+            ]
+        ),
+        .target(
+            name: "SkyrosServiceLifecycle",
+            dependencies: [
+                "Skyros",
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+                .product(name: "Logging", package: "swift-log"),
             ]
         ),
         // libzmq from apt (libzmq3-dev): the header is in /usr/include, so no pkg-config
@@ -120,7 +130,11 @@ let package = Package(
         ),
         .executableTarget(
             name: "skyros-test-child",
-            dependencies: ["Skyros", "SkyrosShared", "SkyrosTestModels", "SkyrosWire", "SkyrosZeroMQ"],
+            dependencies: [
+                "Skyros", "SkyrosShared", "SkyrosTestModels", "SkyrosWire", "SkyrosZeroMQ", "SkyrosServiceLifecycle",
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+                .product(name: "Logging", package: "swift-log"),
+            ],
             path: "Tests/skyros-test-child"
         ),
         .testTarget(

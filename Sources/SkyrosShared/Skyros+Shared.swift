@@ -12,27 +12,33 @@ extension Skyros {
     ///     ``Skyros/containerURL(forApplicationGroup:)``.
     ///   - timeout: how long a call waits for the daemon before failing with
     ///     ``SkyrosError/Code/daemonUnavailable``.
+    ///   - savesOnStop: whether SIGTERM, SIGINT and a normal exit save in-flight writes
+    ///     through process-wide handlers (default true); false when the application stops
+    ///     the stack itself (`flush(timeout:)`, or a `SkyrosService` under
+    ///     swift-service-lifecycle).
     public convenience init(
         sharedStack schema: Schema, applicationGroup: String, allowsConcurrentWritings: Bool = false,
-        timeout: TimeInterval = 5
+        timeout: TimeInterval = 5, savesOnStop: Bool = true
     ) throws {
         let url = try Skyros.containerURL(forApplicationGroup: applicationGroup)
         try self.init(
-            sharedStack: schema, container: url, allowsConcurrentWritings: allowsConcurrentWritings, timeout: timeout)
+            sharedStack: schema, container: url, allowsConcurrentWritings: allowsConcurrentWritings, timeout: timeout,
+            savesOnStop: savesOnStop)
     }
 
     /// A shared stack on an explicit container directory.
     public convenience init(
-        sharedStack schema: Schema, container: URL, allowsConcurrentWritings: Bool = false, timeout: TimeInterval = 5
+        sharedStack schema: Schema, container: URL, allowsConcurrentWritings: Bool = false, timeout: TimeInterval = 5,
+        savesOnStop: Bool = true
     ) throws {
         let remote = try RemoteStore(schema: schema, container: GroupContainer(url: container), timeout: timeout)
-        self.init(sharedStack: remote, allowsConcurrentWritings: allowsConcurrentWritings)
+        self.init(sharedStack: remote, allowsConcurrentWritings: allowsConcurrentWritings, savesOnStop: savesOnStop)
     }
 
     /// A shared stack on a connection made and configured by the caller (timeouts, event
     /// queue): change events of other processes are merged into the main context.
-    public convenience init(sharedStack remote: RemoteStore, allowsConcurrentWritings: Bool = false) {
-        self.init(store: remote, allowsConcurrentWritings: allowsConcurrentWritings)
+    public convenience init(sharedStack remote: RemoteStore, allowsConcurrentWritings: Bool = false, savesOnStop: Bool = true) {
+        self.init(store: remote, allowsConcurrentWritings: allowsConcurrentWritings, savesOnStop: savesOnStop)
         let schema = remote.schema
         remote.onChange = { [weak self] (events: [ChangeEvent]) in
             self?.merge(events.map { Self.storeChange($0, schema) })

@@ -20,8 +20,18 @@
 // - `raw-subscribe <container> <seconds>`: subscribes to every message of the events socket
 //   with a plain ZeroMQ SUB socket (no hello), prints "SUBSCRIBED", counts what arrives for
 //   <seconds> and prints "RECEIVED <n>".
+// - `service-write <store.sqlite> <count>`: a stack made with `savesOnStop: false` run by a
+//   ServiceLifecycle ServiceGroup (SIGTERM: graceful shutdown) through a SkyrosService; a
+//   writeAsync of <count> users that takes a second, and a user left unsaved in the main
+//   context; prints "WRITING" once the group runs, "STOPPED" when it returns.
+// - `handler-state <store.sqlite> <true|false>`: a stack made with that `savesOnStop`, a
+//   user left unsaved in the main context; prints "HANDLER default" or "HANDLER installed"
+//   (SIGTERM's disposition), then waits to be stopped by a signal.
 import Foundation
+import Logging
+import ServiceLifecycle
 import Skyros
+import SkyrosServiceLifecycle
 import SkyrosShared
 import SkyrosTestModels
 import SkyrosWire
@@ -269,6 +279,38 @@ case "raw-subscribe":
     }
     print("RECEIVED \(received)")
     events.close()
+case "service-write":
+    let store = try Skyros(sqliteStack: testSchema, at: URL(fileURLWithPath: arguments[2]), savesOnStop: false)
+    let count = Int(arguments[3])!
+    store.writeAsync { context in
+        usleep(1_000_000)  // still in flight when SIGTERM comes
+        for index in 0..<count { User.create(in: context).handle = "service-\(index)" }
+    }
+    store.read { context in User.create(in: context).handle = "unsaved-main" }
+    /// Says when the group runs (its signal handlers are in place), then waits for shutdown.
+    struct Ready: Service {
+        func run() async throws {
+            print("WRITING")
+            fflush(nil)
+            try? await gracefulShutdown()
+        }
+    }
+    let group = ServiceGroup(
+        configuration: .init(
+            services: [SkyrosService(store), Ready()], gracefulShutdownSignals: [.sigterm],
+            logger: Logger(label: "skyros-test-child")))
+    try await group.run()
+    print("STOPPED")
+case "handler-state":
+    let store = try Skyros(
+        sqliteStack: testSchema, at: URL(fileURLWithPath: arguments[2]), savesOnStop: arguments[3] == "true")
+    store.read { context in User.create(in: context).handle = "unsaved-main" }
+    var action = sigaction()
+    sigaction(SIGTERM, nil, &action)
+    print(action.__sigaction_handler.sa_handler == nil ? "HANDLER default" : "HANDLER installed")
+    fflush(nil)
+    while true { sleep(1) }
+    withExtendedLifetime(store) {}
 default:
     FileHandle.standardError.write(
         Data("usage: skyros-test-child fingerprint|write-and-wait|write-and-exit|shared-writer …\n".utf8))

@@ -3,9 +3,15 @@ import Foundation
 /// Saves in-flight writes when the process is asked to stop (SIGTERM, SIGINT) and at a
 /// normal exit: the Linux counterpart of Skopelos' AppStateReactor.
 ///
-/// Installed when the first stack is made, unless ``Skyros/savesOnStop`` was set to false
-/// before. On SIGTERM or SIGINT every live stack is flushed (bounded by a timeout), then the
-/// signal's default action runs, so the process still ends as signalled.
+/// Installed when the first stack made with `savesOnStop: true` (the default) is made;
+/// stacks made with `savesOnStop: false` neither install nor join it, and a process whose
+/// stacks all say false has no handler and no `atexit` hook of Skyros. On SIGTERM or SIGINT
+/// every registered live stack is flushed (bounded by a timeout), then the signal's default
+/// action runs, so the process still ends as signalled.
+///
+/// Under swift-service-lifecycle the application owns the signals: its `ServiceGroup`
+/// triggers graceful shutdown, and a `SkyrosService` (product `SkyrosServiceLifecycle`)
+/// flushes its stacks then; those stacks are made with `savesOnStop: false`.
 enum SaveOnStop {
     private final class State: @unchecked Sendable {
         let lock = NSLock()
@@ -25,14 +31,30 @@ enum SaveOnStop {
         set { state.lock.withLock { state.enabled = newValue } }
     }
 
+    static func isRegistered(_ stack: Skyros) -> Bool {
+        state.lock.withLock { state.stacks[ObjectIdentifier(stack)]?.stack === stack }
+    }
+
+    /// Puts a stack in the handlers' care, installing them the first time; does nothing
+    /// when the deprecated `Skyros.savesOnStop` is false.
     static func register(_ stack: Skyros) {
         state.lock.lock()
+        guard state.enabled else {
+            state.lock.unlock()
+            return
+        }
         state.stacks = state.stacks.filter { $0.value.stack != nil }
         state.stacks[ObjectIdentifier(stack)] = WeakStack(stack: stack)
         let mustInstall = state.enabled && !state.installed
         if mustInstall { state.installed = true }
         state.lock.unlock()
         if mustInstall { install() }
+    }
+
+    /// Takes a stack out of the handlers' care (its owner stops it, e.g. a `SkyrosService`).
+    /// Handlers already installed stay, for the other stacks.
+    static func unregister(_ stack: Skyros) {
+        state.lock.withLock { _ = state.stacks.removeValue(forKey: ObjectIdentifier(stack)) }
     }
 
     static func flushAll(timeout: TimeInterval = 10) {
@@ -86,11 +108,23 @@ private func skyrosSignalHandler(_ number: Int32) {
 }
 
 extension Skyros {
-    /// Whether stacks save in-flight writes on SIGTERM, SIGINT and normal exit (default
-    /// true). Set it to false before making the first stack when the application handles
-    /// those signals itself (then call ``flush(timeout:)`` when stopping).
+    /// The process-wide default of saving on stop (true): false before making a stack keeps
+    /// every stack made afterwards from installing or joining the SIGTERM, SIGINT and exit
+    /// handlers, whatever its initialiser's `savesOnStop` says.
+    @available(
+        *, deprecated,
+        message: "pass savesOnStop: false to the stack's initialiser (and stop it with flush(timeout:) or a SkyrosService)"
+    )
     public static var savesOnStop: Bool {
         get { SaveOnStop.isEnabled }
         set { SaveOnStop.isEnabled = newValue }
+    }
+
+    /// Takes this stack out of the care of the process-wide SIGTERM, SIGINT and exit
+    /// handlers (see ``savesOnStop-swift.property``): its owner flushes it when stopping.
+    /// Handlers already installed for other stacks stay. `SkyrosService` calls it for the
+    /// stacks it is given.
+    public func leaveSaveOnStop() {
+        SaveOnStop.unregister(self)
     }
 }

@@ -30,6 +30,11 @@ open class Skyros: @unchecked Sendable {
     public let allowsConcurrentWritings: Bool
     /// Where completions and ``handleError(_:)`` are called.
     public let completionQueue: DispatchQueue
+    /// Whether this stack's in-flight writes are saved by the process-wide handlers of
+    /// SIGTERM, SIGINT and normal exit: what the initialiser's `savesOnStop` asked (unless
+    /// the deprecated static ``savesOnStop-swift.type.property`` was false), until
+    /// ``leaveSaveOnStop()``.
+    public var savesOnStop: Bool { SaveOnStop.isRegistered(self) }
 
     private let lock = NSLock()
     private var contexts: Contexts
@@ -51,34 +56,54 @@ open class Skyros: @unchecked Sendable {
     ///   - url: the SQLite file.
     ///   - allowsConcurrentWritings: one scratch context per write when true.
     ///   - durability: `.full` (default) or `.normal`.
+    ///   - savesOnStop: whether SIGTERM, SIGINT and a normal exit save the stack's in-flight
+    ///     writes through process-wide handlers (default true). Pass false when the
+    ///     application handles those signals itself — with swift-service-lifecycle, hand
+    ///     the stack to a `SkyrosService` (product `SkyrosServiceLifecycle`) — or calls
+    ///     ``flush(timeout:)`` when stopping. See ``savesOnStop-swift.property``.
     /// - Throws: ``SkyrosError/Code/schemaMismatch`` when the file was made with another
     ///   schema (the file is left untouched), ``SkyrosError/Code/invalidSchema``,
     ///   ``SkyrosError/Code/storeFailure``.
     public convenience init(
         sqliteStack schema: Schema, at url: URL, allowsConcurrentWritings: Bool = false,
-        durability: Durability = .full, completionQueue: DispatchQueue? = nil
+        durability: Durability = .full, completionQueue: DispatchQueue? = nil, savesOnStop: Bool = true
     ) throws {
         let store = try SQLiteStore(schema: schema, url: url, durability: durability)
-        self.init(store: store, allowsConcurrentWritings: allowsConcurrentWritings, completionQueue: completionQueue)
+        self.init(
+            store: store, allowsConcurrentWritings: allowsConcurrentWritings, completionQueue: completionQueue,
+            savesOnStop: savesOnStop)
     }
 
     /// A stack on an in-memory store (an in-memory SQLite database: same SQL, nothing on disk).
+    ///
+    /// `savesOnStop`: see ``init(sqliteStack:at:allowsConcurrentWritings:durability:completionQueue:savesOnStop:)``.
     public convenience init(
-        inMemoryStack schema: Schema, allowsConcurrentWritings: Bool = false, completionQueue: DispatchQueue? = nil
+        inMemoryStack schema: Schema, allowsConcurrentWritings: Bool = false, completionQueue: DispatchQueue? = nil,
+        savesOnStop: Bool = true
     ) throws {
         let store = try SQLiteStore(schema: schema, url: nil)
-        self.init(store: store, allowsConcurrentWritings: allowsConcurrentWritings, completionQueue: completionQueue)
+        self.init(
+            store: store, allowsConcurrentWritings: allowsConcurrentWritings, completionQueue: completionQueue,
+            savesOnStop: savesOnStop)
     }
 
     /// A stack over any persistent store.
-    public init(store: any PersistentStore, allowsConcurrentWritings: Bool = false, completionQueue: DispatchQueue? = nil) {
+    ///
+    /// - Parameter savesOnStop: whether the stack's in-flight writes are saved on SIGTERM,
+    ///   SIGINT and a normal exit by process-wide handlers (default true; installed with the
+    ///   first such stack). False installs nothing: the application stops the stack itself
+    ///   (``flush(timeout:)``, or a `SkyrosService` under swift-service-lifecycle).
+    public init(
+        store: any PersistentStore, allowsConcurrentWritings: Bool = false, completionQueue: DispatchQueue? = nil,
+        savesOnStop: Bool = true
+    ) {
         self.schema = store.schema
         self.store = store
         self.allowsConcurrentWritings = allowsConcurrentWritings
         self.completionQueue = completionQueue ?? DispatchQueue(label: "skyros.completion")
         self.contexts = Self.makeContexts(store)
         adopt(contexts)
-        SaveOnStop.register(self)
+        if savesOnStop { SaveOnStop.register(self) }
     }
 
     /// Errors of what cannot throw in the stack's contexts (a fault that cannot be read, see
