@@ -178,8 +178,13 @@ public final class DaemonServer: @unchecked Sendable {
     /// commits, so a save never waits behind read work, however much of it members ask for;
     /// this loop sends the reader's replies as they come. Hellos and `changes-since` are
     /// answered in the turn.
-    public func serve(pollInterval: Int = 100) {
+    ///
+    /// `turn` is called on the serving thread at the start of every turn — at least every
+    /// `pollInterval` milliseconds while the loop is alive: `skyrosd` sends systemd's
+    /// watchdog ping from it, so a hung loop stops the pings.
+    public func serve(pollInterval: Int = 100, turn: () -> Void = {}) {
         while !isStopRequested {
+            turn()
             heartbeatIfDue(every: Double(pollInterval) / 1000)
             do {
                 // Events held under load wait at most their delay: the turn after it publishes them.

@@ -24,7 +24,8 @@ struct Skyrosd: AsyncParsableCommand {
             the container. Without --groups-dir, the container is resolved like clients do: \
             $SKYROS_GROUPS_DIR/<group>, else /var/lib/skyros/<group> when it exists, else \
             $XDG_DATA_HOME/skyros/<group>. One daemon per group: a second one exits with status 2. \
-            SIGTERM or SIGINT stops it gracefully (exit status 0).
+            SIGTERM or SIGINT stops it gracefully: saves in progress are committed and \
+            acknowledged, the store is checkpointed, and it exits with status 0.
 
             At start it checks the store (PRAGMA quick_check) without writing to it: an empty \
             store.sqlite, a file that is not a Skyros store, or a damaged store is refused with \
@@ -133,27 +134,27 @@ struct Skyrosd: AsyncParsableCommand {
 }
 
 /// The serve loop as a service: it runs on its own thread (ZeroMQ sockets are blocking),
-/// and stops when the service group shuts down gracefully.
+/// and stops when the service group shuts down gracefully (SIGTERM, SIGINT): the request
+/// in progress and the saves of its turn are committed and acknowledged, the events
+/// published, then ``DaemonServer/close()`` checkpoints the store and the process exits 0.
+///
+/// systemd's watchdog ping (`WATCHDOG=1`, when the unit sets `WatchdogSec=`) is sent by the
+/// serve loop itself, from its per-turn hook: a loop that hangs stops pinging, and systemd
+/// restarts the daemon.
 struct DaemonService: Service {
     let server: DaemonServer
     let notifier: SystemdNotifier
     let logger: Logger
 
     func run() async throws {
-        let watchdog = notifier.watchdogInterval.map { interval in
-            Task { [notifier] in
-                while !Task.isCancelled {
-                    notifier.notify("WATCHDOG=1")
-                    try? await Task.sleep(for: interval)
-                }
-            }
-        }
         notifier.notify("READY=1\nSTATUS=serving")
         await withGracefulShutdownHandler {
             await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
                 let server = self.server
+                let notifier = self.notifier
                 Thread.detachNewThread {
-                    server.serve()
+                    var watchdog = WatchdogPing(notifier: notifier)
+                    server.serve(turn: { watchdog.pingIfDue() })
                     continuation.resume()
                 }
             }
@@ -161,8 +162,22 @@ struct DaemonService: Service {
             notifier.notify("STOPPING=1")
             server.stop()
         }
-        watchdog?.cancel()
         server.close()
         logger.info("shut down")
+    }
+}
+
+/// The watchdog ping, sent at most every half `WATCHDOG_USEC` by the turns of the serve loop.
+struct WatchdogPing {
+    let notifier: SystemdNotifier
+    private var last: ContinuousClock.Instant?
+
+    init(notifier: SystemdNotifier) { self.notifier = notifier }
+
+    mutating func pingIfDue(now: ContinuousClock.Instant = .now) {
+        guard let interval = notifier.watchdogInterval else { return }
+        if let last, now - last < interval { return }
+        notifier.notify("WATCHDOG=1")
+        last = now
     }
 }

@@ -262,6 +262,23 @@ struct DaemonServerTests {
             == "unsupportedProtocolVersion")
     }
 
+    @Test("serve calls its turn hook at every turn, idle turns included (skyrosd pings the watchdog from it)")
+    func turnHook() throws {
+        let directory = "/tmp/skd-\(getpid())-\(UInt32.random(in: 0...UInt32.max))"
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        let server = try DaemonServer(
+            configuration: .init(container: GroupContainer(url: URL(fileURLWithPath: directory).appendingPathComponent("g"))))
+        var turns = 0
+        let started = Date()
+        server.serve(pollInterval: 10) {
+            turns += 1
+            if turns == 5 { server.stop() }
+        }
+        server.close()
+        #expect(turns == 5)
+        #expect(Date().timeIntervalSince(started) < 5)
+    }
+
     @Test("a second daemon for the same group is refused and the first keeps serving")
     func secondDaemon() throws {
         let daemon = try RunningDaemon()
