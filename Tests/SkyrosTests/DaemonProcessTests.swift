@@ -91,6 +91,34 @@ struct DaemonProcessTests {
         #expect(daemon.wait() == .exited(0))
     }
 
+    @Test("SIGTERM while clients write: exit 0, every acknowledged save in the store, the store checkpointed")
+    func sigtermKeepsAcknowledgedSaves() throws {
+        let groups = groupsDirectory()
+        defer { try? FileManager.default.removeItem(atPath: groups) }
+        let daemon = try startDaemon(groups)
+        let container = URL(fileURLWithPath: groups).appendingPathComponent("g")
+        let writers = try ["a", "b"].map { try ChildProcess(["ack-writer", container.path, $0]) }
+        for writer in writers { #expect(writer.waitForLine("ACK 200")) }
+        kill(daemon.pid, SIGTERM)
+        #expect(daemon.wait(seconds: 10) == .exited(0))
+        var acknowledged: [String] = []
+        for (name, writer) in zip(["a", "b"], writers) {
+            kill(writer.pid, SIGKILL)
+            writer.wait()
+            acknowledged += writer.readAll().split(separator: "\n").compactMap { line in
+                line.hasPrefix("ACK ") ? "\(name)-\(line.dropFirst(4))" : nil
+            }
+        }
+        #expect(acknowledged.count >= 400)
+        #expect(!FileManager.default.fileExists(atPath: container.appendingPathComponent("store.sqlite-wal").path))
+        let store = try SQLiteStore(schema: testSchema, url: container.appendingPathComponent("store.sqlite"))
+        defer { try? store.close() }
+        let stored = Set(try store.rows(#"SELECT "lastname" FROM "User" WHERE "firstname" = 'ack'"#).map { row in
+            if case .text(let label) = row[0] { label } else { "?" }
+        })
+        #expect(Set(acknowledged).subtracting(stored).isEmpty, "acknowledged but not stored")
+    }
+
     @Test("a second daemon for the same group exits 2 with a clear message; the first keeps serving")
     func secondDaemon() throws {
         let groups = groupsDirectory()

@@ -24,6 +24,9 @@
 //   ServiceLifecycle ServiceGroup (SIGTERM: graceful shutdown) through a SkyrosService; a
 //   writeAsync of <count> users that takes a second, and a user left unsaved in the main
 //   context; prints "WRITING" once the group runs, "STOPPED" when it returns.
+// - `ack-writer <container> <name>`: saves one user (firstname "ack", lastname
+//   "<name>-<n>") per write, forever, printing (and flushing) "ACK <n>" once each is
+//   acknowledged and "FAIL <n>" when one fails.
 // - `handler-state <store.sqlite> <true|false>`: a stack made with that `savesOnStop`, a
 //   user left unsaved in the main context; prints "HANDLER default" or "HANDLER installed"
 //   (SIGTERM's disposition), then waits to be stopped by a signal.
@@ -301,6 +304,24 @@ case "service-write":
             logger: Logger(label: "skyros-test-child")))
     try await group.run()
     print("STOPPED")
+case "ack-writer":
+    let store = try Skyros(
+        sharedStack: testSchema, container: URL(fileURLWithPath: arguments[2]), timeout: 2, savesOnStop: false)
+    let name = arguments[3]
+    for number in 1... {
+        do {
+            try await store.write { context in
+                let user = User.create(in: context)
+                user.firstname = "ack"
+                user.lastname = "\(name)-\(number)"
+                user.handle = "\(name)-\(number)"
+            }
+            print("ACK \(number)")
+        } catch {
+            print("FAIL \(number)")
+        }
+        fflush(nil)
+    }
 case "handler-state":
     let store = try Skyros(
         sqliteStack: testSchema, at: URL(fileURLWithPath: arguments[2]), savesOnStop: arguments[3] == "true")
