@@ -164,10 +164,14 @@ package final class ZeroMQSocket {
     }
 
     /// Receives a multipart message with the credentials of the process that sent it, when
-    /// the connection is an `ipc://` one (libzmq reads them with `SO_PEERCRED`).
-    package func receiveWithCredentials(dontWait: Bool = false) throws -> (frames: [Data], peer: PeerCredentials?) {
+    /// the connection is an `ipc://` one (libzmq reads them with `SO_PEERCRED`), and the file
+    /// descriptor of the connection it came from (`ZMQ_SRCFD`; -1 when libzmq does not say).
+    package func receiveWithCredentials(dontWait: Bool = false) throws -> (
+        frames: [Data], peer: PeerCredentials?, descriptor: Int32
+    ) {
         var frames: [Data] = []
         var peer: PeerCredentials?
+        var descriptor: Int32 = -1
         var message = zmq_msg_t()
         zmq_msg_init(&message)
         defer { zmq_msg_close(&message) }
@@ -178,10 +182,33 @@ package final class ZeroMQSocket {
             if peer == nil, let address = zmq_msg_gets(&message, "Peer-Address") {
                 peer = PeerCredentials(peerAddress: UnsafeRawPointer(address).assumingMemoryBound(to: UInt8.self))
             }
+            if descriptor < 0 { descriptor = zmq_msg_get(&message, ZMQ_SRCFD) }
             let size = zmq_msg_size(&message)
             frames.append(size == 0 ? Data() : Data(bytes: zmq_msg_data(&message), count: size))
         } while zmq_msg_more(&message) != 0
-        return (frames, peer)
+        return (frames, peer, descriptor)
+    }
+
+    /// Starts libzmq's monitor of this socket: the `events` (a mask of `ZMQ_EVENT_…`) are
+    /// published on a `PAIR` socket bound at `endpoint` (an `inproc://` address), to be read
+    /// with ``receiveMonitorEvent(dontWait:)`` by a `PAIR` socket connected to it.
+    package func monitor(_ endpoint: String, events: Int32) throws {
+        guard zmq_socket_monitor(handle, endpoint, events) == 0 else { throw ZeroMQError.last("monitor \(endpoint)") }
+    }
+
+    /// Receives one event of a socket monitor (see ``monitor(_:events:)``): its kind (a
+    /// `ZMQ_EVENT_…` value) and value (for a connection accepted or gone, its file descriptor).
+    package func receiveMonitorEvent(dontWait: Bool = false) throws -> ZeroMQMonitorEvent {
+        let frames = try receive(dontWait: dontWait)
+        guard let first = frames.first, first.count >= 6 else {
+            return ZeroMQMonitorEvent(event: 0, value: 0)
+        }
+        // libzmq copies the two fields in the host's byte order.
+        return first.withUnsafeBytes { raw in
+            ZeroMQMonitorEvent(
+                event: Int32(raw.loadUnaligned(fromByteOffset: 0, as: UInt16.self)),
+                value: Int32(bitPattern: raw.loadUnaligned(fromByteOffset: 2, as: UInt32.self)))
+        }
     }
 
     /// Waits until the socket can be read, for at most `milliseconds` (-1: forever).
@@ -214,6 +241,18 @@ package final class ZeroMQSocket {
 
 @available(*, unavailable)
 extension ZeroMQSocket: Sendable {}
+
+/// One event of a socket monitor: its kind (`ZMQ_EVENT_ACCEPTED`, `ZMQ_EVENT_DISCONNECTED`, …)
+/// and its value (the connection's file descriptor for those two; libzmq's event frame is a
+/// 16-bit kind then a 32-bit value, in the host's byte order).
+package struct ZeroMQMonitorEvent: Sendable, Equatable {
+    package var event: Int32
+    package var value: Int32
+
+    package static let accepted = ZMQ_EVENT_ACCEPTED
+    package static let disconnected = ZMQ_EVENT_DISCONNECTED
+    package static let monitorStopped = ZMQ_EVENT_MONITOR_STOPPED
+}
 
 /// The version of the linked libzmq, "4.3.4".
 package var zeroMQVersion: String {
