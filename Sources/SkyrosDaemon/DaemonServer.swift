@@ -36,6 +36,17 @@ public final class DaemonServer: @unchecked Sendable {
         /// commit). A daemon with nothing more to do publishes at once. 0 publishes after
         /// every commit.
         public var maximumEventDelay: TimeInterval
+        /// The most connections open at once on each of the two sockets (a client holds one on
+        /// each); nil: sized to the file-descriptor limit, which the daemon raises from its
+        /// soft to its hard value when it starts (``DescriptorLimit/maximumClients(forLimit:)``).
+        /// A larger number is lowered to that size: libzmq aborts the process when it accepts a
+        /// connection at the descriptor limit. Past it, a new request connection closes the
+        /// oldest one that has not said hello, or is closed itself when every open connection
+        /// said hello; a new event connection past it is closed.
+        public var maximumClients: Int?
+        /// How long, in seconds, a request connection may stay without saying hello before the
+        /// daemon closes it (``WireProtocol/helloTimeout`` by default).
+        public var helloTimeout: TimeInterval
         /// Where the server writes what it does (one line per call).
         public var log: @Sendable (String) -> Void
 
@@ -47,6 +58,7 @@ public final class DaemonServer: @unchecked Sendable {
             historyCount: Int = 100_000, historyAge: TimeInterval = 7 * 86_400, maximumGroupCommit: Int = 256,
             maximumConnections: Int = 10_000,
             maximumEventDelay: TimeInterval? = nil,
+            maximumClients: Int? = nil, helloTimeout: TimeInterval? = nil,
             log: @escaping @Sendable (String) -> Void = { _ in }
         ) {
             self.container = container
@@ -57,6 +69,8 @@ public final class DaemonServer: @unchecked Sendable {
             self.maximumGroupCommit = max(1, maximumGroupCommit)
             self.maximumConnections = max(1, maximumConnections)
             self.maximumEventDelay = max(0, maximumEventDelay ?? WireProtocol.maximumEventDelay.timeInterval)
+            self.maximumClients = maximumClients.map { max(1, $0) }
+            self.helloTimeout = max(0, helloTimeout ?? WireProtocol.helloTimeout.timeInterval)
             self.log = log
         }
     }
@@ -67,6 +81,10 @@ public final class DaemonServer: @unchecked Sendable {
     private let zmq: ZeroMQContext
     private let requests: ZeroMQSocket
     private let events: ZeroMQSocket
+    /// Keeps the connections of both sockets within the limit (its own thread).
+    private var connectionGuard: ConnectionGuard?
+    /// The connection limit in force on each socket.
+    public let maximumClients: Int
     private var store: SQLiteStore?
     private var sequence: UInt64 = 0
     /// The store's identity (see ``WireMessage/Welcome/storeEpoch``).
@@ -141,6 +159,7 @@ public final class DaemonServer: @unchecked Sendable {
         }
         access = PeerAccess(container: container)
         reader = try ReadWorker()
+        maximumClients = Self.clientLimit(configuration)
         zmq = try ZeroMQContext()
         requests = try ZeroMQSocket(context: zmq, kind: .router)
         try requests.setMaximumMessageSize(Int64(configuration.maximumMessageSize))
@@ -149,6 +168,7 @@ public final class DaemonServer: @unchecked Sendable {
         // socket closes a connection from anyone but the users and group PeerAccess allows
         // as soon as it is accepted (requests are checked per message, and refused with a reply).
         try events.acceptIPCPeers(users: access.users, groups: access.groups)
+        try Self.bound(requests, events)
         for path in container.sockets where FileManager.default.fileExists(atPath: path) {
             // A socket file left by a daemon that died is stale: the lock proves nobody serves it.
             try? FileManager.default.removeItem(atPath: path)
@@ -156,9 +176,42 @@ public final class DaemonServer: @unchecked Sendable {
         try requests.bind(container.requestsEndpoint)
         try events.bind(container.eventsEndpoint)
         for path in container.sockets { chmod(path, 0o770) }
+        // Last: nothing after it may throw (its thread would keep the ZeroMQ context open).
+        connectionGuard = try ConnectionGuard(
+            context: zmq, requestSocket: requests, eventSocket: events, maximumClients: maximumClients,
+            helloTimeout: configuration.helloTimeout, log: configuration.log)
         configuration.log(
             "serving \(container.url.path)\(store == nil ? " (no store yet)" : " at sequence \(sequence)")")
+        configuration.log("""
+            accepting at most \(maximumClients) clients (descriptor limit \(DescriptorLimit.current)); \
+            hello timeout \(configuration.helloTimeout) s
+            """)
     }
+
+    /// The connection limit: the configured one, or the one sized to the descriptor limit
+    /// (raised to its hard value first), whichever is lower.
+    private static func clientLimit(_ configuration: Configuration) -> Int {
+        let sized = DescriptorLimit.maximumClients(forLimit: DescriptorLimit.raiseToHardLimit())
+        guard let wanted = configuration.maximumClients else { return sized }
+        if wanted > sized {
+            configuration.log("""
+                --max-clients \(wanted) is more than the descriptor limit \(DescriptorLimit.current) allows: \
+                accepting at most \(sized)
+                """)
+        }
+        return min(wanted, sized)
+    }
+
+    /// Sets what bounds the memory each connection can hold in ZeroMQ's queues: the
+    /// high-water marks, both ways, of both sockets (``WireProtocol/highWaterMark``).
+    private static func bound(_ requests: ZeroMQSocket, _ events: ZeroMQSocket) throws {
+        let mark = Int32(WireProtocol.highWaterMark)
+        try requests.setReceiveHighWaterMark(mark)
+        try requests.setSendHighWaterMark(mark)
+        try events.setSendHighWaterMark(mark)
+    }
+
+    deinit { connectionGuard?.stop() }
 
     /// Takes a store the daemon just created.
     private func open(_ store: SQLiteStore) throws {
@@ -197,13 +250,13 @@ public final class DaemonServer: @unchecked Sendable {
                 }
                 var saves: [PendingSave] = []
                 while saves.count < configuration.maximumGroupCommit && reader.pending < Self.maximumPendingReads {
-                    let received: (frames: [Data], peer: PeerCredentials?)
+                    let received: (frames: [Data], peer: PeerCredentials?, descriptor: Int32)
                     do {
                         received = try requests.receiveWithCredentials(dontWait: true)
                     } catch let error as ZeroMQError where error.isTimeout {
                         break
                     }
-                    handle(received.frames, peer: received.peer, saves: &saves)
+                    handle(received.frames, peer: received.peer, descriptor: received.descriptor, saves: &saves)
                 }
                 // A commit tells whether requests were waiting before its replies went out (after
                 // them, a client that was just answered may already have sent its next request).
@@ -246,6 +299,7 @@ public final class DaemonServer: @unchecked Sendable {
     /// Closes the sockets, checkpoints and closes the store, and releases the group's lock.
     public func close() {
         reader.stop()
+        connectionGuard?.stop()
         requests.close()
         events.close()
         logPruning(Journal.Pruned(), force: true)
@@ -269,7 +323,9 @@ public final class DaemonServer: @unchecked Sendable {
     /// Answers a request, or adds it to `saves` when it is a save to commit with the others
     /// of this turn. Every reply carries the ID of the request it answers: 0 only when the
     /// frame does not even hold a message header.
-    private func handle(_ frames: [Data], peer: PeerCredentials?, saves: inout [PendingSave]) {
+    private func handle(
+        _ frames: [Data], peer: PeerCredentials?, descriptor: Int32 = -1, saves: inout [PendingSave]
+    ) {
         guard frames.count == 2 else {
             if frames.count > 2 || frames.count == 1 {
                 let header = frames.count > 1 ? WireHeader([UInt8](frames[1])) : nil
@@ -326,7 +382,7 @@ public final class DaemonServer: @unchecked Sendable {
         }
         let body: WireMessage.Body
         do {
-            body = try respond(to: message.body, from: identity)
+            body = try respond(to: message.body, from: identity, descriptor: descriptor)
         } catch {
             body = Self.errorReply(SkyrosError.wrap(error))
         }
@@ -513,8 +569,12 @@ public final class DaemonServer: @unchecked Sendable {
     }
 
     /// Answers a hello or a `changes-since` (reads go to the reader, see ``ReadWorker``).
-    private func respond(to body: WireMessage.Body, from identity: Data) throws -> WireMessage.Body {
-        if case .hello(let hello) = body { return try welcome(hello, identity) }
+    private func respond(to body: WireMessage.Body, from identity: Data, descriptor: Int32) throws -> WireMessage.Body {
+        if case .hello(let hello) = body {
+            let welcome = try welcome(hello, identity)
+            connectionGuard?.welcomed(descriptor: descriptor)
+            return welcome
+        }
         guard sessions[identity] != nil, let store else {
             throw SkyrosError(.helloRequired, "say hello first")
         }

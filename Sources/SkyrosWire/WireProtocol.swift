@@ -10,6 +10,14 @@ public enum WireProtocol {
     public static let maximumMessageSize = 16 * 1_048_576
     /// The longest client name a hello may carry, in UTF-8 bytes.
     public static let maximumClientNameBytes = 256
+    /// How long a connection to `requests.ipc` may stay without saying hello before the daemon
+    /// closes it (`skyrosd --hello-timeout`).
+    public static let helloTimeout: Duration = .seconds(5)
+    /// The most messages ZeroMQ queues per connection, each way, on the daemon's request socket
+    /// (replies to a client that does not read them are dropped past it) and on its event
+    /// socket (events to a subscriber that does not keep up are dropped past it: it notices
+    /// the gap and catches up with `changesSince`).
+    public static let highWaterMark = 1_000
     /// The most change sets one `changes` reply carries (a request may ask for fewer).
     public static let maximumChangesPage = 10_000
     /// The most bytes of change sets one `changes` reply carries (it stops before the

@@ -1,7 +1,8 @@
 // skyrosd: the daemon of one application group.
 //
 //     skyrosd --group com.example.todo [--groups-dir DIR] [--durability full|normal]
-//             [--history-count N] [--history-age SECONDS] [--log-level info]
+//             [--history-count N] [--history-age SECONDS] [--max-clients N]
+//             [--hello-timeout SECONDS] [--log-level info]
 //     skyrosd --group com.example.todo [--groups-dir DIR] --check
 import ArgumentParser
 import Foundation
@@ -55,6 +56,21 @@ struct Skyrosd: AsyncParsableCommand {
         """)
     var eventDelay: Double = 2
 
+    @Option(help: """
+        The most client connections open at once on each of the two sockets (default: sized to \
+        the file-descriptor limit, which skyrosd raises from its soft to its hard value at start: \
+        (limit - max(384, limit/4)) / 2, at most 10,000; a larger N is lowered to that). Past it, a \
+        new connection closes the oldest one that has not said hello yet, or is closed itself when \
+        every open connection said hello: the client's request times out and it retries.
+        """)
+    var maxClients: Int?
+
+    @Option(help: """
+        Close a request connection that has not said hello within this many seconds (default 5), \
+        so that idle or half-open connections cannot hold the slots members need.
+        """)
+    var helloTimeout: Double = WireProtocol.helloTimeout.timeInterval
+
     @Option(help: "trace, debug, info, notice, warning, error or critical.")
     var logLevel: Logger.Level = .info
 
@@ -67,6 +83,12 @@ struct Skyrosd: AsyncParsableCommand {
     func validate() throws {
         guard eventDelay >= 0, eventDelay.isFinite else {
             throw ValidationError("--event-delay is a number of milliseconds, 0 or more")
+        }
+        if let maxClients, maxClients < 1 {
+            throw ValidationError("--max-clients is a number of connections, 1 or more")
+        }
+        guard helloTimeout > 0, helloTimeout.isFinite else {
+            throw ValidationError("--hello-timeout is a number of seconds, more than 0")
         }
     }
 
@@ -100,6 +122,7 @@ struct Skyrosd: AsyncParsableCommand {
                 configuration: .init(
                     container: GroupContainer(url: containerURL), durability: durability,
                     historyCount: historyCount, historyAge: historyAge, maximumEventDelay: eventDelay / 1000,
+                    maximumClients: maxClients, helloTimeout: helloTimeout,
                     log: { message in logger.info("\(message)") }))
         } catch let error as SkyrosError where error.code == .groupLocked {
             logger.critical("\(error.message)")

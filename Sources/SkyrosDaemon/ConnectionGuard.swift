@@ -1,0 +1,201 @@
+import Foundation
+import SkyrosZeroMQ
+
+/// The process's file-descriptor limit, and the connection limit sized to it.
+///
+/// libzmq 4.3 aborts the process when its `ipc://` listener's `accept` fails with `EMFILE`
+/// (its `ipc_listener_t::accept` asserts), so the daemon must never let its descriptors reach
+/// the limit: it keeps the connections of each socket under ``maximumClients(forLimit:)``.
+public enum DescriptorLimit {
+    /// Raises the soft `RLIMIT_NOFILE` to the hard limit; returns the soft limit after it.
+    @discardableResult
+    public static func raiseToHardLimit() -> Int {
+        var limit = rlimit()
+        guard getrlimit(Int32(RLIMIT_NOFILE.rawValue), &limit) == 0 else { return 1_024 }
+        if limit.rlim_cur < limit.rlim_max {
+            var raised = limit
+            raised.rlim_cur = limit.rlim_max
+            if setrlimit(Int32(RLIMIT_NOFILE.rawValue), &raised) == 0 { limit = raised }
+        }
+        return limit.rlim_cur >= rlim_t(Int32.max) ? Int(Int32.max) : Int(limit.rlim_cur)
+    }
+
+    /// The current soft limit on file descriptors.
+    public static var current: Int {
+        var limit = rlimit()
+        guard getrlimit(Int32(RLIMIT_NOFILE.rawValue), &limit) == 0 else { return 1_024 }
+        return limit.rlim_cur >= rlim_t(Int32.max) ? Int(Int32.max) : Int(limit.rlim_cur)
+    }
+
+    /// Descriptors kept for the daemon itself (store, journal, lock, ZeroMQ's own: about 30)
+    /// and for connections libzmq accepts while older ones are being closed (under a flood of
+    /// connections, libzmq accepts while the guard's thread catches up: 1,100 connections
+    /// opened at once to each socket had libzmq hold about 170 more than the limit for a
+    /// moment): a quarter of the limit, at least 384.
+    public static func reserve(forLimit limit: Int) -> Int { max(384, limit / 4) }
+
+    /// The most connections on each of the two sockets for a descriptor limit: every client
+    /// holds two (requests and events), so half of what the reserve leaves, at most 10,000
+    /// and at least 1.
+    public static func maximumClients(forLimit limit: Int) -> Int {
+        min(10_000, max(1, (limit - reserve(forLimit: limit)) / 2))
+    }
+}
+
+/// Keeps the connections of the daemon's two sockets within the limit, on a thread of its
+/// own so that it keeps up with libzmq's accepts whatever the serve loop is doing.
+///
+/// libzmq's socket monitor reports each connection accepted and gone with its descriptor; a
+/// ``ConnectionLimiter`` per socket decides, and the guard closes what it decides with
+/// `shutdown(fd, SHUT_RDWR)`, after which libzmq drops the connection and closes its
+/// descriptor. The serve loop tells it which request connections said hello
+/// (``welcomed(descriptor:)``, with the descriptor libzmq gives each message: `ZMQ_SRCFD`).
+final class ConnectionGuard: @unchecked Sendable {
+    private let lock = NSLock()
+    private var requests: ConnectionLimiter
+    private var events: ConnectionLimiter
+    private var stopped = false
+    private let finished = DispatchSemaphore(value: 0)
+    private let log: @Sendable (String) -> Void
+    /// Closings not yet logged, and when the last line about them was written.
+    private var unlogged: [ConnectionLimiter.Reason: Int] = [:]
+    private var lastLog = -Double.infinity
+    /// The most descriptors held by connections at once since the last line (open ones and
+    /// those being closed, both sockets).
+    private var peakDescriptors = 0
+    private let helloTimeout: TimeInterval
+
+    /// How often at most the guard writes a line about the connections it closed: a flood
+    /// of connections must not flood the log.
+    static let logInterval: TimeInterval = 10
+
+    /// Starts monitoring `requestSocket` and `eventSocket` (from the thread that owns them,
+    /// before the serve loop runs) and the guard's thread.
+    init(
+        context: ZeroMQContext, requestSocket: ZeroMQSocket, eventSocket: ZeroMQSocket, maximumClients: Int,
+        helloTimeout: TimeInterval, log: @escaping @Sendable (String) -> Void
+    ) throws {
+        requests = ConnectionLimiter(maximum: maximumClients, helloTimeout: helloTimeout)
+        events = ConnectionLimiter(maximum: maximumClients, helloTimeout: nil)
+        self.helloTimeout = helloTimeout
+        self.log = log
+        let mask = ZeroMQMonitorEvent.accepted | ZeroMQMonitorEvent.disconnected
+        let tag = "\(getpid())-\(UInt64.random(in: 0...UInt64.max))"
+        let requestsEndpoint = "inproc://skyros-monitor-requests-\(tag)"
+        let eventsEndpoint = "inproc://skyros-monitor-events-\(tag)"
+        try requestSocket.monitor(requestsEndpoint, events: mask)
+        try eventSocket.monitor(eventsEndpoint, events: mask)
+        // No high-water mark on the monitors' pipes (0: none): past one, libzmq would drop
+        // events, and a connection whose acceptance or end is missed is never counted right.
+        let requestMonitor = try ZeroMQSocket(context: context, kind: .pair)
+        try requestMonitor.setReceiveHighWaterMark(0)
+        try requestMonitor.connect(requestsEndpoint)
+        let eventMonitor = try ZeroMQSocket(context: context, kind: .pair)
+        try eventMonitor.setReceiveHighWaterMark(0)
+        try eventMonitor.connect(eventsEndpoint)
+        let monitors = MonitorSockets(requests: requestMonitor, events: eventMonitor)
+        Thread.detachNewThread { [self] in
+            run(monitors)
+            monitors.requests.close()
+            monitors.events.close()
+            finished.signal()
+        }
+    }
+
+    /// The request connection on `descriptor` said hello: it is kept past the hello timeout.
+    func welcomed(descriptor: Int32) {
+        guard descriptor >= 0 else { return }
+        lock.withLock { requests.welcomed(descriptor) }
+    }
+
+    /// Connections open on the request socket and on the event socket.
+    var openConnections: (requests: Int, events: Int) { lock.withLock { (requests.open, events.open) } }
+
+    /// Stops the guard's thread and waits for it (before the monitored sockets are closed).
+    func stop() {
+        let wasStopped = lock.withLock {
+            defer { stopped = true }
+            return stopped
+        }
+        if !wasStopped { finished.wait() }
+    }
+
+    /// The two monitor sockets, handed to the guard's thread and used by it alone.
+    private struct MonitorSockets: @unchecked Sendable {
+        let requests: ZeroMQSocket
+        let events: ZeroMQSocket
+    }
+
+    private func run(_ monitors: MonitorSockets) {
+        let sockets = [monitors.requests, monitors.events]
+        while !lock.withLock({ stopped }) {
+            let now = ProcessInfo.processInfo.systemUptime
+            let deadline = lock.withLock { requests.nextDeadline }
+            let wait = deadline.map { max(0, min(0.25, $0 - now)) } ?? 0.25
+            let ready = (try? ZeroMQSocket.poll(sockets, milliseconds: Int((wait * 1000).rounded(.up)))) ?? []
+            for index in ready {
+                // Every event waiting, so that descriptors are known before any timeout acts on them.
+                while let event = try? sockets[index].receiveMonitorEvent(dontWait: true) {
+                    handle(event, onRequests: index == 0)
+                }
+            }
+            let expired = lock.withLock { requests.expired(at: ProcessInfo.processInfo.systemUptime) }
+            close(expired.map { ($0, .helloTimeout) })
+            logIfDue(force: false)
+        }
+        logIfDue(force: true)
+    }
+
+    private func handle(_ event: ZeroMQMonitorEvent, onRequests: Bool) {
+        switch event.event {
+        case ZeroMQMonitorEvent.accepted:
+            let now = ProcessInfo.processInfo.systemUptime
+            let closing = lock.withLock {
+                onRequests ? requests.accepted(event.value, at: now) : events.accepted(event.value, at: now)
+            }
+            close(closing)
+            peakDescriptors = max(peakDescriptors, lock.withLock { requests.descriptors + events.descriptors })
+        case ZeroMQMonitorEvent.disconnected:
+            lock.withLock {
+                if onRequests { requests.disconnected(event.value) } else { events.disconnected(event.value) }
+            }
+        default:
+            break
+        }
+    }
+
+    /// Makes libzmq drop these connections: reading end of file, it closes them and their
+    /// descriptors, and reports them gone.
+    private func close(_ connections: [(Int32, ConnectionLimiter.Reason)]) {
+        for (descriptor, reason) in connections {
+            _ = shutdown(descriptor, Int32(SHUT_RDWR))
+            unlogged[reason, default: 0] += 1
+        }
+    }
+
+    /// One line about the connections closed since the last one, at most every
+    /// ``logInterval`` seconds.
+    private func logIfDue(force: Bool) {
+        let now = ProcessInfo.processInfo.systemUptime
+        guard !unlogged.isEmpty, force || now - lastLog >= Self.logInterval else { return }
+        var parts: [String] = []
+        if let count = unlogged[.refused] {
+            parts.append("refused \(count) connection\(count == 1 ? "" : "s") past the limit of \(requests.maximum)")
+        }
+        if let count = unlogged[.evicted] {
+            parts.append("closed \(count) connection\(count == 1 ? "" : "s") without a hello to make room for new ones")
+        }
+        if let count = unlogged[.helloTimeout] {
+            parts.append(
+                "closed \(count) connection\(count == 1 ? "" : "s") that said no hello within \(helloTimeout) s")
+        }
+        let open = openConnections
+        log(parts.joined(separator: "; ") + """
+             (open: \(open.requests) request, \(open.events) event connections; at most \(peakDescriptors) \
+            descriptors held by connections)
+            """)
+        unlogged = [:]
+        peakDescriptors = 0
+        lastLog = now
+    }
+}
