@@ -2,6 +2,7 @@
 //
 //     swift run -c release skyros-bench embedded [--json] [--quick] [--only fetch|saves|iterate]
 //     swift run -c release skyros-bench shared [--json] [--quick] [--flood]
+//     swift run -c release skyros-bench shared --garbage [--json]   (build skyrosd too, to measure it)
 //     swift run -c release skyros-bench contention [--json] [--quick] [--clients N …] [--ceiling]
 //
 // Prints a table, or with --json one object per line:
@@ -31,13 +32,18 @@ if arguments.count == 4, let seconds = Double(arguments[3]) {
         break
     }
 }
+// Hidden role: the daemon of `shared --garbage` when skyrosd was not built next to this executable.
+if arguments.count == 2 && arguments[0] == "garbage-daemon" {
+    try GarbageBenchmark.daemon(groups: arguments[1])
+    exit(0)
+}
 let json = arguments.contains("--json")
 let quick = arguments.contains("--quick")
 // `profile-insert` and `profile-fetch` are hidden suites for profilers (Profile.swift).
 let suites = ["embedded", "shared", "contention", "profile-insert", "profile-fetch", "profile-shared"]
 guard let suite = arguments.first, suites.contains(suite) else {
     FileHandle.standardError.write(
-        Data("usage: skyros-bench embedded|shared|contention [--json] [--quick] [--only fetch|saves|iterate]\n".utf8))
+        Data("usage: skyros-bench embedded|shared|contention [--json] [--quick] [--only fetch|saves|iterate] [--garbage]\n".utf8))
     exit(64)
 }
 
@@ -75,6 +81,8 @@ if suite == "contention" {
     try benchmark.run(report: report)
 } else if suite == "shared" && arguments.contains("--flood") {
     try FloodBenchmark(directory: directory, seconds: quick ? 2 : 5).run(report: report)
+} else if suite == "shared" && arguments.contains("--garbage") {
+    try GarbageBenchmark(directory: directory, malformedFrames: 100_000, longHellos: 200).run(report: report)
 } else if suite == "shared" {
     try SharedBenchmark(directory: directory, saveSamples: quick ? 100 : 300, insertCount: quick ? 5_000 : 50_000)
         .run(report: report)
