@@ -64,6 +64,7 @@ final class ConnectionGuard: @unchecked Sendable {
     /// those being closed, both sockets).
     private var peakDescriptors = 0
     private let helloTimeout: TimeInterval
+    private let maximumClients: Int
 
     /// How often at most the guard writes a line about the connections it closed: a flood
     /// of connections must not flood the log.
@@ -78,6 +79,7 @@ final class ConnectionGuard: @unchecked Sendable {
         requests = ConnectionLimiter(maximum: maximumClients, helloTimeout: helloTimeout)
         events = ConnectionLimiter(maximum: maximumClients, helloTimeout: nil)
         self.helloTimeout = helloTimeout
+        self.maximumClients = maximumClients
         self.log = log
         let mask = ZeroMQMonitorEvent.accepted | ZeroMQMonitorEvent.disconnected
         let tag = "\(getpid())-\(UInt64.random(in: 0...UInt64.max))"
@@ -180,7 +182,7 @@ final class ConnectionGuard: @unchecked Sendable {
         guard !unlogged.isEmpty, force || now - lastLog >= Self.logInterval else { return }
         var parts: [String] = []
         if let count = unlogged[.refused] {
-            parts.append("refused \(count) connection\(count == 1 ? "" : "s") past the limit of \(requests.maximum)")
+            parts.append("refused \(count) connection\(count == 1 ? "" : "s") past the limit of \(maximumClients)")
         }
         if let count = unlogged[.evicted] {
             parts.append("closed \(count) connection\(count == 1 ? "" : "s") without a hello to make room for new ones")

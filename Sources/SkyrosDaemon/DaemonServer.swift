@@ -590,7 +590,10 @@ public final class DaemonServer: @unchecked Sendable {
     /// Answers a hello: the first one of a group with no store creates the store from its
     /// schema description.
     private func welcome(_ hello: WireMessage.Hello, _ identity: Data) throws -> WireMessage.Body {
-        if store == nil && hello.protocolVersion == UInt64(WireProtocol.version) {
+        // A hello refused for its name (SessionTable) does not create the store either.
+        if store == nil && hello.protocolVersion == UInt64(WireProtocol.version)
+            && hello.clientName.utf8.count <= WireProtocol.maximumClientNameBytes
+        {
             let decoded = try JSONDecoder().decode(SchemaDescription.self, from: Data(hello.schemaDescription))
             let schema = try Schema(description: decoded, version: Int(clamping: hello.schemaVersion))
             guard schema.fingerprint == hello.schemaFingerprint else {

@@ -250,6 +250,18 @@ struct DaemonServerTests {
         #expect(try historySequences(daemon) == (1...Int64(saved)).map { $0 })
     }
 
+    @Test("a hello with a name over 256 bytes is refused, creates no store, and is not logged whole")
+    func longNameCreatesNoStore() throws {
+        let lines = LogLines()
+        let daemon = try RunningDaemon(log: { lines.append($0) })
+        let client = try RawClient(daemon)
+        let name = String(repeating: "n", count: 1 << 20)
+        #expect(errorCode(try client.call(RawClient.hello(name: name))) == "malformedMessage")
+        #expect(!FileManager.default.fileExists(atPath: daemon.container.store.path))
+        #expect(welcomeSequence(try client.hello()) == 0)
+        #expect(lines.all.allSatisfy { $0.utf8.count < 1_024 })
+    }
+
     @Test("a client with another schema is refused")
     func schemaMismatch() throws {
         let daemon = try RunningDaemon()
