@@ -31,8 +31,8 @@ public enum DescriptorLimit {
     /// and for connections libzmq accepts while older ones are being closed (under a flood of
     /// connections, libzmq accepts while the guard's thread catches up: 1,100 connections
     /// opened at once to each socket had libzmq hold about 170 more than the limit for a
-    /// moment): a quarter of the limit, at least 384.
-    public static func reserve(forLimit limit: Int) -> Int { max(384, limit / 4) }
+    /// moment): a quarter of the limit, and at least 384 or half the limit, whichever is less.
+    public static func reserve(forLimit limit: Int) -> Int { max(limit / 4, min(384, limit / 2)) }
 
     /// The most connections on each of the two sockets for a descriptor limit: every client
     /// holds two (requests and events), so half of what the reserve leaves, at most 10,000

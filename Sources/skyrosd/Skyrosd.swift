@@ -59,15 +59,15 @@ struct Skyrosd: AsyncParsableCommand {
     @Option(help: """
         The most client connections open at once on each of the two sockets (default: sized to \
         the file-descriptor limit, which skyrosd raises from its soft to its hard value at start: \
-        (limit - max(384, limit/4)) / 2, at most 10,000; a larger N is lowered to that). Past it, a \
+        half of what a reserve of max(limit/4, min(384, limit/2)) leaves, at most 10,000: 320 for a \
+        limit of 1,024; a larger N is lowered to that). Past it, a \
         new connection closes the oldest one that has not said hello yet, or is closed itself when \
         every open connection said hello: the client's request times out and it retries.
         """)
     var maxClients: Int?
 
     @Option(help: """
-        Close a request connection that has not said hello within this many seconds (default 5), \
-        so that idle or half-open connections cannot hold the slots members need.
+        Close a request connection that has not said hello within this many seconds, so that idle or half-open connections cannot hold the slots members need.
         """)
     var helloTimeout: Double = WireProtocol.helloTimeout.timeInterval
 

@@ -103,4 +103,14 @@ struct ConnectionLimiterTests {
         #expect(closedCount >= 100_000 - 100 - limiter.descriptors)
         #expect(limiter.descriptors <= 1_000)
     }
+
+    @Test("the default limit leaves a reserve of descriptors: 320 clients for 1,024, 64 for 256, at most 10,000")
+    func defaultLimit() {
+        #expect(DescriptorLimit.maximumClients(forLimit: 1_024) == 320)
+        #expect(DescriptorLimit.maximumClients(forLimit: 256) == 64)
+        #expect(DescriptorLimit.maximumClients(forLimit: 4_096) == 1_536)
+        #expect(DescriptorLimit.maximumClients(forLimit: 524_288) == 10_000)
+        #expect(DescriptorLimit.maximumClients(forLimit: 8) == 2)
+        #expect(DescriptorLimit.maximumClients(forLimit: 1) == 1)
+    }
 }
