@@ -195,8 +195,8 @@ public final class DaemonServer: @unchecked Sendable {
         guard let wanted = configuration.maximumClients else { return sized }
         if wanted > sized {
             configuration.log("""
-                --max-clients \(wanted) is more than the descriptor limit \(DescriptorLimit.current) allows: \
-                accepting at most \(sized)
+                a limit of \(wanted) clients (--max-clients) is more than the descriptor limit \
+                \(DescriptorLimit.current) allows: accepting at most \(sized)
                 """)
         }
         return min(wanted, sized)
