@@ -50,6 +50,9 @@ struct ConnectionLimiter {
     /// skipped when met).
     private var waiting: [(descriptor: Int32, since: TimeInterval)] = []
     private var waitingStart = 0
+    /// Descriptors welcomed before their acceptance was reported (the serve loop and the
+    /// monitor's thread race): the next acceptance of each is taken as welcomed.
+    private var earlyWelcomes: Set<Int32> = []
 
     init(maximum: Int, helloTimeout: TimeInterval?) {
         self.maximum = max(1, maximum)
@@ -81,7 +84,7 @@ struct ConnectionLimiter {
                 return [(descriptor, .refused)]
             }
         }
-        if helloTimeout == nil {
+        if helloTimeout == nil || earlyWelcomes.remove(descriptor) != nil {
             connections[descriptor] = .welcomed
         } else {
             connections[descriptor] = .waitingForHello(since: now)
@@ -91,9 +94,16 @@ struct ConnectionLimiter {
     }
 
     /// The connection on `descriptor` said hello: it is no longer subject to the hello timeout
-    /// nor closed to make room. Unknown descriptors are ignored.
+    /// nor closed to make room. A descriptor not known yet (its acceptance is still on its way
+    /// from libzmq's monitor) is remembered: its acceptance is then taken as welcomed.
     mutating func welcomed(_ descriptor: Int32) {
-        if case .waitingForHello? = connections[descriptor] { connections[descriptor] = .welcomed }
+        switch connections[descriptor] {
+        case .waitingForHello?: connections[descriptor] = .welcomed
+        case nil:
+            if earlyWelcomes.count >= 4_096 { earlyWelcomes.removeAll() }  // bounded, whatever happens
+            earlyWelcomes.insert(descriptor)
+        default: break
+        }
     }
 
     /// libzmq reports the connection on `descriptor` gone (its descriptor is being closed).

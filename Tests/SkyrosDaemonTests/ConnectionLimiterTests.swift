@@ -60,6 +60,22 @@ struct ConnectionLimiterTests {
         #expect(limiter.connections[11] == .closing)
     }
 
+    @Test("a hello seen before the monitor reports its connection's acceptance still counts")
+    func welcomeBeforeAcceptance() {
+        var limiter = ConnectionLimiter(maximum: 10, helloTimeout: 2)
+        // The serve loop welcomes descriptor 10 while the monitor's thread has not read its
+        // acceptance yet (the two threads race under load).
+        limiter.welcomed(10)
+        _ = limiter.accepted(10, at: 0)
+        _ = limiter.accepted(11, at: 0)
+        #expect(limiter.connections[10] == .welcomed)
+        #expect(limiter.expired(at: 5) == [11])
+        // Used once: the next connection on descriptor 10 must say hello itself.
+        limiter.disconnected(10)
+        _ = limiter.accepted(10, at: 6)
+        #expect(limiter.expired(at: 9) == [10])
+    }
+
     @Test("a reused descriptor is a new connection: the old one's end and timeout are forgotten")
     func reusedDescriptor() {
         var limiter = ConnectionLimiter(maximum: 10, helloTimeout: 2)
