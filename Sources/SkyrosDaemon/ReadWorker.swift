@@ -88,9 +88,6 @@ final class ReadWorker: @unchecked Sendable {
     }
 
     private func run() {
-        // Below the serve loop's priority: when members' reads and a save compete for the
-        // CPU, the loop (and so the save) goes first.
-        if let tid = Self.threadID() { _ = setpriority(__priority_which_t(PRIO_PROCESS.rawValue), tid, 10) }
         while let batch = nextJobs() {
             var answered: [Reply] = []
             for job in batch {
@@ -110,14 +107,6 @@ final class ReadWorker: @unchecked Sendable {
             _ = write(wakeWriter, &one, 1)  // a full pipe already wakes the loop
         }
         finished.signal()
-    }
-
-    /// The kernel's ID of the calling thread (`/proc/thread-self` is `<pid>/task/<tid>`).
-    private static func threadID() -> id_t? {
-        guard let link = try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/thread-self"),
-            let last = link.split(separator: "/").last
-        else { return nil }
-        return id_t(last)
     }
 
     /// Waits for jobs and takes them all; nil once stopped with nothing left.

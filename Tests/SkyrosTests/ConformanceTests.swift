@@ -4,7 +4,7 @@ import SkyrosTestModels
 import Testing
 
 /// The behaviour every store must have: the same tests run against each.
-@Suite("Conformance", .timeLimit(.minutes(1)))
+@Suite("Conformance", .timeLimit(.minutes(3)))
 struct ConformanceTests {
     @Test("creating one object takes the count from 0 to 1", arguments: StoreKind.allCases)
     func createOne(kind: StoreKind) throws {
@@ -566,7 +566,7 @@ final class RecordingSkyros: Skyros, @unchecked Sendable {
     override func handleError(_ error: SkyrosError) { recorder.record(error) }
 }
 
-@Suite("Error handling", .timeLimit(.minutes(1)))
+@Suite("Error handling", .timeLimit(.minutes(3)))
 struct ErrorHandlingTests {
     @Test("a subclass's handleError receives write and read errors")
     func subclassHook() throws {

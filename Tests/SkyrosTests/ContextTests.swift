@@ -3,7 +3,7 @@ import Skyros
 import SkyrosTestModels
 import Testing
 
-@Suite("Contexts", .timeLimit(.minutes(1)))
+@Suite("Contexts", .timeLimit(.minutes(3)))
 struct ContextTests {
     func makeStack() throws -> (store: SQLiteStore, root: ObjectContext, main: ObjectContext) {
         let store = try SQLiteStore(schema: testSchema, url: nil)

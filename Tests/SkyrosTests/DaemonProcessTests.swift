@@ -46,7 +46,7 @@ final class NotifySocket: @unchecked Sendable {
 }
 
 /// The real `skyrosd` executable, started and stopped by the tests.
-@Suite("skyrosd process", .timeLimit(.minutes(1)))
+@Suite("skyrosd process", .timeLimit(.minutes(3)))
 struct DaemonProcessTests {
     static var skyrosd: URL { ChildProcess.builtExecutable("skyrosd") }
 

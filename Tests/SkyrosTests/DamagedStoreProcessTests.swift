@@ -4,7 +4,7 @@ import SkyrosTestModels
 import Testing
 
 /// The real `skyrosd` with a store it must refuse, and `skyrosd --check`.
-@Suite("skyrosd refuses damaged stores", .timeLimit(.minutes(1)))
+@Suite("skyrosd refuses damaged stores", .timeLimit(.minutes(3)))
 struct DamagedStoreProcessTests {
     /// A groups directory with the store path of group `g`, removed by the caller.
     func groups() throws -> (directory: String, store: URL) {

@@ -6,7 +6,7 @@ import Testing
 
 /// Decimals are stored in a form whose text order is the numeric order (`OrderedDecimal`):
 /// sorts and predicates agree with numbers in every store, pending objects included.
-@Suite("Decimal order", .timeLimit(.minutes(1)))
+@Suite("Decimal order", .timeLimit(.minutes(3)))
 struct DecimalOrderTests {
     static let values = ["100", "9.5", "10.25", "-3", "-100.5", "0", "0.001", "1.50"].map { Decimal(string: $0)! }
     static let ascending = ["-100.5", "-3", "0", "0.001", "1.5", "9.5", "10.25", "100"].map { Decimal(string: $0)! }

@@ -6,7 +6,7 @@ import Testing
 
 /// The public API of DESIGN §3, written as the design writes it (observation, the
 /// fetched-results controller and the entity monitor, are not built yet).
-@Suite("DESIGN §3 contract", .timeLimit(.minutes(1)))
+@Suite("DESIGN §3 contract", .timeLimit(.minutes(3)))
 struct DesignContractTests {
     /// The chaining forms are for synchronous code (DESIGN §3): in an async function `read`
     /// and `write` are the async forms, as in GRDB. So the synchronous forms are written in

@@ -6,7 +6,7 @@ import SkyrosWire
 import SkyrosZeroMQ
 import Testing
 
-@Suite("Exactly-once saves", .timeLimit(.minutes(1)))
+@Suite("Exactly-once saves", .timeLimit(.minutes(3)))
 struct ExactlyOnceTests {
     @Test("a save whose reply is lost is sent again: applied once, its completion called once, without error")
     func lostReply() throws {
@@ -85,7 +85,11 @@ struct ExactlyOnceTests {
         #expect(change.updated[id] == ["firstname"])
         let second = try await b.read { context in context.object(with: id, as: User.self)?.firstname }
         #expect(second == "After")
-        #expect(remoteB.requestsSentForTesting == before, "B asked the daemon for what the events carried")
+        // No fetch of what the events carried (a catch-up by changes-since, which a loaded
+        // machine's late heartbeat may cause, is not one).
+        let asked = remoteB.requestsSentForTesting.filter { [.fetch, .snapshots, .fetchIdentifiers, .count].contains($0.key) }
+        #expect(asked == before.filter { [.fetch, .snapshots, .fetchIdentifiers, .count].contains($0.key) },
+                "B asked the daemon for what the events carried")
     }
 
     @Test("a client is not sent the events of its own saves: it counts them as merged from their replies")

@@ -44,7 +44,7 @@ final class TwoSavers: @unchecked Sendable {
     }
 }
 
-@Suite("Merge policies", .timeLimit(.minutes(1)))
+@Suite("Merge policies", .timeLimit(.minutes(3)))
 struct MergePolicyTests {
     static let cases = TwoSavers.Kind.allCases.flatMap { kind in MergePolicy.allCases.map { (kind, $0) } }
 

@@ -5,7 +5,7 @@ import Testing
 
 /// The predicate translator: the SQL it produces, and the same results from stored rows
 /// (SQL) and from pending objects (evaluated in memory).
-@Suite("Predicate translation", .timeLimit(.minutes(1)))
+@Suite("Predicate translation", .timeLimit(.minutes(3)))
 struct PredicateTranslationTests {
     static let select =
         "SELECT t0.\"_id\", t0.\"_version\", t0.\"firstname\", t0.\"lastname\", t0.\"age\", t0.\"email\", t0.\"handle\" FROM \"User\" t0"

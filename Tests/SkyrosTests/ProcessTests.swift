@@ -3,7 +3,7 @@ import Skyros
 import SkyrosTestModels
 import Testing
 
-@Suite("Processes", .timeLimit(.minutes(1)))
+@Suite("Processes", .timeLimit(.minutes(3)))
 struct ProcessTests {
     /// The number of users in the store file a child wrote, read by a new stack.
     func userCount(at path: String) throws -> Int {

@@ -7,7 +7,7 @@ import Testing
 
 /// docs/PROTOCOL.md is a contract: its worked example is read from the file itself, checked
 /// against the code, and its byte sequences are sent to a real `skyrosd`.
-@Suite("docs/PROTOCOL.md", .timeLimit(.minutes(1)))
+@Suite("docs/PROTOCOL.md", .timeLimit(.minutes(3)))
 struct ProtocolDocumentTests {
     static let document: String = {
         let url = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()

@@ -5,7 +5,7 @@ import Testing
 
 /// Save on stop without hijacking the process: a stack run by a ServiceLifecycle
 /// `ServiceGroup` through a `SkyrosService`, and stacks that opt out.
-@Suite("Save on stop and ServiceLifecycle", .timeLimit(.minutes(1)))
+@Suite("Save on stop and ServiceLifecycle", .timeLimit(.minutes(3)))
 struct ServiceLifecycleTests {
     /// The number of users in the store file a child wrote, and whether the main context's
     /// unsaved user is among them.

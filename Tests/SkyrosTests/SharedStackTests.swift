@@ -5,7 +5,7 @@ import SkyrosTestModels
 import Testing
 
 /// Two clients of one daemon, in this process (the multi-process tests run real processes).
-@Suite("Shared stack", .timeLimit(.minutes(1)))
+@Suite("Shared stack", .timeLimit(.minutes(3)))
 struct SharedStackTests {
     @Test("each client sees the other's inserts, updates and deletes in its main context")
     func seeEachOther() async throws {

@@ -3,7 +3,7 @@ import Skyros
 import SkyrosTestModels
 import Testing
 
-@Suite("SQLite store and schema", .timeLimit(.minutes(1)))
+@Suite("SQLite store and schema", .timeLimit(.minutes(3)))
 struct StoreTests {
     @Test("every attribute type round-trips through the SQLite file")
     func attributeTypes() throws {
@@ -189,7 +189,7 @@ struct StoreTests {
     }
 }
 
-@Suite("Schema descriptions", .timeLimit(.minutes(1)))
+@Suite("Schema descriptions", .timeLimit(.minutes(3)))
 struct SchemaDescriptionTests {
     @Test("a schema rebuilt from its description has the same fingerprint")
     func sameFingerprint() throws {
@@ -243,7 +243,7 @@ struct SchemaDescriptionTests {
     var ratio: Double = .nan
 }
 
-@Suite("Defaults", .timeLimit(.minutes(1)))
+@Suite("Defaults", .timeLimit(.minutes(3)))
 struct DefaultValueTests {
     @Test("a default that cannot be stored fails the save with an error naming its property")
     func unstorableDefault() throws {

@@ -67,6 +67,9 @@ public final class SQLiteStore: ObjectStore, @unchecked Sendable {
         var configuration = Configuration()
         configuration.foreignKeysEnabled = true
         configuration.label = "skyros"
+        // Another connection to the file (a stack closing and checkpointing, another process)
+        // may hold a lock for a moment: wait for it instead of failing at once.
+        configuration.busyMode = .timeout(5)
         let synchronous = durability == .full ? "FULL" : "NORMAL"
         configuration.prepareDatabase { db in
             try db.execute(sql: "PRAGMA synchronous = \(synchronous)")
