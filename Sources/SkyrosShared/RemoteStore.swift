@@ -53,7 +53,8 @@ public final class RemoteStore: PersistentStore, @unchecked Sendable {
     /// Called (on a background thread) when a save reported as
     /// ``SkyrosError/Code/outcomeUnknown`` is resolved: the client resends it in the background
     /// until the daemon answers, and before any new save (which waits for the answer: saves
-    /// are applied in order).
+    /// are applied in order). It is called with none of the store's locks held: it may save
+    /// through the same stack, or wait for one of its contexts.
     public var onSaveResolved: (@Sendable (ResolvedSave) -> Void)? {
         get { lock.withLock { _onSaveResolved } }
         set { lock.withLock { _onSaveResolved = newValue } }
@@ -498,8 +499,12 @@ public final class RemoteStore: PersistentStore, @unchecked Sendable {
     /// When it cannot be resolved, the new save is not sent (``SkyrosError/Code/daemonUnavailable``:
     /// not applied).
     private func saveRequest(_ body: (UInt64) -> WireMessage.Body) throws {
+        // Told once `resolving` is released: a handler may save, or wait for a context whose
+        // queue is itself waiting for `resolving` (a lock-order deadlock otherwise).
+        var resolved: ResolvedSave?
+        defer { if let resolved { onSaveResolved?(resolved) } }
         try resolving.withLock {
-            try resolveUnknownSave()
+            resolved = try resolveUnknownSave()
             let number = lock.withLock { () -> UInt64 in
                 saveNumber += 1
                 return saveNumber
@@ -526,9 +531,10 @@ public final class RemoteStore: PersistentStore, @unchecked Sendable {
     }
 
     /// Resends the save whose outcome is unknown, if any, until the request's timeout; on an
-    /// answer, forgets it and tells ``onSaveResolved``. Called with `resolving` held.
-    private func resolveUnknownSave() throws {
-        guard let pending = lock.withLock({ unresolvedSave }) else { return }
+    /// answer, forgets it and returns what to tell ``onSaveResolved`` (which the caller does
+    /// after releasing `resolving`). Called with `resolving` held.
+    private func resolveUnknownSave() throws -> ResolvedSave? {
+        guard let pending = lock.withLock({ unresolvedSave }) else { return nil }
         let resolved: ResolvedSave
         do {
             let sequence = try send(save: pending.body)
@@ -542,15 +548,16 @@ public final class RemoteStore: PersistentStore, @unchecked Sendable {
             resolved = ResolvedSave(saveNumber: pending.number, sequence: nil, error: SkyrosError.wrap(error))
         }
         lock.withLock { unresolvedSave = nil }
-        onSaveResolved?(resolved)
+        return resolved
     }
 
     /// Tries, on the event thread, to resolve a save whose outcome is unknown; a saver doing
     /// it already makes this a no-op.
     private func resolveInBackground() {
         guard lock.withLock({ unresolvedSave != nil }), resolving.try() else { return }
-        defer { resolving.unlock() }
-        try? resolveUnknownSave()
+        let resolved = try? resolveUnknownSave()
+        resolving.unlock()
+        if let resolved = resolved ?? nil { onSaveResolved?(resolved) }
     }
 
     private func outcomeUnknown(_ number: UInt64) -> SkyrosError {

@@ -168,6 +168,57 @@ struct NeverTrapTests {
         }
         #expect(handles == ["across", "before"])  // applied once; the refused save is absent
     }
+
+    /// The lock-order deadlock between the contexts' queues and the store's resolving lock:
+    /// `onSaveResolved` was called with that lock held, so a handler that saves (its save
+    /// goes through the root context's queue to the same lock) never returned, and every
+    /// later save of the stack waited behind it. Without the fix this test hangs until its
+    /// bounded waits fail.
+    @Test("an onSaveResolved handler may save through the same stack (no deadlock with the store's lock)")
+    func handlerSaves() throws {
+        let groups = process.groupsDirectory()
+        defer { try? FileManager.default.removeItem(atPath: groups) }
+        let daemon = try process.startDaemon(groups)
+        defer {
+            kill(daemon.pid, SIGCONT)
+            kill(daemon.pid, SIGTERM)
+            daemon.wait(seconds: 10)
+        }
+        let container = URL(fileURLWithPath: groups).appendingPathComponent("g")
+        let remote = try RemoteStore(
+            schema: testSchema, container: GroupContainer(url: container), timeout: 1, retryInterval: 0.3)
+        let client = Skyros(sharedStack: remote)
+        let handled = DispatchSemaphore(value: 0)
+        let handlerError = Locked<SkyrosError?>(nil)
+        remote.onSaveResolved = { [weak client] resolved in
+            // Records the resolution with a save of its own, then tells the test.
+            do {
+                try client?.writeAndWait { context in
+                    User.create(in: context).handle = "resolved-\(resolved.saveNumber)"
+                }
+            } catch let error as SkyrosError {
+                handlerError.withValue { $0 = error }
+            } catch {}
+            handled.signal()
+        }
+        try client.writeAndWait { context in User.create(in: context).handle = "before" }
+        kill(daemon.pid, SIGSTOP)
+        #expect(throws: SkyrosError.self) {
+            try client.writeAndWait { context in User.create(in: context).handle = "across" }
+        }
+        kill(daemon.pid, SIGCONT)
+        #expect(handled.wait(timeout: .now() + 20) == .success, "the handler's save never returned")
+        #expect(handlerError.withValue { $0 } == nil)
+        // The stack goes on saving.
+        let after = DispatchSemaphore(value: 0)
+        DispatchQueue.global().async {
+            try? client.writeAndWait { context in User.create(in: context).handle = "after" }
+            after.signal()
+        }
+        #expect(after.wait(timeout: .now() + 20) == .success, "a later save never returned")
+        let handles = try client.read { context in try User.all(in: context).map(\.handle).sorted() }
+        #expect(handles == ["across", "after", "before", "resolved-2"], "\(handles)")
+    }
 }
 
 /// The resolutions `RemoteStore.onSaveResolved` reports.
