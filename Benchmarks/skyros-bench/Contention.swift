@@ -69,38 +69,16 @@ struct ContentionBenchmark {
     /// Starts `count` processes in `role`, lets them go together, and sums what they report.
     private func measure(role: String, target: String, count: Int) throws -> Result {
         let go = directory.appendingPathComponent("go-\(role)-\(count)").path
-        let executable = URL(fileURLWithPath: "/proc/self/exe").resolvingSymlinksInPath()
-        var processes: [(Process, Pipe)] = []
-        for _ in 0..<count {
-            let process = Process()
-            process.executableURL = executable
-            process.arguments = [role, target, go, "\(seconds)"]
-            let pipe = Pipe()
-            process.standardOutput = pipe
-            try process.run()
-            processes.append((process, pipe))
+        var cpuBefore = (0.0, 0.0)
+        let outputs = try FloodBenchmark.launch(Array(repeating: role, count: count), target: target, go: go, seconds: seconds) {
+            cpuBefore = (cpuSeconds(RUSAGE_SELF.rawValue), cpuSeconds(RUSAGE_CHILDREN.rawValue))
         }
-        // Every client ready (connected), then all start at once.
-        var outputs = processes.map { _ in Data() }
-        for (index, (_, pipe)) in processes.enumerated() {
-            while !String(decoding: outputs[index], as: UTF8.self).contains("READY\n") {
-                let chunk = pipe.fileHandleForReading.availableData
-                guard !chunk.isEmpty else { throw SkyrosError(.storeFailure, "a \(role) process ended early") }
-                outputs[index].append(chunk)
-            }
-        }
-        let cpuBefore = (cpuSeconds(RUSAGE_SELF.rawValue), cpuSeconds(RUSAGE_CHILDREN.rawValue))
-        _ = FileManager.default.createFile(atPath: go, contents: nil)
         var result = Result(rate: 0, latencies: [])
-        for (index, (process, pipe)) in processes.enumerated() {
-            outputs[index].append(pipe.fileHandleForReading.readDataToEndOfFile())
-            process.waitUntilExit()
-            for line in String(decoding: outputs[index], as: UTF8.self).split(separator: "\n") where line.hasPrefix("RESULT ") {
-                let numbers = line.dropFirst(7).split(separator: " ").compactMap { Double($0) }
-                guard let saves = numbers.first else { continue }
-                result.rate += saves / seconds
-                result.latencies += numbers.dropFirst()
-            }
+        for output in outputs {
+            let numbers = FloodBenchmark.numbers(after: "RESULT ", in: output)
+            guard let saves = numbers.first else { continue }
+            result.rate += saves / seconds
+            result.latencies += numbers.dropFirst()
         }
         if ProcessInfo.processInfo.environment["SKYROS_BENCH_CPU"] != nil {
             let saves = result.rate * seconds

@@ -52,9 +52,12 @@ struct FloodBenchmark {
         return line.dropFirst(prefix.count).split(separator: " ").compactMap { Double($0) }
     }
 
-    /// Starts one process per role, lets them go together once all are ready, and returns
-    /// their outputs in the same order.
-    static func launch(_ roles: [String], target: String, go: String, seconds: Double) throws -> [String] {
+    /// Starts one process per role (this executable, `<role> <target> <go> <seconds>`), lets
+    /// them go together once all are ready (after `beforeGo`), and returns their outputs in
+    /// the same order.
+    static func launch(
+        _ roles: [String], target: String, go: String, seconds: Double, beforeGo: () -> Void = {}
+    ) throws -> [String] {
         let executable = URL(fileURLWithPath: "/proc/self/exe").resolvingSymlinksInPath()
         var processes: [(Process, Pipe)] = []
         for role in roles {
@@ -74,6 +77,7 @@ struct FloodBenchmark {
                 outputs[index].append(chunk)
             }
         }
+        beforeGo()
         _ = FileManager.default.createFile(atPath: go, contents: nil)
         for (index, (process, pipe)) in processes.enumerated() {
             outputs[index].append(pipe.fileHandleForReading.readDataToEndOfFile())
