@@ -86,7 +86,7 @@ let package = Package(
         .executableTarget(
             name: "skyros-bench",
             dependencies: [
-                "Skyros", "SkyrosShared", "SkyrosDaemon", "SkyrosWire", "SkyrosZeroMQ", "CZeroMQ",
+                "Skyros", "SkyrosShared", "SkyrosDaemon", "SkyrosWire", "SkyrosZeroMQ", "CZeroMQ", "SkyrosTestModels",
                 .product(name: "GRDB", package: "GRDB.swift"),
                 .product(name: "GRDBSQLite", package: "GRDB.swift"),
             ],
@@ -125,7 +125,7 @@ let package = Package(
         ),
         .target(
             name: "SkyrosTestModels",
-            dependencies: ["Skyros", "SkyrosDaemon", "SkyrosWire"],
+            dependencies: ["Skyros", "SkyrosDaemon", "SkyrosWire", "SkyrosZeroMQ"],
             path: "Tests/SkyrosTestModels"
         ),
         .executableTarget(

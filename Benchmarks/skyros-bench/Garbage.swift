@@ -2,6 +2,7 @@ import Foundation
 import Skyros
 import SkyrosDaemon
 import SkyrosShared
+import SkyrosTestModels
 import SkyrosWire
 import SkyrosZeroMQ
 
@@ -42,7 +43,7 @@ struct GarbageBenchmark {
         let logSize = { ((try? FileManager.default.attributesOfItem(atPath: log))?[.size] as? Int) ?? 0 }
         let rss0 = Self.residentMB(pid)
         let log0 = logSize()
-        let client = try Member(container.requestsEndpoint)
+        let client = try GarbageClient(container.requestsEndpoint, schema: benchSchema)
         let answered = try client.malformedFrames(malformedFrames)
         let rss1 = Self.residentMB(pid)
         let log1 = logSize()
@@ -91,63 +92,5 @@ struct GarbageBenchmark {
             let kilobytes = Double(line.split(separator: " ").dropFirst().first ?? "")
         else { return 0 }
         return kilobytes / 1024
-    }
-
-    /// A member that says hello, then sends garbage and reads every reply (so that none is
-    /// dropped, and the count of replies tells when the daemon has read everything).
-    final class Member {
-        private let context: ZeroMQContext
-        private let socket: ZeroMQSocket
-
-        init(_ endpoint: String) throws {
-            context = try ZeroMQContext()
-            socket = try ZeroMQSocket(context: context, kind: .dealer)
-            try socket.setReceiveTimeout(milliseconds: 10_000)
-            try socket.connect(endpoint)
-            try socket.send([Data(WireMessage(
-                requestID: 1, body: .hello(try WireMessage.Hello(schema: benchSchema, clientName: "garbage"))).encoded())])
-            _ = try socket.receive()
-        }
-
-        deinit { socket.close() }
-
-        /// Sends `count` frames that are not messages (1 to 64 random bytes after a version
-        /// byte that is not the protocol's), in windows of 500 (under the high-water marks);
-        /// the number of error replies.
-        func malformedFrames(_ count: Int) throws -> Int {
-            var generator = SystemRandomNumberGenerator()
-            var replies = 0
-            var sent = 0
-            while sent < count {
-                let window = min(500, count - sent)
-                for _ in 0..<window {
-                    var bytes = (0..<Int.random(in: 1...64, using: &generator)).map { _ in
-                        UInt8.random(in: 0...255, using: &generator)
-                    }
-                    bytes[0] = 0xEE
-                    try socket.send([Data(bytes)])
-                }
-                sent += window
-                while replies < sent, (try? socket.receive()) != nil { replies += 1 }
-                guard replies == sent else { break }
-            }
-            return replies
-        }
-
-        /// Sends `count` hellos with a client name of `nameBytes` bytes, one at a time; the
-        /// number refused with `malformedMessage`.
-        func longNameHellos(_ count: Int, nameBytes: Int) throws -> Int {
-            let hello = WireMessage(requestID: 2, body: .hello(WireMessage.Hello(
-                schemaFingerprint: benchSchema.fingerprint, schemaVersion: 1,
-                clientName: String(repeating: "n", count: nameBytes), pid: 1, schemaDescription: [])))
-            let frame = Data(hello.encoded())
-            var refused = 0
-            for _ in 0..<count {
-                try socket.send([frame])
-                let reply = try WireMessage.decode([UInt8](try socket.receive().last ?? Data()))
-                if case .error(let code, _) = reply.body, code == SkyrosError.Code.malformedMessage.rawValue { refused += 1 }
-            }
-            return refused
-        }
     }
 }

@@ -187,11 +187,11 @@ struct ConnectionLimitProcessTests {
         let logSize = { ((try? FileManager.default.attributesOfItem(atPath: log))?[.size] as? Int) ?? 0 }
         let rss0 = Self.residentKB(daemon.pid)
         let log0 = logSize()
-        let answered = try GarbageClient(container.requestsEndpoint).malformedFrames(30_000)
+        let answered = try GarbageClient(container.requestsEndpoint, schema: testSchema).malformedFrames(30_000)
         #expect(answered == 30_000)
         let rss1 = Self.residentKB(daemon.pid)
         let log1 = logSize()
-        let refused = try GarbageClient(container.requestsEndpoint).longNameHellos(60, nameBytes: 1 << 20)
+        let refused = try GarbageClient(container.requestsEndpoint, schema: testSchema).longNameHellos(60, nameBytes: 1 << 20)
         #expect(refused == 60)
         let rss2 = Self.residentKB(daemon.pid)
         let log2 = logSize()
@@ -204,64 +204,5 @@ struct ConnectionLimitProcessTests {
         #expect(count == 0)
         kill(daemon.pid, SIGTERM)
         #expect(daemon.wait() == .exited(0))
-    }
-}
-
-/// A member that sends garbage and reads every reply (so that none is dropped and the count
-/// of replies tells when the daemon has read everything). It says hello first: a connection
-/// that does not is closed after the hello timeout.
-final class GarbageClient {
-    private let context: ZeroMQContext
-    private let socket: ZeroMQSocket
-
-    init(_ endpoint: String) throws {
-        context = try ZeroMQContext()
-        socket = try ZeroMQSocket(context: context, kind: .dealer)
-        try socket.setReceiveTimeout(milliseconds: 10_000)
-        try socket.connect(endpoint)
-        try socket.send([Data(WireMessage(
-            requestID: 1, body: .hello(try WireMessage.Hello(schema: testSchema, clientName: "garbage"))).encoded())])
-        _ = try socket.receive()
-    }
-
-    deinit { socket.close() }
-
-    /// Sends `count` frames that are not messages (random bytes, 1 to 64 of them, with a
-    /// version byte that is not the protocol's); returns how many error replies came back.
-    func malformedFrames(_ count: Int) throws -> Int {
-        var generator = SystemRandomNumberGenerator()
-        var replies = 0
-        var sent = 0
-        // In windows of 500, well under the high-water marks: past them ZeroMQ drops replies.
-        while sent < count {
-            let window = min(500, count - sent)
-            for _ in 0..<window {
-                var bytes = (0..<Int.random(in: 1...64, using: &generator)).map { _ in
-                    UInt8.random(in: 0...255, using: &generator)
-                }
-                bytes[0] = 0xEE
-                try socket.send([Data(bytes)])
-            }
-            sent += window
-            while replies < sent, (try? socket.receive()) != nil { replies += 1 }
-            guard replies == sent else { break }
-        }
-        return replies
-    }
-
-    /// Sends `count` hellos whose client name is `nameBytes` long, one after the other;
-    /// returns how many were refused with `malformedMessage`.
-    func longNameHellos(_ count: Int, nameBytes: Int) throws -> Int {
-        let name = String(repeating: "n", count: nameBytes)
-        let hello = WireMessage(requestID: 1, body: .hello(WireMessage.Hello(
-            schemaFingerprint: testSchema.fingerprint, schemaVersion: 1, clientName: name, pid: 1, schemaDescription: [])))
-        let frame = Data(hello.encoded())
-        var refused = 0
-        for _ in 0..<count {
-            try socket.send([frame])
-            let reply = try WireMessage.decode([UInt8](try socket.receive().last ?? Data()))
-            if case .error(let code, _) = reply.body, code == SkyrosError.Code.malformedMessage.rawValue { refused += 1 }
-        }
-        return refused
     }
 }
