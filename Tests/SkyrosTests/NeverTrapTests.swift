@@ -126,23 +126,16 @@ struct NeverTrapTests {
 
     @Test("daemon SIGSTOPped across a save: outcomeUnknown (never 'failed'), then the truth once it resumes; a save reported failed is absent")
     func stoppedDaemon() throws {
-        let groups = process.groupsDirectory()
-        defer { try? FileManager.default.removeItem(atPath: groups) }
-        let daemon = try process.startDaemon(groups)
-        defer {
-            kill(daemon.pid, SIGCONT)
-            kill(daemon.pid, SIGTERM)
-            daemon.wait(seconds: 10)
-        }
-        let container = URL(fileURLWithPath: groups).appendingPathComponent("g")
-        let remote = try RemoteStore(
-            schema: testSchema, container: GroupContainer(url: container), timeout: 1, retryInterval: 0.3)
+        let daemon = try StoppableDaemon(process)
+        defer { daemon.stop() }
+        let container = daemon.container
+        let remote = try daemon.remote()
         let resolved = ResolvedSaves()
         remote.onSaveResolved = { resolved.add($0) }
         let client = Skyros(sharedStack: remote)
         try client.writeAndWait { context in User.create(in: context).handle = "before" }
 
-        kill(daemon.pid, SIGSTOP)
+        daemon.pause()
         var unknown: SkyrosError?
         do {
             try client.writeAndWait { context in User.create(in: context).handle = "across" }
@@ -159,7 +152,7 @@ struct NeverTrapTests {
         }
         #expect(failed?.code == .daemonUnavailable, "\(String(describing: failed))")
 
-        kill(daemon.pid, SIGCONT)
+        daemon.resume()
         let outcome = resolved.wait(seconds: 15)
         #expect(outcome?.isApplied == true, "\(String(describing: outcome))")
         let reader = try Skyros(sharedStack: testSchema, container: container)
@@ -176,17 +169,9 @@ struct NeverTrapTests {
     /// bounded waits fail.
     @Test("an onSaveResolved handler may save through the same stack (no deadlock with the store's lock)")
     func handlerSaves() throws {
-        let groups = process.groupsDirectory()
-        defer { try? FileManager.default.removeItem(atPath: groups) }
-        let daemon = try process.startDaemon(groups)
-        defer {
-            kill(daemon.pid, SIGCONT)
-            kill(daemon.pid, SIGTERM)
-            daemon.wait(seconds: 10)
-        }
-        let container = URL(fileURLWithPath: groups).appendingPathComponent("g")
-        let remote = try RemoteStore(
-            schema: testSchema, container: GroupContainer(url: container), timeout: 1, retryInterval: 0.3)
+        let daemon = try StoppableDaemon(process)
+        defer { daemon.stop() }
+        let remote = try daemon.remote()
         let client = Skyros(sharedStack: remote)
         let handled = DispatchSemaphore(value: 0)
         let handlerError = Locked<SkyrosError?>(nil)
@@ -202,11 +187,11 @@ struct NeverTrapTests {
             handled.signal()
         }
         try client.writeAndWait { context in User.create(in: context).handle = "before" }
-        kill(daemon.pid, SIGSTOP)
+        daemon.pause()
         #expect(throws: SkyrosError.self) {
             try client.writeAndWait { context in User.create(in: context).handle = "across" }
         }
-        kill(daemon.pid, SIGCONT)
+        daemon.resume()
         #expect(handled.wait(timeout: .now() + 20) == .success, "the handler's save never returned")
         #expect(handlerError.withValue { $0 } == nil)
         // The stack goes on saving.
@@ -218,6 +203,40 @@ struct NeverTrapTests {
         #expect(after.wait(timeout: .now() + 20) == .success, "a later save never returned")
         let handles = try client.read { context in try User.all(in: context).map(\.handle).sorted() }
         #expect(handles == ["across", "after", "before", "resolved-2"], "\(handles)")
+    }
+}
+
+/// A real `skyrosd` that a test may SIGSTOP; ``stop()`` (call it in a `defer`) resumes it,
+/// stops it with SIGTERM, reaps it by pid and removes its groups directory.
+final class StoppableDaemon {
+    let container: URL
+    private let groups: String
+    private let daemon: ChildProcess
+
+    init(_ process: DaemonProcessTests) throws {
+        groups = process.groupsDirectory()
+        do {
+            daemon = try process.startDaemon(groups)
+        } catch {
+            try? FileManager.default.removeItem(atPath: groups)
+            throw error
+        }
+        container = URL(fileURLWithPath: groups).appendingPathComponent("g")
+    }
+
+    /// A client with a short timeout (1 s) and retry interval (0.3 s).
+    func remote() throws -> RemoteStore {
+        try RemoteStore(schema: testSchema, container: GroupContainer(url: container), timeout: 1, retryInterval: 0.3)
+    }
+
+    func pause() { kill(daemon.pid, SIGSTOP) }
+    func resume() { kill(daemon.pid, SIGCONT) }
+
+    func stop() {
+        resume()
+        kill(daemon.pid, SIGTERM)
+        daemon.wait(seconds: 10)
+        try? FileManager.default.removeItem(atPath: groups)
     }
 }
 
