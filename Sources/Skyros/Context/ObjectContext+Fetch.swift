@@ -49,6 +49,7 @@ extension ObjectContext {
     /// The object with this identifier; throws ``SkyrosError/Code/objectNotFound`` when it
     /// does not exist in this context's view.
     public func existingObject(with id: ObjectID) throws -> any ManagedObject {
+        noteRead(id.entityName)
         if let object = registered(id) {
             let storage = object.skyrosStorage
             if storage.isDeleted { throw notFound(id) }
@@ -66,6 +67,7 @@ extension ObjectContext {
 
     @usableFromInline
     func fetchObjects(_ request: StoreRequest, localOnly: Bool = false) throws -> [any ManagedObject] {
+        noteRead(request.entityName)
         let entity = try schema.requireEntity(request.entityName)
         if !localOnly && !hasPendingChanges(of: request.entityName) {
             var result: [any ManagedObject] = []
@@ -91,6 +93,7 @@ extension ObjectContext {
     /// when the registry was empty it is not searched at all (a query gives each object once).
     @usableFromInline
     func streamObjects(_ request: StoreRequest, _ body: (any ManagedObject) -> Void) throws {
+        noteRead(request.entityName)
         let entity = try schema.requireEntity(request.entityName)
         let mayBeRegistered = !registry.isEmpty || hasChanges
         try parent.forEachSnapshot(request) { id, values, version in
@@ -127,11 +130,13 @@ extension ObjectContext {
     }
 
     func mergedIdentifiers(_ request: StoreRequest) throws -> [ObjectID] {
+        noteRead(request.entityName)
         if !hasPendingChanges(of: request.entityName) { return try parent.fetchIdentifiers(request) }
         return try mergedSnapshots(request).map(\.id)
     }
 
     func countObjects(_ request: StoreRequest) throws -> Int {
+        noteRead(request.entityName)
         let pending = pendingStorages(of: request.entityName)
         if pending.isEmpty { return try parent.count(request) }
         var unsliced = request

@@ -20,6 +20,7 @@ extension ObjectContext {
         let changes = makeChangeSet()
         try parent.save(changes)
         didSave(keepingObjects: keepingObjects, policy: changes.mergePolicy)
+        announceOwnSave()
     }
 
     func makeChangeSet() -> ChangeSet {
@@ -199,7 +200,13 @@ extension ObjectContext {
     public func save(_ changes: ChangeSet) throws {
         try performAndWait {
             try validateUniqueness(of: changes)
+            guard reference.isObserved else { return try apply(changes) }
+            var deletedObjects: [ObjectID: any ManagedObject] = [:]
+            for id in changes.deleted { if let object = lookup(id) { deletedObjects[id] = object } }
+            applyingChildSave += 1
+            defer { applyingChildSave -= 1 }
             try apply(changes)
+            announce(self.changes(appliedFrom: changes, deletedObjects: deletedObjects))
         }
     }
 

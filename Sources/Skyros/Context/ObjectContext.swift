@@ -81,6 +81,19 @@ public final class ObjectContext: ObjectStore, @unchecked Sendable, CustomString
     @exclusivity(unchecked) var lastInsertedEntity: ObjectIdentifier?
     @exclusivity(unchecked) var pendingCountByEntity: [ObjectIdentifier: Int] = [:]
 
+    // Observation (queue-confined; see ObjectContext+Changes.swift).
+    /// The did-change observers, in registration order.
+    @exclusivity(unchecked) var changeObservers: [(key: Int, handler: (ContextChanges) -> Void)] = []
+    @exclusivity(unchecked) var nextObserverKey = 0
+    /// Edits made in this context since the last ``processPendingChanges()``, and since the
+    /// last save; kept only while the context has observers.
+    @exclusivity(unchecked) var unprocessedEdits: [ObjectID: LocalEdit] = [:]
+    @exclusivity(unchecked) var unsavedEdits: [ObjectID: LocalEdit] = [:]
+    /// Above zero while a child's save is applied: its changes are announced as one, not as edits.
+    @exclusivity(unchecked) var applyingChildSave = 0
+    /// The entities read since ``startTrackingReads()`` (for `observe`); nil when not tracking.
+    @exclusivity(unchecked) var readEntities: Set<String>?
+
     /// Makes a context whose parent is `parent` (a store or another context).
     public init(name: String, parent: any ObjectStore) {
         self.name = name
@@ -102,16 +115,22 @@ public final class ObjectContext: ObjectStore, @unchecked Sendable, CustomString
         if isPerformingOnCurrentThread { return try block() }
         return try queue.sync {
             PerformingContexts.push(self)
-            defer { PerformingContexts.pop() }
+            defer {
+                if reference.isObserved && !unprocessedEdits.isEmpty { processPendingChanges() }
+                PerformingContexts.pop()
+            }
             return try block()
         }
     }
 
     /// Schedules `block` on the context's queue.
     public func perform(_ block: @escaping @Sendable () -> Void) {
-        queue.async {
+        queue.async { [self] in
             PerformingContexts.push(self)
-            defer { PerformingContexts.pop() }
+            defer {
+                if reference.isObserved && !unprocessedEdits.isEmpty { processPendingChanges() }
+                PerformingContexts.pop()
+            }
             block()
         }
     }
@@ -218,6 +237,7 @@ public final class ObjectContext: ObjectStore, @unchecked Sendable, CustomString
     /// or the parent cannot answer (the daemon is away), the object becomes inaccessible
     /// instead (see ``errorHandler``) and the error is reported.
     func fulfill(_ storage: ObjectStorage) {
+        noteRead(storage.entity.name)
         do {
             guard let snapshot = try parent.snapshots(for: [storage.objectID]).first else {
                 makeInaccessible(storage, SkyrosError(
@@ -265,11 +285,13 @@ public final class ObjectContext: ObjectStore, @unchecked Sendable, CustomString
         storage.isInserted = true
         inserted.appendNew(storage.objectID, object)  // a new object: its identifier is new
         adjustPending(storage.entity, 1)
+        if reference.isObserved { noteEdit(storage.objectID, object: object, inserted: true) }
     }
 
     func markDeleted(_ object: any ManagedObject) {
         let storage = object.skyrosStorage
         let id = storage.objectID
+        if reference.isObserved { noteEdit(id, object: object, deleted: true) }
         if updated.removeValue(forKey: id) != nil { adjustPending(storage.entity, -1) }
         if storage.isInserted {
             inserted.removeValue(forKey: id)
@@ -423,6 +445,7 @@ public final class ObjectContext: ObjectStore, @unchecked Sendable, CustomString
         }
         registry = Registry()
         clearPendingChanges()
+        announceReload()
     }
 
     /// Discards pending changes: inserted objects are forgotten, updated and deleted ones
@@ -441,6 +464,7 @@ public final class ObjectContext: ObjectStore, @unchecked Sendable, CustomString
             storage.isFault = true
         }
         clearPendingChanges()
+        announceReload()
     }
 
     /// Empties the pending sets (after a save, a rollback or a reset).

@@ -80,25 +80,44 @@ extension Skyros {
         guard !changes.isEmpty else { return }
         let main = mainContext
         main.performAndWait { [self] in
+            let observed = main.reference.isObserved
+            var merged = ContextChanges(kind: .merged)
+            var reload = false
             for change in changes {
                 if change.isReset {
                     main.forgetAllClean()
+                    reload = true
                 } else if change.isRefresh {
                     for id in main.registry.keys { main.refreshIfClean(id) }
+                    reload = true
                 } else {
                     for snapshot in change.insertedSnapshots where main.registered(snapshot.id) == nil {
                         _ = try? main.materialize(snapshot.id, values: snapshot.values, version: snapshot.version)
                     }
-                    for id in change.updated.keys {
+                    for (id, names) in change.updated {
                         if let update = change.updatedValues[id] {
                             main.takeValues(update, of: id)
                         } else {
                             main.refreshIfClean(id)
                         }
+                        if observed { merged.updatedProperties[id, default: []].formUnion(names) }
+                    }
+                    if observed {
+                        for id in change.inserted { merged.insertedIDs.append(id) }
+                        for id in change.deleted {
+                            merged.deleted.append(id)
+                            if let object = main.registry[id]?.object { merged.deletedObjects[id] = object }
+                        }
                     }
                     for id in change.deleted { main.forgetDeleted(id) }
                 }
                 changeObservers.yield(change)
+            }
+            guard observed else { return }
+            if reload {
+                main.announceReload()
+            } else {
+                main.announce(main.resolved(merged))
             }
         }
     }

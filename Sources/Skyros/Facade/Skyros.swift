@@ -379,6 +379,8 @@ open class Skyros: @unchecked Sendable {
                     stack.main.registry[id] = nil
                     object.skyrosStorage.context = nil
                 }
+                // What observers were shown of this write is not in the store: they start over.
+                stack.main.announceReload()
             }
             return SkyrosError.wrap(error)
         }
@@ -394,18 +396,20 @@ open class Skyros: @unchecked Sendable {
 
     // MARK: - Maintenance
 
-    /// Empties the store. Pending writes finish first; every context is replaced by a new
-    /// one, so no stale object survives, and the stack stays usable.
+    /// Empties the store. Pending writes finish first; every context is then reset (objects
+    /// fetched before are detached, so no stale object survives) and the stack stays usable.
+    /// Observers of the main context get a ``ContextChanges/Kind/reloaded`` change.
     public func nuke() throws {
         let stack = current
         stack.scratch.performAndWait {}
         stack.main.performAndWait {}
-        try stack.root.performAndWait { try store.deleteAll() }
-        let fresh = Self.makeContexts(store)
-        adopt(fresh)
-        fresh.root.mergePolicy = lock.withLock { _mergePolicy }
-        lock.withLock { contexts = fresh }
-        for context in [stack.scratch, stack.main, stack.root] { context.performAndWait { context.reset() } }
+        try stack.root.performAndWait {
+            try store.deleteAll()
+            stack.root.reset()
+        }
+        // The same contexts, emptied: observers of the main context (controllers, monitors)
+        // keep working, and are told to start over.
+        for context in [stack.scratch, stack.main] { context.performAndWait { context.reset() } }
     }
 
     /// Waits until every write started so far has completed, and saves changes left in the

@@ -38,6 +38,16 @@ public struct ObjectID: Hashable, Sendable, Codable, CustomStringConvertible {
 
     public var description: String { "\(entityName)/\(uuid.uuidString)" }
 
+    /// The store's order of identifiers (ties of a sort): their bytes, as SQLite compares blobs.
+    static func compareBytes(_ a: UUID, _ b: UUID) -> ComparisonResult {
+        withUnsafeBytes(of: a.uuid) { x in
+            withUnsafeBytes(of: b.uuid) { y in
+                let order = memcmp(x.baseAddress!, y.baseAddress!, 16)
+                return order < 0 ? .orderedAscending : (order == 0 ? .orderedSame : .orderedDescending)
+            }
+        }
+    }
+
     public func hash(into hasher: inout Hasher) {
         // The UUID alone identifies the object; two words hash faster than sixteen bytes.
         withUnsafeBytes(of: uuid.uuid) { bytes in

@@ -187,7 +187,9 @@ public final class ObjectStorage {
 
     /// Records a change. Inserted objects are saved whole, so only updates track properties.
     func markChanged(_ index: Int) {
-        guard !isDeleted, !isInserted else { return }
+        guard !isDeleted else { return }
+        if let reference = contextReference, reference.isObserved { reference.context?.noteEdit(self, property: index) }
+        guard !isInserted else { return }
         if changed.insert(index).inserted, changed.count == 1 { context?.didUpdate(self) }
     }
 }
@@ -198,6 +200,8 @@ extension ObjectStorage: Sendable {}
 /// A context's weak self-reference, shared by all its objects' storages.
 final class ContextReference {
     weak var context: ObjectContext?
+    /// Whether the context has did-change observers (then edits are recorded for them).
+    var isObserved = false
 }
 
 /// `SKYROS_CONCURRENCY_DEBUG=1`: trap when a managed object is touched off its context's queue.
