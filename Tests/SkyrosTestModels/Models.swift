@@ -12,6 +12,8 @@ import Skyros
     @Relationship(deleteRule: .cascade, inverse: \Post.author) public var posts: [Post] = []
     @Transient public var scratchNote: String = "not stored"
     public var fullName: String { "\(firstname) \(lastname)" }
+    /// A computed section key: the first letter of the last name.
+    public var lastnameInitial: String { String(lastname.prefix(1)) }
 }
 
 @Entity public final class Post {
