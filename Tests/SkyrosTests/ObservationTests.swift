@@ -119,7 +119,7 @@ func user(_ context: ObjectContext, _ first: String, _ last: String, age: Int) -
 
 @Suite("Observation: fetched-results controller, entity monitor, observe", .timeLimit(.minutes(3)))
 struct ObservationTests {
-    static let kinds: [StoreKind] = [.inMemory, .sqlite]
+    static let kinds: [StoreKind] = StoreKind.allCases
 
     /// Users older than 30 by last name then first name, in sections by initial.
     static var descriptor: FetchDescriptor<User> {
