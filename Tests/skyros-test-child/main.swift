@@ -243,6 +243,38 @@ case "watcher":
     print("READY \(held.count)")
     fflush(nil)
     try writeDigest(store, held: held, container: container, name: arguments[3])
+case "observed-writer":
+    // Random inserts, updates and deletes of users through the daemon (seeded), for a
+    // fetched-results controller in another process to follow.
+    let store = try Skyros(sharedStack: testSchema, container: URL(fileURLWithPath: arguments[2]), timeout: 30)
+    var state = UInt64(arguments[3])!
+    func random(_ bound: Int) -> Int {
+        state &+= 0x9E37_79B9_7F4A_7C15
+        var z = state
+        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
+        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
+        return Int((z ^ (z >> 31)) % UInt64(bound))
+    }
+    let lastnames = ["Adams", "Baker", "Clark", "Doe", "Evans"]
+    for step in 0..<Int(arguments[4])! {
+        let (kind, pick, age, last) = (random(10), random(1_000), random(70), lastnames[random(lastnames.count)])
+        try store.writeAndWait { context in
+            let users = try User.all(in: context)
+            if kind < 5 || users.isEmpty {
+                let user = User.create(in: context)
+                user.firstname = "P\(arguments[3])-\(step)"
+                user.lastname = last
+                user.age = age
+                user.handle = "observed-\(arguments[3])-\(step)"
+            } else if kind < 8 {
+                let user = users[pick % users.count]
+                if kind == 5 { user.age = age } else { user.lastname = last }
+            } else {
+                context.delete(users[pick % users.count])
+            }
+        }
+    }
+    print("DONE")
 case "big-save":
     let store = try Skyros(sharedStack: testSchema, container: URL(fileURLWithPath: arguments[2]), timeout: 30)
     let count = Int(arguments[3])!

@@ -1,0 +1,78 @@
+import Foundation
+import Skyros
+import SkyrosShared
+import SkyrosTestModels
+import Testing
+
+/// Observation across processes: a controller follows what other processes save through a
+/// real skyrosd, and converges after the daemon is killed and restarted.
+@Suite("Observation across processes", .serialized, .timeLimit(.minutes(3)))
+struct ObservationProcessTests {
+    let process = DaemonProcessTests()
+
+    /// Waits (bounded) until the controller shows what a fresh fetch gives.
+    func converges(_ controller: FetchedResultsController<User>, seconds: Double = 15) throws -> Bool {
+        let deadline = Date().addingTimeInterval(seconds)
+        while Date() < deadline {
+            let fresh = try SectionedIDs(
+                fetching: controller.fetchDescriptor, section: { $0.lastnameInitial }, in: controller.context)
+            if SectionedIDs(controller.sections) == fresh { return true }
+            usleep(20_000)  // changes arrive on the event thread; polled with a bound
+        }
+        return false
+    }
+
+    @Test("a controller receives another process's saves as the same incremental changes, and converges after the daemon is SIGKILLed and restarted")
+    func acrossProcesses() throws {
+        let groups = process.groupsDirectory()
+        defer { try? FileManager.default.removeItem(atPath: groups) }
+        let notify = try NotifySocket()
+        var daemon = try ChildProcess(
+            ["--group", "g", "--groups-dir", groups], executable: DaemonProcessTests.skyrosd,
+            environment: ["NOTIFY_SOCKET": notify.path])
+        #expect(notify.waitFor("READY=1"))
+        let container = URL(fileURLWithPath: groups).appendingPathComponent("g")
+        let store = try Skyros(sharedStack: testSchema, container: container, timeout: 10, savesOnStop: false)
+        let controller = FetchedResultsController<User>(
+            fetch: ObservationTests.descriptor, sectionKeyPath: \.lastnameInitial, context: store.mainContext)
+        // Each change, applied to the results before it, must give the results after it.
+        final class Log: @unchecked Sendable {
+            var previous = SectionedIDs([FetchedResultsSection<User>]())
+            var calls = 0
+            var inconsistent: [String] = []
+        }
+        let log = Log()
+        controller.onChange = { [unowned controller] changes in
+            var invalid: [String] = []
+            let applied = log.previous.applying(changes, invalid: &invalid)
+            let now = SectionedIDs(controller.sections)
+            if applied != now || !invalid.isEmpty { log.inconsistent.append("\(invalid) \(applied) vs \(now)") }
+            log.previous = now
+            log.calls += 1
+        }
+        try controller.performFetch()
+        store.mainContext.performAndWait { log.previous = SectionedIDs(controller.sections) }
+
+        let first = try ChildProcess(["observed-writer", container.path, "1", "120"])
+        #expect(first.wait(seconds: 60) == .exited(0))
+        #expect(try converges(controller))
+        let callsBeforeRestart = store.mainContext.performAndWait { log.calls }
+        #expect(callsBeforeRestart >= 20)
+
+        kill(daemon.pid, SIGKILL)
+        #expect(daemon.wait() == .signalled(SIGKILL))
+        daemon = try ChildProcess(
+            ["--group", "g", "--groups-dir", groups], executable: DaemonProcessTests.skyrosd,
+            environment: ["NOTIFY_SOCKET": notify.path])
+        #expect(notify.waitFor("READY=1"))
+        let second = try ChildProcess(["observed-writer", container.path, "2", "60"])
+        #expect(second.wait(seconds: 60) == .exited(0))
+        #expect(try converges(controller))
+        store.mainContext.performAndWait {
+            #expect(log.calls > callsBeforeRestart)
+            #expect(log.inconsistent.isEmpty, "\(log.inconsistent.prefix(3))")
+        }
+        kill(daemon.pid, SIGTERM)
+        #expect(daemon.wait() == .exited(0))
+    }
+}
