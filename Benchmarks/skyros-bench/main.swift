@@ -4,6 +4,7 @@
 //     swift run -c release skyros-bench shared [--json] [--quick] [--flood]
 //     swift run -c release skyros-bench shared --garbage [--json]   (build skyrosd too, to measure it)
 //     swift run -c release skyros-bench contention [--json] [--quick] [--clients N …] [--ceiling]
+//     swift run -c release skyros-bench observe [--json] [--quick]
 //
 // Prints a table, or with --json one object per line:
 // {"name": …, "unit": …, "skyros": …, "baseline": …, "ratio": …} (ratio = skyros ÷ baseline).
@@ -40,10 +41,10 @@ if arguments.count == 2 && arguments[0] == "garbage-daemon" {
 let json = arguments.contains("--json")
 let quick = arguments.contains("--quick")
 // `profile-insert` and `profile-fetch` are hidden suites for profilers (Profile.swift).
-let suites = ["embedded", "shared", "contention", "profile-insert", "profile-fetch", "profile-shared"]
+let suites = ["embedded", "shared", "contention", "observe", "profile-insert", "profile-fetch", "profile-shared"]
 guard let suite = arguments.first, suites.contains(suite) else {
     FileHandle.standardError.write(
-        Data("usage: skyros-bench embedded|shared|contention [--json] [--quick] [--only fetch|saves|iterate] [--garbage]\n".utf8))
+        Data("usage: skyros-bench embedded|shared|contention|observe [--json] [--quick] [--only fetch|saves|iterate] [--garbage]\n".utf8))
     exit(64)
 }
 
@@ -85,6 +86,9 @@ if suite == "contention" {
     try GarbageBenchmark(directory: directory, malformedFrames: 100_000, longHellos: 200).run(report: report)
 } else if suite == "shared" {
     try SharedBenchmark(directory: directory, saveSamples: quick ? 100 : 300, insertCount: quick ? 5_000 : 50_000)
+        .run(report: report)
+} else if suite == "observe" {
+    try ObserveBenchmark(directory: directory, sizes: quick ? [10_000] : [10_000, 100_000], samples: quick ? 200 : 1_000)
         .run(report: report)
 } else if suite == "embedded" {
     try EmbeddedBenchmark(
