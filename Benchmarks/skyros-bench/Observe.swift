@@ -69,22 +69,22 @@ struct ObserveBenchmark {
             fetch: FetchDescriptor(predicate: #Predicate { $0.value >= 0 }, sortBy: [SortDescriptor(\.name)]),
             context: main)
         // Observers are called in the order they were added: this one sees the change first.
-        var received: UInt64 = 0
-        var delivered: UInt64 = 0
-        let first = main.addChangeObserver { _ in received = Clock.now() }
+        let received = Locked()
+        let delivered = Locked()
+        let first = main.addChangeObserver { _ in received.set(Clock.now(), count: 0) }
         defer { first.cancel() }
-        controller.onChange = { _ in delivered = Clock.now() }
+        controller.onChange = { _ in delivered.set(Clock.now(), count: 0) }
         try controller.performFetch()
         var work: [Double] = []
         var endToEnd: [Double] = []
         var held: [ObjectID] = []
         for index in 0..<samples {
-            delivered = 0
+            delivered.set(0, count: 0)
             let start = Clock.now()
             try store.writeAndWait { context in try Self.change(index, context, &held) }
-            guard delivered > 0 else { continue }
-            work.append(Double(delivered - received) / 1000)
-            endToEnd.append(Double(delivered - start) / 1000)
+            guard delivered.time > 0 else { continue }
+            work.append(Double(delivered.time - received.time) / 1000)
+            endToEnd.append(Double(delivered.time - start) / 1000)
         }
         precondition(controller.fetchedObjects.count == size, "the controller lost track")
         return (work, endToEnd)

@@ -106,6 +106,11 @@ struct SectionedIDs: Equatable, CustomStringConvertible {
 /// The changes a controller reported, in order.
 final class ChangeRecorder<T: ManagedObject>: @unchecked Sendable {
     var calls: [FetchedResultsChanges<T>] = []
+
+    /// The changes an entity monitor reported, in order.
+    final class Monitor: @unchecked Sendable {
+        var calls: [EntityMonitorChange<T>] = []
+    }
 }
 
 func user(_ context: ObjectContext, _ first: String, _ last: String, age: Int) -> User {
@@ -395,10 +400,12 @@ struct ObservationTests {
         let main = stack.store.mainContext
         let onSave = EntityMonitor<User>(context: main, frequency: .onSave, filter: #Predicate<User> { $0.age > 30 })
         let onChange = EntityMonitor<User>(context: main, frequency: .onChange)
-        var saves: [EntityMonitorChange<User>] = []
-        var changes: [EntityMonitorChange<User>] = []
-        onSave.onChange = { saves.append($0) }
-        onChange.onChange = { changes.append($0) }
+        let savesLog = ChangeRecorder<User>.Monitor()
+        let changesLog = ChangeRecorder<User>.Monitor()
+        onSave.onChange = { savesLog.calls.append($0) }
+        onChange.onChange = { changesLog.calls.append($0) }
+        var saves: [EntityMonitorChange<User>] { savesLog.calls }
+        var changes: [EntityMonitorChange<User>] { changesLog.calls }
         var ann: ObjectID?
         try stack.store.writeAndWait { context in
             ann = user(context, "Ann", "Baker", age: 40).objectID

@@ -2,7 +2,7 @@
 //
 //     swift run skyrosd --group com.example.todo &
 //     swift run todo add "buy milk"          # in one terminal
-//     swift run todo watch                   # in another: prints the list at every change
+//     swift run todo watch                   # in another: a live list, redrawn at every change
 //     swift run todo done 1
 //     swift run todo list
 //
@@ -47,12 +47,44 @@ do {
         let lines: [String] = try store.read { try describeTodos(in: $0) }
         for (index, line) in lines.enumerated() { print("\(index + 1). \(line)") }
     case "watch":
-        print("watching \(group) (Ctrl-C to stop)")
-        for await _ in store.changes {
-            let lines: [String] = try store.read { try describeTodos(in: $0) }
-            print("--")
-            for (index, line) in lines.enumerated() { print("\(index + 1). \(line)") }
+        // Two fetched-results controllers keep the list in step with the group, one per
+        // section (open, done): every change another process saves reaches them as inserts,
+        // deletes, updates and moves, and the list is redrawn.
+        let controllers = [false, true].map { done in
+            FetchedResultsController<TodoItem>(
+                fetch: FetchDescriptor(predicate: #Predicate { $0.isDone == done }, sortBy: [SortDescriptor(\.created)]),
+                context: store.mainContext)
         }
+        let isTerminal = isatty(STDOUT_FILENO) == 1
+        let title = "watching \(group) (Ctrl-C to stop)"
+        // Called from the controllers' callbacks, on the main context's queue: @Sendable.
+        let draw: @Sendable (String) -> Void = { summary in
+            if isTerminal { print("\u{1B}[2J\u{1B}[H", terminator: "") }
+            print(title)
+            for (name, controller) in zip(["open", "done"], controllers) {
+                print("\(name) (\(controller.fetchedObjects.count))")
+                for item in controller.fetchedObjects { print("  [\(item.isDone ? "x" : " ")] \(item.title) (\(item.author))") }
+            }
+            if !summary.isEmpty { print("-- \(summary)") }
+            fflush(nil)
+        }
+        for (name, controller) in zip(["open", "done"], controllers) {
+            controller.onChange = { changes in
+                var counts: [String: Int] = [:]
+                for change in changes.objects {
+                    switch change {
+                    case .insert: counts["added", default: 0] += 1
+                    case .delete: counts["removed", default: 0] += 1
+                    case .update: counts["changed", default: 0] += 1
+                    case .move: counts["moved", default: 0] += 1
+                    }
+                }
+                draw("\(name): " + counts.sorted { $0.key < $1.key }.map { "\($0.value) \($0.key)" }.joined(separator: ", "))
+            }
+            try controller.performFetch()
+        }
+        store.mainContext.performAndWait { draw("") }
+        while true { try await Task.sleep(for: .seconds(3_600)) }
     default:
         fail("unknown command \(command)")
     }

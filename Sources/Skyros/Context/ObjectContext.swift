@@ -83,7 +83,7 @@ public final class ObjectContext: ObjectStore, @unchecked Sendable, CustomString
 
     // Observation (queue-confined; see ObjectContext+Changes.swift).
     /// The did-change observers, in registration order.
-    @exclusivity(unchecked) var changeObservers: [(key: Int, handler: (ContextChanges) -> Void)] = []
+    @exclusivity(unchecked) var changeObservers: [(key: Int, handler: @Sendable (ContextChanges) -> Void)] = []
     @exclusivity(unchecked) var nextObserverKey = 0
     /// Edits made in this context since the last ``processPendingChanges()``, and since the
     /// last save; kept only while the context has observers.

@@ -21,7 +21,7 @@ import Foundation
 ///     }
 /// }
 /// ```
-public protocol ManagedObject: AnyObject {
+public protocol ManagedObject: AnyObject, SendableMetatype {
     /// The description of the entity: name, properties, indexes.
     static var entityDescription: EntityDescription { get }
     /// The object's state: identity, values, context. Accessors of persistent properties go through it.

@@ -104,12 +104,12 @@ extension ObjectContext {
     // MARK: - Observers
 
     /// Calls `handler` with every change this context processes, on the context's queue (see
-    /// ``ContextChanges``). Keep the returned token: the observation ends when it is
+    /// ``ContextChanges``; another thread than the caller's, hence `@Sendable`). Keep the returned token: the observation ends when it is
     /// cancelled or released.
     ///
     /// While a context has observers it records its edits, and processes them at the end of
     /// each `perform`/`performAndWait` block (or at ``processPendingChanges()``).
-    public func addChangeObserver(_ handler: @escaping (ContextChanges) -> Void) -> ContextChangeObservation {
+    public func addChangeObserver(_ handler: @escaping @Sendable (ContextChanges) -> Void) -> ContextChangeObservation {
         let key = performAndWait { () -> Int in
             nextObserverKey += 1
             changeObservers.append((nextObserverKey, handler))

@@ -25,7 +25,7 @@ public struct EntityMonitorChange<T: ManagedObject> {
 /// A reload (reset, daemon restart) is not reported: follow a list with a
 /// ``FetchedResultsController``, which turns it into a diff. The monitor runs from its
 /// initialization until it is released.
-public final class EntityMonitor<T: ManagedObject> {
+public final class EntityMonitor<T: ManagedObject>: @unchecked Sendable {
     /// When the monitor reports.
     public enum Frequency: Sendable, Hashable {
         /// Saves and merges only.
@@ -37,7 +37,8 @@ public final class EntityMonitor<T: ManagedObject> {
     public let context: ObjectContext
     public let frequency: Frequency
     public let filter: Predicate<T>?
-    private var _onChange: ((EntityMonitorChange<T>) -> Void)?
+    // Confined to the context's queue: every access goes through it.
+    private var _onChange: (@Sendable (EntityMonitorChange<T>) -> Void)?
     private var filterNode: PredicateNode?
     private var filterFailed = false
     private var observation: ContextChangeObservation?
@@ -62,8 +63,9 @@ public final class EntityMonitor<T: ManagedObject> {
 
     deinit { observation?.cancel() }
 
-    /// Called with each change; on the context's queue.
-    public var onChange: ((EntityMonitorChange<T>) -> Void)? {
+    /// Called with each change, on the context's queue (another thread than the caller's:
+    /// the closure is `@Sendable`; the objects of the change belong there).
+    public var onChange: (@Sendable (EntityMonitorChange<T>) -> Void)? {
         get { context.performAndWait { _onChange } }
         set { context.performAndWait { _onChange = newValue } }
     }

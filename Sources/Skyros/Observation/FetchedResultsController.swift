@@ -90,9 +90,10 @@ extension FetchedResultsControllerDelegate {
 /// Sections follow the fetch's sort, which must keep each section together (sort by the
 /// section key first); the section key may be a computed property.
 ///
-/// The controller is used on its context's queue: its properties and methods may be called
-/// from any thread (each call runs on the queue), and its callbacks run there.
-public final class FetchedResultsController<T: ManagedObject> {
+/// The controller is `Sendable`: its properties and methods may be called from any thread
+/// (each call runs on the context's queue), and its callbacks run on that queue. The objects
+/// it hands out belong to the context: use them there (in its callbacks, or in a `read`).
+public final class FetchedResultsController<T: ManagedObject>: @unchecked Sendable {
     /// The fetch whose results are followed.
     public let fetchDescriptor: FetchDescriptor<T>
     /// The key of the sections; nil: one section named "".
@@ -100,7 +101,7 @@ public final class FetchedResultsController<T: ManagedObject> {
     /// The context whose changes are followed.
     public let context: ObjectContext
 
-    private var _onChange: ((FetchedResultsChanges<T>) -> Void)?
+    private var _onChange: (@Sendable (FetchedResultsChanges<T>) -> Void)?
     private var delegateHost: DelegateHost?
     private var request: StoreRequest?
     /// Property indexes of the sort keys, with their direction.
@@ -119,8 +120,10 @@ public final class FetchedResultsController<T: ManagedObject> {
 
     deinit { observation?.cancel() }
 
-    /// Called once per processed change that touches the results, on the context's queue.
-    public var onChange: ((FetchedResultsChanges<T>) -> Void)? {
+    /// Called once per processed change that touches the results, on the context's queue
+    /// (another thread than the caller's: the closure is `@Sendable`; the controller may be
+    /// used in it, and the objects of the changes belong there).
+    public var onChange: (@Sendable (FetchedResultsChanges<T>) -> Void)? {
         get { context.performAndWait { _onChange } }
         set { context.performAndWait { _onChange = newValue } }
     }
