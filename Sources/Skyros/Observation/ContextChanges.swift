@@ -22,6 +22,7 @@ public struct ContextChanges {
         case reloaded
     }
 
+    /// What the context processed.
     public let kind: Kind
     /// The inserted objects.
     public internal(set) var inserted: [any ManagedObject] = []

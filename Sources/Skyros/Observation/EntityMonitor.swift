@@ -3,7 +3,9 @@ import Foundation
 /// What an ``EntityMonitor`` saw in one processed change: the objects of its entity (matching
 /// its filter) that were inserted, updated and deleted.
 public struct EntityMonitorChange<T: ManagedObject> {
+    /// The inserted objects.
     public let inserted: [T]
+    /// The updated objects (with another process's change, loaded when a filter must judge them).
     public let updated: [T]
     /// The deleted objects, readable as their last values (an object the context never held,
     /// deleted by another process, reads as its defaults; with a filter it is left out, as its
@@ -34,8 +36,12 @@ public final class EntityMonitor<T: ManagedObject>: @unchecked Sendable {
         case onChange
     }
 
+    /// The context whose changes are reported.
     public let context: ObjectContext
+    /// Which changes are reported.
     public let frequency: Frequency
+    /// Only objects matching it are reported (judged on their values after the change; a
+    /// deleted object on its last values).
     public let filter: Predicate<T>?
     // Confined to the context's queue: every access goes through it.
     private var _onChange: (@Sendable (EntityMonitorChange<T>) -> Void)?

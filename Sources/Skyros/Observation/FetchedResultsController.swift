@@ -14,7 +14,9 @@ public struct FetchedResultsSection<T: ManagedObject> {
 /// before the change, insertions (and the destination of a move) against the results after it;
 /// an update's index path is the one before the change.
 public enum FetchedResultsObjectChange<T: ManagedObject> {
+    /// The object entered the results (inserted, or it started matching), at its index path in the new results.
     case insert(object: T, indexPath: IndexPath)
+    /// The object left the results (deleted, or it stopped matching), from its index path in the old results.
     case delete(object: T, indexPath: IndexPath)
     /// The object stayed in place; some of its properties changed.
     case update(object: T, indexPath: IndexPath)
@@ -25,7 +27,9 @@ public enum FetchedResultsObjectChange<T: ManagedObject> {
 /// How a section of a ``FetchedResultsController``'s results changed: a section deleted
 /// (index before the change) or inserted (index after it).
 public enum FetchedResultsSectionChange<T: ManagedObject> {
+    /// A section that appeared, at its index in the new results, with its objects.
     case insert(section: FetchedResultsSection<T>, index: Int)
+    /// A section that disappeared, from its index in the old results, with the objects it had.
     case delete(section: FetchedResultsSection<T>, index: Int)
 }
 
@@ -35,7 +39,10 @@ public enum FetchedResultsSectionChange<T: ManagedObject> {
 /// ascending order), then moves and updates; applying the deletions and the sources of moves
 /// to the old results, then the insertions and the destinations of moves, gives the new results.
 public struct FetchedResultsChanges<T: ManagedObject> {
+    /// How the objects changed.
     public var objects: [FetchedResultsObjectChange<T>] = []
+    /// The sections deleted (descending indexes in the old results), then inserted (ascending
+    /// indexes in the new results).
     public var sections: [FetchedResultsSectionChange<T>] = []
 
     /// Whether nothing changed.
@@ -45,12 +52,18 @@ public struct FetchedResultsChanges<T: ManagedObject> {
 /// The BNR Core Data Stack's delegate form of ``FetchedResultsController/onChange``. Every
 /// method has a default implementation that does nothing.
 public protocol FetchedResultsControllerDelegate: AnyObject {
+    /// The entity of the controllers this delegate follows.
     associatedtype Object: ManagedObject
+    /// After ``FetchedResultsController/performFetch()``.
     func fetchedResultsControllerDidPerformFetch(_ controller: FetchedResultsController<Object>)
+    /// Before the section and object changes of one processed change.
     func fetchedResultsControllerWillChangeContent(_ controller: FetchedResultsController<Object>)
+    /// After them.
     func fetchedResultsControllerDidChangeContent(_ controller: FetchedResultsController<Object>)
+    /// One object change, after the section changes.
     func fetchedResultsController(
         _ controller: FetchedResultsController<Object>, didChangeObject change: FetchedResultsObjectChange<Object>)
+    /// One section change.
     func fetchedResultsController(
         _ controller: FetchedResultsController<Object>, didChangeSection change: FetchedResultsSectionChange<Object>)
 }
