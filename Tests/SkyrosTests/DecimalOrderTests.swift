@@ -211,7 +211,7 @@ struct OrderedDecimalTests {
 
     @Test("the byte order of encoded decimals is their numeric order; decoding gives them back")
     func randomOrder() throws {
-        var generator = SeededGenerator(state: 15)
+        var generator = SplitMix64(seed: 15)
         var values: [Decimal] = []
         for _ in 0..<3000 {
             // Up to 12 digits and exponents of ±12: their comparison by Decimal is exact.

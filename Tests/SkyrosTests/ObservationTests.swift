@@ -347,7 +347,7 @@ struct ObservationTests {
         let windowRecorder = ChangeRecorder<User>()
         window.onChange = { windowRecorder.calls.append($0) }
         try window.performFetch()
-        var random = SeededGenerator(state: seed)
+        var random = SplitMix64(seed: seed)
         let lastnames = ["Adams", "Baker", "Clark", "Doe", "Evans", "Baxter", "Aaron"]
         var alive: [ObjectID] = []
         for _ in 0..<150 {

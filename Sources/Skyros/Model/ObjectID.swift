@@ -88,19 +88,6 @@ enum UUIDv7 {
         var random = SplitMix64(seed: UInt64.random(in: .min ... .max))
     }
 
-    /// A small, fast generator (SplitMix64); the seed carries the unpredictability.
-    struct SplitMix64 {
-        var state: UInt64
-        init(seed: UInt64) { state = seed }
-        mutating func next() -> UInt64 {
-            state &+= 0x9E37_79B9_7F4A_7C15
-            var z = state
-            z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
-            z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
-            return z ^ (z >> 31)
-        }
-    }
-
     static func next() -> UUID {
         var now = timespec()
         clock_gettime(CLOCK_REALTIME, &now)
@@ -131,5 +118,19 @@ enum UUIDv7 {
                 UInt8(truncatingIfNeeded: random >> 24), UInt8(truncatingIfNeeded: random >> 16),
                 UInt8(truncatingIfNeeded: random >> 8), UInt8(truncatingIfNeeded: random)
             ))
+    }
+}
+
+/// A small, fast generator (SplitMix64): UUIDv7's random bits (the seed carries the
+/// unpredictability), and the same sequence on every run of a seeded test.
+package struct SplitMix64: RandomNumberGenerator {
+    package var state: UInt64
+    package init(seed: UInt64) { state = seed }
+    package mutating func next() -> UInt64 {
+        state &+= 0x9E37_79B9_7F4A_7C15
+        var z = state
+        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
+        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
+        return z ^ (z >> 31)
     }
 }

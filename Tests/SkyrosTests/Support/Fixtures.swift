@@ -134,14 +134,3 @@ final class Locked<Value>: @unchecked Sendable {
     func withValue<T>(_ body: (inout Value) -> T) -> T { lock.withLock { body(&_value) } }
 }
 
-/// A SplitMix64 generator: the same values on every run of a seeded test.
-struct SeededGenerator: RandomNumberGenerator {
-    var state: UInt64
-    mutating func next() -> UInt64 {
-        state &+= 0x9E37_79B9_7F4A_7C15
-        var z = state
-        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
-        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
-        return z ^ (z >> 31)
-    }
-}
