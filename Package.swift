@@ -20,6 +20,8 @@ let package = Package(
         .package(url: "https://github.com/apple/swift-argument-parser", from: "1.5.0"),
         .package(url: "https://github.com/apple/swift-log", from: "1.6.0"),
         .package(url: "https://github.com/swift-server/swift-service-lifecycle", from: "2.6.0"),
+        .package(url: "https://github.com/apple/swift-metrics", from: "2.5.0"),
+        .package(url: "https://github.com/swift-server/swift-prometheus", from: "2.0.0"),
     ],
     targets: [
         .macro(
@@ -72,6 +74,10 @@ let package = Package(
                 "Skyros", "SkyrosWire", "SkyrosZeroMQ",
                 // StoreCheck reads the store file through its own read-only SQLite connection.
                 .product(name: "GRDBSQLite", package: "GRDB.swift"),
+                // Admin sessions: backups (GRDB's online backup), metrics (Prometheus text).
+                .product(name: "GRDB", package: "GRDB.swift"),
+                .product(name: "Metrics", package: "swift-metrics"),
+                .product(name: "Prometheus", package: "swift-prometheus"),
             ]
         ),
         .executableTarget(
@@ -107,8 +113,9 @@ let package = Package(
         .executableTarget(
             name: "skyros",
             dependencies: [
-                "Skyros", "SkyrosShared", "TodoModel",
+                "Skyros", "SkyrosShared", "SkyrosDaemon", "SkyrosWire", "SkyrosZeroMQ", "TodoModel",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
+                .product(name: "GRDB", package: "GRDB.swift"),
             ],
             path: "Sources/SkyrosTool"
         ),

@@ -1,6 +1,9 @@
 // skyros: the command-line tool of Skyros.
 //
 //     swift run skyros demo      # a daemon and three processes sharing a todo list
+//     skyros status --group com.example.todo [--json]
+//     skyros dump User --store store.sqlite --filter 'age > 30'
+//     (status, inspect, dump, watch, history, backup, import, check, metrics: DESIGN §8)
 import ArgumentParser
 import Foundation
 import Skyros
@@ -11,8 +14,17 @@ import TodoModel
 struct SkyrosTool: ParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "skyros",
-        abstract: "Skyros' command-line tool.",
-        subcommands: [Demo.self, DemoClient.self])
+        abstract: "Skyros' command-line tool: operate a group's daemon or a store file.",
+        discussion: """
+            Every operating command works through a group's running daemon (--group ID: an admin session, \
+            for root, the daemon's user and its admin groups) or on a store file (--store FILE). Human output \
+            by default, --json for scripts. Exit status: 0 ok; 1 the operation failed; 64 usage error; \
+            65 the store is damaged; 69 the group's daemon is not running or not reachable; 77 not allowed.
+            """,
+        subcommands: [
+            Status.self, Inspect.self, Dump.self, Watch.self, History.self, Backup.self, Import.self, Check.self,
+            Metrics.self, Demo.self, DemoClient.self,
+        ])
 }
 
 /// Starts a daemon for a temporary group and three client processes that share a todo

@@ -57,16 +57,18 @@ public enum WireProtocol {
         case deleteAll = 8
         /// Reserved: a batch update or delete by predicate (one change set, one sequence).
         case batch = 9
-        /// Reserved: the hello of an admin session (no schema).
+        /// The hello of an admin session (no schema; see ``AdminMessage``).
         case adminHello = 16
-        /// Reserved: the daemon's status (admin).
+        /// The daemon's status (admin).
         case status = 17
-        /// Reserved: a page of the change log (admin).
+        /// A page of the change log (admin).
         case history = 18
-        /// Reserved: an online backup to a file (admin).
+        /// An online backup to a file (admin).
         case backup = 19
-        /// Reserved: the store's schema and recorded versions (admin).
+        /// The store's schema and recorded version (admin).
         case describeSchema = 20
+        /// The daemon's metrics in Prometheus text format (admin).
+        case metrics = 21
         // Replies (daemon → client)
         case welcome = 64
         case snapshotsReply = 65
@@ -76,23 +78,23 @@ public enum WireProtocol {
         case error = 69
         case changes = 70
         case conflicts = 71
-        /// Reserved: the reply to `status`.
+        /// The reply to `status`.
         case statusReply = 72
-        /// Reserved: the reply to `history`.
+        /// The reply to `history`.
         case historyReply = 73
-        /// Reserved: progress and end of a `backup`.
+        /// Progress and end of a `backup`.
         case backupProgress = 74
-        /// Reserved: the reply to `describeSchema`.
+        /// The reply to `describeSchema`.
         case schemaReply = 75
+        /// The reply to `metrics`.
+        case metricsReply = 76
         // Published on the event socket
         case event = 96
 
         /// Whether this build implements the kind (the others are reserved).
         public var isImplemented: Bool {
             switch self {
-            case .batch, .adminHello, .status, .history, .backup, .describeSchema, .statusReply, .historyReply,
-                .backupProgress, .schemaReply:
-                false
+            case .batch: false
             default: true
             }
         }
