@@ -106,6 +106,8 @@ public final class DaemonServer: @unchecked Sendable {
     private var counters = Statistics()
     /// Answers fetches, counts and faults beside the commits.
     private let reader: ReadWorker
+    /// Admin sessions (`skyros … --group`), connection activity, metrics (AdminSession.swift).
+    public let admin: AdminSessions
 
     /// What the server has committed since it started.
     public struct Statistics: Sendable, Equatable {
@@ -158,6 +160,7 @@ public final class DaemonServer: @unchecked Sendable {
             (self.store, sequence, epoch, schemaVersion) = (store, opened.sequence, opened.epoch, opened.schemaVersion)
         }
         access = PeerAccess(container: container)
+        admin = AdminSessions(log: configuration.log)
         reader = try ReadWorker()
         maximumClients = Self.clientLimit(configuration)
         zmq = try ZeroMQContext()
@@ -239,9 +242,10 @@ public final class DaemonServer: @unchecked Sendable {
         while !isStopRequested {
             turn()
             heartbeatIfDue(every: Double(pollInterval) / 1000)
+            for (identity, message) in admin.takeReplies() { send(message, to: identity) }
             do {
                 // Events held under load wait at most their delay: the turn after it publishes them.
-                let wait = publisher.held.isEmpty ? pollInterval : 1
+                let wait = publisher.held.isEmpty ? admin.pollInterval(pollInterval) : 1
                 let ready = try requests.waitForInput(orDescriptor: reader.wakeDescriptor, milliseconds: wait)
                 if ready.descriptor { sendReads() }
                 guard ready.socket else {
@@ -318,6 +322,8 @@ public final class DaemonServer: @unchecked Sendable {
         var clientID: UUID
         var saveNumber: UInt64
         var changes: ChangeSet
+        /// When it arrived (for its latency in `skyros status` and the metrics).
+        var received = ContinuousClock.now
     }
 
     /// Answers a request, or adds it to `saves` when it is a save to commit with the others
@@ -337,7 +343,10 @@ public final class DaemonServer: @unchecked Sendable {
         }
         let identity = frames[0]
         let bytes = [UInt8](frames[1])
-        if let refusal = access.refusal(of: peer) {
+        admin.activity.seen(identity, peer: peer)
+        let outcome = admin.intercept(bytes, identity: identity, peer: peer, state: adminState())
+        if case .answered = outcome { return }
+        if case .notAdmin = outcome, let refusal = access.refusal(of: peer) {
             reply(to: identity, WireMessage(requestID: WireHeader(bytes)?.requestID ?? 0, body: .error(
                 code: SkyrosError.Code.permissionDenied.rawValue, message: refusal)))
             return
@@ -359,8 +368,8 @@ public final class DaemonServer: @unchecked Sendable {
             return
         default: break
         }
-        if case .save(let clientID, let saveNumber, let changes) = message.body, sessions[identity] != nil,
-            store != nil
+        if case .save(let clientID, let saveNumber, let changes) = message.body,
+            sessions[identity] != nil || admin.isAdmin(identity), store != nil
         {
             saves.append(PendingSave(
                 identity: identity, requestID: message.requestID, clientID: clientID, saveNumber: saveNumber,
@@ -376,7 +385,7 @@ public final class DaemonServer: @unchecked Sendable {
             saves.removeAll()
             return
         }
-        if ReadWorker.answers(message.body), sessions[identity] != nil, let store {
+        if ReadWorker.answers(message.body), sessions[identity] != nil || admin.isAdmin(identity), let store {
             reader.submit(ReadWorker.Job(identity: identity, requestID: message.requestID, body: message.body, store: store))
             return
         }
@@ -499,6 +508,9 @@ public final class DaemonServer: @unchecked Sendable {
                 }
             reply(to: save.identity, WireMessage(requestID: save.requestID, body: body))
         }
+        admin.committed(zip(saves, results).map { save, result in
+            (save.identity, save.received, { if case .success = result { true } else { false } }())
+        })
         publish(publisher.committed(events, requestsWaiting: waiting, now: .now))
         if resetting != nil { publish(publisher.flush()) }
     }
@@ -561,11 +573,36 @@ public final class DaemonServer: @unchecked Sendable {
     }
 
     private func reply(to identity: Data, _ message: WireMessage) {
+        switch message.body {
+        case .error(let code, let text): admin.replied(error: code, message: text, to: identity, requestID: message.requestID)
+        case .conflicts(let text, _):
+            admin.replied(error: SkyrosError.Code.mergeConflict.rawValue, message: text, to: identity, requestID: message.requestID)
+        default: break
+        }
+        send(message.encoded(), to: identity)
+    }
+
+    /// Sends an encoded reply on the request socket.
+    private func send(_ message: [UInt8], to identity: Data) {
         do {
-            try requests.send([identity, Data(message.encoded())], dontWait: true)
+            try requests.send([identity, Data(message)], dontWait: true)
         } catch {
             configuration.log("could not reply to a client: \(error)")
         }
+    }
+
+    /// What an admin session's request may read of the server (AdminSession.swift).
+    private func adminState() -> AdminSessions.ServerState {
+        AdminSessions.ServerState(
+            store: store, sequence: sequence, epoch: epoch, schemaVersion: schemaVersion, sessions: sessions,
+            container: configuration.container, send: { [unowned self] identity, message in
+                if let header = WireHeader(message), header.kind == WireProtocol.Kind.error.rawValue,
+                    case .error(let code, let text)? = try? WireMessage.decode(message).body
+                {
+                    admin.replied(error: code, message: text, to: identity, requestID: header.requestID)
+                }
+                send(message, to: identity)
+            })
     }
 
     /// Answers a hello or a `changes-since` (reads go to the reader, see ``ReadWorker``).
@@ -575,11 +612,12 @@ public final class DaemonServer: @unchecked Sendable {
             connectionGuard?.welcomed(descriptor: descriptor)
             return welcome
         }
-        guard sessions[identity] != nil, let store else {
+        guard sessions[identity] != nil || admin.isAdmin(identity), let store else {
             throw SkyrosError(.helloRequired, "say hello first")
         }
         switch body {
         case .changesSince(let since, let limit):
+            admin.metrics.catchUps.increment()
             let page = try Journal.changes(since: since, current: sequence, limit: limit, in: store)
             return .changes(page.events, more: page.more)
         default:
@@ -612,7 +650,7 @@ public final class DaemonServer: @unchecked Sendable {
                 configuration.log("forgot the connections that said hello: each says it again")
             }
             state.withLock { counters.welcomes += 1 }
-            configuration.log("hello from \(hello.clientName) (pid \(hello.pid))")
+            admin.welcomed(identity, hello, requestID: 0, sessions: sessions.sessions.count)
             return .welcome(WireMessage.Welcome(
                 sequence: sequence, eventTopic: topic, storeEpoch: epoch, schemaVersion: schemaVersion))
         }
@@ -632,7 +670,10 @@ public final class DaemonServer: @unchecked Sendable {
     /// Sends what the publisher decided: two frames, the topic and the message.
     private func publish(_ publication: EventPublisher.Publication?) {
         guard let publication else { return }
-        if publication.changeSets > 0 { state.withLock { counters.publishes += 1 } }
+        if publication.changeSets > 0 {
+            state.withLock { counters.publishes += 1 }
+            admin.metrics.eventsPublished.increment(by: publication.changeSets)
+        }
         do {
             try events.send([Data([publication.topic]), Data(publication.message)], dontWait: true)
         } catch {

@@ -13,9 +13,9 @@ import SkyrosWire
 /// `<destination>.partial`, checked with `PRAGMA integrity_check`, and only then renamed to
 /// `destination`: a backup that fails or is abandoned leaves no file that looks complete.
 ///
-/// Not thread-safe: one thread steps it (the daemon's serve loop, one step a turn; the tool,
-/// in a loop).
-package final class OnlineBackup {
+/// Used by one thread at a time (Sendable so that the daemon can hand it to its backup
+/// thread; the tool steps it in a loop).
+package final class OnlineBackup: @unchecked Sendable {
     /// The copy's final path.
     package let destination: URL
     /// The sequence of the last change set the copy holds (0: a store without history).

@@ -21,17 +21,16 @@ final class AdminClient {
     init(container: GroupContainer, timeoutMilliseconds: Int32 = 5_000) throws {
         self.container = container
         timeout = timeoutMilliseconds
-        let lockPath = container.lockFile.path
-        guard FileManager.default.fileExists(atPath: container.requestsSocket), Self.isLocked(lockPath) else {
-            throw ToolFailure(
-                ToolExit.unavailable,
-                "no daemon serves the group at \(container.url.path): start it (systemctl start skyrosd@GROUP, or skyrosd --group GROUP), or use --store FILE"
-            )
-        }
         do {
             try container.checkAccess()
         } catch let error as SkyrosError {
             throw ToolFailure(ToolExit.notAllowed, error.message)
+        }
+        guard FileManager.default.fileExists(atPath: container.requestsSocket), Self.isLocked(container.lockFile.path) else {
+            throw ToolFailure(
+                ToolExit.unavailable,
+                "no daemon serves the group at \(container.url.path): start it (systemctl start skyrosd@GROUP, or skyrosd --group GROUP), or use --store FILE"
+            )
         }
         context = try ZeroMQContext()
         socket = try ZeroMQSocket(context: context, kind: .dealer)
@@ -52,7 +51,8 @@ final class AdminClient {
     /// Whether someone (the daemon) holds the group's lock.
     static func isLocked(_ path: String) -> Bool {
         let fd = open(path, O_RDONLY | O_CLOEXEC)
-        guard fd >= 0 else { return false }
+        // A lock file this user may not read: the daemon will tell (permissionDenied).
+        guard fd >= 0 else { return errno == EACCES }
         defer { close(fd) }
         if flock(fd, LOCK_SH | LOCK_NB) == 0 {
             flock(fd, LOCK_UN)
@@ -112,13 +112,11 @@ final class AdminClient {
                 throw ToolFailure(ToolExit.failure, "the daemon's reply cannot be read: \(error)")
             }
             if case .error(let code, let message) = body {
-                let exit: Int32 =
-                    switch SkyrosError.Code(rawValue: code) {
-                    case .permissionDenied: ToolExit.notAllowed
-                    case .malformedMessage where message.contains("reserved"): ToolExit.unavailable
-                    default: ToolExit.failure
-                    }
-                throw ToolFailure(exit, "the daemon refused: \(message) (\(code))")
+                // A daemon of an earlier version answers admin kinds as reserved.
+                if code == SkyrosError.Code.malformedMessage.rawValue && message.contains("reserved") {
+                    throw ToolFailure(ToolExit.unavailable, "the daemon of \(container.url.path) does not serve admin sessions (upgrade skyrosd): \(message)")
+                }
+                throw SkyrosError(SkyrosError.Code(rawValue: code), "the daemon refused: \(message) (\(code))")
             }
             return .wire(body)
         }

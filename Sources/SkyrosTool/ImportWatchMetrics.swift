@@ -46,28 +46,29 @@ struct Import: ParsableCommand {
             }
             let store = try operatedStore(target, writing: true)
             let description = try store.schema().description
-            let objects = try Self.parse(data, description: description)
+            let objects = Self.ordered(try Self.parse(data, description: description))
             var chunks: [ChangeSet] = []
             var inserted = 0
             var updated = 0
             var deferred: [ChangeSet.Update] = []
             var seen = Set<UUID>()
+            let inFile = Set(objects.map(\.snapshot.id.uuid))
             let throughDaemon = store is AdminClient
+            // Each change set must be complete when it is applied: a to-one to an object of a
+            // later change set is set by an update at the end (a required one was ordered after
+            // its destination by `ordered`).
             for start in stride(from: 0, to: objects.count, by: chunk) {
                 var slice = Array(objects[start..<min(start + chunk, objects.count)])
                 let existing = upsert ? try store.existing(slice.map(\.snapshot.id)) : []
                 var changes = ChangeSet()
                 let inChunk = Set(slice.map(\.snapshot.id.uuid))
                 for index in slice.indices {
-                    if throughDaemon {
-                        // A to-one to an object not saved yet is set by an update at the end.
-                        for (property, value) in slice[index].toOnes {
-                            guard case .blob(let bytes) = value, let uuid = UUID(bytes: bytes), !seen.contains(uuid),
-                                !inChunk.contains(uuid), !slice[index].required.contains(property)
-                            else { continue }
-                            slice[index].snapshot.values[property] = .null
-                            deferred.append(ChangeSet.Update(id: slice[index].snapshot.id, changes: [property: value]))
-                        }
+                    for (property, value) in slice[index].toOnes {
+                        guard case .blob(let bytes) = value, let uuid = UUID(bytes: bytes), !seen.contains(uuid),
+                            !inChunk.contains(uuid), inFile.contains(uuid), !slice[index].required.contains(property)
+                        else { continue }
+                        slice[index].snapshot.values[property] = .null
+                        deferred.append(ChangeSet.Update(id: slice[index].snapshot.id, changes: [property: value]))
                     }
                     let snapshot = slice[index].snapshot
                     if existing.contains(snapshot.id) {
@@ -91,7 +92,7 @@ struct Import: ParsableCommand {
             do {
                 sequence = try store.importChanges(chunks) { done in bar.update(done: Int64(done), total: Int64(chunks.count)) }
             } catch let error as SkyrosError where error.code == .uniqueConstraintViolation && !upsert {
-                throw ToolFailure(ToolExit.failure, "\(error.message): an object of the file exists already (nothing was imported); --upsert updates such objects")
+                throw ToolFailure(ToolExit.failure, "\(error.message): an object of the file exists already (\(throughDaemon ? "the change sets before it were saved" : "nothing was imported")); --upsert updates such objects")
             }
             bar.finish()
             if target.json {
@@ -118,6 +119,39 @@ struct Import: ParsableCommand {
         var toOnes: [(Int, StoredValue)]
         /// Indexes of its required to-ones.
         var required: Set<Int>
+    }
+
+    /// The objects in file order, except that an object whose required to-one points to an
+    /// object later in the file goes after it (cycles of required to-ones stay as they are).
+    static func ordered(_ objects: [Parsed]) -> [Parsed] {
+        let inFile = Set(objects.map(\.snapshot.id.uuid))
+        func targets(_ object: Parsed) -> [UUID] {
+            object.toOnes.compactMap { index, value in
+                guard object.required.contains(index), case .blob(let bytes) = value, let uuid = UUID(bytes: bytes),
+                    inFile.contains(uuid)
+                else { return nil }
+                return uuid
+            }
+        }
+        var placed = Set<UUID>()
+        var ordered: [Parsed] = []
+        var pending = objects
+        var progress = true
+        while !pending.isEmpty && progress {
+            progress = false
+            var rest: [Parsed] = []
+            for object in pending {
+                if targets(object).allSatisfy(placed.contains) {
+                    ordered.append(object)
+                    placed.insert(object.snapshot.id.uuid)
+                    progress = true
+                } else {
+                    rest.append(object)
+                }
+            }
+            pending = rest
+        }
+        return ordered + pending
     }
 
     static func parse(_ data: Data, description: SchemaDescription) throws -> [Parsed] {

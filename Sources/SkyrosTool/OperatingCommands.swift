@@ -45,6 +45,7 @@ struct Status: ParsableCommand {
         func number(_ key: String) -> Double? { status[key]?.doubleValue }
         var lines: [String] = []
         if let path = status["path"]?.stringValue { lines.append("store      \(path)") }
+        if let container = status["container"]?.stringValue { lines.append("group      \(container)") }
         let store = Int64(number("storeBytes") ?? 0)
         let wal = Int64(number("walBytes") ?? 0)
         var sizes = "files      store \(Output.bytes(store)), WAL \(Output.bytes(wal))"

@@ -2,7 +2,7 @@
 //
 //     skyrosd --group com.example.todo [--groups-dir DIR] [--durability full|normal]
 //             [--history-count N] [--history-age SECONDS] [--max-clients N]
-//             [--hello-timeout SECONDS] [--log-level info]
+//             [--hello-timeout SECONDS] [--admin-group NAME] [--log-level info]
 //     skyrosd --group com.example.todo [--groups-dir DIR] --check
 import ArgumentParser
 import Foundation
@@ -71,6 +71,11 @@ struct Skyrosd: AsyncParsableCommand {
         """)
     var helloTimeout: Double = WireProtocol.helloTimeout.timeInterval
 
+    @Option(help: ArgumentHelp("""
+        A Unix group whose members may open admin sessions (skyros status|history|backup|… --group); \
+        root and the daemon's user always may. Repeatable.
+        """, valueName: "name"))
+    var adminGroup: [String] = []
     @Option(help: "trace, debug, info, notice, warning, error or critical.")
     var logLevel: Logger.Level = .info
 
@@ -133,6 +138,14 @@ struct Skyrosd: AsyncParsableCommand {
         } catch {
             logger.critical("cannot start: \(error)")
             throw ExitCode(1)
+        }
+        server.admin.logger = logger
+        for name in adminGroup {
+            guard let entry = getgrnam(name) else {
+                logger.critical("--admin-group \(name): no such Unix group")
+                throw ExitCode(64)
+            }
+            server.admin.adminGroups.append(entry.pointee.gr_gid)
         }
         let service = DaemonService(server: server, notifier: SystemdNotifier(), logger: logger)
         let serviceGroup = ServiceGroup(

@@ -37,7 +37,7 @@ struct ProtocolTests {
         for (bytes, code) in [
             ([WireProtocol.version, 2, 42, 1, 0xFF], "malformedMessage"),
             ([WireProtocol.version, 250, 43], "malformedMessage"),
-            ([WireProtocol.version, WireProtocol.Kind.status.rawValue, 44], "malformedMessage"),
+            ([WireProtocol.version, WireProtocol.Kind.batch.rawValue, 44], "malformedMessage"),
             ([3, 2, 45], "unsupportedProtocolVersion"),
         ] as [([UInt8], String)] {
             reply = try client.raw([Data(bytes)])

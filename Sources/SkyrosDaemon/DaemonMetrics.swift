@@ -1,0 +1,61 @@
+import CoreMetrics
+import Foundation
+import Prometheus
+
+/// What the daemon records for operators: swift-metrics handles backed by a Prometheus
+/// registry of its own (not the process-wide metrics system: each daemon in a process, as in
+/// tests, has its own), served as Prometheus text by the admin `metrics` request.
+final class DaemonMetrics: @unchecked Sendable {
+    let registry = PrometheusCollectorRegistry()
+    private let factory: PrometheusMetricsFactory
+    /// Change sets committed.
+    let saves: CoreMetrics.Counter
+    /// From a save's arrival to its acknowledgement.
+    let saveLatency: CoreMetrics.Timer
+    /// Connections that said hello (sessions the daemon remembers).
+    let clients: CoreMetrics.Gauge
+    /// Change sets published on the event socket.
+    let eventsPublished: CoreMetrics.Counter
+    /// `changesSince` requests answered (clients catching up).
+    let catchUps: CoreMetrics.Counter
+    /// Hellos welcomed.
+    let welcomes: CoreMetrics.Counter
+    let storeBytes: CoreMetrics.Gauge
+    let walBytes: CoreMetrics.Gauge
+    let sequence: CoreMetrics.Gauge
+    private var errors: [String: CoreMetrics.Counter] = [:]
+    private let lock = NSLock()
+
+    init() {
+        var factory = PrometheusMetricsFactory(registry: registry)
+        factory.durationHistogramBuckets["skyros_save_duration_seconds"] = [
+            .microseconds(100), .microseconds(250), .microseconds(500), .milliseconds(1), .microseconds(2_500),
+            .milliseconds(5), .milliseconds(10), .milliseconds(25), .milliseconds(50), .milliseconds(100),
+            .milliseconds(250), .seconds(1), .seconds(5),
+        ]
+        self.factory = factory
+        saves = CoreMetrics.Counter(label: "skyros_saves_total", factory: factory)
+        saveLatency = CoreMetrics.Timer(label: "skyros_save_duration_seconds", factory: factory)
+        clients = CoreMetrics.Gauge(label: "skyros_clients", factory: factory)
+        eventsPublished = CoreMetrics.Counter(label: "skyros_events_published_total", factory: factory)
+        catchUps = CoreMetrics.Counter(label: "skyros_catch_ups_total", factory: factory)
+        welcomes = CoreMetrics.Counter(label: "skyros_welcomes_total", factory: factory)
+        storeBytes = CoreMetrics.Gauge(label: "skyros_store_bytes", factory: factory)
+        walBytes = CoreMetrics.Gauge(label: "skyros_wal_bytes", factory: factory)
+        sequence = CoreMetrics.Gauge(label: "skyros_sequence", factory: factory)
+    }
+
+    /// Counts an error reply by its code.
+    func error(_ code: String) {
+        let counter = lock.withLock {
+            if let counter = errors[code] { return counter }
+            let counter = CoreMetrics.Counter(label: "skyros_errors_total", dimensions: [("code", code)], factory: factory)
+            errors[code] = counter
+            return counter
+        }
+        counter.increment()
+    }
+
+    /// The Prometheus text exposition of everything recorded.
+    func exposition() -> String { registry.emitToString() }
+}
