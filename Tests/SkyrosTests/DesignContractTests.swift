@@ -4,8 +4,7 @@ import SkyrosShared
 import SkyrosTestModels
 import Testing
 
-/// The public API of DESIGN §3, written as the design writes it (observation, the
-/// fetched-results controller and the entity monitor, are not built yet).
+/// The public API of DESIGN §3 and §5, written as the design writes it.
 @Suite("DESIGN §3 contract", .timeLimit(.minutes(3)))
 struct DesignContractTests {
     /// The chaining forms are for synchronous code (DESIGN §3): in an async function `read`
@@ -80,5 +79,47 @@ struct DesignContractTests {
         #expect(throws: SkyrosError.self) {
             _ = try Skyros(sharedStack: schema, applicationGroup: "com.example.todo", timeout: 0.2)
         }
+    }
+
+    /// DESIGN §5 as written, with the plain closures an application (or a test) writes:
+    /// callbacks that capture local state.
+    @Test("observation (DESIGN §5) compiles and behaves as written")
+    func observation() async throws {
+        let store = try Skyros(inMemoryStack: testSchema)
+        let controller = FetchedResultsController<User>(
+            fetch: FetchDescriptor(predicate: #Predicate { $0.age > 30 }, sortBy: [SortDescriptor(\.lastname)]),
+            sectionKeyPath: \.lastnameInitial,
+            context: store.mainContext)
+        let changed = DispatchSemaphore(value: 0)
+        var inserted: [IndexPath] = []
+        controller.onChange = { (changes: FetchedResultsChanges<User>) in
+            for case .insert(_, let indexPath) in changes.objects { inserted.append(indexPath) }
+            changed.signal()
+        }
+        try controller.performFetch()
+        let monitor = EntityMonitor<User>(context: store.mainContext, frequency: .onSave,
+                                          filter: #Predicate<User> { $0.age > 30 })
+        var monitored = 0
+        monitor.onChange = { (change: EntityMonitorChange<User>) in monitored += change.inserted.count }
+        let values = store.observe({ context in try User.count(in: context) })
+        var iterator = values.makeAsyncIterator()
+        #expect(try await iterator.next() == 0)
+        _ = try await store.write { context in
+            let user = User.create(in: context)
+            user.lastname = "Doe"
+            user.age = 40
+            user.handle = "doe"
+        }
+        #expect(changed.wait(timeout: .now() + 5) == .success)
+        #expect(try await iterator.next() == 1)
+        store.mainContext.performAndWait {
+            #expect(inserted == [IndexPath(item: 0, section: 0)])
+            #expect(monitored == 1)
+            #expect(controller.sections.map(\.name) == ["D"])
+            #expect(controller.fetchedObjects.count == 1)
+            #expect(controller.object(at: IndexPath(item: 0, section: 0)).lastname == "Doe")
+            #expect(controller.indexPath(for: controller.fetchedObjects[0])?.item == 0)
+        }
+        _ = monitor
     }
 }

@@ -69,7 +69,9 @@ do {
             fflush(nil)
         }
         for (name, controller) in zip(["open", "done"], controllers) {
-            controller.onChange = { changes in
+            // @Sendable: this is top-level (main-actor) code, and the controller calls back on
+            // the main context's queue.
+            controller.onChange = { @Sendable changes in
                 var counts: [String: Int] = [:]
                 for change in changes.objects {
                     switch change {

@@ -44,7 +44,7 @@ public final class EntityMonitor<T: ManagedObject>: @unchecked Sendable {
     /// deleted object on its last values).
     public let filter: Predicate<T>?
     // Confined to the context's queue: every access goes through it.
-    private var _onChange: (@Sendable (EntityMonitorChange<T>) -> Void)?
+    private var _onChange: ((EntityMonitorChange<T>) -> Void)?
     private var filterNode: PredicateNode?
     private var filterFailed = false
     private var observation: ContextChangeObservation?
@@ -69,9 +69,10 @@ public final class EntityMonitor<T: ManagedObject>: @unchecked Sendable {
 
     deinit { observation?.cancel() }
 
-    /// Called with each change, on the context's queue (another thread than the caller's:
-    /// the closure is `@Sendable`; the objects of the change belong there).
-    public var onChange: (@Sendable (EntityMonitorChange<T>) -> Void)? {
+    /// Called with each change, on the context's queue (not the main thread: in main-actor
+    /// code write the closure `{ @Sendable change in … }`, see
+    /// ``FetchedResultsController/onChange``). The objects of the change belong to the context.
+    public var onChange: ((EntityMonitorChange<T>) -> Void)? {
         get { context.performAndWait { _onChange } }
         set { context.performAndWait { _onChange = newValue } }
     }

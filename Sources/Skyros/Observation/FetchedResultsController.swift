@@ -114,7 +114,7 @@ public final class FetchedResultsController<T: ManagedObject>: @unchecked Sendab
     /// The context whose changes are followed.
     public let context: ObjectContext
 
-    private var _onChange: (@Sendable (FetchedResultsChanges<T>) -> Void)?
+    private var _onChange: ((FetchedResultsChanges<T>) -> Void)?
     private var delegateHost: DelegateHost?
     private var request: StoreRequest?
     /// Property indexes of the sort keys, with their direction.
@@ -133,10 +133,13 @@ public final class FetchedResultsController<T: ManagedObject>: @unchecked Sendab
 
     deinit { observation?.cancel() }
 
-    /// Called once per processed change that touches the results, on the context's queue
-    /// (another thread than the caller's: the closure is `@Sendable`; the controller may be
-    /// used in it, and the objects of the changes belong there).
-    public var onChange: (@Sendable (FetchedResultsChanges<T>) -> Void)? {
+    /// Called once per processed change that touches the results, on the context's queue.
+    ///
+    /// That queue is not the main thread: in main-actor code (top-level code, a `@MainActor`
+    /// type), where a closure is isolated to the main actor, write it `{ @Sendable changes in … }`
+    /// (Swift checks at run time that a main-actor closure runs on the main actor, and traps).
+    /// The controller may be used inside; the objects of the changes belong to the context.
+    public var onChange: ((FetchedResultsChanges<T>) -> Void)? {
         get { context.performAndWait { _onChange } }
         set { context.performAndWait { _onChange = newValue } }
     }
