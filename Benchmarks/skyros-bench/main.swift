@@ -5,6 +5,7 @@
 //     swift run -c release skyros-bench shared --garbage [--json]   (build skyrosd too, to measure it)
 //     swift run -c release skyros-bench contention [--json] [--quick] [--clients N …] [--ceiling]
 //     swift run -c release skyros-bench observe [--json] [--quick]
+//     swift run -c release skyros-bench backup [--json] [--quick]   (1 GB store; --quick: 100 MB)
 //
 // Prints a table, or with --json one object per line:
 // {"name": …, "unit": …, "skyros": …, "baseline": …, "ratio": …} (ratio = skyros ÷ baseline).
@@ -41,10 +42,10 @@ if arguments.count == 2 && arguments[0] == "garbage-daemon" {
 let json = arguments.contains("--json")
 let quick = arguments.contains("--quick")
 // `profile-insert` and `profile-fetch` are hidden suites for profilers (Profile.swift).
-let suites = ["embedded", "shared", "contention", "observe", "profile-insert", "profile-fetch", "profile-shared"]
+let suites = ["embedded", "shared", "contention", "observe", "backup", "profile-insert", "profile-fetch", "profile-shared"]
 guard let suite = arguments.first, suites.contains(suite) else {
     FileHandle.standardError.write(
-        Data("usage: skyros-bench embedded|shared|contention|observe [--json] [--quick] [--only fetch|saves|iterate] [--garbage]\n".utf8))
+        Data("usage: skyros-bench embedded|shared|contention|observe|backup [--json] [--quick] [--only fetch|saves|iterate] [--garbage]\n".utf8))
     exit(64)
 }
 
@@ -74,7 +75,9 @@ let report: (Row) -> Void = { row in
     }
     fflush(nil)
 }
-if suite == "contention" {
+if suite == "backup" {
+    try BackupBenchmark(directory: directory, megabytes: quick ? 100 : 1_024).run(report: report)
+} else if suite == "contention" {
     var benchmark = ContentionBenchmark(directory: directory, seconds: quick ? 2 : 5)
     let counts = zip(arguments, arguments.dropFirst()).filter { $0.0 == "--clients" }.compactMap { Int($0.1) }
     if !counts.isEmpty { benchmark.clientCounts = counts }

@@ -24,6 +24,8 @@ package final class OnlineBackup: @unchecked Sendable {
     private var target: OpaquePointer?
     private var backup: OpaquePointer?
     private let partial: String
+    /// Whether this backup created `partial` (only then does it remove it).
+    private var ownsPartial = false
     /// Pages copied so far, and the store's pages (as of the last step).
     package private(set) var copied: UInt64 = 0
     package private(set) var total: UInt64 = 0
@@ -43,7 +45,11 @@ package final class OnlineBackup: @unchecked Sendable {
         guard FileManager.default.fileExists(atPath: store.path) else {
             throw SkyrosError(.storeFailure, "there is no store at \(store.path) to back up")
         }
-        try? FileManager.default.removeItem(atPath: partial)
+        guard !FileManager.default.fileExists(atPath: partial) else {
+            throw SkyrosError(
+                .storeFailure,
+                "backup to \(destination.path): \(partial) exists (a backup in progress, or one that was interrupted: remove it)")
+        }
         do {
             guard sqlite3_open_v2(store.path, &source, SQLITE_OPEN_READONLY, nil) == SQLITE_OK else {
                 throw failure("cannot open the store", source)
@@ -56,24 +62,20 @@ package final class OnlineBackup: @unchecked Sendable {
             } else {
                 _ = Self.integer(source, "SELECT count(*) FROM sqlite_master")  // starts the read transaction
             }
-            guard sqlite3_open_v2(partial, &target, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, nil) == SQLITE_OK else {
-                throw failure("cannot create \(partial)", target)
-            }
+            let created = sqlite3_open_v2(partial, &target, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, nil)
+            ownsPartial = FileManager.default.fileExists(atPath: partial)
+            guard created == SQLITE_OK else { throw failure("cannot create \(partial)", target) }
             guard let handle = sqlite3_backup_init(target, "main", source, "main") else {
                 throw failure("cannot start the backup", target)
             }
             backup = handle
         } catch {
-            close()
-            try? FileManager.default.removeItem(atPath: partial)
+            abandon()
             throw error
         }
     }
 
-    deinit {
-        close()
-        if !FileManager.default.fileExists(atPath: destination.path) { try? FileManager.default.removeItem(atPath: partial) }
-    }
+    deinit { abandon() }
 
     /// Copies up to `pages` pages (at least 1). Returns true once every page is copied.
     @discardableResult
@@ -106,13 +108,18 @@ package final class OnlineBackup: @unchecked Sendable {
         sqlite3_exec(target, "PRAGMA wal_checkpoint(TRUNCATE)", nil, nil, nil)
         close()
         guard check == "ok" else {
-            try? FileManager.default.removeItem(atPath: partial)
+            abandon()
             throw SkyrosError(.storeFailure, "the backup copy failed its integrity check: \(check ?? "unreadable")")
         }
         for suffix in ["-wal", "-shm"] { try? FileManager.default.removeItem(atPath: partial + suffix) }
-        guard rename(partial, destination.path) == 0 else {
-            throw SkyrosError(.storeFailure, "cannot move the backup to \(destination.path): \(String(cString: strerror(errno)))")
+        // link, not rename: a file that appeared at the destination meanwhile is never replaced.
+        guard link(partial, destination.path) == 0 else {
+            let reason = String(cString: strerror(errno))
+            abandon()
+            throw SkyrosError(.storeFailure, "cannot move the backup to \(destination.path): \(reason)")
         }
+        unlink(partial)
+        ownsPartial = false
         var info = stat()
         return stat(destination.path, &info) == 0 ? UInt64(info.st_size) : 0
     }
@@ -120,7 +127,8 @@ package final class OnlineBackup: @unchecked Sendable {
     /// Abandons the backup: its partial copy is removed.
     package func abandon() {
         close()
-        try? FileManager.default.removeItem(atPath: partial)
+        if ownsPartial { try? FileManager.default.removeItem(atPath: partial) }
+        ownsPartial = false
     }
 
     private func close() {

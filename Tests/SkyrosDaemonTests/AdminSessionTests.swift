@@ -111,5 +111,11 @@ struct AdminSessionTests {
         #expect(done.done && done.sequence == 3 && done.bytes > 0 && done.copied == done.total)
         #expect(FileManager.default.fileExists(atPath: path) && !FileManager.default.fileExists(atPath: path + ".partial"))
         #expect(errorCode(try admin(client, .backup(path: path, pagesPerStep: 0)).wire!) == "storeFailure")
+        // A partial copy left by an interrupted backup is neither used nor removed.
+        let other = daemon.directory + "/other.sqlite"
+        _ = FileManager.default.createFile(atPath: other + ".partial", contents: Data("mine".utf8))
+        #expect(errorCode(try admin(client, .backup(path: other, pagesPerStep: 0)).wire!) == "storeFailure")
+        #expect(FileManager.default.contents(atPath: other + ".partial") == Data("mine".utf8))
+        #expect(!FileManager.default.fileExists(atPath: other))
     }
 }
