@@ -154,7 +154,8 @@ public final class DaemonServer: @unchecked Sendable {
                 throw SkyrosError(.storeFailure, "the schema of the store at \(container.store.path) cannot be read")
             }
             let store = try SQLiteStore(
-                schema: try Schema(description: description), url: container.store, durability: configuration.durability,
+                schema: try Schema(description: description, version: try SQLiteStore.storedSchemaVersion(at: container.store) ?? 1),
+                url: container.store, durability: configuration.durability,
                 serialAccess: false)
             let opened = try Journal.open(store)
             (self.store, sequence, epoch, schemaVersion) = (store, opened.sequence, opened.epoch, opened.schemaVersion)

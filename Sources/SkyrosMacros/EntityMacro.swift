@@ -26,16 +26,31 @@ public struct EntityMacro: MemberMacro, MemberAttributeMacro, ExtensionMacro {
         let typeName = classDecl.name.trimmedDescription
         let access = accessLevel(of: classDecl)
         let descriptions = properties.map { description(of: $0, in: typeName) }
+        // `name:` and `originalName:` come first; `indexes:` labels the first index, and the
+        // unlabelled arguments after it are the other indexes.
         var indexes = ""
+        var names = ""
+        var entityName: String?
         if let arguments = node.arguments?.as(LabeledExprListSyntax.self), !arguments.isEmpty {
-            indexes = ", indexes: [" + arguments.map { $0.expression.trimmedDescription }.joined(separator: ", ") + "]"
+            let indexList = arguments.filter { $0.label == nil || $0.label?.text == "indexes" }
+            if !indexList.isEmpty {
+                indexes = ", indexes: [" + indexList.map { $0.expression.trimmedDescription }.joined(separator: ", ") + "]"
+            }
+            for label in ["name", "originalName"] {
+                if let argument = arguments.first(where: { $0.label?.text == label }) {
+                    names += ", \(label): \(argument.expression.trimmedDescription)"
+                    if label == "name" { entityName = argument.expression.trimmedDescription }
+                }
+            }
         }
         let list = descriptions.isEmpty ? "[]" : "[\n" + descriptions.map { "        \($0)," }.joined(separator: "\n") + "\n    ]"
-        return [
-            "\(raw: access)static let entityDescription = EntityDescription(\(raw: typeName).self, properties: \(raw: list)\(raw: indexes))",
+        var members: [DeclSyntax] = [
+            "\(raw: access)static let entityDescription = EntityDescription(\(raw: typeName).self\(raw: names), properties: \(raw: list)\(raw: indexes))",
             "\(raw: access)let skyrosStorage: ObjectStorage",
             "\(raw: access)init(skyrosStorage: ObjectStorage) {\n    self.skyrosStorage = skyrosStorage\n}",
         ]
+        if let entityName { members.insert("\(raw: access)static let entityName: String = \(raw: entityName)", at: 1) }
+        return members
     }
 
     public static func expansion(
@@ -89,7 +104,7 @@ public struct EntityMacro: MemberMacro, MemberAttributeMacro, ExtensionMacro {
         if let relationship = property.relationship, let arguments = relationship.arguments?.as(LabeledExprListSyntax.self) {
             let options = arguments.filter { $0.label == nil }.map { $0.expression.trimmedDescription }
             if !options.isEmpty { text += ", relationshipOptions: [\(options.joined(separator: ", "))]" }
-            for label in ["deleteRule", "inverse"] {
+            for label in ["deleteRule", "inverse", "originalName"] {
                 if let argument = arguments.first(where: { $0.label?.text == label }) {
                     text += ", \(label): \(argument.expression.trimmedDescription)"
                 }

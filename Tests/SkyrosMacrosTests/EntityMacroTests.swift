@@ -179,6 +179,61 @@ struct EntityMacroTests {
                 """)
     }
 
+    @Test("an entity name, an original name, indexes and a renamed relationship")
+    func names() {
+        expect(
+            """
+            @Entity(name: "User", originalName: "Person", indexes: ["a"]) final class UserV2 {
+                @Relationship(originalName: "boss") var manager: UserV2? = nil
+                var a: Int = 0
+            }
+            """,
+            expands: """
+                final class UserV2 {
+                    var manager: UserV2? {
+                        init(initialValue) {
+                        }
+                        get {
+                            skyrosStorage.persistentValue(at: 0)
+                        }
+                        set {
+                            skyrosStorage.setPersistentValue(newValue, at: 0)
+                        }
+                    }
+                    var a: Int {
+                        init(initialValue) {
+                        }
+                        get {
+                            skyrosStorage.persistentValue(at: 1)
+                        }
+                        set {
+                            skyrosStorage.setPersistentValue(newValue, at: 1)
+                        }
+                    }
+
+                    static let entityDescription = EntityDescription(UserV2.self, name: "User", originalName: "Person", properties: [
+                            .persistent("manager", \\UserV2.manager, default: {
+                                        nil
+                                    }, originalName: "boss"),
+                            .persistent("a", \\UserV2.a, default: {
+                                        0
+                                    }),
+                        ], indexes: [["a"]])
+
+                    static let entityName: String = "User"
+
+                    let skyrosStorage: ObjectStorage
+
+                    init(skyrosStorage: ObjectStorage) {
+                        self.skyrosStorage = skyrosStorage
+                    }
+                }
+
+                extension UserV2: ManagedObject {
+                }
+                """)
+    }
+
     @Test("a struct is refused")
     func structRefused() {
         expect(

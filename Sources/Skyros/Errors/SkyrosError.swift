@@ -35,6 +35,14 @@ public struct SkyrosError: Error, Sendable, CustomStringConvertible {
         public static let invalidSchema = Code(rawValue: "invalidSchema")
         /// The store file was created with another schema (its fingerprint differs).
         public static let schemaMismatch = Code(rawValue: "schemaMismatch")
+        /// Migrating the store to the schema's version failed or is refused: a type change
+        /// without a migration stage, a new unique constraint that existing objects violate, a
+        /// new non-optional attribute without a default, a stage that threw. The message names
+        /// the entity and the property; the store file was left as it was.
+        public static let migrationFailed = Code(rawValue: "migrationFailed")
+        /// The store has a newer schema version than the one it is opened with (an older
+        /// version of the application): it is never downgraded, and the file was left as it was.
+        public static let schemaTooNew = Code(rawValue: "schemaTooNew")
         /// A predicate, sort or key path cannot be translated to the store's query language.
         public static let unsupportedPredicate = Code(rawValue: "unsupportedPredicate")
         /// The object does not exist in the context's view of the store.

@@ -61,14 +61,20 @@ open class Skyros: @unchecked Sendable {
     ///     application handles those signals itself — with swift-service-lifecycle, hand
     ///     the stack to a `SkyrosService` (product `SkyrosServiceLifecycle`) — or calls
     ///     ``flush(timeout:)`` when stopping. See ``savesOnStop-swift.property``.
-    /// - Throws: ``SkyrosError/Code/schemaMismatch`` when the file was made with another
-    ///   schema (the file is left untouched), ``SkyrosError/Code/invalidSchema``,
+    ///   - migrations: the stages of migrations to the schema's version (DESIGN §6). A file of
+    ///     an earlier version is migrated when the stack opens: the inferred steps, then these
+    ///     stages, in one transaction.
+    /// - Throws: ``SkyrosError/Code/migrationFailed`` when a migration is refused or fails,
+    ///   ``SkyrosError/Code/schemaTooNew`` when the file has a newer schema version,
+    ///   ``SkyrosError/Code/schemaMismatch`` when the file was made with another schema at the
+    ///   same version (in each case the file is left untouched), ``SkyrosError/Code/invalidSchema``,
     ///   ``SkyrosError/Code/storeFailure``.
     public convenience init(
         sqliteStack schema: Schema, at url: URL, allowsConcurrentWritings: Bool = false,
-        durability: Durability = .full, completionQueue: DispatchQueue? = nil, savesOnStop: Bool = true
+        durability: Durability = .full, completionQueue: DispatchQueue? = nil, savesOnStop: Bool = true,
+        migrations: MigrationPlan = MigrationPlan()
     ) throws {
-        let store = try SQLiteStore(schema: schema, url: url, durability: durability)
+        let store = try SQLiteStore(schema: schema, url: url, durability: durability, migrations: migrations)
         self.init(
             store: store, allowsConcurrentWritings: allowsConcurrentWritings, completionQueue: completionQueue,
             savesOnStop: savesOnStop)
@@ -76,7 +82,7 @@ open class Skyros: @unchecked Sendable {
 
     /// A stack on an in-memory store (an in-memory SQLite database: same SQL, nothing on disk).
     ///
-    /// `savesOnStop`: see ``init(sqliteStack:at:allowsConcurrentWritings:durability:completionQueue:savesOnStop:)``.
+    /// `savesOnStop`: see ``init(sqliteStack:at:allowsConcurrentWritings:durability:completionQueue:savesOnStop:migrations:)``.
     public convenience init(
         inMemoryStack schema: Schema, allowsConcurrentWritings: Bool = false, completionQueue: DispatchQueue? = nil,
         savesOnStop: Bool = true

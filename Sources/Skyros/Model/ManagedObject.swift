@@ -24,6 +24,9 @@ import Foundation
 public protocol ManagedObject: AnyObject, SendableMetatype {
     /// The description of the entity: name, properties, indexes.
     static var entityDescription: EntityDescription { get }
+    /// The entity name: the class name unless `@Entity(name:)` gives another. Relationships
+    /// name their destination with it (it never reads ``entityDescription``).
+    static var entityName: String { get }
     /// The object's state: identity, values, context. Accessors of persistent properties go through it.
     var skyrosStorage: ObjectStorage { get }
     /// Makes an instance around its storage; only contexts call it.
@@ -31,6 +34,8 @@ public protocol ManagedObject: AnyObject, SendableMetatype {
 }
 
 extension ManagedObject {
+    public static var entityName: String { String(describing: Self.self) }
+
     /// The object's identity, assigned at creation and never changed. Readable from any thread.
     public var objectID: ObjectID { skyrosStorage.objectID }
     /// The context the object belongs to (nil once the context is gone).
@@ -63,24 +68,34 @@ extension ManagedObject {
 /// }
 /// ```
 ///
-/// - Parameter indexes: indexes over one or more properties, by name:
-///   `@Entity(indexes: ["lastname", "firstname"], ["age"])`.
-@attached(member, names: named(entityDescription), named(skyrosStorage), named(init(skyrosStorage:)))
+/// - Parameters:
+///   - name: the entity name, by default the class name. Two classes may describe the same
+///     entity in two versions of a model (`@Entity(name: "User") final class UserV1`), each
+///     in its own ``Schema``.
+///   - originalName: the entity's name in an earlier version of the schema: a migration
+///     renames its table instead of dropping it and creating a new one.
+///   - indexes: indexes over one or more properties, by name:
+///     `@Entity(indexes: ["lastname", "firstname"], ["age"])`.
+@attached(member, names: named(entityDescription), named(entityName), named(skyrosStorage), named(init(skyrosStorage:)))
 @attached(memberAttribute)
 @attached(extension, conformances: ManagedObject)
-public macro Entity(indexes: [String]...) = #externalMacro(module: "SkyrosMacros", type: "EntityMacro")
+public macro Entity(name: String? = nil, originalName: String? = nil, indexes: [String]...) =
+    #externalMacro(module: "SkyrosMacros", type: "EntityMacro")
 
 /// Options of a persistent attribute: `@Attribute(.unique)`, `@Attribute(.indexed)`,
-/// `@Attribute(originalName: "name")` (reserved for migrations). Read by `@Entity`.
+/// `@Attribute(originalName: "name")` (the attribute was called `name` in an earlier version
+/// of the schema: a migration renames its column and keeps its values). Read by `@Entity`.
 @attached(peer)
 public macro Attribute(_ options: AttributeOption..., originalName: String? = nil) =
     #externalMacro(module: "SkyrosMacros", type: "MarkerMacro")
 
-/// Options of a relationship: delete rule (`.nullify` by default), inverse, `.required`.
+/// Options of a relationship: delete rule (`.nullify` by default), inverse, `.required`, and
+/// the name it had in an earlier version of the schema (`originalName:`, for migrations).
 /// Read by `@Entity`.
 @attached(peer)
 public macro Relationship(
-    _ options: RelationshipOption..., deleteRule: DeleteRule = .nullify, inverse: AnyKeyPath? = nil
+    _ options: RelationshipOption..., deleteRule: DeleteRule = .nullify, inverse: AnyKeyPath? = nil,
+    originalName: String? = nil
 ) = #externalMacro(module: "SkyrosMacros", type: "MarkerMacro")
 
 /// A stored property that is not persisted: it keeps its value in the instance only.

@@ -271,7 +271,7 @@ extension PropertyDescription {
         relationshipOptions: [RelationshipOption] = [], deleteRule: DeleteRule = .nullify,
         inverse: PartialKeyPath<Destination>? = nil
     ) -> PropertyDescription {
-        toOne(name, keyPath, deleteRule: deleteRule, inverse: inverse, options: relationshipOptions)
+        toOne(name, keyPath, deleteRule: deleteRule, inverse: inverse, options: relationshipOptions, originalName: originalName)
     }
 
     /// Describes a persistent property: a to-many relationship.
@@ -281,6 +281,6 @@ extension PropertyDescription {
         relationshipOptions: [RelationshipOption] = [], deleteRule: DeleteRule = .nullify,
         inverse: PartialKeyPath<Destination>? = nil
     ) -> PropertyDescription {
-        toMany(name, keyPath, deleteRule: deleteRule, inverse: inverse)
+        toMany(name, keyPath, deleteRule: deleteRule, inverse: inverse, originalName: originalName)
     }
 }

@@ -4,8 +4,11 @@ import Foundation
 ///
 /// The `@Entity` macro generates it as `static let entityDescription`.
 public final class EntityDescription: @unchecked Sendable, CustomStringConvertible {
-    /// The entity name: the class name, also the table name.
+    /// The entity name: the class name unless `@Entity(name:)` gives another; also the table name.
     public let name: String
+    /// The entity's name in an earlier version of the schema (`@Entity(originalName:)`): a
+    /// migration renames its table.
+    public let originalName: String?
     /// The managed object class.
     public let objectType: any ManagedObject.Type
     /// The persistent properties, in declaration order.
@@ -23,13 +26,16 @@ public final class EntityDescription: @unchecked Sendable, CustomStringConvertib
     ///
     /// - Parameters:
     ///   - type: the managed object class.
-    ///   - name: the entity name; by default the class name.
+    ///   - name: the entity name; by default the class's ``ManagedObject/entityName``.
+    ///   - originalName: the entity's name in an earlier version of the schema.
     ///   - properties: the persistent properties, in declaration order.
     ///   - indexes: indexes over one or more properties, by property name.
     public init<T: ManagedObject>(
-        _ type: T.Type, name: String? = nil, properties: [PropertyDescription], indexes: [[String]] = []
+        _ type: T.Type, name: String? = nil, originalName: String? = nil, properties: [PropertyDescription],
+        indexes: [[String]] = []
     ) {
-        self.name = name ?? String(describing: type)
+        self.name = name ?? type.entityName
+        self.originalName = originalName
         self.objectType = type
         for (index, property) in properties.enumerated() {
             precondition(

@@ -31,7 +31,7 @@ public struct RelationshipOption: Hashable, Sendable {
 /// One persistent property of an entity: an attribute, a to-one or a to-many relationship.
 ///
 /// Made by the `@Entity` macro (or by hand, see ``ManagedObject``) with ``attribute(_:_:default:options:originalName:)``,
-/// ``toOne(_:_:deleteRule:inverse:options:)`` and ``toMany(_:_:deleteRule:inverse:)``.
+/// ``toOne(_:_:deleteRule:inverse:options:originalName:)`` and ``toMany(_:_:deleteRule:inverse:originalName:)``.
 public final class PropertyDescription: @unchecked Sendable, CustomStringConvertible {
     public enum Kind: Sendable, Equatable {
         case attribute
@@ -53,7 +53,8 @@ public final class PropertyDescription: @unchecked Sendable, CustomStringConvert
     let makeDefault: @Sendable () throws -> StoredValue
     public let isUnique: Bool
     public let isIndexed: Bool
-    /// The name the attribute had in an earlier version of the schema (for migrations).
+    /// The name the property had in an earlier version of the schema: a migration renames
+    /// its column and keeps its values.
     public let originalName: String?
 
     // Relationships
@@ -121,12 +122,12 @@ public final class PropertyDescription: @unchecked Sendable, CustomStringConvert
     public static func toOne<Root: ManagedObject, Destination: ManagedObject>(
         _ name: String, _ keyPath: KeyPath<Root, Destination?>,
         deleteRule: DeleteRule = .nullify, inverse: PartialKeyPath<Destination>? = nil,
-        options: [RelationshipOption] = []
+        options: [RelationshipOption] = [], originalName: String? = nil
     ) -> PropertyDescription {
         PropertyDescription(
             name: name, kind: .toOne, keyPath: keyPath, codec: AttributeCodecs.codec(for: UUID?.self)!,
-            makeDefault: { .null }, isIndexed: true,
-            destinationName: String(describing: Destination.self), deleteRule: deleteRule,
+            makeDefault: { .null }, isIndexed: true, originalName: originalName,
+            destinationName: Destination.entityName, deleteRule: deleteRule,
             inverseKeyPath: inverse, isRequired: options.contains(.required))
     }
 
@@ -134,12 +135,12 @@ public final class PropertyDescription: @unchecked Sendable, CustomStringConvert
     /// destination; when `inverse` is nil it is found by type.
     public static func toMany<Root: ManagedObject, Destination: ManagedObject>(
         _ name: String, _ keyPath: KeyPath<Root, [Destination]>,
-        deleteRule: DeleteRule = .nullify, inverse: PartialKeyPath<Destination>? = nil
+        deleteRule: DeleteRule = .nullify, inverse: PartialKeyPath<Destination>? = nil, originalName: String? = nil
     ) -> PropertyDescription {
         PropertyDescription(
             name: name, kind: .toMany, keyPath: keyPath, codec: AttributeCodecs.codec(for: UUID?.self)!,
-            makeDefault: { .null },
-            destinationName: String(describing: Destination.self), deleteRule: deleteRule,
+            makeDefault: { .null }, originalName: originalName,
+            destinationName: Destination.entityName, deleteRule: deleteRule,
             inverseKeyPath: inverse)
     }
 }

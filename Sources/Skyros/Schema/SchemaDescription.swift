@@ -46,11 +46,14 @@ public struct SchemaDescription: Codable, Sendable, Hashable {
         public var name: String
         public var properties: [Property]
         public var indexes: [[String]]
+        /// The entity's name in an earlier version of the schema (absent when none).
+        public var originalName: String?
 
-        public init(name: String, properties: [Property], indexes: [[String]] = []) {
+        public init(name: String, properties: [Property], indexes: [[String]] = [], originalName: String? = nil) {
             self.name = name
             self.properties = properties
             self.indexes = indexes
+            self.originalName = originalName
         }
     }
 
@@ -130,7 +133,7 @@ extension Schema {
                             deleteRule: property.deleteRule, inverse: inverse(of: property, in: entity)?.name,
                             isRequired: property.isRequired)
                     },
-                    indexes: entity.indexes)
+                    indexes: entity.indexes, originalName: entity.originalName)
             })
     }
 
@@ -160,7 +163,9 @@ extension Schema {
                         deleteRule: property.deleteRule, inverseName: property.inverse, isRequired: property.isRequired))
             }
             entities.append(
-                EntityDescription(DynamicObject.self, name: entity.name, properties: properties, indexes: entity.indexes))
+                EntityDescription(
+                    DynamicObject.self, name: entity.name, originalName: entity.originalName, properties: properties,
+                    indexes: entity.indexes))
         }
         self.init(entities: entities, version: version)
         try validate()

@@ -13,15 +13,17 @@ public enum Durability: String, Sendable, Codable {
 
 /// The store at the bottom of the stack: SQLite through GRDB, in a WAL file, or in memory.
 ///
-/// The schema is created on first open. A file made with another schema fingerprint is
-/// refused with ``SkyrosError/Code/schemaMismatch`` and left untouched. Saves are one
+/// The schema is created on first open. A file of an earlier schema version is migrated
+/// (``init(schema:url:durability:serialAccess:migrations:)``); a file made with another schema
+/// at the same version is refused with ``SkyrosError/Code/schemaMismatch`` and left untouched. Saves are one
 /// IMMEDIATE transaction each, so a change set is stored entirely or not at all.
 public final class SQLiteStore: ObjectStore, @unchecked Sendable {
     public let schema: Schema
     /// The file, or nil for an in-memory store.
     public let url: URL?
-    let writer: any DatabaseWriter
-    /// Reads go through the writer connection, one statement each (see ``init(schema:url:durability:serialAccess:)``).
+    /// The connections (a plain connection while a file is migrated, then the pool).
+    private(set) var writer: any DatabaseWriter
+    /// Reads go through the writer connection, one statement each (see ``init(schema:url:durability:serialAccess:migrations:)``).
     let serialAccess: Bool
     private let tables: [String: TableInfo]
 
@@ -36,7 +38,21 @@ public final class SQLiteStore: ObjectStore, @unchecked Sendable {
         let insertSQL: String
     }
 
+    /// While a migration stage runs (on the writer's thread, inside the migration's
+    /// transaction): the connection reads and saves go through.
+    var migrationDatabase: Database?
+    /// While a migration stage runs: the temporary tables holding the previous version's
+    /// values of removed or retyped columns (by entity), and of removed entities.
+    var previousColumns: [String: (table: String, columns: Set<String>)] = [:]
+    var previousEntities: [String: String] = [:]
+
     /// Opens (or creates) the store at `url`, or an in-memory store when `url` is nil.
+    ///
+    /// A file of an earlier schema version is migrated (DESIGN §6): the inferred steps, then
+    /// the stages of `migrations`, in one transaction. A refused or failed migration throws
+    /// ``SkyrosError/Code/migrationFailed`` and leaves the file as it was; a file of a newer
+    /// version throws ``SkyrosError/Code/schemaTooNew``; a changed model at the same version
+    /// throws ``SkyrosError/Code/schemaMismatch``.
     ///
     /// - Parameter serialAccess: reads run on the writer connection, each a single statement
     ///   in SQLite's own implicit read transaction, instead of borrowing a reader from the
@@ -44,25 +60,16 @@ public final class SQLiteStore: ObjectStore, @unchecked Sendable {
     ///   as many instructions, but a read waits for a write in progress instead of running
     ///   beside it. For a caller that serves one request after another anyway, like the
     ///   daemon of an application group.
-    public init(schema: Schema, url: URL?, durability: Durability = .full, serialAccess: Bool = false) throws {
+    /// - Parameter migrations: the stages of migrations to this schema's version.
+    public init(
+        schema: Schema, url: URL?, durability: Durability = .full, serialAccess: Bool = false,
+        migrations: MigrationPlan = MigrationPlan()
+    ) throws {
         try schema.validate()
         self.schema = schema
         self.url = url
         self.serialAccess = serialAccess
-        var tables: [String: TableInfo] = [:]
-        for entity in schema.entities {
-            let columns = entity.properties.filter(\.hasColumn)
-            let names = ["\"_id\""] + columns.map { SQLBuilder.quote($0.name) }
-            tables[entity.name] = TableInfo(
-                entity: entity, columnIndexes: columns.map(\.index),
-                columnTypes: columns.map { $0.kind == .attribute && !$0.codec.isOptional ? $0.codec.storageType : nil },
-                selectList: (["\"_id\"", "\"_version\""] + columns.map { SQLBuilder.quote($0.name) })
-                    .map { "t0.\($0)" }.joined(separator: ", "),
-                insertSQL:
-                    "INSERT INTO \(SQLBuilder.quote(entity.name)) (\(names.joined(separator: ", "))) VALUES (\(names.map { _ in "?" }.joined(separator: ", ")))"
-            )
-        }
-        self.tables = tables
+        self.tables = Self.makeTables(schema)
 
         var configuration = Configuration()
         configuration.foreignKeysEnabled = true
@@ -76,8 +83,16 @@ public final class SQLiteStore: ObjectStore, @unchecked Sendable {
         }
         do {
             if let url {
-                if FileManager.default.fileExists(atPath: url.path) {
-                    try Self.checkFingerprint(of: url, schema: schema)
+                if FileManager.default.fileExists(atPath: url.path),
+                    try Self.checkBeforeOpening(url, schema: schema, plan: migrations)
+                {
+                    // Migrated (or its records refreshed) through a plain connection: opening
+                    // a pool commits a transaction of its own (GRDB makes sure a WAL file
+                    // exists), and a migration that fails must leave the file as it was.
+                    let queue = try DatabaseQueue(path: url.path, configuration: configuration)
+                    writer = queue
+                    try queue.writeWithoutTransaction { db in try self.openSchema(db, plan: migrations) }
+                    try queue.close()
                 }
                 let pool = try DatabasePool(path: url.path, configuration: configuration)
                 // GRDB sets synchronous=NORMAL when it enables WAL, after prepareDatabase:
@@ -87,12 +102,39 @@ public final class SQLiteStore: ObjectStore, @unchecked Sendable {
             } else {
                 writer = try DatabaseQueue(configuration: configuration)
             }
-            try writer.write { db in try self.createSchemaIfNeeded(db) }
+            try writer.writeWithoutTransaction { db in try self.openSchema(db, plan: migrations) }
         } catch let error as SkyrosError {
             throw error
         } catch {
             throw SkyrosError(.storeFailure, "could not open the store at \(url?.path ?? ":memory:")", underlying: error)
         }
+    }
+
+    /// A store of another schema over the same connections, for a migration stage of an
+    /// intermediate version.
+    init(view schema: Schema, of store: SQLiteStore) throws {
+        self.schema = schema
+        self.url = store.url
+        self.serialAccess = store.serialAccess
+        self.writer = store.writer
+        self.tables = Self.makeTables(schema)
+    }
+
+    private static func makeTables(_ schema: Schema) -> [String: TableInfo] {
+        var tables: [String: TableInfo] = [:]
+        for entity in schema.entities {
+            let columns = entity.properties.filter(\.hasColumn)
+            let names = ["\"_id\""] + columns.map { SQLBuilder.quote($0.name) }
+            tables[entity.name] = TableInfo(
+                entity: entity, columnIndexes: columns.map(\.index),
+                columnTypes: columns.map { $0.kind == .attribute && !$0.codec.isOptional ? $0.codec.storageType : nil },
+                selectList: (["\"_id\"", "\"_version\""] + columns.map { SQLBuilder.quote($0.name) })
+                    .map { "t0.\($0)" }.joined(separator: ", "),
+                insertSQL:
+                    "INSERT INTO \(SQLBuilder.quote(entity.name)) (\(names.joined(separator: ", "))) VALUES (\(names.map { _ in "?" }.joined(separator: ", ")))"
+            )
+        }
+        return tables
     }
 
     /// The schema recorded in an existing store file, read without writing to it; nil when
@@ -108,32 +150,47 @@ public final class SQLiteStore: ObjectStore, @unchecked Sendable {
         }
     }
 
-    /// Reads the fingerprint of an existing file without writing to it.
-    private static func checkFingerprint(of url: URL, schema: Schema) throws {
-        let stored = try metadata(["fingerprint", "schema", "format"], of: url)
-        if let fingerprint = stored["fingerprint"], fingerprint != schema.fingerprint,
-            try !isLegacy(of: schema, description: stored["schema"])
-        {
-            throw SkyrosError(
-                .schemaMismatch,
-                "the store at \(url.path) was made with schema \(fingerprint), not \(schema.fingerprint); the file was left untouched (migrations are not supported yet)"
-            )
-        }
-        if let format = stored["format"], format != Self.format {
+    /// Checks an existing file without writing to it: its format, its version, and whether
+    /// a migration to `schema` would be refused (then nothing was written).
+    ///
+    /// - Returns: whether the file must be written to before it is used (migrated, or its
+    ///   records brought up to date).
+    private static func checkBeforeOpening(_ url: URL, schema: Schema, plan: MigrationPlan) throws -> Bool {
+        let state = try storedState(at: url)
+        if let format = try metadata(["format"], of: url)["format"], format != Self.format {
             throw SkyrosError(
                 .schemaMismatch,
                 "the store at \(url.path) has file format \(format), this Skyros reads format \(Self.format); the file was left untouched")
         }
+        guard state.fingerprint != nil else { return false }
+        if case .open = try decide(state, schema: schema, plan: plan, path: url.path) { return false }
+        return true
     }
 
     /// The layout of the tables: 2 adds each object's `_version`.
     static let format = "2"
 
     /// Values of `skyros_metadata` in an existing file, read through a read-only connection
-    /// that writes nothing; none when the file has no Skyros metadata. Without a `-wal` file
+    /// that writes nothing; none when the file has no Skyros metadata.
+    static func metadata(_ keys: [String], of url: URL) throws -> [String: String] {
+        var values: [String: String] = [:]
+        for row in try readOnlyRows("SELECT key, value FROM skyros_metadata", of: url) ?? [] {
+            if let key = row[0], let value = row[1], keys.contains(key) { values[key] = value }
+        }
+        return values
+    }
+
+    /// The first column of the first row of a query of an existing file, read without
+    /// writing to it; nil when its table does not exist or it returns no row.
+    static func readOnlyValue(_ sql: String, of url: URL) throws -> String? {
+        try readOnlyRows(sql, of: url)?.first?.first ?? nil
+    }
+
+    /// The rows of a query of an existing file (as text), read through a read-only connection
+    /// that writes nothing; nil when a table it reads does not exist. Without a `-wal` file
     /// the database file holds everything committed, and it is read as immutable: a plain
     /// read-only connection to a WAL database would create the `-wal` and `-shm` files.
-    private static func metadata(_ keys: [String], of url: URL) throws -> [String: String] {
+    static func readOnlyRows(_ sql: String, of url: URL) throws -> [[String?]]? {
         let walExists = FileManager.default.fileExists(atPath: url.path + "-wal")
         var components = URLComponents()
         components.scheme = "file"
@@ -149,56 +206,64 @@ public final class SQLiteStore: ObjectStore, @unchecked Sendable {
         else { throw failure(db.map { String(cString: sqlite3_errmsg($0)) } ?? "cannot open") }
         var statement: OpaquePointer?
         defer { sqlite3_finalize(statement) }
-        let sql = "SELECT key, value FROM skyros_metadata"
         guard sqlite3_prepare_v2(db, sql, -1, &statement, nil) == SQLITE_OK, let statement else {
             let message = String(cString: sqlite3_errmsg(db))
-            if message.hasPrefix("no such table") { return [:] }
+            if message.hasPrefix("no such table") { return nil }
             throw failure(message)
         }
-        var values: [String: String] = [:]
+        var rows: [[String?]] = []
+        let count = sqlite3_column_count(statement)
         while true {
             let code = sqlite3_step(statement)
             guard code == SQLITE_ROW else {
                 guard code == SQLITE_DONE else { throw failure(String(cString: sqlite3_errmsg(db))) }
                 break
             }
-            guard let key = sqlite3_column_text(statement, 0), let value = sqlite3_column_text(statement, 1) else { continue }
-            let name = String(cString: key)
-            if keys.contains(name) { values[name] = String(cString: value) }
+            rows.append((0..<count).map { column in sqlite3_column_text(statement, column).map { String(cString: $0) } })
         }
-        return values
+        return rows
     }
 
-    /// Whether a stored schema description is `schema` as recorded before type names were
-    /// platform-neutral (its fingerprint was computed from runtime type names).
-    private static func isLegacy(of schema: Schema, description json: String?) throws -> Bool {
-        guard let json, let stored = try? JSONDecoder().decode(SchemaDescription.self, from: Data(json.utf8)) else {
-            return false
-        }
-        return (try? Schema(description: stored.upgradingLegacyTypeNames()))?.fingerprint == schema.fingerprint
-    }
-
-    private func createSchemaIfNeeded(_ db: Database) throws {
-        func description() throws -> String { String(decoding: try schema.schemaDescription.canonicalJSON(), as: UTF8.self) }
+    /// Creates the schema of a new store, or opens an existing one: brings its records up
+    /// to date, or migrates it (foreign keys off during the transaction, as SQLite's table
+    /// rebuild requires; checked before commit).
+    private func openSchema(_ db: Database, plan: MigrationPlan) throws {
+        let path = url?.path ?? ":memory:"
         if try db.tableExists("skyros_metadata") {
-            let stored = try String.fetchOne(db, sql: "SELECT value FROM skyros_metadata WHERE key = 'fingerprint'")
-            guard stored != schema.fingerprint else { return try upgradeDecimals(db) }
-            let json = try String.fetchOne(db, sql: "SELECT value FROM skyros_metadata WHERE key = 'schema'")
-            guard try Self.isLegacy(of: schema, description: json) else {
-                throw SkyrosError(.schemaMismatch, "the store was made with schema \(stored ?? "?"), not \(schema.fingerprint)")
+            // Decided first without the write lock: an up-to-date store takes none.
+            let state = try Self.storedState(db)
+            if case .open = try Self.decide(state, schema: schema, plan: plan, path: path),
+                state.decimals == Self.decimalsForm
+            {
+                return
             }
-            // The same schema, recorded with runtime type names: the record is brought up to date.
-            try db.execute(
-                sql: "UPDATE skyros_metadata SET value = CASE key WHEN 'fingerprint' THEN ? ELSE ? END WHERE key IN ('fingerprint', 'schema')",
-                arguments: [schema.fingerprint, try description()])
-            try upgradeDecimals(db)
-            return
         }
-        try db.execute(sql: "CREATE TABLE skyros_metadata (key TEXT PRIMARY KEY NOT NULL, value TEXT NOT NULL)")
-        try db.execute(
-            sql: "INSERT INTO skyros_metadata (key, value) VALUES ('fingerprint', ?), ('format', ?), ('schema', ?), ('decimals', ?)",
-            arguments: [schema.fingerprint, Self.format, try description(), Self.decimalsForm])
-        for statement in Self.schemaSQL(schema) { try db.execute(sql: statement) }
+        try db.execute(sql: "PRAGMA foreign_keys = OFF")
+        defer { try? db.execute(sql: "PRAGMA foreign_keys = ON") }
+        try Self.immediateTransaction(db) { db in
+            guard try db.tableExists("skyros_metadata") else {
+                try db.execute(sql: "CREATE TABLE skyros_metadata (key TEXT PRIMARY KEY NOT NULL, value TEXT NOT NULL)")
+                try db.execute(
+                    sql: "INSERT INTO skyros_metadata (key, value) VALUES ('format', ?), ('decimals', ?)",
+                    arguments: [Self.format, Self.decimalsForm])
+                for statement in Self.schemaSQL(schema) { try db.execute(sql: statement) }
+                try Self.recordCurrent(schema, db)
+                return
+            }
+            // Again inside the transaction: another process may have migrated the store meanwhile.
+            let state = try Self.storedState(db)
+            switch try Self.decide(state, schema: schema, plan: plan, path: path) {
+            case .open:
+                break
+            case .refreshRecords:
+                // The same model (recorded with runtime type names, or before versions were
+                // recorded): the records are brought up to date.
+                try Self.recordCurrent(schema, db)
+            case .migrate(let stored, let version):
+                try migrate(from: stored, version: version, state: state, plan: plan, db)
+            }
+            try upgradeDecimals(db)
+        }
     }
 
     /// The form of decimal values, recorded in `skyros_metadata` under `decimals`: `ordered`
@@ -240,39 +305,67 @@ public final class SQLiteStore: ObjectStore, @unchecked Sendable {
     static func schemaSQL(_ schema: Schema) -> [String] {
         var statements: [String] = []
         for entity in schema.entities {
-            let table = SQLBuilder.quote(entity.name)
-            var columns = ["\"_id\" BLOB PRIMARY KEY NOT NULL", "\"_version\" INTEGER NOT NULL DEFAULT 1"]
-            var indexes: [String] = []
-            for property in entity.properties where property.hasColumn {
-                let name = SQLBuilder.quote(property.name)
-                if property.kind == .toOne {
-                    let action: String
-                    switch schema.inverse(of: property, in: entity)?.deleteRule {
-                    case .cascade: action = "CASCADE"
-                    case .deny: action = "NO ACTION"
-                    default: action = "SET NULL"
-                    }
-                    columns.append(
-                        "\(name) BLOB REFERENCES \(SQLBuilder.quote(property.destinationName!))(\"_id\") ON DELETE \(action) DEFERRABLE INITIALLY DEFERRED"
-                    )
-                } else {
-                    columns.append("\(name) \(property.codec.storageType.rawValue)\(property.codec.isOptional ? "" : " NOT NULL")")
-                }
-                let indexName = SQLBuilder.quote("\(entity.name)_\(property.name)")
-                if property.isUnique {
-                    indexes.append("CREATE UNIQUE INDEX \(indexName) ON \(table) (\(name))")
-                } else if property.isIndexed {
-                    indexes.append("CREATE INDEX \(indexName) ON \(table) (\(name))")
-                }
-            }
-            for (number, index) in entity.indexes.enumerated() {
-                let name = SQLBuilder.quote("\(entity.name)_index\(number)")
-                indexes.append("CREATE INDEX \(name) ON \(table) (\(index.map(SQLBuilder.quote).joined(separator: ", ")))")
-            }
-            statements.append("CREATE TABLE \(table) (\(columns.joined(separator: ", "))) STRICT, WITHOUT ROWID")
-            statements += indexes
+            statements.append(tableSQL(entity, in: schema))
+            statements += indexDefinitions(entity).map(\.sql)
         }
         return statements
+    }
+
+    /// The CREATE TABLE statement of an entity, for a table named `table` (the entity name by default).
+    static func tableSQL(_ entity: EntityDescription, in schema: Schema, table: String? = nil) -> String {
+        var columns = ["\"_id\" BLOB PRIMARY KEY NOT NULL", "\"_version\" INTEGER NOT NULL DEFAULT 1"]
+        for property in entity.properties where property.hasColumn {
+            columns.append(columnDefinition(property, of: entity, in: schema))
+        }
+        return "CREATE TABLE \(SQLBuilder.quote(table ?? entity.name)) (\(columns.joined(separator: ", "))) STRICT, WITHOUT ROWID"
+    }
+
+    /// The definition of a property's column: its type and NOT NULL, or for a to-one the
+    /// foreign key with the inverse's delete rule.
+    static func columnDefinition(_ property: PropertyDescription, of entity: EntityDescription, in schema: Schema) -> String {
+        let name = SQLBuilder.quote(property.name)
+        if property.kind == .toOne {
+            return "\(name) BLOB REFERENCES \(SQLBuilder.quote(property.destinationName!))(\"_id\") ON DELETE \(deleteAction(property, of: entity, in: schema)) DEFERRABLE INITIALLY DEFERRED"
+        }
+        return "\(name) \(property.codec.storageType.rawValue)\(property.codec.isOptional ? "" : " NOT NULL")"
+    }
+
+    /// The ON DELETE action of a to-one's foreign key: its inverse's delete rule.
+    static func deleteAction(_ property: PropertyDescription, of entity: EntityDescription, in schema: Schema) -> String {
+        switch schema.inverse(of: property, in: entity)?.deleteRule {
+        case .cascade: "CASCADE"
+        case .deny: "NO ACTION"
+        default: "SET NULL"
+        }
+    }
+
+    /// An index of a table as the schema declares it.
+    struct IndexDefinition {
+        let name: String
+        let sql: String
+        /// The property of a single-property index (unique or indexed attribute, to-one).
+        let property: PropertyDescription?
+    }
+
+    /// The indexes of an entity's table: unique and indexed properties, declared indexes.
+    static func indexDefinitions(_ entity: EntityDescription) -> [IndexDefinition] {
+        let table = SQLBuilder.quote(entity.name)
+        var indexes: [IndexDefinition] = []
+        for property in entity.properties where property.hasColumn && (property.isUnique || property.isIndexed) {
+            let name = "\(entity.name)_\(property.name)"
+            let kind = property.isUnique ? "UNIQUE INDEX" : "INDEX"
+            indexes.append(IndexDefinition(
+                name: name, sql: "CREATE \(kind) \(SQLBuilder.quote(name)) ON \(table) (\(SQLBuilder.quote(property.name)))",
+                property: property))
+        }
+        for (number, index) in entity.indexes.enumerated() {
+            let name = "\(entity.name)_index\(number)"
+            indexes.append(IndexDefinition(
+                name: name,
+                sql: "CREATE INDEX \(SQLBuilder.quote(name)) ON \(table) (\(index.map(SQLBuilder.quote).joined(separator: ", ")))",
+                property: nil))
+        }
+        return indexes
     }
 
     // MARK: - Reading
@@ -367,6 +460,13 @@ public final class SQLiteStore: ObjectStore, @unchecked Sendable {
 
     public func save(_ changes: ChangeSet) throws {
         guard !changes.isEmpty else { return }
+        if let migrationDatabase {
+            // A migration stage's save: in the migration's transaction.
+            try Transaction(db: migrationDatabase, store: self).savepoint {
+                _ = try Transaction(db: migrationDatabase, store: self).apply(changes)
+            }
+            return
+        }
         try transaction { transaction in _ = try transaction.apply(changes) }
     }
 
@@ -639,6 +739,7 @@ public final class SQLiteStore: ObjectStore, @unchecked Sendable {
     /// of the pool (or the queue of an in-memory store); errors become ``SkyrosError``s.
     func read<T>(_ body: (Database) throws -> T) throws -> T {
         do {
+            if let migrationDatabase { return try body(migrationDatabase) }
             if serialAccess { return try writer.writeWithoutTransaction(body) }
             if let pool = writer as? DatabasePool { return try pool.read(body) }
             return try writer.read(body)

@@ -1,0 +1,323 @@
+import Foundation
+import GRDB
+import GRDBSQLite
+
+/// Versions and migrations of a store file (DESIGN §6).
+///
+/// Every version a store has had is recorded in `skyros_schema` (version, fingerprint,
+/// canonical schema description, date); `skyros_metadata` holds the current one (`fingerprint`,
+/// `schema`, `schemaVersion`). Opening a store with a newer version migrates it in one
+/// transaction, with foreign keys off (SQLite's 12-step procedure) and checked before commit.
+extension SQLiteStore {
+    /// What an existing store holds.
+    struct StoredState {
+        var fingerprint: String?
+        /// The recorded description, as stored (JSON).
+        var json: String?
+        var version: Int
+        var hasHistory: Bool
+        var decimals: String?
+    }
+
+    /// What opening a store with this schema does.
+    enum OpenDecision {
+        case open
+        /// The same model, recorded with runtime type names (or without its history):
+        /// the records are brought up to date.
+        case refreshRecords
+        case migrate(from: Schema, version: Int)
+    }
+
+    /// The decision for a store in `state`, or the refusal (``SkyrosError/Code/schemaTooNew``,
+    /// ``SkyrosError/Code/schemaMismatch``, ``SkyrosError/Code/migrationFailed``). Plans the
+    /// migration (which throws its refusals) without touching anything.
+    static func decide(_ state: StoredState, schema: Schema, plan: MigrationPlan, path: String) throws -> OpenDecision {
+        let description = try state.json.map { json in
+            do {
+                return try JSONDecoder().decode(SchemaDescription.self, from: Data(json.utf8)).upgradingLegacyTypeNames()
+            } catch {
+                throw SkyrosError(.storeFailure, "could not read the schema recorded in the store at \(path)", underlying: error)
+            }
+        }
+        let stored = try description.map { try Schema(description: $0, version: state.version) }
+        let sameModel = state.fingerprint == schema.fingerprint || stored?.fingerprint == schema.fingerprint
+        if state.version > schema.version {
+            throw SkyrosError(
+                .schemaTooNew,
+                "the store at \(path) has schema version \(state.version), newer than this schema's version \(schema.version) (an older version of the application?); it is never downgraded, and the file was left untouched")
+        }
+        if state.version == schema.version {
+            if state.fingerprint == schema.fingerprint { return state.hasHistory ? .open : .refreshRecords }
+            if sameModel { return .refreshRecords }
+            throw SkyrosError(
+                .schemaMismatch,
+                "the store at \(path) was made with schema \(state.fingerprint ?? "?") at version \(state.version), not \(schema.fingerprint): a changed model needs a higher version (Schema(…, version: \(schema.version + 1))) to be migrated; the file was left untouched")
+        }
+        guard let stored else {
+            throw SkyrosError(.storeFailure, "the store at \(path) has no recorded schema to migrate from")
+        }
+        let milestones = MigrationMilestone.list(from: state.version, to: schema, plan: plan)
+        _ = try MigrationMilestone.plan(from: stored, milestones: milestones)
+        return .migrate(from: stored, version: state.version)
+    }
+
+    /// Reads the state of a store through a connection in the open transaction (or none).
+    static func storedState(_ db: Database) throws -> StoredState {
+        var metadata: [String: String] = [:]
+        for row in try Row.fetchAll(db, sql: "SELECT key, value FROM skyros_metadata") {
+            if let key: String = row[0], let value: String = row[1] { metadata[key] = value }
+        }
+        var version: Int?
+        let hasHistory = try db.tableExists("skyros_schema")
+        if hasHistory { version = try Int.fetchOne(db, sql: "SELECT MAX(version) FROM skyros_schema") }
+        return StoredState(
+            fingerprint: metadata["fingerprint"], json: metadata["schema"],
+            version: version ?? metadata["schemaVersion"].flatMap { Int($0) } ?? 1, hasHistory: hasHistory,
+            decimals: metadata["decimals"])
+    }
+
+    /// The schema version recorded in an existing store file, read without writing to it; nil
+    /// when the file does not exist or is not a Skyros store yet.
+    public static func storedSchemaVersion(at url: URL) throws -> Int? {
+        guard FileManager.default.fileExists(atPath: url.path) else { return nil }
+        let values = try metadata(["schemaVersion", "fingerprint"], of: url)
+        guard values["fingerprint"] != nil else { return nil }
+        if let history = try readOnlyValue("SELECT MAX(version) FROM skyros_schema", of: url), let version = Int(history) {
+            return version
+        }
+        return values["schemaVersion"].flatMap { Int($0) } ?? 1
+    }
+
+    /// The state of an existing file, read without writing to it.
+    static func storedState(at url: URL) throws -> StoredState {
+        let values = try metadata(["fingerprint", "schema", "schemaVersion", "decimals"], of: url)
+        let history = try readOnlyValue("SELECT MAX(version) FROM skyros_schema", of: url)
+        return StoredState(
+            fingerprint: values["fingerprint"], json: values["schema"],
+            version: history.flatMap { Int($0) } ?? values["schemaVersion"].flatMap { Int($0) } ?? 1,
+            hasHistory: history != nil, decimals: values["decimals"])
+    }
+
+    /// Creates the history table and records a version.
+    static func record(_ schema: Schema, version: Int, fingerprint: String? = nil, json: String? = nil, _ db: Database) throws {
+        try db.execute(sql: """
+            CREATE TABLE IF NOT EXISTS skyros_schema (
+                version INTEGER PRIMARY KEY NOT NULL, fingerprint TEXT NOT NULL, description TEXT NOT NULL, date TEXT NOT NULL)
+            """)
+        let description = try json ?? String(decoding: schema.schemaDescription.canonicalJSON(), as: UTF8.self)
+        try db.execute(
+            sql: "INSERT OR REPLACE INTO skyros_schema (version, fingerprint, description, date) VALUES (?, ?, ?, ?)",
+            arguments: [version, fingerprint ?? schema.fingerprint, description, ISO8601DateFormatter().string(from: Date())])
+    }
+
+    /// Makes `schema` at its version the store's current schema in `skyros_metadata` and the history.
+    static func recordCurrent(_ schema: Schema, _ db: Database) throws {
+        let description = String(decoding: try schema.schemaDescription.canonicalJSON(), as: UTF8.self)
+        try db.execute(
+            sql: "INSERT OR REPLACE INTO skyros_metadata (key, value) VALUES ('fingerprint', ?), ('schema', ?), ('schemaVersion', ?)",
+            arguments: [schema.fingerprint, description, String(schema.version)])
+        try record(schema, version: schema.version, json: description, db)
+    }
+
+    // MARK: - Running a migration
+
+    /// Migrates the store, inside the open transaction (foreign keys off), from `stored` at
+    /// `storedVersion` to the store's schema, through the plan's milestones.
+    func migrate(from stored: Schema, version storedVersion: Int, state: StoredState, plan: MigrationPlan, _ db: Database)
+        throws
+    {
+        let milestones = MigrationMilestone.list(from: storedVersion, to: schema, plan: plan)
+        let steps = try MigrationMilestone.plan(from: stored, milestones: milestones)
+        if !state.hasHistory {
+            // The version the store had before it kept a history.
+            try Self.record(stored, version: storedVersion, fingerprint: state.fingerprint, json: state.json, db)
+        }
+        for (milestone, step) in zip(milestones, steps) {
+            let store = milestone.schema === schema ? self : try SQLiteStore(view: milestone.schema, of: self)
+            try store.run(step, stages: milestone.stages, db)
+            if milestone.schema !== schema { try Self.record(milestone.schema, version: milestone.version, db) }
+        }
+        let violations = try Row.fetchAll(db, sql: "PRAGMA foreign_key_check")
+        if let first = violations.first {
+            let table: String = first[0] ?? "?"
+            let parent: String = first[2] ?? "?"
+            throw SkyrosError(
+                .migrationFailed,
+                "cannot migrate the store to schema version \(schema.version): \(violations.count) object(s) of \(table) refer to \(parent) objects that do not exist; the store was left as it was")
+        }
+        try Self.recordCurrent(schema, db)
+    }
+
+    /// One inferred step and the stages after it.
+    private func run(_ step: SchemaStep, stages: [MigrationPlan.Stage], _ db: Database) throws {
+        func quote(_ name: String) -> String { SQLBuilder.quote(name) }
+        var temporary: [String] = []
+        defer { for table in temporary { try? db.execute(sql: "DROP TABLE IF EXISTS temp.\(quote(table))") } }
+        // What the stages may read of the previous version.
+        previousColumns = [:]
+        previousEntities = [:]
+        if !stages.isEmpty {
+            for table in step.tables where !table.previous.isEmpty {
+                guard let source = table.sourceName else { continue }
+                let name = "skyros_previous_\(table.entity.name)"
+                try db.execute(
+                    sql: "CREATE TEMP TABLE \(quote(name)) AS SELECT \"_id\", \(table.previous.map(quote).joined(separator: ", ")) FROM main.\(quote(source))")
+                temporary.append(name)
+                previousColumns[table.entity.name] = (name, Set(table.previous))
+            }
+            for entity in step.removedEntities {
+                let name = "skyros_previous_entity_\(entity)"
+                try db.execute(sql: "CREATE TEMP TABLE \(quote(name)) AS SELECT * FROM main.\(quote(entity))")
+                temporary.append(name)
+                previousEntities[entity] = name
+            }
+        }
+        defer {
+            previousColumns = [:]
+            previousEntities = [:]
+        }
+        for entity in step.removedEntities { try db.execute(sql: "DROP TABLE main.\(quote(entity))") }
+        // Renamed tables, through temporary names (two entities may swap names). RENAME TO
+        // also updates the foreign keys of other tables that refer to them.
+        let renamed = step.tables.filter { $0.sourceName != nil && $0.sourceName != $0.entity.name }
+        for (number, table) in renamed.enumerated() {
+            try db.execute(sql: "ALTER TABLE main.\(quote(table.sourceName!)) RENAME TO \(quote("skyros_renaming_\(number)"))")
+        }
+        for (number, table) in renamed.enumerated() {
+            try db.execute(sql: "ALTER TABLE main.\(quote("skyros_renaming_\(number)")) RENAME TO \(quote(table.entity.name))")
+        }
+        for table in step.tables {
+            let name = quote(table.entity.name)
+            guard table.sourceName != nil else {
+                try db.execute(sql: Self.tableSQL(table.entity, in: step.target))
+                continue
+            }
+            // Indexes the new schema does not declare, before their columns change.
+            let wanted = Set(Self.indexDefinitions(table.entity).map(\.sql))
+            for row in try Row.fetchAll(
+                db, sql: "SELECT name, sql FROM main.sqlite_master WHERE type = 'index' AND tbl_name = ? AND sql IS NOT NULL",
+                arguments: [table.entity.name])
+            {
+                let index: String = row[0]
+                let sql: String = row[1]
+                if !wanted.contains(sql) { try db.execute(sql: "DROP INDEX main.\(quote(index))") }
+            }
+            if table.rebuild {
+                let temporaryName = "skyros_rebuilding_\(table.entity.name)"
+                try db.execute(sql: Self.tableSQL(table.entity, in: step.target, table: temporaryName))
+                let columns = ["\"_id\"", "\"_version\""] + table.columns.map { quote($0.property.name) }
+                let values = ["\"_id\"", "\"_version\""] + table.columns.map { column -> String in
+                    switch column.source {
+                    case .column(let old): quote(old)
+                    case .coalesce(let old, let value): "COALESCE(\(quote(old)), \(Self.literal(value)))"
+                    case .constant(let value): Self.literal(value)
+                    }
+                }
+                try db.execute(sql: """
+                    INSERT INTO main.\(quote(temporaryName)) (\(columns.joined(separator: ", "))) \
+                    SELECT \(values.joined(separator: ", ")) FROM main.\(name)
+                    """)
+                try db.execute(sql: "DROP TABLE main.\(name)")
+                try db.execute(sql: "ALTER TABLE main.\(quote(temporaryName)) RENAME TO \(name)")
+            } else {
+                for (old, new) in table.renamed {
+                    try db.execute(sql: "ALTER TABLE main.\(name) RENAME COLUMN \(quote(old)) TO \(quote(new))")
+                }
+                for column in table.dropped { try db.execute(sql: "ALTER TABLE main.\(name) DROP COLUMN \(quote(column))") }
+                for (property, value) in table.added {
+                    var definition = Self.columnDefinition(property, of: table.entity, in: step.target)
+                    if !value.isNull { definition += " DEFAULT \(Self.literal(value))" }
+                    try db.execute(sql: "ALTER TABLE main.\(name) ADD COLUMN \(definition)")
+                }
+            }
+        }
+        if !stages.isEmpty { try runStages(stages, db) }
+        for table in step.tables {
+            let existing = Set(
+                try String.fetchAll(
+                    db, sql: "SELECT sql FROM main.sqlite_master WHERE type = 'index' AND tbl_name = ? AND sql IS NOT NULL",
+                    arguments: [table.entity.name]))
+            for index in Self.indexDefinitions(table.entity) where !existing.contains(index.sql) {
+                do {
+                    try db.execute(sql: index.sql)
+                } catch let error as DatabaseError where error.extendedResultCode == .SQLITE_CONSTRAINT_UNIQUE {
+                    let column = index.property.map { quote($0.name) } ?? "?"
+                    let duplicate = try? String.fetchOne(
+                        db,
+                        sql: "SELECT quote(\(column)) FROM main.\(quote(table.entity.name)) GROUP BY \(column) HAVING COUNT(*) > 1 LIMIT 1")
+                    throw step.refusal(
+                        "\(table.entity.name).\(index.property?.name ?? "?") becomes unique, but existing objects share a value\(duplicate.map { " (\($0))" } ?? ""); a migration stage for version \(step.version) can make them unique")
+                }
+            }
+            for property in table.required {
+                let missing = try Int.fetchOne(
+                    db, sql: "SELECT COUNT(*) FROM main.\(quote(table.entity.name)) WHERE \(quote(property.name)) IS NULL") ?? 0
+                if missing > 0 {
+                    throw step.refusal(
+                        "\(table.entity.name).\(property.name) is a new required relationship and \(missing) existing object(s) have none; a migration stage for version \(step.version) can set it")
+                }
+            }
+        }
+    }
+
+    /// Runs stages on a context of this store, on the current thread (the writer's), inside
+    /// the migration's transaction; saves what they changed.
+    private func runStages(_ stages: [MigrationPlan.Stage], _ db: Database) throws {
+        migrationDatabase = db
+        defer { migrationDatabase = nil }
+        for stage in stages {
+            let context = ObjectContext(name: "migration-\(stage.version)", parent: self)
+            PerformingContexts.push(context)
+            defer { PerformingContexts.pop() }
+            do {
+                try stage.body(context)
+                try context.save()
+            } catch {
+                let wrapped = SkyrosError.wrap(error)
+                throw SkyrosError(
+                    .migrationFailed,
+                    "the migration stage for version \(stage.version) failed: \(wrapped.code): \(wrapped.message); the store was left as it was",
+                    underlying: error)
+            }
+        }
+    }
+
+    /// A value as an SQL literal.
+    static func literal(_ value: StoredValue) -> String {
+        switch value {
+        case .null: return "NULL"
+        case .integer(let number): return String(number)
+        case .real(let number):
+            let text = "\(number)"
+            return text.contains(where: { $0 == "." || $0 == "e" }) ? text : text + ".0"
+        case .text(let text): return "'" + text.replacingOccurrences(of: "'", with: "''") + "'"
+        case .blob(let data): return "X'" + data.map { String(format: "%02X", $0) }.joined() + "'"
+        }
+    }
+
+    // MARK: - The previous version, for stages
+
+    func previousValue(_ property: String, of id: ObjectID) throws -> StoredValue? {
+        guard let db = migrationDatabase, let (table, columns) = previousColumns[id.entityName], columns.contains(property)
+        else { return nil }
+        return try Self.rows(
+            db, "SELECT \(SQLBuilder.quote(property)) FROM temp.\(SQLBuilder.quote(table)) WHERE \"_id\" = ?",
+            [id.uuid.storedValue]
+        ).first?.first
+    }
+
+    func previousObjects(ofEntity entity: String) throws -> [(id: UUID, values: [String: StoredValue])] {
+        guard let db = migrationDatabase, let table = previousEntities[entity] else { return [] }
+        var result: [(id: UUID, values: [String: StoredValue])] = []
+        let statement = try db.makeStatement(sql: "SELECT * FROM temp.\(SQLBuilder.quote(table))")
+        let names = statement.columnNames
+        try Self.query(db, "SELECT * FROM temp.\(SQLBuilder.quote(table))", []) { raw in
+            var values: [String: StoredValue] = [:]
+            for (column, name) in names.enumerated() where name != "_id" && name != "_version" {
+                values[name] = Self.value(raw, Int32(column))
+            }
+            result.append((Self.uuid(raw, 0), values))
+        }
+        return result
+    }
+}
