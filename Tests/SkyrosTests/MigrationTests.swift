@@ -267,4 +267,29 @@ struct MigrationTests {
         #expect(ages.count == 10 && ages.allSatisfy { $0.hasSuffix("years") })
         try (stack.store as! SQLiteStore).close()
     }
+
+    @Test("a process killed in the middle of a migration leaves the old schema, which migrates later")
+    func killedDuringMigration() throws {
+        let directory = try TemporaryDirectory()
+        let url = directory.file("store.sqlite")
+        try MigrationModels.fillV1(at: url, authors: 5_000)
+        let child = try ChildProcess(["migrate-and-hang", url.path])
+        #expect(child.waitForLine("MIGRATING", seconds: 60))
+        kill(child.pid, SIGKILL)
+        #expect(child.wait() == .signalled(SIGKILL))
+        // The old schema, whole.
+        try withStore(MigrationModels.v1, at: url) { context, store throws in
+            #expect(try AuthorV1.count(in: context) == 5_000)
+            #expect(try BookV1.count(in: context) == 10_000)
+            #expect(try NoteV1.count(in: context) == 1)
+            #expect(try recordedVersions(store) == [1])
+            #expect(try columns(store, "Author").contains("nickname"))
+        }
+        // Then the migration, done this time.
+        try withStore(MigrationModels.v2, at: url) { context, store throws in
+            #expect(try AuthorV2.count(in: context) == 5_000)
+            #expect(try BookV2.count(in: context) == 10_000)
+            #expect(try recordedVersions(store) == [1, 2])
+        }
+    }
 }

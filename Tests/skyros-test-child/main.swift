@@ -30,6 +30,9 @@
 // - `handler-state <store.sqlite> <true|false>`: a stack made with that `savesOnStop`, a
 //   user left unsaved in the main context; prints "HANDLER default" or "HANDLER installed"
 //   (SIGTERM's disposition), then waits to be stopped by a signal.
+// - `migrate-and-hang <store.sqlite>`: opens a version-1 store of MigrationModels with
+//   version 2; its stage updates every author, prints "MIGRATING" and waits to be killed,
+//   inside the migration's transaction.
 import Foundation
 import Logging
 import ServiceLifecycle
@@ -364,6 +367,15 @@ case "handler-state":
     fflush(nil)
     while true { sleep(1) }
     withExtendedLifetime(store) {}
+case "migrate-and-hang":
+    let plan = MigrationPlan().stage(to: 2) { context in
+        for author in try AuthorV2.all(in: context) { author.bio = "migrated" }
+        try context.save()
+        print("MIGRATING")
+        fflush(nil)
+        while true { sleep(1) }
+    }
+    _ = try SQLiteStore(schema: MigrationModels.v2, url: URL(fileURLWithPath: arguments[2]), migrations: plan)
 default:
     FileHandle.standardError.write(
         Data("usage: skyros-test-child fingerprint|write-and-wait|write-and-exit|shared-writer …\n".utf8))
