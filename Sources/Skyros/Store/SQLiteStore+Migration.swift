@@ -17,6 +17,7 @@ extension SQLiteStore {
         var version: Int
         var hasHistory: Bool
         var decimals: String?
+        var format: String?
     }
 
     /// What opening a store with this schema does.
@@ -90,12 +91,21 @@ extension SQLiteStore {
 
     /// The state of an existing file, read without writing to it.
     static func storedState(at url: URL) throws -> StoredState {
-        let values = try metadata(["fingerprint", "schema", "schemaVersion", "decimals"], of: url)
-        let history = try readOnlyValue("SELECT MAX(version) FROM skyros_schema", of: url)
-        return StoredState(
+        // One connection for a store with a history, two for one without.
+        var rows = try readOnlyRows(
+            "SELECT key, value FROM skyros_metadata UNION ALL SELECT ' history', MAX(version) FROM skyros_schema", of: url)
+        if rows == nil { rows = try readOnlyRows("SELECT key, value FROM skyros_metadata", of: url) }
+        var values: [String: String] = [:]
+        for row in rows ?? [] {
+            if let key = row[0], let value = row[1] { values[key] = value }
+        }
+        let history = values[" history"]
+        var state = StoredState(
             fingerprint: values["fingerprint"], json: values["schema"],
             version: history.flatMap { Int($0) } ?? values["schemaVersion"].flatMap { Int($0) } ?? 1,
             hasHistory: history != nil, decimals: values["decimals"])
+        state.format = values["format"]
+        return state
     }
 
     /// Creates the history table and records a version.

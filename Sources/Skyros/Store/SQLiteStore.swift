@@ -83,17 +83,21 @@ public final class SQLiteStore: ObjectStore, @unchecked Sendable {
         }
         do {
             if let url {
+                var migrating: DatabaseQueue?
                 if FileManager.default.fileExists(atPath: url.path),
                     try Self.checkBeforeOpening(url, schema: schema, plan: migrations)
                 {
                     // Migrated (or its records refreshed) through a plain connection: opening
-                    // a pool commits a transaction of its own (GRDB makes sure a WAL file
-                    // exists), and a migration that fails must leave the file as it was.
+                    // a pool commits a transaction of its own when the WAL file is missing or
+                    // empty (GRDB makes sure one exists), and a migration that fails must leave
+                    // the file as it was. Closed once the pool is open: the WAL the migration
+                    // wrote spares the pool's transaction, and the queue's close a checkpoint.
                     let queue = try DatabaseQueue(path: url.path, configuration: configuration)
                     writer = queue
                     try queue.writeWithoutTransaction { db in try self.openSchema(db, plan: migrations) }
-                    try queue.close()
+                    migrating = queue
                 }
+                defer { try? migrating?.close() }
                 let pool = try DatabasePool(path: url.path, configuration: configuration)
                 // GRDB sets synchronous=NORMAL when it enables WAL, after prepareDatabase:
                 // set the requested durability again on the writer connection.
@@ -157,7 +161,7 @@ public final class SQLiteStore: ObjectStore, @unchecked Sendable {
     ///   records brought up to date).
     private static func checkBeforeOpening(_ url: URL, schema: Schema, plan: MigrationPlan) throws -> Bool {
         let state = try storedState(at: url)
-        if let format = try metadata(["format"], of: url)["format"], format != Self.format {
+        if let format = state.format, format != Self.format {
             throw SkyrosError(
                 .schemaMismatch,
                 "the store at \(url.path) has file format \(format), this Skyros reads format \(Self.format); the file was left untouched")
