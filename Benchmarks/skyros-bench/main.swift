@@ -42,17 +42,10 @@ if arguments.count == 2 && arguments[0] == "garbage-daemon" {
 let json = arguments.contains("--json")
 let quick = arguments.contains("--quick")
 // `profile-insert` and `profile-fetch` are hidden suites for profilers (Profile.swift).
-<<<<<<< HEAD
 let suites = ["embedded", "shared", "contention", "observe", "backup", "migrate", "profile-insert", "profile-fetch", "profile-shared"]
 guard let suite = arguments.first, suites.contains(suite) else {
     FileHandle.standardError.write(
         Data("usage: skyros-bench embedded|shared|contention|observe|backup|migrate [--json] [--quick] [--only fetch|saves|iterate] [--garbage]\n".utf8))
-=======
-let suites = ["embedded", "shared", "contention", "migrate", "profile-insert", "profile-fetch", "profile-shared"]
-guard let suite = arguments.first, suites.contains(suite) else {
-    FileHandle.standardError.write(
-        Data("usage: skyros-bench embedded|shared|contention|migrate [--json] [--quick] [--only fetch|saves|iterate] [--garbage]\n".utf8))
->>>>>>> fe1b97e (skyros-bench migrate: 1 M rows, add + rename (ALTER TABLE) and a table rebuild against hand-written SQL on a copy of the same file, peak RSS growth; the migration's connection stays open until the pool is (no extra GRDB transaction, no extra checkpoint) and the file's state is read through one read-only connection; README figures)
     exit(64)
 }
 
@@ -97,14 +90,11 @@ if suite == "backup" {
 } else if suite == "shared" {
     try SharedBenchmark(directory: directory, saveSamples: quick ? 100 : 300, insertCount: quick ? 5_000 : 50_000)
         .run(report: report)
-<<<<<<< HEAD
 } else if suite == "observe" {
     try ObserveBenchmark(directory: directory, sizes: quick ? [10_000] : [10_000, 100_000], samples: quick ? 200 : 1_000)
         .run(report: report)
-=======
 } else if suite == "migrate" {
     try MigrateBenchmark(directory: directory, rows: quick ? 100_000 : 1_000_000, rounds: quick ? 1 : 3).run(report: report)
->>>>>>> fe1b97e (skyros-bench migrate: 1 M rows, add + rename (ALTER TABLE) and a table rebuild against hand-written SQL on a copy of the same file, peak RSS growth; the migration's connection stays open until the pool is (no extra GRDB transaction, no extra checkpoint) and the file's state is read through one read-only connection; README figures)
 } else if suite == "embedded" {
     try EmbeddedBenchmark(
         directory: directory, count: quick ? 10_000 : 100_000, iterateCount: quick ? 100_000 : 1_000_000,
