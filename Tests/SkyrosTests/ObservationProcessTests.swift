@@ -2,6 +2,7 @@ import Foundation
 import Skyros
 import SkyrosShared
 import SkyrosTestModels
+import SkyrosWire
 import Testing
 
 /// Observation across processes: a controller follows what other processes save through a
@@ -70,6 +71,63 @@ struct ObservationProcessTests {
         #expect(try converges(controller))
         store.mainContext.performAndWait {
             #expect(log.calls > callsBeforeRestart)
+            #expect(log.inconsistent.isEmpty, "\(log.inconsistent.prefix(3))")
+        }
+        kill(daemon.pid, SIGTERM)
+        #expect(daemon.wait() == .exited(0))
+    }
+
+    @Test("a controller whose client missed events (a tiny event queue, the main context held busy) catches up with consistent changes and converges")
+    func missedEvents() throws {
+        let groups = process.groupsDirectory()
+        defer { try? FileManager.default.removeItem(atPath: groups) }
+        let notify = try NotifySocket()
+        let daemon = try ChildProcess(
+            ["--group", "g", "--groups-dir", groups], executable: DaemonProcessTests.skyrosd,
+            environment: ["NOTIFY_SOCKET": notify.path])
+        #expect(notify.waitFor("READY=1"))
+        let container = URL(fileURLWithPath: groups).appendingPathComponent("g")
+        // Events are dropped as soon as this client falls behind: it catches up by changes-since.
+        let store = Skyros(
+            sharedStack: try RemoteStore(
+                schema: testSchema, container: GroupContainer(url: container), timeout: 10, eventQueueLimit: 1,
+                eventSocketBufferBytes: 4_096),
+            savesOnStop: false)
+        let controller = FetchedResultsController<User>(
+            fetch: ObservationTests.descriptor, sectionKeyPath: \.lastnameInitial, context: store.mainContext)
+        final class Log: @unchecked Sendable {
+            var previous = SectionedIDs([FetchedResultsSection<User>]())
+            var calls = 0
+            var inconsistent: [String] = []
+        }
+        let log = Log()
+        controller.onChange = { [unowned controller] changes in
+            var invalid: [String] = []
+            let applied = log.previous.applying(changes, invalid: &invalid)
+            let now = SectionedIDs(controller.sections)
+            if applied != now || !invalid.isEmpty { log.inconsistent.append("\(invalid) \(applied) vs \(now)") }
+            log.previous = now
+            log.calls += 1
+        }
+        try controller.performFetch()
+        // The main context is held busy while another process writes: the event thread cannot
+        // merge, its queue overflows, and events are lost.
+        let release = DispatchSemaphore(value: 0)
+        let held = DispatchSemaphore(value: 0)
+        store.mainContext.perform {
+            held.signal()
+            _ = release.wait(timeout: .now() + 60)
+        }
+        #expect(held.wait(timeout: .now() + 5) == .success)
+        // More saves than the daemon's per-subscriber queue (1,000) holds: some events are dropped.
+        let writer = try ChildProcess(["observed-writer", container.path, "3", "1200"])
+        #expect(writer.wait(seconds: 60) == .exited(0))
+        release.signal()
+        #expect(try converges(controller))
+        store.mainContext.performAndWait {
+            #expect(log.calls >= 1)
+            // Caught up in consolidated changes (a page of the history at a time), not one per save.
+            #expect(log.calls < 600, "\(log.calls) calls for 1,200 saves")
             #expect(log.inconsistent.isEmpty, "\(log.inconsistent.prefix(3))")
         }
         kill(daemon.pid, SIGTERM)
