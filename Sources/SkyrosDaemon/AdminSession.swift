@@ -52,6 +52,8 @@ public final class AdminSessions: @unchecked Sendable {
         var schemaVersion: UInt64
         var sessions: SessionTable
         var container: GroupContainer
+        /// Tells the connection guard the connection said hello (it is not closed by the hello timeout).
+        var welcomed: () -> Void
         var send: (Data, [UInt8]) -> Void
     }
 
@@ -103,6 +105,7 @@ public final class AdminSessions: @unchecked Sendable {
             }
             if admins.count >= 1_024 { admins.removeAll() }
             admins[identity] = name
+            state.welcomed()
             logConnection("admin session", name: name, pid: pid, uid: peer?.uid, requestID: header.requestID)
             let welcome = WireMessage.Welcome(
                 sequence: state.sequence, eventTopic: WireProtocol.broadcastTopic, storeEpoch: state.epoch,

@@ -345,7 +345,7 @@ public final class DaemonServer: @unchecked Sendable {
         let identity = frames[0]
         let bytes = [UInt8](frames[1])
         admin.activity.seen(identity, peer: peer)
-        let outcome = admin.intercept(bytes, identity: identity, peer: peer, state: adminState())
+        let outcome = admin.intercept(bytes, identity: identity, peer: peer, state: adminState(descriptor))
         if case .answered = outcome { return }
         if case .notAdmin = outcome, let refusal = access.refusal(of: peer) {
             reply(to: identity, WireMessage(requestID: WireHeader(bytes)?.requestID ?? 0, body: .error(
@@ -593,10 +593,12 @@ public final class DaemonServer: @unchecked Sendable {
     }
 
     /// What an admin session's request may read of the server (AdminSession.swift).
-    private func adminState() -> AdminSessions.ServerState {
+    private func adminState(_ descriptor: Int32) -> AdminSessions.ServerState {
         AdminSessions.ServerState(
             store: store, sequence: sequence, epoch: epoch, schemaVersion: schemaVersion, sessions: sessions,
-            container: configuration.container, send: { [unowned self] identity, message in
+            container: configuration.container,
+            welcomed: { [unowned self] in connectionGuard?.welcomed(descriptor: descriptor) },
+            send: { [unowned self] identity, message in
                 if let header = WireHeader(message), header.kind == WireProtocol.Kind.error.rawValue,
                     case .error(let code, let text)? = try? WireMessage.decode(message).body
                 {

@@ -83,7 +83,7 @@ package final class OnlineBackup: @unchecked Sendable {
         guard let backup, !isComplete else { return isComplete }
         let code = sqlite3_backup_step(backup, Int32(max(1, pages)))
         total = UInt64(max(0, sqlite3_backup_pagecount(backup)))
-        copied = total - UInt64(max(0, sqlite3_backup_remaining(backup)))
+        copied = total - min(total, UInt64(max(0, sqlite3_backup_remaining(backup))))
         switch code {
         case SQLITE_DONE:
             isComplete = true

@@ -3,6 +3,8 @@ import GRDB
 import Skyros
 import SkyrosShared
 import SkyrosTestModels
+import SkyrosWire
+import SkyrosZeroMQ
 import Testing
 
 /// What a run of the built `skyros` printed and how it ended.
@@ -431,5 +433,39 @@ struct OperatingToolTests {
         let file = try Self.run(["watch", "--store", container.path + "/store.sqlite", "--since", "0", "--count", "2"])
         #expect(file.status == 0)
         #expect(file.stdout.contains("#1 ") && file.stdout.contains("#2 ") && file.stdout.contains("control"), "\(file.stdout)")
+    }
+
+    @Test("an admin session counts as having said hello: idle past the hello timeout, it is still answered")
+    func adminSessionOutlivesTheHelloTimeout() throws {
+        let root = Self.directory()
+        defer { try? FileManager.default.removeItem(atPath: root) }
+        let daemon = try ConnectionLimitProcessTests().startDaemon(root, arguments: ["--hello-timeout", "0.2"])
+        defer {
+            kill(daemon.pid, SIGTERM)
+            daemon.wait()
+        }
+        let container = GroupContainer(url: URL(fileURLWithPath: root).appendingPathComponent("g"))
+        _ = try Self.populate(container.url, users: 1)
+        let context = try ZeroMQContext()
+        defer { context.shutdown() }
+        let dealer = try ZeroMQSocket(context: context, kind: .dealer)
+        defer { dealer.close() }
+        try dealer.setReceiveTimeout(milliseconds: 5_000)
+        try dealer.connect(container.requestsEndpoint)
+        try dealer.send([Data(AdminMessage.hello(clientName: "ops", pid: 1).encoded(requestID: 1))])
+        guard case .welcome? = try? WireMessage.decode([UInt8](try dealer.receive().last ?? Data())).body else {
+            Issue.record("no welcome")
+            return
+        }
+        // Five times the hello timeout: a connection that had not said hello would be closed
+        // (and the reply to a request on it lost, as a long backup's end was before the fix).
+        usleep(1_000_000)
+        try dealer.send([Data(AdminMessage.status.encoded(requestID: 2))])
+        let reply = try AdminMessage.decode([UInt8](try dealer.receive().last ?? Data()))
+        #expect(reply.requestID == 2)
+        guard case .statusReply = reply.message else {
+            Issue.record("not a status: \(reply.message)")
+            return
+        }
     }
 }
