@@ -30,7 +30,9 @@ struct BackupBenchmark {
         // Idle: the daemon's backup, then sqlite3's, of the same file (warm page cache for both).
         let idle = try Self.backupThroughDaemon(container, to: directory.appendingPathComponent("idle.sqlite").path)
         var shellSeconds = 0.0
-        if let shell = ["/usr/bin/sqlite3", "/usr/local/bin/sqlite3"].first(where: FileManager.default.isExecutableFile(atPath:)) {
+        if let shell = ["/usr/bin/sqlite3", "/usr/local/bin/sqlite3"].first(
+            where: FileManager.default.isExecutableFile(atPath:))
+        {
             let copy = directory.appendingPathComponent("shell.sqlite").path
             shellSeconds = try Clock.seconds {
                 let process = Process()
@@ -40,7 +42,9 @@ struct BackupBenchmark {
                 process.waitUntilExit()
             }
         }
-        for name in ["idle.sqlite", "shell.sqlite"] { try? FileManager.default.removeItem(at: directory.appendingPathComponent(name)) }
+        for name in ["idle.sqlite", "shell.sqlite"] {
+            try? FileManager.default.removeItem(at: directory.appendingPathComponent(name))
+        }
 
         // The writers alone, then beside a backup started when they start, for as long as it lasts.
         let seconds = max(2, idle.seconds * 1.2)
@@ -68,23 +72,39 @@ struct BackupBenchmark {
         let aloneLatencies = alone.flatMap { Array(FloodBenchmark.numbers(after: "RESULT ", in: $0).dropFirst()) }
         let busyLatencies = busy.flatMap { Array(FloodBenchmark.numbers(after: "RESULT ", in: $0).dropFirst()) }
         // The daemon's time includes its PRAGMA integrity_check of the copy; sqlite3's checks nothing.
-        FileHandle.standardError.write(Data(String(
-            format: "backup: a %.0f MB store of %d objects, 4 writers saving one object at a time (writeAndWait)\n",
-            storeBytes / 1_048_576, rows).utf8))
-        report(Row(name: "backup: writers' save p99 during backup (vs without)", unit: "us",
-                   skyros: percentile(busyLatencies, 99), baseline: percentile(aloneLatencies, 99)))
-        report(Row(name: "backup: writers' save p50 during backup (vs without)", unit: "us",
-                   skyros: percentile(busyLatencies, 50), baseline: percentile(aloneLatencies, 50)))
-        report(Row(name: "backup: writers' saves/s during backup (vs without)", unit: "saves/s",
-                   skyros: Double(busyLatencies.count) / seconds, baseline: Double(aloneLatencies.count) / seconds))
-        report(Row(name: "backup: MB/s via daemon, idle (vs sqlite3 .backup)", unit: "MB/s",
-                   skyros: storeBytes / 1_048_576 / idle.seconds,
-                   baseline: shellSeconds > 0 ? storeBytes / 1_048_576 / shellSeconds : 0))
-        report(Row(name: "backup: MB/s via daemon, 4 writers (vs sqlite3)", unit: "MB/s",
-                   skyros: storeBytes / 1_048_576 / (during?.seconds ?? 1),
-                   baseline: shellSeconds > 0 ? storeBytes / 1_048_576 / shellSeconds : 0))
-        report(Row(name: "backup: seconds via daemon, 4 writers (vs idle)", unit: "s",
-                   skyros: during?.seconds ?? 0, baseline: idle.seconds))
+        FileHandle.standardError.write(
+            Data(
+                String(
+                    format:
+                        "backup: a %.0f MB store of %d objects, 4 writers saving one object at a time (writeAndWait)\n",
+                    storeBytes / 1_048_576, rows
+                ).utf8))
+        report(
+            Row(
+                name: "backup: writers' save p99 during backup (vs without)", unit: "us",
+                skyros: percentile(busyLatencies, 99), baseline: percentile(aloneLatencies, 99)))
+        report(
+            Row(
+                name: "backup: writers' save p50 during backup (vs without)", unit: "us",
+                skyros: percentile(busyLatencies, 50), baseline: percentile(aloneLatencies, 50)))
+        report(
+            Row(
+                name: "backup: writers' saves/s during backup (vs without)", unit: "saves/s",
+                skyros: Double(busyLatencies.count) / seconds, baseline: Double(aloneLatencies.count) / seconds))
+        report(
+            Row(
+                name: "backup: MB/s via daemon, idle (vs sqlite3 .backup)", unit: "MB/s",
+                skyros: storeBytes / 1_048_576 / idle.seconds,
+                baseline: shellSeconds > 0 ? storeBytes / 1_048_576 / shellSeconds : 0))
+        report(
+            Row(
+                name: "backup: MB/s via daemon, 4 writers (vs sqlite3)", unit: "MB/s",
+                skyros: storeBytes / 1_048_576 / (during?.seconds ?? 1),
+                baseline: shellSeconds > 0 ? storeBytes / 1_048_576 / shellSeconds : 0))
+        report(
+            Row(
+                name: "backup: seconds via daemon, 4 writers (vs idle)", unit: "s",
+                skyros: during?.seconds ?? 0, baseline: idle.seconds))
     }
 
     /// A store of at least `megabytes` MB: rows of about 250 bytes (small enough to need no
@@ -119,14 +139,17 @@ struct BackupBenchmark {
         defer { dealer.close() }
         try dealer.setReceiveTimeout(milliseconds: 600_000)
         try dealer.connect(container.requestsEndpoint)
-        try dealer.send([Data(AdminMessage.hello(clientName: "skyros-bench", pid: UInt64(getpid())).encoded(requestID: 1))])
+        try dealer.send([
+            Data(AdminMessage.hello(clientName: "skyros-bench", pid: UInt64(getpid())).encoded(requestID: 1))
+        ])
         _ = try dealer.receive()
         let start = Clock.now()
         try dealer.send([Data(AdminMessage.backup(path: path, pagesPerStep: 0).encoded(requestID: 2))])
         while true {
             let bytes = [UInt8](try dealer.receive().last ?? Data())
             guard case .backupProgress(let progress)? = try? AdminMessage.decode(bytes).message else {
-                throw SkyrosError(.storeFailure, "the backup failed: \((try? WireMessage.decode(bytes).body).map { "\($0)" } ?? "?")")
+                throw SkyrosError(
+                    .storeFailure, "the backup failed: \((try? WireMessage.decode(bytes).body).map { "\($0)" } ?? "?")")
             }
             if progress.done {
                 try? FileManager.default.removeItem(atPath: path)

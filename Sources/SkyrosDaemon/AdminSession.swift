@@ -75,7 +75,9 @@ public final class AdminSessions: @unchecked Sendable {
 
     /// Takes a request first: admin kinds are answered here, and so are requests of admin
     /// sessions that are not theirs to send.
-    func intercept(_ bytes: [UInt8], identity: Data, peer: PeerCredentials?, state: @autoclosure () -> ServerState) -> Outcome {
+    func intercept(_ bytes: [UInt8], identity: Data, peer: PeerCredentials?, state: @autoclosure () -> ServerState)
+        -> Outcome
+    {
         guard let header = WireHeader(bytes), header.version == WireProtocol.version else { return .notAdmin }
         guard AdminMessage.isAdmin(header) else {
             guard let name = admins[identity] else { return .notAdmin }
@@ -87,7 +89,9 @@ public final class AdminSessions: @unchecked Sendable {
                 return .notAdmin
             default:
                 let state = state()
-                reply(identity, header.requestID, error: .malformedMessage, "an admin session (\(name)) cannot send a \(header.kind) request", state.send)
+                reply(
+                    identity, header.requestID, error: .malformedMessage,
+                    "an admin session (\(name)) cannot send a \(header.kind) request", state.send)
                 return .answered
             }
         }
@@ -102,7 +106,9 @@ public final class AdminSessions: @unchecked Sendable {
         }
         if case .hello(let name, let pid) = message {
             guard name.utf8.count <= WireProtocol.maximumClientNameBytes else {
-                reply(identity, header.requestID, error: .malformedMessage, "the client name is longer than \(WireProtocol.maximumClientNameBytes) bytes", state.send)
+                reply(
+                    identity, header.requestID, error: .malformedMessage,
+                    "the client name is longer than \(WireProtocol.maximumClientNameBytes) bytes", state.send)
                 return .answered
             }
             if admins.count >= 1_024 { admins.removeAll() }
@@ -116,7 +122,9 @@ public final class AdminSessions: @unchecked Sendable {
             return .answered
         }
         guard admins[identity] != nil else {
-            reply(identity, header.requestID, error: .helloRequired, "open an admin session first (adminHello)", state.send)
+            reply(
+                identity, header.requestID, error: .helloRequired, "open an admin session first (adminHello)",
+                state.send)
             return .answered
         }
         do {
@@ -130,7 +138,9 @@ public final class AdminSessions: @unchecked Sendable {
         return .answered
     }
 
-    private func answer(_ message: AdminMessage, identity: Data, requestID: UInt64, state: ServerState) throws -> AdminMessage? {
+    private func answer(_ message: AdminMessage, identity: Data, requestID: UInt64, state: ServerState) throws
+        -> AdminMessage?
+    {
         switch message {
         case .status:
             return .statusReply(json: try status(state))
@@ -146,10 +156,15 @@ public final class AdminSessions: @unchecked Sendable {
             updateGauges(state)
             return .metricsReply(metrics.exposition())
         case .backup(let path, let pages):
-            guard state.store != nil else { throw SkyrosError(.storeFailure, "the group has no store yet: nothing to back up") }
-            guard path.hasPrefix("/") else { throw SkyrosError(.storeFailure, "the backup path must be absolute, not \(path)") }
+            guard state.store != nil else {
+                throw SkyrosError(.storeFailure, "the group has no store yet: nothing to back up")
+            }
+            guard path.hasPrefix("/") else {
+                throw SkyrosError(.storeFailure, "the backup path must be absolute, not \(path)")
+            }
             try startBackup(
-                of: state.container.store, to: URL(fileURLWithPath: path), pages: pages == 0 ? Self.pagesPerStep : Int(min(pages, 1 << 20)),
+                of: state.container.store, to: URL(fileURLWithPath: path),
+                pages: pages == 0 ? Self.pagesPerStep : Int(min(pages, 1 << 20)),
                 identity: identity, requestID: requestID)
             return nil
         case .hello, .statusReply, .historyReply, .backupProgress, .schemaReply, .metricsReply:
@@ -173,7 +188,10 @@ public final class AdminSessions: @unchecked Sendable {
             ])
         }
         var historyBytes: Int64 = 0
-        if let store = state.store, case .integer(let bytes)? = try store.rows("SELECT coalesce(sum(length(event)), 0) FROM skyros_history").first?.first {
+        if let store = state.store,
+            case .integer(let bytes)? = try store.rows("SELECT coalesce(sum(length(event)), 0) FROM skyros_history")
+                .first?.first
+        {
             historyBytes = bytes
         }
         let object: [String: Any] = [
@@ -227,7 +245,9 @@ public final class AdminSessions: @unchecked Sendable {
     func welcomed(_ identity: Data, _ hello: WireMessage.Hello, requestID: UInt64, sessions: Int) {
         metrics.welcomes.increment()
         metrics.clients.record(sessions)
-        logConnection("hello", name: hello.clientName, pid: hello.pid, uid: activity.connections[identity]?.uid, requestID: requestID)
+        logConnection(
+            "hello", name: hello.clientName, pid: hello.pid, uid: activity.connections[identity]?.uid,
+            requestID: requestID)
     }
 
     /// An error reply goes out.
@@ -300,7 +320,9 @@ public final class AdminSessions: @unchecked Sendable {
         return decision
     }
 
-    private func refuse(_ identity: Data, _ requestID: UInt64, _ peer: PeerCredentials?, _ send: (Data, [UInt8]) -> Void) -> Outcome {
+    private func refuse(
+        _ identity: Data, _ requestID: UInt64, _ peer: PeerCredentials?, _ send: (Data, [UInt8]) -> Void
+    ) -> Outcome {
         let who = peer.map { "user \($0.uid)" } ?? "a peer whose credentials cannot be read"
         reply(
             identity, requestID, error: .permissionDenied,
@@ -309,7 +331,10 @@ public final class AdminSessions: @unchecked Sendable {
         return .answered
     }
 
-    private func reply(_ identity: Data, _ requestID: UInt64, error code: SkyrosError.Code, _ message: String, _ send: (Data, [UInt8]) -> Void) {
+    private func reply(
+        _ identity: Data, _ requestID: UInt64, error code: SkyrosError.Code, _ message: String,
+        _ send: (Data, [UInt8]) -> Void
+    ) {
         send(identity, WireMessage(requestID: requestID, body: .error(code: code.rawValue, message: message)).encoded())
     }
 
@@ -352,12 +377,15 @@ public final class AdminSessions: @unchecked Sendable {
                 done.done = true
                 done.bytes = bytes
                 post(AdminMessage.backupProgress(done).encoded(requestID: requestID))
-                let line = "backup to \(destination.path): \(bytes) bytes, sequence \(backup.sequence), integrity check ok"
+                let line =
+                    "backup to \(destination.path): \(bytes) bytes, sequence \(backup.sequence), integrity check ok"
                 if let logger { logger.info("\(line)") } else { log(line) }
             } catch {
                 backup.abandon()
                 let error = SkyrosError.wrap(error)
-                post(WireMessage(requestID: requestID, body: .error(code: error.code.rawValue, message: error.message)).encoded())
+                post(
+                    WireMessage(requestID: requestID, body: .error(code: error.code.rawValue, message: error.message))
+                        .encoded())
                 let line = "backup to \(destination.path) failed: \(error.message)"
                 if let logger { logger.error("\(line)") } else { log(line) }
             }

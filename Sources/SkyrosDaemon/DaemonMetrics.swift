@@ -49,7 +49,8 @@ final class DaemonMetrics: @unchecked Sendable {
     func error(_ code: String) {
         let counter = lock.withLock {
             if let counter = errors[code] { return counter }
-            let counter = CoreMetrics.Counter(label: "skyros_errors_total", dimensions: [("code", code)], factory: factory)
+            let counter = CoreMetrics.Counter(
+                label: "skyros_errors_total", dimensions: [("code", code)], factory: factory)
             errors[code] = counter
             return counter
         }

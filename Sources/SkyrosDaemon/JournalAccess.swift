@@ -14,7 +14,9 @@ package enum JournalAccess {
     /// The last sequence given (0 without a change log).
     package static func sequence(of store: SQLiteStore) throws -> UInt64 {
         guard try hasJournal(store) else { return 0 }
-        guard case .integer(let value)? = try store.rows("SELECT max(sequence) FROM skyros_history").first?.first else { return 0 }
+        guard case .integer(let value)? = try store.rows("SELECT max(sequence) FROM skyros_history").first?.first else {
+            return 0
+        }
         return UInt64(max(0, value))
     }
 
@@ -32,7 +34,8 @@ package enum JournalAccess {
         for row in rows.prefix(Int(page)) {
             guard case .integer(let sequence) = row[0], case .real(let timestamp) = row[3] else { continue }
             var entry = AdminMessage.HistoryEntry(
-                sequence: UInt64(sequence), kind: .changes, authorID: ChangeEvent.noAuthor, author: "", timestamp: timestamp,
+                sequence: UInt64(sequence), kind: .changes, authorID: ChangeEvent.noAuthor, author: "",
+                timestamp: timestamp,
                 inserted: 0, updated: 0, deleted: 0)
             if case .text(let client) = row[1], let id = UUID(uuidString: client) { entry.authorID = id }
             if case .text(let process) = row[2] { entry.author = process }

@@ -37,7 +37,9 @@ package final class OnlineBackup: @unchecked Sendable {
         self.destination = destination
         partial = destination.path + ".partial"
         func failure(_ what: String, _ db: OpaquePointer?) -> SkyrosError {
-            SkyrosError(.storeFailure, "backup to \(destination.path): \(what)\(db.map { ": " + String(cString: sqlite3_errmsg($0)) } ?? "")")
+            SkyrosError(
+                .storeFailure,
+                "backup to \(destination.path): \(what)\(db.map { ": " + String(cString: sqlite3_errmsg($0)) } ?? "")")
         }
         guard !FileManager.default.fileExists(atPath: destination.path) else {
             throw SkyrosError(.storeFailure, "backup to \(destination.path): the file exists; choose a new path")
@@ -48,7 +50,8 @@ package final class OnlineBackup: @unchecked Sendable {
         guard !FileManager.default.fileExists(atPath: partial) else {
             throw SkyrosError(
                 .storeFailure,
-                "backup to \(destination.path): \(partial) exists (a backup in progress, or one that was interrupted: remove it)")
+                "backup to \(destination.path): \(partial) exists (a backup in progress, or one that was interrupted: remove it)"
+            )
         }
         do {
             guard sqlite3_open_v2(store.path, &source, SQLITE_OPEN_READONLY, nil) == SQLITE_OK else {
@@ -56,9 +59,12 @@ package final class OnlineBackup: @unchecked Sendable {
             }
             sqlite3_busy_timeout(source, 5_000)
             // The snapshot: a read transaction held until the backup ends.
-            guard sqlite3_exec(source, "BEGIN", nil, nil, nil) == SQLITE_OK else { throw failure("cannot begin", source) }
+            guard sqlite3_exec(source, "BEGIN", nil, nil, nil) == SQLITE_OK else {
+                throw failure("cannot begin", source)
+            }
             if Self.integer(source, "SELECT count(*) FROM sqlite_master WHERE name = 'skyros_history'") == 1 {
-                sequence = UInt64(max(0, Self.integer(source, "SELECT coalesce(max(sequence), 0) FROM skyros_history") ?? 0))
+                sequence = UInt64(
+                    max(0, Self.integer(source, "SELECT coalesce(max(sequence), 0) FROM skyros_history") ?? 0))
             } else {
                 _ = Self.integer(source, "SELECT count(*) FROM sqlite_master")  // starts the read transaction
             }
@@ -151,7 +157,8 @@ package final class OnlineBackup: @unchecked Sendable {
     private static func integer(_ db: OpaquePointer?, _ sql: String) -> Int64? {
         var statement: OpaquePointer?
         defer { sqlite3_finalize(statement) }
-        guard sqlite3_prepare_v2(db, sql, -1, &statement, nil) == SQLITE_OK, sqlite3_step(statement) == SQLITE_ROW else {
+        guard sqlite3_prepare_v2(db, sql, -1, &statement, nil) == SQLITE_OK, sqlite3_step(statement) == SQLITE_ROW
+        else {
             return nil
         }
         return sqlite3_column_int64(statement, 0)
@@ -160,7 +167,8 @@ package final class OnlineBackup: @unchecked Sendable {
     private static func text(_ db: OpaquePointer?, _ sql: String) -> String? {
         var statement: OpaquePointer?
         defer { sqlite3_finalize(statement) }
-        guard sqlite3_prepare_v2(db, sql, -1, &statement, nil) == SQLITE_OK, sqlite3_step(statement) == SQLITE_ROW else {
+        guard sqlite3_prepare_v2(db, sql, -1, &statement, nil) == SQLITE_OK, sqlite3_step(statement) == SQLITE_ROW
+        else {
             return nil
         }
         return sqlite3_column_text(statement, 0).map { String(cString: $0) }

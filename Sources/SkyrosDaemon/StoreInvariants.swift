@@ -17,8 +17,11 @@ package enum StoreInvariants {
             return 0
         }
         if try JournalAccess.hasJournal(store) {
-            let row = try store.rows("SELECT count(*), coalesce(min(sequence), 0), coalesce(max(sequence), 0) FROM skyros_history").first
-            if let row, case .integer(let rows) = row[0], case .integer(let first) = row[1], case .integer(let last) = row[2],
+            let row = try store.rows(
+                "SELECT count(*), coalesce(min(sequence), 0), coalesce(max(sequence), 0) FROM skyros_history"
+            ).first
+            if let row, case .integer(let rows) = row[0], case .integer(let first) = row[1],
+                case .integer(let last) = row[2],
                 rows > 0, rows != last - first + 1
             {
                 let gaps = try store.rows(
@@ -32,7 +35,8 @@ package enum StoreInvariants {
                 )
             }
             let ahead = try count(
-                "SELECT count(*) FROM skyros_saves WHERE sequence > (SELECT coalesce(max(sequence), 0) FROM skyros_history)")
+                "SELECT count(*) FROM skyros_saves WHERE sequence > (SELECT coalesce(max(sequence), 0) FROM skyros_history)"
+            )
             if ahead > 0 {
                 findings.append("\(ahead) exactly-once records name a sequence past the history's last")
             }
@@ -40,7 +44,8 @@ package enum StoreInvariants {
         let entities = Set(description.entities.map(\.name))
         for entity in description.entities {
             let table = quote(entity.name)
-            let bad = try count("SELECT count(*) FROM \(table) WHERE typeof(_id) != 'blob' OR length(_id) != 16 OR _version < 1")
+            let bad = try count(
+                "SELECT count(*) FROM \(table) WHERE typeof(_id) != 'blob' OR length(_id) != 16 OR _version < 1")
             if bad > 0 { findings.append("\(entity.name): \(bad) rows with a malformed identifier or version") }
             for property in entity.properties where property.kind != "toMany" {
                 let column = quote(property.name)
@@ -60,7 +65,8 @@ package enum StoreInvariants {
                 }
                 guard property.kind == "toOne", let destination = property.destination else { continue }
                 guard entities.contains(destination) else {
-                    findings.append("\(entity.name).\(property.name): its destination \(destination) is not in the schema")
+                    findings.append(
+                        "\(entity.name).\(property.name): its destination \(destination) is not in the schema")
                     continue
                 }
                 let dangling = try count(
@@ -69,12 +75,16 @@ package enum StoreInvariants {
                     (SELECT 1 FROM \(quote(destination)) d WHERE d._id = s.\(column))
                     """)
                 if dangling > 0 {
-                    findings.append("\(entity.name).\(property.name): \(dangling) rows point to a \(destination) that does not exist")
+                    findings.append(
+                        "\(entity.name).\(property.name): \(dangling) rows point to a \(destination) that does not exist"
+                    )
                 }
             }
         }
         return findings
     }
 
-    private static func quote(_ name: String) -> String { "\"" + name.replacingOccurrences(of: "\"", with: "\"\"") + "\"" }
+    private static func quote(_ name: String) -> String {
+        "\"" + name.replacingOccurrences(of: "\"", with: "\"\"") + "\""
+    }
 }

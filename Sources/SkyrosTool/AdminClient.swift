@@ -12,7 +12,8 @@ final class AdminClient {
     private let socket: ZeroMQSocket
     private var nextRequest: UInt64 = 1
     /// The daemon's welcome: its sequence and schema version at the start of the session.
-    private(set) var welcome = WireMessage.Welcome(sequence: 0, eventTopic: 0, storeEpoch: ChangeEvent.noAuthor, schemaVersion: 0)
+    private(set) var welcome = WireMessage.Welcome(
+        sequence: 0, eventTopic: 0, storeEpoch: ChangeEvent.noAuthor, schemaVersion: 0)
     private let timeout: Int32
     private var cachedSchema: SchemaInfo?
 
@@ -26,7 +27,8 @@ final class AdminClient {
         } catch let error as SkyrosError {
             throw ToolFailure(ToolExit.notAllowed, error.message)
         }
-        guard FileManager.default.fileExists(atPath: container.requestsSocket), Self.isLocked(container.lockFile.path) else {
+        guard FileManager.default.fileExists(atPath: container.requestsSocket), Self.isLocked(container.lockFile.path)
+        else {
             throw ToolFailure(
                 ToolExit.unavailable,
                 "no daemon serves the group at \(container.url.path): start it (systemctl start skyrosd@GROUP, or skyrosd --group GROUP), or use --store FILE"
@@ -94,7 +96,8 @@ final class AdminClient {
             } catch let error as ZeroMQError where error.isTimeout {
                 throw ToolFailure(
                     ToolExit.unavailable,
-                    "the daemon of \(container.url.path) did not answer within \((timeoutMilliseconds ?? timeout) / 1000) s")
+                    "the daemon of \(container.url.path) did not answer within \((timeoutMilliseconds ?? timeout) / 1000) s"
+                )
             }
             let bytes = [UInt8](frames.last ?? Data())
             guard let header = WireHeader(bytes), header.requestID == id else { continue }
@@ -114,7 +117,10 @@ final class AdminClient {
             if case .error(let code, let message) = body {
                 // A daemon of an earlier version answers admin kinds as reserved.
                 if code == SkyrosError.Code.malformedMessage.rawValue && message.contains("reserved") {
-                    throw ToolFailure(ToolExit.unavailable, "the daemon of \(container.url.path) does not serve admin sessions (upgrade skyrosd): \(message)")
+                    throw ToolFailure(
+                        ToolExit.unavailable,
+                        "the daemon of \(container.url.path) does not serve admin sessions (upgrade skyrosd): \(message)"
+                    )
                 }
                 throw SkyrosError(SkyrosError.Code(rawValue: code), "the daemon refused: \(message) (\(code))")
             }
@@ -158,7 +164,9 @@ extension AdminClient: OperatedStore {
     func schema() throws -> SchemaInfo {
         if let cachedSchema { return cachedSchema }
         let reply = try admin(.describeSchema)
-        guard case .admin(.schemaReply(let json, let fingerprint, let version)) = reply else { throw Self.unexpected(reply) }
+        guard case .admin(.schemaReply(let json, let fingerprint, let version)) = reply else {
+            throw Self.unexpected(reply)
+        }
         guard !json.isEmpty else {
             throw ToolFailure(ToolExit.failure, "the group has no store yet: its first client creates it")
         }
@@ -180,7 +188,8 @@ extension AdminClient: OperatedStore {
         while true {
             var condition = predicate
             if let after {
-                let next = PredicateNode.compare(.greater, .property(scope: 0, path: [PredicateNode.idProperty]), .constant(after.stored))
+                let next = PredicateNode.compare(
+                    .greater, .property(scope: 0, path: [PredicateNode.idProperty]), .constant(after.stored))
                 condition = condition.map { .and(next, $0) } ?? next
             }
             let reply = try wire(.fetch(StoreRequest(entityName: entity, predicate: condition, limit: 1_000)))
@@ -210,7 +219,8 @@ extension AdminClient: OperatedStore {
             let reply = try wire(.save(clientID: client, saveNumber: UInt64(index + 1), changes: chunk))
             switch reply {
             case .saved(let saved): sequence = saved
-            case .conflicts(let message, _): throw ToolFailure(ToolExit.failure, "the daemon refused a chunk: \(message)")
+            case .conflicts(let message, _):
+                throw ToolFailure(ToolExit.failure, "the daemon refused a chunk: \(message)")
             default: throw Self.unexpected(.wire(reply))
             }
             progress(index + 1)

@@ -74,16 +74,22 @@ struct FilterLanguage {
                 index += 1
             } else if character.isLetter || character == "_" {
                 var name = ""
-                while index < characters.count, characters[index].isLetter || characters[index].isNumber || characters[index] == "_" {
+                while index < characters.count,
+                    characters[index].isLetter || characters[index].isNumber || characters[index] == "_"
+                {
                     name.append(characters[index])
                     index += 1
                 }
                 tokens.append((.name(name), column))
-            } else if character.isNumber || (character == "-" && index + 1 < characters.count && characters[index + 1].isNumber) {
+            } else if character.isNumber
+                || (character == "-" && index + 1 < characters.count && characters[index + 1].isNumber)
+            {
                 var number = String(character)
                 index += 1
-                while index < characters.count, characters[index].isNumber || "._eE".contains(characters[index])
-                    || ((characters[index] == "-" || characters[index] == "+") && "eE".contains(characters[index - 1]))
+                while index < characters.count,
+                    characters[index].isNumber || "._eE".contains(characters[index])
+                        || ((characters[index] == "-" || characters[index] == "+")
+                            && "eE".contains(characters[index - 1]))
                 {
                     if characters[index] != "_" { number.append(characters[index]) }
                     index += 1
@@ -109,7 +115,9 @@ struct FilterLanguage {
                         case "n": value.append("\n")
                         case "t": value.append("\t")
                         case "\"", "\\": value.append(escaped)
-                        default: throw Failure(column: index - 1, message: "unknown escape \\\(escaped) (use \\\" \\\\ \\n \\t)")
+                        default:
+                            throw Failure(
+                                column: index - 1, message: "unknown escape \\\(escaped) (use \\\" \\\\ \\n \\t)")
                         }
                     } else {
                         value.append(next)
@@ -231,8 +239,12 @@ struct FilterLanguage {
 
     /// Both sides of a comparison, literals converted to the type of the property on the other side.
     private func typed(_ left: Parsed, _ right: Parsed) throws(Failure) -> (PredicateNode, PredicateNode) {
-        let l = try left.literal.map { literal throws(Failure) in PredicateNode.constant(try convert(literal, for: right.property)) }
-        let r = try right.literal.map { literal throws(Failure) in PredicateNode.constant(try convert(literal, for: left.property)) }
+        let l = try left.literal.map { literal throws(Failure) in
+            PredicateNode.constant(try convert(literal, for: right.property))
+        }
+        let r = try right.literal.map { literal throws(Failure) in
+            PredicateNode.constant(try convert(literal, for: left.property))
+        }
         return (l ?? left.predicate, r ?? right.predicate)
     }
 
@@ -277,23 +289,31 @@ struct FilterLanguage {
             if name == PredicateNode.idProperty && index == path.count - 1 { return nil }
             guard let property = entity.properties.first(where: { $0.name == name }) else {
                 let known = entity.properties.filter { $0.kind != "toMany" }.map(\.name).joined(separator: ", ")
-                throw Failure(column: column, message: "\(entity.name) has no property '\(name)' (it has: \(known), _id)")
+                throw Failure(
+                    column: column, message: "\(entity.name) has no property '\(name)' (it has: \(known), _id)")
             }
             if index == path.count - 1 {
                 guard property.kind != "toMany" else {
-                    throw Failure(column: column, message: "'\(name)' is a to-many relationship: the filter compares attributes and to-ones")
+                    throw Failure(
+                        column: column,
+                        message: "'\(name)' is a to-many relationship: the filter compares attributes and to-ones")
                 }
                 return property
             }
-            guard property.kind == "toOne", let destination = schema.entities.first(where: { $0.name == property.destination })
-            else { throw Failure(column: column, message: "'\(name)' is not a to-one relationship: it cannot be followed by '.'") }
+            guard property.kind == "toOne",
+                let destination = schema.entities.first(where: { $0.name == property.destination })
+            else {
+                throw Failure(
+                    column: column, message: "'\(name)' is not a to-one relationship: it cannot be followed by '.'")
+            }
             entity = destination
         }
         return nil
     }
 
     /// A literal as a stored value of `property` (or as its own storage class when there is none).
-    private func convert(_ literal: (json: JSONValue, column: Int), for property: SchemaDescription.Property?) throws(Failure)
+    private func convert(_ literal: (json: JSONValue, column: Int), for property: SchemaDescription.Property?)
+        throws(Failure)
         -> StoredValue
     {
         guard let property else {

@@ -40,7 +40,10 @@ extension StoreFile: OperatedStore {
             objects[entity.name] = .integer(Int64(try store.count(StoreRequest(entityName: entity.name))))
         }
         var historyBytes: Int64 = 0
-        if hasJournal, case .integer(let bytes)? = try store.rows("SELECT coalesce(sum(length(event)), 0) FROM skyros_history").first?.first {
+        if hasJournal,
+            case .integer(let bytes)? = try store.rows("SELECT coalesce(sum(length(event)), 0) FROM skyros_history")
+                .first?.first
+        {
             historyBytes = bytes
         }
         return [

@@ -40,7 +40,9 @@ struct Import: ParsableCommand {
         try reportingFailures {
             let data: Data
             do {
-                data = file == "-" ? FileHandle.standardInput.readDataToEndOfFile() : try Data(contentsOf: URL(fileURLWithPath: file))
+                data =
+                    file == "-"
+                    ? FileHandle.standardInput.readDataToEndOfFile() : try Data(contentsOf: URL(fileURLWithPath: file))
             } catch {
                 throw ToolFailure(ToolExit.failure, "cannot read \(file): \(error.localizedDescription)")
             }
@@ -90,9 +92,14 @@ struct Import: ParsableCommand {
             var bar = ProgressBar("import")
             let sequence: UInt64
             do {
-                sequence = try store.importChanges(chunks) { done in bar.update(done: Int64(done), total: Int64(chunks.count)) }
+                sequence = try store.importChanges(chunks) { done in
+                    bar.update(done: Int64(done), total: Int64(chunks.count))
+                }
             } catch let error as SkyrosError where error.code == .uniqueConstraintViolation && !upsert {
-                throw ToolFailure(ToolExit.failure, "\(error.message): an object of the file exists already (\(throughDaemon ? "the change sets before it were saved" : "nothing was imported")); --upsert updates such objects")
+                throw ToolFailure(
+                    ToolExit.failure,
+                    "\(error.message): an object of the file exists already (\(throughDaemon ? "the change sets before it were saved" : "nothing was imported")); --upsert updates such objects"
+                )
             }
             bar.finish()
             if target.json {
@@ -159,20 +166,33 @@ struct Import: ParsableCommand {
         let entities = Dictionary(description.entities.map { ($0.name, $0) }, uniquingKeysWith: { first, _ in first })
         for (offset, line) in data.split(separator: UInt8(ascii: "\n"), omittingEmptySubsequences: false).enumerated() {
             let number = offset + 1
-            guard !line.allSatisfy({ $0 == UInt8(ascii: " ") || $0 == UInt8(ascii: "\r") || $0 == UInt8(ascii: "\t") }) else { continue }
-            func refuse(_ message: String) -> ToolFailure { ToolFailure(ToolExit.failure, "line \(number): \(message)") }
-            guard let json = try? JSONValue.parse(Data(line)), case .object = json else { throw refuse("not a JSON object") }
+            guard !line.allSatisfy({ $0 == UInt8(ascii: " ") || $0 == UInt8(ascii: "\r") || $0 == UInt8(ascii: "\t") })
+            else { continue }
+            func refuse(_ message: String) -> ToolFailure {
+                ToolFailure(ToolExit.failure, "line \(number): \(message)")
+            }
+            guard let json = try? JSONValue.parse(Data(line)), case .object = json else {
+                throw refuse("not a JSON object")
+            }
             guard let name = json["entity"]?.stringValue else { throw refuse("no \"entity\"") }
             guard let entity = entities[name] else {
-                throw refuse("the store has no entity \(name) (it has: \(description.entities.map(\.name).joined(separator: ", ")))")
+                throw refuse(
+                    "the store has no entity \(name) (it has: \(description.entities.map(\.name).joined(separator: ", ")))"
+                )
             }
-            guard let idText = json["id"]?.stringValue, let uuid = UUID(uuidString: idText) else { throw refuse("no UUID \"id\"") }
-            guard case .object(let values)? = json["values"] ?? .object([:]) else { throw refuse("\"values\" is not an object") }
+            guard let idText = json["id"]?.stringValue, let uuid = UUID(uuidString: idText) else {
+                throw refuse("no UUID \"id\"")
+            }
+            guard case .object(let values)? = json["values"] ?? .object([:]) else {
+                throw refuse("\"values\" is not an object")
+            }
             for key in values.keys where !entity.properties.contains(where: { $0.name == key }) {
                 throw refuse("\(name) has no property \(key)")
             }
             var stored: [StoredValue] = []
-            var parsed = Parsed(snapshot: Snapshot(id: ObjectID(entityName: name, uuid: uuid), values: []), stored: [], toOnes: [], required: [])
+            var parsed = Parsed(
+                snapshot: Snapshot(id: ObjectID(entityName: name, uuid: uuid), values: []), stored: [], toOnes: [],
+                required: [])
             for (index, property) in entity.properties.enumerated() {
                 let value: StoredValue
                 do {
@@ -230,7 +250,9 @@ struct Watch: ParsableCommand {
 
     private func watchFile(_ file: StoreFile) throws {
         guard file.hasJournal else {
-            throw ToolFailure(ToolExit.failure, "the store at \(file.url.path) has no history to watch (an embedded store): watch a group with --group")
+            throw ToolFailure(
+                ToolExit.failure,
+                "the store at \(file.url.path) has no history to watch (an embedded store): watch a group with --group")
         }
         var last = try since ?? JournalAccess.sequence(of: file.store)
         var printed = 0
@@ -239,7 +261,9 @@ struct Watch: ParsableCommand {
                 "SELECT sequence, timestamp, event FROM skyros_history WHERE sequence > ? ORDER BY sequence LIMIT 1000",
                 [.integer(Int64(clamping: last))])
             for row in rows {
-                guard case .blob(let bytes) = row[2], case .event(let event)? = try? WireMessage.decode([UInt8](bytes)).body else { continue }
+                guard case .blob(let bytes) = row[2],
+                    case .event(let event)? = try? WireMessage.decode([UInt8](bytes)).body
+                else { continue }
                 var date = Date()
                 if case .real(let seconds) = row[1] { date = Date(timeIntervalSince1970: seconds) }
                 try show(event, date: date, schema: file.description)
@@ -283,7 +307,9 @@ struct Watch: ParsableCommand {
             do {
                 frames = try subscriber.receive()
             } catch let error as ZeroMQError where error.isTimeout {
-                throw ToolFailure(ToolExit.unavailable, "the daemon of \(client.container.url.path) went silent (no heartbeat for 2 s)")
+                throw ToolFailure(
+                    ToolExit.unavailable,
+                    "the daemon of \(client.container.url.path) went silent (no heartbeat for 2 s)")
             }
             guard let bytes = frames.last, let message = try? WireMessage.decode([UInt8](bytes)) else { continue }
             let events: [ChangeEvent] =
@@ -317,7 +343,9 @@ struct Watch: ParsableCommand {
                     "version": .integer(update.version), "values": .object(values),
                 ]
             }
-            let deleted: [JSONValue] = event.deleted.map { ["entity": .string($0.entityName), "id": .string($0.uuid.uuidString)] }
+            let deleted: [JSONValue] = event.deleted.map {
+                ["entity": .string($0.entityName), "id": .string($0.uuid.uuidString)]
+            }
             Output.line(
                 JSONValue.object([
                     "sequence": .integer(Int64(clamping: event.sequence)), "kind": .string(History.kind(event.kind)),

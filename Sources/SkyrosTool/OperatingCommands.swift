@@ -65,10 +65,14 @@ struct Status: ParsableCommand {
         if let rate = number("savesPerSecond") {
             let p50 = number("saveLatencyP50Micros").map { String(format: "%.2f ms", $0 / 1000) } ?? "-"
             let p99 = number("saveLatencyP99Micros").map { String(format: "%.2f ms", $0 / 1000) } ?? "-"
-            lines.append(String(format: "saves      %.1f/s over the last minute, latency p50 %@, p99 %@", rate, p50, p99))
+            lines.append(
+                String(format: "saves      %.1f/s over the last minute, latency p50 %@, p99 %@", rate, p50, p99))
         }
         if case .object(let objects)? = status["objects"] {
-            lines.append("objects    " + objects.keys.sorted().map { "\($0) \(Int64(objects[$0]?.doubleValue ?? 0))" }.joined(separator: ", "))
+            lines.append(
+                "objects    "
+                    + objects.keys.sorted().map { "\($0) \(Int64(objects[$0]?.doubleValue ?? 0))" }.joined(
+                        separator: ", "))
         }
         if status["path"] != nil, status["pid"] != .null {
             lines.append("clients    ask the daemon: skyros status --group ID")
@@ -84,7 +88,9 @@ struct Status: ParsableCommand {
                         client["saves"]?.doubleValue.map { String(Int($0)) } ?? "0",
                     ]
                 }
-                lines.append(contentsOf: table(["NAME", "PID", "UID", "CONNECTED", "LAST SEEN", "SAVES"], rows).map { "  " + $0 })
+                lines.append(
+                    contentsOf: table(["NAME", "PID", "UID", "CONNECTED", "LAST SEEN", "SAVES"], rows).map { "  " + $0 }
+                )
             }
         }
         return lines.joined(separator: "\n")
@@ -188,7 +194,9 @@ struct Dump: ParsableCommand {
     @OptionGroup var target: Target
 
     func validate() throws {
-        if filter != nil && entity == nil { throw ValidationError("--filter needs an ENTITY: the expression names its properties") }
+        if filter != nil && entity == nil {
+            throw ValidationError("--filter needs an ENTITY: the expression names its properties")
+        }
     }
 
     func run() throws {
@@ -214,7 +222,8 @@ struct Dump: ParsableCommand {
 
     static func line(_ snapshot: Snapshot, entity: SchemaDescription.Entity) -> JSONValue {
         var values: [String: JSONValue] = [:]
-        for (index, property) in entity.properties.enumerated() where property.kind != "toMany" && index < snapshot.values.count {
+        for (index, property) in entity.properties.enumerated()
+        where property.kind != "toMany" && index < snapshot.values.count {
             values[property.name] = ValueJSON.json(snapshot.values[index], of: property)
         }
         return ["entity": .string(entity.name), "id": .string(snapshot.id.uuid.uuidString), "values": .object(values)]
@@ -251,7 +260,8 @@ struct History: ParsableCommand {
                         Output.line(Self.json(entry).text)
                     } else {
                         rows.append([
-                            String(entry.sequence), entry.author.isEmpty ? "-" : entry.author, Output.date(seconds: entry.timestamp),
+                            String(entry.sequence), entry.author.isEmpty ? "-" : entry.author,
+                            Output.date(seconds: entry.timestamp),
                             entry.kind == .reset ? "reset" : "+\(entry.inserted) ~\(entry.updated) -\(entry.deleted)",
                         ])
                     }
@@ -313,7 +323,9 @@ struct Backup: ParsableCommand {
             let store = try operatedStore(target)
             let url = URL(fileURLWithPath: destination).standardizedFileURL
             var bar = ProgressBar("backup")
-            let result = try store.backup(to: url) { copied, total in bar.update(done: Int64(copied), total: Int64(total)) }
+            let result = try store.backup(to: url) { copied, total in
+                bar.update(done: Int64(copied), total: Int64(total))
+            }
             bar.finish()
             if target.json {
                 Output.line(
@@ -323,7 +335,8 @@ struct Backup: ParsableCommand {
                     ]).text)
             } else {
                 Output.line(
-                    "backed up to \(url.path): \(Output.bytes(Int64(result.bytes))), sequence \(result.sequence), integrity check ok")
+                    "backed up to \(url.path): \(Output.bytes(Int64(result.bytes))), sequence \(result.sequence), integrity check ok"
+                )
             }
         }
     }
@@ -360,7 +373,9 @@ struct Check: ParsableCommand {
                 findings.append(failure.message)
             }
             if target.json {
-                Output.line(JSONValue.object(["ok": .bool(findings.isEmpty), "findings": .array(findings.map { .string($0) })]).text)
+                Output.line(
+                    JSONValue.object(["ok": .bool(findings.isEmpty), "findings": .array(findings.map { .string($0) })])
+                        .text)
             } else if findings.isEmpty {
                 Output.line("ok: \(url.path) passes PRAGMA integrity_check and Skyros' invariants")
             } else {

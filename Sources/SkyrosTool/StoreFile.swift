@@ -32,10 +32,12 @@ final class StoreFile {
                 let fd = open(lockPath, O_RDONLY | O_CLOEXEC)
                 if fd >= 0 && flock(fd, LOCK_EX | LOCK_NB) != 0 {
                     Foundation.close(fd)
-                    let pid = (try? String(contentsOfFile: lockPath, encoding: .utf8))?.trimmingCharacters(in: .whitespacesAndNewlines)
+                    let pid = (try? String(contentsOfFile: lockPath, encoding: .utf8))?.trimmingCharacters(
+                        in: .whitespacesAndNewlines)
                     throw ToolFailure(
                         ToolExit.failure,
-                        "skyrosd\(pid.map { " (pid \($0))" } ?? "") serves the store at \(url.path): writing to it directly would bypass its clients; use --group ID to go through the daemon, or stop the daemon first")
+                        "skyrosd\(pid.map { " (pid \($0))" } ?? "") serves the store at \(url.path): writing to it directly would bypass its clients; use --group ID to go through the daemon, or stop the daemon first"
+                    )
                 }
                 lockDescriptor = fd
             }
@@ -84,7 +86,9 @@ final class StoreFile {
 
     /// A value of `skyros_metadata`.
     func metadata(_ key: String) -> String? {
-        guard case .text(let value)? = try? store.rows("SELECT value FROM skyros_metadata WHERE key = ?", [.text(key)]).first?.first
+        guard
+            case .text(let value)? = try? store.rows("SELECT value FROM skyros_metadata WHERE key = ?", [.text(key)])
+                .first?.first
         else { return nil }
         return value
     }

@@ -65,19 +65,22 @@ func printError(_ line: String) {
 
 /// Where an operating command works: through a group's daemon, or on a store file.
 struct Target: ParsableArguments {
-    @Option(help: ArgumentHelp(
-        "The application group to work on, through its running daemon (an admin session).",
-        valueName: "id"))
+    @Option(
+        help: ArgumentHelp(
+            "The application group to work on, through its running daemon (an admin session).",
+            valueName: "id"))
     var group: String?
 
-    @Option(help: ArgumentHelp(
-        "The directory holding group containers (default: $SKYROS_GROUPS_DIR, /var/lib/skyros, $XDG_DATA_HOME/skyros, as skyrosd resolves it).",
-        valueName: "dir"))
+    @Option(
+        help: ArgumentHelp(
+            "The directory holding group containers (default: $SKYROS_GROUPS_DIR, /var/lib/skyros, $XDG_DATA_HOME/skyros, as skyrosd resolves it).",
+            valueName: "dir"))
     var groupsDir: String?
 
-    @Option(help: ArgumentHelp(
-        "A store file to work on directly: an embedded store, or a group's store.sqlite (writing commands refuse a store a daemon serves).",
-        valueName: "file"))
+    @Option(
+        help: ArgumentHelp(
+            "A store file to work on directly: an embedded store, or a group's store.sqlite (writing commands refuse a store a daemon serves).",
+            valueName: "file"))
     var store: String?
 
     @Flag(help: "Print JSON for scripts (one document, or one JSON line per item for lists and streams).")
@@ -97,7 +100,9 @@ struct Target: ParsableArguments {
         guard let group else { throw ToolFailure(ToolExit.usage, "no --group given") }
         do {
             try Skyros.validateApplicationGroup(group)
-            if let groupsDir { return GroupContainer(url: URL(fileURLWithPath: groupsDir).appendingPathComponent(group)) }
+            if let groupsDir {
+                return GroupContainer(url: URL(fileURLWithPath: groupsDir).appendingPathComponent(group))
+            }
             return GroupContainer(url: try Skyros.containerURL(forApplicationGroup: group))
         } catch let error as SkyrosError {
             throw ToolFailure(ToolExit.usage, error.message)

@@ -46,7 +46,8 @@ enum ValueJSON {
         if json == .null { return .null }
         if property.kind == "toMany" { return .null }
         if property.kind == "toOne" {
-            guard let text = json.stringValue, let uuid = UUID(uuidString: String(text.split(separator: "/").last ?? ""))
+            guard let text = json.stringValue,
+                let uuid = UUID(uuidString: String(text.split(separator: "/").last ?? ""))
             else { throw refuse("an object ID (Entity/UUID)") }
             return uuid.stored
         }
@@ -59,8 +60,9 @@ enum ValueJSON {
             }
         case "date":
             if let text = json.stringValue {
-                guard let date = (try? Date.ISO8601FormatStyle(includingFractionalSeconds: true).parse(text))
-                    ?? (try? Date.ISO8601FormatStyle().parse(text))
+                guard
+                    let date = (try? Date.ISO8601FormatStyle(includingFractionalSeconds: true).parse(text))
+                        ?? (try? Date.ISO8601FormatStyle().parse(text))
                 else { throw refuse("an ISO 8601 date") }
                 return .real(date.timeIntervalSince1970)
             }
@@ -106,7 +108,9 @@ extension UUID {
     init?(bytes: Data) {
         guard bytes.count == 16 else { return nil }
         let b = [UInt8](bytes)
-        self.init(uuid: (b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12], b[13], b[14], b[15]))
+        self.init(
+            uuid: (b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12], b[13], b[14], b[15])
+        )
     }
 
     /// The UUID as the store keeps it: a 16-byte blob.

@@ -110,7 +110,8 @@ public enum AdminMessage: Sendable, Hashable {
     }
 
     static let adminKinds: Set<WireProtocol.Kind> = [
-        .adminHello, .status, .history, .backup, .describeSchema, .metrics, .statusReply, .historyReply, .backupProgress,
+        .adminHello, .status, .history, .backup, .describeSchema, .metrics, .statusReply, .historyReply,
+        .backupProgress,
         .schemaReply, .metricsReply,
     ]
 
@@ -169,7 +170,9 @@ public enum AdminMessage: Sendable, Hashable {
         guard version == WireProtocol.version else { throw .unsupportedVersion(version) }
         let tag = try reader.byte()
         let requestID = try reader.uvarint()
-        guard let kind = WireProtocol.Kind(rawValue: tag), adminKinds.contains(kind) else { throw .unknownMessageType(tag) }
+        guard let kind = WireProtocol.Kind(rawValue: tag), adminKinds.contains(kind) else {
+            throw .unknownMessageType(tag)
+        }
         let message: AdminMessage
         switch kind {
         case .adminHello:
@@ -205,8 +208,9 @@ public enum AdminMessage: Sendable, Hashable {
             let total = try reader.uvarint()
             let done = try reader.bool()
             let bytes = try reader.uvarint()
-            message = .backupProgress(BackupProgress(
-                copied: copied, total: total, done: done, bytes: bytes, sequence: try reader.uvarint()))
+            message = .backupProgress(
+                BackupProgress(
+                    copied: copied, total: total, done: done, bytes: bytes, sequence: try reader.uvarint()))
         case .schemaReply:
             let description = try reader.string()
             let fingerprint = try reader.string()

@@ -26,9 +26,14 @@ struct AdminSessionTests {
     func roundTrip() throws {
         let messages: [AdminMessage] = [
             .hello(clientName: "skyros status", pid: 42), .status, .history(since: 7, limit: 100),
-            .backup(path: "/tmp/copy.sqlite", pagesPerStep: 1_024), .describeSchema, .metrics, .statusReply(json: "{\"pid\":1}"),
+            .backup(path: "/tmp/copy.sqlite", pagesPerStep: 1_024), .describeSchema, .metrics,
+            .statusReply(json: "{\"pid\":1}"),
             .historyReply(
-                [.init(sequence: 3, kind: .reset, authorID: UUID(), author: "a", timestamp: 1.5, inserted: 1, updated: 2, deleted: 3)],
+                [
+                    .init(
+                        sequence: 3, kind: .reset, authorID: UUID(), author: "a", timestamp: 1.5, inserted: 1,
+                        updated: 2, deleted: 3)
+                ],
                 more: true),
             .backupProgress(.init(copied: 5, total: 9, done: true, bytes: 4_096, sequence: 12)),
             .schemaReply(description: "{}", fingerprint: "ab", version: 2), .metricsReply("# TYPE x counter\nx 1\n"),
@@ -37,7 +42,9 @@ struct AdminSessionTests {
             let bytes = message.encoded(requestID: 9)
             let decoded = try AdminMessage.decode(bytes)
             #expect(decoded.requestID == 9 && decoded.message == message)
-            for cut in 0..<bytes.count { #expect(throws: WireError.self) { try AdminMessage.decode(Array(bytes[0..<cut])) } }
+            for cut in 0..<bytes.count {
+                #expect(throws: WireError.self) { try AdminMessage.decode(Array(bytes[0..<cut])) }
+            }
         }
     }
 
@@ -46,9 +53,15 @@ struct AdminSessionTests {
         let daemon = try RunningDaemon()
         let member = try RawClient(daemon)
         _ = try member.hello()
-        #expect(try member.call(.save(clientID: .named("m"), saveNumber: 1, changes: ChangeSet(inserted: [
-            Snapshot(id: .make(entityName: "User"), values: [.text("A"), .text("B"), .integer(3), .null, .text("h"), .null])
-        ]))) == .saved(sequence: 1))
+        #expect(
+            try member.call(
+                .save(
+                    clientID: .named("m"), saveNumber: 1,
+                    changes: ChangeSet(inserted: [
+                        Snapshot(
+                            id: .make(entityName: "User"),
+                            values: [.text("A"), .text("B"), .integer(3), .null, .text("h"), .null])
+                    ]))) == .saved(sequence: 1))
         // A client session may not ask admin questions without opening an admin session.
         #expect(errorCode(try admin(member, .status).wire!) == "helloRequired")
 
@@ -93,9 +106,14 @@ struct AdminSessionTests {
         let member = try RawClient(daemon)
         _ = try member.hello()
         for number in 1...3 {
-            _ = try member.call(.save(clientID: .named("m"), saveNumber: UInt64(number), changes: ChangeSet(inserted: [
-                Snapshot(id: .make(entityName: "User"), values: [.text("A"), .text("B"), .integer(3), .null, .text("h\(number)"), .null])
-            ])))
+            _ = try member.call(
+                .save(
+                    clientID: .named("m"), saveNumber: UInt64(number),
+                    changes: ChangeSet(inserted: [
+                        Snapshot(
+                            id: .make(entityName: "User"),
+                            values: [.text("A"), .text("B"), .integer(3), .null, .text("h\(number)"), .null])
+                    ])))
         }
         let client = try RawClient(daemon)
         _ = try admin(client, .hello(clientName: "ops", pid: 1))
@@ -109,7 +127,8 @@ struct AdminSessionTests {
             return
         }
         #expect(done.done && done.sequence == 3 && done.bytes > 0 && done.copied == done.total)
-        #expect(FileManager.default.fileExists(atPath: path) && !FileManager.default.fileExists(atPath: path + ".partial"))
+        #expect(
+            FileManager.default.fileExists(atPath: path) && !FileManager.default.fileExists(atPath: path + ".partial"))
         #expect(errorCode(try admin(client, .backup(path: path, pagesPerStep: 0)).wire!) == "storeFailure")
         // A partial copy left by an interrupted backup is neither used nor removed.
         let other = daemon.directory + "/other.sqlite"

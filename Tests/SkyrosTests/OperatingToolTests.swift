@@ -116,7 +116,9 @@ struct OperatingToolTests {
         let entities = (inspect.json["entities"] as? [[String: Any]])?.compactMap { $0["name"] as? String } ?? []
         #expect(entities.contains("User") && entities.contains("Post"), "\(inspect.stdout)")
         let inspectText = try Self.run(["inspect", "--store", file])
-        #expect(inspectText.stdout.contains("entity User") && inspectText.stdout.contains("handle"), "\(inspectText.stdout)")
+        #expect(
+            inspectText.stdout.contains("entity User") && inspectText.stdout.contains("handle"), "\(inspectText.stdout)"
+        )
 
         let dump = try Self.run(["dump", "User", "--store", file])
         #expect(dump.status == 0)
@@ -124,21 +126,29 @@ struct OperatingToolTests {
         let first = try #require(dump.jsonLines.first)
         #expect(first["entity"] as? String == "User" && first["id"] is String)
         #expect((first["values"] as? [String: Any])?["handle"] as? String == "user0", "\(dump.stdout)")
-        let filtered = try Self.run(["dump", "User", "--store", file, "--filter", #"handle == "user1" || handle == "user2""#])
-        #expect(filtered.jsonLines.compactMap { ($0["values"] as? [String: Any])?["handle"] as? String }.sorted() == ["user1", "user2"])
+        let filtered = try Self.run([
+            "dump", "User", "--store", file, "--filter", #"handle == "user1" || handle == "user2""#,
+        ])
+        #expect(
+            filtered.jsonLines.compactMap { ($0["values"] as? [String: Any])?["handle"] as? String }.sorted() == [
+                "user1", "user2",
+            ])
 
         let history = try Self.run(["history", "--store", file])
         #expect(history.status == 0 && history.stdout.contains("no change sets"), "\(history.stdout)")
 
         let check = try Self.run(["check", "--store", file, "--json"])
         #expect(check.status == 0)
-        #expect(check.json["ok"] as? Bool == true && (check.json["findings"] as? [Any])?.isEmpty == true, "\(check.stdout)")
+        #expect(
+            check.json["ok"] as? Bool == true && (check.json["findings"] as? [Any])?.isEmpty == true, "\(check.stdout)")
         #expect(try Self.run(["check", "--store", file]).stdout.hasPrefix("ok: "))
 
         let copy = root + "/copy.sqlite"
         let backup = try Self.run(["backup", copy, "--store", file, "--json"])
         #expect(backup.status == 0, "\(backup.stderr)")
-        #expect(backup.json["path"] as? String == copy && (backup.json["bytes"] as? Int ?? 0) > 0 && backup.json["sequence"] as? Int == 0)
+        #expect(
+            backup.json["path"] as? String == copy && (backup.json["bytes"] as? Int ?? 0) > 0
+                && backup.json["sequence"] as? Int == 0)
         #expect(try Self.run(["dump", "User", "--store", copy]).stdout == dump.stdout)
         let again = try Self.run(["backup", copy, "--store", file])
         #expect(again.status == 1 && again.stderr.contains("exists"), "\(again.stderr)")
@@ -156,7 +166,9 @@ struct OperatingToolTests {
         #expect(try Self.run(["dump", "--store", file, "--filter", "age > 1"]).status == 64)
         let filter = try Self.run(["dump", "User", "--store", file, "--filter", "age > 30 && (handle = \"x\")"])
         #expect(filter.status == 64)
-        #expect(filter.stderr.contains("at column 21") && filter.stderr.contains("\n  " + String(repeating: " ", count: 20) + "^"), "\(filter.stderr)")
+        #expect(
+            filter.stderr.contains("at column 21")
+                && filter.stderr.contains("\n  " + String(repeating: " ", count: 20) + "^"), "\(filter.stderr)")
         let unknown = try Self.run(["dump", "User", "--store", file, "--filter", "agee > 3"])
         #expect(unknown.status == 64 && unknown.stderr.contains("no property 'agee'"), "\(unknown.stderr)")
 
@@ -168,7 +180,9 @@ struct OperatingToolTests {
         try StoreFiles.damage(URL(fileURLWithPath: file))
         let check = try Self.run(["check", "--store", file, "--json"])
         #expect(check.status == 65, "\(check.stdout) \(check.stderr)")
-        #expect(check.json["ok"] as? Bool == false && !((check.json["findings"] as? [String]) ?? []).isEmpty, "\(check.stdout)")
+        #expect(
+            check.json["ok"] as? Bool == false && !((check.json["findings"] as? [String]) ?? []).isEmpty,
+            "\(check.stdout)")
         let checkText = try Self.run(["check", "--store", file])
         #expect(checkText.status == 65 && checkText.stdout.contains("damaged"))
         #expect(try Self.run(["dump", "--store", file]).status == 65)
@@ -225,7 +239,9 @@ struct OperatingToolTests {
         #expect(status.json["sequence"] as? Int == 1)
         #expect((status.json["uptimeSeconds"] as? Double ?? -1) >= 0)
         #expect((status.json["savesPerSecond"] as? Double ?? 0) > 0)
-        #expect((status.json["saveLatencyP99Micros"] as? Double ?? 0) >= (status.json["saveLatencyP50Micros"] as? Double ?? 1))
+        #expect(
+            (status.json["saveLatencyP99Micros"] as? Double ?? 0)
+                >= (status.json["saveLatencyP50Micros"] as? Double ?? 1))
         #expect((status.json["storeBytes"] as? Int ?? 0) > 0 && status.json["walBytes"] != nil)
         let clients = (status.json["clients"] as? [[String: Any]]) ?? []
         let me = clients.first { $0["pid"] as? Int == Int(getpid()) }
@@ -233,10 +249,14 @@ struct OperatingToolTests {
         #expect(me?["uid"] as? Int == Int(getuid()) && me?["saves"] as? Int == 1)
         #expect(me?["connectedAt"] is String && me?["lastSeenAt"] is String && me?["name"] is String)
         let text = try Self.run(["status"] + group)
-        #expect(text.stdout.contains("daemon     pid \(daemon.pid)") && text.stdout.contains("sequence   1"), "\(text.stdout)")
+        #expect(
+            text.stdout.contains("daemon     pid \(daemon.pid)") && text.stdout.contains("sequence   1"),
+            "\(text.stdout)")
 
         let inspect = try Self.run(["inspect"] + group)
-        #expect(inspect.status == 0 && inspect.stdout.contains("entity Post") && inspect.stdout.contains("-> User"), "\(inspect.stdout)")
+        #expect(
+            inspect.status == 0 && inspect.stdout.contains("entity Post") && inspect.stdout.contains("-> User"),
+            "\(inspect.stdout)")
         #expect(try Self.run(["inspect", "--json"] + group).json["fingerprint"] as? String == testSchema.fingerprint)
 
         let dump = try Self.run(["dump", "User", "--filter", #"age >= 35 && lastname == "Odd""#] + group)
@@ -251,7 +271,9 @@ struct OperatingToolTests {
         let history = try Self.run(["history", "--json"] + group)
         #expect(history.jsonLines.count == 2, "\(history.stdout)")
         let line = try #require(history.jsonLines.first)
-        for key in ["sequence", "author", "date", "inserted", "updated", "deleted"] { #expect(line[key] != nil, "\(key)") }
+        for key in ["sequence", "author", "date", "inserted", "updated", "deleted"] {
+            #expect(line[key] != nil, "\(key)")
+        }
         #expect(line["sequence"] as? Int == 1 && line["inserted"] as? Int == 40)
         let since = try Self.run(["history", "--since", "1"] + group)
         #expect(since.stdout.split(separator: "\n").count == 2 && since.stdout.contains("+1 ~0 -0"), "\(since.stdout)")
@@ -283,7 +305,9 @@ struct OperatingToolTests {
         let closed = try Self.run([tool, "status", "--group", "g", "--groups-dir", root], launcher: setpriv)
         #expect(closed.status == 77, "\(closed.stderr)")
         // With the mode loosened by mistake, the daemon refuses the admin session itself.
-        for path in [container.path, container.path + "/requests.ipc", container.path + "/events.ipc"] { chmod(path, 0o777) }
+        for path in [container.path, container.path + "/requests.ipc", container.path + "/events.ipc"] {
+            chmod(path, 0o777)
+        }
         for command in ["status", "history", "inspect", "metrics"] {
             let refused = try Self.run([tool, command, "--group", "g", "--groups-dir", root], launcher: setpriv)
             #expect(refused.status == 77, "\(command): \(refused.stderr)")
@@ -323,7 +347,9 @@ struct OperatingToolTests {
         let check = try Self.run(["check", "--store", copy, "--json"])
         #expect(check.status == 0 && check.json["ok"] as? Bool == true, "\(check.stdout)")
         let handles = Set(
-            try Self.run(["dump", "User", "--store", copy]).jsonLines.compactMap { ($0["values"] as? [String: Any])?["handle"] as? String })
+            try Self.run(["dump", "User", "--store", copy]).jsonLines.compactMap {
+                ($0["values"] as? [String: Any])?["handle"] as? String
+            })
         for writer in 0..<4 {
             for number in 1...20 { #expect(handles.contains("w\(writer)-\(number)"), "w\(writer)-\(number) missing") }
         }
@@ -397,7 +423,8 @@ struct OperatingToolTests {
         let secondContainer = URL(fileURLWithPath: other).appendingPathComponent("g")
         _ = try Skyros(sharedStack: testSchema, container: secondContainer, timeout: 10)
         let reversed = root + "/reversed.jsonl"
-        try source.stdout.split(separator: "\n").reversed().joined(separator: "\n").write(toFile: reversed, atomically: true, encoding: .utf8)
+        try source.stdout.split(separator: "\n").reversed().joined(separator: "\n").write(
+            toFile: reversed, atomically: true, encoding: .utf8)
         let through = try Self.run(["import", reversed, "--group", "g", "--groups-dir", other, "--chunk", "5"])
         #expect(through.status == 0, "\(through.stderr)")
         #expect(try Self.run(["dump", "--group", "g", "--groups-dir", other]).stdout == source.stdout)
@@ -432,7 +459,9 @@ struct OperatingToolTests {
 
         let file = try Self.run(["watch", "--store", container.path + "/store.sqlite", "--since", "0", "--count", "2"])
         #expect(file.status == 0)
-        #expect(file.stdout.contains("#1 ") && file.stdout.contains("#2 ") && file.stdout.contains("control"), "\(file.stdout)")
+        #expect(
+            file.stdout.contains("#1 ") && file.stdout.contains("#2 ") && file.stdout.contains("control"),
+            "\(file.stdout)")
     }
 
     @Test("an admin session counts as having said hello: idle past the hello timeout, it is still answered")
