@@ -10,6 +10,16 @@ struct SchemaInfo {
     var description: SchemaDescription
     var fingerprint: String
     var version: UInt64
+    /// Every version the store has had (`skyros_schema`), oldest first; empty when not known
+    /// (through a daemon).
+    var versions: [RecordedVersion] = []
+
+    struct RecordedVersion {
+        var version: Int64
+        var fingerprint: String
+        /// When the store took it, ISO 8601 as recorded.
+        var date: String
+    }
 }
 
 /// A store to operate on.
@@ -66,9 +76,23 @@ extension StoreFile: OperatedStore {
     }
 
     func schema() throws -> SchemaInfo {
-        SchemaInfo(
+        var info = SchemaInfo(
             description: description, fingerprint: metadata("fingerprint") ?? store.schema.fingerprint,
             version: UInt64(metadata("schemaVersion") ?? "1") ?? 1)
+        // A store made before versions were recorded has no such table: no versions to show.
+        let rows = (try? store.rows("SELECT version, fingerprint, date FROM skyros_schema ORDER BY version")) ?? []
+        info.versions = rows.compactMap { row in
+            guard row.count == 3, case .integer(let version) = row[0], case .text(let fingerprint) = row[1] else { return nil }
+            let date: String
+            switch row[2] {
+            case .text(let text): date = text
+            case .real(let seconds): date = ISO8601DateFormatter().string(from: Date(timeIntervalSince1970: seconds))
+            case .integer(let seconds): date = ISO8601DateFormatter().string(from: Date(timeIntervalSince1970: Double(seconds)))
+            default: date = ""
+            }
+            return SchemaInfo.RecordedVersion(version: version, fingerprint: fingerprint, date: date)
+        }
+        return info
     }
 
     func history(since: UInt64, limit: UInt64) throws -> (entries: [AdminMessage.HistoryEntry], more: Bool) {

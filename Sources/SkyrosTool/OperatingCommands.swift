@@ -130,10 +130,19 @@ struct Inspect: ParsableCommand {
                     JSONValue.object([
                         "fingerprint": .string(info.fingerprint), "schemaVersion": .integer(Int64(info.version)),
                         "entities": json["entities"] ?? [],
+                        "versions": .array(info.versions.map { recorded in
+                            JSONValue.object([
+                                "version": .integer(recorded.version), "fingerprint": .string(recorded.fingerprint),
+                                "date": .string(recorded.date),
+                            ])
+                        }),
                     ]).text)
                 return
             }
             Output.line("schema version \(info.version), fingerprint \(info.fingerprint)")
+            for recorded in info.versions {
+                Output.line("  recorded version \(recorded.version): \(recorded.fingerprint) since \(recorded.date)")
+            }
             for entity in info.description.entities {
                 Output.line("")
                 Output.line("entity \(entity.name)")

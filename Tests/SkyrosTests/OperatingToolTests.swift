@@ -115,6 +115,10 @@ struct OperatingToolTests {
         #expect(inspect.status == 0)
         let entities = (inspect.json["entities"] as? [[String: Any]])?.compactMap { $0["name"] as? String } ?? []
         #expect(entities.contains("User") && entities.contains("Post"), "\(inspect.stdout)")
+        // The versions the store has had (one here), with the fingerprint each had.
+        let versions = inspect.json["versions"] as? [[String: Any]] ?? []
+        #expect(versions.count == 1 && versions.first?["version"] as? Int == 1, "\(inspect.stdout)")
+        #expect(versions.first?["fingerprint"] as? String == inspect.json["fingerprint"] as? String)
         let inspectText = try Self.run(["inspect", "--store", file])
         #expect(
             inspectText.stdout.contains("entity User") && inspectText.stdout.contains("handle"), "\(inspectText.stdout)"
