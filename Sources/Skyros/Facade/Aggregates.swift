@@ -13,46 +13,33 @@ extension SQLiteStore {
     func aggregate(_ function: AggregateFunction, column: String, request: StoreRequest) throws -> StoredValue {
         var unsorted = request
         unsorted.sortKeys = []
-        var builder = SQLBuilder(schema: schema)
+        let quoted = "t0.\(SQLBuilder.quote(column))"
+        let integerColumn = schema.entity(named: request.entityName)?.property(named: column)?.codec.storageType == .integer
         let expression: String
         switch function {
-        case .sum: expression = "TOTAL(t0.\(SQLBuilder.quote(column))), COUNT(t0.\(SQLBuilder.quote(column)))"
-        case .min: expression = "MIN(t0.\(SQLBuilder.quote(column))), 1"
-        case .max: expression = "MAX(t0.\(SQLBuilder.quote(column))), 1"
-        case .average: expression = "AVG(t0.\(SQLBuilder.quote(column))), 1"
+        // An integer column's sum is exact (SUM); it falls back to TOTAL, a real, when it overflows.
+        case .sum: expression = integerColumn ? "SUM(\(quoted))" : "TOTAL(\(quoted)), COUNT(\(quoted))"
+        case .min: expression = "MIN(\(quoted))"
+        case .max: expression = "MAX(\(quoted))"
+        case .average: expression = "AVG(\(quoted))"
         }
-        let sql = try builder.select(expression, for: unsorted, sorted: false, sliced: false)
-        return try read { db in
-            var result = StoredValue.null
-            try Self.query(db, sql, builder.arguments) { statement in
-                if function == .sum {
-                    // TOTAL is a real; an integer column's sum stays exact with SUM.
-                    result = sqlite3_column_int64(statement, 1) == 0 ? .null : Self.value(statement, 0)
-                } else {
-                    result = Self.value(statement, 0)
+        func run(_ expression: String) throws -> StoredValue {
+            var builder = SQLBuilder(schema: schema)
+            let sql = try builder.select(expression, for: unsorted, sorted: false, sliced: false)
+            return try read { db in
+                var result = StoredValue.null
+                try Self.query(db, sql, builder.arguments) { statement in
+                    let empty = sqlite3_column_count(statement) > 1 && sqlite3_column_int64(statement, 1) == 0
+                    result = empty ? .null : Self.value(statement, 0)
                 }
+                return result
             }
-            if function == .sum, case .real = result, let exact = try integerSum(db, column, unsorted) { return exact }
-            return result
         }
-    }
-
-    /// SUM of an integer column (exact; nil when the column holds non-integers or it overflows).
-    private func integerSum(_ db: Database, _ column: String, _ request: StoreRequest) throws -> StoredValue? {
-        var builder = SQLBuilder(schema: schema)
-        let quoted = "t0.\(SQLBuilder.quote(column))"
-        let sql = try builder.select(
-            "SUM(\(quoted)), SUM(typeof(\(quoted)) NOT IN ('integer', 'null'))", for: request, sorted: false,
-            sliced: false)
-        var result: StoredValue?
         do {
-            try Self.query(db, sql, builder.arguments) { statement in
-                if sqlite3_column_int64(statement, 1) == 0 { result = Self.value(statement, 0) }
-            }
-        } catch {
-            return nil  // integer overflow: the real total stands
+            return try run(expression)
+        } catch let error as SkyrosError where function == .sum && integerColumn && error.message.contains("overflow") {
+            return try run("TOTAL(\(quoted)), COUNT(\(quoted))")
         }
-        return result
     }
 
     /// How many rows a request selects for each value of a column (NULL included).
