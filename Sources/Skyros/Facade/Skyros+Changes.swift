@@ -77,6 +77,12 @@ extension Skyros {
     /// Merges consecutive changes in one visit to the main context (one wait for its queue
     /// instead of one per change), in order; ``changes`` delivers each.
     public func merge(_ changes: [StoreChange]) {
+        merge(changes, publishing: true)
+    }
+
+    /// Merges changes into the main context; `publishing` false keeps them out of ``changes``
+    /// (a batch operation of this process is not another process's change).
+    func merge(_ changes: [StoreChange], publishing: Bool) {
         guard !changes.isEmpty else { return }
         let main = mainContext
         main.performAndWait { [self] in
@@ -111,7 +117,7 @@ extension Skyros {
                     }
                     for id in change.deleted { main.forgetDeleted(id) }
                 }
-                changeObservers.yield(change)
+                if publishing { changeObservers.yield(change) }
             }
             guard observed else { return }
             if reload {

@@ -1,0 +1,225 @@
+import Foundation
+import GRDB
+
+/// One assignment of ``Skyros/batchUpdate(_:where:_:)``: an attribute and its new value.
+///
+/// ```swift
+/// try await store.batchUpdate(User.self, where: #Predicate { $0.age > 65 }, .set(\.isRetired, to: true))
+/// ```
+public struct BatchAssignment<T: ManagedObject>: Sendable {
+    let property: String
+    let value: Result<StoredValue, SkyrosError>
+
+    /// Sets an attribute of every selected object to `value`.
+    public static func set<V: Sendable>(_ keyPath: KeyPath<T, V>, to value: V) -> BatchAssignment<T> {
+        let entity = T.entityDescription
+        guard let property = entity.property(for: keyPath), property.kind == .attribute else {
+            return BatchAssignment(
+                property: "\(keyPath)",
+                value: .failure(SkyrosError(
+                    .unsupportedPredicate, "a batch update sets stored attributes of \(entity.name), not \(keyPath)")))
+        }
+        do {
+            return BatchAssignment(property: property.name, value: .success(try property.codec.encodeAny(value)))
+        } catch {
+            return BatchAssignment(
+                property: property.name,
+                value: .failure(SkyrosError(.valueNotStorable, "\(entity.name).\(property.name) cannot store \(value): \(error)")))
+        }
+    }
+}
+
+extension SQLiteStore {
+    /// What a batch operation did, for the contexts that hold affected objects.
+    struct BatchOutcome: Sendable {
+        /// The objects the predicate selected.
+        var count = 0
+        var deleted: [ObjectID] = []
+        var updated: [ObjectID: [String]] = [:]
+        var updatedValues: [ObjectID: StoreChange.UpdatedValues] = [:]
+    }
+
+    /// Deletes the rows a request selects in one transaction, with the delete rules: `.cascade`
+    /// and `.nullify` are SQLite's foreign-key actions (their rows are collected first, to tell
+    /// the contexts), a cascading to-one is deleted explicitly, and a `.deny` that still has
+    /// objects refuses the whole batch with ``SkyrosError/Code/deleteDenied``.
+    func batchDelete(_ request: StoreRequest) throws -> BatchOutcome {
+        let entity = try schema.requireEntity(request.entityName)
+        return try transaction { transaction in
+            let db = transaction.db
+            var builder = SQLBuilder(schema: schema)
+            let select = try builder.select("t0.\"_id\"", for: request, sorted: false, sliced: false)
+            let selected = try Self.rows(db, select, builder.arguments).compactMap { row in
+                UUID(storedValue: row[0]).map { ObjectID(entityName: entity.name, uuid: $0) }
+            }
+            var outcome = BatchOutcome()
+            outcome.count = selected.count
+            var doomed = Set(selected)
+            var explicit = selected  // what is deleted by statement (the rest follows by cascade)
+            var frontier = selected
+            while !frontier.isEmpty {
+                var next: [ObjectID] = []
+                for (entityName, ids) in Dictionary(grouping: frontier, by: \.entityName) {
+                    let source = try schema.requireEntity(entityName)
+                    for chunk in stride(from: 0, to: ids.count, by: 500).map({ Array(ids[$0..<min($0 + 500, ids.count)]) }) {
+                        let list = chunk.map(\.uuid.storedValue)
+                        let marks = Array(repeating: "?", count: list.count).joined(separator: ", ")
+                        // Objects of other entities pointing here: their foreign key's action.
+                        for other in schema.entities {
+                            for property in other.properties where property.kind == .toOne && property.destinationName == entityName {
+                                let rows = try Self.rows(
+                                    db, "SELECT \"_id\" FROM \(SQLBuilder.quote(other.name)) WHERE \(SQLBuilder.quote(property.name)) IN (\(marks))",
+                                    list)
+                                let pointing = rows.compactMap { UUID(storedValue: $0[0]).map { ObjectID(entityName: other.name, uuid: $0) } }
+                                    .filter { !doomed.contains($0) }
+                                guard !pointing.isEmpty else { continue }
+                                switch Self.deleteAction(property, of: other, in: schema) {
+                                case "CASCADE":
+                                    for id in pointing where doomed.insert(id).inserted { next.append(id) }
+                                case "SET NULL":
+                                    for id in pointing { outcome.updated[id, default: []].append(property.name) }
+                                default:
+                                    let rule = schema.inverse(of: property, in: other).map { "\(entityName).\($0.name)" } ?? entityName
+                                    throw SkyrosError(
+                                        .deleteDenied,
+                                        "the batch delete of \(entity.name) is refused: \(rule) still has \(pointing[0]) (delete rule .deny); nothing was deleted")
+                                }
+                            }
+                        }
+                        // A cascading to-one of the deleted objects: its destination goes too.
+                        for property in source.properties where property.kind == .toOne && property.deleteRule == .cascade {
+                            let rows = try Self.rows(
+                                db, "SELECT \(SQLBuilder.quote(property.name)) FROM \(SQLBuilder.quote(entityName)) WHERE \"_id\" IN (\(marks))",
+                                list)
+                            for row in rows {
+                                guard let uuid = UUID(storedValue: row[0]) else { continue }
+                                let id = ObjectID(entityName: property.destinationName!, uuid: uuid)
+                                if doomed.insert(id).inserted {
+                                    next.append(id)
+                                    explicit.append(id)
+                                }
+                            }
+                        }
+                    }
+                }
+                frontier = next
+            }
+            for (entityName, ids) in Dictionary(grouping: explicit, by: \.entityName) {
+                for start in stride(from: 0, to: ids.count, by: 500) {
+                    let chunk = ids[start..<min(start + 500, ids.count)].map(\.uuid.storedValue)
+                    let marks = Array(repeating: "?", count: chunk.count).joined(separator: ", ")
+                    _ = try Self.rows(db, "DELETE FROM \(SQLBuilder.quote(entityName)) WHERE \"_id\" IN (\(marks))", chunk)
+                }
+            }
+            outcome.deleted = Array(doomed)
+            for id in doomed { outcome.updated[id] = nil }
+            return outcome
+        }
+    }
+
+    /// Sets attributes of the rows a request selects in one statement (each object's version
+    /// goes up by one, as for a save).
+    func batchUpdate(_ request: StoreRequest, _ assignments: [(PropertyDescription, StoredValue)]) throws -> BatchOutcome {
+        let entity = try schema.requireEntity(request.entityName)
+        for (property, value) in assignments where !Self.fits(value, property) {
+            throw SkyrosError(.typeMismatch, "\(entity.name).\(property.name) cannot hold \(value)")
+        }
+        return try transaction { transaction in
+            var builder = SQLBuilder(schema: schema)
+            let select = try builder.select("t0.\"_id\"", for: request, sorted: false, sliced: false)
+            let sets = assignments.map { "\(SQLBuilder.quote($0.0.name)) = ?" } + ["\"_version\" = \"_version\" + 1"]
+            let sql = "UPDATE \(SQLBuilder.quote(entity.name)) SET \(sets.joined(separator: ", ")) WHERE \"_id\" IN (\(select)) RETURNING \"_id\", \"_version\""
+            var outcome = BatchOutcome()
+            let names = assignments.map(\.0.name)
+            var values: [Int: StoredValue] = [:]
+            for (property, value) in assignments { values[property.index] = value }
+            for row in try Self.rows(transaction.db, sql, assignments.map(\.1) + builder.arguments) {
+                guard let uuid = UUID(storedValue: row[0]), case .integer(let version) = row[1] else { continue }
+                let id = ObjectID(entityName: entity.name, uuid: uuid)
+                outcome.updated[id] = names
+                outcome.updatedValues[id] = StoreChange.UpdatedValues(version: version, values: values)
+            }
+            outcome.count = outcome.updated.count
+            return outcome
+        }
+    }
+}
+
+extension Skyros {
+    /// Deletes every object of `type` the predicate selects (all of them without one), with one
+    /// SQL statement and no object loaded; returns how many the predicate selected.
+    ///
+    /// ```swift
+    /// let removed = try await store.batchDelete(User.self, where: #Predicate { $0.age < 18 })
+    /// ```
+    ///
+    /// Delete rules hold: `.cascade` deletes the related objects (recursively), `.nullify`
+    /// clears their references, and `.deny` refuses the whole batch
+    /// (``SkyrosError/Code/deleteDenied``, naming the relationship; nothing is deleted). Writes
+    /// started before it are saved first. The main context forgets the deleted objects it
+    /// holds (they read as deleted) and its observers get one change.
+    /// - Throws: ``SkyrosError/Code/unsupportedPredicate`` for a predicate that cannot be
+    ///   translated; ``SkyrosError/Code/storeFailure`` on a shared stack (batch operations
+    ///   through a daemon are not built yet).
+    @discardableResult
+    public func batchDelete<T: ManagedObject>(_ type: T.Type, where predicate: Predicate<T>? = nil) async throws -> Int {
+        let request = try FetchDescriptor<T>(predicate: predicate).storeRequest(schema: schema)
+        return try await runBatch { store in try store.batchDelete(request) }
+    }
+
+    /// Sets attributes of every object of `type` the predicate selects, with one SQL statement
+    /// and no object loaded; returns how many were updated.
+    ///
+    /// ```swift
+    /// let changed = try await store.batchUpdate(User.self, where: #Predicate { $0.age > 65 },
+    ///                                           .set(\.isRetired, to: true), .set(\.plan, to: "gold"))
+    /// ```
+    ///
+    /// Unique attributes are checked by the store (``SkyrosError/Code/uniqueConstraintViolation``,
+    /// nothing updated). Writes started before it are saved first. Objects the main context
+    /// holds take the new values (properties they have unsaved changes of keep them), and its
+    /// observers get one change.
+    @discardableResult
+    public func batchUpdate<T: ManagedObject>(
+        _ type: T.Type, where predicate: Predicate<T>? = nil, _ assignments: BatchAssignment<T>...
+    ) async throws -> Int {
+        let request = try FetchDescriptor<T>(predicate: predicate).storeRequest(schema: schema)
+        let entity = try schema.requireEntity(request.entityName)
+        let resolved = try assignments.map { assignment -> (PropertyDescription, StoredValue) in
+            guard let property = entity.property(named: assignment.property) else {
+                throw SkyrosError(.unsupportedPredicate, "\(entity.name) has no attribute \(assignment.property)")
+            }
+            return (property, try assignment.value.get())
+        }
+        guard !resolved.isEmpty else { return 0 }
+        return try await runBatch { store in try store.batchUpdate(request, resolved) }
+    }
+
+    /// Runs a batch operation on the root context's queue (after the writes queued there),
+    /// then tells the contexts.
+    private func runBatch(_ body: @escaping @Sendable (SQLiteStore) throws -> SQLiteStore.BatchOutcome) async throws -> Int {
+        guard let sqlite = store as? SQLiteStore else {
+            throw SkyrosError(
+                .storeFailure, "batch operations run on a store of this process; through a group's daemon they are not available yet")
+        }
+        let root = rootContext
+        do {
+            let outcome = try await root.perform { () -> SQLiteStore.BatchOutcome in
+                let outcome = try body(sqlite)
+                for id in outcome.deleted { root.forgetDeleted(id) }
+                for id in outcome.updated.keys { root.refreshIfClean(id) }
+                return outcome
+            }
+            if !outcome.deleted.isEmpty || !outcome.updated.isEmpty {
+                merge(
+                    [StoreChange(
+                        sequence: 0, author: "batch", updated: outcome.updated, deleted: outcome.deleted,
+                        updatedValues: outcome.updatedValues)],
+                    publishing: false)
+            }
+            return outcome.count
+        } catch {
+            throw SkyrosError.wrap(error)
+        }
+    }
+}
