@@ -2,8 +2,8 @@ import Foundation
 import GRDBSQLite
 import Skyros
 
-/// `skyros-bench batch`: aggregates over many rows beside the raw SQL aggregate on the same
-/// file in the same run (issue 18's batch update, delete and import rows are to come).
+/// `skyros-bench batch`: aggregates, batch update and batch delete over many rows, beside the
+/// raw SQL statement on the same file in the same run.
 struct BatchBenchmark {
     let directory: URL
     let rows: Int
@@ -51,5 +51,61 @@ struct BatchBenchmark {
         precondition(groups == 1_000, "wrong groups")
         report(Row(name: "count grouped by an attribute (1,000 groups) over \(rows / 1000)k rows", unit: "Mrows/s",
                    skyros: millions / skyrosGroups, baseline: millions / rawGroups))
+        // A tenth of the rows each, twice on each side on ranges of their own (the first run
+        // warms each connection's cache); the second runs are reported.
+        let tenth = rows / 10
+        func range(_ n: Int) -> (Int, Int) { (n * tenth, (n + 1) * tenth) }
+        var skyrosUpdate = 0.0
+        var rawUpdate = 0.0
+        for round in 0..<2 {
+            let (low, high) = range(round * 2)
+            var updated = 0
+            skyrosUpdate = try Clock.seconds {
+                updated = try awaitResult {
+                    try await store.batchUpdate(Item.self, where: #Predicate { $0.value >= low && $0.value < high }, .set(\.score, to: 1.5))
+                }
+            }
+            precondition(updated == tenth, "wrong update count")
+            let (rawLow, rawHigh) = range(round * 2 + 1)
+            rawUpdate = Clock.seconds {
+                raw.execute("UPDATE \"Item\" SET score = 2.5, _version = _version + 1 WHERE value >= \(rawLow) AND value < \(rawHigh)")
+            }
+        }
+        report(Row(name: "batch update of \(tenth / 1000)k of \(rows / 1000)k rows", unit: "Mrows/s",
+                   skyros: Double(tenth) / 1e6 / skyrosUpdate, baseline: Double(tenth) / 1e6 / rawUpdate))
+        var skyrosDelete = 0.0
+        var rawDelete = 0.0
+        for round in 0..<2 {
+            let (low, high) = range(4 + round * 2)
+            var deleted = 0
+            skyrosDelete = try Clock.seconds {
+                deleted = try awaitResult {
+                    try await store.batchDelete(Item.self, where: #Predicate { $0.value >= low && $0.value < high })
+                }
+            }
+            precondition(deleted == tenth, "wrong delete count")
+            let (rawLow, rawHigh) = range(5 + round * 2)
+            rawDelete = Clock.seconds {
+                raw.execute("DELETE FROM \"Item\" WHERE value >= \(rawLow) AND value < \(rawHigh)")
+            }
+        }
+        report(Row(name: "batch delete of \(tenth / 1000)k of \(rows / 1000)k rows", unit: "Mrows/s",
+                   skyros: Double(tenth) / 1e6 / skyrosDelete, baseline: Double(tenth) / 1e6 / rawDelete))
+    }
+
+    /// Runs an async operation from this synchronous benchmark and waits for it.
+    private func awaitResult<T: Sendable>(_ operation: @escaping @Sendable () async throws -> T) throws -> T {
+        let done = DispatchSemaphore(value: 0)
+        let box = UncheckedBox(ResultBox<T>())
+        Task {
+            do { box.value.result = .success(try await operation()) } catch { box.value.result = .failure(error) }
+            done.signal()
+        }
+        done.wait()
+        return try box.value.result!.get()
+    }
+
+    private final class ResultBox<T>: @unchecked Sendable {
+        var result: Result<T, any Error>?
     }
 }

@@ -108,7 +108,25 @@ struct BatchOperationTests {
         try main.performAndWait { () throws in #expect(try Team.count(in: main) == 1) }
     }
 
-    @Test("deleteAll and a batch through a daemon")
+    @Test("an entity nothing refers to is deleted by one statement; held objects read as deleted", arguments: kinds)
+    func unreferenced(kind: StoreKind) async throws {
+        let stack = try TestStack(kind)
+        let store = stack.store
+        try store.writeAndWait { context in
+            for index in 0..<20 { Tag.create(in: context).label = "t\(index)" }
+        }
+        let main = store.mainContext
+        let held = try main.performAndWait { try Tag.first(where: #Predicate { $0.label == "t3" }, in: main)! }
+        #expect(try await store.batchDelete(Tag.self, where: #Predicate { $0.label < "t2" }) == 12)  // t0, t1, t10…t19
+        try main.performAndWait { () throws in
+            #expect(try Tag.count(in: main) == 8)
+            #expect(!held.isDeleted)
+        }
+        #expect(try await store.batchDelete(Tag.self) == 8)
+        main.performAndWait { #expect(held.isDeleted) }
+    }
+
+    @Test("a batch through a daemon is refused with a clear error")
     func shared() async throws {
         let stack = try TestStack(.shared)
         let error = await #expect(throws: SkyrosError.self) {

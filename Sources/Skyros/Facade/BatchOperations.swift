@@ -1,5 +1,6 @@
 import Foundation
 import GRDB
+import GRDBSQLite
 
 /// One assignment of ``Skyros/batchUpdate(_:where:_:)``: an attribute and its new value.
 ///
@@ -45,6 +46,25 @@ extension SQLiteStore {
     /// objects refuses the whole batch with ``SkyrosError/Code/deleteDenied``.
     func batchDelete(_ request: StoreRequest) throws -> BatchOutcome {
         let entity = try schema.requireEntity(request.entityName)
+        let pointedAt = schema.entities.contains { other in
+            other.properties.contains { $0.kind == .toOne && $0.destinationName == entity.name }
+        }
+        let cascadesToOne = entity.properties.contains { $0.kind == .toOne && $0.deleteRule == .cascade }
+        if !pointedAt && !cascadesToOne {
+            // Nothing refers to these objects: one statement, which says what it deleted.
+            return try transaction { transaction in
+                var builder = SQLBuilder(schema: schema)
+                let condition = try builder.condition(for: request)
+                let sql = "DELETE FROM \(SQLBuilder.quote(entity.name)) AS t0" + (condition.map { " WHERE \($0)" } ?? "")
+                    + " RETURNING \"_id\""
+                var outcome = BatchOutcome()
+                try Self.query(transaction.db, sql, builder.arguments) { statement in
+                    outcome.deleted.append(ObjectID(entityName: entity.name, uuid: Self.uuid(statement, 0)))
+                }
+                outcome.count = outcome.deleted.count
+                return outcome
+            }
+        }
         return try transaction { transaction in
             let db = transaction.db
             var builder = SQLBuilder(schema: schema)
@@ -126,18 +146,20 @@ extension SQLiteStore {
         }
         return try transaction { transaction in
             var builder = SQLBuilder(schema: schema)
-            let select = try builder.select("t0.\"_id\"", for: request, sorted: false, sliced: false)
+            let condition = try builder.condition(for: request)
             let sets = assignments.map { "\(SQLBuilder.quote($0.0.name)) = ?" } + ["\"_version\" = \"_version\" + 1"]
-            let sql = "UPDATE \(SQLBuilder.quote(entity.name)) SET \(sets.joined(separator: ", ")) WHERE \"_id\" IN (\(select)) RETURNING \"_id\", \"_version\""
+            let sql = "UPDATE \(SQLBuilder.quote(entity.name)) AS t0 SET \(sets.joined(separator: ", "))"
+                + (condition.map { " WHERE \($0)" } ?? "") + " RETURNING \"_id\", \"_version\""
             var outcome = BatchOutcome()
             let names = assignments.map(\.0.name)
             var values: [Int: StoredValue] = [:]
             for (property, value) in assignments { values[property.index] = value }
-            for row in try Self.rows(transaction.db, sql, assignments.map(\.1) + builder.arguments) {
-                guard let uuid = UUID(storedValue: row[0]), case .integer(let version) = row[1] else { continue }
-                let id = ObjectID(entityName: entity.name, uuid: uuid)
+            outcome.updated.reserveCapacity(1_024)
+            try Self.query(transaction.db, sql, assignments.map(\.1) + builder.arguments) { statement in
+                let id = ObjectID(entityName: entity.name, uuid: Self.uuid(statement, 0))
                 outcome.updated[id] = names
-                outcome.updatedValues[id] = StoreChange.UpdatedValues(version: version, values: values)
+                outcome.updatedValues[id] = StoreChange.UpdatedValues(
+                    version: sqlite3_column_int64(statement, 1), values: values)
             }
             outcome.count = outcome.updated.count
             return outcome

@@ -47,6 +47,15 @@ struct SQLBuilder {
         return sql
     }
 
+    /// The WHERE condition of a request on its entity's table aliased `t0` (nil: every row),
+    /// for statements other than SELECT (`UPDATE "Entity" AS t0 SET … WHERE …`).
+    mutating func condition(for request: StoreRequest) throws -> String? {
+        let entity = try schema.requireEntity(request.entityName)
+        scopes = [0: ("t0", entity)]
+        aliasCounter = 0
+        return try request.predicate.map { try expression($0) }
+    }
+
     mutating func expression(_ node: PredicateNode) throws -> String {
         switch node {
         case .constant(let value):
