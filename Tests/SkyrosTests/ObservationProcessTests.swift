@@ -23,6 +23,30 @@ struct ObservationProcessTests {
         return false
     }
 
+    /// The calls of a controller, each checked: applied to the results before it, a change
+    /// must give the results after it.
+    final class ChangeLog: @unchecked Sendable {
+        var previous = SectionedIDs([FetchedResultsSection<User>]())
+        var calls = 0
+        var inconsistent: [String] = []
+    }
+
+    /// Runs the controller's fetch and checks each of its changes from then on.
+    func follow(_ controller: FetchedResultsController<User>) throws -> ChangeLog {
+        let log = ChangeLog()
+        controller.onChange = { [unowned controller] changes in
+            var invalid: [String] = []
+            let applied = log.previous.applying(changes, invalid: &invalid)
+            let now = SectionedIDs(controller.sections)
+            if applied != now || !invalid.isEmpty { log.inconsistent.append("\(invalid) \(applied) vs \(now)") }
+            log.previous = now
+            log.calls += 1
+        }
+        try controller.performFetch()
+        controller.context.performAndWait { log.previous = SectionedIDs(controller.sections) }
+        return log
+    }
+
     @Test("a controller receives another process's saves as the same incremental changes, and converges after the daemon is SIGKILLed and restarted")
     func acrossProcesses() throws {
         let groups = process.groupsDirectory()
@@ -36,23 +60,7 @@ struct ObservationProcessTests {
         let store = try Skyros(sharedStack: testSchema, container: container, timeout: 10, savesOnStop: false)
         let controller = FetchedResultsController<User>(
             fetch: ObservationTests.descriptor, sectionKeyPath: \.lastnameInitial, context: store.mainContext)
-        // Each change, applied to the results before it, must give the results after it.
-        final class Log: @unchecked Sendable {
-            var previous = SectionedIDs([FetchedResultsSection<User>]())
-            var calls = 0
-            var inconsistent: [String] = []
-        }
-        let log = Log()
-        controller.onChange = { [unowned controller] changes in
-            var invalid: [String] = []
-            let applied = log.previous.applying(changes, invalid: &invalid)
-            let now = SectionedIDs(controller.sections)
-            if applied != now || !invalid.isEmpty { log.inconsistent.append("\(invalid) \(applied) vs \(now)") }
-            log.previous = now
-            log.calls += 1
-        }
-        try controller.performFetch()
-        store.mainContext.performAndWait { log.previous = SectionedIDs(controller.sections) }
+        let log = try follow(controller)
 
         let first = try ChildProcess(["observed-writer", container.path, "1", "120"])
         #expect(first.wait(seconds: 60) == .exited(0))
@@ -95,21 +103,7 @@ struct ObservationProcessTests {
             savesOnStop: false)
         let controller = FetchedResultsController<User>(
             fetch: ObservationTests.descriptor, sectionKeyPath: \.lastnameInitial, context: store.mainContext)
-        final class Log: @unchecked Sendable {
-            var previous = SectionedIDs([FetchedResultsSection<User>]())
-            var calls = 0
-            var inconsistent: [String] = []
-        }
-        let log = Log()
-        controller.onChange = { [unowned controller] changes in
-            var invalid: [String] = []
-            let applied = log.previous.applying(changes, invalid: &invalid)
-            let now = SectionedIDs(controller.sections)
-            if applied != now || !invalid.isEmpty { log.inconsistent.append("\(invalid) \(applied) vs \(now)") }
-            log.previous = now
-            log.calls += 1
-        }
-        try controller.performFetch()
+        let log = try follow(controller)
         // The main context is held busy while another process writes: the event thread cannot
         // merge, its queue overflows, and events are lost.
         let release = DispatchSemaphore(value: 0)
