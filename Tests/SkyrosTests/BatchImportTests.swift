@@ -1,0 +1,87 @@
+import Foundation
+import Skyros
+import SkyrosTestModels
+import Testing
+
+/// `importBatch` (issue 18, DESIGN §7): chunks saved straight to the store, progress,
+/// cancellation, failures by record, the main context told once.
+@Suite("Batch import", .timeLimit(.minutes(3)))
+struct BatchImportTests {
+    final class Progress: @unchecked Sendable {
+        private let lock = NSLock()
+        private var _calls: [(Int, Int)] = []
+        var calls: [(Int, Int)] { lock.withLock { _calls } }
+        func record(_ done: Int, _ total: Int) { lock.withLock { _calls.append((done, total)) } }
+    }
+
+    @Test("imports every record in chunks, with progress to the total; a controller sees them once", arguments: StoreKind.allCases)
+    func imports(kind: StoreKind) async throws {
+        let stack = try TestStack(kind)
+        let store = stack.store
+        let controller = FetchedResultsController<User>(
+            fetch: FetchDescriptor(sortBy: [SortDescriptor(\.handle)]), context: store.mainContext)
+        final class Calls: @unchecked Sendable { var count = 0 }
+        let calls = Calls()
+        controller.onChange = { _ in calls.count += 1 }
+        try controller.performFetch()
+        let progress = Progress()
+        let records = (0..<2_500).map { "r\($0)" }
+        let imported = try await store.importBatch(records, chunkSize: 1_000, progress: { progress.record($0, $1) }) { record, context in
+            let user = User.create(in: context)
+            user.handle = record
+        }
+        #expect(imported == 2_500)
+        #expect(progress.calls.map(\.0) == [1_000, 2_000, 2_500] && progress.calls.allSatisfy { $0.1 == 2_500 })
+        let count = try await store.read { context in try User.count(in: context) }
+        #expect(count == 2_500)
+        store.mainContext.performAndWait {
+            #expect(calls.count == 1)
+            #expect(controller.fetchedObjects.count == 2_500)
+        }
+    }
+
+    @Test("a bad record fails its chunk, naming the record; the chunks before it stay")
+    func badRecord() async throws {
+        let stack = try TestStack(.sqlite)
+        let records = Array(0..<30)
+        let error = await #expect(throws: SkyrosError.self) {
+            try await stack.store.importBatch(records, chunkSize: 10) { record, context in
+                if record == 25 { throw TestFailure(reason: "bad row") }
+                Tag.create(in: context).label = "t\(record)"
+            }
+        }
+        #expect(error?.message.contains("record 25") == true && error?.message.contains("20..<30") == true, "\(String(describing: error))")
+        let count = try await stack.store.read { context in try Tag.count(in: context) }
+        #expect(count == 20)
+        // A unique attribute imported twice: the chunk's save fails, nothing of it is kept.
+        let duplicate = await #expect(throws: SkyrosError.self) {
+            try await stack.store.importBatch(["x", "y", "x"], chunkSize: 10) { record, context in
+                Tag.create(in: context).label = record
+            }
+        }
+        #expect(duplicate?.code == .uniqueConstraintViolation)
+        let after = try await stack.store.read { context in try Tag.count(in: context) }
+        #expect(after == 20)
+    }
+
+    @Test("cancelling stops after the current chunk; what was saved stays and is counted")
+    func cancel() async throws {
+        let stack = try TestStack(.sqlite)
+        let store = stack.store
+        let started = AsyncStream<Void>.makeStream()
+        let task = Task {
+            try await store.importBatch(Array(0..<10_000), chunkSize: 100) { record, context in
+                if record == 150 { started.continuation.yield() }
+                if record >= 150 { usleep(200) }  // slow enough to be cancelled mid-import
+                Tag.create(in: context).label = "c\(record)"
+            }
+        }
+        var iterator = started.stream.makeAsyncIterator()
+        await iterator.next()
+        task.cancel()
+        let imported = try await task.value
+        #expect(imported < 10_000 && imported >= 200 && imported % 100 == 0, "\(imported)")
+        let count = try await store.read { context in try Tag.count(in: context) }
+        #expect(count == imported)
+    }
+}
