@@ -126,6 +126,26 @@ struct BatchOperationTests {
         main.performAndWait { #expect(held.isDeleted) }
     }
 
+    @Test("without observers only the held objects are named: they take the new values, the count is right", arguments: kinds)
+    func updateWithoutObservers(kind: StoreKind) async throws {
+        let stack = try TestStack(kind)
+        let store = stack.store
+        try users(store)
+        let main = store.mainContext
+        let held = try main.performAndWait { try User.first(where: #Predicate { $0.age == 90 }, in: main)! }
+        let untouched = try main.performAndWait { try User.first(where: #Predicate { $0.age == 10 }, in: main)! }
+        #expect(try await store.batchUpdate(User.self, where: #Predicate { $0.age >= 50 }, .set(\.lastname, to: "Held")) == 5)
+        try main.performAndWait { () throws in
+            #expect(held.lastname == "Held" && untouched.lastname == "")
+            #expect(try User.count(where: #Predicate { $0.lastname == "Held" }, in: main) == 5)
+        }
+        // A held object updated again keeps counting versions: a later save of it is not a conflict.
+        try store.writeAndWait { context in (context.object(with: held.objectID) as! User).firstname = "again" }
+        try main.performAndWait { () throws in
+            #expect(try User.first(where: #Predicate { $0.firstname == "again" }, in: main)?.lastname == "Held")
+        }
+    }
+
     @Test("a batch through a daemon is refused with a clear error")
     func shared() async throws {
         let stack = try TestStack(.shared)

@@ -44,7 +44,10 @@ extension SQLiteStore {
     /// and `.nullify` are SQLite's foreign-key actions (their rows are collected first, to tell
     /// the contexts), a cascading to-one is deleted explicitly, and a `.deny` that still has
     /// objects refuses the whole batch with ``SkyrosError/Code/deleteDenied``.
-    func batchDelete(_ request: StoreRequest) throws -> BatchOutcome {
+    ///
+    /// `held`: the objects of the entity that contexts hold, when only those need to be
+    /// named in the outcome (nil: every deleted object is named, for observers).
+    func batchDelete(_ request: StoreRequest, held: Set<ObjectID>? = nil) throws -> BatchOutcome {
         let entity = try schema.requireEntity(request.entityName)
         let pointedAt = schema.entities.contains { other in
             other.properties.contains { $0.kind == .toOne && $0.destinationName == entity.name }
@@ -55,13 +58,19 @@ extension SQLiteStore {
             return try transaction { transaction in
                 var builder = SQLBuilder(schema: schema)
                 let condition = try builder.condition(for: request)
-                let sql = "DELETE FROM \(SQLBuilder.quote(entity.name)) AS t0" + (condition.map { " WHERE \($0)" } ?? "")
-                    + " RETURNING \"_id\""
+                let delete = "DELETE FROM \(SQLBuilder.quote(entity.name)) AS t0" + (condition.map { " WHERE \($0)" } ?? "")
                 var outcome = BatchOutcome()
-                try Self.query(transaction.db, sql, builder.arguments) { statement in
-                    outcome.deleted.append(ObjectID(entityName: entity.name, uuid: Self.uuid(statement, 0)))
+                if let held {
+                    // Only the held objects need naming: found first, then one plain statement.
+                    outcome.deleted = try Self.selected(held, entity, request, transaction.db, schema)
+                    try Self.query(transaction.db, delete, builder.arguments) { _ in }
+                    outcome.count = transaction.db.changesCount
+                } else {
+                    try Self.query(transaction.db, delete + " RETURNING \"_id\"", builder.arguments) { statement in
+                        outcome.deleted.append(ObjectID(entityName: entity.name, uuid: Self.uuid(statement, 0)))
+                    }
+                    outcome.count = outcome.deleted.count
                 }
-                outcome.count = outcome.deleted.count
                 return outcome
             }
         }
@@ -139,7 +148,10 @@ extension SQLiteStore {
 
     /// Sets attributes of the rows a request selects in one statement (each object's version
     /// goes up by one, as for a save).
-    func batchUpdate(_ request: StoreRequest, _ assignments: [(PropertyDescription, StoredValue)]) throws -> BatchOutcome {
+    /// `held`: as for ``batchDelete(_:held:)``.
+    func batchUpdate(
+        _ request: StoreRequest, _ assignments: [(PropertyDescription, StoredValue)], held: Set<ObjectID>? = nil
+    ) throws -> BatchOutcome {
         let entity = try schema.requireEntity(request.entityName)
         for (property, value) in assignments where !Self.fits(value, property) {
             throw SkyrosError(.typeMismatch, "\(entity.name).\(property.name) cannot hold \(value)")
@@ -148,14 +160,25 @@ extension SQLiteStore {
             var builder = SQLBuilder(schema: schema)
             let condition = try builder.condition(for: request)
             let sets = assignments.map { "\(SQLBuilder.quote($0.0.name)) = ?" } + ["\"_version\" = \"_version\" + 1"]
-            let sql = "UPDATE \(SQLBuilder.quote(entity.name)) AS t0 SET \(sets.joined(separator: ", "))"
-                + (condition.map { " WHERE \($0)" } ?? "") + " RETURNING \"_id\", \"_version\""
+            let update = "UPDATE \(SQLBuilder.quote(entity.name)) AS t0 SET \(sets.joined(separator: ", "))"
+                + (condition.map { " WHERE \($0)" } ?? "")
             var outcome = BatchOutcome()
             let names = assignments.map(\.0.name)
             var values: [Int: StoredValue] = [:]
             for (property, value) in assignments { values[property.index] = value }
-            outcome.updated.reserveCapacity(1_024)
-            try Self.query(transaction.db, sql, assignments.map(\.1) + builder.arguments) { statement in
+            let arguments = assignments.map(\.1) + builder.arguments
+            if let held {
+                // Only the held objects need their new versions: found first, then one plain statement.
+                let affected = try Self.selected(held, entity, request, transaction.db, schema)
+                try Self.query(transaction.db, update, arguments) { _ in }
+                outcome.count = transaction.db.changesCount
+                for (id, version) in try Self.versions(of: affected, entity, transaction.db) {
+                    outcome.updated[id] = names
+                    outcome.updatedValues[id] = StoreChange.UpdatedValues(version: version, values: values)
+                }
+                return outcome
+            }
+            try Self.query(transaction.db, update + " RETURNING \"_id\", \"_version\"", arguments) { statement in
                 let id = ObjectID(entityName: entity.name, uuid: Self.uuid(statement, 0))
                 outcome.updated[id] = names
                 outcome.updatedValues[id] = StoreChange.UpdatedValues(
@@ -164,6 +187,40 @@ extension SQLiteStore {
             outcome.count = outcome.updated.count
             return outcome
         }
+    }
+}
+
+extension SQLiteStore {
+    /// Which of `held` the request selects (before a statement changes them).
+    static func selected(
+        _ held: Set<ObjectID>, _ entity: EntityDescription, _ request: StoreRequest, _ db: Database, _ schema: Schema
+    ) throws -> [ObjectID] {
+        guard !held.isEmpty else { return [] }
+        var result: [ObjectID] = []
+        let ids = Array(held)
+        for start in stride(from: 0, to: ids.count, by: 500) {
+            let chunk = ids[start..<Swift.min(start + 500, ids.count)]
+            var restricted = request
+            let inChunk = PredicateNode.isIn(.property(scope: 0, path: [PredicateNode.idProperty]), chunk.map(\.uuid.storedValue))
+            restricted.predicate = request.predicate.map { .and($0, inChunk) } ?? inChunk
+            var builder = SQLBuilder(schema: schema)
+            let sql = try builder.select("t0.\"_id\"", for: restricted, sorted: false, sliced: false)
+            try query(db, sql, builder.arguments) { result.append(ObjectID(entityName: entity.name, uuid: uuid($0, 0))) }
+        }
+        return result
+    }
+
+    /// The stored versions of objects of one entity.
+    static func versions(of ids: [ObjectID], _ entity: EntityDescription, _ db: Database) throws -> [(ObjectID, Int64)] {
+        var result: [(ObjectID, Int64)] = []
+        for start in stride(from: 0, to: ids.count, by: 500) {
+            let chunk = ids[start..<Swift.min(start + 500, ids.count)].map(\.uuid.storedValue)
+            let marks = Array(repeating: "?", count: chunk.count).joined(separator: ", ")
+            try query(db, "SELECT \"_id\", \"_version\" FROM \(SQLBuilder.quote(entity.name)) WHERE \"_id\" IN (\(marks))", chunk) {
+                result.append((ObjectID(entityName: entity.name, uuid: uuid($0, 0)), sqlite3_column_int64($0, 1)))
+            }
+        }
+        return result
     }
 }
 
@@ -186,7 +243,7 @@ extension Skyros {
     @discardableResult
     public func batchDelete<T: ManagedObject>(_ type: T.Type, where predicate: Predicate<T>? = nil) async throws -> Int {
         let request = try FetchDescriptor<T>(predicate: predicate).storeRequest(schema: schema)
-        return try await runBatch { store in try store.batchDelete(request) }
+        return try await runBatch(request.entityName) { store, held in try store.batchDelete(request, held: held) }
     }
 
     /// Sets attributes of every object of `type` the predicate selects, with one SQL statement
@@ -214,23 +271,48 @@ extension Skyros {
             return (property, try assignment.value.get())
         }
         guard !resolved.isEmpty else { return 0 }
-        return try await runBatch { store in try store.batchUpdate(request, resolved) }
+        return try await runBatch(request.entityName) { store, held in try store.batchUpdate(request, resolved, held: held) }
     }
 
     /// Runs a batch operation on the root context's queue (after the writes queued there),
     /// then tells the contexts.
-    private func runBatch(_ body: @escaping @Sendable (SQLiteStore) throws -> SQLiteStore.BatchOutcome) async throws -> Int {
+    ///
+    /// When no observer follows the main context, the store names only the affected objects
+    /// that the main and root contexts hold (the others need no refresh): no row per object
+    /// of the batch comes back.
+    private func runBatch(
+        _ entityName: String, _ body: @escaping @Sendable (SQLiteStore, Set<ObjectID>?) throws -> SQLiteStore.BatchOutcome
+    ) async throws -> Int {
         guard let sqlite = store as? SQLiteStore else {
             throw SkyrosError(
                 .storeFailure, "batch operations run on a store of this process; through a group's daemon they are not available yet")
         }
         let root = rootContext
+        let main = mainContext
+        // What the main context holds, asked before the root's queue is taken (the main context
+        // waits for the root's queue when it saves: asking from there could deadlock).
+        let heldInMain: Set<ObjectID>? = main.performAndWait {
+            guard !main.reference.isObserved else { return nil }
+            var ids = Set(main.registry.keys.filter { $0.entityName == entityName })
+            for id in main.updated.keys where id.entityName == entityName { ids.insert(id) }
+            for id in main.deleted.keys where id.entityName == entityName { ids.insert(id) }
+            return ids
+        }
         do {
             let outcome = try await root.perform { () -> SQLiteStore.BatchOutcome in
-                let outcome = try body(sqlite)
+                let held = heldInMain.map { $0.union(root.registry.keys.filter { $0.entityName == entityName }) }
+                let outcome = try body(sqlite, held)
                 for id in outcome.deleted { root.forgetDeleted(id) }
                 for id in outcome.updated.keys { root.refreshIfClean(id) }
                 return outcome
+            }
+            if let heldInMain {
+                // Objects the main context took in since it was asked are read again when touched.
+                main.performAndWait {
+                    for id in main.registry.keys where id.entityName == entityName && !heldInMain.contains(id) {
+                        main.refreshIfClean(id)
+                    }
+                }
             }
             if !outcome.deleted.isEmpty || !outcome.updated.isEmpty {
                 merge(
