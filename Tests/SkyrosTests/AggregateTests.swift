@@ -26,7 +26,8 @@ struct AggregateTests {
             ("all", nil), ("code < 3", #Predicate { $0.code < 3 }), ("none", #Predicate { $0.code > 100 }),
             ("int > 0", #Predicate { $0.int > 0 }),
         ]
-        try store.read { context in
+        // The value form of `read` (its errors are thrown here, not handed to handleError).
+        let _: Void = try store.read { context in
             for (name, predicate) in predicates {
                 let objects = try context.fetch(FetchDescriptor<Sample>(predicate: predicate))
                 #expect(try Sample.sum(\.int, where: predicate, in: context) == objects.map(\.int).reduce(0, +), "\(name)")
@@ -76,7 +77,7 @@ struct AggregateTests {
             extra.int = 1_000
             extra.code = 99
         }
-        try stack.store.read { (context: ObjectContext) throws in
+        stack.store.read { context in
             #expect(try Sample.sum(\.int, in: context) == before + 1_000)
             #expect(try Sample.count(groupedBy: \.code, where: #Predicate { $0.code == 99 }, in: context) == [99: 1])
             #expect(try Sample.max(\.int, in: context) == 1_000)
