@@ -77,7 +77,7 @@ struct AggregateTests {
             extra.int = 1_000
             extra.code = 99
         }
-        stack.store.read { context in
+        let _: Void = try stack.store.read { (context: ObjectContext) throws -> Void in
             #expect(try Sample.sum(\.int, in: context) == before + 1_000)
             #expect(try Sample.count(groupedBy: \.code, where: #Predicate { $0.code == 99 }, in: context) == [99: 1])
             #expect(try Sample.max(\.int, in: context) == 1_000)
