@@ -323,6 +323,8 @@ public final class DaemonServer: @unchecked Sendable {
         var clientID: UUID
         var saveNumber: UInt64
         var changes: ChangeSet
+        /// A batch operation instead of a change set.
+        var batch: BatchOperation?
         /// When it arrived (for its latency in `skyros status` and the metrics).
         var received = ContinuousClock.now
     }
@@ -363,7 +365,7 @@ public final class DaemonServer: @unchecked Sendable {
             return
         }
         switch message.body {
-        case .save(_, 0, _), .deleteAll(_, 0):
+        case .save(_, 0, _), .deleteAll(_, 0), .batch(_, 0, _):
             reply(to: identity, WireMessage(requestID: message.requestID, body: .error(
                 code: SkyrosError.Code.malformedMessage.rawValue, message: "save numbers start at 1")))
             return
@@ -375,6 +377,12 @@ public final class DaemonServer: @unchecked Sendable {
             saves.append(PendingSave(
                 identity: identity, requestID: message.requestID, clientID: clientID, saveNumber: saveNumber,
                 changes: changes))
+            return
+        }
+        if case .batch(let clientID, let saveNumber, let operation) = message.body, sessions[identity] != nil, store != nil {
+            saves.append(PendingSave(
+                identity: identity, requestID: message.requestID, clientID: clientID, saveNumber: saveNumber,
+                changes: ChangeSet(), batch: operation))
             return
         }
         if case .deleteAll(let clientID, let saveNumber) = message.body, sessions[identity] != nil, store != nil {
@@ -410,7 +418,7 @@ public final class DaemonServer: @unchecked Sendable {
     /// - Parameter resetting: the index of a `deleteAll` among `saves` (the store is emptied there).
     private func commit(_ saves: [PendingSave], resetting: Int? = nil) {
         guard let store else { return }
-        var results: [Result<UInt64, SkyrosError>] = []
+        var results: [Result<Answer, SkyrosError>] = []
         var events: [EventPublisher.Committed] = []
         var next = sequence
         let isolated = saves.count > 1
@@ -428,22 +436,28 @@ public final class DaemonServer: @unchecked Sendable {
                         }
                         switch decision {
                         case .answer(let sequence):
-                            results.append(.success(sequence))
+                            results.append(.success(try Self.answer(save, sequence: sequence, transaction)))
                             continue
                         case .answerFromHistory:
                             let first = try Journal.sequence(ofSave: save.saveNumber, by: save.clientID, in: transaction)
-                            results.append(.success(first ?? 0))
+                            results.append(.success(try Self.answer(save, sequence: first ?? 0, transaction)))
                             continue
                         case .apply, .readStore:
                             break
                         }
                         let session = sessions[save.identity]
-                        let apply = { () throws -> (ChangeEvent, [UInt8]) in
+                        let apply = { () throws -> (ChangeEvent, [UInt8], Int?) in
                             var event = ChangeEvent(
                                 sequence: next + 1, kind: index == resetting ? .reset : .changes,
                                 authorID: save.clientID, author: session?.name ?? "")
                             var deletedObjects: Int?
-                            if index == resetting {
+                            var affected: Int?
+                            if let batch = save.batch {
+                                let outcome = try transaction.batch(
+                                    batch, naming: .upTo(WireProtocol.maximumBatchEventObjects))
+                                affected = outcome.count
+                                event = Self.batchEvent(outcome, batch, store.schema, event)
+                            } else if index == resetting {
                                 deletedObjects = try Self.objectCount(of: store.schema, in: transaction)
                                 try transaction.deleteAll()
                             } else {
@@ -452,7 +466,7 @@ public final class DaemonServer: @unchecked Sendable {
                                 event.updated = applied.map { ChangeEvent.Update(id: $0.id, version: $0.version, values: $0.changes) }
                                 event.deleted = save.changes.deleted
                             }
-                            let encoded = try Journal.record(event, save: save.saveNumber, in: transaction)
+                            let encoded = try Journal.record(event, save: save.saveNumber, affected: affected, in: transaction)
                             if let deletedObjects {
                                 resetLog = """
                                     reset (deleteAll) by \(Self.describe(session?.name)) (client \(save.clientID), \
@@ -460,13 +474,13 @@ public final class DaemonServer: @unchecked Sendable {
                                     sequence \(event.sequence)
                                     """
                             }
-                            return (event, encoded)
+                            return (event, encoded, affected)
                         }
-                        let (event, encoded) = try isolated ? transaction.savepoint(apply) : apply()
+                        let (event, encoded, affected) = try isolated ? transaction.savepoint(apply) : apply()
                         next = event.sequence
                         ledger.applied(client: save.clientID, save: save.saveNumber, sequence: next)
                         events.append(EventPublisher.Committed(event: event, encoded: encoded, topic: session?.topic))
-                        results.append(.success(event.sequence))
+                        results.append(.success(affected.map { .batch(affected: $0, event: event) } ?? .saved(event.sequence)))
                     } catch {
                         // Alone in its transaction, a failed save rolls the transaction back.
                         guard isolated else {
@@ -504,7 +518,8 @@ public final class DaemonServer: @unchecked Sendable {
         for (save, result) in zip(saves, results) {
             let body: WireMessage.Body =
                 switch result {
-                case .success(let sequence): .saved(sequence: sequence)
+                case .success(.saved(let sequence)): .saved(sequence: sequence)
+                case .success(.batch(let affected, let event)): .batchDone(affected: affected, event: event)
                 case .failure(let error): Self.errorReply(error)
                 }
             reply(to: save.identity, WireMessage(requestID: save.requestID, body: body))
@@ -514,6 +529,39 @@ public final class DaemonServer: @unchecked Sendable {
         })
         publish(publisher.committed(events, requestsWaiting: waiting, now: .now))
         if resetting != nil { publish(publisher.flush()) }
+    }
+
+    /// The answer to a save of a turn.
+    private enum Answer {
+        case saved(UInt64)
+        case batch(affected: Int, event: ChangeEvent)
+    }
+
+    /// The answer to a save applied before (a retry): its sequence, or for a batch its change
+    /// set from the history (when the history no longer has it: a batch event with empty
+    /// lists, which makes the client refresh what it holds, and 0 objects).
+    private static func answer(_ save: PendingSave, sequence: UInt64, _ transaction: SQLiteStore.Transaction) throws -> Answer {
+        guard save.batch != nil else { return .saved(sequence) }
+        if sequence > 0, let recorded = try Journal.batch(at: sequence, in: transaction) {
+            return .batch(affected: recorded.affected, event: recorded.event)
+        }
+        return .batch(
+            affected: 0, event: ChangeEvent(sequence: sequence, kind: .batch, authorID: save.clientID, author: ""))
+    }
+
+    /// The change event of a batch operation: its objects with their new values, or empty
+    /// lists when the outcome does not name them (too many); a batch that selected nothing is
+    /// an empty change set.
+    static func batchEvent(_ outcome: BatchOutcome, _ operation: BatchOperation, _ schema: Schema, _ base: ChangeEvent) -> ChangeEvent {
+        var event = base
+        guard outcome.count > 0 || !outcome.deleted.isEmpty else { return event }
+        event.kind = .batch
+        guard outcome.isListed else { return event }
+        event.deleted = outcome.deleted.sorted { ($0.entityName, $0.uuid.uuidString) < ($1.entityName, $1.uuid.uuidString) }
+        event.updated = outcome.updatedValues.map { id, update in
+            ChangeEvent.Update(id: id, version: update.version, values: update.values)
+        }.sorted { ($0.id.entityName, $0.id.uuid.uuidString) < ($1.id.entityName, $1.id.uuid.uuidString) }
+        return event
     }
 
     /// The reply to a failed request: the conflict list of a refused save, or an error.

@@ -24,7 +24,7 @@ struct Journal {
     static let tables = [
         """
         CREATE TABLE IF NOT EXISTS skyros_history (sequence INTEGER PRIMARY KEY NOT NULL, client TEXT NOT NULL, \
-        process TEXT NOT NULL, timestamp REAL NOT NULL, event BLOB NOT NULL, save INTEGER) STRICT
+        process TEXT NOT NULL, timestamp REAL NOT NULL, event BLOB NOT NULL, save INTEGER, affected INTEGER) STRICT
         """,
         """
         CREATE TABLE IF NOT EXISTS skyros_saves (client TEXT PRIMARY KEY NOT NULL, save INTEGER NOT NULL, \
@@ -42,8 +42,8 @@ struct Journal {
         var schemaVersion: UInt64
     }
 
-    /// Creates the tables when missing (and the `save` column of a history made before
-    /// protocol 4), gives the store its epoch the first time, and returns the last sequence
+    /// Creates the tables when missing (and the `save` and `affected` columns of a history
+    /// made before them), gives the store its epoch the first time, and returns the last sequence
     /// number given.
     static func open(_ store: SQLiteStore) throws -> Opened {
         try store.transaction { transaction in
@@ -51,6 +51,9 @@ struct Journal {
             let columns = try transaction.rows("SELECT name FROM pragma_table_info('skyros_history')")
             if !columns.contains([.text("save")]) {
                 try transaction.execute("ALTER TABLE skyros_history ADD COLUMN save INTEGER")
+            }
+            if !columns.contains([.text("affected")]) {
+                try transaction.execute("ALTER TABLE skyros_history ADD COLUMN affected INTEGER")
             }
             try transaction.execute(
                 "INSERT OR IGNORE INTO skyros_metadata (key, value) VALUES ('epoch', ?), ('schemaVersion', ?)",
@@ -94,16 +97,31 @@ struct Journal {
         var sequence: UInt64
     }
 
+    /// A batch operation's change set from the history, with the number of objects it
+    /// affected (nil when the history no longer has it).
+    static func batch(at sequence: UInt64, in transaction: SQLiteStore.Transaction) throws -> (affected: Int, event: ChangeEvent)? {
+        let row = try transaction.rows(
+            "SELECT affected, event FROM skyros_history WHERE sequence = ?", [.integer(Int64(sequence))]).first
+        guard let row, case .blob(let bytes) = row[1], case .event(let event)? = try? WireMessage.decode([UInt8](bytes)).body
+        else { return nil }
+        let affected = if case .integer(let count) = row[0] { Int(count) } else { 0 }
+        return (affected, event)
+    }
+
     /// Records a committed change set: its history row and, for a save, the client's save
-    /// number. Returns the event as published (the bytes of the history row).
-    static func record(_ event: ChangeEvent, save: UInt64, in transaction: SQLiteStore.Transaction) throws -> [UInt8] {
+    /// number; `affected`: the number of objects of a batch operation. Returns the event as
+    /// published (the bytes of the history row).
+    static func record(
+        _ event: ChangeEvent, save: UInt64, affected: Int? = nil, in transaction: SQLiteStore.Transaction
+    ) throws -> [UInt8] {
         let now = Date().timeIntervalSince1970
         let sequence = StoredValue.integer(Int64(event.sequence))
         let client = StoredValue.text(event.authorID.uuidString)
         let encoded = WireMessage(requestID: 0, body: .event(event)).encoded()
         try transaction.execute(
-            "INSERT INTO skyros_history (sequence, client, process, timestamp, event, save) VALUES (?, ?, ?, ?, ?, ?)",
-            [sequence, client, .text(event.author), .real(now), .blob(Data(encoded)), .integer(Int64(save))])
+            "INSERT INTO skyros_history (sequence, client, process, timestamp, event, save, affected) VALUES (?, ?, ?, ?, ?, ?, ?)",
+            [sequence, client, .text(event.author), .real(now), .blob(Data(encoded)), .integer(Int64(save)),
+             affected.map { .integer(Int64($0)) } ?? .null])
         try transaction.execute(
             "INSERT OR REPLACE INTO skyros_saves (client, save, sequence, timestamp) VALUES (?, ?, ?, ?)",
             [client, .integer(Int64(save)), sequence, .real(now)])

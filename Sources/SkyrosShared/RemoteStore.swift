@@ -380,6 +380,9 @@ public final class RemoteStore: PersistentStore, @unchecked Sendable {
                     if requestWentOut, case .deleteAll(_, let number) = body {
                         throw outcomeUnknown(number)
                     }
+                    if requestWentOut, case .batch(_, let number, _) = body {
+                        throw outcomeUnknown(number)
+                    }
                     throw SkyrosError(
                         .daemonUnavailable,
                         "the daemon of \(container.url.path) did not answer within \(timeout) seconds (is skyrosd running?)")
@@ -422,7 +425,7 @@ public final class RemoteStore: PersistentStore, @unchecked Sendable {
                 throw SkyrosError(SkyrosError.Code(rawValue: code), message)
             }
             guard reply.requestID == id else { continue }  // a late reply to an abandoned request
-            if case .saved = reply.body, droppedSaveRepliesForTesting > 0 {
+            if reply.body.kind == .saved || reply.body.kind == .batchDone, droppedSaveRepliesForTesting > 0 {
                 droppedSaveRepliesForTesting -= 1
                 continue
             }
@@ -491,26 +494,49 @@ public final class RemoteStore: PersistentStore, @unchecked Sendable {
         try saveRequest { .deleteAll(clientID: clientID, saveNumber: $0) }
     }
 
-    /// Sends a save (or a reset) with the next save number, and tells the sequencer its
-    /// outcome: the reply's sequence is this client's own, never merged.
+    /// Runs a batch update or delete in the daemon: one change set, exactly once like a save
+    /// (resent with the same save number when its reply is lost). `naming` is the daemon's
+    /// to choose: its change event names at most ``WireProtocol/maximumBatchEventObjects``
+    /// objects.
+    package func batch(_ operation: BatchOperation, naming: BatchNaming) throws -> BatchOutcome {
+        let reply = try saveRequest { .batch(clientID: clientID, saveNumber: $0, operation: operation) }
+        guard case .batchDone(let affected, let event) = reply else { throw unexpected() }
+        return Self.outcome(of: event, affected: affected, schema)
+    }
+
+    /// What a batch's change event says, as the contexts take it.
+    static func outcome(of event: ChangeEvent, affected: Int, _ schema: Schema) -> BatchOutcome {
+        var outcome = BatchOutcome(count: affected, deleted: event.deleted)
+        outcome.isListed = event.kind != .batch || !event.deleted.isEmpty || !event.updated.isEmpty
+        for update in event.updated {
+            let properties = schema.entity(named: update.id.entityName)?.properties ?? []
+            outcome.updated[update.id] = update.values.keys.sorted().compactMap { $0 < properties.count ? properties[$0].name : nil }
+            outcome.updatedValues[update.id] = StoreChange.UpdatedValues(version: update.version, values: update.values)
+        }
+        return outcome
+    }
+
+    /// Sends a save (or a reset, or a batch) with the next save number, and tells the
+    /// sequencer its outcome: the reply's sequence is this client's own, never merged.
     ///
     /// A save whose outcome is still unknown is resolved first: the daemon applies a client's
     /// saves in order, and a newer save must not overtake one that may not have arrived.
     /// When it cannot be resolved, the new save is not sent (``SkyrosError/Code/daemonUnavailable``:
     /// not applied).
-    private func saveRequest(_ body: (UInt64) -> WireMessage.Body) throws {
+    @discardableResult
+    private func saveRequest(_ body: (UInt64) -> WireMessage.Body) throws -> WireMessage.Body {
         // Told once `resolving` is released: a handler may save, or wait for a context whose
         // queue is itself waiting for `resolving` (a lock-order deadlock otherwise).
         var resolved: ResolvedSave?
         defer { if let resolved { onSaveResolved?(resolved) } }
-        try resolving.withLock {
+        return try resolving.withLock { () throws -> WireMessage.Body in
             resolved = try resolveUnknownSave()
             let number = lock.withLock { () -> UInt64 in
                 saveNumber += 1
                 return saveNumber
             }
             do {
-                try send(save: body(number))
+                return try send(save: body(number))
             } catch let error as SkyrosError where error.code == .outcomeUnknown {
                 lock.withLock { unresolvedSave = (number, body(number)) }
                 wakeEventThread()  // it resends in the background
@@ -519,15 +545,20 @@ public final class RemoteStore: PersistentStore, @unchecked Sendable {
         }
     }
 
-    /// One save request, with the sequencer told of it and of its answer; returns its sequence.
+    /// One save request, with the sequencer told of it and of its answer (its sequence);
+    /// returns the reply (`saved`, or `batchDone`).
     @discardableResult
-    private func send(save body: WireMessage.Body) throws -> UInt64 {
+    private func send(save body: WireMessage.Body) throws -> WireMessage.Body {
         eventsLock.withLock { sequencer.saveSent() }
         var saved: UInt64?
         defer { queue(eventsLock.withLock { sequencer.saveAnswered(sequence: saved) }) }
-        guard case .saved(let sequence) = try request(body) else { throw unexpected() }
-        saved = sequence
-        return sequence
+        let reply = try request(body)
+        switch reply {
+        case .saved(let sequence): saved = sequence
+        case .batchDone(_, let event): saved = event.sequence
+        default: throw unexpected()
+        }
+        return reply
     }
 
     /// Resends the save whose outcome is unknown, if any, until the request's timeout; on an
@@ -537,7 +568,12 @@ public final class RemoteStore: PersistentStore, @unchecked Sendable {
         guard let pending = lock.withLock({ unresolvedSave }) else { return nil }
         let resolved: ResolvedSave
         do {
-            let sequence = try send(save: pending.body)
+            let sequence: UInt64? =
+                switch try send(save: pending.body) {
+                case .saved(let sequence): sequence
+                case .batchDone(_, let event): event.sequence
+                default: nil
+                }
             resolved = ResolvedSave(saveNumber: pending.number, sequence: sequence)
         } catch let error as SkyrosError where error.code == .outcomeUnknown || error.code == .daemonUnavailable {
             throw SkyrosError(
@@ -570,3 +606,4 @@ public final class RemoteStore: PersistentStore, @unchecked Sendable {
         SkyrosError(.malformedMessage, "the daemon sent an unexpected reply")
     }
 }
+extension RemoteStore: BatchStore {}

@@ -49,11 +49,14 @@ extension Skyros {
         }
     }
 
-    /// A change event as the main context merges it: updated properties by name, with their values.
+    /// A change event as the main context merges it: updated properties by name, with their
+    /// values. A schema change, or a batch operation too large to name its objects, refreshes
+    /// everything.
     static func storeChange(_ event: ChangeEvent, _ schema: Schema) -> StoreChange {
+        let unlistedBatch = event.kind == .batch && event.inserted.isEmpty && event.updated.isEmpty && event.deleted.isEmpty
         var change = StoreChange(
             sequence: event.sequence, author: event.author, isReset: event.kind == .reset,
-            isRefresh: event.kind == .schemaChanged, inserted: event.inserted.map(\.id), deleted: event.deleted,
+            isRefresh: event.kind == .schemaChanged || unlistedBatch, inserted: event.inserted.map(\.id), deleted: event.deleted,
             insertedSnapshots: event.inserted)
         for update in event.updated {
             let properties = schema.entity(named: update.id.entityName)?.properties

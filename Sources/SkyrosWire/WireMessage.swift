@@ -16,7 +16,9 @@ public struct ChangeEvent: Sendable, Hashable {
         case heartbeat = 2
         /// Reserved (schema evolution): the store's schema changed; the lists are empty.
         case schemaChanged = 3
-        /// Reserved (batch operations): a batch update or delete, with its affected objects.
+        /// A batch update or delete (``WireMessage/Body/batch(clientID:saveNumber:operation:)``):
+        /// its updated and deleted objects, or empty lists when it affected more than
+        /// ``WireProtocol/maximumBatchEventObjects`` (a receiver refreshes everything it holds).
         case batch = 4
     }
 
@@ -164,6 +166,8 @@ public struct WireMessage: Sendable, Hashable {
         case changesSince(UInt64, limit: UInt64)
         /// Empties the store (`nuke`); exactly-once like a save.
         case deleteAll(clientID: UUID, saveNumber: UInt64)
+        /// A batch update or delete by predicate: one change set, exactly-once like a save.
+        case batch(clientID: UUID, saveNumber: UInt64, operation: BatchOperation)
         // Replies
         case welcome(Welcome)
         case snapshotsReply([Snapshot])
@@ -176,6 +180,9 @@ public struct WireMessage: Sendable, Hashable {
         case changes([ChangeEvent], more: Bool)
         /// A save refused under the `.error` merge policy: every conflicting object.
         case conflicts(message: String, [MergeConflict])
+        /// The reply to a `batch`: how many objects it affected, and its change set as published
+        /// (the author merges it as its own).
+        case batchDone(affected: Int, event: ChangeEvent)
         // Published on the event socket
         case event(ChangeEvent)
 
@@ -190,6 +197,7 @@ public struct WireMessage: Sendable, Hashable {
             case .save: .save
             case .changesSince: .changesSince
             case .deleteAll: .deleteAll
+            case .batch: .batch
             case .welcome: .welcome
             case .snapshotsReply: .snapshotsReply
             case .identifiersReply: .identifiersReply
@@ -198,6 +206,7 @@ public struct WireMessage: Sendable, Hashable {
             case .error: .error
             case .changes: .changes
             case .conflicts: .conflicts
+            case .batchDone: .batchDone
             case .event: .event
             }
         }
@@ -242,6 +251,19 @@ public struct WireMessage: Sendable, Hashable {
         case .deleteAll(let clientID, let number):
             writer.uuid(clientID)
             writer.uvarint(number)
+        case .batch(let clientID, let number, let operation):
+            writer.uuid(clientID)
+            writer.uvarint(number)
+            switch operation {
+            case .delete(let request):
+                writer.byte(0)
+                writer.request(request)
+                writer.propertyValues([:])
+            case .update(let request, let assignments):
+                writer.byte(1)
+                writer.request(request)
+                writer.propertyValues(assignments)
+            }
         case .welcome(let welcome):
             writer.uvarint(welcome.protocolVersion)
             writer.uvarint(welcome.sequence)
@@ -263,6 +285,9 @@ public struct WireMessage: Sendable, Hashable {
         case .conflicts(let message, let conflicts):
             writer.string(message)
             writer.list(conflicts) { $0.conflict($1) }
+        case .batchDone(let affected, let event):
+            writer.uvarint(UInt64(affected))
+            writer.event(event)
         case .event(let event):
             writer.event(event)
         }
@@ -327,6 +352,28 @@ public struct WireMessage: Sendable, Hashable {
         case .conflicts:
             let message = try reader.string()
             body = .conflicts(message: message, try reader.list(minimumSize: 20) { reader throws(WireError) in try reader.conflict() })
+        case .batch:
+            let clientID = try reader.uuid()
+            let number = try reader.uvarint()
+            let operation = try reader.byte()
+            let request = try reader.request()
+            let assignments = try reader.propertyValues()
+            guard request.sortKeys.isEmpty, request.limit == nil, request.offset == 0 else {
+                throw .invalidValue("a batch selects by predicate: no sort keys, limit or offset")
+            }
+            switch operation {
+            case 0:
+                guard assignments.isEmpty else { throw .invalidValue("a batch delete has no assignments") }
+                body = .batch(clientID: clientID, saveNumber: number, operation: .delete(request))
+            case 1:
+                guard !assignments.isEmpty else { throw .invalidValue("a batch update has at least one assignment") }
+                body = .batch(clientID: clientID, saveNumber: number, operation: .update(request, assignments: assignments))
+            default:
+                throw .invalidTag("batch operation", operation)
+            }
+        case .batchDone:
+            let affected = try reader.int()
+            body = .batchDone(affected: affected, event: try reader.event())
         case .event: body = .event(try reader.event())
         default: throw .unimplementedMessageType(tag)
         }

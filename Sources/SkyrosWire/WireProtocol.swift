@@ -41,10 +41,12 @@ public enum WireProtocol {
     /// root to a leaf (a lone constant is 1 deep). Deeper trees would overflow SQLite's parser
     /// once translated.
     public static let maximumPredicateDepth = 32
+    /// The most objects a batch operation's change event names: past it, its lists are empty
+    /// and a receiver refreshes everything it holds.
+    public static let maximumBatchEventObjects = 10_000
 
-    /// The kind of a message: its second byte. Kinds marked *reserved* are written down so
-    /// that no other message takes their tag; a daemon of this version answers them with
-    /// `malformedMessage` ("not implemented yet").
+    /// The kind of a message: its second byte. A daemon answers an unknown kind with
+    /// `malformedMessage`.
     public enum Kind: UInt8, Sendable, CaseIterable {
         // Requests (client → daemon)
         case hello = 1
@@ -55,7 +57,7 @@ public enum WireProtocol {
         case save = 6
         case changesSince = 7
         case deleteAll = 8
-        /// Reserved: a batch update or delete by predicate (one change set, one sequence).
+        /// A batch update or delete by predicate (one change set, one sequence).
         case batch = 9
         /// The hello of an admin session (no schema; see ``AdminMessage``).
         case adminHello = 16
@@ -88,16 +90,11 @@ public enum WireProtocol {
         case schemaReply = 75
         /// The reply to `metrics`.
         case metricsReply = 76
+        /// The reply to `batch`.
+        case batchDone = 77
         // Published on the event socket
         case event = 96
 
-        /// Whether this build implements the kind (the others are reserved).
-        public var isImplemented: Bool {
-            switch self {
-            case .batch: false
-            default: true
-            }
-        }
     }
 }
 

@@ -33,7 +33,7 @@ struct ProtocolTests {
         var reply = try client.raw([Data(WireMessage(requestID: 41, body: .count(StoreRequest(entityName: "User"))).encoded())])
         #expect(reply.requestID == 41 && errorCode(reply.body) == "helloRequired")
         _ = try client.hello()
-        // A fetch cut short, an unknown kind, a reserved kind, another protocol version.
+        // A fetch cut short, an unknown kind, a batch without its body, another protocol version.
         for (bytes, code) in [
             ([WireProtocol.version, 2, 42, 1, 0xFF], "malformedMessage"),
             ([WireProtocol.version, 250, 43], "malformedMessage"),

@@ -7,7 +7,7 @@ import Testing
 /// rules held, the main context and its observers told once.
 @Suite("Batch update and delete", .timeLimit(.minutes(3)))
 struct BatchOperationTests {
-    static let kinds: [StoreKind] = [.inMemory, .sqlite]
+    static let kinds: [StoreKind] = [.inMemory, .sqlite, .shared]
 
     func users(_ store: Skyros) throws {
         try store.writeAndWait { context in
@@ -144,14 +144,5 @@ struct BatchOperationTests {
         try main.performAndWait { () throws in
             #expect(try User.first(where: #Predicate { $0.firstname == "again" }, in: main)?.lastname == "Held")
         }
-    }
-
-    @Test("a batch through a daemon is refused with a clear error")
-    func shared() async throws {
-        let stack = try TestStack(.shared)
-        let error = await #expect(throws: SkyrosError.self) {
-            try await stack.store.batchDelete(User.self)
-        }
-        #expect(error?.message.contains("daemon") == true)
     }
 }

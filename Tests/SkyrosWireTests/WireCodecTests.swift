@@ -47,6 +47,12 @@ let sampleMessages: [WireMessage] = {
         WireMessage(requestID: 6, body: .save(clientID: client, saveNumber: 7, changes: changes)),
         WireMessage(requestID: 7, body: .changesSince(99, limit: 500)),
         WireMessage(requestID: 9, body: .deleteAll(clientID: client, saveNumber: 8)),
+        WireMessage(requestID: 10, body: .batch(clientID: client, saveNumber: 9, operation: .delete(StoreRequest(entityName: "User", predicate: predicate)))),
+        WireMessage(requestID: 11, body: .batch(
+            clientID: client, saveNumber: 10, operation: .update(StoreRequest(entityName: "Post"), assignments: [0: .text("t"), 3: .null]))),
+        WireMessage(requestID: 11, body: .batchDone(affected: 2, event: ChangeEvent(
+            sequence: 14, kind: .batch, authorID: client, author: "todo",
+            updated: [ChangeEvent.Update(id: post, version: 5, values: [0: .text("t")])], deleted: [user]))),
         WireMessage(requestID: 1, body: .welcome(WireMessage.Welcome(
             sequence: 42, eventTopic: 7, storeEpoch: UUID(uuidString: "00000000-0000-4000-8000-0000000000AB")!, schemaVersion: 2))),
         WireMessage(requestID: 2, body: .snapshotsReply([Snapshot(id: user, values: values, version: 7), Snapshot(id: post, values: [])])),
@@ -66,6 +72,27 @@ let sampleMessages: [WireMessage] = {
 
 @Suite("Wire codec", .timeLimit(.minutes(1)))
 struct WireCodecTests {
+    @Test("a batch selects by predicate only: sort keys, a limit, an offset, a wrong operation or assignments are refused")
+    func malformedBatch() {
+        let client = UUID()
+        let sorted = StoreRequest(entityName: "User", sortKeys: [SortKey(property: "age", ascending: true)])
+        let limited = StoreRequest(entityName: "User", limit: 3)
+        for message in [
+            WireMessage(requestID: 1, body: .batch(clientID: client, saveNumber: 1, operation: .delete(sorted))),
+            WireMessage(requestID: 1, body: .batch(clientID: client, saveNumber: 1, operation: .update(limited, assignments: [0: .null]))),
+            WireMessage(requestID: 1, body: .batch(clientID: client, saveNumber: 1, operation: .update(StoreRequest(entityName: "User"), assignments: [:]))),
+        ] {
+            #expect(throws: WireError.self) { try WireMessage.decode(message.encoded()) }
+        }
+        var bytes = WireMessage(
+            requestID: 1, body: .batch(clientID: client, saveNumber: 1, operation: .delete(StoreRequest(entityName: "User")))
+        ).encoded()
+        bytes[3 + 16 + 1] = 2  // operation 2 does not exist
+        #expect(throws: WireError.self) { try WireMessage.decode(bytes) }
+        bytes[3 + 16 + 1] = 0
+        #expect((try? WireMessage.decode(bytes)) != nil)
+    }
+
     @Test("every message round-trips", arguments: sampleMessages)
     func roundTrip(message: WireMessage) throws {
         let bytes = message.encoded()

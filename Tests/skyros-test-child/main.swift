@@ -278,6 +278,17 @@ case "observed-writer":
         }
     }
     print("DONE")
+case "batch":
+    // A batch update or delete through the daemon: users of at least the given age.
+    let store = try Skyros(sharedStack: testSchema, container: URL(fileURLWithPath: arguments[2]), timeout: 30, savesOnStop: false)
+    let age = Int(arguments[4])!
+    let count =
+        if arguments[3] == "delete" {
+            try await store.batchDelete(User.self, where: #Predicate { $0.age >= age })
+        } else {
+            try await store.batchUpdate(User.self, where: #Predicate { $0.age >= age }, .set(\.lastname, to: "Batch"))
+        }
+    print("DONE \(count)")
 case "big-save":
     let store = try Skyros(sharedStack: testSchema, container: URL(fileURLWithPath: arguments[2]), timeout: 30)
     let count = Int(arguments[3])!
