@@ -91,10 +91,11 @@ struct BatchBenchmark {
         }
         report(Row(name: "batch delete of \(tenth / 1000)k of \(rows / 1000)k rows", unit: "Mrows/s",
                    skyros: Double(tenth) / 1e6 / skyrosDelete, baseline: Double(tenth) / 1e6 / rawDelete))
+        try runShared(embeddedUpdate: skyrosUpdate, embeddedDelete: skyrosDelete, report: report)
     }
 
     /// Runs an async operation from this synchronous benchmark and waits for it.
-    private func awaitResult<T: Sendable>(_ operation: @escaping @Sendable () async throws -> T) throws -> T {
+    func awaitResult<T: Sendable>(_ operation: @escaping @Sendable () async throws -> T) throws -> T {
         let done = DispatchSemaphore(value: 0)
         let box = UncheckedBox(ResultBox<T>())
         Task {
