@@ -84,4 +84,57 @@ struct BatchImportTests {
         let count = try await store.read { context in try Tag.count(in: context) }
         #expect(count == imported)
     }
+
+    struct Person: Sendable {
+        var handle: String
+        var age: Int
+    }
+
+    @Test("an upserting import updates the objects whose key is stored and inserts the others, never a unique violation", arguments: StoreKind.allCases)
+    func upsert(kind: StoreKind) async throws {
+        let stack = try TestStack(kind)
+        let store = stack.store
+        let kept = try await store.write { context in
+            let user = User.create(in: context)
+            (user.handle, user.firstname, user.age) = ("h3", "kept", 1)
+            return user.objectID
+        }
+        // Held by the main context: the import refreshes it.
+        let held = try #require(store.mainContext.performAndWait { store.mainContext.object(with: kept, as: User.self) })
+        let first = (0..<10).map { Person(handle: "h\($0)", age: $0) }
+        let imported = try await store.importBatch(first, upserting: User.self, by: \.handle, key: \.handle, chunkSize: 4) { record, user, _ in
+            user.age = record.age + 100
+        }
+        #expect(imported == 10)
+        // Overlapping records (h5…h14), a key twice in one chunk (the later record wins), and
+        // twice across chunks.
+        let second = (5..<15).map { Person(handle: "h\($0)", age: $0) } + [Person(handle: "h14", age: 1_000), Person(handle: "h6", age: 2_000)]
+        let again = try await store.importBatch(second, upserting: User.self, by: \.handle, key: \.handle, chunkSize: 4) { record, user, _ in
+            user.age = record.age + 200
+        }
+        #expect(again == 12)
+        let users = try await store.read { context in
+            try User.all(sortedBy: [SortDescriptor(\.handle)], in: context).map { ($0.handle, $0.age, $0.firstname) }
+        }
+        #expect(users.count == 15, "\(users)")
+        let ages = Dictionary(uniqueKeysWithValues: users.map { ($0.0, $0.1) })
+        #expect(ages["h0"] == 100 && ages["h4"] == 104 && ages["h5"] == 205 && ages["h9"] == 209 && ages["h13"] == 213)
+        #expect(ages["h14"] == 1_200 && ages["h6"] == 2_200)
+        // The stored object was updated in place: same identifier, its other attributes kept.
+        #expect(users.first { $0.0 == "h3" }?.2 == "kept")
+        store.mainContext.performAndWait {
+            #expect(held.objectID == kept && held.age == 103 && held.firstname == "kept")
+        }
+    }
+
+    @Test("an upserting import keyed by an attribute that is not unique is refused before anything is saved")
+    func upsertNeedsUniqueKey() async throws {
+        let stack = try TestStack(.sqlite)
+        let error = await #expect(throws: SkyrosError.self) {
+            try await stack.store.importBatch([Person(handle: "a", age: 1)], upserting: User.self, by: \.firstname, key: \.handle) { _, _, _ in }
+        }
+        #expect(error?.code == .unsupportedPredicate && error?.message.contains("unique") == true, "\(String(describing: error))")
+        let count = try await stack.store.read { context in try User.count(in: context) }
+        #expect(count == 0)
+    }
 }

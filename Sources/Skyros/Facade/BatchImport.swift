@@ -20,6 +20,9 @@ extension Skyros {
     /// current chunk: the records of the chunks saved so far stay, and their number is returned.
     /// Controllers and monitors of the main context are told once, at the end (a reload).
     ///
+    /// To update the objects of records that are already in the store instead of inserting
+    /// them again, use ``importBatch(_:upserting:by:key:chunkSize:progress:_:)``.
+    ///
     /// - Returns: the number of records imported.
     /// - Throws: the error of the chunk that failed (a record's body threw, naming the record's
     ///   position; or the save failed, for instance ``SkyrosError/Code/uniqueConstraintViolation``):
@@ -27,6 +30,76 @@ extension Skyros {
     public func importBatch<Records: Collection & Sendable>(
         _ records: Records, chunkSize: Int = 1_000, progress: (@Sendable (Int, Int) -> Void)? = nil,
         _ body: @escaping @Sendable (Records.Element, ObjectContext) throws -> Void
+    ) async throws -> Int {
+        try await importChunks(records, chunkSize: chunkSize, progress: progress) { chunk, context in
+            try Self.eachRecord(of: chunk, in: records) { record in try body(record, context) }
+        }
+    }
+
+    /// Imports many records, inserting an object for each record whose key is not in the store
+    /// yet and updating the object that has it otherwise (an *upsert*): importing the same
+    /// file twice, or a file that overlaps what is stored, never fails with
+    /// ``SkyrosError/Code/uniqueConstraintViolation``.
+    ///
+    /// ```swift
+    /// let imported = try await store.importBatch(records, upserting: User.self, by: \.handle,
+    ///                                            key: { $0.handle }) { record, user, context in
+    ///     user.firstname = record.name   // `user` is the stored object, or a new one with the handle set
+    /// }
+    /// ```
+    ///
+    /// `attribute` must be a unique attribute (`@Attribute(.unique)`): the objects that already
+    /// have one of a chunk's keys are fetched with one query per chunk; a new object gets the
+    /// record's key before `body` runs. Two records with the same key update the same object,
+    /// the later one last. Everything else is as in ``importBatch(_:chunkSize:progress:_:)``:
+    /// one save per chunk, progress, cancellation after the current chunk, one merge into the
+    /// main context at the end.
+    ///
+    /// Through a group's daemon, another process that inserts one of a chunk's keys between the
+    /// chunk's query and its save makes that chunk fail with
+    /// ``SkyrosError/Code/uniqueConstraintViolation`` (nothing of it is kept): import again to
+    /// update that object.
+    ///
+    /// - Returns: the number of records imported (inserted or updated).
+    /// - Throws: ``SkyrosError/Code/unsupportedPredicate`` when `attribute` is not a unique
+    ///   stored attribute of `T`; otherwise as ``importBatch(_:chunkSize:progress:_:)``.
+    public func importBatch<Records: Collection & Sendable, T: ManagedObject, Key: Hashable & Sendable>(
+        _ records: Records, upserting type: T.Type, by attribute: ReferenceWritableKeyPath<T, Key> & Sendable,
+        key: @escaping @Sendable (Records.Element) -> Key,
+        chunkSize: Int = 1_000, progress: (@Sendable (Int, Int) -> Void)? = nil,
+        _ body: @escaping @Sendable (Records.Element, T, ObjectContext) throws -> Void
+    ) async throws -> Int {
+        let entity = T.entityDescription
+        guard let property = entity.property(for: attribute), property.kind == .attribute, property.isUnique else {
+            throw SkyrosError(
+                .unsupportedPredicate,
+                "an upserting import is keyed by a unique attribute of \(entity.name) (@Attribute(.unique)), not \(attribute)")
+        }
+        return try await importChunks(records, chunkSize: chunkSize, progress: progress) { chunk, context in
+            var objects = try Self.existingObjects(
+                attribute, property: property, keys: Self.keys(of: chunk, in: records, key), in: context)
+            try Self.eachRecord(of: chunk, in: records) { record in
+                let recordKey = key(record)
+                let object: T
+                if let existing = objects[recordKey] {
+                    object = existing
+                } else {
+                    object = T.create(in: context)
+                    object[keyPath: attribute] = recordKey
+                    objects[recordKey] = object
+                }
+                try body(record, object, context)
+            }
+        }
+    }
+
+    // MARK: - The chunk loop
+
+    /// Runs `chunk` for each `chunkSize` positions of `records` in a private context straight on
+    /// the store, saving after each; the main context is merged once at the end.
+    private func importChunks<Records: Collection & Sendable>(
+        _ records: Records, chunkSize: Int, progress: (@Sendable (Int, Int) -> Void)?,
+        _ chunk: @escaping @Sendable (Range<Int>, ObjectContext) throws -> Void
     ) async throws -> Int {
         precondition(chunkSize > 0, "chunkSize must be positive")
         let total = records.count
@@ -41,22 +114,11 @@ extension Skyros {
         }
         while done < total {
             if Task.isCancelled { break }
-            let start = done
-            let count = Swift.min(chunkSize, total - done)
+            let positions = done..<(done + Swift.min(chunkSize, total - done))
             do {
                 try await context.perform {
                     defer { context.reset() }
-                    var index = records.index(records.startIndex, offsetBy: start)
-                    for position in start..<(start + count) {
-                        do {
-                            try body(records[index], context)
-                        } catch {
-                            let wrapped = SkyrosError.wrap(error)
-                            throw SkyrosError(
-                                wrapped.code, "record \(position) of the import: \(wrapped.message)", underlying: error)
-                        }
-                        records.formIndex(after: &index)
-                    }
+                    try chunk(positions, context)
                     try context.save()
                 }
             } catch {
@@ -64,12 +126,63 @@ extension Skyros {
                 completionQueue.async { [self] in handleError(failure) }
                 throw SkyrosError(
                     failure.code,
-                    "the import stopped at the chunk of records \(start)..<\(start + count) (\(done) imported before it): \(failure.message)",
+                    "the import stopped at the chunk of records \(positions) (\(done) imported before it): \(failure.message)",
                     underlying: error)
             }
-            done += count
+            done = positions.upperBound
             progress?(done, total)
         }
         return done
+    }
+
+    /// Calls `body` for the records at `positions`, naming the position in the error of a
+    /// record whose body threw.
+    private static func eachRecord<Records: Collection>(
+        of positions: Range<Int>, in records: Records, _ body: (Records.Element) throws -> Void
+    ) throws {
+        var index = records.index(records.startIndex, offsetBy: positions.lowerBound)
+        for position in positions {
+            do {
+                try body(records[index])
+            } catch {
+                let wrapped = SkyrosError.wrap(error)
+                throw SkyrosError(wrapped.code, "record \(position) of the import: \(wrapped.message)", underlying: error)
+            }
+            records.formIndex(after: &index)
+        }
+    }
+
+    /// The distinct keys of the records at `positions`.
+    private static func keys<Records: Collection, Key: Hashable>(
+        of positions: Range<Int>, in records: Records, _ key: (Records.Element) -> Key
+    ) -> [Key] {
+        var seen = Set<Key>()
+        var index = records.index(records.startIndex, offsetBy: positions.lowerBound)
+        for _ in positions {
+            seen.insert(key(records[index]))
+            records.formIndex(after: &index)
+        }
+        return Array(seen)
+    }
+
+    /// The objects of `T` whose unique `property` has one of `keys`, by key: one `IN` query per
+    /// 500 keys (SQLite's limit on a statement's parameters stays far away).
+    private static func existingObjects<T: ManagedObject, Key: Hashable>(
+        _ attribute: KeyPath<T, Key>, property: PropertyDescription, keys: [Key], in context: ObjectContext
+    ) throws -> [Key: T] {
+        var objects: [Key: T] = [:]
+        objects.reserveCapacity(keys.count)
+        let values = try keys.map { try property.codec.encodeAny($0) }
+        for start in stride(from: 0, to: values.count, by: 500) {
+            let slice = Array(values[start..<Swift.min(start + 500, values.count)])
+            let request = StoreRequest(
+                entityName: T.entityDescription.name,
+                predicate: .isIn(.property(scope: 0, path: [property.name]), slice))
+            for object in try context.fetchObjects(request) {
+                guard let object = object as? T else { continue }
+                objects[object[keyPath: attribute]] = object
+            }
+        }
+        return objects
     }
 }
