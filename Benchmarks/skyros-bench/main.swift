@@ -1,6 +1,6 @@
 // skyros-bench: Skyros side by side with raw SQLite, measured in the same run.
 //
-//     swift run -c release skyros-bench embedded [--json] [--quick] [--only fetch|saves|iterate]
+//     swift run -c release skyros-bench embedded [--json] [--quick] [--only fetch|saves|iterate|import]
 //     swift run -c release skyros-bench shared [--json] [--quick] [--flood]
 //     swift run -c release skyros-bench shared --garbage [--json]   (build skyrosd too, to measure it)
 //     swift run -c release skyros-bench contention [--json] [--quick] [--clients N …] [--ceiling]
@@ -45,7 +45,7 @@ let quick = arguments.contains("--quick")
 let suites = ["embedded", "shared", "contention", "observe", "backup", "migrate", "batch", "profile-insert", "profile-fetch", "profile-shared"]
 guard let suite = arguments.first, suites.contains(suite) else {
     FileHandle.standardError.write(
-        Data("usage: skyros-bench embedded|shared|contention|observe|backup|migrate|batch [--json] [--quick] [--only fetch|saves|iterate] [--garbage]\n".utf8))
+        Data("usage: skyros-bench embedded|shared|contention|observe|backup|migrate|batch [--json] [--quick] [--only fetch|saves|iterate|import] [--garbage]\n".utf8))
     exit(64)
 }
 
@@ -91,7 +91,12 @@ if suite == "backup" {
     try SharedBenchmark(directory: directory, saveSamples: quick ? 100 : 300, insertCount: quick ? 5_000 : 50_000)
         .run(report: report)
 } else if suite == "batch" {
-    try BatchBenchmark(directory: directory, rows: quick ? 100_000 : 1_000_000, rounds: quick ? 3 : 5).run(report: report)
+    let batch = BatchBenchmark(directory: directory, rows: quick ? 100_000 : 1_000_000, rounds: quick ? 3 : 5)
+    if zip(arguments, arguments.dropFirst()).contains(where: { $0 == ("--only", "import") }) {
+        try batch.runImport(report: report)  // `skyros-bench batch --only import`
+    } else {
+        try batch.run(report: report)
+    }
 } else if suite == "observe" {
     try ObserveBenchmark(directory: directory, sizes: quick ? [10_000] : [10_000, 100_000], samples: quick ? 200 : 1_000)
         .run(report: report)

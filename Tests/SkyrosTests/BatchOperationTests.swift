@@ -145,4 +145,29 @@ struct BatchOperationTests {
             #expect(try User.first(where: #Predicate { $0.firstname == "again" }, in: main)?.lastname == "Held")
         }
     }
+
+    @Test("deleteAll(in:) deletes by identifier without reading values, pending inserts included; with relationships the rules hold", arguments: kinds)
+    func deleteAllInContext(kind: StoreKind) async throws {
+        let stack = try TestStack(kind)
+        let store = stack.store
+        try store.writeAndWait { context in
+            for index in 0..<50 { Tag.create(in: context).label = "t\(index)" }
+        }
+        try users(store)
+        let held = try store.mainContext.performAndWait { try Tag.first(in: store.mainContext)! }
+        let pending = try await store.write { context in
+            Tag.create(in: context).label = "new"
+            try Tag.deleteAll(in: context)
+            // Nothing of the stored tags was read: they are deleted as faults.
+            let deleted = context.deletedObjects
+            #expect(deleted.count == 50 && deleted.allSatisfy { $0.isFault && $0.isDeleted })
+            #expect(try Tag.count(in: context) == 0 && context.insertedObjects.isEmpty)
+            try User.deleteAll(in: context)  // relationships: cascade to the posts
+            return context.deletedObjects.count
+        }
+        #expect(pending == 50 + 10 + 20)
+        let counts = try await store.read { context in [try Tag.count(in: context), try User.count(in: context), try Post.count(in: context)] }
+        #expect(counts == [0, 0, 0])
+        store.mainContext.performAndWait { #expect(held.isDeleted) }
+    }
 }

@@ -61,7 +61,7 @@ struct CrashRecoveryTests {
         try makeTags(container, (0..<8).map { "board-\($0)" })
         let writers = try (0..<8).map { try ChildProcess(["storm-writer", container.path, "\($0)", "300"]) }
         for writer in writers { #expect(writer.waitForLine("READY")) }
-        #expect(FileManager.default.createFile(atPath: container.appendingPathComponent("go").path, contents: nil))
+        #expect(FileManager.default.createFile(atPath: container.appendingPathComponent("go").path, contents: Data("go\n".utf8)))
 
         // SIGKILL the daemon at random moments while the writers write, at least 5 times.
         var random = SystemRandomNumberGenerator()
@@ -112,6 +112,46 @@ struct CrashRecoveryTests {
         }
         kill(daemon.pid, SIGTERM)
         #expect(daemon.wait() == .exited(0))
+    }
+
+    @Test("batch storm: 200 batch updates and deletes while skyrosd is SIGKILLed at random moments; each applied exactly once")
+    func batchStorm() throws {
+        let groups = process.groupsDirectory()
+        defer { try? FileManager.default.removeItem(atPath: groups) }
+        var daemon = try process.startDaemon(groups)
+        let container = URL(fileURLWithPath: groups).appendingPathComponent("g")
+        let count = 200
+        try makeTags(container, (0..<count).map { "s\($0)" })
+        let batcher = try ChildProcess(["batch-storm", container.path, "\(count)"])
+        #expect(batcher.waitForLine("READY"))
+        #expect(FileManager.default.createFile(atPath: container.appendingPathComponent("go").path, contents: Data("go\n".utf8)))
+        var random = SystemRandomNumberGenerator()
+        var kills = 0
+        let deadline = Date().addingTimeInterval(90)
+        var finished = false
+        while !finished && Date() < deadline {
+            usleep(UInt32.random(in: 5_000...100_000, using: &random))  // a random moment, not a synchronisation
+            finished = batcher.waitForLine("DONE", seconds: 0.001)
+            if !finished && kills < 6 {
+                kill(daemon.pid, SIGKILL)
+                #expect(daemon.wait(seconds: 10) == .signalled(SIGKILL))
+                kills += 1
+                daemon = try process.startDaemon(groups)
+            }
+        }
+        #expect(finished, "the batches did not finish")
+        #expect(batcher.wait(seconds: 30) == .exited(0))
+        let output = batcher.readAll()
+        #expect(!output.contains("FAIL"), "\(output.split(separator: "\n").filter { $0.hasPrefix("FAIL") })")
+        #expect(kills >= 3, "the batches ended before the daemon was killed 3 times")
+
+        kill(daemon.pid, SIGTERM)
+        #expect(daemon.wait() == .exited(0))
+        let contents = try StoreContents(container)
+        // One change set for the tags, then one per batch: none lost, none twice.
+        #expect(contents.history == Array(1...Int64(count + 1)), "history: \(contents.history)")
+        let expected = (0..<count).filter { $0 % 2 == 0 }.map { "tag s\($0)=\($0 + 1)" }.sorted()
+        #expect(contents.digest == expected)
     }
 
     @Test("a client SIGKILLed in the middle of a save: nothing of it is half stored; the others are served")

@@ -289,6 +289,36 @@ case "batch":
             try await store.batchUpdate(User.self, where: #Predicate { $0.age >= age }, .set(\.lastname, to: "Batch"))
         }
     print("DONE \(count)")
+case "batch-storm":
+    // Batches through a daemon that is SIGKILLed meanwhile: tag s<k> is updated (uses = k + 1,
+    // k even) or deleted (k odd), one batch each; each must count exactly one object.
+    let container = arguments[2]
+    let count = Int(arguments[3])!
+    let store = try Skyros(sharedStack: testSchema, container: URL(fileURLWithPath: container), timeout: 30, savesOnStop: false)
+    print("READY")
+    fflush(nil)
+    _ = waitForFile(container + "/go")
+    for k in 0..<count {
+        let label = "s\(k)"
+        do {
+            let affected =
+                if k % 2 == 0 {
+                    try await store.batchUpdate(Tag.self, where: #Predicate { $0.label == label }, .set(\.uses, to: k + 1))
+                } else {
+                    try await store.batchDelete(Tag.self, where: #Predicate { $0.label == label })
+                }
+            guard affected == 1 else {
+                print("FAIL \(k) counted \(affected)")
+                exit(3)
+            }
+            print("ACK \(k)")
+            fflush(nil)
+        } catch {
+            print("FAIL \(k) \(error)")
+            exit(4)
+        }
+    }
+    print("DONE")
 case "big-save":
     let store = try Skyros(sharedStack: testSchema, container: URL(fileURLWithPath: arguments[2]), timeout: 30)
     let count = Int(arguments[3])!

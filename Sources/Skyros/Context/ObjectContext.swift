@@ -357,12 +357,14 @@ public final class ObjectContext: ObjectStore, @unchecked Sendable, CustomString
     }
 
     /// Deletes an object, applying its relationships' delete rules at once (cascade deletes,
-    /// nullify clears references). `.deny` is checked at save.
+    /// nullify clears references). `.deny` is checked at save. A fault is read first only when
+    /// its values are needed: for its relationships' delete rules, or for the context's
+    /// observers (who are told what the deleted object was).
     public func delete(_ object: any ManagedObject) {
         let storage = object.skyrosStorage
         precondition(storage.context === self, "Skyros: deleting \(storage.objectID) in a context it does not belong to")
         guard !storage.isDeleted else { return }
-        if storage.isFault { fulfill(storage) }
+        if storage.isFault && (!storage.entity.relationships.isEmpty || reference.isObserved) { fulfill(storage) }
         var toCascade: [any ManagedObject] = []
         for property in storage.entity.relationships {
             let inverse = schema.inverse(of: property, in: storage.entity)

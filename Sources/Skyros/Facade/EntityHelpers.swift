@@ -14,9 +14,19 @@ extension ManagedObject {
         context.delete(object)
     }
 
-    /// Deletes every object of the entity in `context`, applying delete rules.
+    /// Deletes every object of the entity in `context`, applying delete rules; the deletions are
+    /// pending in `context` until it is saved, like any other.
+    ///
+    /// The objects are found by their identifiers alone (one query): their values are not
+    /// read, and those `context` does not hold are deleted as faults. Only an entity with
+    /// relationships has its objects read, for its delete rules (cascade, nullify), and so are
+    /// objects a controller or monitor on `context` follows. To delete many rows in one
+    /// statement, durably, without a context, use ``Skyros/batchDelete(_:where:)``.
     public static func deleteAll(in context: ObjectContext) throws {
-        for object in try all(in: context) where !object.isDeleted { context.delete(object) }
+        for id in try context.fetchIdentifiers(FetchDescriptor<Self>()) {
+            guard let object = context.registeredOrFault(id), !object.isDeleted else { continue }
+            context.delete(object)
+        }
     }
 
     /// The number of objects of the entity in `context`.
