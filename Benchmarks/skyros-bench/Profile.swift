@@ -10,6 +10,18 @@ struct Profile {
     var rounds: Int? { Int(ProcessInfo.processInfo.environment["SKYROS_PROFILE_ROUNDS"] ?? "") }
     let count = 100_000
 
+    /// Opening and closing an up-to-date store file (no migration), many times: the fixed cost
+    /// every `Skyros(sqliteStack:at:)` and every migration pays.
+    func open() throws {
+        let rounds = rounds ?? 500
+        let url = directory.appendingPathComponent("open.sqlite")
+        try SQLiteStore(schema: benchSchema, url: url).close()
+        let seconds = try Clock.seconds {
+            for _ in 0..<rounds { try SQLiteStore(schema: benchSchema, url: url).close() }
+        }
+        print("open + close an up-to-date store: \(Int(seconds / Double(rounds) * 1e6)) µs")
+    }
+
     /// Inserts of `count` objects in one write, each into a new store, until durable.
     func insert() throws {
         let rounds = rounds ?? 5

@@ -33,6 +33,10 @@ extension SQLiteStore {
     /// ``SkyrosError/Code/schemaMismatch``, ``SkyrosError/Code/migrationFailed``). Plans the
     /// migration (which throws its refusals) without touching anything.
     static func decide(_ state: StoredState, schema: Schema, plan: MigrationPlan, path: String) throws -> OpenDecision {
+        // An up-to-date store, the common case, is decided without decoding the recorded schema.
+        if state.version == schema.version && state.fingerprint == schema.fingerprint {
+            return state.hasHistory ? .open : .refreshRecords
+        }
         let description = try state.json.map { json in
             do {
                 return try JSONDecoder().decode(SchemaDescription.self, from: Data(json.utf8)).upgradingLegacyTypeNames()
