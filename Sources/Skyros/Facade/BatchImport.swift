@@ -119,7 +119,7 @@ extension Skyros {
                 try await context.perform {
                     defer { context.reset() }
                     try chunk(positions, context)
-                    try context.save()
+                    try context.save(keepingObjects: false)  // reset next: nothing to register
                 }
             } catch {
                 let failure = SkyrosError.wrap(error)
