@@ -409,6 +409,12 @@ public final class DaemonServer: @unchecked Sendable {
             saves.removeAll()
             return
         }
+        if case .hello = message.body, !saves.isEmpty {
+            // A hello may migrate the store: the saves that arrived first are committed first,
+            // in the schema they were made in.
+            commit(saves)
+            saves.removeAll()
+        }
         if ReadWorker.answers(message.body), sessions[identity] != nil || admin.isAdmin(identity), let store {
             reader.submit(ReadWorker.Job(
                 identity: identity, requestID: message.requestID, body: message.body, store: store, projection: projection))
