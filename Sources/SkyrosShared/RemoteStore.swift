@@ -341,6 +341,10 @@ public final class RemoteStore: PersistentStore, @unchecked Sendable {
             case .catchUp(let after):
                 do {
                     guard case .changes(let events, let more) = try request(.changesSince(after, limit: 0)) else { break }
+                    if let changed = events.last(where: { $0.kind == .schemaChanged }) {
+                        // Missed on the event socket: from now on, the events for this version.
+                        eventsLock.withLock { storeSchemaVersion = max(storeSchemaVersion, changed.schemaVersion) }
+                    }
                     actions += eventsLock.withLock { sequencer.page(events, more: more) }
                 } catch let error as SkyrosError where error.code == .historyExpired {
                     actions += eventsLock.withLock { sequencer.historyExpired() }
