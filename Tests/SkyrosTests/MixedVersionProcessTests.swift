@@ -2,6 +2,8 @@ import Foundation
 import Skyros
 import SkyrosShared
 import SkyrosTestModels
+import SkyrosWire
+import SkyrosZeroMQ
 import Testing
 
 /// Clients of two schema versions in one group, with a real `skyrosd` and real client
@@ -103,6 +105,25 @@ struct MixedVersionProcessTests {
         #expect(after["V1"] == 10 + written && after["V1DEFAULTS"] == 10 + written)
         #expect(after["V2VALUES"] == 5, "v1's update kept v2's priority and due date: \(after)")
         #expect(after["DONE"] == 6)
+
+        // On the wire: the store's own events under a one-byte topic, the copies for version 1
+        // (this process's client is connected) under the topic followed by 1 (PROTOCOL.md).
+        let zmq = try ZeroMQContext()
+        let subscriber = try ZeroMQSocket(context: zmq, kind: .subscriber)
+        try subscriber.subscribe()
+        try subscriber.connect(GroupContainer(url: container).eventsEndpoint)
+        var topicLengths: Set<Int> = []
+        let listening = Date()
+        while topicLengths.count < 2 && Date().timeIntervalSince(listening) < 10 {
+            guard try subscriber.waitForInput(milliseconds: 500) else { continue }
+            let frames = try subscriber.receive(dontWait: true)
+            guard frames.count == 2, let topic = frames.first else { continue }
+            if topic.count == 2 { #expect(topic.last == 1, "a copy for version 1") }
+            topicLengths.insert(topic.count)
+            #expect((try? WireMessage.decode([UInt8](frames[1]))) != nil)
+        }
+        #expect(topicLengths == [1, 2], "heartbeats for the store's version and for version 1")
+        subscriber.close()
 
         // A version the daemon cannot migrate to (a type change): refused, the store serves on.
         let refused = try #require(throws: SkyrosError.self) {
