@@ -93,6 +93,9 @@ public final class DaemonServer: @unchecked Sendable {
     private var schemaVersion: UInt64 = 1
     /// The connections that said hello.
     private var sessions: SessionTable
+    /// How the sessions of each earlier schema version see the store (its requests, replies
+    /// and events are translated; docs/PROTOCOL.md, "Mixed schema versions").
+    private var projections: [UInt64: SchemaProjection] = [:]
     private var publisher: EventPublisher
     private let access: PeerAccess
     private var lastHeartbeat = Date.distantPast
@@ -327,6 +330,8 @@ public final class DaemonServer: @unchecked Sendable {
         var batch: BatchOperation?
         /// When it arrived (for its latency in `skyros status` and the metrics).
         var received = ContinuousClock.now
+        /// The session's projection (an earlier schema version): its reply is translated.
+        var projection: SchemaProjection? = nil
     }
 
     /// Answers a request, or adds it to `saves` when it is a save to commit with the others
@@ -354,7 +359,7 @@ public final class DaemonServer: @unchecked Sendable {
                 code: SkyrosError.Code.permissionDenied.rawValue, message: refusal)))
             return
         }
-        let message: WireMessage
+        var message: WireMessage
         do {
             message = try WireMessage.decode(bytes, maximumSize: configuration.maximumMessageSize)
         } catch {
@@ -371,18 +376,28 @@ public final class DaemonServer: @unchecked Sendable {
             return
         default: break
         }
+        // A session of an earlier schema version: its request in the store's terms.
+        let projection = projection(of: identity)
+        if let projection {
+            do {
+                message.body = try projection.current(message.body)
+            } catch {
+                reply(to: identity, WireMessage(requestID: message.requestID, body: Self.errorReply(SkyrosError.wrap(error))))
+                return
+            }
+        }
         if case .save(let clientID, let saveNumber, let changes) = message.body,
             sessions[identity] != nil || admin.isAdmin(identity), store != nil
         {
             saves.append(PendingSave(
                 identity: identity, requestID: message.requestID, clientID: clientID, saveNumber: saveNumber,
-                changes: changes))
+                changes: changes, projection: projection))
             return
         }
         if case .batch(let clientID, let saveNumber, let operation) = message.body, sessions[identity] != nil, store != nil {
             saves.append(PendingSave(
                 identity: identity, requestID: message.requestID, clientID: clientID, saveNumber: saveNumber,
-                changes: ChangeSet(), batch: operation))
+                changes: ChangeSet(), batch: operation, projection: projection))
             return
         }
         if case .deleteAll(let clientID, let saveNumber) = message.body, sessions[identity] != nil, store != nil {
@@ -394,13 +409,21 @@ public final class DaemonServer: @unchecked Sendable {
             saves.removeAll()
             return
         }
+        if case .hello = message.body, !saves.isEmpty {
+            // A hello may migrate the store: the saves that arrived first are committed first,
+            // in the schema they were made in.
+            commit(saves)
+            saves.removeAll()
+        }
         if ReadWorker.answers(message.body), sessions[identity] != nil || admin.isAdmin(identity), let store {
-            reader.submit(ReadWorker.Job(identity: identity, requestID: message.requestID, body: message.body, store: store))
+            reader.submit(ReadWorker.Job(
+                identity: identity, requestID: message.requestID, body: message.body, store: store, projection: projection))
             return
         }
         let body: WireMessage.Body
         do {
-            body = try respond(to: message.body, from: identity, descriptor: descriptor)
+            let answer = try respond(to: message.body, from: identity, descriptor: descriptor)
+            body = projection?.old(answer) ?? answer
         } catch {
             body = Self.errorReply(SkyrosError.wrap(error))
         }
@@ -522,7 +545,7 @@ public final class DaemonServer: @unchecked Sendable {
                 case .success(.batch(let affected, let event)): .batchDone(affected: affected, event: event)
                 case .failure(let error): Self.errorReply(error)
                 }
-            reply(to: save.identity, WireMessage(requestID: save.requestID, body: body))
+            reply(to: save.identity, WireMessage(requestID: save.requestID, body: save.projection?.old(body) ?? body))
         }
         admin.committed(zip(saves, results).map { save, result in
             (save.identity, save.received, { if case .success = result { true } else { false } }())
@@ -679,21 +702,29 @@ public final class DaemonServer: @unchecked Sendable {
     /// Answers a hello: the first one of a group with no store creates the store from its
     /// schema description.
     private func welcome(_ hello: WireMessage.Hello, _ identity: Data) throws -> WireMessage.Body {
-        // A hello refused for its name (SessionTable) does not create the store either.
-        if store == nil && hello.protocolVersion == UInt64(WireProtocol.version)
-            && hello.clientName.utf8.count <= WireProtocol.maximumClientNameBytes
-        {
-            let decoded = try JSONDecoder().decode(SchemaDescription.self, from: Data(hello.schemaDescription))
-            let schema = try Schema(description: decoded, version: Int(clamping: hello.schemaVersion))
-            guard schema.fingerprint == hello.schemaFingerprint else {
-                throw SkyrosError(.schemaMismatch, "the schema description does not have the announced fingerprint")
+        // A hello refused for its name (SessionTable) does not create or migrate the store either.
+        var accepted = store?.schema.fingerprint ?? ""
+        if SessionTable.refusal(of: hello) == nil {
+            if store == nil {
+                try open(SQLiteStore(
+                    schema: try Self.schema(of: hello), url: configuration.container.store,
+                    durability: configuration.durability, serialAccess: false))
+                configuration.log("created the store for schema \(hello.schemaFingerprint)")
+                accepted = hello.schemaFingerprint
+            } else if hello.schemaVersion > schemaVersion {
+                try migrate(for: hello)
+                accepted = store?.schema.fingerprint ?? ""
+            } else if hello.schemaVersion < schemaVersion {
+                projections[hello.schemaVersion] = try projection(
+                    version: hello.schemaVersion, fingerprint: hello.schemaFingerprint)
+                accepted = hello.schemaFingerprint
+            } else if hello.schemaFingerprint != accepted {
+                throw SkyrosError(
+                    .schemaMismatch,
+                    "the group's store has schema \(accepted) at version \(schemaVersion); the client \(hello.clientName) has \(hello.schemaFingerprint) at the same version: a changed model needs a higher version to be migrated")
             }
-            try open(SQLiteStore(
-                schema: schema, url: configuration.container.store, durability: configuration.durability,
-                serialAccess: false))
-            configuration.log("created the store for schema \(hello.schemaFingerprint)")
         }
-        switch sessions.hello(identity, hello, storeFingerprint: store?.schema.fingerprint ?? "") {
+        switch sessions.hello(identity, hello, storeFingerprint: accepted) {
         case .refuse(let code, let message):
             throw SkyrosError(code, message)
         case .welcome(let topic, let forgotOthers):
@@ -704,6 +735,123 @@ public final class DaemonServer: @unchecked Sendable {
             admin.welcomed(identity, hello, requestID: 0, sessions: sessions.sessions.count)
             return .welcome(WireMessage.Welcome(
                 sequence: sequence, eventTopic: topic, storeEpoch: epoch, schemaVersion: schemaVersion))
+        }
+    }
+
+    /// The schema a hello describes, checked against the fingerprint it announces.
+    private static func schema(of hello: WireMessage.Hello) throws -> Schema {
+        let decoded: SchemaDescription
+        do {
+            decoded = try JSONDecoder().decode(SchemaDescription.self, from: Data(hello.schemaDescription))
+        } catch {
+            throw SkyrosError(.schemaMismatch, "the hello's schema description cannot be read: \(error)")
+        }
+        let schema = try Schema(description: decoded, version: Int(clamping: hello.schemaVersion))
+        guard schema.fingerprint == hello.schemaFingerprint else {
+            throw SkyrosError(.schemaMismatch, "the schema description does not have the announced fingerprint")
+        }
+        return schema
+    }
+
+    /// The projection of a session, when it has an earlier schema version than the store's.
+    private func projection(of identity: Data) -> SchemaProjection? {
+        guard let session = sessions[identity], session.schemaVersion < schemaVersion else { return nil }
+        return projections[session.schemaVersion]
+    }
+
+    /// How a client of an earlier schema version sees the store: its version must be recorded
+    /// in the store (`skyros_schema`) with its fingerprint, or its model must be the store's;
+    /// throws ``SkyrosError/Code/schemaMismatch`` with the reason otherwise.
+    private func projection(version: UInt64, fingerprint: String?) throws -> SchemaProjection {
+        guard let store else { throw SkyrosError(.schemaMismatch, "the group has no store") }
+        let current = store.schema.schemaDescription
+        var chain: [(version: Int, description: SchemaDescription)] = []
+        let rows = (try? store.rows(
+            "SELECT version, fingerprint, description FROM skyros_schema WHERE version >= ? AND version < ? ORDER BY version",
+            [.integer(Int64(clamping: version)), .integer(Int64(clamping: schemaVersion))])) ?? []
+        for row in rows {
+            guard case .integer(let number) = row[0], case .text(let recorded) = row[1], case .text(let json) = row[2],
+                let description = try? JSONDecoder().decode(SchemaDescription.self, from: Data(json.utf8)).upgradingLegacyTypeNames()
+            else { throw SkyrosError(.storeFailure, "a recorded schema version of the store cannot be read") }
+            if chain.isEmpty, let fingerprint, UInt64(number) == version {
+                let rebuilt = try? Schema(description: description, version: Int(number)).fingerprint
+                guard fingerprint == recorded || fingerprint == rebuilt else {
+                    throw SkyrosError(
+                        .schemaMismatch,
+                        "schema version \(version) of the group's store was recorded with fingerprint \(recorded); the client has \(fingerprint): a changed model needs a higher version than the store's (\(schemaVersion))")
+                }
+            }
+            chain.append((Int(number), description))
+        }
+        if chain.first.map({ UInt64($0.version) != version }) ?? true {
+            guard fingerprint == store.schema.fingerprint else {
+                throw SkyrosError(
+                    .schemaMismatch,
+                    "schema version \(version) is not recorded in the group's store (its schema is at version \(schemaVersion)): a client of that version cannot be served")
+            }
+            chain.insert((Int(clamping: version), current), at: 0)  // the same model under an earlier number
+        }
+        chain.append((Int(clamping: schemaVersion), current))
+        return try SchemaProjection(chain: chain)
+    }
+
+    /// Migrates the store to the newer schema of a hello, with the same code as an embedded
+    /// stack (``SQLiteStore`` infers the migration, in one transaction): the reads submitted
+    /// are answered first, the events held are published; then the store is opened with the
+    /// new schema, its history restarts with a `schemaChanged` event, which is published, and
+    /// the sessions of earlier versions are projected anew (those that cannot be are forgotten).
+    /// On failure the store is left as it was and the daemon serves on with it: the hello is
+    /// refused with ``SkyrosError/Code/migrationFailed`` (or `schemaMismatch` for a description
+    /// that cannot be read).
+    private func migrate(for hello: WireMessage.Hello) throws {
+        guard let current = store else { return }
+        let schema = try Self.schema(of: hello)
+        reader.waitUntilIdle()
+        sendReads()
+        publish(publisher.flush())
+        let migrated: SQLiteStore
+        do {
+            migrated = try SQLiteStore(
+                schema: schema, url: configuration.container.store, durability: configuration.durability,
+                serialAccess: false)
+        } catch {
+            let wrapped = SkyrosError.wrap(error)
+            configuration.log(
+                "refused to migrate the store from schema version \(schemaVersion) to \(hello.schemaVersion) for \(Self.describe(hello.clientName)): \(wrapped.message)")
+            throw SkyrosError(
+                .migrationFailed,
+                wrapped.code == .migrationFailed
+                    ? wrapped.message
+                    : "the store cannot be migrated from schema version \(schemaVersion) to \(hello.schemaVersion): \(wrapped.code): \(wrapped.message)")
+        }
+        try? current.close()
+        let previous = schemaVersion
+        let opened: Journal.Opened
+        do {
+            opened = try Journal.open(migrated, author: hello.clientName)
+        } catch {
+            // Migrated, but its journal cannot be opened: serve nothing rather than the wrong schema.
+            configuration.log("the migrated store's history cannot be opened: \(error)")
+            throw SkyrosError(.storeFailure, "the migrated store's history cannot be opened: \(SkyrosError.wrap(error).message)")
+        }
+        (store, sequence, epoch, schemaVersion) = (migrated, opened.sequence, opened.epoch, opened.schemaVersion)
+        ledger = SaveLedger()
+        configuration.log(
+            "migrated the store from schema version \(previous) to \(schemaVersion) (\(schema.fingerprint)) for \(Self.describe(hello.clientName)), sequence \(sequence)")
+        projections = [:]
+        for version in Set(sessions.sessions.values.map(\.schemaVersion)) where version < schemaVersion {
+            do {
+                projections[version] = try projection(version: version, fingerprint: nil)
+            } catch {
+                configuration.log("sessions of schema version \(version) cannot be served any more: \(SkyrosError.wrap(error).message)")
+                sessions.forget(schemaVersion: version)
+            }
+        }
+        if let event = opened.schemaChanged {
+            publish(publisher.committed(
+                [EventPublisher.Committed(event: event, encoded: WireMessage(requestID: 0, body: .event(event)).encoded(), topic: nil)],
+                requestsWaiting: false, now: .now))
+            publish(publisher.flush())
         }
     }
 
@@ -729,6 +877,22 @@ public final class DaemonServer: @unchecked Sendable {
             try events.send([Data([publication.topic]), Data(publication.message)], dontWait: true)
         } catch {
             configuration.log("could not publish changes from \(publication.firstSequence): \(error)")
+        }
+        // For the sessions of earlier schema versions: a copy in their terms, under the same
+        // topic followed by their version (docs/PROTOCOL.md, "Mixed schema versions").
+        let versions = Set(sessions.sessions.values.map(\.schemaVersion)).filter { $0 < schemaVersion }
+        guard !versions.isEmpty, let decoded = try? WireMessage.decode(publication.message) else { return }
+        for version in versions.sorted() {
+            guard let projection = projections[version] else { continue }
+            var topic = WireWriter()
+            topic.byte(publication.topic)
+            topic.uvarint(version)
+            let translated = WireMessage(requestID: decoded.requestID, body: projection.old(decoded.body))
+            do {
+                try events.send([Data(topic.bytes), Data(translated.encoded())], dontWait: true)
+            } catch {
+                configuration.log("could not publish changes from \(publication.firstSequence) for schema version \(version): \(error)")
+            }
         }
     }
 }

@@ -38,14 +38,23 @@ struct Journal {
         var sequence: UInt64
         /// The store's identity, made with it (see ``WireMessage/Welcome/storeEpoch``).
         var epoch: UUID
-        /// The schema version the store was created with.
+        /// The store's schema version (the one it was created with, or migrated to).
         var schemaVersion: UInt64
+        /// The event recorded because the store was migrated since its history was written
+        /// (by this daemon, or by an embedded stack): to publish.
+        var schemaChanged: ChangeEvent?
     }
 
     /// Creates the tables when missing (and the `save` and `affected` columns of a history
     /// made before them), gives the store its epoch the first time, and returns the last sequence
     /// number given.
-    static func open(_ store: SQLiteStore) throws -> Opened {
+    ///
+    /// The history is in the schema version its events were written in
+    /// (`historySchemaVersion` in `skyros_metadata`). When the store has another version now
+    /// (it was migrated), the history before is dropped (its values are positional in the
+    /// earlier schema) and a ``ChangeEvent/Kind/schemaChanged`` event takes the next sequence:
+    /// a client catching up from before it is told `historyExpired` and refreshes everything.
+    static func open(_ store: SQLiteStore, author: String = "") throws -> Opened {
         try store.transaction { transaction in
             for sql in tables { try transaction.execute(sql) }
             let columns = try transaction.rows("SELECT name FROM pragma_table_info('skyros_history')")
@@ -69,7 +78,22 @@ struct Journal {
                 sequence = 0
             }
             let schemaVersion = if case .text(let text)? = version { UInt64(text) ?? 1 } else { UInt64(1) }
-            return Opened(sequence: sequence, epoch: epoch, schemaVersion: schemaVersion)
+            try transaction.execute(
+                "INSERT OR IGNORE INTO skyros_metadata (key, value) VALUES ('historySchemaVersion', ?)",
+                [.text(String(schemaVersion))])
+            let history = try transaction.rows("SELECT value FROM skyros_metadata WHERE key = 'historySchemaVersion'").first?.first
+            guard case .text(let recorded)? = history, recorded != String(schemaVersion) else {
+                return Opened(sequence: sequence, epoch: epoch, schemaVersion: schemaVersion)
+            }
+            let event = ChangeEvent(sequence: sequence + 1, kind: .schemaChanged, author: author, schemaVersion: schemaVersion)
+            try transaction.execute("DELETE FROM skyros_history")
+            try transaction.execute(
+                "INSERT INTO skyros_history (sequence, client, process, timestamp, event, save, affected) VALUES (?, ?, ?, ?, ?, NULL, NULL)",
+                [.integer(Int64(event.sequence)), .text(event.authorID.uuidString), .text(author),
+                 .real(Date().timeIntervalSince1970), .blob(Data(WireMessage(requestID: 0, body: .event(event)).encoded()))])
+            try transaction.execute(
+                "UPDATE skyros_metadata SET value = ? WHERE key = 'historySchemaVersion'", [.text(String(schemaVersion))])
+            return Opened(sequence: event.sequence, epoch: epoch, schemaVersion: schemaVersion, schemaChanged: event)
         }
     }
 

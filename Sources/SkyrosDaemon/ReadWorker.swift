@@ -16,6 +16,9 @@ final class ReadWorker: @unchecked Sendable {
         var requestID: UInt64
         var body: WireMessage.Body
         var store: SQLiteStore
+        /// The session's projection when it has an earlier schema version: the body is in the
+        /// store's terms already, the reply is translated back.
+        var projection: SchemaProjection? = nil
     }
 
     /// A reply ready to go out: the connection's identity and the encoded message.
@@ -63,7 +66,7 @@ final class ReadWorker: @unchecked Sendable {
     func submit(_ job: Job) {
         condition.withLock {
             jobs.append(job)
-            condition.signal()
+            condition.broadcast()
         }
     }
 
@@ -77,11 +80,18 @@ final class ReadWorker: @unchecked Sendable {
         }
     }
 
+    /// Returns once every read submitted is answered (its reply waiting to be taken).
+    func waitUntilIdle() {
+        condition.withLock {
+            while !jobs.isEmpty || busy { condition.wait() }
+        }
+    }
+
     /// Answers what was submitted, then stops the thread; returns once it has.
     func stop() {
         condition.withLock {
             stopping = true
-            condition.signal()
+            condition.broadcast()
         }
         if thread != nil { finished.wait() }
         thread = nil
@@ -93,7 +103,8 @@ final class ReadWorker: @unchecked Sendable {
             for job in batch {
                 let body: WireMessage.Body
                 do {
-                    body = try Self.answer(job.body, from: job.store)
+                    let answer = try Self.answer(job.body, from: job.store)
+                    body = job.projection?.old(answer) ?? answer
                 } catch {
                     body = DaemonServer.errorReply(SkyrosError.wrap(error))
                 }
@@ -102,6 +113,7 @@ final class ReadWorker: @unchecked Sendable {
             condition.withLock {
                 replies += answered
                 busy = false
+                condition.broadcast()
             }
             var one: UInt8 = 1
             _ = write(wakeWriter, &one, 1)  // a full pipe already wakes the loop

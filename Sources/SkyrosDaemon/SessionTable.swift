@@ -39,9 +39,9 @@ struct SessionTable {
         case refuse(code: SkyrosError.Code, message: String)
     }
 
-    /// Decides a hello against the store's schema fingerprint (nil: the group has no store
-    /// yet and the hello's description is about to create it).
-    mutating func hello(_ identity: Data, _ hello: WireMessage.Hello, storeFingerprint: String) -> HelloOutcome {
+    /// The refusal of a hello for what it says besides its schema (protocol version, name);
+    /// nil when those are acceptable. Checked before anything is done for its schema.
+    static func refusal(of hello: WireMessage.Hello) -> HelloOutcome? {
         guard hello.protocolVersion == UInt64(WireProtocol.version) else {
             return .refuse(
                 code: .unsupportedProtocolVersion,
@@ -53,6 +53,20 @@ struct SessionTable {
                 code: .malformedMessage,
                 message: "the client name is \(nameBytes) bytes; at most \(WireProtocol.maximumClientNameBytes) are allowed")
         }
+        return nil
+    }
+
+    /// Forgets the sessions of a schema version (a migration left them unprojectable): each
+    /// is told `helloRequired` on its next request, and its hello is refused with the reason.
+    mutating func forget(schemaVersion: UInt64) {
+        sessions = sessions.filter { $0.value.schemaVersion != schemaVersion }
+    }
+
+    /// Decides a hello against the store's schema fingerprint (nil: the group has no store
+    /// yet and the hello's description is about to create it), or the fingerprint of the
+    /// earlier version the daemon projects for it.
+    mutating func hello(_ identity: Data, _ hello: WireMessage.Hello, storeFingerprint: String) -> HelloOutcome {
+        if let refusal = Self.refusal(of: hello) { return refusal }
         guard storeFingerprint == hello.schemaFingerprint else {
             return .refuse(
                 code: .schemaMismatch,

@@ -110,6 +110,11 @@ public final class RemoteStore: PersistentStore, @unchecked Sendable {
     /// changes its subscriptions when they differ.
     private var eventTopic: UInt8?
     private var unsubscribedTopic: UInt8?
+    /// The store's schema version, from the welcome and `schemaChanged` events: while it is
+    /// newer than this client's, the daemon serves it through a projection and the events
+    /// for it come under its topic followed by its version (docs/PROTOCOL.md, "Mixed schema
+    /// versions"); the others are dropped.
+    private var storeSchemaVersion: UInt64 = 0
     /// For tests: the event topic of the current connection.
     var eventTopicForTesting: UInt8? { eventsLock.withLock { eventTopic } }
     /// For tests: change events (not heartbeats) received on the event socket.
@@ -168,6 +173,19 @@ public final class RemoteStore: PersistentStore, @unchecked Sendable {
         sequencer = EventSequencer(clientID: clientID, welcome: welcome)
         delivered = welcome.sequence
         eventTopic = welcome.eventTopic
+        storeSchemaVersion = welcome.schemaVersion
+    }
+
+    /// Whether an event message under this topic frame is in this client's schema version:
+    /// the topic alone while the store has its version, the topic followed by its version
+    /// while the store has a newer one.
+    private func isOwnVersion(topicFrame: Data) -> Bool {
+        let projected = eventsLock.withLock { UInt64(schema.version) < storeSchemaVersion }
+        guard topicFrame.count > 1 else { return !projected }
+        guard projected else { return false }
+        var tag = WireWriter()
+        tag.uvarint(UInt64(schema.version))
+        return Array(topicFrame.dropFirst()) == tag.bytes
     }
 
     deinit {
@@ -263,12 +281,16 @@ public final class RemoteStore: PersistentStore, @unchecked Sendable {
                     lastHeard = Date()
                     // Two frames: the topic, then the message.
                     let frames = try socket.receive(dontWait: true)
-                    guard frames.count == 2, let frame = frames.last else { continue }
+                    guard frames.count == 2, let frame = frames.last, self.isOwnVersion(topicFrame: frames[0]) else { continue }
                     let received: [ChangeEvent]
                     switch try WireMessage.decode([UInt8](frame)).body {
                     case .event(let event): received = [event]
                     case .changes(let events, _): received = events  // consecutive events published together
                     default: continue
+                    }
+                    if let changed = received.last(where: { $0.kind == .schemaChanged }) {
+                        // From now on this client may be served through a projection.
+                        self.eventsLock.withLock { self.storeSchemaVersion = max(self.storeSchemaVersion, changed.schemaVersion) }
                     }
                     let changeSets = received.count { $0.isChangeSet }
                     self.eventsLock.withLock { self.receivedEvents += changeSets }
@@ -319,6 +341,10 @@ public final class RemoteStore: PersistentStore, @unchecked Sendable {
             case .catchUp(let after):
                 do {
                     guard case .changes(let events, let more) = try request(.changesSince(after, limit: 0)) else { break }
+                    if let changed = events.last(where: { $0.kind == .schemaChanged }) {
+                        // Missed on the event socket: from now on, the events for this version.
+                        eventsLock.withLock { storeSchemaVersion = max(storeSchemaVersion, changed.schemaVersion) }
+                    }
                     actions += eventsLock.withLock { sequencer.page(events, more: more) }
                 } catch let error as SkyrosError where error.code == .historyExpired {
                     actions += eventsLock.withLock { sequencer.historyExpired() }
@@ -343,6 +369,7 @@ public final class RemoteStore: PersistentStore, @unchecked Sendable {
     private func welcomed(_ welcome: WireMessage.Welcome, startingOver: Bool) -> [EventSequencer.Action] {
         let actions = eventsLock.withLock { () -> [EventSequencer.Action] in
             eventTopic = welcome.eventTopic
+            storeSchemaVersion = welcome.schemaVersion
             return sequencer.welcomed(welcome, startingOver: startingOver)
         }
         wakeEventThread()

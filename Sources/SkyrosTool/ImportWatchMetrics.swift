@@ -311,7 +311,9 @@ struct Watch: ParsableCommand {
                     ToolExit.unavailable,
                     "the daemon of \(client.container.url.path) went silent (no heartbeat for 2 s)")
             }
-            guard let bytes = frames.last, let message = try? WireMessage.decode([UInt8](bytes)) else { continue }
+            // A topic followed by a schema version: a copy for clients of an earlier version.
+            guard frames.first?.count == 1, let bytes = frames.last, let message = try? WireMessage.decode([UInt8](bytes))
+            else { continue }
             let events: [ChangeEvent] =
                 switch message.body {
                 case .event(let event): [event]

@@ -14,7 +14,9 @@ public struct ChangeEvent: Sendable, Hashable {
         /// No change: the daemon's current sequence, published every
         /// ``WireProtocol/heartbeatInterval`` so that clients notice gaps and silence.
         case heartbeat = 2
-        /// Reserved (schema evolution): the store's schema changed; the lists are empty.
+        /// The store's schema changed (a client of a newer version made the daemon migrate it):
+        /// the lists are empty, ``ChangeEvent/schemaVersion`` is the new version, and the
+        /// history before it is gone. A receiver refreshes everything it holds.
         case schemaChanged = 3
         /// A batch update or delete (``WireMessage/Body/batch(clientID:saveNumber:operation:)``):
         /// its updated and deleted objects, or empty lists when it affected more than
@@ -54,12 +56,16 @@ public struct ChangeEvent: Sendable, Hashable {
     public var updated: [Update]
     /// Deleted objects.
     public var deleted: [ObjectID]
+    /// For ``Kind/schemaChanged``: the store's new schema version (on the wire after the
+    /// lists, for that kind only); 0 for the other kinds.
+    public var schemaVersion: UInt64
 
     /// An event; a change set by default.
     public init(
         sequence: UInt64, kind: Kind = .changes, authorID: UUID = ChangeEvent.noAuthor, author: String = "",
-        inserted: [Snapshot] = [], updated: [Update] = [], deleted: [ObjectID] = []
+        inserted: [Snapshot] = [], updated: [Update] = [], deleted: [ObjectID] = [], schemaVersion: UInt64 = 0
     ) {
+        self.schemaVersion = kind == .schemaChanged ? schemaVersion : 0
         self.sequence = sequence
         self.kind = kind
         self.authorID = authorID
@@ -402,6 +408,7 @@ extension WireWriter {
             writer.propertyValues(update.values)
         }
         list(event.deleted) { $0.objectID($1) }
+        if event.kind == .schemaChanged { uvarint(event.schemaVersion) }
     }
 
     /// `list<uvarint property index + Value>`, by increasing index.
@@ -441,7 +448,7 @@ extension WireReader {
         let deleted = try list(minimumSize: 17) { reader throws(WireError) in try reader.objectID() }
         return ChangeEvent(
             sequence: sequence, kind: kind, authorID: authorID, author: author, inserted: inserted, updated: updated,
-            deleted: deleted)
+            deleted: deleted, schemaVersion: kind == .schemaChanged ? try uvarint() : 0)
     }
 
     /// `list<uvarint property index + Value>`; an index given twice is refused.

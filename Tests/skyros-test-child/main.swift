@@ -408,6 +408,68 @@ case "handler-state":
     fflush(nil)
     while true { sleep(1) }
     withExtendedLifetime(store) {}
+case "mixed-v1-writer":
+    // Schema version 1: writes tasks one at a time, reading the count after each, until told to stop
+    // (the file `stop-v1` in the container) and at least `count` are written; then prints what it sees.
+    let container = URL(fileURLWithPath: arguments[2])
+    let store = try Skyros(sharedStack: MixedVersionModels.v1, container: container, timeout: 20)
+    let count = Int(arguments[3])!
+    print("READY")
+    fflush(nil)
+    var written = 0
+    let stop = container.appendingPathComponent("stop-v1").path
+    let started = Date()
+    while (written < count || !FileManager.default.fileExists(atPath: stop)) && Date().timeIntervalSince(started) < 60 {
+        let index = written
+        store.writeSync { context in TaskV1.create(in: context).title = "w1-\(index)" }
+        guard store.flush(timeout: 20) else {
+            print("NOT DURABLE")
+            exit(4)
+        }
+        written += 1
+        var seen = -1
+        store.read { context in seen = try TaskV1.count(where: #Predicate { $0.title.starts(with: "w1-") }, in: context) }
+        guard seen == written else {
+            print("LOST \(seen) < \(written)")
+            exit(3)
+        }
+        if written == count / 2 {
+            print("HALF")
+            fflush(nil)
+        }
+    }
+    var titles: [String] = []
+    store.read { context in titles = try TaskV1.all(in: context).map(\.title) }
+    print("WROTE \(written) SEES \(titles.count) V2 \(titles.count { $0.hasPrefix("v2-") })")
+case "mixed-v2":
+    // Schema version 2: connects (the daemon migrates the store), writes `count` tasks with a due
+    // date and a priority, and prints what it reads of everyone's.
+    let store = try Skyros(sharedStack: MixedVersionModels.v2, container: URL(fileURLWithPath: arguments[2]), timeout: 20)
+    let count = Int(arguments[3])!
+    store.writeSync { context in
+        for index in 0..<count {
+            let task = TaskV2.create(in: context)
+            task.name = "v2-\(index)"
+            task.dueDate = Date(timeIntervalSince1970: 86_400)
+            task.priority = 7
+        }
+    }
+    guard store.flush(timeout: 20) else {
+        print("NOT DURABLE")
+        exit(4)
+    }
+    var summary = ""
+    store.read { context in
+        let tasks = try TaskV2.all(in: context)
+        let v1 = tasks.filter { $0.name.hasPrefix("w1-") || $0.name.hasPrefix("a-") }
+        let v2 = tasks.filter { $0.name.hasPrefix("v2-") }
+        summary = """
+            TOTAL \(tasks.count) V1 \(v1.count) V1DEFAULTS \(v1.count { $0.priority == 3 && $0.dueDate == nil }) \
+            V2 \(v2.count) V2VALUES \(v2.count { $0.priority == 7 && $0.dueDate == Date(timeIntervalSince1970: 86_400) }) \
+            DONE \(tasks.count { $0.done })
+            """
+    }
+    print(summary)
 case "migrate-and-hang":
     let plan = MigrationPlan().stage(to: 2) { context in
         for author in try AuthorV2.all(in: context) { author.bio = "migrated" }

@@ -7,6 +7,12 @@
 //     swift run todo list
 //
 // SKYROS_GROUPS_DIR or --group pick the group (default com.example.todo).
+//
+// Version 2 of the model (a due date; `title` renamed `text`) runs beside version 1:
+//
+//     swift run todo --v2 add "file taxes" --due 2027-04-15   # the daemon migrates the store
+//     swift run todo --v2 list                                # everyone's items, with due dates
+//     swift run todo add "call mum"                           # version 1 keeps working
 import Foundation
 import Skyros
 import SkyrosShared
@@ -22,7 +28,53 @@ func fail(_ message: String) -> Never {
     FileHandle.standardError.write(Data("todo: \(message)\n".utf8))
     exit(1)
 }
-guard let command = arguments.first else { fail("usage: todo [--group ID] add TITLE | done N | list | watch") }
+let isVersion2 = arguments.contains("--v2")
+arguments.removeAll { $0 == "--v2" }
+var due: Date?
+if let index = arguments.firstIndex(of: "--due"), index + 1 < arguments.count {
+    guard let date = try? Date(arguments[index + 1], strategy: Date.ISO8601FormatStyle().year().month().day()) else {
+        fail("--due takes a date such as 2027-04-15")
+    }
+    due = date
+    arguments.removeSubrange(index...(index + 1))
+}
+guard let command = arguments.first else {
+    fail("usage: todo [--group ID] add TITLE | done N | list | watch; todo --v2 [--group ID] add TITLE [--due DATE] | done N | list")
+}
+
+if isVersion2 {
+    do {
+        let store = try Skyros(sharedStack: todoSchemaV2, applicationGroup: group)
+        let name = getpwuid(getuid()).map { String(cString: $0.pointee.pw_name) } ?? "uid \(getuid())"
+        switch command {
+        case "add":
+            let text = arguments.dropFirst().joined(separator: " ")
+            guard !text.isEmpty else { fail("add needs a title") }
+            let dueDate = due
+            try await store.write { context in
+                let item = TodoItemV2.create(in: context)
+                item.text = text
+                item.author = name
+                item.dueDate = dueDate
+            }
+        case "done":
+            guard arguments.count > 1, let number = Int(arguments[1]), number > 0 else { fail("done needs an item number") }
+            try await store.write { context in
+                let items = try TodoItemV2.all(sortedBy: [SortDescriptor(\.created)], in: context)
+                guard number <= items.count else { throw SkyrosError(.objectNotFound, "there is no item \(number)") }
+                items[number - 1].isDone = true
+            }
+        case "list":
+            let lines: [String] = try store.read { try describeTodosV2(in: $0) }
+            for (index, line) in lines.enumerated() { print("\(index + 1). \(line)") }
+        default:
+            fail("unknown command \(command) (version 2 has add, done, list)")
+        }
+    } catch let error as SkyrosError {
+        fail(error.message)
+    }
+    exit(0)
+}
 
 do {
     let store = try Skyros(sharedStack: todoSchema, applicationGroup: group)

@@ -17,3 +17,25 @@ public func describeTodos(in context: ObjectContext) throws -> [String] {
         "[\($0.isDone ? "x" : " ")] \($0.title) (\($0.author))"
     }
 }
+
+/// Version 2 of the model (`todo --v2`): `title` is renamed `text`, and an item may have a due
+/// date. Processes of both versions share a group: the first `todo --v2` makes the daemon
+/// migrate the store; `todo` (version 1) processes beside it keep reading and writing, and
+/// see the items version 2 adds (README, "Changing your model").
+@Entity(name: "TodoItem") public final class TodoItemV2 {
+    @Attribute(originalName: "title") public var text: String = ""
+    public var isDone: Bool = false
+    public var author: String = ""
+    public var created: Date = Date()
+    public var dueDate: Date? = nil
+}
+
+public let todoSchemaV2 = Schema([TodoItemV2.self], version: 2)
+
+/// One line per item of version 2: "[x] text (author), due YYYY-MM-DD".
+public func describeTodosV2(in context: ObjectContext) throws -> [String] {
+    let format = Date.ISO8601FormatStyle().year().month().day()
+    return try TodoItemV2.all(sortedBy: [SortDescriptor(\.created)], in: context).map {
+        "[\($0.isDone ? "x" : " ")] \($0.text) (\($0.author))" + ($0.dueDate.map { ", due \($0.formatted(format))" } ?? "")
+    }
+}

@@ -21,12 +21,19 @@ public struct SchemaDescription: Codable, Sendable, Hashable {
         public var deleteRule: DeleteRule
         public var inverse: String?
         public var isRequired: Bool
+        /// The attribute's declared default as stored, when it is a constant (absent for
+        /// relationships, for a nil default, and for defaults computed anew each time, such
+        /// as `Date()`): what a daemon gives the attribute when a migration adds it, or when
+        /// a client of an earlier schema version inserts an object without it.
+        public var defaultValue: DefaultValue?
 
         public init(
             name: String, kind: String, storageType: StorageType, isOptional: Bool, typeName: String,
             isUnique: Bool = false, isIndexed: Bool = false, originalName: String? = nil, destination: String? = nil,
-            deleteRule: DeleteRule = .nullify, inverse: String? = nil, isRequired: Bool = false
+            deleteRule: DeleteRule = .nullify, inverse: String? = nil, isRequired: Bool = false,
+            defaultValue: StoredValue? = nil
         ) {
+            self.defaultValue = defaultValue.flatMap { $0.isNull ? nil : DefaultValue($0) }
             self.name = name
             self.kind = kind
             self.storageType = storageType
@@ -54,6 +61,43 @@ public struct SchemaDescription: Codable, Sendable, Hashable {
             self.properties = properties
             self.indexes = indexes
             self.originalName = originalName
+        }
+    }
+
+    /// A default value in JSON, tagged with its storage class: `{"integer": 0}`,
+    /// `{"real": 1.5}`, `{"text": "todo"}` or `{"blob": "<base64>"}`.
+    public struct DefaultValue: Codable, Sendable, Hashable {
+        public var value: StoredValue
+
+        public init(_ value: StoredValue) { self.value = value }
+
+        enum CodingKeys: String, CodingKey { case integer, real, text, blob }
+
+        public init(from decoder: any Decoder) throws {
+            let container = try decoder.container(keyedBy: CodingKeys.self)
+            if let number = try container.decodeIfPresent(Int64.self, forKey: .integer) {
+                value = .integer(number)
+            } else if let number = try container.decodeIfPresent(Double.self, forKey: .real) {
+                value = .real(number)
+            } else if let text = try container.decodeIfPresent(String.self, forKey: .text) {
+                value = .text(text)
+            } else if let blob = try container.decodeIfPresent(Data.self, forKey: .blob) {
+                value = .blob(blob)
+            } else {
+                throw DecodingError.dataCorrupted(.init(
+                    codingPath: decoder.codingPath, debugDescription: "a default value is one of integer, real, text, blob"))
+            }
+        }
+
+        public func encode(to encoder: any Encoder) throws {
+            var container = encoder.container(keyedBy: CodingKeys.self)
+            switch value {
+            case .null: break
+            case .integer(let number): try container.encode(number, forKey: .integer)
+            case .real(let number): try container.encode(number, forKey: .real)
+            case .text(let text): try container.encode(text, forKey: .text)
+            case .blob(let blob): try container.encode(blob, forKey: .blob)
+            }
         }
     }
 
@@ -131,10 +175,18 @@ extension Schema {
                             isUnique: property.isUnique, isIndexed: property.isIndexed,
                             originalName: property.originalName, destination: property.destinationName,
                             deleteRule: property.deleteRule, inverse: inverse(of: property, in: entity)?.name,
-                            isRequired: property.isRequired)
+                            isRequired: property.isRequired, defaultValue: Self.constantDefault(of: property))
                     },
                     indexes: entity.indexes, originalName: entity.originalName)
             })
+    }
+
+    /// An attribute's default when it is the same value each time it is made (`Date()` is not).
+    private static func constantDefault(of property: PropertyDescription) -> StoredValue? {
+        guard property.kind == .attribute, let first = try? property.makeDefault(), !first.isNull,
+            let second = try? property.makeDefault(), first == second
+        else { return nil }
+        return first
     }
 
     /// A schema rebuilt from its description, without the entity classes. Its objects can be
@@ -158,7 +210,7 @@ extension Schema {
                 properties.append(
                     PropertyDescription(
                         name: property.name, kind: kind, keyPath: \DynamicObject.skyrosStorage, codec: codec,
-                        makeDefault: { .null }, isUnique: property.isUnique, isIndexed: property.isIndexed,
+                        makeDefault: { [value = property.defaultValue?.value] in value ?? .null }, isUnique: property.isUnique, isIndexed: property.isIndexed,
                         originalName: property.originalName, destinationName: property.destination,
                         deleteRule: property.deleteRule, inverseName: property.inverse, isRequired: property.isRequired))
             }
