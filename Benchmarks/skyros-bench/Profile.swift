@@ -22,6 +22,27 @@ struct Profile {
         print("open + close an up-to-date store: \(Int(seconds / Double(rounds) * 1e6)) µs")
     }
 
+    /// Migrating a small store (1,000 rows) from `RecordV1` to `RecordV2` (a rename and an
+    /// added attribute: ALTER TABLE, constant time), many times, each on a fresh copy (the copy
+    /// is not timed): the fixed cost of a lightweight migration.
+    func migrate() throws {
+        let rounds = rounds ?? 200
+        let original = directory.appendingPathComponent("migrate-v1.sqlite")
+        try SQLiteStore(schema: Schema([RecordV1.self]), url: original).close()
+        try Skyros(sqliteStack: Schema([RecordV1.self]), at: original, savesOnStop: false).writeAndWait { context in
+            for index in 0..<1_000 { RecordV1.create(in: context).name = "record \(index)" }
+        }
+        let copy = directory.appendingPathComponent("migrate-copy.sqlite")
+        let v2 = Schema([RecordV2.self], version: 2)
+        var seconds = 0.0
+        for _ in 0..<rounds {
+            for suffix in ["", "-wal", "-shm"] { try? FileManager.default.removeItem(atPath: copy.path + suffix) }
+            try FileManager.default.copyItem(at: original, to: copy)
+            seconds += try Clock.seconds { try SQLiteStore(schema: v2, url: copy).close() }
+        }
+        print("migrate add+rename (1,000 rows): \(Int(seconds / Double(rounds) * 1e6)) µs")
+    }
+
     /// Inserts of `count` objects in one write, each into a new store, until durable.
     func insert() throws {
         let rounds = rounds ?? 5

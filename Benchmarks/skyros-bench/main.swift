@@ -42,7 +42,7 @@ if arguments.count == 2 && arguments[0] == "garbage-daemon" {
 let json = arguments.contains("--json")
 let quick = arguments.contains("--quick")
 // `profile-insert` and `profile-fetch` are hidden suites for profilers (Profile.swift).
-let suites = ["embedded", "shared", "contention", "observe", "backup", "migrate", "batch", "profile-insert", "profile-fetch", "profile-shared", "profile-open"]
+let suites = ["embedded", "shared", "contention", "observe", "backup", "migrate", "batch", "profile-insert", "profile-fetch", "profile-shared", "profile-open", "profile-migrate"]
 guard let suite = arguments.first, suites.contains(suite) else {
     FileHandle.standardError.write(
         Data("usage: skyros-bench embedded|shared|contention|observe|backup|migrate|batch [--json] [--quick] [--only fetch|saves|iterate|import] [--garbage]\n".utf8))
@@ -59,6 +59,7 @@ if suite.hasPrefix("profile-") {
     case "profile-insert": try profile.insert()
     case "profile-shared": try profile.shared()
     case "profile-open": try profile.open()
+    case "profile-migrate": try profile.migrate()
     default: try profile.fetch()
     }
 } else if !json {
