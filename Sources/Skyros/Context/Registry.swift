@@ -11,6 +11,8 @@ struct Registry {
     private var index: [ObjectID: ObjectContext.Entry] = [:]
     /// Entries added by ``addNew(_:)``, none of them in `index` nor twice.
     private var unindexed: [ObjectContext.Entry] = []
+    /// Counts the times `unindexed` was moved into `index` (see ``Mark``).
+    private var generation = 0
 
     var count: Int { index.count + unindexed.count }
     var isEmpty: Bool { index.isEmpty && unindexed.isEmpty }
@@ -77,5 +79,45 @@ struct Registry {
         reserveCapacity(count)
         for entry in unindexed { index[entry.object.objectID] = entry }
         unindexed = []
+        generation += 1
+    }
+
+    /// Where the next entries of ``addNew(_:)`` go: a batch of a cursor notes it before it
+    /// adds its objects, and releases them from there (``releaseUnused(since:ids:)``).
+    struct Mark {
+        fileprivate let generation: Int
+        fileprivate let position: Int
+    }
+
+    var mark: Mark { Mark(generation: generation, position: unindexed.count) }
+
+    /// Removes the entries added since `mark` (the objects of `ids` when they have been
+    /// indexed since) that only the registry holds and that have no changes: the objects of
+    /// a batch left behind by an iteration. Without a hash-table operation when nothing
+    /// looked an object up by identifier meanwhile.
+    mutating func releaseUnused(since mark: Mark, ids: [ObjectID]) {
+        if mark.generation == generation && mark.position <= unindexed.count {
+            var kept = mark.position
+            for position in mark.position..<unindexed.count {
+                if isKnownUniquelyReferenced(&unindexed[position].owner),
+                    !unindexed[position].object.skyrosStorage.hasChanges
+                {
+                    continue
+                }
+                if kept != position { unindexed.swapAt(kept, position) }
+                kept += 1
+            }
+            unindexed.removeSubrange(kept...)
+            return
+        }
+        indexAll()
+        for id in ids {
+            guard let position = index.index(forKey: id) else { continue }
+            if isKnownUniquelyReferenced(&index.values[position].owner),
+                !index.values[position].object.skyrosStorage.hasChanges
+            {
+                index.remove(at: position)
+            }
+        }
     }
 }
