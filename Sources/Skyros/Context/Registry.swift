@@ -110,6 +110,11 @@ struct Registry {
             unindexed.removeSubrange(kept...)
             return
         }
+        releaseUnused(ids)
+    }
+
+    /// Removes the entries of `ids` that only the registry holds and that have no changes.
+    mutating func releaseUnused(_ ids: [ObjectID]) {
         indexAll()
         for id in ids {
             guard let position = index.index(forKey: id) else { continue }

@@ -166,6 +166,8 @@ public struct FetchResultsCollection<T: ManagedObject>: Sequence {
             if let mark {
                 context.registry.releaseUnused(since: mark, ids: madeIDs)
                 self.mark = nil
+            } else if !madeIDs.isEmpty {
+                context.registry.releaseUnused(madeIDs)
             }
             madeIDs.removeAll(keepingCapacity: true)
         }
@@ -209,8 +211,7 @@ public struct FetchResultsCollection<T: ManagedObject>: Sequence {
                     SkyrosError.wrap(error).code, "could not load a batch of \(T.self): \(SkyrosError.wrap(error).message)",
                     underlying: error))
             }
-            mark = context.registry.mark
-            madeIDs = missing
+            madeIDs = missing  // registered through the index: released by identifier
             for id in batchIDs {
                 if let object = try? context.materialize(id, values: snapshots[id]?.values, version: snapshots[id]?.version ?? 0),
                     let typed = object as? T
@@ -231,7 +232,11 @@ public struct FetchResultsCollection<T: ManagedObject>: Sequence {
             if case .cursor(let cursor)? = source { cursor.close() }
             if context.isPerformingOnCurrentThread {
                 batch.removeAll()
-                if let mark { context.registry.releaseUnused(since: mark, ids: madeIDs) }
+                if let mark {
+                    context.registry.releaseUnused(since: mark, ids: madeIDs)
+                } else {
+                    context.registry.releaseUnused(madeIDs)
+                }
             }
         }
     }

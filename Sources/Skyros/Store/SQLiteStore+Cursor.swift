@@ -54,6 +54,8 @@ extension SQLiteStore {
         private let reader: RowReader
         private var arena = StoredValues.Arena()
         private let sql: String
+        /// The first row, stepped when the cursor was opened, not handed out yet.
+        private var hasPendingRow = false
 
         fileprivate init(pool: CursorConnections, connection: CursorConnection, statement: OpaquePointer, reader: RowReader, sql: String) {
             self.pool = pool
@@ -63,8 +65,21 @@ extension SQLiteStore {
             self.sql = sql
         }
 
-        /// Whether the statement is done (exhausted, failed or closed).
-        var isClosed: Bool { connection == nil }
+        /// Steps the first row: the read transaction starts, so the cursor sees the store as
+        /// it is now, and a failure is thrown by the fetch.
+        fileprivate func start() throws {
+            guard let connection else { return }
+            switch sqlite3_step(statement) {
+            case SQLITE_ROW:
+                hasPendingRow = true
+            case SQLITE_DONE:
+                close()
+            default:
+                let message = String(cString: sqlite3_errmsg(connection.db))
+                close()
+                throw SkyrosError(.storeFailure, "\(message) (while stepping \(sql))")
+            }
+        }
 
         /// Steps up to `count` rows, handing each to `body`; false once the rows are exhausted
         /// (the cursor is then closed). A failure closes the cursor and is thrown.
@@ -72,7 +87,8 @@ extension SQLiteStore {
             guard let connection else { return false }
             var delivered = 0
             while delivered < count {
-                let code = sqlite3_step(statement)
+                let code = hasPendingRow ? SQLITE_ROW : sqlite3_step(statement)
+                hasPendingRow = false
                 if code == SQLITE_ROW {
                     let (id, values, version) = reader.read(statement, &arena)
                     body(id, values, version)
@@ -111,14 +127,17 @@ extension SQLiteStore {
         var builder = SQLBuilder(schema: schema)
         let sql = try builder.select(table.selectList, for: request)
         let connection = try cursorConnections.take(path: url.path)
+        let statement: OpaquePointer
         do {
-            let statement = try connection.statement(sql)
-            for (position, value) in builder.arguments.enumerated() { Self.bind(statement, Int32(position + 1), value) }
-            return Cursor(pool: cursorConnections, connection: connection, statement: statement, reader: RowReader(table), sql: sql)
+            statement = try connection.statement(sql)
         } catch {
             cursorConnections.giveBack(connection)
             throw error
         }
+        for (position, value) in builder.arguments.enumerated() { Self.bind(statement, Int32(position + 1), value) }
+        let cursor = Cursor(pool: cursorConnections, connection: connection, statement: statement, reader: RowReader(table), sql: sql)
+        try cursor.start()  // closes the cursor (giving the connection back) on failure
+        return cursor
     }
 }
 
@@ -174,6 +193,9 @@ final class CursorConnections: @unchecked Sendable {
     private var isClosed = false
     /// Idle connections kept; more cursors at once open more, closed when given back.
     private let keep = 4
+
+    /// The connections waiting for a cursor (for tests).
+    var idleCount: Int { lock.withLock { idle.count } }
 
     func take(path: String) throws -> CursorConnection {
         let reused: CursorConnection? = try lock.withLock {
