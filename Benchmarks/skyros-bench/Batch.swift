@@ -92,6 +92,7 @@ struct BatchBenchmark {
         report(Row(name: "batch delete of \(tenth / 1000)k of \(rows / 1000)k rows", unit: "Mrows/s",
                    skyros: Double(tenth) / 1e6 / skyrosDelete, baseline: Double(tenth) / 1e6 / rawDelete))
         try runShared(embeddedUpdate: skyrosUpdate, embeddedDelete: skyrosDelete, report: report)
+        try runReads(report: report)
     }
 
     /// Runs an async operation from this synchronous benchmark and waits for it.

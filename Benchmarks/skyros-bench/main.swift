@@ -42,7 +42,7 @@ if arguments.count == 2 && arguments[0] == "garbage-daemon" {
 let json = arguments.contains("--json")
 let quick = arguments.contains("--quick")
 // `profile-insert` and `profile-fetch` are hidden suites for profilers (Profile.swift).
-let suites = ["embedded", "shared", "contention", "observe", "backup", "migrate", "batch", "profile-insert", "profile-fetch", "profile-shared"]
+let suites = ["embedded", "shared", "contention", "observe", "backup", "migrate", "batch", "batch-reads", "profile-insert", "profile-fetch", "profile-shared"]
 guard let suite = arguments.first, suites.contains(suite) else {
     FileHandle.standardError.write(
         Data("usage: skyros-bench embedded|shared|contention|observe|backup|migrate|batch [--json] [--quick] [--only fetch|saves|iterate] [--garbage]\n".utf8))
@@ -90,6 +90,9 @@ if suite == "backup" {
 } else if suite == "shared" {
     try SharedBenchmark(directory: directory, saveSamples: quick ? 100 : 300, insertCount: quick ? 5_000 : 50_000)
         .run(report: report)
+} else if suite == "batch-reads" {
+    // Only the streaming-read rows of `batch` (hidden; for profiling them).
+    try BatchBenchmark(directory: directory, rows: quick ? 100_000 : 1_000_000, rounds: quick ? 3 : 5).runReads(report: report)
 } else if suite == "batch" {
     try BatchBenchmark(directory: directory, rows: quick ? 100_000 : 1_000_000, rounds: quick ? 3 : 5).run(report: report)
 } else if suite == "observe" {
