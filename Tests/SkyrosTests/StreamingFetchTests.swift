@@ -185,6 +185,26 @@ struct StreamingFetchTests {
         }
     }
 
+    @Test("a context holding nothing holds one batch at a time, and nothing after the loop")
+    func nothingHeld() throws {
+        let stack = try TestStack(.sqlite)
+        try fill(stack.store, count: 500)
+        try onMain(stack.store) { context in
+            context.reset()
+            for round in 0..<2 {
+                var maxRegistered = 0
+                var seen = 0
+                for _ in try context.fetch(FetchDescriptor<User>(), batchSize: 50) {
+                    maxRegistered = max(maxRegistered, context.registeredObjects.count)
+                    seen += 1
+                }
+                #expect(seen == 500)
+                #expect(maxRegistered == 50, "round \(round)")
+                #expect(context.registeredObjects.isEmpty, "round \(round)")
+            }
+        }
+    }
+
     @Test("the identifier form also releases earlier batches and keeps changed objects")
     func identifierFormReleases() throws {
         let stack = try TestStack(.inMemory)

@@ -97,15 +97,20 @@ struct Registry {
     /// looked an object up by identifier meanwhile.
     mutating func releaseUnused(since mark: Mark, ids: [ObjectID]) {
         if mark.generation == generation && mark.position <= unindexed.count {
-            var kept = mark.position
-            for position in mark.position..<unindexed.count {
-                if isKnownUniquelyReferenced(&unindexed[position].owner),
-                    !unindexed[position].object.skyrosStorage.hasChanges
-                {
-                    continue
+            // Through the buffer: `isKnownUniquelyReferenced(&unindexed[i].owner)` checks a
+            // copy of the entry (always false), the buffer's element is checked in place.
+            let kept = unindexed.withUnsafeMutableBufferPointer { buffer in
+                var kept = mark.position
+                for position in mark.position..<buffer.count {
+                    if isKnownUniquelyReferenced(&buffer[position].owner),
+                        !buffer[position].object.skyrosStorage.hasChanges
+                    {
+                        continue
+                    }
+                    if kept != position { buffer.swapAt(kept, position) }
+                    kept += 1
                 }
-                if kept != position { unindexed.swapAt(kept, position) }
-                kept += 1
+                return kept
             }
             unindexed.removeSubrange(kept...)
             return
