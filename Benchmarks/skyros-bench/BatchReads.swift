@@ -103,10 +103,10 @@ extension BatchBenchmark {
         }
         let millions = "\(rows / 1_000_000 > 0 ? "\(rows / 1_000_000)M" : "\(rows / 1_000)k")"
         report(Row(
-            name: "iterate \(millions) objects, batchSize 1000 (GRDB fetchCursor)", unit: "objects/s",
+            name: "iterate \(millions) objects, batchSize 1000 (vs fetchCursor)", unit: "objects/s",
             skyros: Double(rows) / Self.median(skyrosIterate), baseline: Double(rows) / Self.median(grdbIterate)))
         report(Row(
-            name: "iterate \(millions) objects, peak RSS growth (GRDB fetchCursor)", unit: "MB",
+            name: "iterate \(millions) objects, peak RSS growth", unit: "MB",
             skyros: skyrosGrowth, baseline: grdbGrowth))
 
         // 1 % of the rows by the indexed attribute, 10 values a round, each fetch its own read.
@@ -137,7 +137,7 @@ extension BatchBenchmark {
             precondition(skyrosRows == grdbRows && grdbRows == values * rows / 100, "indexed fetches disagree")
         }
         report(Row(
-            name: "fetch 1% by an indexed predicate (GRDB fetchAll)", unit: "objects/s",
+            name: "fetch 1% by an indexed predicate (vs fetchAll)", unit: "objects/s",
             skyros: Double(skyrosRows) / Self.median(skyrosIndexed), baseline: Double(grdbRows) / Self.median(grdbIndexed)))
     }
 

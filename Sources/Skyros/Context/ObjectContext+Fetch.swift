@@ -130,6 +130,10 @@ extension ObjectContext {
     func streamObjects(_ request: StoreRequest, _ body: (any ManagedObject) -> Void) throws {
         noteRead(request.entityName)
         let entity = try schema.requireEntity(request.entityName)
+        // Objects of earlier fetches that nobody holds any more leave first (amortised: the
+        // threshold doubles with what survives), so that a context whose user holds nothing
+        // makes its objects without looking each one up.
+        if registry.count >= registryPurgeThreshold { pruneRegistry() }
         let mayBeRegistered = !registry.isEmpty || hasChanges
         try parent.forEachSnapshot(request) { id, values, version in
             if mayBeRegistered, let object = registered(id) {
@@ -141,8 +145,6 @@ extension ObjectContext {
             registry.addNew(Entry(object))
             body(object)
         }
-        // The objects just made are held by the caller: pruning now would free nothing.
-        registryPurgeThreshold = max(4096, registry.count * 2)
     }
 
     /// The parent's rows merged with this context's pending changes of the entity.

@@ -60,7 +60,21 @@ struct Registry {
     /// Removes and returns the entries of objects that only the registry holds and that have
     /// no changes.
     mutating func removeUnused() -> [ObjectContext.Entry] {
-        indexAll()
+        // The unindexed entries in place, without hashing them (through the buffer: see
+        // releaseUnused(since:ids:)).
+        let kept = unindexed.withUnsafeMutableBufferPointer { buffer in
+            var kept = 0
+            for position in buffer.indices {
+                if isKnownUniquelyReferenced(&buffer[position].owner), !buffer[position].object.skyrosStorage.hasChanges {
+                    continue
+                }
+                if kept != position { buffer.swapAt(kept, position) }
+                kept += 1
+            }
+            return kept
+        }
+        var removed = Array(unindexed[kept...])
+        unindexed.removeSubrange(kept...)
         var unused: [ObjectID] = []
         var position = index.values.startIndex
         while position != index.values.endIndex {
@@ -71,7 +85,8 @@ struct Registry {
             }
             index.values.formIndex(after: &position)
         }
-        return unused.compactMap { index.removeValue(forKey: $0) }
+        removed += unused.compactMap { index.removeValue(forKey: $0) }
+        return removed
     }
 
     private mutating func indexAll() {

@@ -177,6 +177,7 @@ public struct FetchResultsCollection<T: ManagedObject>: Sequence {
         private func loadFromCursor(_ cursor: SQLiteStore.Cursor) throws {
             let context = context
             let entity = T.entityDescription
+            if context.registry.count >= context.registryPurgeThreshold { context.pruneRegistry() }
             let mayBeRegistered = !context.registry.isEmpty || context.hasChanges
             mark = context.registry.mark
             let more = try cursor.next(batchSize) { id, values, version in
