@@ -103,141 +103,145 @@ public struct FetchResultsCollection<T: ManagedObject>: Sequence {
                     underlying: error))
             }
         }
-        return Iterator(State(context: context, batchSize: batchSize, source: source))
+        return Iterator(BatchIteration(context: context, entity: T.entityDescription, batchSize: batchSize, source: source))
     }
 
     /// Iterates a batched fetch, one batch of objects held at a time.
     public struct Iterator: IteratorProtocol {
-        let state: State
-        init(_ state: State) { self.state = state }
-        public mutating func next() -> T? { state.next() }
+        let state: BatchIteration
+        init(_ state: BatchIteration) { self.state = state }
+        // Every object of the iteration is of entity T, whose class is T.
+        public mutating func next() -> T? { state.next().map { unsafeDowncast($0, to: T.self) } }
+    }
+}
+
+/// The state of a batched fetch's iteration; not generic, so that nothing per row looks up
+/// generic metadata. Confined to the context's queue (hence no dynamic exclusivity checks).
+final class BatchIteration {
+    let context: ObjectContext
+    let entity: EntityDescription
+    let batchSize: Int
+    @exclusivity(unchecked) var source: BatchSource?
+    /// The position of the next batch in the identifiers of an identifier source.
+    @exclusivity(unchecked) var nextIdentifier = 0
+    @exclusivity(unchecked) var batch: [AnyObject] = []
+    @exclusivity(unchecked) var position = 0
+    /// The objects the current batch registered, and where their entries start.
+    @exclusivity(unchecked) var madeIDs: [ObjectID] = []
+    @exclusivity(unchecked) var mark: Registry.Mark?
+
+    init(context: ObjectContext, entity: EntityDescription, batchSize: Int, source: BatchSource?) {
+        self.context = context
+        self.entity = entity
+        self.batchSize = batchSize
+        self.source = source
+        batch.reserveCapacity(batchSize)
     }
 
-    final class State {
-        let context: ObjectContext
-        let batchSize: Int
-        var source: BatchSource?
-        /// The position of the next batch in the identifiers of an identifier source.
-        var nextIdentifier = 0
-        var batch: [T] = []
-        var position = 0
-        /// The objects the current batch registered, and where their entries start.
-        var madeIDs: [ObjectID] = []
-        var mark: Registry.Mark?
-
-        init(context: ObjectContext, batchSize: Int, source: BatchSource?) {
-            self.context = context
-            self.batchSize = batchSize
-            self.source = source
-            batch.reserveCapacity(batchSize)
+    func next() -> AnyObject? {
+        if position < batch.count {
+            defer { position += 1 }
+            return batch[position]
         }
-
-        func next() -> T? {
-            if position < batch.count {
-                defer { position += 1 }
-                return batch[position]
+        releaseBatch()
+        guard let source else { return nil }
+        do {
+            switch source {
+            case .cursor(let cursor): try loadFromCursor(cursor)
+            case .identifiers(let ids): loadByIdentifier(ids)
             }
-            releaseBatch()
-            guard let source else { return nil }
-            do {
-                switch source {
-                case .cursor(let cursor): try loadFromCursor(cursor)
-                case .identifiers(let ids): loadByIdentifier(ids)
-                }
-            } catch {
-                self.source = nil
-                context.report(SkyrosError(
-                    SkyrosError.wrap(error).code, "could not fetch a batch of \(T.self): \(SkyrosError.wrap(error).message)",
-                    underlying: error))
-            }
-            guard !batch.isEmpty else {
-                self.source = nil
-                return nil
-            }
-            position = 1
-            return batch[0]
+        } catch {
+            self.source = nil
+            context.report(SkyrosError(
+                SkyrosError.wrap(error).code, "could not fetch a batch of \(entity.name): \(SkyrosError.wrap(error).message)",
+                underlying: error))
         }
+        guard !batch.isEmpty else {
+            self.source = nil
+            return nil
+        }
+        position = 1
+        return batch[0]
+    }
 
-        /// Lets go of the current batch: the objects it registered leave the context unless
-        /// something else holds them or they have changes.
-        private func releaseBatch() {
-            batch.removeAll(keepingCapacity: true)
-            position = 0
+    /// Lets go of the current batch: the objects it registered leave the context unless
+    /// something else holds them or they have changes.
+    private func releaseBatch() {
+        batch.removeAll(keepingCapacity: true)
+        position = 0
+        if let mark {
+            context.registry.releaseUnused(since: mark, ids: madeIDs)
+            self.mark = nil
+        } else if !madeIDs.isEmpty {
+            context.registry.releaseUnused(madeIDs)
+        }
+        madeIDs.removeAll(keepingCapacity: true)
+    }
+
+    /// The next rows of the cursor, as objects: registered ones reused (a fault filled
+    /// from its row), new ones made and registered.
+    private func loadFromCursor(_ cursor: SQLiteStore.Cursor) throws {
+        let context = context
+        if context.registry.count >= context.registryPurgeThreshold { context.pruneRegistry() }
+        let mayBeRegistered = !context.registry.isEmpty || context.hasChanges
+        mark = context.registry.mark
+        let more = try cursor.next(batchSize) { id, values, version in
+            if mayBeRegistered, let object = context.registered(id) {
+                if object.skyrosStorage.isFault { object.skyrosStorage.fill(values, version: version) }
+                batch.append(object)
+                return
+            }
+            let object = context.makeObject(id, of: entity, values: values, version: version, exposed: true)
+            context.registry.addNew(ObjectContext.Entry(object))
+            madeIDs.append(id)
+            batch.append(object)
+        }
+        if !more { source = nil }
+    }
+
+    /// The next batch of identifiers, their values loaded from the parent in one request.
+    private func loadByIdentifier(_ ids: [ObjectID]) {
+        let range = nextIdentifier..<Swift.min(ids.count, nextIdentifier + batchSize)
+        nextIdentifier = range.upperBound
+        if range.upperBound >= ids.count { source = nil }
+        guard !range.isEmpty else { return }
+        let batchIDs = ids[range]
+        let missing = batchIDs.filter { context.lookup($0) == nil }
+        var snapshots: [ObjectID: Snapshot] = [:]
+        do {
+            snapshots = Dictionary(
+                try context.parent.snapshots(for: missing).map { ($0.id, $0) }, uniquingKeysWith: { a, _ in a })
+        } catch {
+            // The batch stays faults: each one touched becomes inaccessible if the store is still away.
+            context.report(SkyrosError(
+                SkyrosError.wrap(error).code, "could not load a batch of \(entity.name): \(SkyrosError.wrap(error).message)",
+                underlying: error))
+        }
+        madeIDs = missing  // registered through the index: released by identifier
+        for id in batchIDs {
+            if let object = try? context.materialize(id, values: snapshots[id]?.values, version: snapshots[id]?.version ?? 0),
+                object.skyrosStorage.entity === entity
+            {
+                batch.append(object)
+                continue
+            }
+            // Not of this context's schema (impossible for identifiers this fetch produced): a detached, deleted object.
+            let object = context.makeObject(id, of: entity, values: nil)
+            object.skyrosStorage.makeInaccessible()
+            batch.append(object)
+        }
+    }
+
+    deinit {
+        // Left early (a `break`): the statement ends now, and the last batch leaves the
+        // context unless held (only on the context's queue, where its registry may be touched).
+        if case .cursor(let cursor)? = source { cursor.close() }
+        if context.isPerformingOnCurrentThread {
+            batch.removeAll()
             if let mark {
                 context.registry.releaseUnused(since: mark, ids: madeIDs)
-                self.mark = nil
-            } else if !madeIDs.isEmpty {
+            } else {
                 context.registry.releaseUnused(madeIDs)
-            }
-            madeIDs.removeAll(keepingCapacity: true)
-        }
-
-        /// The next rows of the cursor, as objects: registered ones reused (a fault filled
-        /// from its row), new ones made and registered.
-        private func loadFromCursor(_ cursor: SQLiteStore.Cursor) throws {
-            let context = context
-            let entity = T.entityDescription
-            if context.registry.count >= context.registryPurgeThreshold { context.pruneRegistry() }
-            let mayBeRegistered = !context.registry.isEmpty || context.hasChanges
-            mark = context.registry.mark
-            let more = try cursor.next(batchSize) { id, values, version in
-                if mayBeRegistered, let object = context.registered(id) {
-                    if object.skyrosStorage.isFault { object.skyrosStorage.fill(values, version: version) }
-                    batch.append(unsafeDowncast(object as AnyObject, to: T.self))
-                    return
-                }
-                let object = context.makeObject(id, of: entity, values: values, version: version, exposed: true)
-                context.registry.addNew(ObjectContext.Entry(object))
-                madeIDs.append(id)
-                batch.append(unsafeDowncast(object as AnyObject, to: T.self))
-            }
-            if !more { source = nil }
-        }
-
-        /// The next batch of identifiers, their values loaded from the parent in one request.
-        private func loadByIdentifier(_ ids: [ObjectID]) {
-            let range = nextIdentifier..<Swift.min(ids.count, nextIdentifier + batchSize)
-            nextIdentifier = range.upperBound
-            if range.upperBound >= ids.count { source = nil }
-            guard !range.isEmpty else { return }
-            let batchIDs = ids[range]
-            let missing = batchIDs.filter { context.lookup($0) == nil }
-            var snapshots: [ObjectID: Snapshot] = [:]
-            do {
-                snapshots = Dictionary(
-                    try context.parent.snapshots(for: missing).map { ($0.id, $0) }, uniquingKeysWith: { a, _ in a })
-            } catch {
-                // The batch stays faults: each one touched becomes inaccessible if the store is still away.
-                context.report(SkyrosError(
-                    SkyrosError.wrap(error).code, "could not load a batch of \(T.self): \(SkyrosError.wrap(error).message)",
-                    underlying: error))
-            }
-            madeIDs = missing  // registered through the index: released by identifier
-            for id in batchIDs {
-                if let object = try? context.materialize(id, values: snapshots[id]?.values, version: snapshots[id]?.version ?? 0),
-                    let typed = object as? T
-                {
-                    batch.append(typed)
-                    continue
-                }
-                // Not of this context's schema (impossible for identifiers this fetch produced): a detached, deleted object.
-                let object = context.makeObject(id, of: T.entityDescription, values: nil)
-                object.skyrosStorage.makeInaccessible()
-                batch.append(unsafeDowncast(object as AnyObject, to: T.self))
-            }
-        }
-
-        deinit {
-            // Left early (a `break`): the statement ends now, and the last batch leaves the
-            // context unless held (only on the context's queue, where its registry may be touched).
-            if case .cursor(let cursor)? = source { cursor.close() }
-            if context.isPerformingOnCurrentThread {
-                batch.removeAll()
-                if let mark {
-                    context.registry.releaseUnused(since: mark, ids: madeIDs)
-                } else {
-                    context.registry.releaseUnused(madeIDs)
-                }
             }
         }
     }

@@ -49,13 +49,14 @@ extension SQLiteStore {
     /// thread at a time.
     final class Cursor {
         private let pool: CursorConnections
-        private var connection: CursorConnection?
+        // Used from one thread at a time: no dynamic exclusivity checks on the row path.
+        @exclusivity(unchecked) private var connection: CursorConnection?
         private let statement: OpaquePointer
         private let reader: RowReader
-        private var arena = StoredValues.Arena()
+        @exclusivity(unchecked) private var arena = StoredValues.Arena()
         private let sql: String
         /// The first row, stepped when the cursor was opened, not handed out yet.
-        private var hasPendingRow = false
+        @exclusivity(unchecked) private var hasPendingRow = false
 
         fileprivate init(pool: CursorConnections, connection: CursorConnection, statement: OpaquePointer, reader: RowReader, sql: String) {
             self.pool = pool
