@@ -108,15 +108,21 @@ public struct FetchResultsCollection<T: ManagedObject>: Sequence {
 
     /// Iterates a batched fetch, one batch of objects held at a time.
     public struct Iterator: IteratorProtocol {
-        let state: BatchIteration
+        @usableFromInline let state: BatchIteration
         init(_ state: BatchIteration) { self.state = state }
-        // Every object of the iteration is of entity T, whose class is T.
-        public mutating func next() -> T? { state.next().map { unsafeDowncast($0, to: T.self) } }
+
+        @inlinable  // specialised in the caller: no generic call per object
+        public mutating func next() -> T? {
+            guard let object = state.next() else { return nil }
+            // Every object of the iteration is of entity T, whose class is T.
+            return unsafeDowncast(object, to: T.self)
+        }
     }
 }
 
 /// The state of a batched fetch's iteration; not generic, so that nothing per row looks up
 /// generic metadata. Confined to the context's queue (hence no dynamic exclusivity checks).
+@usableFromInline
 final class BatchIteration {
     let context: ObjectContext
     let entity: EntityDescription
@@ -138,6 +144,8 @@ final class BatchIteration {
         batch.reserveCapacity(batchSize)
     }
 
+    /// The next object, making the next batch when the current one is done.
+    @usableFromInline
     func next() -> AnyObject? {
         if position < batch.count {
             defer { position += 1 }
