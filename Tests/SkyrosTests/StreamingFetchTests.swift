@@ -111,6 +111,39 @@ struct StreamingFetchTests {
         #expect(try !isCursor(memory.store.mainContext))
     }
 
+    @Test("rows a child saved into a root that has not saved yet are merged")
+    func pendingInRoot() throws {
+        let directory = try TemporaryDirectory()
+        let store = try SQLiteStore(schema: testSchema, url: directory.file("store.sqlite"))
+        defer { try? store.close() }
+        let root = ObjectContext(name: "root", parent: store)
+        let main = ObjectContext(name: "main", parent: root)
+        try main.performAndWait {
+            for index in 0..<30 { User.create(in: main).handle = String(format: "h%03d", index) }
+            try main.save()
+        }
+        try root.performAndWait { try root.save() }
+        try main.performAndWait {
+            for index in 30..<45 { User.create(in: main).handle = String(format: "h%03d", index) }
+            try main.save()  // into root only
+            let descriptor = FetchDescriptor<User>(sortBy: [SortDescriptor(\.handle, order: .reverse)])
+            if case .cursor = try main.batchSource(try descriptor.storeRequest(schema: testSchema)) {
+                Issue.record("a cursor despite the root's pending rows")
+            }
+            let streamed = try main.fetch(descriptor, batchSize: 4).map(\.handle)
+            #expect(streamed == (0..<45).reversed().map { String(format: "h%03d", $0) })
+        }
+        try root.performAndWait { try root.save() }
+        try main.performAndWait {
+            let request = StoreRequest(entityName: "User")
+            guard case .cursor = try main.batchSource(request) else {
+                Issue.record("no cursor once everything is saved")
+                return
+            }
+            #expect(try main.fetch(FetchDescriptor<User>(), batchSize: 7).map(\.handle).count == 45)
+        }
+    }
+
     @Test("leaving the loop early ends the statement; later writes and fetches work")
     func earlyBreak() throws {
         let stack = try TestStack(.sqlite)
