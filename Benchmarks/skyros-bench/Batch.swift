@@ -93,6 +93,7 @@ struct BatchBenchmark {
                    skyros: Double(tenth) / 1e6 / skyrosDelete, baseline: Double(tenth) / 1e6 / rawDelete))
         try runShared(embeddedUpdate: skyrosUpdate, embeddedDelete: skyrosDelete, report: report)
         try runImport(report: report)
+        try runReads(report: report)
     }
 
     /// Runs an async operation from this synchronous benchmark and waits for it.

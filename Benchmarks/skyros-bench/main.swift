@@ -1,6 +1,6 @@
 // skyros-bench: Skyros side by side with raw SQLite, measured in the same run.
 //
-//     swift run -c release skyros-bench embedded [--json] [--quick] [--only fetch|saves|iterate|import]
+//     swift run -c release skyros-bench embedded [--json] [--quick] [--only fetch|saves|iterate]
 //     swift run -c release skyros-bench shared [--json] [--quick] [--flood]
 //     swift run -c release skyros-bench shared --garbage [--json]   (build skyrosd too, to measure it)
 //     swift run -c release skyros-bench contention [--json] [--quick] [--clients N …] [--ceiling]
@@ -42,10 +42,10 @@ if arguments.count == 2 && arguments[0] == "garbage-daemon" {
 let json = arguments.contains("--json")
 let quick = arguments.contains("--quick")
 // `profile-insert` and `profile-fetch` are hidden suites for profilers (Profile.swift).
-let suites = ["embedded", "shared", "contention", "observe", "backup", "migrate", "batch", "profile-insert", "profile-fetch", "profile-shared", "profile-open", "profile-migrate"]
+let suites = ["embedded", "shared", "contention", "observe", "backup", "migrate", "batch", "batch-reads", "profile-insert", "profile-fetch", "profile-shared", "profile-open", "profile-migrate"]
 guard let suite = arguments.first, suites.contains(suite) else {
     FileHandle.standardError.write(
-        Data("usage: skyros-bench embedded|shared|contention|observe|backup|migrate|batch [--json] [--quick] [--only fetch|saves|iterate|import] [--garbage]\n".utf8))
+        Data("usage: skyros-bench embedded|shared|contention|observe|backup|migrate|batch|batch-reads [--json] [--quick] [--only fetch|saves|iterate|import] [--garbage]\n".utf8))
     exit(64)
 }
 
@@ -92,6 +92,9 @@ if suite == "backup" {
 } else if suite == "shared" {
     try SharedBenchmark(directory: directory, saveSamples: quick ? 100 : 300, insertCount: quick ? 5_000 : 50_000)
         .run(report: report)
+} else if suite == "batch-reads" {
+    // Only the streaming-read rows of `batch` (hidden; for profiling them).
+    try BatchBenchmark(directory: directory, rows: quick ? 100_000 : 1_000_000, rounds: quick ? 3 : 5).runReads(report: report)
 } else if suite == "batch" {
     let batch = BatchBenchmark(directory: directory, rows: quick ? 100_000 : 1_000_000, rounds: quick ? 3 : 5)
     if zip(arguments, arguments.dropFirst()).contains(where: { $0 == ("--only", "import") }) {

@@ -27,12 +27,47 @@ extension ObjectContext {
         try mergedIdentifiers(descriptor.storeRequest(schema: schema))
     }
 
-    /// The matching objects, loaded `batchSize` at a time as the collection is iterated.
-    /// Only the current batch's values are held; earlier batches' unchanged objects are
-    /// released from the context.
+    /// The matching objects, made `batchSize` at a time as the sequence is iterated, with
+    /// memory independent of the number of matching objects.
+    ///
+    /// ```swift
+    /// for item in try context.fetch(FetchDescriptor<Item>(), batchSize: 1_000) {
+    ///     total += item.value
+    /// }
+    /// ```
+    ///
+    /// With no pending change of the entity in this context nor in the contexts between it
+    /// and a SQLite store file, it is a cursor: one statement stepped a batch at a time on a
+    /// reading connection of its own, which sees the store as it was at the fetch. Otherwise
+    /// the identifiers are fetched now (pending changes merged) and each batch loaded by
+    /// identifier. Only the current batch is held: the objects of earlier batches that
+    /// nothing else holds and that have no changes leave the context. See
+    /// ``FetchResultsCollection``.
+    ///
+    /// - Parameter batchSize: the objects made at a time (positive).
+    /// - Throws: what the fetch would throw: an unsupported predicate or sort, a store failure.
     public func fetch<T: ManagedObject>(_ descriptor: FetchDescriptor<T>, batchSize: Int) throws -> FetchResultsCollection<T> {
         precondition(batchSize > 0, "batchSize must be positive")
-        return FetchResultsCollection(context: self, ids: try fetchIdentifiers(descriptor), batchSize: batchSize)
+        let request = try descriptor.storeRequest(schema: schema)
+        return FetchResultsCollection(context: self, request: request, batchSize: batchSize, source: try batchSource(request))
+    }
+
+    /// A cursor over the store's rows when nothing between this context and a SQLite store
+    /// file has pending changes of the entity, else the merged identifiers.
+    func batchSource(_ request: StoreRequest) throws -> BatchSource {
+        noteRead(request.entityName)
+        if let cursor = try storeCursor(request) { return .cursor(cursor) }
+        return .identifiers(try mergedIdentifiers(request))
+    }
+
+    /// A cursor over the rows of a request in the SQLite store under this context, when
+    /// neither this context nor any context in between has pending changes of its entity
+    /// (each asked on its own queue); nil otherwise.
+    func storeCursor(_ request: StoreRequest) throws -> SQLiteStore.Cursor? {
+        guard !hasPendingChanges(of: request.entityName) else { return nil }
+        if let store = parent as? SQLiteStore { return try store.openCursor(request) }
+        if let context = parent as? ObjectContext { return try context.performAndWait { try context.storeCursor(request) } }
+        return nil
     }
 
     /// The object with this identifier as the context sees it, or nil when it does not
@@ -95,6 +130,10 @@ extension ObjectContext {
     func streamObjects(_ request: StoreRequest, _ body: (any ManagedObject) -> Void) throws {
         noteRead(request.entityName)
         let entity = try schema.requireEntity(request.entityName)
+        // Objects of earlier fetches that nobody holds any more leave first (amortised: the
+        // threshold doubles with what survives), so that a context whose user holds nothing
+        // makes its objects without looking each one up.
+        if registry.count >= registryPurgeThreshold { pruneRegistry() }
         let mayBeRegistered = !registry.isEmpty || hasChanges
         try parent.forEachSnapshot(request) { id, values, version in
             if mayBeRegistered, let object = registered(id) {
@@ -106,8 +145,6 @@ extension ObjectContext {
             registry.addNew(Entry(object))
             body(object)
         }
-        // The objects just made are held by the caller: pruning now would free nothing.
-        registryPurgeThreshold = max(4096, registry.count * 2)
     }
 
     /// The parent's rows merged with this context's pending changes of the entity.

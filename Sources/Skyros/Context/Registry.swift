@@ -11,6 +11,8 @@ struct Registry {
     private var index: [ObjectID: ObjectContext.Entry] = [:]
     /// Entries added by ``addNew(_:)``, none of them in `index` nor twice.
     private var unindexed: [ObjectContext.Entry] = []
+    /// Counts the times `unindexed` was moved into `index` (see ``Mark``).
+    private var generation = 0
 
     var count: Int { index.count + unindexed.count }
     var isEmpty: Bool { index.isEmpty && unindexed.isEmpty }
@@ -58,7 +60,21 @@ struct Registry {
     /// Removes and returns the entries of objects that only the registry holds and that have
     /// no changes.
     mutating func removeUnused() -> [ObjectContext.Entry] {
-        indexAll()
+        // The unindexed entries in place, without hashing them (through the buffer: see
+        // releaseUnused(since:ids:)).
+        let kept = unindexed.withUnsafeMutableBufferPointer { buffer in
+            var kept = 0
+            for position in buffer.indices {
+                if isKnownUniquelyReferenced(&buffer[position].owner), !buffer[position].object.skyrosStorage.hasChanges {
+                    continue
+                }
+                if kept != position { buffer.swapAt(kept, position) }
+                kept += 1
+            }
+            return kept
+        }
+        var removed = Array(unindexed[kept...])
+        unindexed.removeSubrange(kept...)
         var unused: [ObjectID] = []
         var position = index.values.startIndex
         while position != index.values.endIndex {
@@ -69,7 +85,8 @@ struct Registry {
             }
             index.values.formIndex(after: &position)
         }
-        return unused.compactMap { index.removeValue(forKey: $0) }
+        removed += unused.compactMap { index.removeValue(forKey: $0) }
+        return removed
     }
 
     private mutating func indexAll() {
@@ -77,5 +94,55 @@ struct Registry {
         reserveCapacity(count)
         for entry in unindexed { index[entry.object.objectID] = entry }
         unindexed = []
+        generation += 1
+    }
+
+    /// Where the next entries of ``addNew(_:)`` go: a batch of a cursor notes it before it
+    /// adds its objects, and releases them from there (``releaseUnused(since:ids:)``).
+    struct Mark {
+        fileprivate let generation: Int
+        fileprivate let position: Int
+    }
+
+    var mark: Mark { Mark(generation: generation, position: unindexed.count) }
+
+    /// Removes the entries added since `mark` (the objects of `ids` when they have been
+    /// indexed since) that only the registry holds and that have no changes: the objects of
+    /// a batch left behind by an iteration. Without a hash-table operation when nothing
+    /// looked an object up by identifier meanwhile.
+    mutating func releaseUnused(since mark: Mark, ids: [ObjectID]) {
+        if mark.generation == generation && mark.position <= unindexed.count {
+            // Through the buffer: `isKnownUniquelyReferenced(&unindexed[i].owner)` checks a
+            // copy of the entry (always false), the buffer's element is checked in place.
+            let kept = unindexed.withUnsafeMutableBufferPointer { buffer in
+                var kept = mark.position
+                for position in mark.position..<buffer.count {
+                    if isKnownUniquelyReferenced(&buffer[position].owner),
+                        !buffer[position].object.skyrosStorage.hasChanges
+                    {
+                        continue
+                    }
+                    if kept != position { buffer.swapAt(kept, position) }
+                    kept += 1
+                }
+                return kept
+            }
+            unindexed.removeSubrange(kept...)
+            return
+        }
+        releaseUnused(ids)
+    }
+
+    /// Removes the entries of `ids` that only the registry holds and that have no changes.
+    mutating func releaseUnused(_ ids: [ObjectID]) {
+        indexAll()
+        for id in ids {
+            guard let position = index.index(forKey: id) else { continue }
+            if isKnownUniquelyReferenced(&index.values[position].owner),
+                !index.values[position].object.skyrosStorage.hasChanges
+            {
+                index.remove(at: position)
+            }
+        }
     }
 }

@@ -50,46 +50,170 @@ public struct FetchDescriptor<T: ManagedObject> {
     }
 }
 
-/// The result of a batched fetch: the matching identifiers, and the objects loaded one
-/// batch at a time as they are accessed. Use it on its context's queue.
-public struct FetchResultsCollection<T: ManagedObject>: RandomAccessCollection {
+/// The result of ``ObjectContext/fetch(_:batchSize:)``: the matching objects, made
+/// `batchSize` at a time as the sequence is iterated. Iterate it on its context's queue.
+///
+/// ```swift
+/// for item in try context.fetch(FetchDescriptor<Item>(), batchSize: 1_000) {
+///     total += item.value
+/// }
+/// ```
+///
+/// When neither the context nor the contexts between it and a SQLite store file have
+/// pending changes of the entity, the iteration is a cursor: one SQL statement, stepped a
+/// batch at a time on a reading connection of its own, reads the store as it was when the
+/// fetch was made (later saves are not seen). Otherwise (pending changes to merge, an
+/// in-memory store, a store reached through a daemon) the identifiers are fetched up front
+/// and each batch's values loaded by identifier. Either way only the current batch is held:
+/// when the next one is made, the objects of the previous one that nothing else holds and
+/// that have no changes leave the context, so memory does not grow with the number of rows.
+///
+/// Breaking out of the loop ends the statement. Iterating the sequence again runs the fetch
+/// again. An error while stepping (the store failing underneath) ends the iteration and is
+/// reported to the context's ``ObjectContext/errorHandler``.
+public struct FetchResultsCollection<T: ManagedObject>: Sequence {
     let context: ObjectContext
-    let ids: [ObjectID]
+    let request: StoreRequest
     let batchSize: Int
-    private let cache: BatchCache
+    /// The source opened by the fetch, for the first iteration (the fetch's errors are thrown
+    /// by `fetch`); later iterations open their own.
+    private let prepared: Prepared
 
-    final class BatchCache {
-        var batchIndex = -1
-        var objects: [any ManagedObject] = []
-        var ownedIDs: [ObjectID] = []
+    final class Prepared {
+        var source: BatchSource?
+        init(_ source: BatchSource) { self.source = source }
     }
 
-    init(context: ObjectContext, ids: [ObjectID], batchSize: Int) {
+    init(context: ObjectContext, request: StoreRequest, batchSize: Int, source: BatchSource) {
         self.context = context
-        self.ids = ids
+        self.request = request
         self.batchSize = batchSize
-        self.cache = BatchCache()
+        self.prepared = Prepared(source)
     }
 
-    public var startIndex: Int { 0 }
-    public var endIndex: Int { ids.count }
-
-    public subscript(position: Int) -> T {
-        let batch = position / batchSize
-        if cache.batchIndex != batch { load(batch) }
-        return cache.objects[position - batch * batchSize] as! T
-    }
-
-    private func load(_ batch: Int) {
-        // Release the previous batch's objects that this collection brought in and nobody changed.
-        for id in cache.ownedIDs {
-            if let object = context.lookup(id), !object.skyrosStorage.hasChanges {
-                context.registry[id] = nil
+    public func makeIterator() -> Iterator {
+        var source = prepared.source
+        prepared.source = nil
+        if source == nil {
+            do {
+                source = try context.batchSource(request)
+            } catch {
+                context.report(SkyrosError(
+                    SkyrosError.wrap(error).code, "could not fetch \(T.self): \(SkyrosError.wrap(error).message)",
+                    underlying: error))
             }
         }
-        cache.objects = []
-        let range = (batch * batchSize)..<Swift.min(ids.count, (batch + 1) * batchSize)
-        let batchIDs = Array(ids[range])
+        return Iterator(BatchIteration(context: context, entity: T.entityDescription, batchSize: batchSize, source: source))
+    }
+
+    /// Iterates a batched fetch, one batch of objects held at a time.
+    public struct Iterator: IteratorProtocol {
+        @usableFromInline let state: BatchIteration
+        init(_ state: BatchIteration) { self.state = state }
+
+        @inlinable  // specialised in the caller: no generic call per object
+        public mutating func next() -> T? {
+            guard let object = state.next() else { return nil }
+            // Every object of the iteration is of entity T, whose class is T.
+            return unsafeDowncast(object, to: T.self)
+        }
+    }
+}
+
+/// The state of a batched fetch's iteration; not generic, so that nothing per row looks up
+/// generic metadata. Confined to the context's queue (hence no dynamic exclusivity checks).
+@usableFromInline
+final class BatchIteration {
+    let context: ObjectContext
+    let entity: EntityDescription
+    let batchSize: Int
+    @exclusivity(unchecked) var source: BatchSource?
+    /// The position of the next batch in the identifiers of an identifier source.
+    @exclusivity(unchecked) var nextIdentifier = 0
+    @exclusivity(unchecked) var batch: [AnyObject] = []
+    @exclusivity(unchecked) var position = 0
+    /// The objects the current batch registered, and where their entries start.
+    @exclusivity(unchecked) var madeIDs: [ObjectID] = []
+    @exclusivity(unchecked) var mark: Registry.Mark?
+
+    init(context: ObjectContext, entity: EntityDescription, batchSize: Int, source: BatchSource?) {
+        self.context = context
+        self.entity = entity
+        self.batchSize = batchSize
+        self.source = source
+        batch.reserveCapacity(batchSize)
+    }
+
+    /// The next object, making the next batch when the current one is done.
+    @usableFromInline
+    func next() -> AnyObject? {
+        if position < batch.count {
+            defer { position += 1 }
+            return batch[position]
+        }
+        releaseBatch()
+        guard let source else { return nil }
+        do {
+            switch source {
+            case .cursor(let cursor): try loadFromCursor(cursor)
+            case .identifiers(let ids): loadByIdentifier(ids)
+            }
+        } catch {
+            self.source = nil
+            context.report(SkyrosError(
+                SkyrosError.wrap(error).code, "could not fetch a batch of \(entity.name): \(SkyrosError.wrap(error).message)",
+                underlying: error))
+        }
+        guard !batch.isEmpty else {
+            self.source = nil
+            return nil
+        }
+        position = 1
+        return batch[0]
+    }
+
+    /// Lets go of the current batch: the objects it registered leave the context unless
+    /// something else holds them or they have changes.
+    private func releaseBatch() {
+        batch.removeAll(keepingCapacity: true)
+        position = 0
+        if let mark {
+            context.registry.releaseUnused(since: mark, ids: madeIDs)
+            self.mark = nil
+        } else if !madeIDs.isEmpty {
+            context.registry.releaseUnused(madeIDs)
+        }
+        madeIDs.removeAll(keepingCapacity: true)
+    }
+
+    /// The next rows of the cursor, as objects: registered ones reused (a fault filled
+    /// from its row), new ones made and registered.
+    private func loadFromCursor(_ cursor: SQLiteStore.Cursor) throws {
+        let context = context
+        if context.registry.count >= context.registryPurgeThreshold { context.pruneRegistry() }
+        let mayBeRegistered = !context.registry.isEmpty || context.hasChanges
+        mark = context.registry.mark
+        let more = try cursor.next(batchSize) { id, values, version in
+            if mayBeRegistered, let object = context.registered(id) {
+                if object.skyrosStorage.isFault { object.skyrosStorage.fill(values, version: version) }
+                batch.append(object)
+                return
+            }
+            let object = context.makeObject(id, of: entity, values: values, version: version, exposed: true)
+            context.registry.addNew(ObjectContext.Entry(object))
+            madeIDs.append(id)
+            batch.append(object)
+        }
+        if !more { source = nil }
+    }
+
+    /// The next batch of identifiers, their values loaded from the parent in one request.
+    private func loadByIdentifier(_ ids: [ObjectID]) {
+        let range = nextIdentifier..<Swift.min(ids.count, nextIdentifier + batchSize)
+        nextIdentifier = range.upperBound
+        if range.upperBound >= ids.count { source = nil }
+        guard !range.isEmpty else { return }
+        let batchIDs = ids[range]
         let missing = batchIDs.filter { context.lookup($0) == nil }
         var snapshots: [ObjectID: Snapshot] = [:]
         do {
@@ -98,19 +222,43 @@ public struct FetchResultsCollection<T: ManagedObject>: RandomAccessCollection {
         } catch {
             // The batch stays faults: each one touched becomes inaccessible if the store is still away.
             context.report(SkyrosError(
-                SkyrosError.wrap(error).code, "could not load a batch of \(T.self): \(SkyrosError.wrap(error).message)",
+                SkyrosError.wrap(error).code, "could not load a batch of \(entity.name): \(SkyrosError.wrap(error).message)",
                 underlying: error))
         }
-        cache.objects = batchIDs.map { id in
-            if let object = try? context.materialize(id, values: snapshots[id]?.values, version: snapshots[id]?.version ?? 0) {
-                return object
+        madeIDs = missing  // registered through the index: released by identifier
+        for id in batchIDs {
+            if let object = try? context.materialize(id, values: snapshots[id]?.values, version: snapshots[id]?.version ?? 0),
+                object.skyrosStorage.entity === entity
+            {
+                batch.append(object)
+                continue
             }
             // Not of this context's schema (impossible for identifiers this fetch produced): a detached, deleted object.
-            let object = context.makeObject(id, of: T.entityDescription, values: nil)
+            let object = context.makeObject(id, of: entity, values: nil)
             object.skyrosStorage.makeInaccessible()
-            return object
+            batch.append(object)
         }
-        cache.ownedIDs = missing
-        cache.batchIndex = batch
     }
+
+    deinit {
+        // Left early (a `break`): the statement ends now, and the last batch leaves the
+        // context unless held (only on the context's queue, where its registry may be touched).
+        if case .cursor(let cursor)? = source { cursor.close() }
+        if context.isPerformingOnCurrentThread {
+            batch.removeAll()
+            if let mark {
+                context.registry.releaseUnused(since: mark, ids: madeIDs)
+            } else {
+                context.registry.releaseUnused(madeIDs)
+            }
+        }
+    }
+}
+
+/// Where a batched fetch's objects come from.
+enum BatchSource {
+    /// A statement stepped lazily on the store.
+    case cursor(SQLiteStore.Cursor)
+    /// The identifiers of the matching objects, pending changes included.
+    case identifiers([ObjectID])
 }

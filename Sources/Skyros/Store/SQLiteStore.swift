@@ -26,6 +26,8 @@ public final class SQLiteStore: ObjectStore, @unchecked Sendable {
     /// Reads go through the writer connection, one statement each (see ``init(schema:url:durability:serialAccess:migrations:)``).
     let serialAccess: Bool
     private let tables: [String: TableInfo]
+    /// The connections of cursors (``openCursor(_:)``), each with its prepared statements.
+    let cursorConnections = CursorConnections()
 
     struct TableInfo {
         let entity: EntityDescription
@@ -388,29 +390,12 @@ public final class SQLiteStore: ObjectStore, @unchecked Sendable {
         let table = try tableInfo(request.entityName)
         var builder = SQLBuilder(schema: schema)
         let sql = try builder.select(table.selectList, for: request)
-        let count = table.entity.properties.count
-        let columnIndexes = table.columnIndexes
-        let types = table.columnTypes
-        let dense = columnIndexes == Array(0..<count)  // no to-many: column i+1 is property i
-        let entityName = table.entity.name
+        let reader = RowReader(table)
         var arena = StoredValues.Arena()  // the rows' values, a few thousand to an allocation
         try read { db in
             try Self.query(db, sql, builder.arguments) { statement in
-                let uuid = Self.uuid(statement, 0)
-                let version = sqlite3_column_int64(statement, 1)
-                let values = arena.make(count: count) { buffer in
-                    if dense {
-                        for index in 0..<count {
-                            (buffer + index).initialize(to: Self.value(statement, Int32(index + 2), types[index]))
-                        }
-                    } else {
-                        buffer.initialize(repeating: .null, count: count)
-                        for column in columnIndexes.indices {
-                            buffer[columnIndexes[column]] = Self.value(statement, Int32(column + 2), types[column])
-                        }
-                    }
-                }
-                try body(ObjectID(entityName: entityName, uuid: uuid), values, version)
+                let (id, values, version) = reader.read(statement, &arena)
+                try body(id, values, version)
             }
         }
     }
@@ -708,6 +693,7 @@ public final class SQLiteStore: ObjectStore, @unchecked Sendable {
 
     /// Closes the database connections. The store cannot be used afterwards.
     public func close() throws {
+        cursorConnections.close()
         if let pool = writer as? DatabasePool {
             pool.writeWithoutTransaction { db in _ = try? db.checkpoint(.truncate) }
             try pool.close()
@@ -732,7 +718,7 @@ public final class SQLiteStore: ObjectStore, @unchecked Sendable {
 
     // MARK: - SQLite plumbing
 
-    private func tableInfo(_ entityName: String) throws -> TableInfo {
+    func tableInfo(_ entityName: String) throws -> TableInfo {
         guard let table = tables[entityName] else {
             throw SkyrosError(.unknownEntity, "entity \(entityName) is not in the schema")
         }
