@@ -409,9 +409,10 @@ public final class DaemonServer: @unchecked Sendable {
             saves.removeAll()
             return
         }
-        if case .hello = message.body, !saves.isEmpty {
-            // A hello may migrate the store: the saves that arrived first are committed first,
-            // in the schema they were made in.
+        if case .hello(let hello) = message.body, hello.schemaVersion > schemaVersion, !saves.isEmpty {
+            // A hello of a newer version may migrate the store: the saves that arrived first are
+            // committed first, in the schema they were made in (other hellos leave the turn's
+            // group commit whole).
             commit(saves)
             saves.removeAll()
         }
