@@ -60,8 +60,35 @@ struct BatchImportTests {
             }
         }
         #expect(duplicate?.code == .uniqueConstraintViolation)
+        #expect(duplicate?.message.contains("record 2 of the import") == true, "\(String(describing: duplicate))")
         let after = try await stack.store.read { context in try Tag.count(in: context) }
         #expect(after == 20)
+    }
+
+    @Test("a record whose object breaks a unique constraint is named by its position, in its chunk or against a stored object", arguments: StoreKind.allCases)
+    func constraintNamesRecord(kind: StoreKind) async throws {
+        let stack = try TestStack(kind)
+        // Chunks [a, b] and [c, b]: the second b is refused against the stored one.
+        let error = await #expect(throws: SkyrosError.self) {
+            try await stack.store.importBatch(["a", "b", "c", "b"], chunkSize: 2) { record, context in
+                Tag.create(in: context).label = record
+            }
+        }
+        #expect(error?.code == .uniqueConstraintViolation)
+        #expect(error?.message.contains("record 3 of the import") == true && error?.message.contains("2..<4") == true, "\(String(describing: error))")
+        let labels = try await stack.store.read { context in try Tag.all(in: context).map(\.label).sorted() }
+        #expect(labels == ["a", "b"])
+        // A value that cannot be stored (NaN) in the third record of a chunk: that record is named.
+        let notANumber = Double("nan")!  // a run-time value: the compiler warns of a literal NaN
+        let unstorable = await #expect(throws: SkyrosError.self) {
+            try await stack.store.importBatch([1.0, 2.0, notANumber, 4.0], chunkSize: 10) { record, context in
+                Post.create(in: context).score = record
+            }
+        }
+        #expect(unstorable?.code == .valueNotStorable)
+        #expect(unstorable?.message.contains("record 2 of the import") == true, "\(String(describing: unstorable))")
+        let posts = try await stack.store.read { context in try Post.count(in: context) }
+        #expect(posts == 0)
     }
 
     @Test("cancelling stops after the current chunk; what was saved stays and is counted")

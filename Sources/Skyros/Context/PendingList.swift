@@ -38,6 +38,15 @@ struct PendingList<Value> {
         if !ids.isEmpty || positions != nil { self = PendingList() }
     }
 
+    /// A mark of the entries appended so far: the entries appended after it are
+    /// ``values(since:upTo:)``.
+    var mark: Int { ids.count }
+
+    /// The values present among the entries appended between two marks, in order.
+    func values(since start: Int, upTo end: Int) -> [Value] {
+        (Swift.max(0, start)..<Swift.min(end, entries.count)).compactMap { entries[$0] }
+    }
+
     /// Makes room for `capacity` entries, growing geometrically: many small saves into a
     /// context must not copy its pending list each time.
     mutating func reserveCapacity(_ capacity: Int) {

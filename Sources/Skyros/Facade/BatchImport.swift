@@ -24,15 +24,16 @@ extension Skyros {
     /// them again, use ``importBatch(_:upserting:by:key:chunkSize:progress:_:)``.
     ///
     /// - Returns: the number of records imported.
-    /// - Throws: the error of the chunk that failed (a record's body threw, naming the record's
-    ///   position; or the save failed, for instance ``SkyrosError/Code/uniqueConstraintViolation``):
-    ///   that chunk is not saved, the chunks before it are.
+    /// - Throws: the error of the chunk that failed, naming the chunk and the record's position
+    ///   (a record's body threw; or the chunk's save failed for an object a record made, for
+    ///   instance ``SkyrosError/Code/uniqueConstraintViolation`` or
+    ///   ``SkyrosError/Code/valueNotStorable``): that chunk is not saved, the chunks before it are.
     public func importBatch<Records: Collection & Sendable>(
         _ records: Records, chunkSize: Int = 1_000, progress: (@Sendable (Int, Int) -> Void)? = nil,
         _ body: @escaping @Sendable (Records.Element, ObjectContext) throws -> Void
     ) async throws -> Int {
-        try await importChunks(records, chunkSize: chunkSize, progress: progress) { chunk, context in
-            try Self.eachRecord(of: chunk, in: records) { record in try body(record, context) }
+        try await importChunks(records, chunkSize: chunkSize, progress: progress) { chunk, context, marks in
+            try Self.eachRecord(of: chunk, in: records, context, &marks) { record in try body(record, context) }
         }
     }
 
@@ -75,10 +76,10 @@ extension Skyros {
                 .unsupportedPredicate,
                 "an upserting import is keyed by a unique attribute of \(entity.name) (@Attribute(.unique)), not \(attribute)")
         }
-        return try await importChunks(records, chunkSize: chunkSize, progress: progress) { chunk, context in
+        return try await importChunks(records, chunkSize: chunkSize, progress: progress) { chunk, context, marks in
             var objects = try Self.existingObjects(
                 attribute, property: property, keys: Self.keys(of: chunk, in: records, key), in: context)
-            try Self.eachRecord(of: chunk, in: records) { record in
+            try Self.eachRecord(of: chunk, in: records, context, &marks) { record in
                 let recordKey = key(record)
                 let object: T
                 if let existing = objects[recordKey] {
@@ -96,10 +97,12 @@ extension Skyros {
     // MARK: - The chunk loop
 
     /// Runs `chunk` for each `chunkSize` positions of `records` in a private context straight on
-    /// the store, saving after each; the main context is merged once at the end.
+    /// the store, saving after each; the main context is merged once at the end. `chunk` notes
+    /// the context's insertion mark after each record (``eachRecord(of:in:_:_:_:)``), so that a
+    /// save that fails for an object names the record that made it.
     private func importChunks<Records: Collection & Sendable>(
         _ records: Records, chunkSize: Int, progress: (@Sendable (Int, Int) -> Void)?,
-        _ chunk: @escaping @Sendable (Range<Int>, ObjectContext) throws -> Void
+        _ chunk: @escaping @Sendable (Range<Int>, ObjectContext, inout [Int]) throws -> Void
     ) async throws -> Int {
         precondition(chunkSize > 0, "chunkSize must be positive")
         let total = records.count
@@ -118,8 +121,15 @@ extension Skyros {
             do {
                 try await context.perform {
                     defer { context.reset() }
-                    try chunk(positions, context)
-                    try context.save(keepingObjects: false)  // reset next: nothing to register
+                    var marks: [Int] = []
+                    marks.reserveCapacity(positions.count + 1)
+                    marks.append(context.inserted.mark)
+                    try chunk(positions, context, &marks)
+                    do {
+                        try context.save(keepingObjects: false)  // reset next: nothing to register
+                    } catch {
+                        throw Self.naming(error, positions: positions, marks: marks, context: context)
+                    }
                 }
             } catch {
                 let failure = SkyrosError.wrap(error)
@@ -136,9 +146,10 @@ extension Skyros {
     }
 
     /// Calls `body` for the records at `positions`, naming the position in the error of a
-    /// record whose body threw.
+    /// record whose body threw; appends the context's insertion mark to `marks` after each.
     private static func eachRecord<Records: Collection>(
-        of positions: Range<Int>, in records: Records, _ body: (Records.Element) throws -> Void
+        of positions: Range<Int>, in records: Records, _ context: ObjectContext, _ marks: inout [Int],
+        _ body: (Records.Element) throws -> Void
     ) throws {
         var index = records.index(records.startIndex, offsetBy: positions.lowerBound)
         for position in positions {
@@ -148,8 +159,30 @@ extension Skyros {
                 let wrapped = SkyrosError.wrap(error)
                 throw SkyrosError(wrapped.code, "record \(position) of the import: \(wrapped.message)", underlying: error)
             }
+            marks.append(context.inserted.mark)
             records.formIndex(after: &index)
         }
+    }
+
+    /// The error of a chunk's failed save, naming the record that made the object it is about:
+    /// the last record whose new object the message names (of two objects that both hold a
+    /// unique value, the later one is the duplicate), or whose object holds a value that
+    /// cannot be stored. The error as it is when no record's object is concerned.
+    private static func naming(_ error: any Error, positions: Range<Int>, marks: [Int], context: ObjectContext) -> SkyrosError {
+        let failure = SkyrosError.wrap(error)
+        for record in stride(from: marks.count - 2, through: 0, by: -1) {
+            let objects = context.inserted.values(since: marks[record], upTo: marks[record + 1])
+            let concerned = objects.contains { object in
+                let storage = object.skyrosStorage
+                return !storage.valueErrors.isEmpty || failure.message.contains(storage.objectID.description)
+            }
+            if concerned {
+                return SkyrosError(
+                    failure.code, "record \(positions.lowerBound + record) of the import: \(failure.message)",
+                    underlying: error, conflicts: failure.conflicts)
+            }
+        }
+        return failure
     }
 
     /// The distinct keys of the records at `positions`.
