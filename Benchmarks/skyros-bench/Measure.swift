@@ -46,3 +46,14 @@ func residentMB() -> Double {
     guard fields.count > 1, let pages = Double(fields[1]) else { return 0 }
     return pages * Double(sysconf(Int32(_SC_PAGESIZE))) / 1_048_576
 }
+
+/// A benchmark's assertion (a memory bound): when it does not hold, says so on stderr and the
+/// benchmark exits with status 1 once it has printed its rows.
+func benchmarkAssert(_ condition: Bool, _ message: @autoclosure () -> String) {
+    guard !condition else { return }
+    FileHandle.standardError.write(Data("skyros-bench: FAILED: \(message())\n".utf8))
+    benchmarkFailed = true
+}
+
+/// Set by a failed ``benchmarkAssert(_:_:)``: the process exits with status 1 at the end.
+nonisolated(unsafe) var benchmarkFailed = false

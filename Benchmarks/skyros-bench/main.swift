@@ -114,3 +114,7 @@ if suite == "backup" {
         only: Set(zip(arguments, arguments.dropFirst()).filter { $0.0 == "--only" }.map(\.1))
     ).run(report: report)
 }
+if benchmarkFailed {
+    try? FileManager.default.removeItem(at: directory)  // exit skips the defer above
+    exit(1)
+}
