@@ -264,7 +264,7 @@ struct SchemaProjection: Sendable, Equatable {
             let entity = try map(snapshot.id.entityName)
             guard snapshot.values.count == entity.oldProperties.count else {
                 throw SkyrosError(
-                    .typeMismatch,
+                    .valueNotStorable,
                     "an inserted \(entity.oldName) has \(snapshot.values.count) values; version \(version) has \(entity.oldProperties.count) properties")
             }
             var values: [StoredValue] = []
@@ -297,7 +297,7 @@ struct SchemaProjection: Sendable, Equatable {
         var translated: [Int: StoredValue] = [:]
         for (index, value) in values {
             guard entity.toCurrent.indices.contains(index) else {
-                throw SkyrosError(.typeMismatch, "\(entity.oldName) has no property \(index) in schema version \(version)")
+                throw SkyrosError(.valueNotStorable, "\(entity.oldName) has no property \(index) in schema version \(version)")
             }
             if let now = entity.toCurrent[index] { translated[now] = value }
         }

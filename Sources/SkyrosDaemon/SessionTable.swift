@@ -47,6 +47,9 @@ struct SessionTable {
                 code: .unsupportedProtocolVersion,
                 message: "the daemon speaks protocol \(WireProtocol.version), not \(hello.protocolVersion)")
         }
+        guard hello.schemaVersion >= 1 else {
+            return .refuse(code: .malformedMessage, message: "the hello's schema version is 1 or more, not 0")
+        }
         let nameBytes = hello.clientName.utf8.count
         guard nameBytes <= WireProtocol.maximumClientNameBytes else {
             return .refuse(

@@ -8,12 +8,13 @@ import Testing
 /// No socket, no store, no sleep (time is passed in).
 @Suite("Daemon state machines")
 struct DaemonStateMachineTests {
-    func hello(_ name: String = "app", fingerprint: String = "f1", version: UInt64 = UInt64(WireProtocol.version))
-        -> WireMessage.Hello
-    {
+    func hello(
+        _ name: String = "app", fingerprint: String = "f1", version: UInt64 = UInt64(WireProtocol.version),
+        schemaVersion: UInt64 = 1
+    ) -> WireMessage.Hello {
         WireMessage.Hello(
-            protocolVersion: version, schemaFingerprint: fingerprint, schemaVersion: 1, clientName: name, pid: 7,
-            schemaDescription: [])
+            protocolVersion: version, schemaFingerprint: fingerprint, schemaVersion: schemaVersion, clientName: name,
+            pid: 7, schemaDescription: [])
     }
 
     @Test("hellos get topics in turn; the same connection keeps its topic; its name and pid are kept")
@@ -25,7 +26,7 @@ struct DaemonStateMachineTests {
         #expect(table[Data([1])] == SessionTable.Session(name: "again", pid: 7, schemaVersion: 1, topic: 1))
     }
 
-    @Test("a wrong protocol, a long name and another schema are refused with their codes")
+    @Test("a wrong protocol, a long name, another schema and schema version 0 are refused with their codes")
     func refusals() {
         var table = SessionTable(maximumSessions: 10)
         guard case .refuse(let code, _) = table.hello(Data([1]), hello(version: 3), storeFingerprint: "f1") else {
@@ -44,6 +45,11 @@ struct DaemonStateMachineTests {
             return
         }
         #expect(code == .schemaMismatch)
+        guard case .refuse(let code, _) = table.hello(Data([1]), hello(schemaVersion: 0), storeFingerprint: "f1") else {
+            Issue.record("schema version 0 welcomed")
+            return
+        }
+        #expect(code == .malformedMessage)
         #expect(table.sessions.isEmpty)
     }
 

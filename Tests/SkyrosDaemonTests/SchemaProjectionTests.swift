@@ -54,6 +54,19 @@ struct SchemaProjectionTests {
         #expect(current.inserted == [Snapshot(id: id, values: [.text("milk"), .integer(1), .null, .integer(3)])])
     }
 
+    @Test("a v1 change set of the wrong shape is refused with the codes a current client gets")
+    func wrongShape() throws {
+        let projection = try SchemaProjection(chain: [(1, Self.v1), (2, Self.v2)])
+        let short = #expect(throws: SkyrosError.self) {
+            try projection.current(ChangeSet(inserted: [Snapshot(id: id, values: [.text("milk")])]))
+        }
+        #expect(short?.code == .valueNotStorable)
+        let noSuchProperty = #expect(throws: SkyrosError.self) {
+            try projection.current(ChangeSet(updated: [ChangeSet.Update(id: id, changes: [7: .integer(1)], baseVersion: 1)]))
+        }
+        #expect(noSuchProperty?.code == .valueNotStorable && noSuchProperty?.message.contains("version 1") == true)
+    }
+
     @Test("updates are mapped by index; a removed attribute's change is left out; deletes pass")
     func update() throws {
         let projection = try SchemaProjection(chain: [(1, Self.v1), (2, Self.v2)])
