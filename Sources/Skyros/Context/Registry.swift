@@ -60,19 +60,8 @@ struct Registry {
     /// Removes and returns the entries of objects that only the registry holds and that have
     /// no changes.
     mutating func removeUnused() -> [ObjectContext.Entry] {
-        // The unindexed entries in place, without hashing them (through the buffer: see
-        // releaseUnused(since:ids:)).
-        let kept = unindexed.withUnsafeMutableBufferPointer { buffer in
-            var kept = 0
-            for position in buffer.indices {
-                if isKnownUniquelyReferenced(&buffer[position].owner), !buffer[position].object.skyrosStorage.hasChanges {
-                    continue
-                }
-                if kept != position { buffer.swapAt(kept, position) }
-                kept += 1
-            }
-            return kept
-        }
+        // The unindexed entries in place, without hashing them.
+        let kept = Self.keepUsed(&unindexed, from: 0)
         var removed = Array(unindexed[kept...])
         unindexed.removeSubrange(kept...)
         var unused: [ObjectID] = []
@@ -112,25 +101,28 @@ struct Registry {
     /// looked an object up by identifier meanwhile.
     mutating func releaseUnused(since mark: Mark, ids: [ObjectID]) {
         if mark.generation == generation && mark.position <= unindexed.count {
-            // Through the buffer: `isKnownUniquelyReferenced(&unindexed[i].owner)` checks a
-            // copy of the entry (always false), the buffer's element is checked in place.
-            let kept = unindexed.withUnsafeMutableBufferPointer { buffer in
-                var kept = mark.position
-                for position in mark.position..<buffer.count {
-                    if isKnownUniquelyReferenced(&buffer[position].owner),
-                        !buffer[position].object.skyrosStorage.hasChanges
-                    {
-                        continue
-                    }
-                    if kept != position { buffer.swapAt(kept, position) }
-                    kept += 1
-                }
-                return kept
-            }
-            unindexed.removeSubrange(kept...)
+            unindexed.removeSubrange(Self.keepUsed(&unindexed, from: mark.position)...)
             return
         }
         releaseUnused(ids)
+    }
+
+    /// Moves the entries of `entries[start...]` that something besides the registry holds, or
+    /// that have changes, to the front of that range, in place; returns where the others (the
+    /// unused ones) begin. Through the buffer: `isKnownUniquelyReferenced(&entries[i].owner)`
+    /// checks a copy of the entry (always false); the buffer's element is checked in place.
+    private static func keepUsed(_ entries: inout [ObjectContext.Entry], from start: Int) -> Int {
+        entries.withUnsafeMutableBufferPointer { buffer in
+            var kept = start
+            for position in start..<buffer.count {
+                if isKnownUniquelyReferenced(&buffer[position].owner), !buffer[position].object.skyrosStorage.hasChanges {
+                    continue
+                }
+                if kept != position { buffer.swapAt(kept, position) }
+                kept += 1
+            }
+            return kept
+        }
     }
 
     /// Removes the entries of `ids` that only the registry holds and that have no changes.
