@@ -5,7 +5,8 @@ extension BatchBenchmark {
     /// `importBatch` of `rows` records (chunks of 10,000, each a durable save) against raw
     /// prepared-statement inserts of the same rows in one transaction, each on a new file at
     /// the same durability (synchronous=NORMAL, WAL); `rounds` rounds, the median ratio's
-    /// round reported. Peak RSS growth during the import is sampled every 5 ms.
+    /// round reported. Peak RSS growth during the import is the process's peak resident set
+    /// (``PeakMemory``).
     func runImport(report: (Row) -> Void) throws {
         struct Round { var skyros: Double, raw: Double, peakGrowth: Double }
         var measured: [Round] = []
@@ -16,7 +17,7 @@ extension BatchBenchmark {
             let store = try Skyros(
                 sqliteStack: benchSchema, at: folder.appendingPathComponent("skyros.sqlite"), durability: .normal,
                 savesOnStop: false)
-            let sampler = PeakSampler()
+            let memory = PeakMemory()
             var imported = 0
             let skyros = try Clock.seconds {
                 imported = try awaitResult {
@@ -25,7 +26,7 @@ extension BatchBenchmark {
                     }
                 }
             }
-            let growth = sampler.stop()
+            let growth = memory.growthMB()
             precondition(imported == rows, "wrong import count")
             let raw = RawSQLite(path: folder.appendingPathComponent("raw.sqlite").path, synchronous: "NORMAL")
             raw.createItemTable()
@@ -39,35 +40,5 @@ extension BatchBenchmark {
         report(Row(name: "importBatch \(rows / 1000)k records, peak RSS growth (largest round; target < 50)", unit: "MB",
                    skyros: growth, baseline: 0))
         benchmarkAssert(growth < 50, "importBatch of \(rows) records grew the RSS by \(growth) MB (less than 50)")
-    }
-}
-
-/// Samples this process's resident set size on a thread of its own until stopped; returns the
-/// peak growth over the size at the start, in MB.
-final class PeakSampler: @unchecked Sendable {
-    private let lock = NSLock()
-    private var peak: Double
-    private var running = true
-    private let start: Double
-    private let finished = DispatchSemaphore(value: 0)
-
-    init(every interval: TimeInterval = 0.005) {
-        start = residentMB()
-        peak = start
-        Thread.detachNewThread { [self] in
-            while lock.withLock({ running }) {
-                let now = residentMB()
-                lock.withLock { peak = max(peak, now) }
-                Thread.sleep(forTimeInterval: interval)
-            }
-            finished.signal()
-        }
-    }
-
-    /// Stops sampling; the peak growth in MB.
-    func stop() -> Double {
-        lock.withLock { running = false }
-        finished.wait()
-        return lock.withLock { max(peak, residentMB()) } - start
     }
 }

@@ -53,29 +53,7 @@ extension BatchBenchmark {
     /// the medians are reported.
     func runReads(report: (Row) -> Void) throws {
         let url = directory.appendingPathComponent("reads.sqlite")
-        do {
-            // The table as the store makes it, filled directly (setup, not measured).
-            let store = try Skyros(sqliteStack: benchSchema, at: url, durability: .normal, savesOnStop: false)
-            try (store.store as! SQLiteStore).close()
-        }
-        do {
-            let raw = RawSQLite(path: url.path, synchronous: "OFF")
-            raw.execute("BEGIN")
-            let insert = raw.prepare(
-                "INSERT INTO \"Item\" (\"_id\", name, value, score, flag, created) VALUES (?, ?, ?, ?, ?, ?)")
-            for index in 0..<rows {
-                sqlite3_reset(insert)
-                raw.bindID(insert, 1, index)
-                raw.bind(insert, 2, "item \(index)")
-                sqlite3_bind_int64(insert, 3, Int64(index % 100))  // 1 % of the rows per value
-                sqlite3_bind_double(insert, 4, Double(index) * 0.5)
-                sqlite3_bind_int64(insert, 5, Int64(index % 2))
-                sqlite3_bind_double(insert, 6, Double(index))
-                raw.step(insert)
-            }
-            sqlite3_finalize(insert)
-            raw.execute("COMMIT")
-        }
+        try RawSQLite.fillStore(at: url, rows: rows)  // 1 % of the rows per `value`
         let store = try Skyros(sqliteStack: benchSchema, at: url, durability: .normal, savesOnStop: false)
         let pool = try DatabasePool(path: url.path)
         defer { try? pool.close() }

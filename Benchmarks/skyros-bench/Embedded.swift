@@ -187,27 +187,8 @@ struct EmbeddedBenchmark {
     /// Iterates `iterateCount` stored objects in batches; reports peak RSS growth.
     private func iterate(report: (Row) -> Void) throws {
         let url = directory.appendingPathComponent("million.sqlite")
-        do {
-            // Set up: the Skyros table filled directly (setup only, not measured).
-            let store = try Skyros(sqliteStack: benchSchema, at: url)
-            try (store.store as! SQLiteStore).close()
-        }
+        try RawSQLite.fillStore(at: url, rows: iterateCount)
         let raw = RawSQLite(path: url.path, synchronous: "OFF")
-        raw.execute("BEGIN")
-        let insert = raw.prepare(
-            "INSERT INTO \"Item\" (\"_id\", name, value, score, flag, created) VALUES (?, ?, ?, ?, ?, ?)")
-        for index in 0..<iterateCount {
-            sqlite3_reset(insert)
-            raw.bindID(insert, 1, index)
-            raw.bind(insert, 2, "item \(index)")
-            sqlite3_bind_int64(insert, 3, Int64(index % 100))
-            sqlite3_bind_double(insert, 4, Double(index))
-            sqlite3_bind_int64(insert, 5, 0)
-            sqlite3_bind_double(insert, 6, Double(index))
-            raw.step(insert)
-        }
-        sqlite3_finalize(insert)
-        raw.execute("COMMIT")
 
         // Raw iteration first, then Skyros: each growth is measured from its own start.
         var rawPeak = residentMB()

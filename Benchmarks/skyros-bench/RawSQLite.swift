@@ -1,5 +1,6 @@
 import Foundation
 import GRDBSQLite
+import Skyros
 
 /// The baseline: the SQLite C API, prepared statements, no Skyros layer.
 final class RawSQLite {
@@ -66,6 +67,19 @@ final class RawSQLite {
         sqlite3_bind_int64(statement, 5, index % 2 == 0 ? 1 : 0)
         sqlite3_bind_double(statement, 6, Double(index))
         step(statement)
+    }
+
+    /// A new Skyros store at `url` whose `Item` table holds rows 0..<count with the values of
+    /// ``insertItem(_:_:)``, written by raw SQL (setup of the read benchmarks, not measured).
+    static func fillStore(at url: URL, rows count: Int) throws {
+        try (Skyros(sqliteStack: benchSchema, at: url, savesOnStop: false).store as? SQLiteStore)?.close()
+        let raw = RawSQLite(path: url.path, synchronous: "OFF")
+        raw.execute("BEGIN")
+        let insert = raw.prepare(
+            "INSERT INTO \"Item\" (\"_id\", name, value, score, flag, created) VALUES (?, ?, ?, ?, ?, ?)")
+        for index in 0..<count { raw.insertItem(insert, index) }
+        sqlite3_finalize(insert)
+        raw.execute("COMMIT")
     }
 
     /// Binds a 16-byte, time-ordered identifier made from `index` (like a UUIDv7).
