@@ -133,6 +133,12 @@ struct MigrationTests {
             #expect(!(try tables(store)).contains("Note"))
             #expect(try columns(store, "Author").contains("nickname") == false)
             #expect(try recordedVersions(store) == [1, 2])
+            // Each version's date is ISO 8601 in UTC, and the migration's is now.
+            let dates = try store.rows("SELECT date FROM skyros_schema ORDER BY version").compactMap {
+                if case .text(let text) = $0[0] { ISO8601DateFormatter().date(from: text) } else { nil }
+            }
+            #expect(dates.count == 2)
+            #expect(abs(try #require(dates.last).timeIntervalSinceNow) < 60)
             // The new unique constraint holds.
             BookV2.create(in: context).title = "Book 0-0"
             #expect(throws: SkyrosError.self) { try context.save() }

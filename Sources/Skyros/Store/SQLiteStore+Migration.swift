@@ -10,7 +10,7 @@ import GRDBSQLite
 /// transaction, with foreign keys off (SQLite's 12-step procedure) and checked before commit.
 extension SQLiteStore {
     /// What an existing store holds.
-    struct StoredState {
+    struct StoredState: Equatable {
         var fingerprint: String?
         /// The recorded description, as stored (JSON).
         var json: String?
@@ -18,6 +18,17 @@ extension SQLiteStore {
         var hasHistory: Bool
         var decimals: String?
         var format: String?
+
+        /// The state in the rows of ``stateSQL`` (by key).
+        init(_ values: [String: String]) {
+            let history = values[" history"]
+            fingerprint = values["fingerprint"]
+            json = values["schema"]
+            version = history.flatMap { Int($0) } ?? values["schemaVersion"].flatMap { Int($0) } ?? 1
+            hasHistory = history != nil
+            decimals = values["decimals"]
+            format = values["format"]
+        }
     }
 
     /// What opening a store with this schema does.
@@ -26,7 +37,8 @@ extension SQLiteStore {
         /// The same model, recorded with runtime type names (or without its history):
         /// the records are brought up to date.
         case refreshRecords
-        case migrate(from: Schema, version: Int)
+        /// The milestones from the stored version to the schema's, and the inferred step to each.
+        case migrate(from: Schema, version: Int, milestones: [MigrationMilestone], steps: [SchemaStep])
     }
 
     /// The decision for a store in `state`, or the refusal (``SkyrosError/Code/schemaTooNew``,
@@ -62,24 +74,34 @@ extension SQLiteStore {
             throw SkyrosError(.storeFailure, "the store at \(path) has no recorded schema to migrate from")
         }
         let milestones = MigrationMilestone.list(from: state.version, to: schema, plan: plan)
-        _ = try MigrationMilestone.plan(from: stored, milestones: milestones)
-        return .migrate(from: stored, version: state.version)
+        let steps = try MigrationMilestone.plan(from: stored, milestones: milestones)
+        return .migrate(from: stored, version: state.version, milestones: milestones, steps: steps)
     }
 
-    /// Reads the state of a store through a connection in the open transaction (or none).
-    static func storedState(_ db: Database) throws -> StoredState {
-        var metadata: [String: String] = [:]
-        for row in try Row.fetchAll(db, sql: "SELECT key, value FROM skyros_metadata") {
-            if let key: String = row[0], let value: String = row[1] { metadata[key] = value }
+    /// The state of a store, or nil when the file has no Skyros schema yet (no
+    /// `skyros_metadata` table); asked directly, without GRDB's schema introspection, which
+    /// reads the whole schema through several statements.
+    static func storedStateIfAny(_ db: Database) throws -> StoredState? {
+        var rows: [Row]
+        do {
+            // Cached: read again inside the opening transaction.
+            rows = try Row.fetchAll(db.cachedStatement(sql: Self.stateSQL))
+        } catch let error as DatabaseError where error.message?.hasPrefix("no such table") == true {
+            do {
+                rows = try Row.fetchAll(db, sql: "SELECT key, value FROM skyros_metadata")
+            } catch let error as DatabaseError where error.message == "no such table: skyros_metadata" {
+                return nil
+            }
         }
-        var version: Int?
-        let hasHistory = try db.tableExists("skyros_schema")
-        if hasHistory { version = try Int.fetchOne(db, sql: "SELECT MAX(version) FROM skyros_schema") }
-        return StoredState(
-            fingerprint: metadata["fingerprint"], json: metadata["schema"],
-            version: version ?? metadata["schemaVersion"].flatMap { Int($0) } ?? 1, hasHistory: hasHistory,
-            decimals: metadata["decimals"])
+        var values: [String: String] = [:]
+        for row in rows {
+            if let key: String = row[0], let value: String = row[1] { values[key] = value }
+        }
+        return StoredState(values)
     }
+
+    /// The metadata and, under the key `" history"`, the highest version of the history.
+    static let stateSQL = "SELECT key, value FROM skyros_metadata UNION ALL SELECT ' history', CAST(MAX(version) AS TEXT) FROM skyros_schema"
 
     /// The schema version recorded in an existing store file, read without writing to it; nil
     /// when the file does not exist or is not a Skyros store yet.
@@ -93,55 +115,61 @@ extension SQLiteStore {
         return values["schemaVersion"].flatMap { Int($0) } ?? 1
     }
 
-    /// The state of an existing file, read without writing to it.
-    static func storedState(at url: URL) throws -> StoredState {
-        // One connection for a store with a history, two for one without.
-        var rows = try readOnlyRows(
-            "SELECT key, value FROM skyros_metadata UNION ALL SELECT ' history', MAX(version) FROM skyros_schema", of: url)
-        if rows == nil { rows = try readOnlyRows("SELECT key, value FROM skyros_metadata", of: url) }
-        var values: [String: String] = [:]
-        for row in rows ?? [] {
-            if let key = row[0], let value = row[1] { values[key] = value }
+    /// Records a version in the history; creates the history table first unless `historyExists`.
+    static func record(
+        _ schema: Schema, version: Int, fingerprint: String? = nil, json: String? = nil, historyExists: Bool = false, _ db: Database
+    ) throws {
+        if !historyExists {
+            try db.execute(sql: """
+                CREATE TABLE IF NOT EXISTS skyros_schema (
+                    version INTEGER PRIMARY KEY NOT NULL, fingerprint TEXT NOT NULL, description TEXT NOT NULL, date TEXT NOT NULL)
+                """)
         }
-        let history = values[" history"]
-        var state = StoredState(
-            fingerprint: values["fingerprint"], json: values["schema"],
-            version: history.flatMap { Int($0) } ?? values["schemaVersion"].flatMap { Int($0) } ?? 1,
-            hasHistory: history != nil, decimals: values["decimals"])
-        state.format = values["format"]
-        return state
-    }
-
-    /// Creates the history table and records a version.
-    static func record(_ schema: Schema, version: Int, fingerprint: String? = nil, json: String? = nil, _ db: Database) throws {
-        try db.execute(sql: """
-            CREATE TABLE IF NOT EXISTS skyros_schema (
-                version INTEGER PRIMARY KEY NOT NULL, fingerprint TEXT NOT NULL, description TEXT NOT NULL, date TEXT NOT NULL)
-            """)
-        let description = try json ?? String(decoding: schema.schemaDescription.canonicalJSON(), as: UTF8.self)
+        let description = try json ?? canonicalDescription(schema)
         try db.execute(
             sql: "INSERT OR REPLACE INTO skyros_schema (version, fingerprint, description, date) VALUES (?, ?, ?, ?)",
-            arguments: [version, fingerprint ?? schema.fingerprint, description, ISO8601DateFormatter().string(from: Date())])
+            arguments: [version, fingerprint ?? schema.fingerprint, description, Self.timestamp()])
+    }
+
+    /// Now in UTC, as ISO 8601 (`2026-11-24T09:30:00Z`): the date of a version in the history.
+    /// Formatted from the broken-down time (a date formatter costs more than the rest of
+    /// recording a version).
+    static func timestamp(_ date: Date = Date()) -> String {
+        var seconds = time_t(date.timeIntervalSince1970.rounded(.down))
+        var parts = tm()
+        gmtime_r(&seconds, &parts)
+        func two(_ value: Int32) -> String { value < 10 ? "0\(value)" : "\(value)" }
+        return "\(parts.tm_year + 1900)-\(two(parts.tm_mon + 1))-\(two(parts.tm_mday))T\(two(parts.tm_hour)):\(two(parts.tm_min)):\(two(parts.tm_sec))Z"
     }
 
     /// Makes `schema` at its version the store's current schema in `skyros_metadata` and the history.
-    static func recordCurrent(_ schema: Schema, _ db: Database) throws {
-        let description = String(decoding: try schema.schemaDescription.canonicalJSON(), as: UTF8.self)
+    static func recordCurrent(_ schema: Schema, historyExists: Bool = false, _ db: Database) throws {
+        let description = try canonicalDescription(schema)
         try db.execute(
             sql: "INSERT OR REPLACE INTO skyros_metadata (key, value) VALUES ('fingerprint', ?), ('schema', ?), ('schemaVersion', ?)",
             arguments: [schema.fingerprint, description, String(schema.version)])
-        try record(schema, version: schema.version, json: description, db)
+        try record(schema, version: schema.version, json: description, historyExists: historyExists, db)
+    }
+
+    /// The canonical description of a schema, as recorded (JSON).
+    static func canonicalDescription(_ schema: Schema) throws -> String {
+        String(decoding: try schema.schemaDescription.canonicalJSON(), as: UTF8.self)
+    }
+
+    /// Whether a migration between these schemas may meet foreign keys (the columns of to-one
+    /// relationships): only then are they turned off during it and checked before commit.
+    static func hasForeignKeys(_ schemas: [Schema]) -> Bool {
+        schemas.contains { schema in schema.entities.contains { !$0.toOneProperties.isEmpty } }
     }
 
     // MARK: - Running a migration
 
     /// Migrates the store, inside the open transaction (foreign keys off), from `stored` at
-    /// `storedVersion` to the store's schema, through the plan's milestones.
-    func migrate(from stored: Schema, version storedVersion: Int, state: StoredState, plan: MigrationPlan, _ db: Database)
-        throws
-    {
-        let milestones = MigrationMilestone.list(from: storedVersion, to: schema, plan: plan)
-        let steps = try MigrationMilestone.plan(from: stored, milestones: milestones)
+    /// `storedVersion` to the store's schema, through the milestones and steps ``decide(_:schema:plan:path:)`` planned.
+    func migrate(
+        from stored: Schema, version storedVersion: Int, milestones: [MigrationMilestone], steps: [SchemaStep],
+        state: StoredState, _ db: Database
+    ) throws {
         if !state.hasHistory {
             // The version the store had before it kept a history.
             try Self.record(stored, version: storedVersion, fingerprint: state.fingerprint, json: state.json, db)
@@ -149,9 +177,12 @@ extension SQLiteStore {
         for (milestone, step) in zip(milestones, steps) {
             let store = milestone.schema === schema ? self : try SQLiteStore(view: milestone.schema, of: self)
             try store.run(step, stages: milestone.stages, db)
-            if milestone.schema !== schema { try Self.record(milestone.schema, version: milestone.version, db) }
+            if milestone.schema !== schema {
+                try Self.record(milestone.schema, version: milestone.version, historyExists: true, db)
+            }
         }
-        let violations = try Row.fetchAll(db, sql: "PRAGMA foreign_key_check")
+        let hasForeignKeys = Self.hasForeignKeys([stored] + milestones.map(\.schema))
+        let violations = hasForeignKeys ? try Row.fetchAll(db, sql: "PRAGMA foreign_key_check") : []
         if let first = violations.first {
             let table: String = first[0] ?? "?"
             let parent: String = first[2] ?? "?"
@@ -159,7 +190,7 @@ extension SQLiteStore {
                 .migrationFailed,
                 "cannot migrate the store to schema version \(schema.version): \(violations.count) object(s) of \(table) refer to \(parent) objects that do not exist; the store was left as it was")
         }
-        try Self.recordCurrent(schema, db)
+        try Self.recordCurrent(schema, historyExists: true, db)
     }
 
     /// One inferred step and the stages after it.

@@ -21,8 +21,9 @@ public final class SQLiteStore: ObjectStore, @unchecked Sendable {
     public let schema: Schema
     /// The file, or nil for an in-memory store.
     public let url: URL?
-    /// The connections (a plain connection while a file is migrated, then the pool).
-    private(set) var writer: any DatabaseWriter
+    /// The connections: the pool of a file, the queue of an in-memory store (nil only while
+    /// the pool opens, see ``init(schema:url:durability:serialAccess:migrations:)``).
+    private(set) var writer: (any DatabaseWriter)!
     /// Reads go through the writer connection, one statement each (see ``init(schema:url:durability:serialAccess:migrations:)``).
     let serialAccess: Bool
     private let tables: [String: TableInfo]
@@ -85,30 +86,33 @@ public final class SQLiteStore: ObjectStore, @unchecked Sendable {
         }
         do {
             if let url {
-                var migrating: DatabaseQueue?
-                if FileManager.default.fileExists(atPath: url.path),
-                    try Self.checkBeforeOpening(url, schema: schema, plan: migrations)
-                {
-                    // Migrated (or its records refreshed) through a plain connection: opening
-                    // a pool commits a transaction of its own when the WAL file is missing or
-                    // empty (GRDB makes sure one exists), and a migration that fails must leave
-                    // the file as it was. Closed once the pool is open: the WAL the migration
-                    // wrote spares the pool's transaction, and the queue's close a checkpoint.
-                    let queue = try DatabaseQueue(path: url.path, configuration: configuration)
-                    writer = queue
-                    try queue.writeWithoutTransaction { db in try self.openSchema(db, plan: migrations) }
-                    migrating = queue
+                // An existing store is checked, and migrated or its records refreshed, on the
+                // pool's writer connection as it opens (before GRDB's own set-up of WAL mode),
+                // so one connection does it all: a refusal or a failed migration throws out of
+                // the pool's opening with nothing committed, and the connection's close removes
+                // the -wal and -shm files it made; a migration's commit leaves a WAL that spares
+                // the pool the transaction of its own it commits when the WAL is missing or empty.
+                let opening = OpeningHook()
+                if FileManager.default.fileExists(atPath: url.path) {
+                    opening.set { [unowned self] db in try self.openSchema(db, plan: migrations, creating: false) }
                 }
-                defer { try? migrating?.close() }
-                let pool = try DatabasePool(path: url.path, configuration: configuration)
-                // GRDB sets synchronous=NORMAL when it enables WAL, after prepareDatabase:
-                // set the requested durability again on the writer connection.
-                try pool.writeWithoutTransaction { db in try db.execute(sql: "PRAGMA synchronous = \(synchronous)") }
+                var poolConfiguration = configuration
+                poolConfiguration.prepareDatabase { db in
+                    if !db.configuration.readonly { try opening.run(db) }
+                }
+                let pool = try DatabasePool(path: url.path, configuration: poolConfiguration)
                 writer = pool
+                let opened = opening.opened
+                try pool.writeWithoutTransaction { db in
+                    // GRDB sets synchronous=NORMAL when it enables WAL, after prepareDatabase:
+                    // set the requested durability again on the writer connection.
+                    try db.execute(sql: "PRAGMA synchronous = \(synchronous)")
+                    if !opened { try self.openSchema(db, plan: migrations) }
+                }
             } else {
                 writer = try DatabaseQueue(configuration: configuration)
+                _ = try writer.writeWithoutTransaction { db in try self.openSchema(db, plan: migrations) }
             }
-            try writer.writeWithoutTransaction { db in try self.openSchema(db, plan: migrations) }
         } catch let error as SkyrosError {
             throw error
         } catch {
@@ -154,23 +158,6 @@ public final class SQLiteStore: ObjectStore, @unchecked Sendable {
         } catch {
             throw SkyrosError(.storeFailure, "could not read the schema of the store at \(url.path)", underlying: error)
         }
-    }
-
-    /// Checks an existing file without writing to it: its format, its version, and whether
-    /// a migration to `schema` would be refused (then nothing was written).
-    ///
-    /// - Returns: whether the file must be written to before it is used (migrated, or its
-    ///   records brought up to date).
-    private static func checkBeforeOpening(_ url: URL, schema: Schema, plan: MigrationPlan) throws -> Bool {
-        let state = try storedState(at: url)
-        if let format = state.format, format != Self.format {
-            throw SkyrosError(
-                .schemaMismatch,
-                "the store at \(url.path) has file format \(format), this Skyros reads format \(Self.format); the file was left untouched")
-        }
-        guard state.fingerprint != nil else { return false }
-        if case .open = try decide(state, schema: schema, plan: plan, path: url.path) { return false }
-        return true
     }
 
     /// The layout of the tables: 2 adds each object's `_version`.
@@ -233,43 +220,71 @@ public final class SQLiteStore: ObjectStore, @unchecked Sendable {
     /// Creates the schema of a new store, or opens an existing one: brings its records up
     /// to date, or migrates it (foreign keys off during the transaction, as SQLite's table
     /// rebuild requires; checked before commit).
-    private func openSchema(_ db: Database, plan: MigrationPlan) throws {
+    ///
+    /// - Parameter creating: whether to create the schema of a file that has none.
+    /// - Returns: false when the file has no schema and `creating` is false.
+    @discardableResult
+    private func openSchema(_ db: Database, plan: MigrationPlan, creating: Bool = true) throws -> Bool {
         let path = url?.path ?? ":memory:"
-        if try db.tableExists("skyros_metadata") {
+        var decided: (state: StoredState, decision: OpenDecision)?
+        let existing = try Self.storedStateIfAny(db)
+        guard existing != nil || creating else { return false }
+        if let state = existing {
             // Decided first without the write lock: an up-to-date store takes none.
-            let state = try Self.storedState(db)
-            if case .open = try Self.decide(state, schema: schema, plan: plan, path: path),
-                state.decimals == Self.decimalsForm
-            {
-                return
+            if let format = state.format, format != Self.format {
+                throw SkyrosError(
+                    .schemaMismatch,
+                    "the store at \(path) has file format \(format), this Skyros reads format \(Self.format); the file was left untouched")
             }
+            let decision = try Self.decide(state, schema: schema, plan: plan, path: path)
+            guard Self.writes(decision, state) else { return true }
+            decided = (state, decision)
         }
-        try db.execute(sql: "PRAGMA foreign_keys = OFF")
-        defer { try? db.execute(sql: "PRAGMA foreign_keys = ON") }
-        try Self.immediateTransaction(db) { db in
-            guard try db.tableExists("skyros_metadata") else {
+        // Foreign keys off during a migration that may meet them, as SQLite's table rebuild
+        // requires (a no-op inside a transaction: set before it); checked before commit.
+        var foreignKeysOff = true
+        if case .migrate(let stored, _, let milestones, _) = decided?.decision {
+            foreignKeysOff = Self.hasForeignKeys([stored] + milestones.map(\.schema))
+        }
+        if foreignKeysOff { try db.execute(sql: "PRAGMA foreign_keys = OFF") }
+        defer { if foreignKeysOff { try? db.execute(sql: "PRAGMA foreign_keys = ON") } }
+        let opened = try Self.immediateTransaction(db) { db -> Bool in
+            guard let state = try Self.storedStateIfAny(db) else {
                 try db.execute(sql: "CREATE TABLE skyros_metadata (key TEXT PRIMARY KEY NOT NULL, value TEXT NOT NULL)")
                 try db.execute(
                     sql: "INSERT INTO skyros_metadata (key, value) VALUES ('format', ?), ('decimals', ?)",
                     arguments: [Self.format, Self.decimalsForm])
                 for statement in Self.schemaSQL(schema) { try db.execute(sql: statement) }
                 try Self.recordCurrent(schema, db)
-                return
+                return true
             }
-            // Again inside the transaction: another process may have migrated the store meanwhile.
-            let state = try Self.storedState(db)
-            switch try Self.decide(state, schema: schema, plan: plan, path: path) {
+            // Read again inside the transaction: another process may have migrated the store
+            // meanwhile (the decision stands when the state is the one it was made on).
+            let decision = try decided.flatMap { $0.state == state ? $0.decision : nil }
+                ?? Self.decide(state, schema: schema, plan: plan, path: path)
+            switch decision {
             case .open:
                 break
             case .refreshRecords:
                 // The same model (recorded with runtime type names, or before versions were
                 // recorded): the records are brought up to date.
                 try Self.recordCurrent(schema, db)
-            case .migrate(let stored, let version):
-                try migrate(from: stored, version: version, state: state, plan: plan, db)
+            case .migrate(let stored, let version, let milestones, let steps):
+                // Another process migrated the store meanwhile to a version whose migration
+                // may meet foreign keys, still on: nothing done, decided again from the start.
+                if !foreignKeysOff && Self.hasForeignKeys([stored] + milestones.map(\.schema)) { return false }
+                try migrate(from: stored, version: version, milestones: milestones, steps: steps, state: state, db)
             }
-            try upgradeDecimals(db)
+            if state.decimals != Self.decimalsForm { try upgradeDecimals(db) }
+            return true
         }
+        return try opened || openSchema(db, plan: plan, creating: creating)
+    }
+
+    /// Whether opening a store in `state` writes to it.
+    private static func writes(_ decision: OpenDecision, _ state: StoredState) -> Bool {
+        if case .open = decision { return state.decimals != decimalsForm }
+        return true
     }
 
     /// The form of decimal values, recorded in `skyros_metadata` under `decimals`: `ordered`
@@ -280,8 +295,6 @@ public final class SQLiteStore: ObjectStore, @unchecked Sendable {
     /// `decimals` record) to the ordered form: one UPDATE per column, in the opening
     /// transaction, of the values that do not already have the form; then records it.
     private func upgradeDecimals(_ db: Database) throws {
-        let recorded = try String.fetchOne(db, sql: "SELECT value FROM skyros_metadata WHERE key = 'decimals'")
-        guard recorded != Self.decimalsForm else { return }
         var columns: [(table: String, column: String)] = []
         for entity in schema.entities {
             for property in entity.properties where Self.isDecimal(property) {
@@ -869,5 +882,30 @@ public final class SQLiteStore: ObjectStore, @unchecked Sendable {
         default:
             return SkyrosError(.storeFailure, message, underlying: error)
         }
+    }
+}
+
+/// The work an opening store does on its pool's writer connection as it opens (see
+/// ``SQLiteStore/init(schema:url:durability:serialAccess:migrations:)``): run once, on the
+/// first connection that is not read-only, then dropped (the pool's configuration keeps the
+/// hook, not the store).
+final class OpeningHook: @unchecked Sendable {
+    private let lock = NSLock()
+    private var body: ((Database) throws -> Bool)?
+    private var done = false
+
+    /// Whether the body ran and opened the store.
+    var opened: Bool { lock.withLock { done } }
+
+    func set(_ body: @escaping (Database) throws -> Bool) { lock.withLock { self.body = body } }
+
+    func run(_ db: Database) throws {
+        let body = lock.withLock {
+            defer { self.body = nil }
+            return self.body
+        }
+        guard let body else { return }
+        let opened = try body(db)
+        lock.withLock { done = opened }
     }
 }
