@@ -107,12 +107,13 @@ extension SQLiteStore {
     /// when the file does not exist or is not a Skyros store yet.
     public static func storedSchemaVersion(at url: URL) throws -> Int? {
         guard FileManager.default.fileExists(atPath: url.path) else { return nil }
-        let values = try metadata(["schemaVersion", "fingerprint"], of: url)
-        guard values["fingerprint"] != nil else { return nil }
-        if let history = try readOnlyValue("SELECT MAX(version) FROM skyros_schema", of: url), let version = Int(history) {
-            return version
+        // The state statement, or the metadata alone for a store without a history.
+        var values: [String: String] = [:]
+        for row in try readOnlyRows(stateSQL, of: url) ?? readOnlyRows("SELECT key, value FROM skyros_metadata", of: url) ?? [] {
+            if let key = row[0], let value = row[1] { values[key] = value }
         }
-        return values["schemaVersion"].flatMap { Int($0) } ?? 1
+        let state = StoredState(values)
+        return state.fingerprint == nil ? nil : state.version
     }
 
     /// Records a version in the history; creates the history table first unless `historyExists`.
@@ -156,10 +157,11 @@ extension SQLiteStore {
         String(decoding: try schema.schemaDescription.canonicalJSON(), as: UTF8.self)
     }
 
-    /// Whether a migration between these schemas may meet foreign keys (the columns of to-one
-    /// relationships): only then are they turned off during it and checked before commit.
-    static func hasForeignKeys(_ schemas: [Schema]) -> Bool {
-        schemas.contains { schema in schema.entities.contains { !$0.toOneProperties.isEmpty } }
+    /// Whether a migration from `stored` through `milestones` may meet foreign keys (the
+    /// columns of to-one relationships): only then are they turned off during it and checked
+    /// before commit.
+    static func mayMeetForeignKeys(from stored: Schema, through milestones: [MigrationMilestone]) -> Bool {
+        ([stored] + milestones.map(\.schema)).contains { schema in schema.entities.contains { !$0.toOneProperties.isEmpty } }
     }
 
     // MARK: - Running a migration
@@ -181,8 +183,8 @@ extension SQLiteStore {
                 try Self.record(milestone.schema, version: milestone.version, historyExists: true, db)
             }
         }
-        let hasForeignKeys = Self.hasForeignKeys([stored] + milestones.map(\.schema))
-        let violations = hasForeignKeys ? try Row.fetchAll(db, sql: "PRAGMA foreign_key_check") : []
+        let violations =
+            Self.mayMeetForeignKeys(from: stored, through: milestones) ? try Row.fetchAll(db, sql: "PRAGMA foreign_key_check") : []
         if let first = violations.first {
             let table: String = first[0] ?? "?"
             let parent: String = first[2] ?? "?"

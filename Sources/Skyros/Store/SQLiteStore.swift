@@ -173,12 +173,6 @@ public final class SQLiteStore: ObjectStore, @unchecked Sendable {
         return values
     }
 
-    /// The first column of the first row of a query of an existing file, read without
-    /// writing to it; nil when its table does not exist or it returns no row.
-    static func readOnlyValue(_ sql: String, of url: URL) throws -> String? {
-        try readOnlyRows(sql, of: url)?.first?.first ?? nil
-    }
-
     /// The rows of a query of an existing file (as text), read through a read-only connection
     /// that writes nothing; nil when a table it reads does not exist. Without a `-wal` file
     /// the database file holds everything committed, and it is read as immutable: a plain
@@ -244,7 +238,7 @@ public final class SQLiteStore: ObjectStore, @unchecked Sendable {
         // requires (a no-op inside a transaction: set before it); checked before commit.
         var foreignKeysOff = true
         if case .migrate(let stored, _, let milestones, _) = decided?.decision {
-            foreignKeysOff = Self.hasForeignKeys([stored] + milestones.map(\.schema))
+            foreignKeysOff = Self.mayMeetForeignKeys(from: stored, through: milestones)
         }
         if foreignKeysOff { try db.execute(sql: "PRAGMA foreign_keys = OFF") }
         defer { if foreignKeysOff { try? db.execute(sql: "PRAGMA foreign_keys = ON") } }
@@ -272,7 +266,7 @@ public final class SQLiteStore: ObjectStore, @unchecked Sendable {
             case .migrate(let stored, let version, let milestones, let steps):
                 // Another process migrated the store meanwhile to a version whose migration
                 // may meet foreign keys, still on: nothing done, decided again from the start.
-                if !foreignKeysOff && Self.hasForeignKeys([stored] + milestones.map(\.schema)) { return false }
+                if !foreignKeysOff && Self.mayMeetForeignKeys(from: stored, through: milestones) { return false }
                 try migrate(from: stored, version: version, milestones: milestones, steps: steps, state: state, db)
             }
             if state.decimals != Self.decimalsForm { try upgradeDecimals(db) }
