@@ -46,6 +46,12 @@ struct GRDBItemByPosition: FetchableRecord {
 }
 
 extension BatchBenchmark {
+    /// What every iteration adds up for one item, whatever reads it: the sums of both sides
+    /// must be equal (they read the same data).
+    static func checksum(_ name: String, _ value: Int, _ flag: Bool, _ score: Double, _ created: Date) -> Double {
+        Double(name.utf8.count + value + (flag ? 1 : 0)) + score + created.timeIntervalSince1970
+    }
+
     /// Streaming reads beside GRDB 7 with a hand-written record, on the same file in the same
     /// run: iterating `rows` objects with `fetch(_:batchSize:)` against `fetchCursor` (objects/s,
     /// then the peak RSS growth of each, MB), and fetching 1 % of them by an indexed predicate
@@ -70,8 +76,7 @@ extension BatchBenchmark {
                     var sum = 0.0
                     var seen = 0
                     for item in try context.fetch(FetchDescriptor<Item>(), batchSize: 1_000) {
-                        sum += Double(item.name.utf8.count + item.value + (item.flag ? 1 : 0)) + item.score
-                            + item.created.timeIntervalSince1970
+                        sum += Self.checksum(item.name, item.value, item.flag, item.score, item.created)
                         seen += 1
                         if seen % 10_000 == 0 { peak = max(peak, residentMB()) }
                     }
@@ -88,8 +93,7 @@ extension BatchBenchmark {
                     var seen = 0
                     let items = try GRDBItem.fetchCursor(db)
                     while let item = try items.next() {
-                        sum += Double(item.name.utf8.count + item.value + (item.flag ? 1 : 0)) + item.score
-                            + item.created.timeIntervalSince1970
+                        sum += Self.checksum(item.name, item.value, item.flag, item.score, item.created)
                         seen += 1
                         if seen % 10_000 == 0 { peak = max(peak, residentMB()) }
                     }
@@ -108,8 +112,7 @@ extension BatchBenchmark {
                         var sum = 0.0
                         let items = try GRDBItemByPosition.fetchCursor(db, sql: GRDBItemByPosition.sql)
                         while let item = try items.next() {
-                            sum += Double(item.name.utf8.count + item.value + (item.flag ? 1 : 0)) + item.score
-                                + item.created.timeIntervalSince1970
+                            sum += Self.checksum(item.name, item.value, item.flag, item.score, item.created)
                         }
                         return sum
                     }
