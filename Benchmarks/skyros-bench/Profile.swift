@@ -3,8 +3,8 @@ import GRDBSQLite
 import Skyros
 
 /// Hidden suites to run under a profiler (`perf record`, `valgrind --tool=callgrind`):
-/// `skyros-bench profile-insert`, `profile-fetch` and `profile-shared`. They print rates, not
-/// benchmark rows. `SKYROS_PROFILE_ROUNDS` sets how many times each step runs.
+/// `skyros-bench profile-insert`, `profile-fetch`, `profile-shared`, `profile-open`,
+/// `profile-migrate` and `profile-schema-json`. They print rates or times, not benchmark rows. `SKYROS_PROFILE_ROUNDS` sets how many times each step runs.
 struct Profile {
     let directory: URL
     var rounds: Int? { Int(ProcessInfo.processInfo.environment["SKYROS_PROFILE_ROUNDS"] ?? "") }
@@ -41,6 +41,25 @@ struct Profile {
             seconds += try Clock.seconds { try SQLiteStore(schema: v2, url: copy).close() }
         }
         print("migrate add+rename (1,000 rows): \(Int(seconds / Double(rounds) * 1e6)) µs")
+    }
+
+    /// Encoding and decoding the canonical description of a schema (what a migration records
+    /// and reads, and what a hello carries), against Foundation's JSONEncoder and JSONDecoder.
+    func schemaJSON() throws {
+        let rounds = rounds ?? 2_000
+        let description = Schema([RecordV2.self], version: 2).schemaDescription
+        let json = try description.canonicalJSON()
+        let foundationEncoder = JSONEncoder()
+        foundationEncoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
+        let encode = try Clock.seconds { for _ in 0..<rounds { _ = try description.canonicalJSON() } }
+        let foundationEncode = try Clock.seconds { for _ in 0..<rounds { _ = try foundationEncoder.encode(description) } }
+        let decode = try Clock.seconds { for _ in 0..<rounds { _ = try SchemaDescription(json: json) } }
+        let foundationDecode = try Clock.seconds {
+            for _ in 0..<rounds { _ = try JSONDecoder().decode(SchemaDescription.self, from: json) }
+        }
+        let rebuild = try Clock.seconds { for _ in 0..<rounds { _ = try Schema(description: description, version: 2) } }
+        func micros(_ seconds: Double) -> String { String(format: "%.1f µs", seconds / Double(rounds) * 1e6) }
+        print("canonical description, \(json.count) bytes: encode \(micros(encode)) (JSONEncoder \(micros(foundationEncode))), decode \(micros(decode)) (JSONDecoder \(micros(foundationDecode))); Schema(description:) \(micros(rebuild))")
     }
 
     /// Inserts of `count` objects in one write, each into a new store, until durable.

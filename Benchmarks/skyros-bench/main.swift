@@ -42,7 +42,7 @@ if arguments.count == 2 && arguments[0] == "garbage-daemon" {
 let json = arguments.contains("--json")
 let quick = arguments.contains("--quick")
 // `profile-insert` and `profile-fetch` are hidden suites for profilers (Profile.swift).
-let suites = ["embedded", "shared", "contention", "observe", "backup", "migrate", "batch", "batch-reads", "profile-insert", "profile-fetch", "profile-shared", "profile-open", "profile-migrate"]
+let suites = ["embedded", "shared", "contention", "observe", "backup", "migrate", "batch", "batch-reads", "profile-insert", "profile-fetch", "profile-shared", "profile-open", "profile-migrate", "profile-schema-json"]
 guard let suite = arguments.first, suites.contains(suite) else {
     FileHandle.standardError.write(
         Data("usage: skyros-bench embedded|shared|contention|observe|backup|migrate|batch|batch-reads [--json] [--quick] [--only fetch|saves|iterate|import] [--garbage]\n".utf8))
@@ -60,6 +60,7 @@ if suite.hasPrefix("profile-") {
     case "profile-shared": try profile.shared()
     case "profile-open": try profile.open()
     case "profile-migrate": try profile.migrate()
+    case "profile-schema-json": try profile.schemaJSON()
     default: try profile.fetch()
     }
 } else if !json {

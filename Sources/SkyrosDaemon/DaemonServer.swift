@@ -743,7 +743,7 @@ public final class DaemonServer: @unchecked Sendable {
     private static func schema(of hello: WireMessage.Hello) throws -> Schema {
         let decoded: SchemaDescription
         do {
-            decoded = try JSONDecoder().decode(SchemaDescription.self, from: Data(hello.schemaDescription))
+            decoded = try SchemaDescription(json: hello.schemaDescription)
         } catch {
             throw SkyrosError(.schemaMismatch, "the hello's schema description cannot be read: \(error)")
         }
@@ -772,7 +772,7 @@ public final class DaemonServer: @unchecked Sendable {
             [.integer(Int64(clamping: version)), .integer(Int64(clamping: schemaVersion))])) ?? []
         for row in rows {
             guard case .integer(let number) = row[0], case .text(let recorded) = row[1], case .text(let json) = row[2],
-                let description = try? JSONDecoder().decode(SchemaDescription.self, from: Data(json.utf8)).upgradingLegacyTypeNames()
+                let description = try? SchemaDescription(json: json.utf8).upgradingLegacyTypeNames()
             else { throw SkyrosError(.storeFailure, "a recorded schema version of the store cannot be read") }
             if chain.isEmpty, let fingerprint, UInt64(number) == version {
                 let rebuilt = try? Schema(description: description, version: Int(number)).fingerprint

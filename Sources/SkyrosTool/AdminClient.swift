@@ -170,7 +170,7 @@ extension AdminClient: OperatedStore {
         guard !json.isEmpty else {
             throw ToolFailure(ToolExit.failure, "the group has no store yet: its first client creates it")
         }
-        let description = try JSONDecoder().decode(SchemaDescription.self, from: Data(json.utf8))
+        let description = try SchemaDescription(json: json.utf8)
         let info = SchemaInfo(description: description, fingerprint: fingerprint, version: version)
         cachedSchema = info
         return info

@@ -125,7 +125,7 @@ public struct WireMessage: Sendable, Hashable {
             self.init(
                 schemaFingerprint: schema.fingerprint, schemaVersion: UInt64(schema.version), clientName: clientName,
                 pid: UInt64(ProcessInfo.processInfo.processIdentifier),
-                schemaDescription: Array(try schema.schemaDescription.canonicalJSON()))
+                schemaDescription: try schema.schemaDescription.canonicalBytes())
         }
     }
 

@@ -298,4 +298,67 @@ struct MigrationTests {
             #expect(try recordedVersions(store) == [1, 2])
         }
     }
+
+    @Test("after a migration every index is as a new store of the schema makes it: renamed, kept, composite, unique")
+    func indexesAsDeclared() throws {
+        let directory = try TemporaryDirectory()
+        func definitions(_ schema: Schema, at url: URL) throws -> Set<String> {
+            let store = try SQLiteStore(schema: schema, url: url)
+            defer { try? store.close() }
+            return Set(try store.rows("SELECT name, sql FROM sqlite_master WHERE type = 'index' ORDER BY name").map { "\($0)" })
+        }
+        let v1 = Schema([IndexedV1.self])
+        let v2 = Schema([IndexedV2.self], version: 2)
+        let v3 = Schema([IndexedV3.self], version: 3)
+        for (name, path) in [("step by step", [v2, v3]), ("straight", [v3])] {
+            let url = directory.file("\(name).sqlite")
+            try withStore(v1, at: url) { context, _ in
+                for number in 0..<5 {
+                    let object = IndexedV1.create(in: context)
+                    object.a = "a\(number)"
+                    object.name = "n\(number)"
+                    object.kept = number
+                    object.code = "c\(number)"
+                }
+                try context.save()
+            }
+            for schema in path {
+                let migrated = try definitions(schema, at: url)
+                let fresh = try definitions(schema, at: directory.file("fresh-\(name)-\(schema.version).sqlite"))
+                #expect(migrated == fresh, "\(name), version \(schema.version)")
+            }
+            try withStore(v3, at: url) { context, _ in
+                let objects = try IndexedV3.all(in: context).sorted { $0.level < $1.level }
+                #expect(objects.map(\.title) == (0..<5).map { "n\($0)" })
+                #expect(objects.map(\.code) == (0..<5).map { "c\($0)" })
+                #expect(objects.allSatisfy { $0.added == 1.5 })
+            }
+        }
+    }
+}
+
+@Entity(name: "Indexed", indexes: ["a", "kept"]) final class IndexedV1 {
+    @Attribute(.indexed) var a: String = ""
+    @Attribute(.indexed) var name: String = ""
+    @Attribute(.indexed) var kept: Int = 0
+    @Attribute(.unique) var code: String = ""
+}
+
+/// `name` renamed (its index follows), a composite index replaced, an attribute added.
+@Entity(name: "Indexed", indexes: ["title", "kept"]) final class IndexedV2 {
+    @Attribute(.indexed) var a: String = ""
+    @Attribute(.indexed, originalName: "name") var title: String = ""
+    @Attribute(.indexed) var kept: Int = 0
+    @Attribute(.unique) var code: String = ""
+    var added: Double = 1.5
+}
+
+/// `a` no longer indexed, `kept` renamed while in a composite index (`title` keeps its
+/// original name, for a migration straight from version 1).
+@Entity(name: "Indexed", indexes: ["title", "level"]) final class IndexedV3 {
+    var a: String = ""
+    @Attribute(.indexed, originalName: "name") var title: String = ""
+    @Attribute(.indexed, originalName: "kept") var level: Int = 0
+    @Attribute(.unique) var code: String = ""
+    var added: Double = 1.5
 }

@@ -33,10 +33,20 @@ public struct RelationshipOption: Hashable, Sendable {
 /// Made by the `@Entity` macro (or by hand, see ``ManagedObject``) with ``attribute(_:_:default:options:originalName:)``,
 /// ``toOne(_:_:deleteRule:inverse:options:originalName:)`` and ``toMany(_:_:deleteRule:inverse:originalName:)``.
 public final class PropertyDescription: @unchecked Sendable, CustomStringConvertible {
-    public enum Kind: Sendable, Equatable {
+    public enum Kind: Sendable, Equatable, CustomStringConvertible {
         case attribute
         case toOne
         case toMany
+
+        /// `attribute`, `toOne` or `toMany`: the kind's name in a schema description and its
+        /// fingerprint (written out, not found by reflection at each use).
+        public var description: String {
+            switch self {
+            case .attribute: "attribute"
+            case .toOne: "toOne"
+            case .toMany: "toMany"
+            }
+        }
     }
 
     /// The property name, also its column name.

@@ -193,6 +193,10 @@ enum StableHash {
             a = (a ^ UInt64(byte)) &* 0x0000_0100_0000_01B3
             b = (b ^ UInt64(byte ^ 0x5A)) &* 0x0000_0100_0000_01B3
         }
-        return String(format: "%016llx%016llx", a, b)
+        func hex16(_ lane: UInt64) -> String {
+            let digits = String(lane, radix: 16)
+            return String(repeating: "0", count: 16 - digits.count) + digits
+        }
+        return hex16(a) + hex16(b)
     }
 }

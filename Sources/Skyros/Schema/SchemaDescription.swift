@@ -154,10 +154,10 @@ public struct SchemaDescription: Codable, Sendable, Hashable {
 
     /// The description as sent in a hello and recorded in a store: JSON with sorted keys, no
     /// whitespace, absent optional keys left out (docs/PROTOCOL.md, "Schema description").
+    /// The bytes are those of `JSONEncoder` with `[.sortedKeys, .withoutEscapingSlashes]`,
+    /// written directly. Throws `EncodingError` for a default value that is not a finite number.
     public func canonicalJSON() throws -> Data {
-        let encoder = JSONEncoder()
-        encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
-        return try encoder.encode(self)
+        Data(try canonicalBytes())
     }
 }
 

@@ -18,9 +18,13 @@ extension SQLiteStore {
         var hasHistory: Bool
         var decimals: String?
         var format: String?
+        /// The indexes of each table as sqlite_master has them (index name → SQL); nil when
+        /// they were not read with the rest.
+        var indexes: [String: [String: String]]?
 
-        /// The state in the rows of ``stateSQL`` (by key).
-        init(_ values: [String: String]) {
+        /// The state in the rows of ``stateSQL`` (by key), and the indexes it lists.
+        init(_ values: [String: String], indexes: [String: [String: String]]? = nil) {
+            self.indexes = indexes
             let history = values[" history"]
             fingerprint = values["fingerprint"]
             json = values["schema"]
@@ -51,7 +55,7 @@ extension SQLiteStore {
         }
         let description = try state.json.map { json in
             do {
-                return try JSONDecoder().decode(SchemaDescription.self, from: Data(json.utf8)).upgradingLegacyTypeNames()
+                return try SchemaDescription(json: json.utf8).upgradingLegacyTypeNames()
             } catch {
                 throw SkyrosError(.storeFailure, "could not read the schema recorded in the store at \(path)", underlying: error)
             }
@@ -82,26 +86,49 @@ extension SQLiteStore {
     /// `skyros_metadata` table); asked directly, without GRDB's schema introspection, which
     /// reads the whole schema through several statements.
     static func storedStateIfAny(_ db: Database) throws -> StoredState? {
-        var rows: [Row]
+        let statement: Statement
+        var indexes: [String: [String: String]]? = [:]
         do {
             // Cached: read again inside the opening transaction.
-            rows = try Row.fetchAll(db.cachedStatement(sql: Self.stateSQL))
+            statement = try db.cachedStatement(sql: Self.stateSQL)
         } catch let error as DatabaseError where error.message?.hasPrefix("no such table") == true {
             do {
-                rows = try Row.fetchAll(db, sql: "SELECT key, value FROM skyros_metadata")
+                statement = try db.makeStatement(sql: "SELECT key, value FROM skyros_metadata")
+                indexes = nil
             } catch let error as DatabaseError where error.message == "no such table: skyros_metadata" {
                 return nil
             }
         }
-        var values: [String: String] = [:]
-        for row in rows {
-            if let key: String = row[0], let value: String = row[1] { values[key] = value }
+        // Stepped directly: the rows are a few short texts.
+        return try withExtendedLifetime(statement) {
+            let raw = statement.sqliteStatement
+            defer { sqlite3_reset(raw) }
+            var values: [String: String] = [:]
+            while true {
+                let code = sqlite3_step(raw)
+                if code == SQLITE_DONE { break }
+                guard code == SQLITE_ROW else { throw lastError(db, sql: statement.sql) }
+                guard let key = sqlite3_column_text(raw, 0), let value = sqlite3_column_text(raw, 1) else { continue }
+                if key.pointee == UInt8(ascii: " "), String(cString: key) == " index",
+                    let table = sqlite3_column_text(raw, 2), let name = sqlite3_column_text(raw, 3)
+                {
+                    indexes?[String(cString: table), default: [:]][String(cString: name)] = String(cString: value)
+                } else {
+                    values[String(cString: key)] = String(cString: value)
+                }
+            }
+            return StoredState(values, indexes: indexes)
         }
-        return StoredState(values)
     }
 
-    /// The metadata and, under the key `" history"`, the highest version of the history.
-    static let stateSQL = "SELECT key, value FROM skyros_metadata UNION ALL SELECT ' history', CAST(MAX(version) AS TEXT) FROM skyros_schema"
+    /// The metadata; under the key `" history"`, the highest version of the history; and
+    /// under `" index"`, each index's SQL, table and name (what a migration drops or keeps,
+    /// read here with the rest rather than by another statement).
+    static let stateSQL = """
+        SELECT key, value, NULL, NULL FROM skyros_metadata \
+        UNION ALL SELECT ' history', CAST(MAX(version) AS TEXT), NULL, NULL FROM skyros_schema \
+        UNION ALL SELECT ' index', sql, tbl_name, name FROM main.sqlite_master WHERE type = 'index' AND sql IS NOT NULL
+        """
 
     /// The schema version recorded in an existing store file, read without writing to it; nil
     /// when the file does not exist or is not a Skyros store yet.
@@ -110,7 +137,7 @@ extension SQLiteStore {
         // The state statement, or the metadata alone for a store without a history.
         var values: [String: String] = [:]
         for row in try readOnlyRows(stateSQL, of: url) ?? readOnlyRows("SELECT key, value FROM skyros_metadata", of: url) ?? [] {
-            if let key = row[0], let value = row[1] { values[key] = value }
+            if let key = row[0], let value = row[1], key != " index" { values[key] = value }
         }
         let state = StoredState(values)
         return state.fingerprint == nil ? nil : state.version
@@ -127,9 +154,19 @@ extension SQLiteStore {
                 """)
         }
         let description = try json ?? canonicalDescription(schema)
-        try db.execute(
-            sql: "INSERT OR REPLACE INTO skyros_schema (version, fingerprint, description, date) VALUES (?, ?, ?, ?)",
-            arguments: [version, fingerprint ?? schema.fingerprint, description, Self.timestamp()])
+        try run(
+            "INSERT OR REPLACE INTO skyros_schema (version, fingerprint, description, date) VALUES (?, ?, ?, ?)",
+            [.integer(Int64(version)), .text(fingerprint ?? schema.fingerprint), .text(description), .text(Self.timestamp())], db)
+    }
+
+    /// Runs a statement once with its arguments, stepped directly (GRDB's execute adds its
+    /// statement bookkeeping to what is, in a lightweight migration, a good part of the work).
+    private static func run(_ sql: String, _ arguments: [StoredValue], _ db: Database) throws {
+        let statement = try db.makeStatement(sql: sql)
+        try withExtendedLifetime(statement) {
+            for (position, value) in arguments.enumerated() { bind(statement.sqliteStatement, Int32(position + 1), value) }
+            try stepDone(db, statement.sqliteStatement)
+        }
     }
 
     /// Now in UTC, as ISO 8601 (`2026-11-24T09:30:00Z`): the date of a version in the history.
@@ -146,15 +183,15 @@ extension SQLiteStore {
     /// Makes `schema` at its version the store's current schema in `skyros_metadata` and the history.
     static func recordCurrent(_ schema: Schema, historyExists: Bool = false, _ db: Database) throws {
         let description = try canonicalDescription(schema)
-        try db.execute(
-            sql: "INSERT OR REPLACE INTO skyros_metadata (key, value) VALUES ('fingerprint', ?), ('schema', ?), ('schemaVersion', ?)",
-            arguments: [schema.fingerprint, description, String(schema.version)])
+        try run(
+            "INSERT OR REPLACE INTO skyros_metadata (key, value) VALUES ('fingerprint', ?), ('schema', ?), ('schemaVersion', ?)",
+            [.text(schema.fingerprint), .text(description), .text(String(schema.version))], db)
         try record(schema, version: schema.version, json: description, historyExists: historyExists, db)
     }
 
     /// The canonical description of a schema, as recorded (JSON).
     static func canonicalDescription(_ schema: Schema) throws -> String {
-        String(decoding: try schema.schemaDescription.canonicalJSON(), as: UTF8.self)
+        String(decoding: try schema.schemaDescription.canonicalBytes(), as: UTF8.self)
     }
 
     /// Whether a migration from `stored` through `milestones` may meet foreign keys (the
@@ -176,9 +213,10 @@ extension SQLiteStore {
             // The version the store had before it kept a history.
             try Self.record(stored, version: storedVersion, fingerprint: state.fingerprint, json: state.json, db)
         }
-        for (milestone, step) in zip(milestones, steps) {
+        for (number, (milestone, step)) in zip(milestones, steps).enumerated() {
             let store = milestone.schema === schema ? self : try SQLiteStore(view: milestone.schema, of: self)
-            try store.run(step, stages: milestone.stages, db)
+            // The indexes read with the state hold for the first step only.
+            try store.run(step, stages: milestone.stages, indexes: number == 0 ? state.indexes : nil, db)
             if milestone.schema !== schema {
                 try Self.record(milestone.schema, version: milestone.version, historyExists: true, db)
             }
@@ -196,7 +234,9 @@ extension SQLiteStore {
     }
 
     /// One inferred step and the stages after it.
-    private func run(_ step: SchemaStep, stages: [MigrationPlan.Stage], _ db: Database) throws {
+    private func run(
+        _ step: SchemaStep, stages: [MigrationPlan.Stage], indexes known: [String: [String: String]]?, _ db: Database
+    ) throws {
         func quote(_ name: String) -> String { SQLBuilder.quote(name) }
         var temporary: [String] = []
         defer { for table in temporary { try? db.execute(sql: "DROP TABLE IF EXISTS temp.\(quote(table))") } }
@@ -233,21 +273,42 @@ extension SQLiteStore {
         for (number, table) in renamed.enumerated() {
             try db.execute(sql: "ALTER TABLE main.\(quote("skyros_renaming_\(number)")) RENAME TO \(quote(table.entity.name))")
         }
+        // The index definitions each table has after the DDL below, when they are known
+        // without asking sqlite_master again (see the index creation at the end).
+        var indexesAfter: [String: Set<String>] = [:]
         for table in step.tables {
             let name = quote(table.entity.name)
             guard table.sourceName != nil else {
                 try db.execute(sql: Self.tableSQL(table.entity, in: step.target))
+                indexesAfter[table.entity.name] = []
                 continue
             }
             // Indexes the new schema does not declare, before their columns change.
             let wanted = Set(Self.indexDefinitions(table.entity).map(\.sql))
-            for row in try Row.fetchAll(
-                db, sql: "SELECT name, sql FROM main.sqlite_master WHERE type = 'index' AND tbl_name = ? AND sql IS NOT NULL",
-                arguments: [table.entity.name])
-            {
-                let index: String = row[0]
-                let sql: String = row[1]
-                if !wanted.contains(sql) { try db.execute(sql: "DROP INDEX main.\(quote(index))") }
+            var kept: Set<String> = []
+            // Those read with the state, unless the table was renamed in this step (RENAME TO
+            // rewrites its indexes).
+            let current: [String: String]
+            if let known, table.sourceName == table.entity.name {
+                current = known[table.entity.name] ?? [:]
+            } else {
+                current = Dictionary(
+                    try Row.fetchAll(
+                        db, sql: "SELECT name, sql FROM main.sqlite_master WHERE type = 'index' AND tbl_name = ? AND sql IS NOT NULL",
+                        arguments: [table.entity.name]
+                    ).map { row -> (String, String) in (row[0], row[1]) },
+                    uniquingKeysWith: { first, _ in first })
+            }
+            for (index, sql) in current.sorted(by: { $0.key < $1.key }) {
+                if wanted.contains(sql) { kept.insert(sql) } else { try db.execute(sql: "DROP INDEX main.\(quote(index))") }
+            }
+            // Dropping the table drops its indexes. A renamed column rewrites the indexes that
+            // name it (SQLite's RENAME COLUMN), so those are read again; a kept index names its
+            // columns quoted, as the new schema declares them.
+            if table.rebuild {
+                indexesAfter[table.entity.name] = []
+            } else if !table.renamed.contains(where: { old, _ in kept.contains { $0.contains(quote(old)) } }) {
+                indexesAfter[table.entity.name] = kept
             }
             if table.rebuild {
                 let temporaryName = "skyros_rebuilding_\(table.entity.name)"
@@ -280,10 +341,15 @@ extension SQLiteStore {
         }
         if !stages.isEmpty { try runStages(stages, db) }
         for table in step.tables {
-            let existing = Set(
-                try String.fetchAll(
-                    db, sql: "SELECT sql FROM main.sqlite_master WHERE type = 'index' AND tbl_name = ? AND sql IS NOT NULL",
-                    arguments: [table.entity.name]))
+            // Read again when the DDL may have changed them in a way not followed above, or
+            // when stages ran in between.
+            let known = stages.isEmpty ? indexesAfter[table.entity.name] : nil
+            let existing =
+                try known
+                ?? Set(
+                    try String.fetchAll(
+                        db, sql: "SELECT sql FROM main.sqlite_master WHERE type = 'index' AND tbl_name = ? AND sql IS NOT NULL",
+                        arguments: [table.entity.name]))
             for index in Self.indexDefinitions(table.entity) where !existing.contains(index.sql) {
                 do {
                     try db.execute(sql: index.sql)

@@ -154,7 +154,7 @@ public final class SQLiteStore: ObjectStore, @unchecked Sendable {
             let json = try metadata(["schema"], of: url)["schema"]
         else { return nil }
         do {
-            return try JSONDecoder().decode(SchemaDescription.self, from: Data(json.utf8)).upgradingLegacyTypeNames()
+            return try SchemaDescription(json: json.utf8).upgradingLegacyTypeNames()
         } catch {
             throw SkyrosError(.storeFailure, "could not read the schema of the store at \(url.path)", underlying: error)
         }
@@ -903,3 +903,4 @@ final class OpeningHook: @unchecked Sendable {
         lock.withLock { done = opened }
     }
 }
+
