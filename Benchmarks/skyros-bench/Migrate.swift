@@ -44,7 +44,7 @@ struct MigrateBenchmark {
         // more rounds (each on fresh copies) for a stable median.
         let cases: [(name: String, schema: Schema, rounds: Int, sql: [String])] = [
             (
-                "migrate add+rename, \(rows / 1000)k rows", Schema([RecordV2.self], version: 2), rounds * 3,
+                "migrate add+rename, \(rows / 1000)k rows", Schema([RecordV2.self], version: 2), rounds * 7,
                 [
                     "ALTER TABLE \"Record\" RENAME COLUMN \"name\" TO \"title\"",
                     "ALTER TABLE \"Record\" ADD COLUMN \"score\" REAL NOT NULL DEFAULT 1.5",

@@ -75,15 +75,23 @@ public final class SQLiteStore: ObjectStore, @unchecked Sendable {
         self.tables = Self.makeTables(schema)
 
         var configuration = Configuration()
-        configuration.foreignKeysEnabled = true
+        // Foreign keys are turned on below, with the durability, in one call.
+        configuration.foreignKeysEnabled = false
         configuration.label = "skyros"
         // Another connection to the file (a stack closing and checkpointing, another process)
         // may hold a lock for a moment: wait for it instead of failing at once.
         configuration.busyMode = .timeout(5)
-        let synchronous = durability == .full ? "FULL" : "NORMAL"
+        let pragmas = "PRAGMA foreign_keys = ON; PRAGMA synchronous = \(durability == .full ? "FULL" : "NORMAL")"
         configuration.prepareDatabase { db in
-            try db.execute(sql: "PRAGMA synchronous = \(synchronous)")
+            // Run by SQLite directly: the first statements of every connection, the open of an
+            // existing store among them (GRDB's execute adds its statement bookkeeping).
+            var message: UnsafeMutablePointer<CChar>?
+            if sqlite3_exec(db.sqliteConnection, pragmas, nil, nil, &message) != SQLITE_OK {
+                defer { sqlite3_free(message) }
+                throw DatabaseError(message: message.map { String(cString: $0) } ?? "could not configure the connection", sql: pragmas)
+            }
         }
+        let synchronous = durability == .full ? "FULL" : "NORMAL"
         do {
             if let url {
                 // An existing store is checked, and migrated or its records refreshed, on the
