@@ -26,6 +26,8 @@ public final class SQLiteStore: ObjectStore, @unchecked Sendable {
     private(set) var writer: (any DatabaseWriter)!
     /// Reads go through the writer connection, one statement each (see ``init(schema:url:durability:serialAccess:migrations:)``).
     let serialAccess: Bool
+    /// The durability of the writer connection's commits.
+    private let durability: Durability
     private let tables: [String: TableInfo]
     /// The connections of cursors (``openCursor(_:)``), each with its prepared statements.
     let cursorConnections = CursorConnections()
@@ -72,6 +74,7 @@ public final class SQLiteStore: ObjectStore, @unchecked Sendable {
         self.schema = schema
         self.url = url
         self.serialAccess = serialAccess
+        self.durability = durability
         self.tables = Self.makeTables(schema)
 
         var configuration = Configuration()
@@ -85,11 +88,7 @@ public final class SQLiteStore: ObjectStore, @unchecked Sendable {
         configuration.prepareDatabase { db in
             // Run by SQLite directly: the first statements of every connection, the open of an
             // existing store among them (GRDB's execute adds its statement bookkeeping).
-            var message: UnsafeMutablePointer<CChar>?
-            if sqlite3_exec(db.sqliteConnection, pragmas, nil, nil, &message) != SQLITE_OK {
-                defer { sqlite3_free(message) }
-                throw DatabaseError(message: message.map { String(cString: $0) } ?? "could not configure the connection", sql: pragmas)
-            }
+            try Self.exec(db, pragmas)
         }
         let synchronous = durability == .full ? "FULL" : "NORMAL"
         do {
@@ -134,6 +133,7 @@ public final class SQLiteStore: ObjectStore, @unchecked Sendable {
         self.schema = schema
         self.url = store.url
         self.serialAccess = store.serialAccess
+        self.durability = store.durability
         self.writer = store.writer
         self.tables = Self.makeTables(schema)
     }
@@ -250,6 +250,15 @@ public final class SQLiteStore: ObjectStore, @unchecked Sendable {
         }
         if foreignKeysOff { try db.execute(sql: "PRAGMA foreign_keys = OFF") }
         defer { if foreignKeysOff { try? db.execute(sql: "PRAGMA foreign_keys = ON") } }
+        // The commit of a migration (or of refreshed records) of an existing store is not
+        // synced on its own: WAL keeps it atomic, so a power loss before it reaches the disk
+        // leaves the old schema whole, migrated again at the next open; and the next durable
+        // commit (whose sync covers the WAL before it) or the checkpoint at close makes it
+        // durable before any save made after it is. A new store's creation is synced: an empty
+        // file is refused as damage, never taken for a new store.
+        let deferredSync = decided != nil && durability == .full
+        if deferredSync { try Self.exec(db, "PRAGMA synchronous = NORMAL") }
+        defer { if deferredSync { try? Self.exec(db, "PRAGMA synchronous = FULL") } }
         let opened = try Self.immediateTransaction(db) { db -> Bool in
             guard let state = try Self.storedStateIfAny(db) else {
                 try db.execute(sql: "CREATE TABLE skyros_metadata (key TEXT PRIMARY KEY NOT NULL, value TEXT NOT NULL)")
@@ -771,6 +780,15 @@ public final class SQLiteStore: ObjectStore, @unchecked Sendable {
             } else {
                 throw lastError(db, sql: sql)
             }
+        }
+    }
+
+    /// Runs SQL without arguments directly (`sqlite3_exec`).
+    static func exec(_ db: Database, _ sql: String) throws {
+        var message: UnsafeMutablePointer<CChar>?
+        guard sqlite3_exec(db.sqliteConnection, sql, nil, nil, &message) == SQLITE_OK else {
+            defer { sqlite3_free(message) }
+            throw DatabaseError(message: message.map { String(cString: $0) } ?? "could not run \(sql)", sql: sql)
         }
     }
 
