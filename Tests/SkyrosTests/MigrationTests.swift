@@ -323,6 +323,10 @@ struct MigrationTests {
                 try context.save()
             }
             for schema in path {
+                // The migration's own commit is not synced; the store still runs at full durability.
+                let opened = try SQLiteStore(schema: schema, url: url, durability: .full)
+                #expect(try opened.effectiveDurability() == .full)
+                try opened.close()
                 let migrated = try definitions(schema, at: url)
                 let fresh = try definitions(schema, at: directory.file("fresh-\(name)-\(schema.version).sqlite"))
                 #expect(migrated == fresh, "\(name), version \(schema.version)")
