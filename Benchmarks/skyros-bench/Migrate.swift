@@ -89,9 +89,7 @@ struct MigrateBenchmark {
                             // version recorded (`user_version`, as hand-written migrations
                             // do), one transaction.
                             let db = RawSQLite(path: raw.path)
-                            let version = db.prepare("PRAGMA user_version")
-                            guard sqlite3_step(version) == SQLITE_ROW, sqlite3_column_int(version, 0) < 2 else { fatalError("already migrated") }
-                            sqlite3_finalize(version)
+                            guard db.userVersion() < 2 else { fatalError("already migrated") }
                             db.execute("PRAGMA foreign_keys = OFF")
                             db.execute("BEGIN IMMEDIATE")
                             for statement in sql { db.execute(statement) }
@@ -118,9 +116,7 @@ struct MigrateBenchmark {
                     let raw = Clock.seconds {
                         // A hand-written open checks the version too.
                         let db = RawSQLite(path: copy.path)
-                        let version = db.prepare("PRAGMA user_version")
-                        guard sqlite3_step(version) == SQLITE_ROW else { fatalError("no version") }
-                        sqlite3_finalize(version)
+                        _ = db.userVersion()
                         db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
                     }
                     if round > 0 {

@@ -69,6 +69,14 @@ final class RawSQLite {
         step(statement)
     }
 
+    /// `PRAGMA user_version`: the version a hand-written migration checks and records.
+    func userVersion() -> Int32 {
+        let statement = prepare("PRAGMA user_version")
+        defer { sqlite3_finalize(statement) }
+        guard sqlite3_step(statement) == SQLITE_ROW else { fatalError("PRAGMA user_version: \(String(cString: sqlite3_errmsg(db)))") }
+        return sqlite3_column_int(statement, 0)
+    }
+
     /// A new Skyros store at `url` whose `Item` table holds rows 0..<count with the values of
     /// ``insertItem(_:_:)``, written by raw SQL (setup of the read benchmarks, not measured).
     static func fillStore(at url: URL, rows count: Int) throws {

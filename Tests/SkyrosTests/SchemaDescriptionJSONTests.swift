@@ -23,7 +23,7 @@ struct SchemaDescriptionJSONTests {
 
     static let doubles: [Double] = [
         0, -0.0, 1, -1, 1.5, 0.1, 100, 1e15, 1e16, 1e20, 1e22, 1e-7, 123456789.123, -2.5e-5,
-        5e-324, .greatestFiniteMagnitude, .leastNormalMagnitude, 3.141592653589793, 1.0 / 3,
+        .leastNonzeroMagnitude, .greatestFiniteMagnitude, .leastNormalMagnitude, 3.141592653589793, 1.0 / 3,
     ]
 
     static func description(seed: Int) -> SchemaDescription {

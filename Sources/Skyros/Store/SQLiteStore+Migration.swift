@@ -86,39 +86,32 @@ extension SQLiteStore {
     /// `skyros_metadata` table); asked directly, without GRDB's schema introspection, which
     /// reads the whole schema through several statements.
     static func storedStateIfAny(_ db: Database) throws -> StoredState? {
-        let statement: Statement
+        var values: [String: String] = [:]
         var indexes: [String: [String: String]]? = [:]
+        // Each row's texts, stepped directly (the rows are a few short texts).
+        func read(_ raw: OpaquePointer) {
+            guard let key = sqlite3_column_text(raw, 0), let value = sqlite3_column_text(raw, 1) else { return }
+            if key.pointee == UInt8(ascii: " "), String(cString: key) == " index",
+                let table = sqlite3_column_text(raw, 2), let name = sqlite3_column_text(raw, 3)
+            {
+                indexes?[String(cString: table), default: [:]][String(cString: name)] = String(cString: value)
+            } else {
+                values[String(cString: key)] = String(cString: value)
+            }
+        }
         do {
-            // Cached: read again inside the opening transaction.
-            statement = try db.cachedStatement(sql: Self.stateSQL)
+            // A cached statement: read again inside the opening transaction.
+            try query(db, Self.stateSQL, [], row: read)
         } catch let error as DatabaseError where error.message?.hasPrefix("no such table") == true {
+            // No history yet (the statement did not compile: nothing was read).
+            indexes = nil
             do {
-                statement = try db.makeStatement(sql: "SELECT key, value FROM skyros_metadata")
-                indexes = nil
+                try query(db, "SELECT key, value FROM skyros_metadata", [], row: read)
             } catch let error as DatabaseError where error.message == "no such table: skyros_metadata" {
                 return nil
             }
         }
-        // Stepped directly: the rows are a few short texts.
-        return try withExtendedLifetime(statement) {
-            let raw = statement.sqliteStatement
-            defer { sqlite3_reset(raw) }
-            var values: [String: String] = [:]
-            while true {
-                let code = sqlite3_step(raw)
-                if code == SQLITE_DONE { break }
-                guard code == SQLITE_ROW else { throw lastError(db, sql: statement.sql) }
-                guard let key = sqlite3_column_text(raw, 0), let value = sqlite3_column_text(raw, 1) else { continue }
-                if key.pointee == UInt8(ascii: " "), String(cString: key) == " index",
-                    let table = sqlite3_column_text(raw, 2), let name = sqlite3_column_text(raw, 3)
-                {
-                    indexes?[String(cString: table), default: [:]][String(cString: name)] = String(cString: value)
-                } else {
-                    values[String(cString: key)] = String(cString: value)
-                }
-            }
-            return StoredState(values, indexes: indexes)
-        }
+        return StoredState(values, indexes: indexes)
     }
 
     /// The metadata; under the key `" history"`, the highest version of the history; and
@@ -154,19 +147,11 @@ extension SQLiteStore {
                 """)
         }
         let description = try json ?? canonicalDescription(schema)
-        try run(
-            "INSERT OR REPLACE INTO skyros_schema (version, fingerprint, description, date) VALUES (?, ?, ?, ?)",
-            [.integer(Int64(version)), .text(fingerprint ?? schema.fingerprint), .text(description), .text(Self.timestamp())], db)
-    }
-
-    /// Runs a statement once with its arguments, stepped directly (GRDB's execute adds its
-    /// statement bookkeeping to what is, in a lightweight migration, a good part of the work).
-    private static func run(_ sql: String, _ arguments: [StoredValue], _ db: Database) throws {
-        let statement = try db.makeStatement(sql: sql)
-        try withExtendedLifetime(statement) {
-            for (position, value) in arguments.enumerated() { bind(statement.sqliteStatement, Int32(position + 1), value) }
-            try stepDone(db, statement.sqliteStatement)
-        }
+        // Stepped directly, as the statements of a save (GRDB's execute adds its bookkeeping).
+        try query(
+            db, "INSERT OR REPLACE INTO skyros_schema (version, fingerprint, description, date) VALUES (?, ?, ?, ?)",
+            [.integer(Int64(version)), .text(fingerprint ?? schema.fingerprint), .text(description), .text(Self.timestamp())]
+        ) { _ in }
     }
 
     /// Now in UTC, as ISO 8601 (`2026-11-24T09:30:00Z`): the date of a version in the history.
@@ -183,14 +168,16 @@ extension SQLiteStore {
     /// Makes `schema` at its version the store's current schema in `skyros_metadata` and the history.
     static func recordCurrent(_ schema: Schema, historyExists: Bool = false, _ db: Database) throws {
         let description = try canonicalDescription(schema)
-        try run(
-            // An upsert, not INSERT OR REPLACE: a key already there keeps its row, so its index
-            // (the key's) is not rewritten, one page less for the commit and the checkpoint.
+        // An upsert, not INSERT OR REPLACE: a key already there keeps its row, so its index
+        // (the key's) is not rewritten, one page less for the commit and the checkpoint.
+        try query(
+            db,
             """
             INSERT INTO skyros_metadata (key, value) VALUES ('fingerprint', ?), ('schema', ?), ('schemaVersion', ?) \
             ON CONFLICT (key) DO UPDATE SET value = excluded.value
             """,
-            [.text(schema.fingerprint), .text(description), .text(String(schema.version))], db)
+            [.text(schema.fingerprint), .text(description), .text(String(schema.version))]
+        ) { _ in }
         try record(schema, version: schema.version, json: description, historyExists: historyExists, db)
     }
 
@@ -236,6 +223,20 @@ extension SQLiteStore {
                 "cannot migrate the store to schema version \(schema.version): \(violations.count) object(s) of \(table) refer to \(parent) objects that do not exist; the store was left as it was")
         }
         try Self.recordCurrent(schema, historyExists: true, db)
+    }
+
+    /// The indexes of a table as sqlite_master has them (index name → SQL), without the
+    /// automatic ones of its constraints.
+    private static func indexes(of table: String, _ db: Database) throws -> [String: String] {
+        var indexes: [String: String] = [:]
+        try query(
+            db, "SELECT name, sql FROM main.sqlite_master WHERE type = 'index' AND tbl_name = ? AND sql IS NOT NULL", [.text(table)]
+        ) { raw in
+            if let name = sqlite3_column_text(raw, 0), let sql = sqlite3_column_text(raw, 1) {
+                indexes[String(cString: name)] = String(cString: sql)
+            }
+        }
+        return indexes
     }
 
     /// One inferred step and the stages after it.
@@ -297,12 +298,7 @@ extension SQLiteStore {
             if let known, table.sourceName == table.entity.name {
                 current = known[table.entity.name] ?? [:]
             } else {
-                current = Dictionary(
-                    try Row.fetchAll(
-                        db, sql: "SELECT name, sql FROM main.sqlite_master WHERE type = 'index' AND tbl_name = ? AND sql IS NOT NULL",
-                        arguments: [table.entity.name]
-                    ).map { row -> (String, String) in (row[0], row[1]) },
-                    uniquingKeysWith: { first, _ in first })
+                current = try Self.indexes(of: table.entity.name, db)
             }
             for (index, sql) in current.sorted(by: { $0.key < $1.key }) {
                 if wanted.contains(sql) { kept.insert(sql) } else { try db.execute(sql: "DROP INDEX main.\(quote(index))") }
@@ -348,13 +344,8 @@ extension SQLiteStore {
         for table in step.tables {
             // Read again when the DDL may have changed them in a way not followed above, or
             // when stages ran in between.
-            let known = stages.isEmpty ? indexesAfter[table.entity.name] : nil
-            let existing =
-                try known
-                ?? Set(
-                    try String.fetchAll(
-                        db, sql: "SELECT sql FROM main.sqlite_master WHERE type = 'index' AND tbl_name = ? AND sql IS NOT NULL",
-                        arguments: [table.entity.name]))
+            let followed = stages.isEmpty ? indexesAfter[table.entity.name] : nil
+            let existing = try followed ?? Set(Self.indexes(of: table.entity.name, db).values)
             for index in Self.indexDefinitions(table.entity) where !existing.contains(index.sql) {
                 do {
                     try db.execute(sql: index.sql)

@@ -84,13 +84,13 @@ public final class SQLiteStore: ObjectStore, @unchecked Sendable {
         // Another connection to the file (a stack closing and checkpointing, another process)
         // may hold a lock for a moment: wait for it instead of failing at once.
         configuration.busyMode = .timeout(5)
-        let pragmas = "PRAGMA foreign_keys = ON; PRAGMA synchronous = \(durability == .full ? "FULL" : "NORMAL")"
+        let synchronous = durability == .full ? "FULL" : "NORMAL"
+        let pragmas = "PRAGMA foreign_keys = ON; PRAGMA synchronous = \(synchronous)"
         configuration.prepareDatabase { db in
             // Run by SQLite directly: the first statements of every connection, the open of an
             // existing store among them (GRDB's execute adds its statement bookkeeping).
             try Self.exec(db, pragmas)
         }
-        let synchronous = durability == .full ? "FULL" : "NORMAL"
         do {
             if let url {
                 // An existing store is checked, and migrated or its records refreshed, on the
