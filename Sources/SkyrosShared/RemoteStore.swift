@@ -60,8 +60,11 @@ public final class RemoteStore: PersistentStore, @unchecked Sendable {
         set { lock.withLock { _onSaveResolved = newValue } }
     }
     private var _onSaveResolved: (@Sendable (ResolvedSave) -> Void)?
-    /// A save whose outcome is unknown, resent until the daemon answers (guarded by `lock`).
+    /// A save whose outcome is unknown, resent until the daemon answers (guarded by
+    /// `unresolvedLock`, not by `lock`, which a request holds while it waits for its reply:
+    /// the event thread looks at it on every wake-up and must not wait for a save in flight).
     private var unresolvedSave: (number: UInt64, body: WireMessage.Body)?
+    private let unresolvedLock = NSLock()
     /// Whether the current request's message went out at least once (guarded by `lock`).
     private var requestWentOut = false
     /// Serialises the resolution of an unknown save between the event thread and savers.
@@ -565,7 +568,7 @@ public final class RemoteStore: PersistentStore, @unchecked Sendable {
             do {
                 return try send(save: body(number))
             } catch let error as SkyrosError where error.code == .outcomeUnknown {
-                lock.withLock { unresolvedSave = (number, body(number)) }
+                unresolvedLock.withLock { unresolvedSave = (number, body(number)) }
                 wakeEventThread()  // it resends in the background
                 throw error
             }
@@ -592,7 +595,7 @@ public final class RemoteStore: PersistentStore, @unchecked Sendable {
     /// answer, forgets it and returns what to tell ``onSaveResolved`` (which the caller does
     /// after releasing `resolving`). Called with `resolving` held.
     private func resolveUnknownSave() throws -> ResolvedSave? {
-        guard let pending = lock.withLock({ unresolvedSave }) else { return nil }
+        guard let pending = unresolvedLock.withLock({ unresolvedSave }) else { return nil }
         let resolved: ResolvedSave
         do {
             let sequence: UInt64? =
@@ -610,14 +613,14 @@ public final class RemoteStore: PersistentStore, @unchecked Sendable {
             // The daemon answered with a refusal: the save is not in the store.
             resolved = ResolvedSave(saveNumber: pending.number, sequence: nil, error: SkyrosError.wrap(error))
         }
-        lock.withLock { unresolvedSave = nil }
+        unresolvedLock.withLock { unresolvedSave = nil }
         return resolved
     }
 
     /// Tries, on the event thread, to resolve a save whose outcome is unknown; a saver doing
     /// it already makes this a no-op.
     private func resolveInBackground() {
-        guard lock.withLock({ unresolvedSave != nil }), resolving.try() else { return }
+        guard unresolvedLock.withLock({ unresolvedSave != nil }), resolving.try() else { return }
         let resolved = try? resolveUnknownSave()
         resolving.unlock()
         if let resolved = resolved ?? nil { onSaveResolved?(resolved) }
