@@ -51,6 +51,9 @@ struct ContentionBenchmark {
                     directory.appendingPathComponent("bare-\(count)"), durability: .full, groupCommit: true)
                 let bare = try measure(role: "contention-bare", target: server.endpoint, count: count)
                 server.stop()
+                if ProcessInfo.processInfo.environment["SKYROS_BENCH_CPU"] != nil {
+                    FileHandle.standardError.write(Data("bare ×\(count): \(server.counts.saves) saves, \(server.counts.commits) commits\n".utf8))
+                }
                 report(Row(name: "contention: \(count) clients, bare group commit", unit: "saves/s",
                            skyros: bare.rate, baseline: direct.rate))
             }

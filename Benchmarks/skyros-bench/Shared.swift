@@ -207,6 +207,10 @@ final class BareServer: @unchecked Sendable {
     private let stopped = NSLock()
     private var isStopped = false
     private let finished = DispatchSemaphore(value: 0)
+    /// Transactions committed and requests answered (SKYROS_BENCH_CPU's report of batch sizes).
+    private var commits = 0
+    private var saves = 0
+    var counts: (commits: Int, saves: Int) { stopped.withLock { (commits, saves) } }
 
     init(_ folder: URL, durability: Durability, groupCommit: Bool = false) throws {
         try FileManager.default.createDirectory(at: folder, withIntermediateDirectories: true)
@@ -235,6 +239,10 @@ final class BareServer: @unchecked Sendable {
                     next += 1
                 }
                 raw.execute("COMMIT")
+                stopped.withLock {
+                    commits += 1
+                    saves += batch.count
+                }
                 for frames in batch { try? router.send([frames[0], Data("ok".utf8)]) }
             }
             sqlite3_finalize(statement)

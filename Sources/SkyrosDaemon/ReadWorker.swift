@@ -6,6 +6,12 @@ import SkyrosWire
 /// a reader connection of the store's pool (WAL: it reads beside the serve loop's commits),
 /// so that saves are never queued behind read work, however much of it members ask for.
 ///
+/// Its thread runs at a lower priority than the daemon's others (``niceIncrement``): when
+/// the machine is busy, the commits and the replies of the serve loop get the processor
+/// first, and reads wait (with 4 processes fetching 2,000 objects in a loop beside a writer
+/// on 2 cores, the writer's saves per second went from 0.33× to 0.59× of its rate alone, its
+/// save p99 from 11 to 9 ms; the reads from 62 to 43 fetches per second).
+///
 /// The serve loop hands it requests with ``submit(_:)``; the encoded replies come back
 /// through ``takeReplies()``, and ``wakeDescriptor`` becomes readable when there are some
 /// (the loop polls it beside the request socket: only the loop sends on the socket).
@@ -97,7 +103,11 @@ final class ReadWorker: @unchecked Sendable {
         thread = nil
     }
 
+    /// How much higher the reader thread's nice value is than the thread that made it.
+    static let niceIncrement: Int32 = 10
+
     private func run() {
+        Self.lowerPriority(by: Self.niceIncrement)
         while let batch = nextJobs() {
             var answered: [Reply] = []
             for job in batch {
@@ -119,6 +129,15 @@ final class ReadWorker: @unchecked Sendable {
             _ = write(wakeWriter, &one, 1)  // a full pipe already wakes the loop
         }
         finished.signal()
+    }
+
+    /// Raises the calling thread's nice value (on Linux a thread's own: `PRIO_PROCESS` with
+    /// 0 names the calling thread); always allowed, never undone.
+    private static func lowerPriority(by increment: Int32) {
+        errno = 0
+        let current = getpriority(__priority_which_t(PRIO_PROCESS.rawValue), 0)
+        guard errno == 0 else { return }
+        _ = setpriority(__priority_which_t(PRIO_PROCESS.rawValue), 0, min(19, current + increment))
     }
 
     /// Waits for jobs and takes them all; nil once stopped with nothing left.
