@@ -840,7 +840,7 @@ public final class DaemonServer: @unchecked Sendable {
         configuration.log(
             "migrated the store from schema version \(previous) to \(schemaVersion) (\(schema.fingerprint)) for \(Self.describe(hello.clientName)), sequence \(sequence)")
         projections = [:]
-        for version in Set(sessions.sessions.values.map(\.schemaVersion)) where version < schemaVersion {
+        for version in sessions.schemaVersions where version < schemaVersion {
             do {
                 projections[version] = try projection(version: version, fingerprint: nil)
             } catch {
@@ -881,7 +881,7 @@ public final class DaemonServer: @unchecked Sendable {
         }
         // For the sessions of earlier schema versions: a copy in their terms, under the same
         // topic followed by their version (docs/PROTOCOL.md, "Mixed schema versions").
-        let versions = Set(sessions.sessions.values.map(\.schemaVersion)).filter { $0 < schemaVersion }
+        let versions = sessions.schemaVersions.filter { $0 < schemaVersion }
         guard !versions.isEmpty, let decoded = try? WireMessage.decode(publication.message) else { return }
         for version in versions.sorted() {
             guard let projection = projections[version] else { continue }

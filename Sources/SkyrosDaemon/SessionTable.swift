@@ -22,8 +22,25 @@ struct SessionTable {
     /// again when told `helloRequired`), so a daemon serving short-lived clients for months
     /// does not grow without bound.
     let maximumSessions: Int
-    private(set) var sessions: [Data: Session] = [:]
+    private(set) var sessions: [Data: Session] = [:] {
+        didSet { versionCounts = nil }
+    }
     private var nextTopic: UInt8 = 1
+    /// How many sessions each schema version has, counted again after a change of
+    /// `sessions` (hellos and forgetting are rare; the daemon asks on every publish).
+    private var versionCounts: [UInt64: Int]?
+
+    /// The schema versions the sessions have, each once: O(1) while no session came or went,
+    /// however many sessions there are.
+    var schemaVersions: Dictionary<UInt64, Int>.Keys {
+        mutating get {
+            if let versionCounts { return versionCounts.keys }
+            var counts: [UInt64: Int] = [:]
+            for session in sessions.values { counts[session.schemaVersion, default: 0] += 1 }
+            versionCounts = counts
+            return counts.keys
+        }
+    }
 
     init(maximumSessions: Int) {
         self.maximumSessions = max(1, maximumSessions)

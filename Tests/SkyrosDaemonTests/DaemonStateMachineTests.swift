@@ -62,6 +62,24 @@ struct DaemonStateMachineTests {
         #expect(table.sessions.count == 1 && table[Data([1])] == nil)
     }
 
+    @Test("the schema versions of the sessions follow hellos, a changed version and forgetting")
+    func schemaVersions() {
+        var table = SessionTable(maximumSessions: 3)
+        #expect(table.schemaVersions.isEmpty)
+        _ = table.hello(Data([1]), hello(schemaVersion: 1), storeFingerprint: "f1")
+        _ = table.hello(Data([2]), hello(schemaVersion: 2), storeFingerprint: "f1")
+        #expect(Set(table.schemaVersions) == [1, 2])
+        _ = table.hello(Data([1]), hello(schemaVersion: 2), storeFingerprint: "f1")  // the same connection, newer
+        #expect(Set(table.schemaVersions) == [2])
+        _ = table.hello(Data([3]), hello(schemaVersion: 1), storeFingerprint: "f1")
+        #expect(Set(table.schemaVersions) == [1, 2])
+        table.forget(schemaVersion: 1)
+        #expect(Set(table.schemaVersions) == [2])
+        _ = table.hello(Data([4]), hello(schemaVersion: 3), storeFingerprint: "f1")
+        _ = table.hello(Data([5]), hello(schemaVersion: 1), storeFingerprint: "f1")  // past the maximum: the others forgotten
+        #expect(Set(table.schemaVersions) == [1])
+    }
+
     func committed(_ sequence: UInt64, topic: UInt8?) -> EventPublisher.Committed {
         let event = ChangeEvent(sequence: sequence, authorID: UUID(), author: "a")
         return EventPublisher.Committed(
