@@ -7,7 +7,14 @@ import SkyrosShared
 /// fetch all 2,000 objects of the store in a loop. Reported: the writer's save p99 with the
 /// flood against its p99 alone in the same run (target ≤ 3×), and the saves that failed.
 ///
-/// The processes are this executable in the hidden roles `flood-writer` and `flood-reader`.
+/// A third run puts the writer beside 4 processes that only burn the processor and never talk
+/// to the daemon: the same load on the machine's scheduler with no read work at all. Its p99 is
+/// the floor any flood of 4 busy processes puts under the writer's on this machine, whatever
+/// the daemon does (on 2 cores, each of the writer's and the daemon's thread wake-ups may wait
+/// for a busy process's time slice).
+///
+/// The processes are this executable in the hidden roles `flood-writer`, `flood-reader` and
+/// `flood-busy`.
 struct FloodBenchmark {
     let directory: URL
     let seconds: Double
@@ -30,15 +37,23 @@ struct FloodBenchmark {
         let flooded = try Self.launch(
             ["flood-writer"] + Array(repeating: "flood-reader", count: readers), target: folder.path,
             go: directory.appendingPathComponent("go-flood").path, seconds: seconds)
+        let busy = try Self.launch(
+            ["flood-writer"] + Array(repeating: "flood-busy", count: readers), target: folder.path,
+            go: directory.appendingPathComponent("go-busy").path, seconds: seconds)
         let aloneSaves = Self.numbers(after: "RESULT ", in: alone[0])
         let floodSaves = Self.numbers(after: "RESULT ", in: flooded[0])
+        let busySaves = Self.numbers(after: "RESULT ", in: busy[0])
         let reads = flooded.dropFirst().map { Self.numbers(after: "READS ", in: $0).first ?? 0 }.reduce(0, +)
         report(Row(name: "flood: writer save p99, 4 readers of \(objects) objects (vs alone)", unit: "us",
                    skyros: percentile(Array(floodSaves.dropFirst()), 99), baseline: percentile(Array(aloneSaves.dropFirst()), 99)))
         report(Row(name: "flood: writer save p50, 4 readers of \(objects) objects (vs alone)", unit: "us",
                    skyros: percentile(Array(floodSaves.dropFirst()), 50), baseline: percentile(Array(aloneSaves.dropFirst()), 50)))
+        report(Row(name: "flood: writer save p99, 4 readers (vs 4 busy processes that never use Skyros)", unit: "us",
+                   skyros: percentile(Array(floodSaves.dropFirst()), 99), baseline: percentile(Array(busySaves.dropFirst()), 99)))
         report(Row(name: "flood: writer saves/s, 4 readers (vs alone)", unit: "saves/s",
                    skyros: (floodSaves.first ?? 0) / seconds, baseline: (aloneSaves.first ?? 0) / seconds))
+        report(Row(name: "flood: writer saves/s, 4 readers (vs 4 busy processes that never use Skyros)", unit: "saves/s",
+                   skyros: (floodSaves.first ?? 0) / seconds, baseline: (busySaves.first ?? 0) / seconds))
         report(Row(name: "flood: writer saves failed, 4 readers (vs alone)", unit: "saves",
                    skyros: Self.numbers(after: "FAILED ", in: flooded[0]).first ?? -1,
                    baseline: Self.numbers(after: "FAILED ", in: alone[0]).first ?? -1))
@@ -99,6 +114,19 @@ struct FloodBenchmark {
             }
         }
         print("FAILED \(failed)")
+    }
+
+    /// A busy process: burns the processor for `seconds`, never touching the daemon.
+    static func busy(go: String, seconds: Double) {
+        print("READY")
+        fflush(nil)
+        ContentionBenchmark.waitForGo(go)
+        let end = Clock.now() + UInt64(seconds * 1e9)
+        var state: UInt64 = 0x9E37_79B9_7F4A_7C15
+        while Clock.now() < end {
+            for _ in 0..<10_000 { state = state &* 6_364_136_223_846_793_005 &+ 1_442_695_040_888_963_407 }
+        }
+        if state == 0 { print("unlikely") }  // keeps the loop
     }
 
     /// A reader: fetches every item (the 2,000 of the seed and the writer's) in a loop.

@@ -30,6 +30,9 @@ if arguments.count == 4, let seconds = Double(arguments[3]) {
     case "flood-reader":
         try FloodBenchmark.reader(container: arguments[1], go: arguments[2], seconds: seconds)
         exit(0)
+    case "flood-busy":
+        FloodBenchmark.busy(go: arguments[2], seconds: seconds)
+        exit(0)
     default:
         break
     }
