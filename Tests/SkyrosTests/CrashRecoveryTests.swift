@@ -194,7 +194,7 @@ struct CrashRecoveryTests {
         try makeTags(container, (0..<20).map { "t\($0)" })
         let watcher = try ChildProcess(["watcher", container.path, "w"])
         #expect(watcher.waitForLine("READY 20"))
-        kill(watcher.pid, SIGSTOP)
+        #expect(watcher.pause())
         let store = try Skyros(sharedStack: testSchema, container: container, timeout: 10)
         for number in 0..<saves {
             let label = "t\(number % 20)"
@@ -212,7 +212,7 @@ struct CrashRecoveryTests {
             executable: DaemonProcessTests.skyrosd, environment: ["NOTIFY_SOCKET": notify.path])
         #expect(notify.waitFor("READY=1"))
         try "\(contents.lastSequence)\n".write(to: container.appendingPathComponent("check-w"), atomically: true, encoding: .utf8)
-        kill(watcher.pid, SIGCONT)
+        watcher.resume()
         #expect(watcher.wait(seconds: 40) == .exited(0))
         #expect(digest(container, "w") == contents.digest.filter { $0.hasPrefix("tag ") })
         kill(restarted.pid, SIGTERM)

@@ -229,8 +229,9 @@ final class StoppableDaemon {
         try RemoteStore(schema: testSchema, container: GroupContainer(url: container), timeout: 1, retryInterval: 0.3)
     }
 
-    func pause() { kill(daemon.pid, SIGSTOP) }
-    func resume() { kill(daemon.pid, SIGCONT) }
+    /// Stops the daemon and returns once it is stopped (see ``ChildProcess/pause(seconds:)``).
+    func pause() { #expect(daemon.pause(), "skyrosd was not seen stopped") }
+    func resume() { daemon.resume() }
 
     func stop() {
         resume()

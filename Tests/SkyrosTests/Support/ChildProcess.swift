@@ -111,6 +111,31 @@ final class ChildProcess: @unchecked Sendable {
         return nil
     }
 
+    /// Stops the child with SIGSTOP and returns once it is stopped, as `waitpid` reports it
+    /// (WUNTRACED), within `seconds`: a signal takes effect when the child's threads next
+    /// leave the kernel, so a child that was running may go on for a moment after `kill`
+    /// returns (a request sent right away could still be answered). False when it was not
+    /// seen stopped in time (or ended).
+    @discardableResult
+    func pause(seconds: Double = 5) -> Bool {
+        guard kill(pid, SIGSTOP) == 0 else { return false }
+        let deadline = Date().addingTimeInterval(seconds)
+        var status: Int32 = 0
+        while Date() < deadline {
+            let result = waitpid(pid, &status, WNOHANG | WUNTRACED)
+            if result == pid {
+                if status & 0xff == 0x7f { return true }  // WIFSTOPPED
+                reaped = true  // it ended instead
+                return false
+            }
+            usleep(1_000)
+        }
+        return false
+    }
+
+    /// Lets a child stopped by ``pause(seconds:)`` go on.
+    func resume() { kill(pid, SIGCONT) }
+
     deinit {
         if !reaped {
             kill(pid, SIGKILL)
