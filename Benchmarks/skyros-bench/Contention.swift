@@ -46,8 +46,9 @@ struct ContentionBenchmark {
                        skyros: skyros.rate, baseline: direct.rate))
             report(Row(name: "contention: \(count) clients, save p99", unit: "us",
                        skyros: percentile(skyros.latencies, 99), baseline: percentile(direct.latencies, 99)))
-            // Direct SQLite's latencies have a long tail past its p99 (SQLite's busy handler sleeps
-            // 1, 2, 5, 10… ms while another process holds the write lock): the mean and p99.9 show it.
+            // Direct SQLite's latencies have a long tail past its p99, even past its p99.9 (SQLite's
+            // busy handler sleeps 1, 2, 5, 10… ms while another process holds the write lock):
+            // its mean shows it.
             report(Row(name: "contention: \(count) clients, save p99.9", unit: "us",
                        skyros: percentile(skyros.latencies, 99.9), baseline: percentile(direct.latencies, 99.9)))
             report(Row(name: "contention: \(count) clients, save mean", unit: "us",

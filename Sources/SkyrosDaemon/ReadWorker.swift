@@ -6,11 +6,11 @@ import SkyrosWire
 /// a reader connection of the store's pool (WAL: it reads beside the serve loop's commits),
 /// so that saves are never queued behind read work, however much of it members ask for.
 ///
-/// Its thread runs at a lower priority than the daemon's others (``niceIncrement``): when
-/// the machine is busy, the commits and the replies of the serve loop get the processor
-/// first, and reads wait (with 4 processes fetching 2,000 objects in a loop beside a writer
-/// on 2 cores, the writer's saves per second went from 0.33× to 0.59× of its rate alone, its
-/// save p99 from 11 to 9 ms; the reads from 62 to 43 fetches per second).
+/// Its thread runs at a lower priority than the daemon's others (its nice value
+/// ``niceIncrement`` higher): when the machine is busy, the commits and the replies of the
+/// serve loop get the processor first, and reads wait (with 4 processes fetching 2,000
+/// objects in a loop beside a writer on 2 cores, the writer's saves per second went from
+/// 0.33× to about 0.5–0.6× of its rate alone; the reads from 62 to 41–51 fetches per second).
 ///
 /// The serve loop hands it requests with ``submit(_:)``; the encoded replies come back
 /// through ``takeReplies()``, and ``wakeDescriptor`` becomes readable when there are some

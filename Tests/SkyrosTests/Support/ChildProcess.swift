@@ -91,18 +91,26 @@ final class ChildProcess: @unchecked Sendable {
         case signalled(Int32)
     }
 
+    /// How the process ended, once reaped (by ``wait(seconds:)`` or ``pause(seconds:)``).
+    private var ending: Ending?
+
+    private func reap(_ status: Int32) -> Ending {
+        reaped = true
+        let signal = status & 0x7f
+        let ended: Ending = signal == 0 ? .exited((status >> 8) & 0xff) : .signalled(signal)
+        ending = ended
+        return ended
+    }
+
     /// Waits for the process to end; kills it (SIGKILL, by pid) after `seconds` and returns nil.
     @discardableResult
     func wait(seconds: Double = 20) -> Ending? {
+        if reaped { return ending }
         let deadline = Date().addingTimeInterval(seconds)
         var status: Int32 = 0
         while Date() < deadline {
             let result = waitpid(pid, &status, WNOHANG)
-            if result == pid {
-                reaped = true
-                let signal = status & 0x7f
-                return signal == 0 ? .exited((status >> 8) & 0xff) : .signalled(signal)
-            }
+            if result == pid { return reap(status) }
             usleep(10_000)
         }
         kill(pid, SIGKILL)
@@ -112,20 +120,21 @@ final class ChildProcess: @unchecked Sendable {
     }
 
     /// Stops the child with SIGSTOP and returns once it is stopped, as `waitpid` reports it
-    /// (WUNTRACED), within `seconds`: a signal takes effect when the child's threads next
-    /// leave the kernel, so a child that was running may go on for a moment after `kill`
-    /// returns (a request sent right away could still be answered). False when it was not
-    /// seen stopped in time (or ended).
+    /// (WUNTRACED, once the whole thread group stopped), within `seconds`. `kill` returns
+    /// before that: one of the child's threads takes the signal and then stops the others, so
+    /// under load the others may go on for a while (a request sent right away could still be
+    /// answered). False when it was not seen stopped in time, or ended (its ending is kept for
+    /// ``wait(seconds:)``).
     @discardableResult
     func pause(seconds: Double = 5) -> Bool {
-        guard kill(pid, SIGSTOP) == 0 else { return false }
+        guard !reaped, kill(pid, SIGSTOP) == 0 else { return false }
         let deadline = Date().addingTimeInterval(seconds)
         var status: Int32 = 0
         while Date() < deadline {
             let result = waitpid(pid, &status, WNOHANG | WUNTRACED)
             if result == pid {
                 if status & 0xff == 0x7f { return true }  // WIFSTOPPED
-                reaped = true  // it ended instead
+                _ = reap(status)  // it ended instead
                 return false
             }
             usleep(1_000)
@@ -134,7 +143,10 @@ final class ChildProcess: @unchecked Sendable {
     }
 
     /// Lets a child stopped by ``pause(seconds:)`` go on.
-    func resume() { kill(pid, SIGCONT) }
+    func resume() {
+        guard !reaped else { return }
+        kill(pid, SIGCONT)
+    }
 
     deinit {
         if !reaped {
