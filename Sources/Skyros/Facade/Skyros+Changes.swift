@@ -85,7 +85,11 @@ extension Skyros {
     func merge(_ changes: [StoreChange], publishing: Bool) {
         guard !changes.isEmpty else { return }
         let main = mainContext
-        main.performAndWait { [self] in
+        // ``changes`` delivers them once the main context is free again: a consumer that
+        // reads the main context as soon as it is told (the usual thing to do) then finds it
+        // idle, instead of waking only to wait for the end of this merge.
+        defer { if publishing { for change in changes { changeObservers.yield(change) } } }
+        main.performAndWait {
             let observed = main.reference.isObserved
             var merged = ContextChanges(kind: .merged)
             var reload = false
@@ -117,7 +121,6 @@ extension Skyros {
                     }
                     for id in change.deleted { main.forgetDeleted(id) }
                 }
-                if publishing { changeObservers.yield(change) }
             }
             guard observed else { return }
             if reload {
