@@ -23,22 +23,21 @@ struct SessionTable {
     /// does not grow without bound.
     let maximumSessions: Int
     private(set) var sessions: [Data: Session] = [:] {
-        didSet { versionCounts = nil }
+        didSet { knownVersions = nil }
     }
     private var nextTopic: UInt8 = 1
-    /// How many sessions each schema version has, counted again after a change of
-    /// `sessions` (hellos and forgetting are rare; the daemon asks on every publish).
-    private var versionCounts: [UInt64: Int]?
+    /// ``schemaVersions``, gathered again after a change of `sessions` (hellos and forgetting
+    /// are rare; the daemon asks on every publish).
+    private var knownVersions: Set<UInt64>?
 
-    /// The schema versions the sessions have, each once: O(1) while no session came or went,
-    /// however many sessions there are.
-    var schemaVersions: Dictionary<UInt64, Int>.Keys {
+    /// The schema versions the sessions have: O(1) while no session came or went, however
+    /// many sessions there are.
+    var schemaVersions: Set<UInt64> {
         mutating get {
-            if let versionCounts { return versionCounts.keys }
-            var counts: [UInt64: Int] = [:]
-            for session in sessions.values { counts[session.schemaVersion, default: 0] += 1 }
-            versionCounts = counts
-            return counts.keys
+            if let knownVersions { return knownVersions }
+            let versions = Set(sessions.values.map(\.schemaVersion))
+            knownVersions = versions
+            return versions
         }
     }
 
