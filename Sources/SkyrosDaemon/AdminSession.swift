@@ -150,7 +150,7 @@ public final class AdminSessions: @unchecked Sendable {
             return .historyReply(page.entries, more: page.more)
         case .describeSchema:
             guard let store = state.store else { return .schemaReply(description: "", fingerprint: "", version: 0) }
-            let json = String(decoding: try store.schema.schemaDescription.canonicalJSON(), as: UTF8.self)
+            let json = try store.schema.schemaDescription.canonicalText()
             return .schemaReply(description: json, fingerprint: store.schema.fingerprint, version: state.schemaVersion)
         case .metrics:
             updateGauges(state)

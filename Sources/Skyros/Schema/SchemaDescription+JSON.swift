@@ -49,6 +49,11 @@ extension SchemaDescription {
         return writer.bytes
     }
 
+    /// The canonical JSON as text: what a store records, and an admin session describes.
+    package func canonicalText() throws -> String {
+        String(decoding: try canonicalBytes(), as: UTF8.self)
+    }
+
     /// A description read from JSON: a recorded one or a hello's. Any JSON text with the
     /// description's keys and value types is accepted; throws a `DecodingError` naming the
     /// place of the first problem otherwise.

@@ -146,7 +146,7 @@ extension SQLiteStore {
                     version INTEGER PRIMARY KEY NOT NULL, fingerprint TEXT NOT NULL, description TEXT NOT NULL, date TEXT NOT NULL)
                 """)
         }
-        let description = try json ?? canonicalDescription(schema)
+        let description = try json ?? schema.schemaDescription.canonicalText()
         // Stepped directly, as the statements of a save (GRDB's execute adds its bookkeeping).
         try query(
             db, "INSERT OR REPLACE INTO skyros_schema (version, fingerprint, description, date) VALUES (?, ?, ?, ?)",
@@ -167,7 +167,7 @@ extension SQLiteStore {
 
     /// Makes `schema` at its version the store's current schema in `skyros_metadata` and the history.
     static func recordCurrent(_ schema: Schema, historyExists: Bool = false, _ db: Database) throws {
-        let description = try canonicalDescription(schema)
+        let description = try schema.schemaDescription.canonicalText()
         // An upsert, not INSERT OR REPLACE: a key already there keeps its row, so its index
         // (the key's) is not rewritten, one page less for the commit and the checkpoint.
         try query(
@@ -179,11 +179,6 @@ extension SQLiteStore {
             [.text(schema.fingerprint), .text(description), .text(String(schema.version))]
         ) { _ in }
         try record(schema, version: schema.version, json: description, historyExists: historyExists, db)
-    }
-
-    /// The canonical description of a schema, as recorded (JSON).
-    static func canonicalDescription(_ schema: Schema) throws -> String {
-        String(decoding: try schema.schemaDescription.canonicalBytes(), as: UTF8.self)
     }
 
     /// Whether a migration from `stored` through `milestones` may meet foreign keys (the
