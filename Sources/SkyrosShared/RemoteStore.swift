@@ -1,10 +1,13 @@
 import Foundation
 import Skyros
 import SkyrosWire
-import CZeroMQ
 import SkyrosZeroMQ
 
 /// The store of a shared stack: the group's daemon, reached over ZeroMQ (docs/PROTOCOL.md).
+///
+/// The client's two sockets (`DEALER` for requests, `SUB` for events) speak ZMTP 3.0 on the
+/// socket files themselves (``ZMTPSocket``), on the threads that use them: a save is one
+/// `send` and its reply wakes the saver directly, with no I/O thread between them.
 ///
 /// Requests are answered from the daemon's committed state. Change events of other clients
 /// are received on a background thread and handed to ``onChange``, in sequence order, with
@@ -70,12 +73,11 @@ public final class RemoteStore: PersistentStore, @unchecked Sendable {
     /// Serialises the resolution of an unknown save between the event thread and savers.
     private let resolving = NSLock()
 
-    private let zmq: ZeroMQContext
     private let lock = NSLock()
-    private var dealer: ZeroMQSocket
+    private let dealer: ZMTPSocket
     private var nextRequestID: UInt64 = 1
     private var saveNumber: UInt64 = 0
-    private let events: ZeroMQSocket
+    private let events: ZMTPSocket
     private let eventsLock = NSLock()
     private var _onChange: (@Sendable ([ChangeEvent]) -> Void)?
     private var _onRestart: (@Sendable () -> Void)?
@@ -137,8 +139,10 @@ public final class RemoteStore: PersistentStore, @unchecked Sendable {
     ///   - timeout: how long a request waits for the daemon, in all.
     ///   - retryInterval: how long one attempt waits for its reply before the request is sent
     ///     again on a new connection.
-    ///   - eventQueueLimit: how many change events may wait to be received (ZeroMQ's receive
-    ///     high-water mark); events past it are dropped and fetched from the history instead.
+    ///   - eventQueueLimit: how many received change-event messages the event thread reads
+    ///     ahead of merging them; past it, events wait in the kernel's socket buffer, then in
+    ///     the daemon's queue for this client (``WireProtocol/highWaterMark`` messages), which
+    ///     drops what does not fit: those are fetched from the history instead.
     ///   - eventSocketBufferBytes: the kernel receive buffer of the event socket, when not
     ///     the system's default (small values make drops, and catching up, happen sooner).
     public init(
@@ -160,19 +164,21 @@ public final class RemoteStore: PersistentStore, @unchecked Sendable {
         sequencer = EventSequencer(
             clientID: clientID, welcome: WireMessage.Welcome(sequence: 0, eventTopic: 0, storeEpoch: ChangeEvent.noAuthor, schemaVersion: 0))
         try container.checkAccess()
-        zmq = try ZeroMQContext()
         // Subscribe first, then ask for the state (ZeroMQ guide, Clone pattern).
-        events = try ZeroMQSocket(context: zmq, kind: .subscriber)
-        try events.setMaximumMessageSize(Int64(WireProtocol.maximumMessageSize))
-        try events.setReceiveHighWaterMark(eventQueueLimit)
-        if let eventSocketBufferBytes { try events.setOption(ZMQ_RCVBUF, eventSocketBufferBytes) }
-        try events.subscribe()
-        try events.connect(container.eventsEndpoint)
-        dealer = try Self.makeDealer(zmq, container)
+        events = try ZMTPSocket(
+            kind: .subscriber, endpoint: container.eventsEndpoint, maximumMessageSize: WireProtocol.maximumMessageSize,
+            receiveBufferBytes: eventSocketBufferBytes, receiveQueueLimit: Int(eventQueueLimit))
+        events.subscribe()
+        events.open()
+        dealer = try ZMTPSocket(
+            kind: .dealer, endpoint: container.requestsEndpoint, maximumMessageSize: WireProtocol.maximumMessageSize)
         let reply = try request(.hello(helloMessage))
         guard case .welcome(let welcome) = reply else {
             throw SkyrosError(.malformedMessage, "the daemon answered hello with a \(reply.kind) message")
         }
+        // The event connection's handshake has come back by now: subscribe without waiting
+        // for the event thread (which starts when someone listens).
+        _ = events.waitForInput(milliseconds: 0)
         sequencer = EventSequencer(clientID: clientID, welcome: welcome)
         delivered = welcome.sequence
         eventTopic = welcome.eventTopic
@@ -217,13 +223,6 @@ public final class RemoteStore: PersistentStore, @unchecked Sendable {
         _ = write(wakePipe.write, &byte, 1)  // a full pipe already wakes it
     }
 
-    private static func makeDealer(_ zmq: ZeroMQContext, _ container: GroupContainer) throws -> ZeroMQSocket {
-        let socket = try ZeroMQSocket(context: zmq, kind: .dealer)
-        try socket.setMaximumMessageSize(Int64(WireProtocol.maximumMessageSize))
-        try socket.connect(container.requestsEndpoint)
-        return socket
-    }
-
     /// Called on a background thread with the change events of other clients, in order, a
     /// run of consecutive ones at a time (under load the daemon publishes several commits in
     /// one message: they are merged in one go). Setting it starts listening.
@@ -248,22 +247,17 @@ public final class RemoteStore: PersistentStore, @unchecked Sendable {
             var lastHeard = Date()
             while true {
                 // The socket is held while waiting, the store is not.
-                let socket: ZeroMQSocket
+                let socket: ZMTPSocket
                 do {
                     guard let store = self, !store.isStopped else { break }
-                    try? store.subscribeToOthers()
+                    store.subscribeToOthers()
                     socket = store.events
                 }
                 // Until the end of the silence interval, an event or heartbeat, or a wake-up.
                 let left = Int((silence - Date().timeIntervalSince(lastHeard)) * 1000) + 1
-                let ready: (socket: Bool, descriptor: Bool)
-                do {
-                    ready = wake >= 0
-                        ? try socket.waitForInput(orDescriptor: wake, milliseconds: max(1, left))
-                        : (try socket.waitForInput(milliseconds: min(50, max(1, left))), false)
-                } catch {
-                    continue
-                }
+                let ready: (socket: Bool, descriptor: Bool) = wake >= 0
+                    ? socket.waitForInput(orDescriptor: wake, milliseconds: max(1, left))
+                    : (socket.waitForInput(milliseconds: min(50, max(1, left))), false)
                 if ready.descriptor {
                     var bytes = [UInt8](repeating: 0, count: 64)
                     while read(wake, &bytes, bytes.count) > 0 {}
@@ -283,8 +277,7 @@ public final class RemoteStore: PersistentStore, @unchecked Sendable {
                     }
                     lastHeard = Date()
                     // Two frames: the topic, then the message.
-                    let frames = try socket.receive(dontWait: true)
-                    guard frames.count == 2, let frame = frames.last, self.isOwnVersion(topicFrame: frames[0]) else { continue }
+                    guard let frames = socket.receive(), frames.count == 2, let frame = frames.last, self.isOwnVersion(topicFrame: frames[0]) else { continue }
                     let received: [ChangeEvent]
                     switch try WireMessage.decode([UInt8](frame)).body {
                     case .event(let event): received = [event]
@@ -311,16 +304,16 @@ public final class RemoteStore: PersistentStore, @unchecked Sendable {
     /// Subscribes the event socket to every topic but the current connection's own (whose
     /// events are this client's saves), once the topic is known or when it changed (a new
     /// connection said hello). Called on the event thread only, which owns the socket.
-    private func subscribeToOthers() throws {
+    private func subscribeToOthers() {
         let (wanted, current) = eventsLock.withLock { (eventTopic, unsubscribedTopic) }
         guard let wanted, wanted != current else { return }
         eventsLock.withLock { unsubscribedTopic = wanted }
         if let current {
-            try events.subscribe(Data([current]))  // someone else's now
-            try events.unsubscribe(Data([wanted]))
+            events.subscribe(Data([current]))  // someone else's now
+            events.unsubscribe(Data([wanted]))
         } else {
-            for topic in UInt8.min...UInt8.max where topic != wanted { try events.subscribe(Data([topic])) }
-            try events.unsubscribe()  // the prefix "" of the first subscription, to everything
+            for topic in UInt8.min...UInt8.max where topic != wanted { events.subscribe(Data([topic])) }
+            events.unsubscribe()  // the prefix "" of the first subscription, to everything
         }
     }
 
@@ -418,10 +411,7 @@ public final class RemoteStore: PersistentStore, @unchecked Sendable {
                         "the daemon of \(container.url.path) did not answer within \(timeout) seconds (is skyrosd running?)")
                 }
                 do {
-                    if newConnection {
-                        dealer.close()
-                        dealer = try Self.makeDealer(zmq, container)
-                    }
+                    if newConnection { dealer.close() }
                     if sayHelloFirst {
                         try sayHelloAgain(wait: wait.timeInterval)
                         attempts.welcomed()
@@ -443,14 +433,13 @@ public final class RemoteStore: PersistentStore, @unchecked Sendable {
         let id = nextRequestID
         requestsSent[body.kind, default: 0] += 1
         nextRequestID += 1
-        try dealer.send([Data(WireMessage(requestID: id, body: body).encoded())])
+        dealer.send([Data(WireMessage(requestID: id, body: body).encoded())])
         requestWentOut = true
         let deadline = Date().addingTimeInterval(wait)
         while Date() < deadline {
             let remaining = max(1, Int(deadline.timeIntervalSinceNow * 1000))
-            guard try dealer.waitForInput(milliseconds: remaining) else { break }
-            let frames = try dealer.receive(dontWait: true)
-            guard let frame = frames.last, let reply = try? WireMessage.decode([UInt8](frame)) else { continue }
+            guard dealer.waitForInput(milliseconds: remaining) else { break }
+            guard let frame = dealer.receive()?.last, let reply = try? WireMessage.decode([UInt8](frame)) else { continue }
             if reply.requestID == 0, case .error(let code, let message) = reply.body {
                 throw SkyrosError(SkyrosError.Code(rawValue: code), message)
             }

@@ -1,0 +1,473 @@
+import Foundation
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// The client end of a ZeroMQ `DEALER` or `SUB` socket on a Unix-domain socket file (an
+/// `ipc://` endpoint), speaking ZMTP 3.0 with the NULL mechanism (rfc.zeromq.org/spec/23)
+/// itself, on the calling thread.
+///
+/// libzmq runs every socket's I/O on a thread of its own: each message a client sends or
+/// receives wakes that thread, which then wakes the caller. A client that makes one request at
+/// a time pays those two thread hops on each one (about a third of a shared-stack client's
+/// processor time per save). This socket writes and reads the connection itself: a request is
+/// one `send` system call, and its reply wakes the waiting thread directly. The daemon's side
+/// is libzmq's `ROUTER` and `PUB`, unchanged; to them this is any ZMTP 3.0 peer.
+///
+/// It behaves as libzmq's connecting socket does where a client can tell:
+/// - it connects when first used, and again ``reconnectInterval`` after a connection failed
+///   or was closed by the peer (libzmq's `ZMQ_RECONNECT_IVL`), while the caller waits or sends;
+/// - a message sent while there is no connection, or before the peer's READY command came
+///   (libzmq closes a connection whose message arrives before it sent its own READY), waits
+///   for the connection to be ready; a message the
+///   connection was lost in the middle of is sent again whole on the next one (its part that
+///   went out is discarded by the peer with the connection);
+/// - a `SUB` socket sends its subscriptions again on each new connection;
+/// - a frame larger than its maximum message size closes the connection (`ZMQ_MAXMSGSIZE`).
+///
+/// Not thread-safe: use it from one thread at a time. Nothing in it blocks past the timeout a
+/// caller gives: the descriptor is non-blocking and every wait is a bounded `poll`. Writes use
+/// `MSG_NOSIGNAL`: a peer that went away is a lost connection, never a `SIGPIPE`.
+package final class ZMTPSocket {
+    /// The socket types a client uses.
+    package enum Kind: Sendable {
+        case dealer, subscriber
+
+        /// The `Socket-Type` property of the READY command.
+        var name: String { self == .dealer ? "DEALER" : "SUB" }
+    }
+
+    /// What this socket is to the peer.
+    package let kind: Kind
+    /// The socket file it connects to.
+    package let path: String
+    /// How long after a failed or lost connection the next one is tried (libzmq's default).
+    package static let reconnectInterval: UInt64 = 100_000_000
+    /// For tests: how many connections were made (each handshake sent counts).
+    package private(set) var connectionsMade = 0
+    /// Whether a connection is open (it may still be handshaking).
+    package var isConnected: Bool { descriptor >= 0 }
+    /// Whether the peer's READY command came on the connection: messages may go out.
+    package private(set) var isReady = false
+
+    private let maximumMessageSize: Int
+    private let receiveBufferBytes: Int32?
+    private let receiveQueueLimit: Int
+    private var descriptor: Int32 = -1
+    /// When the next connection may be tried (monotonic nanoseconds).
+    private var nextConnect: UInt64 = 0
+    /// Whether the peer's greeting was read on this connection.
+    private var greeted = false
+    /// Bytes read and not parsed yet (from `inputStart`).
+    private var input: [UInt8] = []
+    private var inputStart = 0
+    /// The frames of the message being received.
+    private var frames: [Data] = []
+    /// Whole messages received and not handed out yet (from `receivedStart`).
+    private var received: [[Data]] = []
+    private var receivedStart = 0
+    /// What to write on the current connection, in order, the first one `outputOffset` bytes
+    /// in; `isMessage` tells a caller's message (sent again on a new connection if not wholly
+    /// written) from the handshake and subscriptions (which each connection makes anew).
+    private var output: [(bytes: [UInt8], isMessage: Bool)] = []
+    private var outputOffset = 0
+    /// Messages waiting for a connection.
+    private var waiting: [[UInt8]] = []
+    /// The subscriptions of a `SUB` socket, in the order they were made.
+    private var subscriptions: [Data] = []
+    /// Where `recv` reads to.
+    private let chunk = UnsafeMutableRawBufferPointer.allocate(byteCount: 65_536, alignment: 8)
+
+    /// A socket of `kind` for the socket file of `endpoint` (`ipc://PATH`); it connects when
+    /// first used.
+    ///
+    /// - Parameters:
+    ///   - maximumMessageSize: a larger frame from the peer closes the connection.
+    ///   - receiveBufferBytes: the kernel receive buffer (`SO_RCVBUF`), when not the system's.
+    ///   - receiveQueueLimit: it stops reading while this many received messages wait for the
+    ///     caller (one read may bring in more); meanwhile messages wait in the kernel's
+    ///     buffer, then in the peer's queue.
+    package init(
+        kind: Kind, endpoint: String, maximumMessageSize: Int, receiveBufferBytes: Int32? = nil,
+        receiveQueueLimit: Int = 1_000
+    ) throws {
+        let scheme = "ipc://"
+        guard endpoint.hasPrefix(scheme) else {
+            throw ZeroMQError(code: EPROTONOSUPPORT, operation: "connect \(endpoint)")
+        }
+        let path = String(endpoint.dropFirst(scheme.count))
+        guard path.utf8.count < MemoryLayout.size(ofValue: sockaddr_un().sun_path) else {
+            throw ZeroMQError(code: ENAMETOOLONG, operation: "connect \(endpoint)")
+        }
+        self.kind = kind
+        self.path = path
+        self.maximumMessageSize = maximumMessageSize
+        self.receiveBufferBytes = receiveBufferBytes
+        self.receiveQueueLimit = max(1, receiveQueueLimit)
+    }
+
+    deinit {
+        close()
+        chunk.deallocate()
+    }
+
+    /// Closes the connection and forgets everything not yet sent or received; the next use
+    /// connects anew (what closing a libzmq socket and making another one does).
+    package func close() {
+        dropConnection()
+        output = []
+        outputOffset = 0
+        waiting = []
+        received = []
+        receivedStart = 0
+        nextConnect = 0
+    }
+
+    /// Connects now (rather than when first used) and writes the handshake; a failure leaves
+    /// the next try to the next use.
+    package func open() {
+        connectIfDue()
+        flush()
+    }
+
+    // MARK: Messages
+
+    /// Sends a message (its frames); it goes out now, or on the next connection.
+    package func send(_ message: [Data]) {
+        precondition(!message.isEmpty, "a message has at least one frame")
+        var bytes: [UInt8] = []
+        bytes.reserveCapacity(message.reduce(0) { $0 + $1.count + 9 })
+        for (index, frame) in message.enumerated() {
+            Self.appendHeader(to: &bytes, size: frame.count, more: index < message.count - 1, command: false)
+            bytes.append(contentsOf: frame)
+        }
+        connectIfDue()
+        guard isReady else {
+            waiting.append(bytes)
+            return
+        }
+        output.append((bytes, true))
+        flush()
+    }
+
+    /// The next message received, if one is here (see ``waitForInput(milliseconds:)``).
+    package func receive() -> [Data]? {
+        guard receivedStart < received.count else { return nil }
+        let message = received[receivedStart]
+        receivedStart += 1
+        if receivedStart == received.count {
+            received.removeAll(keepingCapacity: true)
+            receivedStart = 0
+        }
+        return message
+    }
+
+    /// Waits until a message can be received, for at most `milliseconds` (-1: forever),
+    /// connecting and writing what waits meanwhile.
+    package func waitForInput(milliseconds: Int) -> Bool {
+        wait(orDescriptor: -1, milliseconds: milliseconds).socket
+    }
+
+    /// Waits until a message can be received or `descriptor` (a file descriptor) is readable,
+    /// for at most `milliseconds` (-1: forever); returns which of the two are ready.
+    package func waitForInput(orDescriptor descriptor: Int32, milliseconds: Int) -> (socket: Bool, descriptor: Bool) {
+        wait(orDescriptor: descriptor, milliseconds: milliseconds)
+    }
+
+    // MARK: Subscriptions
+
+    /// Subscribes a `SUB` socket to messages whose first frame starts with `prefix` (empty:
+    /// all); each connection sends the subscriptions again.
+    package func subscribe(_ prefix: Data = Data()) {
+        guard !subscriptions.contains(prefix) else { return }
+        subscriptions.append(prefix)
+        sendSubscription(prefix, subscribe: true)
+    }
+
+    /// Removes a subscription made with ``subscribe(_:)``.
+    package func unsubscribe(_ prefix: Data = Data()) {
+        guard let index = subscriptions.firstIndex(of: prefix) else { return }
+        subscriptions.remove(at: index)
+        sendSubscription(prefix, subscribe: false)
+    }
+
+    /// ZMTP 3.0's subscription message: a frame of 1 (subscribe) or 0 (cancel), then the prefix.
+    private func sendSubscription(_ prefix: Data, subscribe: Bool) {
+        guard isReady else { return }
+        var bytes: [UInt8] = []
+        Self.appendSubscription(to: &bytes, prefix, subscribe: subscribe)
+        output.append((bytes, false))
+        flush()
+    }
+
+    private static func appendSubscription(to bytes: inout [UInt8], _ prefix: Data, subscribe: Bool) {
+        appendHeader(to: &bytes, size: prefix.count + 1, more: false, command: false)
+        bytes.append(subscribe ? 1 : 0)
+        bytes.append(contentsOf: prefix)
+    }
+
+    // MARK: The connection
+
+    private static func now() -> UInt64 {
+        var time = timespec()
+        clock_gettime(CLOCK_MONOTONIC, &time)
+        return UInt64(time.tv_sec) * 1_000_000_000 + UInt64(time.tv_nsec)
+    }
+
+    private func connectIfDue() {
+        guard descriptor < 0, Self.now() >= nextConnect else { return }
+        connect()
+    }
+
+    /// Opens a connection and queues the handshake (greeting, READY); the subscriptions and
+    /// the messages that wait go out once the peer's READY came (``peerIsReady()``). On
+    /// failure, the next try is due after the interval.
+    private func connect() {
+        let socketType = Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue) | Int32(SOCK_NONBLOCK.rawValue)
+        let fd = socket(AF_UNIX, socketType, 0)
+        guard fd >= 0 else {
+            nextConnect = Self.now() + Self.reconnectInterval
+            return
+        }
+        if var size = receiveBufferBytes {
+            _ = setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &size, socklen_t(MemoryLayout<Int32>.size))
+        }
+        var address = sockaddr_un()
+        address.sun_family = sa_family_t(AF_UNIX)
+        withUnsafeMutableBytes(of: &address.sun_path) { raw in
+            for (index, byte) in path.utf8.enumerated() { raw[index] = byte }
+        }
+        let connected = withUnsafePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
+                Glibc.connect(fd, $0, socklen_t(MemoryLayout<sockaddr_un>.size))
+            }
+        }
+        // A Unix-domain connect completes at once, or fails (no listener, a full backlog).
+        guard connected == 0 else {
+            Glibc.close(fd)
+            nextConnect = Self.now() + Self.reconnectInterval
+            return
+        }
+        descriptor = fd
+        connectionsMade += 1
+        var handshake = Self.greeting
+        Self.appendReady(to: &handshake, socketType: kind.name)
+        output = [(handshake, false)]
+        outputOffset = 0
+    }
+
+    /// The peer's READY came: the subscriptions, then the messages that waited, go out.
+    private func peerIsReady() {
+        isReady = true
+        var subscribing: [UInt8] = []
+        for prefix in subscriptions { Self.appendSubscription(to: &subscribing, prefix, subscribe: true) }
+        if !subscribing.isEmpty { output.append((subscribing, false)) }
+        output += waiting.map { ($0, true) }
+        waiting = []
+    }
+
+    /// Closes the connection: what was not wholly written of the caller's messages waits for
+    /// the next one, due after the interval; what was read of an incomplete message is lost.
+    private func dropConnection() {
+        guard descriptor >= 0 else { return }
+        Glibc.close(descriptor)
+        descriptor = -1
+        greeted = false
+        isReady = false
+        input = []
+        inputStart = 0
+        frames = []
+        waiting = output.filter(\.isMessage).map(\.bytes) + waiting
+        output = []
+        outputOffset = 0
+        nextConnect = Self.now() + Self.reconnectInterval
+    }
+
+    /// Writes what the connection takes without blocking.
+    private func flush() {
+        while descriptor >= 0, let first = output.first {
+            let sent = first.bytes.withUnsafeBytes { raw in
+                Glibc.send(
+                    descriptor, raw.baseAddress! + outputOffset, raw.count - outputOffset,
+                    Int32(MSG_NOSIGNAL) | Int32(MSG_DONTWAIT))
+            }
+            if sent > 0 {
+                outputOffset += sent
+                if outputOffset == first.bytes.count {
+                    output.removeFirst()
+                    outputOffset = 0
+                }
+            } else if sent < 0 && errno == EINTR {
+                continue
+            } else if sent < 0 && (errno == EAGAIN || errno == EWOULDBLOCK) {
+                return
+            } else {
+                dropConnection()
+            }
+        }
+    }
+
+    /// Reads what has arrived (up to the receive queue's limit) and parses it.
+    private func readAvailable() {
+        while descriptor >= 0, received.count - receivedStart < receiveQueueLimit {
+            let count = recv(descriptor, chunk.baseAddress, chunk.count, Int32(MSG_DONTWAIT))
+            if count > 0 {
+                input.append(contentsOf: UnsafeRawBufferPointer(rebasing: chunk[0..<count]))
+                guard parse() else {
+                    dropConnection()
+                    return
+                }
+                if count < chunk.count { return }  // drained; poll says when there is more
+            } else if count < 0 && errno == EINTR {
+                continue
+            } else if count < 0 && (errno == EAGAIN || errno == EWOULDBLOCK) {
+                return
+            } else {
+                dropConnection()  // closed by the peer, or failed
+            }
+        }
+    }
+
+    private func wait(orDescriptor other: Int32, milliseconds: Int) -> (socket: Bool, descriptor: Bool) {
+        let deadline: UInt64? = milliseconds < 0 ? nil : Self.now() + UInt64(milliseconds) * 1_000_000
+        var first = true
+        while true {
+            if receivedStart < received.count { return (true, false) }
+            connectIfDue()
+            flush()
+            let now = Self.now()
+            if !first, let deadline, now >= deadline { return (false, false) }
+            first = false
+            // Until the deadline, or the next connection try while there is none.
+            var until = deadline
+            if descriptor < 0 { until = min(until ?? .max, nextConnect) }
+            let timeout = until.map { $0 > now ? Int32(clamping: ($0 - now + 999_999) / 1_000_000) : 0 } ?? -1
+            var items = [pollfd(fd: descriptor, events: Int16(POLLIN), revents: 0)]
+            if !output.isEmpty { items[0].events |= Int16(POLLOUT) }
+            if other >= 0 { items.append(pollfd(fd: other, events: Int16(POLLIN), revents: 0)) }
+            // A negative descriptor is ignored by poll (no connection: only the timeout counts).
+            let ready = poll(&items, nfds_t(items.count), timeout)
+            if ready < 0 {
+                if errno == EINTR { continue }
+                return (false, false)
+            }
+            let socketEvents = items[0].revents
+            if socketEvents & Int16(POLLOUT) != 0 { flush() }
+            if socketEvents & Int16(POLLIN | POLLHUP | POLLERR) != 0 { readAvailable() }
+            let otherReady = other >= 0 && items[1].revents != 0
+            if otherReady || receivedStart < received.count {
+                return (receivedStart < received.count, otherReady)
+            }
+        }
+    }
+
+    // MARK: ZMTP 3.0
+
+    /// The greeting: signature, version 3.0, the NULL mechanism, as a client.
+    private static let greeting: [UInt8] = {
+        var bytes = [UInt8](repeating: 0, count: 64)
+        bytes[0] = 0xFF
+        bytes[9] = 0x7F
+        bytes[10] = 3
+        bytes[11] = 0
+        for (index, byte) in "NULL".utf8.enumerated() { bytes[12 + index] = byte }
+        return bytes
+    }()
+
+    /// A frame's flags and size: one byte of size up to 255, else eight (big-endian).
+    private static func appendHeader(to bytes: inout [UInt8], size: Int, more: Bool, command: Bool) {
+        let flags: UInt8 = (more ? 0x01 : 0) | (command ? 0x04 : 0)
+        if size <= 255 {
+            bytes.append(flags)
+            bytes.append(UInt8(size))
+        } else {
+            bytes.append(flags | 0x02)
+            for shift in stride(from: 56, through: 0, by: -8) { bytes.append(UInt8(truncatingIfNeeded: UInt64(size) >> UInt64(shift))) }
+        }
+    }
+
+    /// The READY command with its `Socket-Type` property.
+    private static func appendReady(to bytes: inout [UInt8], socketType: String) {
+        var body: [UInt8] = [5] + Array("READY".utf8)
+        let name = Array("Socket-Type".utf8)
+        body.append(UInt8(name.count))
+        body += name
+        let value = Array(socketType.utf8)
+        for shift in stride(from: 24, through: 0, by: -8) { body.append(UInt8(truncatingIfNeeded: value.count >> shift)) }
+        body += value
+        appendHeader(to: &bytes, size: body.count, more: false, command: true)
+        bytes += body
+    }
+
+    /// Parses what was read: the peer's greeting, then frames; commands other than ERROR are
+    /// taken in (READY) or ignored. False on a protocol error or an ERROR command.
+    private func parse() -> Bool {
+        defer {
+            if inputStart == input.count {
+                input.removeAll(keepingCapacity: input.count <= 1 << 20)
+                inputStart = 0
+            } else if inputStart > 65_536 && inputStart * 2 > input.count {
+                input.removeFirst(inputStart)
+                inputStart = 0
+            }
+        }
+        while true {
+            let available = input.count - inputStart
+            if !greeted {
+                guard available >= 64 else {
+                    // The signature shows at once whether this is a ZMTP 3 peer.
+                    if available >= 1 && input[inputStart] != 0xFF { return false }
+                    return true
+                }
+                let start = inputStart
+                guard input[start + 9] == 0x7F, input[start + 10] >= 3,
+                    Array(input[(start + 12)..<(start + 16)]) == Array("NULL".utf8), input[start + 16] == 0
+                else { return false }
+                inputStart += 64
+                greeted = true
+                continue
+            }
+            guard available >= 2 else { return true }
+            let flags = input[inputStart]
+            guard flags & ~0x07 == 0 else { return false }
+            let isLong = flags & 0x02 != 0
+            let headerSize = isLong ? 9 : 2
+            guard available >= headerSize else { return true }
+            var size = 0
+            if isLong {
+                var value: UInt64 = 0
+                for index in 1...8 { value = value << 8 | UInt64(input[inputStart + index]) }
+                guard value <= UInt64(maximumMessageSize) else { return false }
+                size = Int(value)
+            } else {
+                size = Int(input[inputStart + 1])
+            }
+            guard size <= maximumMessageSize else { return false }
+            guard available >= headerSize + size else {
+                input.reserveCapacity(inputStart + headerSize + size)
+                return true
+            }
+            let body = (inputStart + headerSize)..<(inputStart + headerSize + size)
+            inputStart = body.upperBound
+            if flags & 0x04 != 0 {
+                // A command: READY (the peer's properties are not needed), ERROR, or one of
+                // ZMTP 3.1's (PING, SUBSCRIBE…) that a 3.0 peer is never sent.
+                guard size >= 1, size >= 1 + Int(input[body.lowerBound]) else { return false }
+                let name = Array(input[(body.lowerBound + 1)..<(body.lowerBound + 1 + Int(input[body.lowerBound]))])
+                if name == Array("ERROR".utf8) { return false }
+                if name == Array("READY".utf8) && !isReady { peerIsReady() }
+                continue
+            }
+            guard isReady else { return false }  // a message before the handshake ended
+            frames.append(size == 0 ? Data() : Data(input[body]))
+            if flags & 0x01 == 0 {
+                received.append(frames)
+                frames = []
+            }
+        }
+    }
+}
+
+@available(*, unavailable)
+extension ZMTPSocket: Sendable {}
