@@ -143,8 +143,8 @@ public final class RemoteStore: PersistentStore, @unchecked Sendable {
     ///     ahead of merging them; past it, events wait in the kernel's socket buffer, then in
     ///     the daemon's queue for this client (``WireProtocol/highWaterMark`` messages), which
     ///     drops what does not fit: those are fetched from the history instead.
-    ///   - eventSocketBufferBytes: the kernel receive buffer of the event socket, when not
-    ///     the system's default (small values make drops, and catching up, happen sooner).
+    ///   - eventSocketBufferBytes: the kernel receive buffer of the event socket
+    ///     (`SO_RCVBUF`), when not the system's default.
     public init(
         schema: Schema, container: GroupContainer, clientName: String? = nil, timeout: TimeInterval = 5,
         retryInterval: TimeInterval = 1, eventQueueLimit: Int32 = 1_000, eventSocketBufferBytes: Int32? = nil
@@ -170,15 +170,16 @@ public final class RemoteStore: PersistentStore, @unchecked Sendable {
             receiveBufferBytes: eventSocketBufferBytes, receiveQueueLimit: Int(eventQueueLimit))
         events.subscribe()
         events.open()
+        // The subscription goes out once the daemon's handshake came back: wait for it (a
+        // moment, or nothing when there is no daemon), so that no event after the welcome
+        // is missed.
+        events.waitUntilReady(milliseconds: Int(min(1, self.retryInterval) * 1000))
         dealer = try ZMTPSocket(
             kind: .dealer, endpoint: container.requestsEndpoint, maximumMessageSize: WireProtocol.maximumMessageSize)
         let reply = try request(.hello(helloMessage))
         guard case .welcome(let welcome) = reply else {
             throw SkyrosError(.malformedMessage, "the daemon answered hello with a \(reply.kind) message")
         }
-        // The event connection's handshake has come back by now: subscribe without waiting
-        // for the event thread (which starts when someone listens).
-        _ = events.waitForInput(milliseconds: 0)
         sequencer = EventSequencer(clientID: clientID, welcome: welcome)
         delivered = welcome.sequence
         eventTopic = welcome.eventTopic

@@ -16,8 +16,11 @@ import Glibc
 /// is libzmq's `ROUTER` and `PUB`, unchanged; to them this is any ZMTP 3.0 peer.
 ///
 /// It behaves as libzmq's connecting socket does where a client can tell:
-/// - it connects when first used, and again ``reconnectInterval`` after a connection failed
-///   or was closed by the peer (libzmq's `ZMQ_RECONNECT_IVL`), while the caller waits or sends;
+/// - it connects when first used, and again after a connection failed or was closed by the
+///   peer: at once when the lost connection had lasted ``reconnectInterval``, else after 1 to
+///   2 times that interval, at random so that the clients of a restarted daemon do not all
+///   come back at the same instant (libzmq's `ZMQ_RECONNECT_IVL`); while the caller waits or
+///   sends;
 /// - a message sent while there is no connection, or before the peer's READY command came
 ///   (libzmq closes a connection whose message arrives before it sent its own READY), waits
 ///   for the connection to be ready; a message the
@@ -57,6 +60,8 @@ package final class ZMTPSocket {
     private var descriptor: Int32 = -1
     /// When the next connection may be tried (monotonic nanoseconds).
     private var nextConnect: UInt64 = 0
+    /// When the current connection was made (monotonic nanoseconds).
+    private var connectedAt: UInt64 = 0
     /// Whether the peer's greeting was read on this connection.
     private var greeted = false
     /// Bytes read and not parsed yet (from `inputStart`).
@@ -86,8 +91,8 @@ package final class ZMTPSocket {
     ///   - maximumMessageSize: a larger frame from the peer closes the connection.
     ///   - receiveBufferBytes: the kernel receive buffer (`SO_RCVBUF`), when not the system's.
     ///   - receiveQueueLimit: it stops reading while this many received messages wait for the
-    ///     caller (one read may bring in more); meanwhile messages wait in the kernel's
-    ///     buffer, then in the peer's queue.
+    ///     caller (one read may bring in more; 0: no limit); meanwhile messages wait in the
+    ///     kernel's buffer, then in the peer's queue.
     package init(
         kind: Kind, endpoint: String, maximumMessageSize: Int, receiveBufferBytes: Int32? = nil,
         receiveQueueLimit: Int = 1_000
@@ -102,9 +107,9 @@ package final class ZMTPSocket {
         }
         self.kind = kind
         self.path = path
-        self.maximumMessageSize = maximumMessageSize
+        self.maximumMessageSize = max(0, maximumMessageSize)
         self.receiveBufferBytes = receiveBufferBytes
-        self.receiveQueueLimit = max(1, receiveQueueLimit)
+        self.receiveQueueLimit = receiveQueueLimit > 0 ? receiveQueueLimit : .max
     }
 
     deinit {
@@ -112,8 +117,9 @@ package final class ZMTPSocket {
         chunk.deallocate()
     }
 
-    /// Closes the connection and forgets everything not yet sent or received; the next use
-    /// connects anew (what closing a libzmq socket and making another one does).
+    /// Closes the connection and forgets every message not yet sent or received; the next use
+    /// connects anew (what closing a libzmq socket and making another one does). A `SUB`
+    /// socket keeps its subscriptions, and sends them on the new connection.
     package func close() {
         dropConnection()
         output = []
@@ -131,11 +137,32 @@ package final class ZMTPSocket {
         flush()
     }
 
+    /// Waits, for at most `milliseconds`, until the peer's READY came on a connection and
+    /// what waited for it (subscriptions, messages) is written; returns at once when there
+    /// is no connection. Returns ``isReady``. Messages received meanwhile are kept.
+    @discardableResult
+    package func waitUntilReady(milliseconds: Int) -> Bool {
+        let deadline = Self.now() + UInt64(max(0, milliseconds)) * 1_000_000
+        while descriptor >= 0 && !isReady {
+            let now = Self.now()
+            guard now < deadline else { break }
+            var item = pollfd(fd: descriptor, events: Int16(POLLIN), revents: 0)
+            if !output.isEmpty { item.events |= Int16(POLLOUT) }
+            let ready = poll(&item, 1, Int32(clamping: (deadline - now + 999_999) / 1_000_000))
+            if ready < 0 && errno != EINTR { break }
+            if item.revents & Int16(POLLIN | POLLHUP | POLLERR) != 0 { readAvailable() }
+            if item.revents & Int16(POLLOUT) != 0 { flush() }
+        }
+        flush()
+        return isReady
+    }
+
     // MARK: Messages
 
     /// Sends a message (its frames); it goes out now, or on the next connection.
     package func send(_ message: [Data]) {
         precondition(!message.isEmpty, "a message has at least one frame")
+        precondition(kind == .dealer, "a SUB socket sends nothing but its subscriptions")
         var bytes: [UInt8] = []
         bytes.reserveCapacity(message.reduce(0) { $0 + $1.count + 9 })
         for (index, frame) in message.enumerated() {
@@ -180,6 +207,7 @@ package final class ZMTPSocket {
     /// Subscribes a `SUB` socket to messages whose first frame starts with `prefix` (empty:
     /// all); each connection sends the subscriptions again.
     package func subscribe(_ prefix: Data = Data()) {
+        precondition(kind == .subscriber, "only a SUB socket subscribes")
         guard !subscriptions.contains(prefix) else { return }
         subscriptions.append(prefix)
         sendSubscription(prefix, subscribe: true)
@@ -187,6 +215,7 @@ package final class ZMTPSocket {
 
     /// Removes a subscription made with ``subscribe(_:)``.
     package func unsubscribe(_ prefix: Data = Data()) {
+        precondition(kind == .subscriber, "only a SUB socket subscribes")
         guard let index = subscriptions.firstIndex(of: prefix) else { return }
         subscriptions.remove(at: index)
         sendSubscription(prefix, subscribe: false)
@@ -215,6 +244,11 @@ package final class ZMTPSocket {
         return UInt64(time.tv_sec) * 1_000_000_000 + UInt64(time.tv_nsec)
     }
 
+    /// When to try again after a failure: 1 to 2 intervals from now (libzmq's jitter).
+    private static func retryTime() -> UInt64 {
+        now() + reconnectInterval + UInt64.random(in: 0..<reconnectInterval)
+    }
+
     private func connectIfDue() {
         guard descriptor < 0, Self.now() >= nextConnect else { return }
         connect()
@@ -227,7 +261,7 @@ package final class ZMTPSocket {
         let socketType = Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue) | Int32(SOCK_NONBLOCK.rawValue)
         let fd = socket(AF_UNIX, socketType, 0)
         guard fd >= 0 else {
-            nextConnect = Self.now() + Self.reconnectInterval
+            nextConnect = Self.retryTime()
             return
         }
         if var size = receiveBufferBytes {
@@ -246,10 +280,11 @@ package final class ZMTPSocket {
         // A Unix-domain connect completes at once, or fails (no listener, a full backlog).
         guard connected == 0 else {
             Glibc.close(fd)
-            nextConnect = Self.now() + Self.reconnectInterval
+            nextConnect = Self.retryTime()
             return
         }
         descriptor = fd
+        connectedAt = Self.now()
         connectionsMade += 1
         var handshake = Self.greeting
         Self.appendReady(to: &handshake, socketType: kind.name)
@@ -268,9 +303,12 @@ package final class ZMTPSocket {
     }
 
     /// Closes the connection: what was not wholly written of the caller's messages waits for
-    /// the next one, due after the interval; what was read of an incomplete message is lost.
+    /// the next one (due at once when this one lasted the interval, else after it, so that a
+    /// peer that closes every connection is not hammered); what was read of an incomplete
+    /// message is lost.
     private func dropConnection() {
         guard descriptor >= 0 else { return }
+        let now = Self.now()
         Glibc.close(descriptor)
         descriptor = -1
         greeted = false
@@ -281,16 +319,18 @@ package final class ZMTPSocket {
         waiting = output.filter(\.isMessage).map(\.bytes) + waiting
         output = []
         outputOffset = 0
-        nextConnect = Self.now() + Self.reconnectInterval
+        nextConnect = now - connectedAt >= Self.reconnectInterval ? now : Self.retryTime()
     }
 
-    /// Writes what the connection takes without blocking.
+    /// Writes what the connection takes without blocking. A connection that fails is read
+    /// first (what the peer sent before it went away is kept), then closed.
     private func flush() {
         while descriptor >= 0, let first = output.first {
-            let sent = first.bytes.withUnsafeBytes { raw in
-                Glibc.send(
+            let (sent, error) = first.bytes.withUnsafeBytes { raw in
+                let sent = Glibc.send(
                     descriptor, raw.baseAddress! + outputOffset, raw.count - outputOffset,
                     Int32(MSG_NOSIGNAL) | Int32(MSG_DONTWAIT))
+                return (sent, errno)
             }
             if sent > 0 {
                 outputOffset += sent
@@ -298,11 +338,12 @@ package final class ZMTPSocket {
                     output.removeFirst()
                     outputOffset = 0
                 }
-            } else if sent < 0 && errno == EINTR {
+            } else if sent < 0 && error == EINTR {
                 continue
-            } else if sent < 0 && (errno == EAGAIN || errno == EWOULDBLOCK) {
+            } else if sent < 0 && (error == EAGAIN || error == EWOULDBLOCK) {
                 return
             } else {
+                readAvailable()
                 dropConnection()
             }
         }
@@ -312,6 +353,7 @@ package final class ZMTPSocket {
     private func readAvailable() {
         while descriptor >= 0, received.count - receivedStart < receiveQueueLimit {
             let count = recv(descriptor, chunk.baseAddress, chunk.count, Int32(MSG_DONTWAIT))
+            let error = errno
             if count > 0 {
                 input.append(contentsOf: UnsafeRawBufferPointer(rebasing: chunk[0..<count]))
                 guard parse() else {
@@ -319,9 +361,9 @@ package final class ZMTPSocket {
                     return
                 }
                 if count < chunk.count { return }  // drained; poll says when there is more
-            } else if count < 0 && errno == EINTR {
+            } else if count < 0 && error == EINTR {
                 continue
-            } else if count < 0 && (errno == EAGAIN || errno == EWOULDBLOCK) {
+            } else if count < 0 && (error == EAGAIN || error == EWOULDBLOCK) {
                 return
             } else {
                 dropConnection()  // closed by the peer, or failed
@@ -330,12 +372,13 @@ package final class ZMTPSocket {
     }
 
     private func wait(orDescriptor other: Int32, milliseconds: Int) -> (socket: Bool, descriptor: Bool) {
-        let deadline: UInt64? = milliseconds < 0 ? nil : Self.now() + UInt64(milliseconds) * 1_000_000
+        let (span, overflow) = UInt64(max(0, milliseconds)).multipliedReportingOverflow(by: 1_000_000)
+        let deadline: UInt64? = milliseconds < 0 || overflow ? nil : Self.now() + span
         var first = true
         while true {
-            if receivedStart < received.count { return (true, false) }
             connectIfDue()
             flush()
+            if receivedStart < received.count { return (true, false) }
             let now = Self.now()
             if !first, let deadline, now >= deadline { return (false, false) }
             first = false
@@ -352,9 +395,10 @@ package final class ZMTPSocket {
                 if errno == EINTR { continue }
                 return (false, false)
             }
+            // Read first: what came before a failure is kept (libzmq reads before it writes too).
             let socketEvents = items[0].revents
-            if socketEvents & Int16(POLLOUT) != 0 { flush() }
             if socketEvents & Int16(POLLIN | POLLHUP | POLLERR) != 0 { readAvailable() }
+            if socketEvents & Int16(POLLOUT) != 0 { flush() }
             let otherReady = other >= 0 && items[1].revents != 0
             if otherReady || receivedStart < received.count {
                 return (receivedStart < received.count, otherReady)
