@@ -100,6 +100,8 @@ public final class DaemonServer: @unchecked Sendable {
     private let access: PeerAccess
     private var lastHeartbeat = Date.distantPast
     private var lastPrune = Date.distantPast
+    /// No history row is left below this sequence (see ``Journal/prune(_:current:byAge:goneBelow:in:)``).
+    private var historyGoneBelow: UInt64 = 0
     /// History pruned since the last log line about it, and when that line was written.
     private var unloggedPruning = Journal.Pruned()
     private var lastPruningLog = Date.distantPast
@@ -597,11 +599,15 @@ public final class DaemonServer: @unchecked Sendable {
     /// Applies the history retention inside a commit: by count in every commit, by age at
     /// most once a second.
     private func pruneIfDue(_ current: UInt64, _ transaction: SQLiteStore.Transaction) throws -> Journal.Pruned {
-        let byAge = Date().timeIntervalSince(lastPrune) >= 1
-        if byAge { lastPrune = Date() }
-        return try Journal.prune(
-            Journal.Retention(count: configuration.historyCount, age: configuration.historyAge), current: current,
-            byAge: byAge, in: transaction)
+        let now = Date()
+        let byAge = now.timeIntervalSince(lastPrune) >= 1
+        if byAge { lastPrune = now }
+        let retention = Journal.Retention(count: configuration.historyCount, age: configuration.historyAge)
+        let pruned = try Journal.prune(retention, current: current, byAge: byAge, goneBelow: historyGoneBelow, in: transaction)
+        // Were the transaction rolled back, the next prune's DELETE (for a later sequence)
+        // removes these rows too.
+        historyGoneBelow = max(historyGoneBelow, UInt64(clamping: retention.keepFrom(current: current)))
+        return pruned
     }
 
     /// How often at most the pruning of the history is logged: with a full history, every

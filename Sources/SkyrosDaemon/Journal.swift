@@ -19,6 +19,9 @@ struct Journal {
     struct Retention: Sendable {
         var count: Int
         var age: TimeInterval
+
+        /// The first sequence the count keeps when the last one is `current`.
+        func keepFrom(current: UInt64) -> Int64 { Int64(current) - Int64(count) + 1 }
     }
 
     static let tables = [
@@ -170,10 +173,13 @@ struct Journal {
     /// exactly-once records older than that age (a client silent for so long has long stopped
     /// resending). The newest row is always kept: it carries the last sequence number.
     ///
+    /// `goneBelow`: no row below this sequence is left (a previous prune removed them): the
+    /// count's `DELETE`, a statement per commit, is skipped while it would remove nothing.
+    ///
     /// - Returns: how many rows it removed.
     @discardableResult
     static func prune(
-        _ retention: Retention, current: UInt64, byAge: Bool, in transaction: SQLiteStore.Transaction
+        _ retention: Retention, current: UInt64, byAge: Bool, goneBelow: UInt64 = 0, in transaction: SQLiteStore.Transaction
     ) throws -> Pruned {
         // The rows the last statement removed (counted by SQLite on this connection).
         func removed() throws -> Int {
@@ -181,9 +187,11 @@ struct Journal {
             return Int(count)
         }
         var pruned = Pruned()
-        let keepFrom = Int64(current) - Int64(retention.count) + 1
-        try transaction.execute("DELETE FROM skyros_history WHERE sequence < ?", [.integer(keepFrom)])
-        pruned.changeSets += try removed()
+        let keepFrom = retention.keepFrom(current: current)
+        if keepFrom > Int64(clamping: goneBelow) {
+            try transaction.execute("DELETE FROM skyros_history WHERE sequence < ?", [.integer(keepFrom)])
+            pruned.changeSets += try removed()
+        }
         guard byAge else { return pruned }
         let cutoff = Date().timeIntervalSince1970 - retention.age
         // Timestamps grow with sequence numbers: the first row young enough bounds the range.

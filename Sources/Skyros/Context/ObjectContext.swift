@@ -113,14 +113,26 @@ public final class ObjectContext: ObjectStore, @unchecked Sendable, CustomString
     /// Runs `block` on the context's queue and waits for it. Reentrant.
     public func performAndWait<T>(_ block: () throws -> T) rethrows -> T {
         if isPerformingOnCurrentThread { return try block() }
-        return try queue.sync {
+        return try performAndWaitOnQueue(block, rescue: { throw $0 })
+    }
+
+    /// ``performAndWait(_:)`` off the queue, through `DispatchQueue.sync`'s non-generic form:
+    /// its generic one is not specialised outside Dispatch and looks up the metadata of its
+    /// result type at run time on every call (several per save). `rescue` rethrows the
+    /// block's error (the way a `rethrows` function may throw what it caught).
+    private func performAndWaitOnQueue<T>(_ block: () throws -> T, rescue: (any Error) throws -> T) rethrows -> T {
+        var result: T?
+        var failure: (any Error)?
+        queue.sync { () -> Void in
             PerformingContexts.push(self)
             defer {
                 if reference.isObserved && !unprocessedEdits.isEmpty { processPendingChanges() }
                 PerformingContexts.pop()
             }
-            return try block()
+            do { result = try block() } catch { failure = error }
         }
+        if let failure { return try rescue(failure) }
+        return result!
     }
 
     /// Schedules `block` on the context's queue.
