@@ -227,6 +227,28 @@ struct JournalTests {
         #expect(try client.call(.changesSince(6, limit: 0)) == .changes([], more: false))
     }
 
+    @Test("the count keeps exactly the last N change sets, commit after commit and across a restart with a smaller N (the DELETE skipped while it would remove nothing comes back)")
+    func retentionExact() throws {
+        let first = try RunningDaemon(historyCount: 3)
+        let client = try RawClient(first)
+        _ = try client.hello()
+        _ = try client.saveUsers(1...2, handlePrefix: "x")
+        first.shutDown()
+        #expect(try historySequences(first) == [1, 2])
+        let second = try RunningDaemon(directory: first.directory, historyCount: 3)
+        let again = try RawClient(second)
+        _ = try again.hello()
+        _ = try again.saveUsers(3...6, handlePrefix: "x")
+        second.shutDown()
+        #expect(try historySequences(second) == [4, 5, 6])
+        let third = try RunningDaemon(directory: first.directory, historyCount: 2)
+        let last = try RawClient(third)
+        _ = try last.hello()
+        _ = try last.saveUsers(7...7, handlePrefix: "x")
+        third.shutDown()
+        #expect(try historySequences(third) == [6, 7])
+    }
+
     @Test("history pruned by age keeps its newest change set: a restarted daemon goes on from its sequence")
     func pruningKeepsTheSequence() throws {
         let first = try RunningDaemon()
