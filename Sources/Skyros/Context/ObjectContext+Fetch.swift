@@ -90,6 +90,7 @@ extension ObjectContext {
             if storage.isDeleted { throw notFound(id) }
             if !storage.isFault { return object }
         }
+        if let row = mergedRows.take(id) { return try materialize(id, values: row.values, version: row.version) }
         guard let snapshot = try parent.snapshots(for: [id]).first else { throw notFound(id) }
         return try materialize(id, values: snapshot.values, version: snapshot.version)
     }
@@ -379,6 +380,10 @@ extension ObjectContext {
                         result.append(Snapshot(id: id, values: storage.values, version: storage.version))
                         continue
                     }
+                }
+                if let row = mergedRows.peek(id) {
+                    result.append(Snapshot(id: id, values: row.values, version: row.version))
+                    continue
                 }
                 missing.append(id)
             }

@@ -69,6 +69,9 @@ public final class ObjectContext: ObjectStore, @unchecked Sendable, CustomString
     }
     @exclusivity(unchecked) var registry = Registry()
     var registryPurgeThreshold = 4096
+    /// Objects other processes inserted, merged while nobody observed this context: kept as
+    /// rows, made objects when asked for (see ``MergedRows``).
+    @exclusivity(unchecked) var mergedRows = MergedRows()
     /// Objects inserted in this context, in order.
     @exclusivity(unchecked) var inserted = PendingList<any ManagedObject>()
     /// Rows inserted by a child's save that nobody has asked for in this context yet: kept
@@ -204,6 +207,14 @@ public final class ObjectContext: ObjectStore, @unchecked Sendable, CustomString
         object.skyrosStorage.isExposed = true
         if registry.count >= registryPurgeThreshold { pruneRegistry() }
         registry[object.objectID] = Entry(object)
+        // A row merged for it becomes its values: a fault (a relationship's) is filled
+        // with no request, and values read from the parent before a newer merge give way.
+        if !mergedRows.isEmpty, let row = mergedRows.take(object.objectID) {
+            let storage = object.skyrosStorage
+            if storage.isFault || (row.version > storage.version && !storage.hasChanges) {
+                storage.fill(row.values, version: row.version)
+            }
+        }
     }
 
     /// Drops the registered objects that only the registry holds and that have no changes.
@@ -458,6 +469,7 @@ public final class ObjectContext: ObjectStore, @unchecked Sendable, CustomString
             object.skyrosStorage.context = nil
         }
         registry = Registry()
+        mergedRows.removeAll()
         clearPendingChanges()
         announceReload()
     }

@@ -64,8 +64,11 @@ extension Skyros {
     /// objects that changed take the new values the change carries (without a fetch; the
     /// properties an object has unsaved changes of keep them), or become faults when it carries
     /// none; deleted ones are marked deleted and forgotten; inserted objects whose values the
-    /// change carries are registered (fetches see inserts in any case: they ask the store).
-    /// Updated objects the context never held are not made.
+    /// change carries are registered when the main context has observers (they are handed
+    /// the inserted objects), and otherwise kept as rows that become objects only when asked
+    /// for (by identifier, through a relationship, from a scratch context), with no request
+    /// to the store (fetches see inserts in any case: they ask the store). Updated objects the
+    /// context never held are not made.
     /// Then ``changes`` delivers it. Called by the shared stack on its event thread; objects
     /// with unsaved changes in the main context keep them.
     ///
@@ -96,19 +99,29 @@ extension Skyros {
             for change in changes {
                 if change.isReset {
                     main.forgetAllClean()
+                    main.mergedRows.removeAll()
                     reload = true
                 } else if change.isRefresh {
                     for id in main.registry.keys { main.refreshIfClean(id) }
+                    main.mergedRows.removeAll()
                     reload = true
                 } else {
+                    // Objects for observers (they are handed the inserted objects); rows
+                    // otherwise, made objects only if someone asks for them.
                     for snapshot in change.insertedSnapshots where main.registered(snapshot.id) == nil {
-                        _ = try? main.materialize(snapshot.id, values: snapshot.values, version: snapshot.version)
+                        if observed {
+                            _ = try? main.materialize(snapshot.id, values: snapshot.values, version: snapshot.version)
+                        } else {
+                            main.mergedRows.insert(snapshot.id, values: snapshot.values, version: snapshot.version)
+                        }
                     }
                     for (id, names) in change.updated {
                         if let update = change.updatedValues[id] {
                             main.takeValues(update, of: id)
+                            main.mergedRows.update(id, with: update)
                         } else {
                             main.refreshIfClean(id)
+                            main.mergedRows.remove(id)
                         }
                         if observed { merged.updatedProperties[id, default: []].formUnion(names) }
                     }
@@ -119,7 +132,10 @@ extension Skyros {
                             if let object = main.registry[id]?.object { merged.deletedObjects[id] = object }
                         }
                     }
-                    for id in change.deleted { main.forgetDeleted(id) }
+                    for id in change.deleted {
+                        main.forgetDeleted(id)
+                        main.mergedRows.remove(id)
+                    }
                 }
             }
             guard observed else { return }

@@ -256,6 +256,8 @@ extension ObjectContext {
         for id in ids {
             if let object = registered(id), !object.skyrosStorage.isFault {
                 if !object.skyrosStorage.isDeleted { result.append(object) }
+            } else if let row = mergedRows.take(id), let object = try? materialize(id, values: row.values, version: row.version) {
+                result.append(object)
             } else {
                 missing.append(id)
             }
