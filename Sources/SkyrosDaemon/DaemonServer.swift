@@ -433,10 +433,12 @@ public final class DaemonServer: @unchecked Sendable {
         reply(to: identity, WireMessage(requestID: message.requestID, body: body))
     }
 
-    /// Commits the saves of one turn in one transaction, each in its own savepoint when there
-    /// are several: one that fails (a unique constraint, a link to an object another client
-    /// deleted, an object that does not exist) fails alone; a turn of one save that fails is
-    /// rolled back whole. A save whose client and save number were applied before is not
+    /// Commits the saves of one turn in one transaction. Several are applied in one go first;
+    /// when one of them fails (a unique constraint, a link to an object another client
+    /// deleted, an object that does not exist), the transaction is rolled back and the turn
+    /// applied again with each save in its own savepoint, so that the failing one fails alone
+    /// (two statements a save spared in the usual case, where none fails); a turn of one save
+    /// that fails is rolled back whole. A save whose client and save number were applied before is not
     /// applied again: it is answered with the sequence it got the first time (an older save
     /// number than the client's last is looked up in the history). Replies go out once the
     /// commit is durable, then its events (held under load, see ``EventPublisher``).
@@ -447,95 +449,106 @@ public final class DaemonServer: @unchecked Sendable {
         var results: [Result<Answer, SkyrosError>] = []
         var events: [EventPublisher.Committed] = []
         var next = sequence
-        let isolated = saves.count > 1
+        var isolated = false  // each save in a savepoint: the second attempt of a turn that failed
+        var isolating = false  // a save of the first attempt failed: the turn starts again, isolated
         var refusal: SkyrosError?  // the error of a save alone in its transaction
         var resetLog: String?  // the log line of the reset, written once it is committed
         var pruned = Journal.Pruned()
-        do {
-            try store.transaction { transaction in
-                for (index, save) in saves.enumerated() {
-                    do {
-                        var decision = ledger.decide(client: save.clientID, save: save.saveNumber)
-                        if decision == .readStore {
-                            let stored = try Journal.lastSave(of: save.clientID, in: transaction)
-                            decision = ledger.decide(client: save.clientID, save: save.saveNumber, stored: .some(stored))
-                        }
-                        switch decision {
-                        case .answer(let sequence):
-                            results.append(.success(try Self.answer(save, sequence: sequence, transaction)))
-                            continue
-                        case .answerFromHistory:
-                            let first = try Journal.sequence(ofSave: save.saveNumber, by: save.clientID, in: transaction)
-                            results.append(.success(try Self.answer(save, sequence: first ?? 0, transaction)))
-                            continue
-                        case .apply, .readStore:
-                            break
-                        }
-                        let session = sessions[save.identity]
-                        let apply = { () throws -> (ChangeEvent, [UInt8], Int?) in
-                            var event = ChangeEvent(
-                                sequence: next + 1, kind: index == resetting ? .reset : .changes,
-                                authorID: save.clientID, author: session?.name ?? "")
-                            var deletedObjects: Int?
-                            var affected: Int?
-                            if let batch = save.batch {
-                                let outcome = try transaction.batch(
-                                    batch, naming: .upTo(WireProtocol.maximumBatchEventObjects))
-                                affected = outcome.count
-                                event = Self.batchEvent(outcome, batch, store.schema, event)
-                            } else if index == resetting {
-                                deletedObjects = try Self.objectCount(of: store.schema, in: transaction)
-                                try transaction.deleteAll()
-                            } else {
-                                let applied = try transaction.apply(save.changes)
-                                event.inserted = save.changes.inserted.map { Snapshot(id: $0.id, values: $0.values, version: 1) }
-                                event.updated = applied.map { ChangeEvent.Update(id: $0.id, version: $0.version, values: $0.changes) }
-                                event.deleted = save.changes.deleted
+        attempts: while true {
+            (results, events, next, refusal, resetLog, pruned) = ([], [], sequence, nil, nil, Journal.Pruned())
+            do {
+                try store.transaction { transaction in
+                    for (index, save) in saves.enumerated() {
+                        do {
+                            var decision = ledger.decide(client: save.clientID, save: save.saveNumber)
+                            if decision == .readStore {
+                                let stored = try Journal.lastSave(of: save.clientID, in: transaction)
+                                decision = ledger.decide(client: save.clientID, save: save.saveNumber, stored: .some(stored))
                             }
-                            let encoded = try Journal.record(event, save: save.saveNumber, affected: affected, in: transaction)
-                            if let deletedObjects {
-                                resetLog = """
-                                    reset (deleteAll) by \(Self.describe(session?.name)) (client \(save.clientID), \
-                                    save \(save.saveNumber)): deleted \(deletedObjects) object\(deletedObjects == 1 ? "" : "s"), \
-                                    sequence \(event.sequence)
-                                    """
+                            switch decision {
+                            case .answer(let sequence):
+                                results.append(.success(try Self.answer(save, sequence: sequence, transaction)))
+                                continue
+                            case .answerFromHistory:
+                                let first = try Journal.sequence(ofSave: save.saveNumber, by: save.clientID, in: transaction)
+                                results.append(.success(try Self.answer(save, sequence: first ?? 0, transaction)))
+                                continue
+                            case .apply, .readStore:
+                                break
                             }
-                            return (event, encoded, affected)
+                            let session = sessions[save.identity]
+                            let apply = { () throws -> (ChangeEvent, [UInt8], Int?) in
+                                var event = ChangeEvent(
+                                    sequence: next + 1, kind: index == resetting ? .reset : .changes,
+                                    authorID: save.clientID, author: session?.name ?? "")
+                                var deletedObjects: Int?
+                                var affected: Int?
+                                if let batch = save.batch {
+                                    let outcome = try transaction.batch(
+                                        batch, naming: .upTo(WireProtocol.maximumBatchEventObjects))
+                                    affected = outcome.count
+                                    event = Self.batchEvent(outcome, batch, store.schema, event)
+                                } else if index == resetting {
+                                    deletedObjects = try Self.objectCount(of: store.schema, in: transaction)
+                                    try transaction.deleteAll()
+                                } else {
+                                    let applied = try transaction.apply(save.changes)
+                                    event.inserted = save.changes.inserted.map { Snapshot(id: $0.id, values: $0.values, version: 1) }
+                                    event.updated = applied.map { ChangeEvent.Update(id: $0.id, version: $0.version, values: $0.changes) }
+                                    event.deleted = save.changes.deleted
+                                }
+                                let encoded = try Journal.record(event, save: save.saveNumber, affected: affected, in: transaction)
+                                if let deletedObjects {
+                                    resetLog = """
+                                        reset (deleteAll) by \(Self.describe(session?.name)) (client \(save.clientID), \
+                                        save \(save.saveNumber)): deleted \(deletedObjects) object\(deletedObjects == 1 ? "" : "s"), \
+                                        sequence \(event.sequence)
+                                        """
+                                }
+                                return (event, encoded, affected)
+                            }
+                            let (event, encoded, affected) = try isolated ? transaction.savepoint(apply) : apply()
+                            next = event.sequence
+                            ledger.applied(client: save.clientID, save: save.saveNumber, sequence: next)
+                            events.append(EventPublisher.Committed(event: event, encoded: encoded, topic: session?.topic))
+                            results.append(.success(affected.map { .batch(affected: $0, event: event) } ?? .saved(event.sequence)))
+                        } catch {
+                            // Alone in its transaction, a failed save rolls the transaction back;
+                            // among several, it makes the turn start again, a savepoint each.
+                            guard isolated else {
+                                if saves.count > 1 { isolating = true }
+                                refusal = SkyrosError.wrap(error)
+                                throw error
+                            }
+                            results.append(.failure(SkyrosError.wrap(error)))
                         }
-                        let (event, encoded, affected) = try isolated ? transaction.savepoint(apply) : apply()
-                        next = event.sequence
-                        ledger.applied(client: save.clientID, save: save.saveNumber, sequence: next)
-                        events.append(EventPublisher.Committed(event: event, encoded: encoded, topic: session?.topic))
-                        results.append(.success(affected.map { .batch(affected: $0, event: event) } ?? .saved(event.sequence)))
-                    } catch {
-                        // Alone in its transaction, a failed save rolls the transaction back.
-                        guard isolated else {
-                            refusal = SkyrosError.wrap(error)
-                            throw error
-                        }
-                        results.append(.failure(SkyrosError.wrap(error)))
                     }
+                    pruned = try pruneIfDue(next, transaction)
                 }
-                pruned = try pruneIfDue(next, transaction)
+                sequence = next
+                if let resetLog { configuration.log(resetLog) }
+                logPruning(pruned)
+                ledger.commit()
+                state.withLock {
+                    counters.commits += 1
+                    counters.changeSets += events.count
+                }
+            } catch {
+                ledger.abandon()
+                if isolating && !isolated {
+                    isolated = true
+                    continue attempts
+                }
+                if let refusal {
+                    results = [.failure(refusal)]
+                } else {
+                    // The commit itself failed (I/O, disk full): nothing of this turn is stored.
+                    configuration.log("group commit of \(saves.count) change sets failed: \(error)")
+                    results = Array(repeating: .failure(SkyrosError.wrap(error)), count: saves.count)
+                }
+                events = []
             }
-            sequence = next
-            if let resetLog { configuration.log(resetLog) }
-            logPruning(pruned)
-            ledger.commit()
-            state.withLock {
-                counters.commits += 1
-                counters.changeSets += events.count
-            }
-        } catch {
-            ledger.abandon()
-            if let refusal {
-                results = [.failure(refusal)]
-            } else {
-                // The commit itself failed (I/O, disk full): nothing of this turn is stored.
-                configuration.log("group commit of \(saves.count) change sets failed: \(error)")
-                results = Array(repeating: .failure(SkyrosError.wrap(error)), count: saves.count)
-            }
-            events = []
+            break
         }
         if resetting != nil { publish(publisher.flush()) }  // the events before a reset go first
         // Asked before the replies: after them, a client just answered may already have sent
