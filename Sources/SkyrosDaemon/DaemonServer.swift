@@ -617,8 +617,8 @@ public final class DaemonServer: @unchecked Sendable {
         if byAge { lastPrune = now }
         let retention = Journal.Retention(count: configuration.historyCount, age: configuration.historyAge)
         let pruned = try Journal.prune(retention, current: current, byAge: byAge, goneBelow: historyGoneBelow, in: transaction)
-        // Were the transaction rolled back, the next prune's DELETE (for a later sequence)
-        // removes these rows too.
+        // Were the transaction rolled back, a later prune's DELETE removes these rows too (the
+        // history may hold a few more change sets than its count until then).
         historyGoneBelow = max(historyGoneBelow, UInt64(clamping: retention.keepFrom(current: current)))
         return pruned
     }

@@ -155,7 +155,7 @@ struct Journal {
         return encoded
     }
 
-    /// What ``prune(_:current:byAge:in:)`` removed.
+    /// What ``prune(_:current:byAge:goneBelow:in:)`` removed.
     struct Pruned: Sendable, Equatable {
         /// History rows (change sets).
         var changeSets = 0

@@ -17,10 +17,11 @@ import Glibc
 ///
 /// It behaves as libzmq's connecting socket does where a client can tell:
 /// - it connects when first used, and again after a connection failed or was closed by the
-///   peer: at once when the lost connection had lasted ``reconnectInterval``, else after 1 to
-///   2 times that interval, at random so that the clients of a restarted daemon do not all
-///   come back at the same instant (libzmq's `ZMQ_RECONNECT_IVL`); while the caller waits or
-///   sends;
+///   peer: 1 to 2 times ``reconnectInterval`` later, at random so that the clients of a
+///   restarted daemon do not all come back at the same instant (libzmq's
+///   `ZMQ_RECONNECT_IVL`, and its jitter), or at once when the lost connection had lasted
+///   ``longLivedConnection`` (nobody reads an idle socket: libzmq would have reconnected in
+///   the background long before the next use); while the caller waits or sends;
 /// - a message sent while there is no connection, or before the peer's READY command came
 ///   (libzmq closes a connection whose message arrives before it sent its own READY), waits
 ///   for the connection to be ready; a message the
@@ -47,6 +48,8 @@ package final class ZMTPSocket {
     package let path: String
     /// How long after a failed or lost connection the next one is tried (libzmq's default).
     package static let reconnectInterval: UInt64 = 100_000_000
+    /// A lost connection that had lasted this long is made again at once (1 s).
+    package static let longLivedConnection: UInt64 = 1_000_000_000
     /// For tests: how many connections were made (each handshake sent counts).
     package private(set) var connectionsMade = 0
     /// Whether a connection is open (it may still be handshaking).
@@ -142,7 +145,7 @@ package final class ZMTPSocket {
     /// is no connection. Returns ``isReady``. Messages received meanwhile are kept.
     @discardableResult
     package func waitUntilReady(milliseconds: Int) -> Bool {
-        let deadline = Self.now() + UInt64(max(0, milliseconds)) * 1_000_000
+        let deadline = Self.now() + UInt64(min(max(0, milliseconds), 86_400_000)) * 1_000_000
         while descriptor >= 0 && !isReady {
             let now = Self.now()
             guard now < deadline else { break }
@@ -303,9 +306,9 @@ package final class ZMTPSocket {
     }
 
     /// Closes the connection: what was not wholly written of the caller's messages waits for
-    /// the next one (due at once when this one lasted the interval, else after it, so that a
-    /// peer that closes every connection is not hammered); what was read of an incomplete
-    /// message is lost.
+    /// the next one (due at once when this one was long-lived, else after the interval, so
+    /// that a peer that closes every connection is not hammered); what was read of an
+    /// incomplete message is lost.
     private func dropConnection() {
         guard descriptor >= 0 else { return }
         let now = Self.now()
@@ -319,7 +322,7 @@ package final class ZMTPSocket {
         waiting = output.filter(\.isMessage).map(\.bytes) + waiting
         output = []
         outputOffset = 0
-        nextConnect = now - connectedAt >= Self.reconnectInterval ? now : Self.retryTime()
+        nextConnect = now - connectedAt >= Self.longLivedConnection ? now : Self.retryTime()
     }
 
     /// Writes what the connection takes without blocking. A connection that fails is read

@@ -72,6 +72,84 @@ struct MergedRowsTests {
         }
     }
 
+    /// A daemon, client A, and client B whose unobserved main context keeps A's new user as a row.
+    func keptRow() async throws -> (RunningDaemon, Skyros, Skyros, RemoteStore, ObjectID) {
+        let daemon = try RunningDaemon()
+        let a = try Skyros(sharedStack: testSchema, container: daemon.container.url)
+        let remote = try RemoteStore(schema: testSchema, container: GroupContainer(url: daemon.container.url))
+        let b = Skyros(sharedStack: remote)
+        let changes = b.changes
+        let id = try await a.write { context in
+            let user = User.create(in: context)
+            user.handle = "counter"
+            return user.objectID
+        }
+        _ = try #require(await nextChange(changes))
+        b.mainContext.performAndWait { #expect(b.mainContext.mergedRows.peek(id) != nil) }
+        return (daemon, a, b, remote, id)
+    }
+
+    /// The age of a user as the store has it, read by a third client.
+    func storeAge(_ daemon: RunningDaemon, _ id: ObjectID) throws -> Int? {
+        let c = try Skyros(sharedStack: testSchema, container: daemon.container.url)
+        return c.mainContext.performAndWait { c.mainContext.object(with: id, as: User.self)?.age }
+    }
+
+    @Test("two increments through scratch contexts of the process that keeps the row: none is lost, in the store or in the main context")
+    func noLostUpdate() async throws {
+        let (daemon, a, b, remote, id) = try await keptRow()
+        defer { withExtendedLifetime(a) {} }
+        let before = remote.requestsSentForTesting[.snapshots] ?? 0
+        try b.writeAndWait { context in context.object(with: id, as: User.self)!.age += 1 }
+        // The main context takes the row as the object's state; only the root context, which
+        // holds no copy, asks the daemon for it (as it did when the main context held it).
+        #expect((remote.requestsSentForTesting[.snapshots] ?? 0) - before == 1)
+        try b.writeAndWait { context in context.object(with: id, as: User.self)!.age += 1 }
+        #expect(try storeAge(daemon, id) == 2)
+        b.mainContext.performAndWait {
+            #expect(b.mainContext.mergedRows.peek(id) == nil)
+            #expect(b.mainContext.object(with: id, as: User.self)?.age == 2)
+        }
+    }
+
+    @Test("an object kept as a row and deleted through a scratch context is gone from the main context")
+    func deletedLocally() async throws {
+        let (daemon, a, b, _, id) = try await keptRow()
+        defer { withExtendedLifetime((daemon, a)) {} }
+        try b.writeAndWait { context in context.delete(try #require(context.object(with: id))) }
+        b.mainContext.performAndWait {
+            #expect(b.mainContext.mergedRows.peek(id) == nil)
+            #expect(b.mainContext.object(with: id) == nil)
+        }
+    }
+
+    @Test("fetched in the main context, updated, then dropped from its registry: read again, it has the update, not the old row")
+    func fetchedThenPruned() async throws {
+        let (daemon, a, b, _, id) = try await keptRow()
+        defer { withExtendedLifetime((daemon, a)) {} }
+        let main = b.mainContext
+        try main.performAndWait {
+            _ = try User.all(in: main)
+            #expect(main.mergedRows.peek(id) == nil)  // the fetched object took over
+        }
+        try b.writeAndWait { context in context.object(with: id, as: User.self)!.age = 5 }
+        let age = main.performAndWait { () -> Int? in
+            main.pruneRegistry()
+            return main.object(with: id, as: User.self)?.age
+        }
+        #expect(age == 5)
+    }
+
+    @Test("batch update and delete by the process that keeps the row update it, then drop it")
+    func batchOfThisProcess() async throws {
+        let (daemon, a, b, _, id) = try await keptRow()
+        defer { withExtendedLifetime((daemon, a)) {} }
+        _ = try await b.batchUpdate(User.self, .set(\.age, to: 9))
+        #expect(b.mainContext.performAndWait { b.mainContext.object(with: id, as: User.self)?.age } == 9)
+        _ = try await b.batchDelete(User.self)
+        #expect(b.mainContext.performAndWait { b.mainContext.object(with: id) } == nil)
+    }
+
     @Test("an observed main context still makes the inserted objects (its observers are handed them)")
     func observed() async throws {
         let daemon = try RunningDaemon()

@@ -144,6 +144,8 @@ extension ObjectContext {
             }
             let object = makeObject(id, of: entity, values: values, version: version, exposed: true)
             registry.addNew(Entry(object))
+            // Merges run on this queue: the row of a merged insert is no newer than the store's.
+            if !mergedRows.isEmpty { mergedRows.remove(id) }
             body(object)
         }
     }

@@ -19,6 +19,9 @@ extension ObjectContext {
         try validateForSave()
         let changes = makeChangeSet()
         try parent.save(changes)
+        // What this context wrote is newer than any row merged for it (its own saves come
+        // back as no merge).
+        if !mergedRows.isEmpty { for id in changes.allIDs { mergedRows.remove(id) } }
         didSave(keepingObjects: keepingObjects, policy: changes.mergePolicy)
         announceOwnSave()
     }
@@ -213,9 +216,24 @@ extension ObjectContext {
     func apply(_ changes: ChangeSet) throws {
         // Load the objects updated here that are not registered, in one round trip.
         var loaded: [ObjectID: any ManagedObject] = [:]  // updated objects not in this context yet
-        let missing = changes.updated.map(\.id).filter { id in
+        var missing = changes.updated.map(\.id).filter { id in
             guard let storage = lookup(id)?.skyrosStorage else { return true }
             return storage.isFault
+        }
+        if !mergedRows.isEmpty {
+            // Objects kept as merged rows (see ``MergedRows``): their row is their state here,
+            // and it goes (the object takes over from it).
+            missing = missing.filter { id in
+                if let object = lookup(id) {
+                    guard let row = mergedRows.take(id) else { return true }
+                    object.skyrosStorage.fill(row.values, version: row.version)
+                    return false
+                }
+                guard let entity = schema.entity(named: id.entityName), let row = mergedRows.take(id) else { return true }
+                loaded[id] = makeObject(id, of: entity, values: row.values, version: row.version)
+                return false
+            }
+            for id in changes.deleted { mergedRows.remove(id) }
         }
         if !missing.isEmpty {
             for snapshot in try parent.snapshots(for: missing) {

@@ -18,8 +18,9 @@ public struct StoreChange: Sendable, Hashable {
     /// events do): objects the main context holds take them without asking the store.
     public var updatedValues: [ObjectID: UpdatedValues]
     /// The inserted objects with their values, when the change carries them (a shared
-    /// stack's events do): the main context registers them, so that `object(with:)` has them
-    /// without asking the store (Core Data's merge of inserted objects).
+    /// stack's events do): the main context keeps them (as objects when it has observers, as
+    /// rows otherwise), so that `object(with:)` has them without asking the store (Core Data's
+    /// merge of inserted objects).
     public var insertedSnapshots: [Snapshot]
 
     /// An updated object's version after the change and its changed properties' values, by
@@ -66,8 +67,8 @@ extension Skyros {
     /// none; deleted ones are marked deleted and forgotten; inserted objects whose values the
     /// change carries are registered when the main context has observers (they are handed
     /// the inserted objects), and otherwise kept as rows that become objects only when asked
-    /// for (by identifier, through a relationship, from a scratch context), with no request
-    /// to the store (fetches see inserts in any case: they ask the store). Updated objects the
+    /// for (by identifier, through a relationship, from a scratch context), reading them with
+    /// no request to the store (fetches see inserts in any case: they ask the store). Updated objects the
     /// context never held are not made.
     /// Then ``changes`` delivers it. Called by the shared stack on its event thread; objects
     /// with unsaved changes in the main context keep them.
