@@ -105,7 +105,7 @@ package final class ZMTPSocket {
             throw ZeroMQError(code: EPROTONOSUPPORT, operation: "connect \(endpoint)")
         }
         let path = String(endpoint.dropFirst(scheme.count))
-        guard path.utf8.count < MemoryLayout.size(ofValue: sockaddr_un().sun_path) else {
+        guard withUnixSocketAddress(path, { _, _ in () }) != nil else {
             throw ZeroMQError(code: ENAMETOOLONG, operation: "connect \(endpoint)")
         }
         self.kind = kind
@@ -270,18 +270,8 @@ package final class ZMTPSocket {
         if var size = receiveBufferBytes {
             _ = setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &size, socklen_t(MemoryLayout<Int32>.size))
         }
-        var address = sockaddr_un()
-        address.sun_family = sa_family_t(AF_UNIX)
-        withUnsafeMutableBytes(of: &address.sun_path) { raw in
-            for (index, byte) in path.utf8.enumerated() { raw[index] = byte }
-        }
-        let connected = withUnsafePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
-                Glibc.connect(fd, $0, socklen_t(MemoryLayout<sockaddr_un>.size))
-            }
-        }
         // A Unix-domain connect completes at once, or fails (no listener, a full backlog).
-        guard connected == 0 else {
+        guard withUnixSocketAddress(path, { Glibc.connect(fd, $0, $1) }) == 0 else {
             Glibc.close(fd)
             nextConnect = Self.retryTime()
             return
@@ -518,3 +508,18 @@ package final class ZMTPSocket {
 
 @available(*, unavailable)
 extension ZMTPSocket: Sendable {}
+
+/// Calls `body` with the address of the Unix-domain socket file at `path` (for `bind` or
+/// `connect`); nil, without calling it, when the path does not fit a socket address.
+package func withUnixSocketAddress<T>(_ path: String, _ body: (UnsafePointer<sockaddr>, socklen_t) -> T) -> T? {
+    var address = sockaddr_un()
+    let bytes = Array(path.utf8)
+    guard bytes.count < MemoryLayout.size(ofValue: address.sun_path) else { return nil }
+    address.sun_family = sa_family_t(AF_UNIX)
+    withUnsafeMutableBytes(of: &address.sun_path) { raw in
+        for (index, byte) in bytes.enumerated() { raw[index] = byte }
+    }
+    return withUnsafePointer(to: &address) {
+        $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { body($0, socklen_t(MemoryLayout<sockaddr_un>.size)) }
+    }
+}

@@ -2,6 +2,7 @@ import Foundation
 import Skyros
 import SkyrosShared
 import SkyrosTestModels
+import SkyrosZeroMQ
 import Testing
 
 /// A datagram socket standing in for systemd's notification socket.
@@ -12,15 +13,7 @@ final class NotifySocket: @unchecked Sendable {
     init() throws {
         path = "/tmp/skn-\(getpid())-\(UInt32.random(in: 0...UInt32.max)).sock"
         fd = socket(AF_UNIX, Int32(SOCK_DGRAM.rawValue), 0)
-        var address = sockaddr_un()
-        address.sun_family = sa_family_t(AF_UNIX)
-        withUnsafeMutableBytes(of: &address.sun_path) { buffer in
-            for (index, byte) in path.utf8.enumerated() { buffer[index] = byte }
-        }
-        let bound = withUnsafePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, socklen_t(MemoryLayout<sockaddr_un>.size)) }
-        }
-        guard fd >= 0, bound == 0 else { throw POSIXError(.EADDRINUSE) }
+        guard fd >= 0, withUnixSocketAddress(path, { bind(fd, $0, $1) }) == 0 else { throw POSIXError(.EADDRINUSE) }
     }
 
     /// Waits for a datagram containing `state` (e.g. "READY=1"); false on timeout.

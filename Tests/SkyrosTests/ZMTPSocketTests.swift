@@ -11,10 +11,33 @@ import Glibc
 /// and the peer errors that close a connection. Every wait is bounded.
 @Suite("ZMTP client socket against libzmq", .timeLimit(.minutes(1)))
 struct ZMTPSocketTests {
-    /// A directory for the socket files, removed by the caller.
-    static func directory() -> String {
-        var template = Array("/tmp/skz-XXXXXX".utf8CString)
-        return template.withUnsafeMutableBufferPointer { String(cString: mkdtemp($0.baseAddress!)) }
+    /// A directory for one socket file and a libzmq context (`remove()` the directory).
+    final class Fixture {
+        let directory: String
+        let context: ZeroMQContext
+
+        init() throws {
+            var template = Array("/tmp/skz-XXXXXX".utf8CString)
+            directory = template.withUnsafeMutableBufferPointer { String(cString: mkdtemp($0.baseAddress!)) }
+            context = try ZeroMQContext()
+        }
+
+        func remove() { try? FileManager.default.removeItem(atPath: directory) }
+
+        var path: String { "\(directory)/s.ipc" }
+        var endpoint: String { "ipc://\(path)" }
+
+        /// A libzmq socket of `kind` bound to the endpoint.
+        func bound(_ kind: ZeroMQSocket.Kind) throws -> ZeroMQSocket {
+            let socket = try ZeroMQSocket(context: context, kind: kind)
+            try socket.bind(endpoint)
+            return socket
+        }
+
+        /// A ZMTP socket of `kind` for the endpoint.
+        func client(_ kind: ZMTPSocket.Kind, maximumMessageSize: Int = 1 << 20) throws -> ZMTPSocket {
+            try ZMTPSocket(kind: kind, endpoint: endpoint, maximumMessageSize: maximumMessageSize)
+        }
     }
 
     /// Runs `pump` (the ZMTP socket's side) until the libzmq socket has a message, for at most
@@ -28,6 +51,11 @@ struct ZMTPSocketTests {
         return nil
     }
 
+    /// The last frame of the next message `dealer` sends to `router`, within 5 s.
+    static func request(to router: ZeroMQSocket, from dealer: ZMTPSocket) throws -> Data? {
+        try receive(router) { _ = dealer.waitForInput(milliseconds: 5) }?.last
+    }
+
     /// Waits at most 5 s for the ZMTP socket's next message.
     static func receive(_ socket: ZMTPSocket) -> [Data]? {
         socket.waitForInput(milliseconds: 5_000) ? socket.receive() : nil
@@ -35,14 +63,11 @@ struct ZMTPSocketTests {
 
     @Test("a DEALER's message reaches a ROUTER and the reply comes back: empty, short, 255, 256 and 300 KiB frames, several per message")
     func requestAndReply() throws {
-        let directory = Self.directory()
-        defer { try? FileManager.default.removeItem(atPath: directory) }
-        let endpoint = "ipc://\(directory)/r.ipc"
-        let context = try ZeroMQContext()
-        let router = try ZeroMQSocket(context: context, kind: .router)
+        let fixture = try Fixture()
+        defer { fixture.remove() }
+        let router = try fixture.bound(.router)
         defer { router.close() }
-        try router.bind(endpoint)
-        let dealer = try ZMTPSocket(kind: .dealer, endpoint: endpoint, maximumMessageSize: 1 << 20)
+        let dealer = try fixture.client(.dealer)
         let frames = [Data(), Data("hello".utf8), Data(repeating: 7, count: 255), Data(repeating: 8, count: 256),
                       Data((0..<300_000).map { UInt8(truncatingIfNeeded: $0) })]
         dealer.send(frames)
@@ -57,42 +82,33 @@ struct ZMTPSocketTests {
 
     @Test("a message sent before anyone listens waits, and goes out once the server binds")
     func sentBeforeBind() throws {
-        let directory = Self.directory()
-        defer { try? FileManager.default.removeItem(atPath: directory) }
-        let endpoint = "ipc://\(directory)/r.ipc"
-        let dealer = try ZMTPSocket(kind: .dealer, endpoint: endpoint, maximumMessageSize: 1 << 20)
+        let fixture = try Fixture()
+        defer { fixture.remove() }
+        let dealer = try fixture.client(.dealer)
         dealer.send([Data("early".utf8)])
         #expect(!dealer.waitForInput(milliseconds: 20))  // nothing to connect to: the timeout, not a hang
         #expect(!dealer.isConnected)
-        let context = try ZeroMQContext()
-        let router = try ZeroMQSocket(context: context, kind: .router)
+        let router = try fixture.bound(.router)
         defer { router.close() }
-        try router.bind(endpoint)
-        let request = try Self.receive(router) { _ = dealer.waitForInput(milliseconds: 10) }
-        #expect(request?.last == Data("early".utf8))
+        #expect(try Self.request(to: router, from: dealer) == Data("early".utf8))
     }
 
     @Test("the server goes away and comes back: the DEALER reconnects, and a message sent meanwhile is delivered once")
     func reconnects() throws {
-        let directory = Self.directory()
-        defer { try? FileManager.default.removeItem(atPath: directory) }
-        let endpoint = "ipc://\(directory)/r.ipc"
-        let context = try ZeroMQContext()
-        var router = try ZeroMQSocket(context: context, kind: .router)
-        try router.bind(endpoint)
-        let dealer = try ZMTPSocket(kind: .dealer, endpoint: endpoint, maximumMessageSize: 1 << 20)
+        let fixture = try Fixture()
+        defer { fixture.remove() }
+        var router = try fixture.bound(.router)
+        let dealer = try fixture.client(.dealer)
         dealer.send([Data("one".utf8)])
-        #expect(try Self.receive(router) { _ = dealer.waitForInput(milliseconds: 0) }?.last == Data("one".utf8))
+        #expect(try Self.request(to: router, from: dealer) == Data("one".utf8))
         router.close()
         // The closed connection is seen (end of file), and no connection can be made meanwhile.
         #expect(!dealer.waitForInput(milliseconds: 200))
         #expect(!dealer.isConnected)
         dealer.send([Data("two".utf8)])
-        router = try ZeroMQSocket(context: context, kind: .router)
+        router = try fixture.bound(.router)
         defer { router.close() }
-        try router.bind(endpoint)
-        let request = try Self.receive(router) { _ = dealer.waitForInput(milliseconds: 10) }
-        #expect(request?.last == Data("two".utf8))
+        #expect(try Self.request(to: router, from: dealer) == Data("two".utf8))
         #expect(dealer.connectionsMade == 2)
         _ = dealer.waitForInput(milliseconds: 50)
         #expect(try !router.waitForInput(milliseconds: 50))  // not sent twice
@@ -100,35 +116,29 @@ struct ZMTPSocketTests {
 
     @Test("close() forgets what was not sent and connects anew")
     func closeStartsOver() throws {
-        let directory = Self.directory()
-        defer { try? FileManager.default.removeItem(atPath: directory) }
-        let endpoint = "ipc://\(directory)/r.ipc"
-        let dealer = try ZMTPSocket(kind: .dealer, endpoint: endpoint, maximumMessageSize: 1 << 20)
+        let fixture = try Fixture()
+        defer { fixture.remove() }
+        let dealer = try fixture.client(.dealer)
         dealer.send([Data("dropped".utf8)])
         dealer.close()
-        let context = try ZeroMQContext()
-        let router = try ZeroMQSocket(context: context, kind: .router)
+        let router = try fixture.bound(.router)
         defer { router.close() }
-        try router.bind(endpoint)
         dealer.send([Data("kept".utf8)])
-        #expect(try Self.receive(router) { _ = dealer.waitForInput(milliseconds: 5) }?.last == Data("kept".utf8))
+        #expect(try Self.request(to: router, from: dealer) == Data("kept".utf8))
         _ = dealer.waitForInput(milliseconds: 50)
         #expect(try !router.waitForInput(milliseconds: 50))
     }
 
     @Test("a SUB gets the topics it subscribed to and no other, and subscribes again on a new connection")
     func subscriptions() throws {
-        let directory = Self.directory()
-        defer { try? FileManager.default.removeItem(atPath: directory) }
-        let endpoint = "ipc://\(directory)/e.ipc"
-        let context = try ZeroMQContext()
-        let subscriber = try ZMTPSocket(kind: .subscriber, endpoint: endpoint, maximumMessageSize: 1 << 20)
+        let fixture = try Fixture()
+        defer { fixture.remove() }
+        let subscriber = try fixture.client(.subscriber)
         subscriber.subscribe()
         subscriber.subscribe(Data([1]))
         subscriber.unsubscribe()  // only topic 1 is left
         for round in 1...2 {
-            let publisher = try ZeroMQSocket(context: context, kind: .publisher)
-            try publisher.bind(endpoint)
+            let publisher = try fixture.bound(.publisher)
             // A PUB drops what it publishes before the subscription arrived: publish until heard.
             var heard: [Data]?
             let deadline = Date().addingTimeInterval(5)
@@ -149,42 +159,30 @@ struct ZMTPSocketTests {
 
     @Test("a frame over the maximum message size closes the connection and is never handed out; the next message goes on a new one")
     func oversizeFrame() throws {
-        let directory = Self.directory()
-        defer { try? FileManager.default.removeItem(atPath: directory) }
-        let endpoint = "ipc://\(directory)/r.ipc"
-        let context = try ZeroMQContext()
-        let router = try ZeroMQSocket(context: context, kind: .router)
+        let fixture = try Fixture()
+        defer { fixture.remove() }
+        let router = try fixture.bound(.router)
         defer { router.close() }
-        try router.bind(endpoint)
-        let dealer = try ZMTPSocket(kind: .dealer, endpoint: endpoint, maximumMessageSize: 1_000)
+        let dealer = try fixture.client(.dealer, maximumMessageSize: 1_000)
         dealer.send([Data("ask".utf8)])
         let request = try #require(try Self.receive(router) { _ = dealer.waitForInput(milliseconds: 0) })
         try router.send([request[0], Data(repeating: 1, count: 1_001)])
         #expect(!dealer.waitForInput(milliseconds: 200))
         #expect(dealer.receive() == nil)
         dealer.send([Data("again".utf8)])
-        #expect(try Self.receive(router) { _ = dealer.waitForInput(milliseconds: 5) }?.last == Data("again".utf8))
+        #expect(try Self.request(to: router, from: dealer) == Data("again".utf8))
         #expect(dealer.connectionsMade == 2)
     }
 
     @Test("a listener that does not speak ZMTP is dropped without a trap, a hang or a message")
     func notZMTP() throws {
-        let directory = Self.directory()
-        defer { try? FileManager.default.removeItem(atPath: directory) }
-        let path = "\(directory)/r.ipc"
+        let fixture = try Fixture()
+        defer { fixture.remove() }
         let listener = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue), 0)
         defer { close(listener) }
-        var address = sockaddr_un()
-        address.sun_family = sa_family_t(AF_UNIX)
-        withUnsafeMutableBytes(of: &address.sun_path) { raw in
-            for (index, byte) in path.utf8.enumerated() { raw[index] = byte }
-        }
-        let bound = withUnsafePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(listener, $0, socklen_t(MemoryLayout<sockaddr_un>.size)) }
-        }
-        #expect(bound == 0)
+        #expect(withUnixSocketAddress(fixture.path, { bind(listener, $0, $1) }) == 0)
         #expect(listen(listener, 4) == 0)
-        let dealer = try ZMTPSocket(kind: .dealer, endpoint: "ipc://\(path)", maximumMessageSize: 1 << 20)
+        let dealer = try fixture.client(.dealer)
         dealer.send([Data("ask".utf8)])
         let connection = accept(listener, nil, nil)
         #expect(connection >= 0)
