@@ -74,6 +74,7 @@ struct FloodBenchmark {
         _ roles: [String], target: String, go: String, seconds: Double, beforeGo: () -> Void = {}
     ) throws -> [String] {
         let executable = URL(fileURLWithPath: "/proc/self/exe").resolvingSymlinksInPath()
+        try? FileManager.default.removeItem(atPath: go)  // a go file of an earlier round would start them early
         var processes: [(Process, Pipe)] = []
         for role in roles {
             let process = Process()
