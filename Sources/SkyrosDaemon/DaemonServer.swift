@@ -438,8 +438,8 @@ public final class DaemonServer: @unchecked Sendable {
     /// deleted, an object that does not exist), the transaction is rolled back and the turn
     /// applied again with each save in its own savepoint, so that the failing one fails alone
     /// (two statements a save spared in the usual case, where none fails); a turn of one save
-    /// that fails is rolled back whole. A save whose client and save number were applied before is not
-    /// applied again: it is answered with the sequence it got the first time (an older save
+    /// that fails is rolled back whole. A save whose client and save number were applied
+    /// before is not applied again: it is answered with the sequence it got the first time (an older save
     /// number than the client's last is looked up in the history). Replies go out once the
     /// commit is durable, then its events (held under load, see ``EventPublisher``).
     ///
@@ -450,8 +450,7 @@ public final class DaemonServer: @unchecked Sendable {
         var events: [EventPublisher.Committed] = []
         var next = sequence
         var isolated = false  // each save in a savepoint: the second attempt of a turn that failed
-        var isolating = false  // a save of the first attempt failed: the turn starts again, isolated
-        var refusal: SkyrosError?  // the error of a save alone in its transaction
+        var refusal: SkyrosError?  // the error of a save applied without a savepoint
         var resetLog: String?  // the log line of the reset, written once it is committed
         var pruned = Journal.Pruned()
         attempts: while true {
@@ -513,10 +512,9 @@ public final class DaemonServer: @unchecked Sendable {
                             events.append(EventPublisher.Committed(event: event, encoded: encoded, topic: session?.topic))
                             results.append(.success(affected.map { .batch(affected: $0, event: event) } ?? .saved(event.sequence)))
                         } catch {
-                            // Alone in its transaction, a failed save rolls the transaction back;
-                            // among several, it makes the turn start again, a savepoint each.
+                            // Without a savepoint, a failed save rolls the transaction back (and,
+                            // among several, makes the turn start again, a savepoint each).
                             guard isolated else {
-                                if saves.count > 1 { isolating = true }
                                 refusal = SkyrosError.wrap(error)
                                 throw error
                             }
@@ -535,7 +533,7 @@ public final class DaemonServer: @unchecked Sendable {
                 }
             } catch {
                 ledger.abandon()
-                if isolating && !isolated {
+                if refusal != nil && saves.count > 1 && !isolated {
                     isolated = true
                     continue attempts
                 }
