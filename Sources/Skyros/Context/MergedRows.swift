@@ -7,10 +7,11 @@ import Foundation
 /// Reading one (by identifier or through a relationship) takes its row as the values of a new
 /// object, with no request to the parent; a child context reads the row as it is (it stays).
 /// A later merge updates a row in place or drops it; an object of the context taking over
-/// (fetched, registered, updated or deleted by a child's save, or saved here) drops it: a
-/// row only ever stands for an object the context holds nothing else of. Bounded: two generations of at most ``generationSize`` rows
-/// each, the older dropped whole when the newer fills (a dropped row is simply read from
-/// the parent when asked for). Confined to its context's queue, like the registry.
+/// (fetched, registered, updated or deleted by a child's save) drops it: a row only ever
+/// stands for an object the context holds nothing else of, so nothing this context saves
+/// has one. Bounded: two generations of at most ``generationSize`` rows each, the older
+/// dropped whole when the newer fills (a dropped row is simply read from the parent when
+/// asked for). Confined to its context's queue, like the registry.
 struct MergedRows {
     struct Row {
         var values: StoredValues

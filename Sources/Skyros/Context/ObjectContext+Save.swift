@@ -19,9 +19,6 @@ extension ObjectContext {
         try validateForSave()
         let changes = makeChangeSet()
         try parent.save(changes)
-        // What this context wrote is newer than any row merged for it (its own saves come
-        // back as no merge).
-        if !mergedRows.isEmpty { for id in changes.allIDs { mergedRows.remove(id) } }
         didSave(keepingObjects: keepingObjects, policy: changes.mergePolicy)
         announceOwnSave()
     }
@@ -222,14 +219,11 @@ extension ObjectContext {
         }
         if !mergedRows.isEmpty {
             // Objects kept as merged rows (see ``MergedRows``): their row is their state here,
-            // and it goes (the object takes over from it).
+            // and it goes (the object takes over from it). A registered object has none: it
+            // took its row when it was registered.
             missing = missing.filter { id in
-                if let object = lookup(id) {
-                    guard let row = mergedRows.take(id) else { return true }
-                    object.skyrosStorage.fill(row.values, version: row.version)
-                    return false
-                }
-                guard let entity = schema.entity(named: id.entityName), let row = mergedRows.take(id) else { return true }
+                guard lookup(id) == nil, let entity = schema.entity(named: id.entityName), let row = mergedRows.take(id)
+                else { return true }
                 loaded[id] = makeObject(id, of: entity, values: row.values, version: row.version)
                 return false
             }

@@ -68,8 +68,8 @@ extension Skyros {
     /// change carries are registered when the main context has observers (they are handed
     /// the inserted objects), and otherwise kept as rows that become objects only when asked
     /// for (by identifier, through a relationship, from a scratch context), reading them with
-    /// no request to the store (fetches see inserts in any case: they ask the store). Updated objects the
-    /// context never held are not made.
+    /// no request to the store (fetches see inserts in any case: they ask the store). Updated
+    /// objects the context never held are not made.
     /// Then ``changes`` delivers it. Called by the shared stack on its event thread; objects
     /// with unsaved changes in the main context keep them.
     ///
