@@ -256,9 +256,8 @@ public final class RemoteStore: PersistentStore, @unchecked Sendable {
                 }
                 // Until the end of the silence interval, an event or heartbeat, or a wake-up.
                 let left = Int((silence - Date().timeIntervalSince(lastHeard)) * 1000) + 1
-                let ready: (socket: Bool, descriptor: Bool) = wake >= 0
-                    ? socket.waitForInput(orDescriptor: wake, milliseconds: max(1, left))
-                    : (socket.waitForInput(milliseconds: min(50, max(1, left))), false)
+                // Without a wake pipe (none could be made), it looks at `stopped` every 50 ms.
+                let ready = socket.waitForInput(orDescriptor: wake, milliseconds: wake >= 0 ? max(1, left) : min(50, max(1, left)))
                 if ready.descriptor {
                     var bytes = [UInt8](repeating: 0, count: 64)
                     while read(wake, &bytes, bytes.count) > 0 {}
@@ -434,7 +433,7 @@ public final class RemoteStore: PersistentStore, @unchecked Sendable {
         let id = nextRequestID
         requestsSent[body.kind, default: 0] += 1
         nextRequestID += 1
-        dealer.send([Data(WireMessage(requestID: id, body: body).encoded())])
+        dealer.send([WireMessage(requestID: id, body: body).encoded()])
         requestWentOut = true
         let deadline = Date().addingTimeInterval(wait)
         while Date() < deadline {

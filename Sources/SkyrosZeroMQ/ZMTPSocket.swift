@@ -148,13 +148,7 @@ package final class ZMTPSocket {
         let deadline = Self.now() + UInt64(min(max(0, milliseconds), 86_400_000)) * 1_000_000
         while descriptor >= 0 && !isReady {
             let now = Self.now()
-            guard now < deadline else { break }
-            var item = pollfd(fd: descriptor, events: Int16(POLLIN), revents: 0)
-            if !output.isEmpty { item.events |= Int16(POLLOUT) }
-            let ready = poll(&item, 1, Int32(clamping: (deadline - now + 999_999) / 1_000_000))
-            if ready < 0 && errno != EINTR { break }
-            if item.revents & Int16(POLLIN | POLLHUP | POLLERR) != 0 { readAvailable() }
-            if item.revents & Int16(POLLOUT) != 0 { flush() }
+            guard now < deadline, pollOnce(other: -1, timeout: Self.milliseconds(from: now, to: deadline)) != nil else { break }
         }
         flush()
         return isReady
@@ -162,8 +156,9 @@ package final class ZMTPSocket {
 
     // MARK: Messages
 
-    /// Sends a message (its frames); it goes out now, or on the next connection.
-    package func send(_ message: [Data]) {
+    /// Sends a message (its frames: `Data`, `[UInt8]`…); it goes out now, or on the next
+    /// connection.
+    package func send<Frame: Collection<UInt8>>(_ message: [Frame]) {
         precondition(!message.isEmpty, "a message has at least one frame")
         precondition(kind == .dealer, "a SUB socket sends nothing but its subscriptions")
         var bytes: [UInt8] = []
@@ -378,25 +373,35 @@ package final class ZMTPSocket {
             // Until the deadline, or the next connection try while there is none.
             var until = deadline
             if descriptor < 0 { until = min(until ?? .max, nextConnect) }
-            let timeout = until.map { $0 > now ? Int32(clamping: ($0 - now + 999_999) / 1_000_000) : 0 } ?? -1
-            var items = [pollfd(fd: descriptor, events: Int16(POLLIN), revents: 0)]
-            if !output.isEmpty { items[0].events |= Int16(POLLOUT) }
-            if other >= 0 { items.append(pollfd(fd: other, events: Int16(POLLIN), revents: 0)) }
-            // A negative descriptor is ignored by poll (no connection: only the timeout counts).
-            let ready = poll(&items, nfds_t(items.count), timeout)
-            if ready < 0 {
-                if errno == EINTR { continue }
-                return (false, false)
-            }
-            // Read first: what came before a failure is kept (libzmq reads before it writes too).
-            let socketEvents = items[0].revents
-            if socketEvents & Int16(POLLIN | POLLHUP | POLLERR) != 0 { readAvailable() }
-            if socketEvents & Int16(POLLOUT) != 0 { flush() }
-            let otherReady = other >= 0 && items[1].revents != 0
+            guard let otherReady = pollOnce(other: other, timeout: until.map { Self.milliseconds(from: now, to: $0) } ?? -1)
+            else { return (false, false) }
             if otherReady || receivedStart < received.count {
                 return (receivedStart < received.count, otherReady)
             }
         }
+    }
+
+    /// One `poll` of the connection (none: only the timeout counts) and of `other` (when not
+    /// negative), for at most `timeout` milliseconds (-1: forever); reads what came, then
+    /// writes what the connection takes. Returns whether `other` is readable; nil when `poll`
+    /// failed (other than interrupted, which counts as nothing ready).
+    private func pollOnce(other: Int32, timeout: Int32) -> Bool? {
+        var items = [pollfd(fd: descriptor, events: Int16(POLLIN), revents: 0)]
+        if !output.isEmpty { items[0].events |= Int16(POLLOUT) }
+        if other >= 0 { items.append(pollfd(fd: other, events: Int16(POLLIN), revents: 0)) }
+        // A negative descriptor is ignored by poll.
+        guard poll(&items, nfds_t(items.count), timeout) >= 0 else { return errno == EINTR ? false : nil }
+        // Read first: what came before a failure is kept (libzmq reads before it writes too).
+        let socketEvents = items[0].revents
+        if socketEvents & Int16(POLLIN | POLLHUP | POLLERR) != 0 { readAvailable() }
+        if socketEvents & Int16(POLLOUT) != 0 { flush() }
+        return other >= 0 && items[1].revents != 0
+    }
+
+    /// The milliseconds from `now` to `deadline` (monotonic nanoseconds), rounded up: 0 when
+    /// it has passed.
+    private static func milliseconds(from now: UInt64, to deadline: UInt64) -> Int32 {
+        deadline > now ? Int32(clamping: (deadline - now + 999_999) / 1_000_000) : 0
     }
 
     // MARK: ZMTP 3.0
