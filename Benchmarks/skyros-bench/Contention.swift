@@ -29,17 +29,7 @@ struct ContentionBenchmark {
     func run(report: (Row) -> Void) throws {
         var rates: [Int: Double] = [:]
         for count in clientCounts {
-            let daemonFolder = directory.appendingPathComponent("contention-\(count)")
-            let daemon = try SharedBenchmark.Daemon(daemonFolder, durability: .full)
-            // The store is made by a first hello, before the clients race.
-            _ = try RemoteStore(schema: benchSchema, container: daemon.container)
-            let skyros = try measure(role: "contention-client", target: daemonFolder.path, count: count)
-            daemon.stop()
-            if ProcessInfo.processInfo.environment["SKYROS_BENCH_CPU"] != nil {
-                let statistics = daemon.server.statistics
-                FileHandle.standardError.write(Data(
-                    "daemon ×\(count): \(statistics.changeSets) change sets, \(statistics.commits) commits, \(statistics.publishes) event messages\n".utf8))
-            }
+            let skyros = try throughDaemon("contention-\(count)", count: count)
             let databasePath = directory.appendingPathComponent("direct-\(count).sqlite").path
             let setup = RawSQLite(path: databasePath)
             setup.createItemTable()
@@ -57,13 +47,7 @@ struct ContentionBenchmark {
             report(Row(name: "contention: \(count) clients, save mean", unit: "us",
                        skyros: mean(skyros.latencies), baseline: mean(direct.latencies)))
             if ceiling {
-                let server = try BareServer(
-                    directory.appendingPathComponent("bare-\(count)"), durability: .full, groupCommit: true)
-                let bare = try measure(role: "contention-bare", target: server.endpoint, count: count)
-                server.stop()
-                if ProcessInfo.processInfo.environment["SKYROS_BENCH_CPU"] != nil {
-                    FileHandle.standardError.write(Data("bare ×\(count): \(server.counts.saves) saves, \(server.counts.commits) commits\n".utf8))
-                }
+                let bare = try throughBare("bare-\(count)", count: count)
                 report(Row(name: "contention: \(count) clients, bare group commit", unit: "saves/s",
                            skyros: bare.rate, baseline: direct.rate))
             }
@@ -84,17 +68,40 @@ struct ContentionBenchmark {
     /// One round of `count` clients through a new daemon, then through a new bare server,
     /// back to back; their saves per second.
     private func alternating(round: Int, count: Int) throws -> (skyros: Double, bare: Double) {
-        let daemonFolder = directory.appendingPathComponent("turn-\(round)")
-        let daemon = try SharedBenchmark.Daemon(daemonFolder, durability: .full)
-        _ = try RemoteStore(schema: benchSchema, container: daemon.container)
-        let skyros = try measure(role: "contention-client", target: daemonFolder.path, count: count)
-        daemon.stop()
-        let server = try BareServer(directory.appendingPathComponent("turn-bare-\(round)"), durability: .full, groupCommit: true)
-        let bare = try measure(role: "contention-bare", target: server.endpoint, count: count)
-        server.stop()
+        let skyros = try throughDaemon("turn-\(round)", count: count)
+        let bare = try throughBare("turn-bare-\(round)", count: count)
         FileHandle.standardError.write(Data(
             "round \(round + 1): daemon \(Int(skyros.rate)), bare \(Int(bare.rate)) saves/s, \(String(format: "%.2f", skyros.rate / bare.rate))×\n".utf8))
         return (skyros.rate, bare.rate)
+    }
+
+    /// `count` clients through a new daemon (durability full) in the folder `name`; with
+    /// SKYROS_BENCH_CPU, its commits and event messages.
+    private func throughDaemon(_ name: String, count: Int) throws -> Result {
+        let folder = directory.appendingPathComponent(name)
+        let daemon = try SharedBenchmark.Daemon(folder, durability: .full)
+        // The store is made by a first hello, before the clients race.
+        _ = try RemoteStore(schema: benchSchema, container: daemon.container)
+        let result = try measure(role: "contention-client", target: folder.path, count: count)
+        daemon.stop()
+        if ProcessInfo.processInfo.environment["SKYROS_BENCH_CPU"] != nil {
+            let statistics = daemon.server.statistics
+            FileHandle.standardError.write(Data(
+                "daemon ×\(count): \(statistics.changeSets) change sets, \(statistics.commits) commits, \(statistics.publishes) event messages\n".utf8))
+        }
+        return result
+    }
+
+    /// `count` clients through a new bare group-commit server in the folder `name`; with
+    /// SKYROS_BENCH_CPU, its commits.
+    private func throughBare(_ name: String, count: Int) throws -> Result {
+        let server = try BareServer(directory.appendingPathComponent(name), durability: .full, groupCommit: true)
+        let result = try measure(role: "contention-bare", target: server.endpoint, count: count)
+        server.stop()
+        if ProcessInfo.processInfo.environment["SKYROS_BENCH_CPU"] != nil {
+            FileHandle.standardError.write(Data("bare ×\(count): \(server.counts.saves) saves, \(server.counts.commits) commits\n".utf8))
+        }
+        return result
     }
 
     struct Result {
