@@ -11,12 +11,19 @@ import Testing
 /// rows current. A daemon in this process, two clients with their own connections.
 @Suite("Merged rows of an unobserved main context", .timeLimit(.minutes(1)))
 struct MergedRowsTests {
-    @Test("inserts merged as rows are read by ID, through a relationship and from a scratch context with no request; updates and deletes keep them current")
-    func rows() async throws {
+    /// A daemon in this process, client A, and client B built on a `RemoteStore` whose
+    /// requests can be counted.
+    func clients() throws -> (daemon: RunningDaemon, a: Skyros, b: Skyros, remote: RemoteStore) {
         let daemon = try RunningDaemon()
         let a = try Skyros(sharedStack: testSchema, container: daemon.container.url)
         let remote = try RemoteStore(schema: testSchema, container: GroupContainer(url: daemon.container.url))
-        let b = Skyros(sharedStack: remote)
+        return (daemon, a, Skyros(sharedStack: remote), remote)
+    }
+
+    @Test("inserts merged as rows are read by ID, through a relationship and from a scratch context with no request; updates and deletes keep them current")
+    func rows() async throws {
+        let (daemon, a, b, remote) = try clients()
+        defer { withExtendedLifetime(daemon) {} }
         let changes = b.changes
         let main = b.mainContext
         /// The fetches and faults B has asked the daemon for.
@@ -74,10 +81,7 @@ struct MergedRowsTests {
 
     /// A daemon, client A, and client B whose unobserved main context keeps A's new user as a row.
     func keptRow() async throws -> (RunningDaemon, Skyros, Skyros, RemoteStore, ObjectID) {
-        let daemon = try RunningDaemon()
-        let a = try Skyros(sharedStack: testSchema, container: daemon.container.url)
-        let remote = try RemoteStore(schema: testSchema, container: GroupContainer(url: daemon.container.url))
-        let b = Skyros(sharedStack: remote)
+        let (daemon, a, b, remote) = try clients()
         let changes = b.changes
         let id = try await a.write { context in
             let user = User.create(in: context)
@@ -152,9 +156,8 @@ struct MergedRowsTests {
 
     @Test("an observed main context still makes the inserted objects (its observers are handed them)")
     func observed() async throws {
-        let daemon = try RunningDaemon()
-        let a = try Skyros(sharedStack: testSchema, container: daemon.container.url)
-        let b = try Skyros(sharedStack: testSchema, container: daemon.container.url)
+        let (daemon, a, b, _) = try clients()
+        defer { withExtendedLifetime(daemon) {} }
         let changes = b.changes
         let main = b.mainContext
         let controller = FetchedResultsController<User>(
