@@ -1,4 +1,5 @@
 #ifndef SKYROS_CZEROMQ_SHIM_H
 #define SKYROS_CZEROMQ_SHIM_H
 #include <zmq.h>
+#include <sys/epoll.h>
 #endif

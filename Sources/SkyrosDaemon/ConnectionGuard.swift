@@ -42,14 +42,19 @@ public enum DescriptorLimit {
     }
 }
 
-/// Keeps the connections of the daemon's two sockets within the limit, on a thread of its
-/// own so that it keeps up with libzmq's accepts whatever the serve loop is doing.
+/// Keeps the connections of the daemon's two sockets within the limit, and closes request
+/// connections that say no hello in time, on a thread of its own so that it keeps up with
+/// libzmq's accepts whatever the serve loop is doing.
 ///
-/// libzmq's socket monitor reports each connection accepted and gone with its descriptor; a
-/// ``ConnectionLimiter`` per socket decides, and the guard closes what it decides with
-/// `shutdown(fd, SHUT_RDWR)`, after which libzmq drops the connection and closes its
-/// descriptor. The serve loop tells it which request connections said hello
-/// (``welcomed(descriptor:)``, with the descriptor libzmq gives each message: `ZMQ_SRCFD`).
+/// A ``ConnectionLimiter`` per socket decides; the guard closes what it decides with
+/// `shutdown(fd, SHUT_RDWR)`, after which the socket drops the connection and closes its
+/// descriptor. The request socket (the daemon's own ``ZMTPRouter``) tells it of each connection
+/// accepted and closed (``requestAccepted(_:)``, ``requestClosing(_:)``), on the serve loop;
+/// libzmq's socket monitor tells it of the event socket's. The serve loop tells it which request
+/// connections said hello (``welcomed(descriptor:)``). A descriptor is shut down only under the
+/// guard's lock and while its limiter holds it, and the router reports a connection closing
+/// (under that lock) before it closes the descriptor: a descriptor number reused by a new
+/// connection is never shut down in place of the old one.
 final class ConnectionGuard: @unchecked Sendable {
     private let lock = NSLock()
     private var requests: ConnectionLimiter
@@ -70,10 +75,10 @@ final class ConnectionGuard: @unchecked Sendable {
     /// of connections must not flood the log.
     static let logInterval: TimeInterval = 10
 
-    /// Starts monitoring `requestSocket` and `eventSocket` (from the thread that owns them,
-    /// before the serve loop runs) and the guard's thread.
+    /// Starts monitoring `eventSocket` (from the thread that owns it, before the serve loop
+    /// runs) and the guard's thread.
     init(
-        context: ZeroMQContext, requestSocket: ZeroMQSocket, eventSocket: ZeroMQSocket, maximumClients: Int,
+        context: ZeroMQContext, eventSocket: ZeroMQSocket, maximumClients: Int,
         helloTimeout: TimeInterval, log: @escaping @Sendable (String) -> Void
     ) throws {
         requests = ConnectionLimiter(maximum: maximumClients, helloTimeout: helloTimeout)
@@ -82,26 +87,34 @@ final class ConnectionGuard: @unchecked Sendable {
         self.maximumClients = maximumClients
         self.log = log
         let mask = ZeroMQMonitorEvent.accepted | ZeroMQMonitorEvent.disconnected
-        let tag = "\(getpid())-\(UInt64.random(in: 0...UInt64.max))"
-        let requestsEndpoint = "inproc://skyros-monitor-requests-\(tag)"
-        let eventsEndpoint = "inproc://skyros-monitor-events-\(tag)"
-        try requestSocket.monitor(requestsEndpoint, events: mask)
-        try eventSocket.monitor(eventsEndpoint, events: mask)
-        // No high-water mark on the monitors' pipes (0: none): past one, libzmq would drop
+        let endpoint = "inproc://skyros-monitor-events-\(getpid())-\(UInt64.random(in: 0...UInt64.max))"
+        try eventSocket.monitor(endpoint, events: mask)
+        // No high-water mark on the monitor's pipe (0: none): past one, libzmq would drop
         // events, and a connection whose acceptance or end is missed is never counted right.
-        let requestMonitor = try ZeroMQSocket(context: context, kind: .pair)
-        try requestMonitor.setReceiveHighWaterMark(0)
-        try requestMonitor.connect(requestsEndpoint)
-        let eventMonitor = try ZeroMQSocket(context: context, kind: .pair)
-        try eventMonitor.setReceiveHighWaterMark(0)
-        try eventMonitor.connect(eventsEndpoint)
-        let monitors = MonitorSockets(requests: requestMonitor, events: eventMonitor)
+        let monitor = try ZeroMQSocket(context: context, kind: .pair)
+        try monitor.setReceiveHighWaterMark(0)
+        try monitor.connect(endpoint)
+        let socket = MonitorSocket(socket: monitor)
         Thread.detachNewThread { [self] in
-            run(monitors)
-            monitors.requests.close()
-            monitors.events.close()
+            run(socket.socket)
+            socket.socket.close()
             finished.signal()
         }
+    }
+
+    /// The request socket accepted a connection on `descriptor`: the limiter may close it
+    /// (refused) or an older one without a hello (evicted) at once.
+    func requestAccepted(_ descriptor: Int32) {
+        let now = ProcessInfo.processInfo.systemUptime
+        lock.withLock {
+            close(requests.accepted(descriptor, at: now))
+            peakDescriptors = max(peakDescriptors, requests.descriptors + events.descriptors)
+        }
+    }
+
+    /// The request socket is about to close the connection on `descriptor`.
+    func requestClosing(_ descriptor: Int32) {
+        lock.withLock { requests.disconnected(descriptor) }
     }
 
     /// The request connection on `descriptor` said hello: it is kept past the hello timeout.
@@ -113,7 +126,7 @@ final class ConnectionGuard: @unchecked Sendable {
     /// Connections open on the request socket and on the event socket.
     var openConnections: (requests: Int, events: Int) { lock.withLock { (requests.open, events.open) } }
 
-    /// Stops the guard's thread and waits for it (before the monitored sockets are closed).
+    /// Stops the guard's thread and waits for it (before the monitored socket is closed).
     func stop() {
         let wasStopped = lock.withLock {
             defer { stopped = true }
@@ -122,52 +135,45 @@ final class ConnectionGuard: @unchecked Sendable {
         if !wasStopped { finished.wait() }
     }
 
-    /// The two monitor sockets, handed to the guard's thread and used by it alone.
-    private struct MonitorSockets: @unchecked Sendable {
-        let requests: ZeroMQSocket
-        let events: ZeroMQSocket
+    /// The monitor socket, handed to the guard's thread and used by it alone.
+    private struct MonitorSocket: @unchecked Sendable {
+        let socket: ZeroMQSocket
     }
 
-    private func run(_ monitors: MonitorSockets) {
-        let sockets = [monitors.requests, monitors.events]
+    private func run(_ monitor: ZeroMQSocket) {
         while !lock.withLock({ stopped }) {
             let now = ProcessInfo.processInfo.systemUptime
             let deadline = lock.withLock { requests.nextDeadline }
             let wait = deadline.map { max(0, min(0.25, $0 - now)) } ?? 0.25
-            let ready = (try? ZeroMQSocket.poll(sockets, milliseconds: Int((wait * 1000).rounded(.up)))) ?? []
-            for index in ready {
-                // Every event waiting, so that descriptors are known before any timeout acts on them.
-                while let event = try? sockets[index].receiveMonitorEvent(dontWait: true) {
-                    handle(event, onRequests: index == 0)
-                }
+            if (try? monitor.waitForInput(milliseconds: Int((wait * 1000).rounded(.up)))) == true {
+                // Every event waiting.
+                while let event = try? monitor.receiveMonitorEvent(dontWait: true) { handle(event) }
             }
-            let expired = lock.withLock { requests.expired(at: ProcessInfo.processInfo.systemUptime) }
-            close(expired.map { ($0, .helloTimeout) })
+            lock.withLock {
+                close(requests.expired(at: ProcessInfo.processInfo.systemUptime).map { ($0, .helloTimeout) })
+            }
             logIfDue(force: false)
         }
         logIfDue(force: true)
     }
 
-    private func handle(_ event: ZeroMQMonitorEvent, onRequests: Bool) {
+    private func handle(_ event: ZeroMQMonitorEvent) {
         switch event.event {
         case ZeroMQMonitorEvent.accepted:
             let now = ProcessInfo.processInfo.systemUptime
-            let closing = lock.withLock {
-                onRequests ? requests.accepted(event.value, at: now) : events.accepted(event.value, at: now)
-            }
-            close(closing)
-            peakDescriptors = max(peakDescriptors, lock.withLock { requests.descriptors + events.descriptors })
-        case ZeroMQMonitorEvent.disconnected:
             lock.withLock {
-                if onRequests { requests.disconnected(event.value) } else { events.disconnected(event.value) }
+                close(events.accepted(event.value, at: now))
+                peakDescriptors = max(peakDescriptors, requests.descriptors + events.descriptors)
             }
+        case ZeroMQMonitorEvent.disconnected:
+            lock.withLock { events.disconnected(event.value) }
         default:
             break
         }
     }
 
-    /// Makes libzmq drop these connections: reading end of file, it closes them and their
-    /// descriptors, and reports them gone.
+    /// Makes the socket drop these connections: reading end of file, it closes them and their
+    /// descriptors, and reports them gone. Called with the lock held.
     private func close(_ connections: [(Int32, ConnectionLimiter.Reason)]) {
         for (descriptor, reason) in connections {
             _ = shutdown(descriptor, Int32(SHUT_RDWR))
@@ -179,25 +185,30 @@ final class ConnectionGuard: @unchecked Sendable {
     /// ``logInterval`` seconds.
     private func logIfDue(force: Bool) {
         let now = ProcessInfo.processInfo.systemUptime
-        guard !unlogged.isEmpty, force || now - lastLog >= Self.logInterval else { return }
+        let due: (closed: [ConnectionLimiter.Reason: Int], peak: Int, requests: Int, events: Int)? = lock.withLock {
+            guard !unlogged.isEmpty, force || now - lastLog >= Self.logInterval else { return nil }
+            defer {
+                unlogged = [:]
+                peakDescriptors = 0
+                lastLog = now
+            }
+            return (unlogged, peakDescriptors, requests.open, events.open)
+        }
+        guard let due else { return }
         var parts: [String] = []
-        if let count = unlogged[.refused] {
+        if let count = due.closed[.refused] {
             parts.append("refused \(count) connection\(count == 1 ? "" : "s") past the limit of \(maximumClients)")
         }
-        if let count = unlogged[.evicted] {
+        if let count = due.closed[.evicted] {
             parts.append("closed \(count) connection\(count == 1 ? "" : "s") without a hello to make room for new ones")
         }
-        if let count = unlogged[.helloTimeout] {
+        if let count = due.closed[.helloTimeout] {
             parts.append(
                 "closed \(count) connection\(count == 1 ? "" : "s") that said no hello within \(helloTimeout) s")
         }
-        let open = openConnections
         log(parts.joined(separator: "; ") + """
-             (open: \(open.requests) request, \(open.events) event connections; at most \(peakDescriptors) \
+             (open: \(due.requests) request, \(due.events) event connections; at most \(due.peak) \
             descriptors held by connections)
             """)
-        unlogged = [:]
-        peakDescriptors = 0
-        lastLog = now
     }
 }

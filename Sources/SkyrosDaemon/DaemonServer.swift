@@ -79,7 +79,7 @@ public final class DaemonServer: @unchecked Sendable {
     public let configuration: Configuration
     private let lock: GroupLock
     private let zmq: ZeroMQContext
-    private let requests: ZeroMQSocket
+    private let requests: ZMTPRouter
     private let events: ZeroMQSocket
     /// Keeps the connections of both sockets within the limit (its own thread).
     private var connectionGuard: ConnectionGuard?
@@ -170,25 +170,29 @@ public final class DaemonServer: @unchecked Sendable {
         reader = try ReadWorker()
         maximumClients = Self.clientLimit(configuration)
         zmq = try ZeroMQContext()
-        requests = try ZeroMQSocket(context: zmq, kind: .router)
-        try requests.setMaximumMessageSize(Int64(configuration.maximumMessageSize))
         events = try ZeroMQSocket(context: zmq, kind: .publisher)
         // Events stay in the group even when the container's mode was loosened: the events
         // socket closes a connection from anyone but the users and group PeerAccess allows
         // as soon as it is accepted (requests are checked per message, and refused with a reply).
         try events.acceptIPCPeers(users: access.users, groups: access.groups)
-        try Self.bound(requests, events)
+        try events.setSendHighWaterMark(Int32(WireProtocol.highWaterMark))
         for path in container.sockets where FileManager.default.fileExists(atPath: path) {
             // A socket file left by a daemon that died is stale: the lock proves nobody serves it.
             try? FileManager.default.removeItem(atPath: path)
         }
-        try requests.bind(container.requestsEndpoint)
+        // The high-water marks bound the memory each connection can hold in the queues, both ways.
+        requests = try ZMTPRouter(
+            endpoint: container.requestsEndpoint, maximumMessageSize: configuration.maximumMessageSize,
+            highWaterMark: WireProtocol.highWaterMark)
         try events.bind(container.eventsEndpoint)
         for path in container.sockets { chmod(path, 0o770) }
         // Last: nothing after it may throw (its thread would keep the ZeroMQ context open).
-        connectionGuard = try ConnectionGuard(
-            context: zmq, requestSocket: requests, eventSocket: events, maximumClients: maximumClients,
+        let connectionGuard = try ConnectionGuard(
+            context: zmq, eventSocket: events, maximumClients: maximumClients,
             helloTimeout: configuration.helloTimeout, log: configuration.log)
+        requests.acceptedConnection = { connectionGuard.requestAccepted($0) }
+        requests.closingConnection = { connectionGuard.requestClosing($0) }
+        self.connectionGuard = connectionGuard
         configuration.log(
             "serving \(container.url.path)\(store == nil ? " (no store yet)" : " at sequence \(sequence)")")
         configuration.log("""
@@ -209,15 +213,6 @@ public final class DaemonServer: @unchecked Sendable {
                 """)
         }
         return min(wanted, sized)
-    }
-
-    /// Sets what bounds the memory each connection can hold in ZeroMQ's queues: the
-    /// high-water marks, both ways, of both sockets (``WireProtocol/highWaterMark``).
-    private static func bound(_ requests: ZeroMQSocket, _ events: ZeroMQSocket) throws {
-        let mark = Int32(WireProtocol.highWaterMark)
-        try requests.setReceiveHighWaterMark(mark)
-        try requests.setSendHighWaterMark(mark)
-        try events.setSendHighWaterMark(mark)
     }
 
     deinit { connectionGuard?.stop() }
@@ -249,41 +244,38 @@ public final class DaemonServer: @unchecked Sendable {
             turn()
             heartbeatIfDue(every: Double(pollInterval) / 1000)
             for (identity, message) in admin.takeReplies() { send(message, to: identity) }
-            do {
-                // Events held under load wait at most their delay: the turn after it publishes them.
-                let wait = publisher.held.isEmpty ? admin.pollInterval(pollInterval) : 1
-                let ready = try requests.waitForInput(orDescriptor: reader.wakeDescriptor, milliseconds: wait)
-                if ready.descriptor { sendReads() }
-                guard ready.socket else {
-                    if !ready.descriptor { publish(publisher.committed([], requestsWaiting: false, now: .now)) }
-                    continue
-                }
-                var saves: [PendingSave] = []
-                while saves.count < configuration.maximumGroupCommit && reader.pending < Self.maximumPendingReads {
-                    let received: (frames: [Data], peer: PeerCredentials?, descriptor: Int32)
-                    do {
-                        received = try requests.receiveWithCredentials(dontWait: true)
-                    } catch let error as ZeroMQError where error.isTimeout {
-                        break
-                    }
-                    handle(received.frames, peer: received.peer, descriptor: received.descriptor, saves: &saves)
-                }
-                // A commit tells whether requests were waiting before its replies went out (after
-                // them, a client that was just answered may already have sent its next request).
-                if !saves.isEmpty {
-                    commit(saves)
-                } else if !publisher.held.isEmpty {
-                    publish(publisher.committed([], requestsWaiting: requestsAreWaiting(), now: .now))
-                }
-            } catch let error as ZeroMQError where error.isTimeout || error.code == EINTR {
+            // Events held under load wait at most their delay: the turn after it publishes them.
+            let wait = publisher.held.isEmpty ? admin.pollInterval(pollInterval) : 1
+            let ready = requests.wait(orDescriptor: reader.wakeDescriptor, milliseconds: wait)
+            if ready.descriptor { sendReads() }
+            guard ready.socket else {
+                if !ready.descriptor { publish(publisher.committed([], requestsWaiting: false, now: .now)) }
                 continue
-            } catch {
-                configuration.log("receive failed: \(error)")
+            }
+            var saves: [PendingSave] = []
+            while saves.count < configuration.maximumGroupCommit && reader.pending < Self.maximumPendingReads {
+                guard let received = requests.receive() else { break }
+                handle(received.frames, peer: received.peer, descriptor: received.descriptor, saves: &saves)
+            }
+            // A commit tells whether requests were waiting before its replies went out (after
+            // them, a client that was just answered may already have sent its next request).
+            if !saves.isEmpty {
+                commit(saves)
+            } else if !publisher.held.isEmpty {
+                publish(publisher.committed([], requestsWaiting: requestsAreWaiting(), now: .now))
             }
         }
         reader.stop()  // answers the reads already submitted
         sendReads()
         publish(publisher.flush())
+    }
+
+    /// Before ``serve(pollInterval:turn:)``: takes connections and reads their requests, without
+    /// answering any, until `count` requests wait or `milliseconds` passed; returns whether
+    /// they wait. For tests whose requests must all wait when serving starts, so that the
+    /// first turn takes them together.
+    package func readAhead(requests count: Int, milliseconds: Int) -> Bool {
+        requests.readAhead(until: count, milliseconds: milliseconds)
     }
 
     /// The most reads submitted to the reader and not answered yet; past it, the loop takes
@@ -294,11 +286,7 @@ public final class DaemonServer: @unchecked Sendable {
     /// Sends the replies the reader has ready.
     private func sendReads() {
         for answered in reader.takeReplies() {
-            do {
-                try requests.send([answered.identity, Data(answered.message)], dontWait: true)
-            } catch {
-                configuration.log("could not reply to a client: \(error)")
-            }
+            requests.send(to: answered.identity, answered.message)
         }
     }
     /// Asks ``serve(pollInterval:)`` to return once the request in progress is answered.
@@ -674,11 +662,7 @@ public final class DaemonServer: @unchecked Sendable {
 
     /// Sends an encoded reply on the request socket.
     private func send(_ message: [UInt8], to identity: Data) {
-        do {
-            try requests.send([identity, Data(message)], dontWait: true)
-        } catch {
-            configuration.log("could not reply to a client: \(error)")
-        }
+        requests.send(to: identity, message)
     }
 
     /// What an admin session's request may read of the server (AdminSession.swift).
@@ -882,7 +866,7 @@ public final class DaemonServer: @unchecked Sendable {
     }
 
     /// Whether a request is waiting in the socket.
-    private func requestsAreWaiting() -> Bool { (try? requests.waitForInput(milliseconds: 0)) == true }
+    private func requestsAreWaiting() -> Bool { requests.hasInput }
 
     /// Sends what the publisher decided: two frames, the topic and the message.
     private func publish(_ publication: EventPublisher.Publication?) {

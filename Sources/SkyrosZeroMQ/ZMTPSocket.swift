@@ -145,10 +145,10 @@ package final class ZMTPSocket {
     /// is no connection. Returns ``isReady``. Messages received meanwhile are kept.
     @discardableResult
     package func waitUntilReady(milliseconds: Int) -> Bool {
-        let deadline = Self.now() + UInt64(min(max(0, milliseconds), 86_400_000)) * 1_000_000
+        let deadline = ZMTP.now() + UInt64(min(max(0, milliseconds), 86_400_000)) * 1_000_000
         while descriptor >= 0 && !isReady {
-            let now = Self.now()
-            guard now < deadline, pollOnce(other: -1, timeout: Self.milliseconds(from: now, to: deadline)) != nil else { break }
+            let now = ZMTP.now()
+            guard now < deadline, pollOnce(other: -1, timeout: ZMTP.milliseconds(from: now, to: deadline)) != nil else { break }
         }
         flush()
         return isReady
@@ -164,7 +164,7 @@ package final class ZMTPSocket {
         var bytes: [UInt8] = []
         bytes.reserveCapacity(message.reduce(0) { $0 + $1.count + 9 })
         for (index, frame) in message.enumerated() {
-            Self.appendHeader(to: &bytes, size: frame.count, more: index < message.count - 1, command: false)
+            ZMTP.appendHeader(to: &bytes, size: frame.count, more: index < message.count - 1, command: false)
             bytes.append(contentsOf: frame)
         }
         connectIfDue()
@@ -229,26 +229,20 @@ package final class ZMTPSocket {
     }
 
     private static func appendSubscription(to bytes: inout [UInt8], _ prefix: Data, subscribe: Bool) {
-        appendHeader(to: &bytes, size: prefix.count + 1, more: false, command: false)
+        ZMTP.appendHeader(to: &bytes, size: prefix.count + 1, more: false, command: false)
         bytes.append(subscribe ? 1 : 0)
         bytes.append(contentsOf: prefix)
     }
 
     // MARK: The connection
 
-    private static func now() -> UInt64 {
-        var time = timespec()
-        clock_gettime(CLOCK_MONOTONIC, &time)
-        return UInt64(time.tv_sec) * 1_000_000_000 + UInt64(time.tv_nsec)
-    }
-
     /// When to try again after a failure: 1 to 2 intervals from now (libzmq's jitter).
     private static func retryTime() -> UInt64 {
-        now() + reconnectInterval + UInt64.random(in: 0..<reconnectInterval)
+        ZMTP.now() + reconnectInterval + UInt64.random(in: 0..<reconnectInterval)
     }
 
     private func connectIfDue() {
-        guard descriptor < 0, Self.now() >= nextConnect else { return }
+        guard descriptor < 0, ZMTP.now() >= nextConnect else { return }
         connect()
     }
 
@@ -272,10 +266,10 @@ package final class ZMTPSocket {
             return
         }
         descriptor = fd
-        connectedAt = Self.now()
+        connectedAt = ZMTP.now()
         connectionsMade += 1
-        var handshake = Self.greeting
-        Self.appendReady(to: &handshake, socketType: kind.name)
+        var handshake = ZMTP.greeting
+        ZMTP.appendReady(to: &handshake, socketType: kind.name, identity: false)
         output = [(handshake, false)]
         outputOffset = 0
     }
@@ -296,7 +290,7 @@ package final class ZMTPSocket {
     /// incomplete message is lost.
     private func dropConnection() {
         guard descriptor >= 0 else { return }
-        let now = Self.now()
+        let now = ZMTP.now()
         Glibc.close(descriptor)
         descriptor = -1
         greeted = false
@@ -361,19 +355,19 @@ package final class ZMTPSocket {
 
     private func wait(orDescriptor other: Int32, milliseconds: Int) -> (socket: Bool, descriptor: Bool) {
         let (span, overflow) = UInt64(max(0, milliseconds)).multipliedReportingOverflow(by: 1_000_000)
-        let deadline: UInt64? = milliseconds < 0 || overflow ? nil : Self.now() + span
+        let deadline: UInt64? = milliseconds < 0 || overflow ? nil : ZMTP.now() + span
         var first = true
         while true {
             connectIfDue()
             flush()
             if receivedStart < received.count { return (true, false) }
-            let now = Self.now()
+            let now = ZMTP.now()
             if !first, let deadline, now >= deadline { return (false, false) }
             first = false
             // Until the deadline, or the next connection try while there is none.
             var until = deadline
             if descriptor < 0 { until = min(until ?? .max, nextConnect) }
-            guard let otherReady = pollOnce(other: other, timeout: until.map { Self.milliseconds(from: now, to: $0) } ?? -1)
+            guard let otherReady = pollOnce(other: other, timeout: until.map { ZMTP.milliseconds(from: now, to: $0) } ?? -1)
             else { return (false, false) }
             if otherReady || receivedStart < received.count {
                 return (receivedStart < received.count, otherReady)
@@ -398,50 +392,6 @@ package final class ZMTPSocket {
         return other >= 0 && items[1].revents != 0
     }
 
-    /// The milliseconds from `now` to `deadline` (monotonic nanoseconds), rounded up: 0 when
-    /// it has passed.
-    private static func milliseconds(from now: UInt64, to deadline: UInt64) -> Int32 {
-        deadline > now ? Int32(clamping: (deadline - now + 999_999) / 1_000_000) : 0
-    }
-
-    // MARK: ZMTP 3.0
-
-    /// The greeting: signature, version 3.0, the NULL mechanism, as a client.
-    private static let greeting: [UInt8] = {
-        var bytes = [UInt8](repeating: 0, count: 64)
-        bytes[0] = 0xFF
-        bytes[9] = 0x7F
-        bytes[10] = 3
-        bytes[11] = 0
-        for (index, byte) in "NULL".utf8.enumerated() { bytes[12 + index] = byte }
-        return bytes
-    }()
-
-    /// A frame's flags and size: one byte of size up to 255, else eight (big-endian).
-    private static func appendHeader(to bytes: inout [UInt8], size: Int, more: Bool, command: Bool) {
-        let flags: UInt8 = (more ? 0x01 : 0) | (command ? 0x04 : 0)
-        if size <= 255 {
-            bytes.append(flags)
-            bytes.append(UInt8(size))
-        } else {
-            bytes.append(flags | 0x02)
-            for shift in stride(from: 56, through: 0, by: -8) { bytes.append(UInt8(truncatingIfNeeded: UInt64(size) >> UInt64(shift))) }
-        }
-    }
-
-    /// The READY command with its `Socket-Type` property.
-    private static func appendReady(to bytes: inout [UInt8], socketType: String) {
-        var body: [UInt8] = [5] + Array("READY".utf8)
-        let name = Array("Socket-Type".utf8)
-        body.append(UInt8(name.count))
-        body += name
-        let value = Array(socketType.utf8)
-        for shift in stride(from: 24, through: 0, by: -8) { body.append(UInt8(truncatingIfNeeded: value.count >> shift)) }
-        body += value
-        appendHeader(to: &bytes, size: body.count, more: false, command: true)
-        bytes += body
-    }
-
     /// Parses what was read: the peer's greeting, then frames; commands other than ERROR are
     /// taken in (READY) or ignored. False on a protocol error or an ERROR command.
     private func parse() -> Bool {
@@ -457,52 +407,31 @@ package final class ZMTPSocket {
         while true {
             let available = input.count - inputStart
             if !greeted {
-                guard available >= 64 else {
-                    // The signature shows at once whether this is a ZMTP 3 peer.
-                    if available >= 1 && input[inputStart] != 0xFF { return false }
-                    return true
-                }
-                let start = inputStart
-                guard input[start + 9] == 0x7F, input[start + 10] >= 3,
-                    Array(input[(start + 12)..<(start + 16)]) == Array("NULL".utf8), input[start + 16] == 0
-                else { return false }
+                // The signature shows at once whether this is a ZMTP 3 peer.
+                guard available >= 64 else { return available == 0 || input[inputStart] == 0xFF }
+                guard ZMTP.isGreeting(input[inputStart..<(inputStart + 64)]) else { return false }
                 inputStart += 64
                 greeted = true
                 continue
             }
-            guard available >= 2 else { return true }
-            let flags = input[inputStart]
-            guard flags & ~0x07 == 0 else { return false }
-            let isLong = flags & 0x02 != 0
-            let headerSize = isLong ? 9 : 2
-            guard available >= headerSize else { return true }
-            var size = 0
-            if isLong {
-                var value: UInt64 = 0
-                for index in 1...8 { value = value << 8 | UInt64(input[inputStart + index]) }
-                guard value <= UInt64(maximumMessageSize) else { return false }
-                size = Int(value)
-            } else {
-                size = Int(input[inputStart + 1])
+            let flags: UInt8
+            let body: Range<Int>
+            switch ZMTP.frame(in: input, at: inputStart, maximumSize: maximumMessageSize) {
+            case .invalid: return false
+            case .incomplete: return true
+            case .frame(let frameFlags, let frameBody): (flags, body) = (frameFlags, frameBody)
             }
-            guard size <= maximumMessageSize else { return false }
-            guard available >= headerSize + size else {
-                input.reserveCapacity(inputStart + headerSize + size)
-                return true
-            }
-            let body = (inputStart + headerSize)..<(inputStart + headerSize + size)
             inputStart = body.upperBound
             if flags & 0x04 != 0 {
                 // A command: READY (the peer's properties are not needed), ERROR, or one of
                 // ZMTP 3.1's (PING, SUBSCRIBE…) that a 3.0 peer is never sent.
-                guard size >= 1, size >= 1 + Int(input[body.lowerBound]) else { return false }
-                let name = Array(input[(body.lowerBound + 1)..<(body.lowerBound + 1 + Int(input[body.lowerBound]))])
-                if name == Array("ERROR".utf8) { return false }
-                if name == Array("READY".utf8) && !isReady { peerIsReady() }
+                guard let command = ZMTP.Command(input[body]) else { return false }
+                if command.name == "ERROR" { return false }
+                if command.name == "READY" && !isReady { peerIsReady() }
                 continue
             }
             guard isReady else { return false }  // a message before the handshake ended
-            frames.append(size == 0 ? Data() : Data(input[body]))
+            frames.append(body.isEmpty ? Data() : Data(input[body]))
             if flags & 0x01 == 0 {
                 received.append(frames)
                 frames = []
@@ -526,5 +455,132 @@ package func withUnixSocketAddress<T>(_ path: String, _ body: (UnsafePointer<soc
     }
     return withUnsafePointer(to: &address) {
         $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { body($0, socklen_t(MemoryLayout<sockaddr_un>.size)) }
+    }
+}
+
+/// What both ends of a ZMTP 3.0 connection with the NULL mechanism read and write
+/// (rfc.zeromq.org/spec/23).
+enum ZMTP {
+    /// The greeting: signature, version 3.0, the NULL mechanism, as-server 0 (the NULL
+    /// mechanism does not look at it).
+    static let greeting: [UInt8] = {
+        var bytes = [UInt8](repeating: 0, count: 64)
+        bytes[0] = 0xFF
+        bytes[9] = 0x7F
+        bytes[10] = 3
+        bytes[11] = 0
+        for (index, byte) in "NULL".utf8.enumerated() { bytes[12 + index] = byte }
+        return bytes
+    }()
+
+    /// Whether 64 bytes are a peer's greeting this end can talk to: the signature, a major
+    /// version of 3 or more, and the NULL mechanism.
+    static func isGreeting(_ bytes: ArraySlice<UInt8>) -> Bool {
+        let start = bytes.startIndex
+        return bytes.count == 64 && bytes[start] == 0xFF && bytes[start + 9] == 0x7F && bytes[start + 10] >= 3
+            && bytes[(start + 12)..<(start + 16)].elementsEqual("NULL".utf8) && bytes[start + 16] == 0
+    }
+
+    /// A frame's flags and size: one byte of size up to 255, else eight (big-endian).
+    static func appendHeader(to bytes: inout [UInt8], size: Int, more: Bool, command: Bool) {
+        let flags: UInt8 = (more ? 0x01 : 0) | (command ? 0x04 : 0)
+        if size <= 255 {
+            bytes.append(flags)
+            bytes.append(UInt8(size))
+        } else {
+            bytes.append(flags | 0x02)
+            for shift in stride(from: 56, through: 0, by: -8) { bytes.append(UInt8(truncatingIfNeeded: UInt64(size) >> UInt64(shift))) }
+        }
+    }
+
+    /// The READY command with its `Socket-Type` property, and an empty `Identity` when
+    /// `identity` (libzmq's `ROUTER`, `DEALER` and `REQ` send one).
+    static func appendReady(to bytes: inout [UInt8], socketType: String, identity: Bool) {
+        var body: [UInt8] = [5] + Array("READY".utf8)
+        func property(_ name: String, _ value: [UInt8]) {
+            body.append(UInt8(name.utf8.count))
+            body += Array(name.utf8)
+            for shift in stride(from: 24, through: 0, by: -8) { body.append(UInt8(truncatingIfNeeded: value.count >> shift)) }
+            body += value
+        }
+        property("Socket-Type", Array(socketType.utf8))
+        if identity { property("Identity", []) }
+        appendHeader(to: &bytes, size: body.count, more: false, command: true)
+        bytes += body
+    }
+
+    /// What the bytes at `start` hold.
+    enum Frame {
+        /// Not a frame: unknown flags, or larger than the maximum message size.
+        case invalid
+        /// Not all of it yet.
+        case incomplete
+        /// A whole frame: its flags (0x01 more, 0x04 command) and where its body is.
+        case frame(flags: UInt8, body: Range<Int>)
+    }
+
+    static func frame(in input: [UInt8], at start: Int, maximumSize: Int) -> Frame {
+        let available = input.count - start
+        guard available >= 2 else { return .incomplete }
+        let flags = input[start]
+        guard flags & ~0x07 == 0 else { return .invalid }
+        let isLong = flags & 0x02 != 0
+        let headerSize = isLong ? 9 : 2
+        guard available >= headerSize else { return .incomplete }
+        var size = 0
+        if isLong {
+            var value: UInt64 = 0
+            for index in 1...8 { value = value << 8 | UInt64(input[start + index]) }
+            guard value <= UInt64(maximumSize) else { return .invalid }
+            size = Int(value)
+        } else {
+            size = Int(input[start + 1])
+        }
+        guard size <= maximumSize else { return .invalid }
+        guard available >= headerSize + size else { return .incomplete }
+        return .frame(flags: flags & ~0x02, body: (start + headerSize)..<(start + headerSize + size))
+    }
+
+    /// A command frame's body: its name, and the properties of a READY (names lowercased:
+    /// ZMTP's property names are case-insensitive).
+    struct Command {
+        var name: String
+        var body: ArraySlice<UInt8>
+        var properties: [String: Data] = [:]
+
+        /// Nil when the body does not hold a name, or a READY's properties run past it.
+        init?(_ body: ArraySlice<UInt8>) {
+            guard let length = body.first, body.count >= 1 + Int(length) else { return nil }
+            var index = body.startIndex + 1
+            name = String(decoding: body[index..<(index + Int(length))], as: UTF8.self)
+            self.body = body
+            index += Int(length)
+            guard name == "READY" else { return }
+            while index < body.endIndex {
+                let nameLength = Int(body[index])
+                guard body.endIndex - index >= 1 + nameLength + 4 else { return nil }
+                let key = String(decoding: body[(index + 1)..<(index + 1 + nameLength)], as: UTF8.self).lowercased()
+                index += 1 + nameLength
+                var valueLength = 0
+                for offset in 0..<4 { valueLength = valueLength << 8 | Int(body[index + offset]) }
+                index += 4
+                guard body.endIndex - index >= valueLength else { return nil }
+                properties[key] = Data(body[index..<(index + valueLength)])
+                index += valueLength
+            }
+        }
+    }
+
+    /// Monotonic nanoseconds.
+    static func now() -> UInt64 {
+        var time = timespec()
+        clock_gettime(CLOCK_MONOTONIC, &time)
+        return UInt64(time.tv_sec) * 1_000_000_000 + UInt64(time.tv_nsec)
+    }
+
+    /// The milliseconds from `now` to `deadline` (monotonic nanoseconds), rounded up: 0 when
+    /// it has passed.
+    static func milliseconds(from now: UInt64, to deadline: UInt64) -> Int32 {
+        deadline > now ? Int32(clamping: (deadline - now + 999_999) / 1_000_000) : 0
     }
 }

@@ -111,7 +111,7 @@ struct JournalTests {
                 sent.append((client, id, !(index == 2 && number == 3)))
             }
         }
-        daemon.startServing()
+        #expect(daemon.startServing(after: sent.count))
         _ = try setup.hello()
         var sequences: [UInt64] = []
         for client in clients {
@@ -155,7 +155,7 @@ struct JournalTests {
             _ = try writer.send(.save(clientID: .named("w"), saveNumber: UInt64(number), changes: ChangeSet(
                 inserted: [userSnapshot("h\(number)")])))
         }
-        daemon.startServing()
+        #expect(daemon.startServing(after: 7))
         let replies = try writer.replies(7)
         #expect((2...7).map { replies[UInt64($0)] } == (1...6).map { .saved(sequence: UInt64($0)) })
         guard case .welcome(let welcome)? = replies[1], case let writerTopic = welcome.eventTopic else {

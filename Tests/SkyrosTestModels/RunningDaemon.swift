@@ -18,8 +18,8 @@ public final class RunningDaemon: @unchecked Sendable {
     ///   - directory: the directory of a daemon shut down before (a restart), or nil for a new one.
     ///   - historyCount: how many change sets the history keeps.
     ///   - historyAge: how long the history keeps a change set, in seconds.
-    ///   - serving: false to start serving later with ``startServing()`` — requests sent in
-    ///     between wait in the socket and are all taken in the first turn (a group commit).
+    ///   - serving: false to start serving later with ``startServing(after:)`` — requests sent
+    ///     in between wait in the socket and are all taken in the first turn (a group commit).
     ///   - maximumConnections: how many connections' hellos the daemon remembers.
     ///   - maximumGroupCommit: the most change sets committed together.
     ///   - maximumEventDelay: how long events may wait for the next commits' while requests wait.
@@ -41,7 +41,12 @@ public final class RunningDaemon: @unchecked Sendable {
         if serving { startServing() }
     }
 
-    public func startServing() {
+    /// Starts serving; first, when `requests` is more than 0, waits (5 s at most) until that
+    /// many requests were read, so that the first turn takes them together. Returns whether
+    /// they were.
+    @discardableResult
+    public func startServing(after requests: Int = 0) -> Bool {
+        let received = requests <= 0 || server.readAhead(requests: requests, milliseconds: 5_000)
         lock.withLock { serving = true }
         let server = self.server
         let finished = self.finished
@@ -50,6 +55,7 @@ public final class RunningDaemon: @unchecked Sendable {
             server.serve(pollInterval: heartbeatInterval)
             finished.signal()
         }
+        return received
     }
 
     /// Stops serving and closes the store and sockets, keeping the directory for a restart.

@@ -1,0 +1,464 @@
+import CZeroMQ
+import Foundation
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// The listening end of a ZeroMQ `ROUTER` socket on a Unix-domain socket file (an `ipc://`
+/// endpoint), speaking ZMTP 3.0 with the NULL mechanism (rfc.zeromq.org/spec/23) itself, on
+/// the calling thread.
+///
+/// libzmq runs a socket's I/O on a thread of its own: every request a server receives wakes
+/// that thread, which queues it and wakes the server's thread; every reply goes back the same
+/// way. On a machine whose processors are all busy, each of those hops waits for a processor.
+/// This socket accepts, reads and writes its connections itself, with `epoll`: a request is
+/// read by the thread that handles it, and its reply is one `send` system call.
+///
+/// To its peers (libzmq's `DEALER` and `REQ`, ``ZMTPSocket``, any ZMTP 3 client) it is
+/// libzmq's `ROUTER`:
+/// - each connection gets a routing identity: the `Identity` property of the peer's READY
+///   when it has one (a connection whose identity is already in use is closed), else five
+///   bytes, a zero then a 32-bit counter that starts at random; a received message is handed
+///   out with it as its first frame, and a message is sent to a connection by its identity
+///   (to nobody when there is none: dropped, as libzmq does);
+/// - a connection whose peer is not a `DEALER`, `REQ` or `ROUTER`, breaks the protocol, or
+///   sends a frame larger than the maximum message size (`ZMQ_MAXMSGSIZE`) is closed;
+/// - at most `highWaterMark` messages wait in each direction for each connection: past it, a
+///   reply is dropped (`ZMQ_SNDHWM`), and the connection is not read until the server takes
+///   its messages (`ZMQ_RCVHWM`; the peer's messages wait in the kernel, then in the peer).
+///
+/// What libzmq's socket monitor reported is told to ``acceptedConnection`` and
+/// ``closingConnection`` with each connection's descriptor, and each message is handed out with
+/// the peer's credentials (`SO_PEERCRED`) and its connection's descriptor (libzmq's
+/// `Peer-Address` and `ZMQ_SRCFD`). Another thread may `shutdown` a connection's descriptor to
+/// have it closed, between those two calls.
+///
+/// Not thread-safe: use it from one thread at a time. Nothing blocks but the waits, which are
+/// bounded by their timeout. Writes use `MSG_NOSIGNAL`.
+package final class ZMTPRouter {
+    /// A message received: its frames (the first is the connection's identity), the peer's
+    /// credentials, and the descriptor of its connection.
+    package struct Message {
+        package var frames: [Data]
+        package var peer: PeerCredentials?
+        package var descriptor: Int32
+    }
+
+    /// The socket file it listens on.
+    package let path: String
+    /// Called with a connection's descriptor once it is accepted.
+    package var acceptedConnection: (Int32) -> Void = { _ in }
+    /// Called with a connection's descriptor just before it is closed.
+    package var closingConnection: (Int32) -> Void = { _ in }
+    /// Connections open.
+    package var connectionCount: Int { connections.count }
+
+    private let maximumMessageSize: Int
+    private let highWaterMark: Int
+    private var listener: Int32 = -1
+    private let poller: Int32
+    private var connections: [Int32: Connection] = [:]
+    private var byIdentity: [Data: Connection] = [:]
+    private var nextIdentity = UInt32.random(in: 0...UInt32.max)
+    /// Messages received and not taken yet (from `receivedStart`).
+    private var received: [(message: Message, from: Connection)] = []
+    private var receivedStart = 0
+    /// Descriptors of other files waited for beside the connections (see ``wait(orDescriptor:milliseconds:)``).
+    private var watched: Set<Int32> = []
+    /// When the listener is taken off the poll after running out of descriptors: when to put it
+    /// back (monotonic nanoseconds).
+    private var listenerPausedUntil: UInt64?
+    /// Where `recv` reads to.
+    private let chunk = UnsafeMutableRawBufferPointer.allocate(byteCount: 65_536, alignment: 8)
+    private var events = [epoll_event](repeating: epoll_event(), count: 256)
+
+    /// One connection: its handshake, what was read and not parsed, what waits to be written.
+    private final class Connection {
+        let descriptor: Int32
+        let peer: PeerCredentials?
+        var greeted = false
+        var identity: Data?
+        var input: [UInt8] = []
+        var inputStart = 0
+        var frames: [Data] = []
+        var output: [[UInt8]] = []
+        var outputOffset = 0
+        /// Its messages in `received`.
+        var queued = 0
+        /// Whether it is not read (too many of its messages wait).
+        var paused = false
+        /// The events `epoll` waits for on it.
+        var interest: UInt32 = 0
+        var isOpen = true
+
+        init(descriptor: Int32, peer: PeerCredentials?) {
+            self.descriptor = descriptor
+            self.peer = peer
+        }
+    }
+
+    /// Listens on the socket file of `endpoint` (`ipc://PATH`, which must not exist).
+    ///
+    /// - Parameters:
+    ///   - maximumMessageSize: a larger frame from a peer closes its connection.
+    ///   - highWaterMark: the most messages waiting each way for each connection.
+    package init(endpoint: String, maximumMessageSize: Int, highWaterMark: Int) throws {
+        let scheme = "ipc://"
+        guard endpoint.hasPrefix(scheme) else { throw ZeroMQError(code: EPROTONOSUPPORT, operation: "bind \(endpoint)") }
+        path = String(endpoint.dropFirst(scheme.count))
+        self.maximumMessageSize = max(0, maximumMessageSize)
+        self.highWaterMark = max(1, highWaterMark)
+        poller = epoll_create1(Int32(EPOLL_CLOEXEC))
+        guard poller >= 0 else { throw ZeroMQError(code: errno, operation: "epoll_create1") }
+        let type = Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue) | Int32(SOCK_NONBLOCK.rawValue)
+        let fd = socket(AF_UNIX, type, 0)
+        guard fd >= 0 else {
+            let error = errno
+            Glibc.close(poller)
+            throw ZeroMQError(code: error, operation: "socket")
+        }
+        let bound = withUnixSocketAddress(path) { Glibc.bind(fd, $0, $1) }
+        guard bound == 0, listen(fd, SOMAXCONN) == 0 else {
+            let error = bound == nil ? ENAMETOOLONG : errno
+            Glibc.close(fd)
+            Glibc.close(poller)
+            throw ZeroMQError(code: error, operation: "bind \(endpoint)")
+        }
+        listener = fd
+        control(EPOLL_CTL_ADD, fd, EPOLLIN.rawValue)
+    }
+
+    deinit {
+        close()
+        Glibc.close(poller)
+        chunk.deallocate()
+    }
+
+    /// Closes every connection and the listener (the socket file stays: its owner removes it).
+    package func close() {
+        for connection in Array(connections.values) { drop(connection) }
+        if listener >= 0 {
+            Glibc.close(listener)
+            listener = -1
+        }
+        received = []
+        receivedStart = 0
+    }
+
+    // MARK: Messages
+
+    /// The next message received, if one is here; when none is, reads what the connections
+    /// have without waiting first.
+    package func receive() -> Message? {
+        if receivedStart == received.count { _ = pollOnce(timeout: 0) }
+        guard receivedStart < received.count else { return nil }
+        let (message, connection) = received[receivedStart]
+        received[receivedStart] = (Message(frames: [], peer: nil, descriptor: -1), connection)
+        receivedStart += 1
+        if receivedStart == received.count {
+            received.removeAll(keepingCapacity: received.count <= 4_096)
+            receivedStart = 0
+        }
+        connection.queued -= 1
+        if connection.paused && connection.isOpen && connection.queued <= highWaterMark / 2 {
+            connection.paused = false
+            updateInterest(connection)
+        }
+        return message
+    }
+
+    /// Whether a message can be received now (what the connections have is read first).
+    package var hasInput: Bool {
+        if receivedStart == received.count { _ = pollOnce(timeout: 0) }
+        return receivedStart < received.count
+    }
+
+    /// Sends a message of one frame to the connection with `identity` (dropped when there is
+    /// none, or when `highWaterMark` messages already wait for it); returns whether it went
+    /// out or waits to.
+    @discardableResult
+    package func send(to identity: Data, _ frame: some Collection<UInt8>) -> Bool {
+        send(to: identity, frames: CollectionOfOne(frame))
+    }
+
+    /// Sends a message of several frames to the connection with `identity` (see
+    /// ``send(to:_:)``).
+    @discardableResult
+    package func send<Frames: Collection>(to identity: Data, frames: Frames) -> Bool where Frames.Element: Collection<UInt8> {
+        precondition(!frames.isEmpty, "a message has at least one frame")
+        guard let connection = byIdentity[identity], connection.output.count < highWaterMark else { return false }
+        var bytes: [UInt8] = []
+        bytes.reserveCapacity(frames.reduce(0) { $0 + $1.count + 9 })
+        var left = frames.count
+        for frame in frames {
+            left -= 1
+            ZMTP.appendHeader(to: &bytes, size: frame.count, more: left > 0, command: false)
+            bytes.append(contentsOf: frame)
+        }
+        connection.output.append(bytes)
+        flush(connection)
+        return true
+    }
+
+    /// Waits until a message can be received or `descriptor` (a file descriptor; -1: none) is
+    /// readable, for at most `milliseconds` (-1: forever), accepting, reading and writing
+    /// meanwhile; returns which of the two are ready.
+    package func wait(orDescriptor descriptor: Int32, milliseconds: Int) -> (socket: Bool, descriptor: Bool) {
+        if descriptor >= 0 && !watched.contains(descriptor) {
+            watched.insert(descriptor)
+            control(EPOLL_CTL_ADD, descriptor, EPOLLIN.rawValue)
+        }
+        let (span, overflow) = UInt64(max(0, milliseconds)).multipliedReportingOverflow(by: 1_000_000)
+        let deadline: UInt64? = milliseconds < 0 || overflow ? nil : ZMTP.now() + span
+        var timeout: Int32 = receivedStart < received.count ? 0 : deadline.map { ZMTP.milliseconds(from: ZMTP.now(), to: $0) } ?? -1
+        while true {
+            let other = pollOnce(timeout: timeout, other: descriptor)
+            let socket = receivedStart < received.count
+            if socket || other { return (socket, other) }
+            let now = ZMTP.now()
+            if let deadline, now >= deadline { return (false, false) }
+            timeout = deadline.map { ZMTP.milliseconds(from: now, to: $0) } ?? -1
+        }
+    }
+
+    /// Accepts, reads and writes, without handing anything out, until `count` messages wait
+    /// or `milliseconds` passed; returns whether they wait. (For tests that need requests to
+    /// wait together, as they do in libzmq's queue while the owner is busy.)
+    package func readAhead(until count: Int, milliseconds: Int) -> Bool {
+        let deadline = ZMTP.now() + UInt64(max(0, milliseconds)) * 1_000_000
+        while received.count - receivedStart < count {
+            let now = ZMTP.now()
+            guard now < deadline else { return false }
+            _ = pollOnce(timeout: ZMTP.milliseconds(from: now, to: deadline))
+        }
+        return true
+    }
+
+    // MARK: The connections
+
+    /// One `epoll_wait` for at most `timeout` milliseconds: accepts, reads and writes what is
+    /// ready. Returns whether `other` is readable.
+    private func pollOnce(timeout: Int32, other: Int32 = -1) -> Bool {
+        var timeout = timeout
+        if let until = listenerPausedUntil {
+            let now = ZMTP.now()
+            if now >= until {
+                listenerPausedUntil = nil
+                control(EPOLL_CTL_ADD, listener, EPOLLIN.rawValue)
+            } else if timeout < 0 || ZMTP.milliseconds(from: now, to: until) < timeout {
+                timeout = ZMTP.milliseconds(from: now, to: until)
+            }
+        }
+        let count = events.withUnsafeMutableBufferPointer { epoll_wait(poller, $0.baseAddress, Int32($0.count), timeout) }
+        guard count > 0 else { return false }
+        var otherReady = false
+        for index in 0..<Int(count) {
+            let fd = events[index].data.fd
+            let ready = events[index].events
+            if fd == listener {
+                acceptAll()
+            } else if let connection = connections[fd] {
+                // Read first: what came before a failure is kept.
+                if ready & (EPOLLIN.rawValue | EPOLLHUP.rawValue | EPOLLERR.rawValue) != 0 { read(connection) }
+                if connection.isOpen && ready & EPOLLOUT.rawValue != 0 { flush(connection) }
+            } else if fd == other {
+                otherReady = true
+            }
+        }
+        return otherReady
+    }
+
+    private func acceptAll() {
+        for _ in 0..<256 {
+            let fd = accept(listener, nil, nil)
+            guard fd >= 0 else {
+                let error = errno
+                if error == EMFILE || error == ENFILE || error == ENOBUFS || error == ENOMEM {
+                    // Out of descriptors: the backlog waits, and accepting again is tried later.
+                    control(EPOLL_CTL_DEL, listener, 0)
+                    listenerPausedUntil = ZMTP.now() + 100_000_000
+                }
+                return
+            }
+            // (accept4 and struct ucred are GNU extensions Swift's Glibc module leaves out.)
+            _ = fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK)
+            _ = fcntl(fd, F_SETFD, FD_CLOEXEC)
+            // struct ucred: pid, uid, gid.
+            var credentials: (Int32, UInt32, UInt32) = (0, 0, 0)
+            var size = socklen_t(MemoryLayout<(Int32, UInt32, UInt32)>.size)
+            let peer: PeerCredentials? =
+                getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &credentials, &size) == 0
+                ? PeerCredentials(uid: credentials.1, gid: credentials.2, pid: credentials.0) : nil
+            let connection = Connection(descriptor: fd, peer: peer)
+            connections[fd] = connection
+            var handshake = ZMTP.greeting
+            ZMTP.appendReady(to: &handshake, socketType: "ROUTER", identity: true)
+            connection.output.append(handshake)
+            connection.interest = EPOLLIN.rawValue
+            control(EPOLL_CTL_ADD, fd, connection.interest)
+            acceptedConnection(fd)
+            flush(connection)
+        }
+    }
+
+    /// Reads what the connection has (at most four chunks: the others get their turn), and
+    /// parses it; closes the connection at its end, or on a protocol error.
+    private func read(_ connection: Connection) {
+        for _ in 0..<4 {
+            guard connection.isOpen, !connection.paused else { return }
+            let count = recv(connection.descriptor, chunk.baseAddress, chunk.count, Int32(MSG_DONTWAIT))
+            let error = errno
+            if count > 0 {
+                connection.input.append(contentsOf: UnsafeRawBufferPointer(rebasing: chunk[0..<count]))
+                guard parse(connection) else { return drop(connection) }
+                if !connection.output.isEmpty { flush(connection) }  // a PONG
+                if count < chunk.count { return }
+            } else if count < 0 && error == EINTR {
+                continue
+            } else if count < 0 && (error == EAGAIN || error == EWOULDBLOCK) {
+                return
+            } else {
+                return drop(connection)
+            }
+        }
+    }
+
+    /// Writes what the connection takes without blocking; closes it when writing fails.
+    private func flush(_ connection: Connection) {
+        while connection.isOpen, let first = connection.output.first {
+            let (sent, error) = first.withUnsafeBytes { raw in
+                let sent = Glibc.send(
+                    connection.descriptor, raw.baseAddress! + connection.outputOffset, raw.count - connection.outputOffset,
+                    Int32(MSG_NOSIGNAL) | Int32(MSG_DONTWAIT))
+                return (sent, errno)
+            }
+            if sent > 0 {
+                connection.outputOffset += sent
+                if connection.outputOffset == first.count {
+                    connection.output.removeFirst()
+                    connection.outputOffset = 0
+                }
+            } else if sent < 0 && error == EINTR {
+                continue
+            } else if sent < 0 && (error == EAGAIN || error == EWOULDBLOCK) {
+                break
+            } else {
+                read(connection)
+                drop(connection)
+                return
+            }
+        }
+        updateInterest(connection)
+    }
+
+    private func updateInterest(_ connection: Connection) {
+        guard connection.isOpen else { return }
+        var interest: UInt32 = connection.paused ? 0 : EPOLLIN.rawValue
+        if !connection.output.isEmpty { interest |= EPOLLOUT.rawValue }
+        guard interest != connection.interest else { return }
+        connection.interest = interest
+        control(EPOLL_CTL_MOD, connection.descriptor, interest)
+    }
+
+    /// Closes a connection; its messages already received are still handed out.
+    private func drop(_ connection: Connection) {
+        guard connection.isOpen else { return }
+        connection.isOpen = false
+        closingConnection(connection.descriptor)
+        control(EPOLL_CTL_DEL, connection.descriptor, 0)
+        Glibc.close(connection.descriptor)
+        connections[connection.descriptor] = nil
+        if let identity = connection.identity, byIdentity[identity] === connection { byIdentity[identity] = nil }
+        connection.output = []
+        connection.input = []
+    }
+
+    private func control(_ operation: Int32, _ fd: Int32, _ interest: UInt32) {
+        var event = epoll_event()
+        event.events = interest
+        event.data.fd = fd
+        _ = epoll_ctl(poller, operation, fd, &event)
+    }
+
+    // MARK: ZMTP
+
+    /// Parses what was read: the greeting, the READY command, then messages. False on a
+    /// protocol error, an ERROR command, or a peer of a type a `ROUTER` does not talk to.
+    private func parse(_ connection: Connection) -> Bool {
+        defer {
+            if connection.inputStart == connection.input.count {
+                connection.input.removeAll(keepingCapacity: connection.input.count <= 1 << 20)
+                connection.inputStart = 0
+            } else if connection.inputStart > 65_536 && connection.inputStart * 2 > connection.input.count {
+                connection.input.removeFirst(connection.inputStart)
+                connection.inputStart = 0
+            }
+        }
+        while connection.isOpen {
+            let input = connection.input
+            let start = connection.inputStart
+            let available = input.count - start
+            if !connection.greeted {
+                guard available >= 64 else { return available == 0 || input[start] == 0xFF }
+                guard ZMTP.isGreeting(input[start..<(start + 64)]) else { return false }
+                connection.inputStart += 64
+                connection.greeted = true
+                continue
+            }
+            let flags: UInt8
+            let body: Range<Int>
+            switch ZMTP.frame(in: input, at: start, maximumSize: maximumMessageSize) {
+            case .invalid: return false
+            case .incomplete: return true
+            case .frame(let frameFlags, let frameBody): (flags, body) = (frameFlags, frameBody)
+            }
+            connection.inputStart = body.upperBound
+            if flags & 0x04 != 0 {
+                guard let command = ZMTP.Command(input[body]) else { return false }
+                switch command.name {
+                case "ERROR": return false
+                case "READY":
+                    guard connection.identity == nil, let type = command.properties["socket-type"],
+                        ["DEALER", "REQ", "ROUTER"].contains(String(decoding: type, as: UTF8.self))
+                    else { return false }
+                    var identity = command.properties["identity"] ?? Data()
+                    if identity.isEmpty {
+                        identity = Data([0]) + withUnsafeBytes(of: nextIdentity.bigEndian) { Data($0) }
+                        nextIdentity &+= 1
+                    }
+                    guard byIdentity[identity] == nil else { return false }
+                    connection.identity = identity
+                    byIdentity[identity] = connection
+                case "PING":
+                    // ZMTP 3.1's heartbeat, from a peer that took this one for 3.1: a PONG
+                    // with the ping's context.
+                    var pong: [UInt8] = [4] + Array("PONG".utf8)
+                    pong += command.body.dropFirst(2)
+                    var bytes: [UInt8] = []
+                    ZMTP.appendHeader(to: &bytes, size: pong.count, more: false, command: true)
+                    connection.output.append(bytes + pong)
+                default: break
+                }
+                continue
+            }
+            guard let identity = connection.identity else { return false }  // a message before READY
+            if connection.frames.isEmpty { connection.frames.append(identity) }
+            connection.frames.append(body.isEmpty ? Data() : Data(input[body]))
+            if flags & 0x01 == 0 {
+                received.append((Message(frames: connection.frames, peer: connection.peer, descriptor: connection.descriptor), connection))
+                connection.frames = []
+                connection.queued += 1
+                if connection.queued >= highWaterMark {
+                    connection.paused = true
+                    updateInterest(connection)
+                    return true
+                }
+            }
+        }
+        return true
+    }
+}
+
+@available(*, unavailable)
+extension ZMTPRouter: Sendable {}
