@@ -1,11 +1,10 @@
 import Foundation
-import SkyrosZeroMQ
 
 /// The process's file-descriptor limit, and the connection limit sized to it.
 ///
-/// libzmq 4.3 aborts the process when its `ipc://` listener's `accept` fails with `EMFILE`
-/// (its `ipc_listener_t::accept` asserts), so the daemon must never let its descriptors reach
-/// the limit: it keeps the connections of each socket under ``maximumClients(forLimit:)``.
+/// The daemon keeps the connections of each socket under ``maximumClients(forLimit:)``, so
+/// that its store, journal and backups always have descriptors left (a listener that does run
+/// out stops accepting for a moment; libzmq 4.3, which the daemon used before, aborted).
 public enum DescriptorLimit {
     /// Raises the soft `RLIMIT_NOFILE` to the hard limit; returns the soft limit after it.
     @discardableResult
@@ -27,11 +26,10 @@ public enum DescriptorLimit {
         return limit.rlim_cur >= rlim_t(Int32.max) ? Int(Int32.max) : Int(limit.rlim_cur)
     }
 
-    /// Descriptors kept for the daemon itself (store, journal, lock, ZeroMQ's own: about 30)
-    /// and for connections libzmq accepts while older ones are being closed (under a flood of
-    /// connections, libzmq accepts while the guard's thread catches up: 1,100 connections
-    /// opened at once to each socket had libzmq hold about 170 more than the limit for a
-    /// moment): a quarter of the limit, and at least 384 or half the limit, whichever is less.
+    /// Descriptors kept for the daemon itself (store, journal, lock, backups: about 30) and for
+    /// connections accepted while older ones are being closed (a connection the guard refuses
+    /// holds its descriptor until the server reads its end): a quarter of the limit, and at
+    /// least 384 or half the limit, whichever is less.
     public static func reserve(forLimit limit: Int) -> Int { max(limit / 4, min(384, limit / 2)) }
 
     /// The most connections on each of the two sockets for a descriptor limit: every client
@@ -43,23 +41,24 @@ public enum DescriptorLimit {
 }
 
 /// Keeps the connections of the daemon's two sockets within the limit, and closes request
-/// connections that say no hello in time, on a thread of its own so that it keeps up with
-/// libzmq's accepts whatever the serve loop is doing.
+/// connections that say no hello in time.
 ///
 /// A ``ConnectionLimiter`` per socket decides; the guard closes what it decides with
-/// `shutdown(fd, SHUT_RDWR)`, after which the socket drops the connection and closes its
-/// descriptor. The request socket (the daemon's own ``ZMTPRouter``) tells it of each connection
-/// accepted and closed (``requestAccepted(_:)``, ``requestClosing(_:)``), on the serve loop;
-/// libzmq's socket monitor tells it of the event socket's. The serve loop tells it which request
-/// connections said hello (``welcomed(descriptor:)``). A descriptor is shut down only under the
-/// guard's lock and while its limiter holds it, and the router reports a connection closing
-/// (under that lock) before it closes the descriptor: a descriptor number reused by a new
-/// connection is never shut down in place of the old one.
+/// `shutdown(fd, SHUT_RDWR)`, after which the daemon's ``ZMTPServer`` reads end of file, drops
+/// the connection and closes its descriptor. The server tells it of each connection accepted
+/// and closed (``accepted(_:onRequests:)``, ``closing(_:onRequests:)``) and the serve loop of
+/// each request connection that said hello (``welcomed(descriptor:)``); a thread of the
+/// guard's own closes the connections whose hello timeout passed, whatever the serve loop is
+/// doing. A descriptor is shut down only under the guard's lock and while its limiter holds
+/// it, and the server reports a connection closing (under that lock) before it closes the
+/// descriptor: a descriptor number reused by a new connection is never shut down in place of
+/// the old one.
 final class ConnectionGuard: @unchecked Sendable {
     private let lock = NSLock()
     private var requests: ConnectionLimiter
     private var events: ConnectionLimiter
     private var stopped = false
+    private let wake = DispatchSemaphore(value: 0)
     private let finished = DispatchSemaphore(value: 0)
     private let log: @Sendable (String) -> Void
     /// Closings not yet logged, and when the last line about them was written.
@@ -75,46 +74,34 @@ final class ConnectionGuard: @unchecked Sendable {
     /// of connections must not flood the log.
     static let logInterval: TimeInterval = 10
 
-    /// Starts monitoring `eventSocket` (from the thread that owns it, before the serve loop
-    /// runs) and the guard's thread.
-    init(
-        context: ZeroMQContext, eventSocket: ZeroMQSocket, maximumClients: Int,
-        helloTimeout: TimeInterval, log: @escaping @Sendable (String) -> Void
-    ) throws {
+    /// Starts the guard's thread.
+    init(maximumClients: Int, helloTimeout: TimeInterval, log: @escaping @Sendable (String) -> Void) {
         requests = ConnectionLimiter(maximum: maximumClients, helloTimeout: helloTimeout)
         events = ConnectionLimiter(maximum: maximumClients, helloTimeout: nil)
         self.helloTimeout = helloTimeout
         self.maximumClients = maximumClients
         self.log = log
-        let mask = ZeroMQMonitorEvent.accepted | ZeroMQMonitorEvent.disconnected
-        let endpoint = "inproc://skyros-monitor-events-\(getpid())-\(UInt64.random(in: 0...UInt64.max))"
-        try eventSocket.monitor(endpoint, events: mask)
-        // No high-water mark on the monitor's pipe (0: none): past one, libzmq would drop
-        // events, and a connection whose acceptance or end is missed is never counted right.
-        let monitor = try ZeroMQSocket(context: context, kind: .pair)
-        try monitor.setReceiveHighWaterMark(0)
-        try monitor.connect(endpoint)
-        let socket = MonitorSocket(socket: monitor)
         Thread.detachNewThread { [self] in
-            run(socket.socket)
-            socket.socket.close()
+            run()
             finished.signal()
         }
     }
 
-    /// The request socket accepted a connection on `descriptor`: the limiter may close it
-    /// (refused) or an older one without a hello (evicted) at once.
-    func requestAccepted(_ descriptor: Int32) {
+    /// A socket accepted a connection on `descriptor`: the limiter may close it (refused) or
+    /// an older one without a hello (evicted) at once.
+    func accepted(_ descriptor: Int32, onRequests: Bool) {
         let now = ProcessInfo.processInfo.systemUptime
         lock.withLock {
-            close(requests.accepted(descriptor, at: now))
+            close(onRequests ? requests.accepted(descriptor, at: now) : events.accepted(descriptor, at: now))
             peakDescriptors = max(peakDescriptors, requests.descriptors + events.descriptors)
         }
     }
 
-    /// The request socket is about to close the connection on `descriptor`.
-    func requestClosing(_ descriptor: Int32) {
-        lock.withLock { requests.disconnected(descriptor) }
+    /// A socket is about to close the connection on `descriptor`.
+    func closing(_ descriptor: Int32, onRequests: Bool) {
+        lock.withLock {
+            if onRequests { requests.disconnected(descriptor) } else { events.disconnected(descriptor) }
+        }
     }
 
     /// The request connection on `descriptor` said hello: it is kept past the hello timeout.
@@ -126,50 +113,30 @@ final class ConnectionGuard: @unchecked Sendable {
     /// Connections open on the request socket and on the event socket.
     var openConnections: (requests: Int, events: Int) { lock.withLock { (requests.open, events.open) } }
 
-    /// Stops the guard's thread and waits for it (before the monitored socket is closed).
+    /// Stops the guard's thread and waits for it.
     func stop() {
         let wasStopped = lock.withLock {
             defer { stopped = true }
             return stopped
         }
-        if !wasStopped { finished.wait() }
+        if !wasStopped {
+            wake.signal()
+            finished.wait()
+        }
     }
 
-    /// The monitor socket, handed to the guard's thread and used by it alone.
-    private struct MonitorSocket: @unchecked Sendable {
-        let socket: ZeroMQSocket
-    }
-
-    private func run(_ monitor: ZeroMQSocket) {
+    private func run() {
         while !lock.withLock({ stopped }) {
             let now = ProcessInfo.processInfo.systemUptime
             let deadline = lock.withLock { requests.nextDeadline }
             let wait = deadline.map { max(0, min(0.25, $0 - now)) } ?? 0.25
-            if (try? monitor.waitForInput(milliseconds: Int((wait * 1000).rounded(.up)))) == true {
-                // Every event waiting.
-                while let event = try? monitor.receiveMonitorEvent(dontWait: true) { handle(event) }
-            }
+            _ = wake.wait(timeout: .now() + wait)
             lock.withLock {
                 close(requests.expired(at: ProcessInfo.processInfo.systemUptime).map { ($0, .helloTimeout) })
             }
             logIfDue(force: false)
         }
         logIfDue(force: true)
-    }
-
-    private func handle(_ event: ZeroMQMonitorEvent) {
-        switch event.event {
-        case ZeroMQMonitorEvent.accepted:
-            let now = ProcessInfo.processInfo.systemUptime
-            lock.withLock {
-                close(events.accepted(event.value, at: now))
-                peakDescriptors = max(peakDescriptors, requests.descriptors + events.descriptors)
-            }
-        case ZeroMQMonitorEvent.disconnected:
-            lock.withLock { events.disconnected(event.value) }
-        default:
-            break
-        }
     }
 
     /// Makes the socket drop these connections: reading end of file, it closes them and their

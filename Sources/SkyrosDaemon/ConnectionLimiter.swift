@@ -1,12 +1,12 @@
 import Foundation
 
-/// The connections of one listening socket as a value: which descriptors libzmq accepted,
+/// The connections of one listening socket as a value: which descriptors it accepted,
 /// which of them said hello, and which to close.
 ///
-/// It decides and does nothing else: no socket, no thread. ``ConnectionGuard`` feeds it the
-/// events of libzmq's socket monitor (a connection accepted, a connection gone) and the
-/// welcomes of the serve loop, and closes what it is told to close
-/// (`shutdown(fd, SHUT_RDWR)`: libzmq then drops the connection and its descriptor).
+/// It decides and does nothing else: no socket, no thread. ``ConnectionGuard`` feeds it what
+/// the daemon's sockets report (a connection accepted, a connection gone) and the welcomes of
+/// the serve loop, and closes what it is told to close (`shutdown(fd, SHUT_RDWR)`: the socket
+/// then drops the connection and its descriptor).
 ///
 /// The rules:
 /// - at most `maximum` connections are open; one more makes room by closing the oldest
@@ -16,7 +16,7 @@ import Foundation
 /// - a connection that has not said hello within `helloTimeout` seconds is closed
 ///   (PostgreSQL's `authentication_timeout`); nil: the connections never say hello (the
 ///   events socket): each is taken as welcomed, and one past the limit is refused;
-/// - a connection being closed still holds its descriptor until libzmq reports it gone: it is
+/// - a connection being closed still holds its descriptor until its socket reports it gone: it is
 ///   counted in ``descriptors`` but not in ``open``.
 struct ConnectionLimiter {
     /// The most connections open at once (at least 1).
@@ -31,7 +31,7 @@ struct ConnectionLimiter {
         case waitingForHello(since: TimeInterval)
         /// It said hello.
         case welcomed
-        /// Told to close; its descriptor is held until libzmq reports it gone.
+        /// Told to close; its descriptor is held until its socket reports it gone.
         case closing
     }
 
@@ -65,7 +65,7 @@ struct ConnectionLimiter {
     var descriptors: Int { connections.count }
     private(set) var closing = 0
 
-    /// libzmq accepted a connection on `descriptor` at time `now` (seconds on any monotonic
+    /// The socket accepted a connection on `descriptor` at time `now` (seconds on any monotonic
     /// clock): the connections to close now (the new one when it is refused, or the oldest one
     /// without a hello).
     mutating func accepted(_ descriptor: Int32, at now: TimeInterval) -> [(Int32, Reason)] {
@@ -95,7 +95,7 @@ struct ConnectionLimiter {
 
     /// The connection on `descriptor` said hello: it is no longer subject to the hello timeout
     /// nor closed to make room. A descriptor not known yet (its acceptance is still on its way
-    /// from libzmq's monitor) is remembered: its acceptance is then taken as welcomed.
+    /// from the socket) is remembered: its acceptance is then taken as welcomed.
     mutating func welcomed(_ descriptor: Int32) {
         switch connections[descriptor] {
         case .waitingForHello?: connections[descriptor] = .welcomed
@@ -106,7 +106,7 @@ struct ConnectionLimiter {
         }
     }
 
-    /// libzmq reports the connection on `descriptor` gone (its descriptor is being closed).
+    /// The socket reports the connection on `descriptor` gone (its descriptor is being closed).
     mutating func disconnected(_ descriptor: Int32) {
         guard let state = connections.removeValue(forKey: descriptor) else { return }
         if state == .closing { closing -= 1 }

@@ -16,7 +16,7 @@ public final class DaemonServer: @unchecked Sendable {
         public var container: GroupContainer
         /// The store's durability: `.full` syncs every commit (the default).
         public var durability: Durability
-        /// The largest request accepted (ZeroMQ drops larger frames before they are read).
+        /// The largest request accepted (a larger frame closes its connection before it is read).
         public var maximumMessageSize: Int
         /// How many change sets the history keeps (at least 1).
         public var historyCount: Int
@@ -39,8 +39,8 @@ public final class DaemonServer: @unchecked Sendable {
         /// The most connections open at once on each of the two sockets (a client holds one on
         /// each); nil: sized to the file-descriptor limit, which the daemon raises from its
         /// soft to its hard value when it starts (``DescriptorLimit/maximumClients(forLimit:)``).
-        /// A larger number is lowered to that size: libzmq aborts the process when it accepts a
-        /// connection at the descriptor limit. Past it, a new request connection closes the
+        /// A larger number is lowered to that size, so that the store always has descriptors
+        /// left. Past it, a new request connection closes the
         /// oldest one that has not said hello, or is closed itself when every open connection
         /// said hello; a new event connection past it is closed.
         public var maximumClients: Int?
@@ -78,9 +78,8 @@ public final class DaemonServer: @unchecked Sendable {
     /// How this daemon serves.
     public let configuration: Configuration
     private let lock: GroupLock
-    private let zmq: ZeroMQContext
-    private let requests: ZMTPRouter
-    private let events: ZeroMQSocket
+    /// The request (`ROUTER`) and event (`PUB`) sockets.
+    private let sockets: ZMTPServer
     /// Keeps the connections of both sockets within the limit (its own thread).
     private var connectionGuard: ConnectionGuard?
     /// The connection limit in force on each socket.
@@ -169,29 +168,24 @@ public final class DaemonServer: @unchecked Sendable {
         admin = AdminSessions(log: configuration.log)
         reader = try ReadWorker()
         maximumClients = Self.clientLimit(configuration)
-        zmq = try ZeroMQContext()
-        events = try ZeroMQSocket(context: zmq, kind: .publisher)
-        // Events stay in the group even when the container's mode was loosened: the events
-        // socket closes a connection from anyone but the users and group PeerAccess allows
-        // as soon as it is accepted (requests are checked per message, and refused with a reply).
-        try events.acceptIPCPeers(users: access.users, groups: access.groups)
-        try events.setSendHighWaterMark(Int32(WireProtocol.highWaterMark))
+        // The high-water mark bounds the memory each connection can hold in the queues, both ways.
+        sockets = try ZMTPServer(
+            maximumMessageSize: configuration.maximumMessageSize, highWaterMark: WireProtocol.highWaterMark)
         for path in container.sockets where FileManager.default.fileExists(atPath: path) {
             // A socket file left by a daemon that died is stale: the lock proves nobody serves it.
             try? FileManager.default.removeItem(atPath: path)
         }
-        // The high-water marks bound the memory each connection can hold in the queues, both ways.
-        requests = try ZMTPRouter(
-            endpoint: container.requestsEndpoint, maximumMessageSize: configuration.maximumMessageSize,
-            highWaterMark: WireProtocol.highWaterMark)
-        try events.bind(container.eventsEndpoint)
+        try sockets.listen(.router, endpoint: container.requestsEndpoint)
+        // Events stay in the group even when the container's mode was loosened: the events
+        // socket closes a connection from anyone PeerAccess refuses as soon as it is accepted
+        // (requests are checked per message, and refused with a reply).
+        try sockets.listen(.publisher, endpoint: container.eventsEndpoint) { [access] in access.refusal(of: $0) == nil }
         for path in container.sockets { chmod(path, 0o770) }
-        // Last: nothing after it may throw (its thread would keep the ZeroMQ context open).
-        let connectionGuard = try ConnectionGuard(
-            context: zmq, eventSocket: events, maximumClients: maximumClients,
-            helloTimeout: configuration.helloTimeout, log: configuration.log)
-        requests.acceptedConnection = { connectionGuard.requestAccepted($0) }
-        requests.closingConnection = { connectionGuard.requestClosing($0) }
+        // Last: nothing after it may throw (its thread would go on).
+        let connectionGuard = ConnectionGuard(
+            maximumClients: maximumClients, helloTimeout: configuration.helloTimeout, log: configuration.log)
+        sockets.acceptedConnection = { connectionGuard.accepted($0, onRequests: $1 == .router) }
+        sockets.closingConnection = { connectionGuard.closing($0, onRequests: $1 == .router) }
         self.connectionGuard = connectionGuard
         configuration.log(
             "serving \(container.url.path)\(store == nil ? " (no store yet)" : " at sequence \(sequence)")")
@@ -246,7 +240,7 @@ public final class DaemonServer: @unchecked Sendable {
             for (identity, message) in admin.takeReplies() { send(message, to: identity) }
             // Events held under load wait at most their delay: the turn after it publishes them.
             let wait = publisher.held.isEmpty ? admin.pollInterval(pollInterval) : 1
-            let ready = requests.wait(orDescriptor: reader.wakeDescriptor, milliseconds: wait)
+            let ready = sockets.wait(orDescriptor: reader.wakeDescriptor, milliseconds: wait)
             if ready.descriptor { sendReads() }
             guard ready.socket else {
                 if !ready.descriptor { publish(publisher.committed([], requestsWaiting: false, now: .now)) }
@@ -254,7 +248,7 @@ public final class DaemonServer: @unchecked Sendable {
             }
             var saves: [PendingSave] = []
             while saves.count < configuration.maximumGroupCommit && reader.pending < Self.maximumPendingReads {
-                guard let received = requests.receive() else { break }
+                guard let received = sockets.receive() else { break }
                 handle(received.frames, peer: received.peer, descriptor: received.descriptor, saves: &saves)
             }
             // A commit tells whether requests were waiting before its replies went out (after
@@ -275,18 +269,18 @@ public final class DaemonServer: @unchecked Sendable {
     /// they wait. For tests whose requests must all wait when serving starts, so that the
     /// first turn takes them together.
     package func readAhead(requests count: Int, milliseconds: Int) -> Bool {
-        requests.readAhead(until: count, milliseconds: milliseconds)
+        sockets.readAhead(until: count, milliseconds: milliseconds)
     }
 
     /// The most reads submitted to the reader and not answered yet; past it, the loop takes
-    /// no more requests from the socket (ZeroMQ keeps them, within its high-water mark) until
+    /// no more requests from the socket (they wait in the socket, within its high-water mark) until
     /// the reader catches up.
     static let maximumPendingReads = 1_024
 
     /// Sends the replies the reader has ready.
     private func sendReads() {
         for answered in reader.takeReplies() {
-            requests.send(to: answered.identity, answered.message)
+            sockets.send(to: answered.identity, answered.message)
         }
     }
     /// Asks ``serve(pollInterval:)`` to return once the request in progress is answered.
@@ -298,8 +292,7 @@ public final class DaemonServer: @unchecked Sendable {
     public func close() {
         reader.stop()
         connectionGuard?.stop()
-        requests.close()
-        events.close()
+        sockets.close()
         logPruning(Journal.Pruned(), force: true)
         try? store?.close()
         for path in configuration.container.sockets { try? FileManager.default.removeItem(atPath: path) }
@@ -662,7 +655,7 @@ public final class DaemonServer: @unchecked Sendable {
 
     /// Sends an encoded reply on the request socket.
     private func send(_ message: [UInt8], to identity: Data) {
-        requests.send(to: identity, message)
+        sockets.send(to: identity, message)
     }
 
     /// What an admin session's request may read of the server (AdminSession.swift).
@@ -866,7 +859,7 @@ public final class DaemonServer: @unchecked Sendable {
     }
 
     /// Whether a request is waiting in the socket.
-    private func requestsAreWaiting() -> Bool { requests.hasInput }
+    private func requestsAreWaiting() -> Bool { sockets.hasInput }
 
     /// Sends what the publisher decided: two frames, the topic and the message.
     private func publish(_ publication: EventPublisher.Publication?) {
@@ -875,11 +868,7 @@ public final class DaemonServer: @unchecked Sendable {
             state.withLock { counters.publishes += 1 }
             admin.metrics.eventsPublished.increment(by: publication.changeSets)
         }
-        do {
-            try events.send([Data([publication.topic]), Data(publication.message)], dontWait: true)
-        } catch {
-            configuration.log("could not publish changes from \(publication.firstSequence): \(error)")
-        }
+        sockets.publish([[publication.topic], publication.message])
         // For the sessions of earlier schema versions: a copy in their terms, under the same
         // topic followed by their version (docs/PROTOCOL.md, "Mixed schema versions").
         let versions = sessions.schemaVersions.filter { $0 < schemaVersion }
@@ -890,11 +879,7 @@ public final class DaemonServer: @unchecked Sendable {
             topic.byte(publication.topic)
             topic.uvarint(version)
             let translated = WireMessage(requestID: decoded.requestID, body: projection.old(decoded.body))
-            do {
-                try events.send([Data(topic.bytes), Data(translated.encoded())], dontWait: true)
-            } catch {
-                configuration.log("could not publish changes from \(publication.firstSequence) for schema version \(version): \(error)")
-            }
+            sockets.publish([topic.bytes, translated.encoded()])
         }
     }
 }

@@ -113,15 +113,16 @@ struct ObservationProcessTests {
             _ = release.wait(timeout: .now() + 60)
         }
         #expect(held.wait(timeout: .now() + 5) == .success)
-        // More saves than the daemon's per-subscriber queue (1,000) holds: some events are dropped.
-        let writer = try ChildProcess(["observed-writer", container.path, "3", "1200"])
+        // More saves than the kernel's socket buffer and the daemon's per-subscriber queue (1,000
+        // messages) hold together (about 1,300 events here): some events are dropped.
+        let writer = try ChildProcess(["observed-writer", container.path, "3", "2000"])
         #expect(writer.wait(seconds: 60) == .exited(0))
         release.signal()
         #expect(try converges(controller))
         store.mainContext.performAndWait {
             #expect(log.calls >= 1)
             // Caught up in consolidated changes (a page of the history at a time), not one per save.
-            #expect(log.calls < 600, "\(log.calls) calls for 1,200 saves")
+            #expect(log.calls < 1_000, "\(log.calls) calls for 2,000 saves")
             #expect(log.inconsistent.isEmpty, "\(log.inconsistent.prefix(3))")
         }
         kill(daemon.pid, SIGTERM)

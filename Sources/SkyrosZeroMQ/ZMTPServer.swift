@@ -5,38 +5,60 @@ import Foundation
 import Glibc
 #endif
 
-/// The listening end of a ZeroMQ `ROUTER` socket on a Unix-domain socket file (an `ipc://`
-/// endpoint), speaking ZMTP 3.0 with the NULL mechanism (rfc.zeromq.org/spec/23) itself, on
-/// the calling thread.
+/// The listening ends of ZeroMQ `ROUTER` and `PUB` sockets on Unix-domain socket files
+/// (`ipc://` endpoints), speaking ZMTP 3.0 with the NULL mechanism (rfc.zeromq.org/spec/23)
+/// themselves, on the calling thread, with one `epoll` for all their connections.
 ///
 /// libzmq runs a socket's I/O on a thread of its own: every request a server receives wakes
-/// that thread, which queues it and wakes the server's thread; every reply goes back the same
-/// way. On a machine whose processors are all busy, each of those hops waits for a processor.
-/// This socket accepts, reads and writes its connections itself, with `epoll`: a request is
-/// read by the thread that handles it, and its reply is one `send` system call.
+/// that thread, which queues it and wakes the server's thread; every reply and every event
+/// goes back the same way. On a machine whose processors are all busy, each of those hops
+/// waits for a processor. This server accepts, reads and writes its connections itself: a
+/// request is read by the thread that handles it, and its reply, or an event to a subscriber,
+/// is one `send` system call.
 ///
-/// To its peers (libzmq's `DEALER` and `REQ`, ``ZMTPSocket``, any ZMTP 3 client) it is
-/// libzmq's `ROUTER`:
+/// To its peers (libzmq's sockets, ``ZMTPSocket``, any ZMTP 3 client) a ``Role/router``
+/// listener is libzmq's `ROUTER`:
 /// - each connection gets a routing identity: the `Identity` property of the peer's READY
 ///   when it has one (a connection whose identity is already in use is closed), else five
 ///   bytes, a zero then a 32-bit counter that starts at random; a received message is handed
 ///   out with it as its first frame, and a message is sent to a connection by its identity
 ///   (to nobody when there is none: dropped, as libzmq does);
-/// - a connection whose peer is not a `DEALER`, `REQ` or `ROUTER`, breaks the protocol, or
-///   sends a frame larger than the maximum message size (`ZMQ_MAXMSGSIZE`) is closed;
-/// - at most `highWaterMark` messages wait in each direction for each connection: past it, a
-///   reply is dropped (`ZMQ_SNDHWM`), and the connection is not read until the server takes
-///   its messages (`ZMQ_RCVHWM`; the peer's messages wait in the kernel, then in the peer).
+/// - a peer that is not a `DEALER`, `REQ` or `ROUTER` is closed.
 ///
-/// What libzmq's socket monitor reported is told to ``acceptedConnection`` and
-/// ``closingConnection`` with each connection's descriptor, and each message is handed out with
-/// the peer's credentials (`SO_PEERCRED`) and its connection's descriptor (libzmq's
-/// `Peer-Address` and `ZMQ_SRCFD`). Another thread may `shutdown` a connection's descriptor to
-/// have it closed, between those two calls.
+/// A ``Role/publisher`` listener is libzmq's `PUB`:
+/// - a peer that is not a `SUB` or `XSUB`, or that the listener's `admit` refuses (libzmq's
+///   `ZMQ_IPC_FILTER_UID`/`GID`), is closed;
+/// - its subscriptions (ZMTP 3.0's messages `1`+prefix and `0`+prefix, or 3.1's SUBSCRIBE and
+///   CANCEL commands; counted, as libzmq does) choose which published messages it gets: those
+///   whose first frame starts with one of its prefixes; whatever else it sends is dropped.
+///
+/// On both:
+/// - a connection that breaks the protocol or sends a frame larger than the maximum message
+///   size (`ZMQ_MAXMSGSIZE`) is closed;
+/// - at most `highWaterMark` messages wait in each direction for each connection: past it, a
+///   message to it is dropped (`ZMQ_SNDHWM`), and the connection is not read until the server
+///   takes its messages (`ZMQ_RCVHWM`; the peer's messages wait in the kernel, then in the
+///   peer).
+///
+/// What libzmq's socket monitor reports is told to ``acceptedConnection`` and
+/// ``closingConnection``, with each connection's descriptor and listener's role, and each
+/// message is handed out with the peer's credentials (`SO_PEERCRED`) and its connection's
+/// descriptor (libzmq's `Peer-Address` and `ZMQ_SRCFD`). Another thread may `shutdown` a
+/// connection's descriptor to have it closed, between those two calls. A listener that runs
+/// out of descriptors stops accepting for 100 ms (connections wait in the backlog), where
+/// libzmq 4.3 aborts the process.
 ///
 /// Not thread-safe: use it from one thread at a time. Nothing blocks but the waits, which are
 /// bounded by their timeout. Writes use `MSG_NOSIGNAL`.
-package final class ZMTPRouter {
+package final class ZMTPServer {
+    /// What a listener is to its peers.
+    package enum Role: Sendable {
+        /// libzmq's `ROUTER`: messages are received from and sent to one connection.
+        case router
+        /// libzmq's `PUB`: messages are published to every subscribed connection.
+        case publisher
+    }
+
     /// A message received: its frames (the first is the connection's identity), the peer's
     /// credentials, and the descriptor of its connection.
     package struct Message {
@@ -45,38 +67,55 @@ package final class ZMTPRouter {
         package var descriptor: Int32
     }
 
-    /// The socket file it listens on.
-    package let path: String
-    /// Called with a connection's descriptor once it is accepted.
-    package var acceptedConnection: (Int32) -> Void = { _ in }
-    /// Called with a connection's descriptor just before it is closed.
-    package var closingConnection: (Int32) -> Void = { _ in }
-    /// Connections open.
-    package var connectionCount: Int { connections.count }
+    /// Called with a connection's descriptor, and its listener's role, once it is accepted.
+    package var acceptedConnection: (Int32, Role) -> Void = { _, _ in }
+    /// Called with a connection's descriptor, and its listener's role, just before it is closed.
+    package var closingConnection: (Int32, Role) -> Void = { _, _ in }
+
+    /// Connections open on the listeners of `role`.
+    package func connectionCount(_ role: Role) -> Int { connections.values.count(where: { $0.role == role }) }
 
     private let maximumMessageSize: Int
     private let highWaterMark: Int
-    private var listener: Int32 = -1
     private let poller: Int32
+    /// The listening sockets, by descriptor.
+    private var listeners: [Int32: Listener] = [:]
+    /// The connections of the publisher listeners that finished their handshake.
+    private var subscribers: [Connection] = []
     private var connections: [Int32: Connection] = [:]
     private var byIdentity: [Data: Connection] = [:]
     private var nextIdentity = UInt32.random(in: 0...UInt32.max)
-    /// Messages received and not taken yet (from `receivedStart`).
-    private var received: [(message: Message, from: Connection)] = []
-    private var receivedStart = 0
+    /// The connections with messages received and not taken yet, in turn (from `activeStart`):
+    /// each hands out one message, then goes to the back (libzmq's fair queueing).
+    private var active: [Connection] = []
+    private var activeStart = 0
+    /// Messages received and not taken yet, all connections.
+    private var waiting = 0
     /// Descriptors of other files waited for beside the connections (see ``wait(orDescriptor:milliseconds:)``).
     private var watched: Set<Int32> = []
-    /// When the listener is taken off the poll after running out of descriptors: when to put it
-    /// back (monotonic nanoseconds).
-    private var listenerPausedUntil: UInt64?
+    /// When the listeners taken off the poll after running out of descriptors are put back
+    /// (monotonic nanoseconds).
+    private var listenersPausedUntil: UInt64?
     /// Where `recv` reads to.
     private let chunk = UnsafeMutableRawBufferPointer.allocate(byteCount: 65_536, alignment: 8)
     private var events = [epoll_event](repeating: epoll_event(), count: 256)
 
+    /// A listening socket.
+    private struct Listener {
+        let role: Role
+        let admit: (PeerCredentials?) -> Bool
+        var paused = false
+    }
+
     /// One connection: its handshake, what was read and not parsed, what waits to be written.
     private final class Connection {
         let descriptor: Int32
+        let role: Role
         let peer: PeerCredentials?
+        /// A subscriber's prefixes, each with how many times it was subscribed.
+        var subscriptions: [Data: Int] = [:]
+        /// Whether the peer's READY came.
+        var ready = false
         var greeted = false
         var identity: Data?
         var input: [UInt8] = []
@@ -84,48 +123,64 @@ package final class ZMTPRouter {
         var frames: [Data] = []
         var output: [[UInt8]] = []
         var outputOffset = 0
-        /// Its messages in `received`.
-        var queued = 0
+        /// Its messages received and not taken yet (from `inboxStart`).
+        var inbox: [Message] = []
+        var inboxStart = 0
+        var queued: Int { inbox.count - inboxStart }
         /// Whether it is not read (too many of its messages wait).
         var paused = false
         /// The events `epoll` waits for on it.
         var interest: UInt32 = 0
         var isOpen = true
 
-        init(descriptor: Int32, peer: PeerCredentials?) {
+        init(descriptor: Int32, role: Role, peer: PeerCredentials?) {
             self.descriptor = descriptor
+            self.role = role
             self.peer = peer
+        }
+
+        /// Whether a subscriber takes a message whose first frame is `topic`.
+        func takes(_ topic: some Collection<UInt8>) -> Bool {
+            if subscriptions.isEmpty { return false }
+            if subscriptions[Data()] != nil { return true }
+            var prefix = Data()
+            for byte in topic {
+                prefix.append(byte)
+                if subscriptions[prefix] != nil { return true }
+            }
+            return false
         }
     }
 
-    /// Listens on the socket file of `endpoint` (`ipc://PATH`, which must not exist).
+    /// A server with no listener yet (see ``listen(_:endpoint:admit:)``).
     ///
     /// - Parameters:
     ///   - maximumMessageSize: a larger frame from a peer closes its connection.
     ///   - highWaterMark: the most messages waiting each way for each connection.
-    package init(endpoint: String, maximumMessageSize: Int, highWaterMark: Int) throws {
-        let scheme = "ipc://"
-        guard endpoint.hasPrefix(scheme) else { throw ZeroMQError(code: EPROTONOSUPPORT, operation: "bind \(endpoint)") }
-        path = String(endpoint.dropFirst(scheme.count))
+    package init(maximumMessageSize: Int, highWaterMark: Int) throws {
         self.maximumMessageSize = max(0, maximumMessageSize)
         self.highWaterMark = max(1, highWaterMark)
         poller = epoll_create1(Int32(EPOLL_CLOEXEC))
         guard poller >= 0 else { throw ZeroMQError(code: errno, operation: "epoll_create1") }
+    }
+
+    /// Listens on the socket file of `endpoint` (`ipc://PATH`, which must not exist) as a
+    /// `ROUTER` or a `PUB`; `admit` tells whether a peer with these credentials (nil: unknown)
+    /// may stay connected: one it refuses is closed as soon as it is accepted.
+    package func listen(_ role: Role, endpoint: String, admit: @escaping (PeerCredentials?) -> Bool = { _ in true }) throws {
+        let scheme = "ipc://"
+        guard endpoint.hasPrefix(scheme) else { throw ZeroMQError(code: EPROTONOSUPPORT, operation: "bind \(endpoint)") }
+        let path = String(endpoint.dropFirst(scheme.count))
         let type = Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue) | Int32(SOCK_NONBLOCK.rawValue)
         let fd = socket(AF_UNIX, type, 0)
-        guard fd >= 0 else {
-            let error = errno
-            Glibc.close(poller)
-            throw ZeroMQError(code: error, operation: "socket")
-        }
+        guard fd >= 0 else { throw ZeroMQError(code: errno, operation: "socket") }
         let bound = withUnixSocketAddress(path) { Glibc.bind(fd, $0, $1) }
-        guard bound == 0, listen(fd, SOMAXCONN) == 0 else {
+        guard bound == 0, Glibc.listen(fd, SOMAXCONN) == 0 else {
             let error = bound == nil ? ENAMETOOLONG : errno
             Glibc.close(fd)
-            Glibc.close(poller)
             throw ZeroMQError(code: error, operation: "bind \(endpoint)")
         }
-        listener = fd
+        listeners[fd] = Listener(role: role, admit: admit)
         control(EPOLL_CTL_ADD, fd, EPOLLIN.rawValue)
     }
 
@@ -135,15 +190,14 @@ package final class ZMTPRouter {
         chunk.deallocate()
     }
 
-    /// Closes every connection and the listener (the socket file stays: its owner removes it).
+    /// Closes every connection and listener (the socket files stay: their owner removes them).
     package func close() {
         for connection in Array(connections.values) { drop(connection) }
-        if listener >= 0 {
-            Glibc.close(listener)
-            listener = -1
-        }
-        received = []
-        receivedStart = 0
+        for fd in listeners.keys { Glibc.close(fd) }
+        listeners = [:]
+        active = []
+        activeStart = 0
+        waiting = 0
     }
 
     // MARK: Messages
@@ -151,16 +205,27 @@ package final class ZMTPRouter {
     /// The next message received, if one is here; when none is, reads what the connections
     /// have without waiting first.
     package func receive() -> Message? {
-        if receivedStart == received.count { _ = pollOnce(timeout: 0) }
-        guard receivedStart < received.count else { return nil }
-        let (message, connection) = received[receivedStart]
-        received[receivedStart] = (Message(frames: [], peer: nil, descriptor: -1), connection)
-        receivedStart += 1
-        if receivedStart == received.count {
-            received.removeAll(keepingCapacity: received.count <= 4_096)
-            receivedStart = 0
+        if waiting == 0 { _ = pollOnce(timeout: 0) }
+        guard waiting > 0 else { return nil }
+        let connection = active[activeStart]
+        activeStart += 1
+        let message = connection.inbox[connection.inboxStart]
+        connection.inbox[connection.inboxStart] = Message(frames: [], peer: nil, descriptor: -1)
+        connection.inboxStart += 1
+        waiting -= 1
+        if connection.queued == 0 {
+            connection.inbox.removeAll(keepingCapacity: true)
+            connection.inboxStart = 0
+        } else {
+            active.append(connection)
         }
-        connection.queued -= 1
+        if activeStart == active.count {
+            active.removeAll(keepingCapacity: true)
+            activeStart = 0
+        } else if activeStart > 1_024 && activeStart * 2 > active.count {
+            active.removeFirst(activeStart)
+            activeStart = 0
+        }
         if connection.paused && connection.isOpen && connection.queued <= highWaterMark / 2 {
             connection.paused = false
             updateInterest(connection)
@@ -170,8 +235,8 @@ package final class ZMTPRouter {
 
     /// Whether a message can be received now (what the connections have is read first).
     package var hasInput: Bool {
-        if receivedStart == received.count { _ = pollOnce(timeout: 0) }
-        return receivedStart < received.count
+        if waiting == 0 { _ = pollOnce(timeout: 0) }
+        return waiting > 0
     }
 
     /// Sends a message of one frame to the connection with `identity` (dropped when there is
@@ -188,6 +253,30 @@ package final class ZMTPRouter {
     package func send<Frames: Collection>(to identity: Data, frames: Frames) -> Bool where Frames.Element: Collection<UInt8> {
         precondition(!frames.isEmpty, "a message has at least one frame")
         guard let connection = byIdentity[identity], connection.output.count < highWaterMark else { return false }
+        connection.output.append(Self.encode(frames))
+        flush(connection)
+        return true
+    }
+
+    /// Publishes a message to every subscriber whose subscriptions take its first frame (but
+    /// those for which `highWaterMark` messages already wait: dropped for them); returns to how
+    /// many it went out or waits to.
+    @discardableResult
+    package func publish<Frame: Collection<UInt8>>(_ frames: [Frame]) -> Int {
+        precondition(!frames.isEmpty, "a message has at least one frame")
+        var bytes: [UInt8]?
+        var count = 0
+        for connection in subscribers where connection.output.count < highWaterMark && connection.takes(frames[0]) {
+            if bytes == nil { bytes = Self.encode(frames) }
+            connection.output.append(bytes!)
+            flush(connection)
+            count += 1
+        }
+        return count
+    }
+
+    /// A message's frames as ZMTP frames.
+    private static func encode<Frames: Collection>(_ frames: Frames) -> [UInt8] where Frames.Element: Collection<UInt8> {
         var bytes: [UInt8] = []
         bytes.reserveCapacity(frames.reduce(0) { $0 + $1.count + 9 })
         var left = frames.count
@@ -196,9 +285,7 @@ package final class ZMTPRouter {
             ZMTP.appendHeader(to: &bytes, size: frame.count, more: left > 0, command: false)
             bytes.append(contentsOf: frame)
         }
-        connection.output.append(bytes)
-        flush(connection)
-        return true
+        return bytes
     }
 
     /// Waits until a message can be received or `descriptor` (a file descriptor; -1: none) is
@@ -211,10 +298,10 @@ package final class ZMTPRouter {
         }
         let (span, overflow) = UInt64(max(0, milliseconds)).multipliedReportingOverflow(by: 1_000_000)
         let deadline: UInt64? = milliseconds < 0 || overflow ? nil : ZMTP.now() + span
-        var timeout: Int32 = receivedStart < received.count ? 0 : deadline.map { ZMTP.milliseconds(from: ZMTP.now(), to: $0) } ?? -1
+        var timeout: Int32 = waiting > 0 ? 0 : deadline.map { ZMTP.milliseconds(from: ZMTP.now(), to: $0) } ?? -1
         while true {
             let other = pollOnce(timeout: timeout, other: descriptor)
-            let socket = receivedStart < received.count
+            let socket = waiting > 0
             if socket || other { return (socket, other) }
             let now = ZMTP.now()
             if let deadline, now >= deadline { return (false, false) }
@@ -227,7 +314,7 @@ package final class ZMTPRouter {
     /// wait together, as they do in libzmq's queue while the owner is busy.)
     package func readAhead(until count: Int, milliseconds: Int) -> Bool {
         let deadline = ZMTP.now() + UInt64(max(0, milliseconds)) * 1_000_000
-        while received.count - receivedStart < count {
+        while waiting < count {
             let now = ZMTP.now()
             guard now < deadline else { return false }
             _ = pollOnce(timeout: ZMTP.milliseconds(from: now, to: deadline))
@@ -241,11 +328,14 @@ package final class ZMTPRouter {
     /// ready. Returns whether `other` is readable.
     private func pollOnce(timeout: Int32, other: Int32 = -1) -> Bool {
         var timeout = timeout
-        if let until = listenerPausedUntil {
+        if let until = listenersPausedUntil {
             let now = ZMTP.now()
             if now >= until {
-                listenerPausedUntil = nil
-                control(EPOLL_CTL_ADD, listener, EPOLLIN.rawValue)
+                listenersPausedUntil = nil
+                for (fd, listener) in listeners where listener.paused {
+                    listeners[fd]?.paused = false
+                    control(EPOLL_CTL_ADD, fd, EPOLLIN.rawValue)
+                }
             } else if timeout < 0 || ZMTP.milliseconds(from: now, to: until) < timeout {
                 timeout = ZMTP.milliseconds(from: now, to: until)
             }
@@ -256,8 +346,8 @@ package final class ZMTPRouter {
         for index in 0..<Int(count) {
             let fd = events[index].data.fd
             let ready = events[index].events
-            if fd == listener {
-                acceptAll()
+            if let listener = listeners[fd] {
+                acceptAll(fd, listener)
             } else if let connection = connections[fd] {
                 // Read first: what came before a failure is kept.
                 if ready & (EPOLLIN.rawValue | EPOLLHUP.rawValue | EPOLLERR.rawValue) != 0 { read(connection) }
@@ -269,15 +359,16 @@ package final class ZMTPRouter {
         return otherReady
     }
 
-    private func acceptAll() {
+    private func acceptAll(_ listenerDescriptor: Int32, _ listener: Listener) {
         for _ in 0..<256 {
-            let fd = accept(listener, nil, nil)
+            let fd = accept(listenerDescriptor, nil, nil)
             guard fd >= 0 else {
                 let error = errno
                 if error == EMFILE || error == ENFILE || error == ENOBUFS || error == ENOMEM {
                     // Out of descriptors: the backlog waits, and accepting again is tried later.
-                    control(EPOLL_CTL_DEL, listener, 0)
-                    listenerPausedUntil = ZMTP.now() + 100_000_000
+                    control(EPOLL_CTL_DEL, listenerDescriptor, 0)
+                    listeners[listenerDescriptor]?.paused = true
+                    listenersPausedUntil = ZMTP.now() + 100_000_000
                 }
                 return
             }
@@ -290,15 +381,15 @@ package final class ZMTPRouter {
             let peer: PeerCredentials? =
                 getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &credentials, &size) == 0
                 ? PeerCredentials(uid: credentials.1, gid: credentials.2, pid: credentials.0) : nil
-            let connection = Connection(descriptor: fd, peer: peer)
+            let connection = Connection(descriptor: fd, role: listener.role, peer: peer)
             connections[fd] = connection
             var handshake = ZMTP.greeting
-            ZMTP.appendReady(to: &handshake, socketType: "ROUTER", identity: true)
+            ZMTP.appendReady(to: &handshake, socketType: listener.role == .router ? "ROUTER" : "PUB", identity: listener.role == .router)
             connection.output.append(handshake)
             connection.interest = EPOLLIN.rawValue
             control(EPOLL_CTL_ADD, fd, connection.interest)
-            acceptedConnection(fd)
-            flush(connection)
+            acceptedConnection(fd, listener.role)
+            if listener.admit(peer) { flush(connection) } else { drop(connection) }
         }
     }
 
@@ -326,19 +417,23 @@ package final class ZMTPRouter {
 
     /// Writes what the connection takes without blocking; closes it when writing fails.
     private func flush(_ connection: Connection) {
-        while connection.isOpen, let first = connection.output.first {
-            let (sent, error) = first.withUnsafeBytes { raw in
-                let sent = Glibc.send(
-                    connection.descriptor, raw.baseAddress! + connection.outputOffset, raw.count - connection.outputOffset,
-                    Int32(MSG_NOSIGNAL) | Int32(MSG_DONTWAIT))
-                return (sent, errno)
-            }
+        while connection.isOpen && !connection.output.isEmpty {
+            let (sent, error) = writeSome(connection)
             if sent > 0 {
-                connection.outputOffset += sent
-                if connection.outputOffset == first.count {
-                    connection.output.removeFirst()
+                // Past the messages wholly written, and into the first one that is not.
+                var left = sent
+                var done = 0
+                while left > 0 {
+                    let remaining = connection.output[done].count - connection.outputOffset
+                    if left < remaining {
+                        connection.outputOffset += left
+                        break
+                    }
+                    left -= remaining
+                    done += 1
                     connection.outputOffset = 0
                 }
+                connection.output.removeFirst(done)
             } else if sent < 0 && error == EINTR {
                 continue
             } else if sent < 0 && (error == EAGAIN || error == EWOULDBLOCK) {
@@ -350,6 +445,31 @@ package final class ZMTPRouter {
             }
         }
         updateInterest(connection)
+    }
+
+    /// One `send` of what waits for the connection: its first message (from where it was left),
+    /// or, when several wait, as many as make 64 KiB in one buffer (as libzmq's encoder
+    /// batches them): a subscriber that fell behind gets them in few writes, and the kernel
+    /// holds them in few buffers. Returns what `send` returned, and `errno`.
+    private func writeSome(_ connection: Connection) -> (Int, Int32) {
+        let offset = connection.outputOffset
+        if connection.output.count == 1 || connection.output[0].count - offset >= 65_536 {
+            return connection.output[0].withUnsafeBytes { raw in
+                let sent = Glibc.send(
+                    connection.descriptor, raw.baseAddress! + offset, raw.count - offset,
+                    Int32(MSG_NOSIGNAL) | Int32(MSG_DONTWAIT))
+                return (sent, errno)
+            }
+        }
+        var batch = Array(connection.output[0][offset...])
+        for message in connection.output.dropFirst() {
+            guard batch.count + message.count <= 65_536 else { break }
+            batch += message
+        }
+        return batch.withUnsafeBytes { raw in
+            let sent = Glibc.send(connection.descriptor, raw.baseAddress!, raw.count, Int32(MSG_NOSIGNAL) | Int32(MSG_DONTWAIT))
+            return (sent, errno)
+        }
     }
 
     private func updateInterest(_ connection: Connection) {
@@ -365,13 +485,23 @@ package final class ZMTPRouter {
     private func drop(_ connection: Connection) {
         guard connection.isOpen else { return }
         connection.isOpen = false
-        closingConnection(connection.descriptor)
+        closingConnection(connection.descriptor, connection.role)
+        if connection.role == .publisher && connection.ready { subscribers.removeAll { $0 === connection } }
         control(EPOLL_CTL_DEL, connection.descriptor, 0)
         Glibc.close(connection.descriptor)
         connections[connection.descriptor] = nil
         if let identity = connection.identity, byIdentity[identity] === connection { byIdentity[identity] = nil }
         connection.output = []
         connection.input = []
+    }
+
+    /// Counts a subscription to `prefix`, or cancels one.
+    private func subscribe(_ connection: Connection, _ prefix: Data, _ subscribing: Bool) {
+        if subscribing {
+            connection.subscriptions[prefix, default: 0] += 1
+        } else if let count = connection.subscriptions[prefix] {
+            connection.subscriptions[prefix] = count > 1 ? count - 1 : nil
+        }
     }
 
     private func control(_ operation: Int32, _ fd: Int32, _ interest: UInt32) {
@@ -419,9 +549,15 @@ package final class ZMTPRouter {
                 switch command.name {
                 case "ERROR": return false
                 case "READY":
-                    guard connection.identity == nil, let type = command.properties["socket-type"],
-                        ["DEALER", "REQ", "ROUTER"].contains(String(decoding: type, as: UTF8.self))
+                    guard !connection.ready, let type = command.properties["socket-type"].map({ String(decoding: $0, as: UTF8.self) })
                     else { return false }
+                    connection.ready = true
+                    if connection.role == .publisher {
+                        guard type == "SUB" || type == "XSUB" else { return false }
+                        subscribers.append(connection)
+                        continue
+                    }
+                    guard ["DEALER", "REQ", "ROUTER"].contains(type) else { return false }
                     var identity = command.properties["identity"] ?? Data()
                     if identity.isEmpty {
                         identity = Data([0]) + withUnsafeBytes(of: nextIdentity.bigEndian) { Data($0) }
@@ -430,6 +566,11 @@ package final class ZMTPRouter {
                     guard byIdentity[identity] == nil else { return false }
                     connection.identity = identity
                     byIdentity[identity] = connection
+                case "SUBSCRIBE", "CANCEL":
+                    // ZMTP 3.1's subscriptions, from a peer that took this one for 3.1.
+                    guard connection.role == .publisher, connection.ready else { return false }
+                    let prefix = Data(command.body.dropFirst(1 + command.name.utf8.count))
+                    subscribe(connection, prefix, command.name == "SUBSCRIBE")
                 case "PING":
                     // ZMTP 3.1's heartbeat, from a peer that took this one for 3.1: a PONG
                     // with the ping's context.
@@ -442,13 +583,24 @@ package final class ZMTPRouter {
                 }
                 continue
             }
-            guard let identity = connection.identity else { return false }  // a message before READY
+            guard connection.ready else { return false }  // a message before READY
+            if connection.role == .publisher {
+                // A subscription (one frame: 1 or 0, then the prefix); anything else is dropped.
+                let whole = connection.frames.isEmpty && flags & 0x01 == 0
+                if whole, let first = body.first.map({ input[$0] }), first <= 1 {
+                    subscribe(connection, Data(input[(body.lowerBound + 1)..<body.upperBound]), first == 1)
+                }
+                connection.frames = flags & 0x01 == 0 ? [] : [Data()]
+                continue
+            }
+            guard let identity = connection.identity else { return false }
             if connection.frames.isEmpty { connection.frames.append(identity) }
             connection.frames.append(body.isEmpty ? Data() : Data(input[body]))
             if flags & 0x01 == 0 {
-                received.append((Message(frames: connection.frames, peer: connection.peer, descriptor: connection.descriptor), connection))
+                if connection.queued == 0 { active.append(connection) }
+                connection.inbox.append(Message(frames: connection.frames, peer: connection.peer, descriptor: connection.descriptor))
+                waiting += 1
                 connection.frames = []
-                connection.queued += 1
                 if connection.queued >= highWaterMark {
                     connection.paused = true
                     updateInterest(connection)
@@ -461,4 +613,4 @@ package final class ZMTPRouter {
 }
 
 @available(*, unavailable)
-extension ZMTPRouter: Sendable {}
+extension ZMTPServer: Sendable {}
