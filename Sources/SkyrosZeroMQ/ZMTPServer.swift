@@ -573,9 +573,9 @@ package final class ZMTPServer {
                     subscribe(connection, prefix, command.name == "SUBSCRIBE")
                 case "PING":
                     // ZMTP 3.1's heartbeat, from a peer that took this one for 3.1: a PONG
-                    // with the ping's context.
+                    // with the ping's context (what follows its name and 2-byte TTL).
                     var pong: [UInt8] = [4] + Array("PONG".utf8)
-                    pong += command.body.dropFirst(2)
+                    pong += command.body.dropFirst(1 + 4 + 2)
                     var bytes: [UInt8] = []
                     ZMTP.appendHeader(to: &bytes, size: pong.count, more: false, command: true)
                     connection.output.append(bytes + pong)
