@@ -50,9 +50,6 @@ struct ConnectionLimiter {
     /// skipped when met).
     private var waiting: [(descriptor: Int32, since: TimeInterval)] = []
     private var waitingStart = 0
-    /// Descriptors welcomed before their acceptance was reported (the serve loop and the
-    /// monitor's thread race): the next acceptance of each is taken as welcomed.
-    private var earlyWelcomes: Set<Int32> = []
 
     init(maximum: Int, helloTimeout: TimeInterval?) {
         self.maximum = max(1, maximum)
@@ -84,7 +81,7 @@ struct ConnectionLimiter {
                 return [(descriptor, .refused)]
             }
         }
-        if helloTimeout == nil || earlyWelcomes.remove(descriptor) != nil {
+        if helloTimeout == nil {
             connections[descriptor] = .welcomed
         } else {
             connections[descriptor] = .waitingForHello(since: now)
@@ -94,16 +91,11 @@ struct ConnectionLimiter {
     }
 
     /// The connection on `descriptor` said hello: it is no longer subject to the hello timeout
-    /// nor closed to make room. A descriptor not known yet (its acceptance is still on its way
-    /// from the socket) is remembered: its acceptance is then taken as welcomed.
+    /// nor closed to make room. A descriptor not known is ignored: the socket reports each
+    /// acceptance before any message of the connection, and hands out the messages of a
+    /// closed connection with no descriptor, so it can only be stale.
     mutating func welcomed(_ descriptor: Int32) {
-        switch connections[descriptor] {
-        case .waitingForHello?: connections[descriptor] = .welcomed
-        case nil:
-            if earlyWelcomes.count >= 4_096 { earlyWelcomes.removeAll() }  // bounded, whatever happens
-            earlyWelcomes.insert(descriptor)
-        default: break
-        }
+        if case .waitingForHello? = connections[descriptor] { connections[descriptor] = .welcomed }
     }
 
     /// The socket reports the connection on `descriptor` gone (its descriptor is being closed).

@@ -33,8 +33,9 @@ import Glibc
 ///   whose first frame starts with one of its prefixes; whatever else it sends is dropped.
 ///
 /// On both:
-/// - a connection that breaks the protocol or sends a frame larger than the maximum message
-///   size (`ZMQ_MAXMSGSIZE`) is closed;
+/// - a connection that breaks the protocol, sends a frame larger than the maximum message size
+///   (`ZMQ_MAXMSGSIZE`) or a message of several frames larger than it by more than 4 KiB, or
+///   has not ended its handshake in time (30 s by default, `ZMQ_HANDSHAKE_IVL`) is closed;
 /// - at most `highWaterMark` messages wait in each direction for each connection: past it, a
 ///   message to it is dropped (`ZMQ_SNDHWM`), and the connection is not read until the server
 ///   takes its messages (`ZMQ_RCVHWM`; the peer's messages wait in the kernel, then in the
@@ -91,6 +92,17 @@ package final class ZMTPServer {
     private var activeStart = 0
     /// Messages received and not taken yet, all connections.
     private var waiting = 0
+    /// Connections in the order they were accepted, until their handshake ended (from
+    /// `handshakingStart`): one that has not ended it within `handshakeTimeout` is closed.
+    private var handshaking: [Connection] = []
+    private var handshakingStart = 0
+
+    /// What a message's frames may add to the maximum message size together (their headers,
+    /// a few small frames besides the largest).
+    static let messageOverhead = 4_096
+
+    /// How long a connection may take to send its greeting and READY, in nanoseconds.
+    private let handshakeTimeout: UInt64
     /// Descriptors of other files waited for beside the connections (see ``wait(orDescriptor:milliseconds:)``).
     private var watched: Set<Int32> = []
     /// When the listeners taken off the poll after running out of descriptors are put back
@@ -129,8 +141,13 @@ package final class ZMTPServer {
         var queued: Int { inbox.count - inboxStart }
         /// Whether it is not read (too many of its messages wait).
         var paused = false
-        /// The events `epoll` waits for on it.
+        /// The events `epoll` waits for on it (0: it is off the poll, which would report a
+        /// hang-up even then).
         var interest: UInt32 = 0
+        /// When it was accepted (monotonic nanoseconds), for the handshake timeout.
+        let acceptedAt = ZMTP.now()
+        /// The bytes and frames of the message being received, so far.
+        var messageBytes = 0
         var isOpen = true
 
         init(descriptor: Int32, role: Role, peer: PeerCredentials?) {
@@ -157,9 +174,12 @@ package final class ZMTPServer {
     /// - Parameters:
     ///   - maximumMessageSize: a larger frame from a peer closes its connection.
     ///   - highWaterMark: the most messages waiting each way for each connection.
-    package init(maximumMessageSize: Int, highWaterMark: Int) throws {
+    ///   - handshakeTimeout: how long, in seconds, a connection may take to send its greeting
+    ///     and READY (libzmq's `ZMQ_HANDSHAKE_IVL`, 30 s by default).
+    package init(maximumMessageSize: Int, highWaterMark: Int, handshakeTimeout: TimeInterval = 30) throws {
         self.maximumMessageSize = max(0, maximumMessageSize)
         self.highWaterMark = max(1, highWaterMark)
+        self.handshakeTimeout = UInt64(max(0, min(handshakeTimeout, 86_400)) * 1e9)
         poller = epoll_create1(Int32(EPOLL_CLOEXEC))
         guard poller >= 0 else { throw ZeroMQError(code: errno, operation: "epoll_create1") }
     }
@@ -217,6 +237,10 @@ package final class ZMTPServer {
             connection.inbox.removeAll(keepingCapacity: true)
             connection.inboxStart = 0
         } else {
+            if connection.inboxStart > 1_024 && connection.inboxStart * 2 > connection.inbox.count {
+                connection.inbox.removeFirst(connection.inboxStart)
+                connection.inboxStart = 0
+            }
             active.append(connection)
         }
         if activeStart == active.count {
@@ -226,10 +250,7 @@ package final class ZMTPServer {
             active.removeFirst(activeStart)
             activeStart = 0
         }
-        if connection.paused && connection.isOpen && connection.queued <= highWaterMark / 2 {
-            connection.paused = false
-            updateInterest(connection)
-        }
+        if connection.paused && connection.isOpen && connection.queued <= highWaterMark / 2 { resume(connection) }
         return message
     }
 
@@ -340,6 +361,7 @@ package final class ZMTPServer {
                 timeout = ZMTP.milliseconds(from: now, to: until)
             }
         }
+        expireHandshakes()
         let count = events.withUnsafeMutableBufferPointer { epoll_wait(poller, $0.baseAddress, Int32($0.count), timeout) }
         guard count > 0 else { return false }
         var otherReady = false
@@ -388,6 +410,7 @@ package final class ZMTPServer {
             connection.output.append(handshake)
             connection.interest = EPOLLIN.rawValue
             control(EPOLL_CTL_ADD, fd, connection.interest)
+            handshaking.append(connection)
             acceptedConnection(fd, listener.role)
             if listener.admit(peer) { flush(connection) } else { drop(connection) }
         }
@@ -477,8 +500,11 @@ package final class ZMTPServer {
         var interest: UInt32 = connection.paused ? 0 : EPOLLIN.rawValue
         if !connection.output.isEmpty { interest |= EPOLLOUT.rawValue }
         guard interest != connection.interest else { return }
+        // Off the poll while there is nothing to wait for: a hang-up is reported whatever the
+        // interest, and a paused connection's would be reported on every wait.
+        let operation = connection.interest == 0 ? EPOLL_CTL_ADD : interest == 0 ? EPOLL_CTL_DEL : EPOLL_CTL_MOD
         connection.interest = interest
-        control(EPOLL_CTL_MOD, connection.descriptor, interest)
+        control(operation, connection.descriptor, interest)
     }
 
     /// Closes a connection; its messages already received are still handed out.
@@ -486,13 +512,44 @@ package final class ZMTPServer {
         guard connection.isOpen else { return }
         connection.isOpen = false
         closingConnection(connection.descriptor, connection.role)
+        // Its messages still to be handed out name no descriptor: the number may be reused.
+        for index in connection.inboxStart..<connection.inbox.count { connection.inbox[index].descriptor = -1 }
         if connection.role == .publisher && connection.ready { subscribers.removeAll { $0 === connection } }
-        control(EPOLL_CTL_DEL, connection.descriptor, 0)
+        if connection.interest != 0 { control(EPOLL_CTL_DEL, connection.descriptor, 0) }
         Glibc.close(connection.descriptor)
         connections[connection.descriptor] = nil
         if let identity = connection.identity, byIdentity[identity] === connection { byIdentity[identity] = nil }
         connection.output = []
         connection.input = []
+    }
+
+    /// Reads a paused connection again, starting with what it had sent past the high-water
+    /// mark (already read from the kernel: no poll would report it).
+    private func resume(_ connection: Connection) {
+        connection.paused = false
+        guard parse(connection) else { return drop(connection) }
+        updateInterest(connection)
+    }
+
+    /// Closes the connections whose handshake has not ended within `handshakeTimeout`, and
+    /// forgets those whose handshake ended or that are closed.
+    private func expireHandshakes() {
+        let now = ZMTP.now()
+        while handshakingStart < handshaking.count {
+            let connection = handshaking[handshakingStart]
+            if connection.isOpen && !connection.ready {
+                guard now - connection.acceptedAt >= handshakeTimeout else { break }
+                drop(connection)
+            }
+            handshakingStart += 1
+        }
+        if handshakingStart == handshaking.count {
+            handshaking.removeAll(keepingCapacity: true)
+            handshakingStart = 0
+        } else if handshakingStart > 1_024 && handshakingStart * 2 > handshaking.count {
+            handshaking.removeFirst(handshakingStart)
+            handshakingStart = 0
+        }
     }
 
     /// Counts a subscription to `prefix`, or cancels one.
@@ -540,7 +597,11 @@ package final class ZMTPServer {
             let body: Range<Int>
             switch ZMTP.frame(in: input, at: start, maximumSize: maximumMessageSize) {
             case .invalid: return false
-            case .incomplete: return true
+            case .incomplete(let needs):
+                // A large frame's bytes come in many reads: room for all of it at once.
+                // (Only when short of it: `input` still shares the buffer, so this copies it.)
+                if let needs, connection.input.capacity < start + needs { connection.input.reserveCapacity(start + needs) }
+                return true
             case .frame(let frameFlags, let frameBody): (flags, body) = (frameFlags, frameBody)
             }
             connection.inputStart = body.upperBound
@@ -559,11 +620,13 @@ package final class ZMTPServer {
                     }
                     guard ["DEALER", "REQ", "ROUTER"].contains(type) else { return false }
                     var identity = command.properties["identity"] ?? Data()
-                    if identity.isEmpty {
+                    // One the peer chose and another connection holds closes this one (libzmq
+                    // without ZMQ_ROUTER_HANDOVER); one made here skips those in use.
+                    guard byIdentity[identity] == nil else { return false }
+                    while identity.isEmpty || byIdentity[identity] != nil {
                         identity = Data([0]) + withUnsafeBytes(of: nextIdentity.bigEndian) { Data($0) }
                         nextIdentity &+= 1
                     }
-                    guard byIdentity[identity] == nil else { return false }
                     connection.identity = identity
                     byIdentity[identity] = connection
                 case "SUBSCRIBE", "CANCEL":
@@ -573,9 +636,11 @@ package final class ZMTPServer {
                     subscribe(connection, prefix, command.name == "SUBSCRIBE")
                 case "PING":
                     // ZMTP 3.1's heartbeat, from a peer that took this one for 3.1: a PONG
-                    // with the ping's context (what follows its name and 2-byte TTL).
+                    // with the ping's context (what follows its name and 2-byte TTL; at most
+                    // 16 bytes, as libzmq), unless the high-water mark's worth waits already.
+                    guard connection.output.count < highWaterMark else { continue }
                     var pong: [UInt8] = [4] + Array("PONG".utf8)
-                    pong += command.body.dropFirst(1 + 4 + 2)
+                    pong += command.body.dropFirst(1 + 4 + 2).prefix(16)
                     var bytes: [UInt8] = []
                     ZMTP.appendHeader(to: &bytes, size: pong.count, more: false, command: true)
                     connection.output.append(bytes + pong)
@@ -585,15 +650,19 @@ package final class ZMTPServer {
             }
             guard connection.ready else { return false }  // a message before READY
             if connection.role == .publisher {
-                // A subscription (one frame: 1 or 0, then the prefix); anything else is dropped.
-                let whole = connection.frames.isEmpty && flags & 0x01 == 0
-                if whole, let first = body.first.map({ input[$0] }), first <= 1 {
+                // A subscription (a message's first frame: 1 or 0, then the prefix, as libzmq
+                // takes it); anything else is dropped.
+                if connection.frames.isEmpty, let first = body.first.map({ input[$0] }), first <= 1 {
                     subscribe(connection, Data(input[(body.lowerBound + 1)..<body.upperBound]), first == 1)
                 }
                 connection.frames = flags & 0x01 == 0 ? [] : [Data()]
                 continue
             }
             guard let identity = connection.identity else { return false }
+            // The frames of one message together (9 bytes counted for each frame's header):
+            // endless frames marked "more" must not grow it without end.
+            connection.messageBytes += body.count + 9
+            guard connection.messageBytes <= maximumMessageSize + Self.messageOverhead else { return false }
             if connection.frames.isEmpty { connection.frames.append(identity) }
             connection.frames.append(body.isEmpty ? Data() : Data(input[body]))
             if flags & 0x01 == 0 {
@@ -601,6 +670,7 @@ package final class ZMTPServer {
                 connection.inbox.append(Message(frames: connection.frames, peer: connection.peer, descriptor: connection.descriptor))
                 waiting += 1
                 connection.frames = []
+                connection.messageBytes = 0
                 if connection.queued >= highWaterMark {
                     connection.paused = true
                     updateInterest(connection)

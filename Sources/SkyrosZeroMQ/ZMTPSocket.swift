@@ -418,7 +418,10 @@ package final class ZMTPSocket {
             let body: Range<Int>
             switch ZMTP.frame(in: input, at: inputStart, maximumSize: maximumMessageSize) {
             case .invalid: return false
-            case .incomplete: return true
+            case .incomplete(let needs):
+                // A large frame's bytes come in many reads: room for all of it at once.
+                if let needs { input.reserveCapacity(inputStart + needs) }
+                return true
             case .frame(let frameFlags, let frameBody): (flags, body) = (frameFlags, frameBody)
             }
             inputStart = body.upperBound
@@ -513,20 +516,20 @@ enum ZMTP {
     enum Frame {
         /// Not a frame: unknown flags, or larger than the maximum message size.
         case invalid
-        /// Not all of it yet.
-        case incomplete
+        /// Not all of it yet; how many bytes from `start` it takes, once its header is here.
+        case incomplete(needs: Int?)
         /// A whole frame: its flags (0x01 more, 0x04 command) and where its body is.
         case frame(flags: UInt8, body: Range<Int>)
     }
 
     static func frame(in input: [UInt8], at start: Int, maximumSize: Int) -> Frame {
         let available = input.count - start
-        guard available >= 2 else { return .incomplete }
+        guard available >= 2 else { return .incomplete(needs: nil) }
         let flags = input[start]
         guard flags & ~0x07 == 0 else { return .invalid }
         let isLong = flags & 0x02 != 0
         let headerSize = isLong ? 9 : 2
-        guard available >= headerSize else { return .incomplete }
+        guard available >= headerSize else { return .incomplete(needs: nil) }
         var size = 0
         if isLong {
             var value: UInt64 = 0
@@ -537,7 +540,7 @@ enum ZMTP {
             size = Int(input[start + 1])
         }
         guard size <= maximumSize else { return .invalid }
-        guard available >= headerSize + size else { return .incomplete }
+        guard available >= headerSize + size else { return .incomplete(needs: headerSize + size) }
         return .frame(flags: flags & ~0x02, body: (start + headerSize)..<(start + headerSize + size))
     }
 

@@ -60,22 +60,6 @@ struct ConnectionLimiterTests {
         #expect(limiter.connections[11] == .closing)
     }
 
-    @Test("a hello seen before the monitor reports its connection's acceptance still counts")
-    func welcomeBeforeAcceptance() {
-        var limiter = ConnectionLimiter(maximum: 10, helloTimeout: 2)
-        // The serve loop welcomes descriptor 10 while the monitor's thread has not read its
-        // acceptance yet (the two threads race under load).
-        limiter.welcomed(10)
-        _ = limiter.accepted(10, at: 0)
-        _ = limiter.accepted(11, at: 0)
-        #expect(limiter.connections[10] == .welcomed)
-        #expect(limiter.expired(at: 5) == [11])
-        // Used once: the next connection on descriptor 10 must say hello itself.
-        limiter.disconnected(10)
-        _ = limiter.accepted(10, at: 6)
-        #expect(limiter.expired(at: 9) == [10])
-    }
-
     @Test("a reused descriptor is a new connection: the old one's end and timeout are forgotten")
     func reusedDescriptor() {
         var limiter = ConnectionLimiter(maximum: 10, helloTimeout: 2)
@@ -128,5 +112,14 @@ struct ConnectionLimiterTests {
         #expect(DescriptorLimit.maximumClients(forLimit: 524_288) == 10_000)
         #expect(DescriptorLimit.maximumClients(forLimit: 8) == 2)
         #expect(DescriptorLimit.maximumClients(forLimit: 1) == 1)
+    }
+
+    @Test("a welcome of a descriptor not open is ignored: a later connection on that number still waits for its hello")
+    func staleWelcome() {
+        var limiter = ConnectionLimiter(maximum: 4, helloTimeout: 5)
+        limiter.welcomed(10)
+        _ = limiter.accepted(10, at: 0)
+        #expect(limiter.connections[10] == .waitingForHello(since: 0))
+        #expect(limiter.expired(at: 5) == [10])
     }
 }

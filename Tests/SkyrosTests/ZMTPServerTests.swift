@@ -28,11 +28,12 @@ struct ZMTPServerTests {
         let server: ZMTPServer
         let events = Events()
 
-        init(maximumMessageSize: Int = 1 << 20, highWaterMark: Int = 1_000) throws {
+        init(maximumMessageSize: Int = 1 << 20, highWaterMark: Int = 1_000, handshakeTimeout: TimeInterval = 30) throws {
             var template = Array("/tmp/zs-XXXXXX".utf8CString)
             directory = template.withUnsafeMutableBufferPointer { String(cString: mkdtemp($0.baseAddress!)) }
             context = try ZeroMQContext()
-            server = try ZMTPServer(maximumMessageSize: maximumMessageSize, highWaterMark: highWaterMark)
+            server = try ZMTPServer(
+                maximumMessageSize: maximumMessageSize, highWaterMark: highWaterMark, handshakeTimeout: handshakeTimeout)
             let events = events
             server.acceptedConnection = { events.accepted.append(($0, $1)) }
             server.closingConnection = { events.closing.append(($0, $1)) }
@@ -371,5 +372,104 @@ struct ZMTPServerTests {
         #expect(Array(read.suffix(3)) == Array("yes".utf8))
         #expect(!String(decoding: read, as: UTF8.self).contains("no"))
         #expect(published >= 1)
+    }
+
+    /// A raw peer's connection to `endpoint` that has written a 3.0 greeting, a READY of
+    /// `socketType`, then `frames` (each with its header); -1 when it could not.
+    private func rawConnection(_ endpoint: String, socketType: String = "DEALER", frames: [UInt8] = []) -> Int32 {
+        let raw = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue), 0)
+        guard withUnixSocketAddress(String(endpoint.dropFirst("ipc://".count)), { connect(raw, $0, $1) }) == 0 else {
+            close(raw)
+            return -1
+        }
+        var greeting = [UInt8](repeating: 0, count: 64)
+        greeting[0] = 0xFF
+        greeting[9] = 0x7F
+        greeting[10] = 3
+        for (index, byte) in "NULL".utf8.enumerated() { greeting[12 + index] = byte }
+        var ready: [UInt8] = [5] + Array("READY".utf8) + [11] + Array("Socket-Type".utf8) + [0, 0, 0, UInt8(socketType.utf8.count)]
+        ready += Array(socketType.utf8)
+        let bytes = greeting + [0x04, UInt8(ready.count)] + ready + frames
+        var written = 0
+        while written < bytes.count {
+            let count = bytes[written...].withUnsafeBytes { write(raw, $0.baseAddress, $0.count) }
+            guard count > 0 else { break }
+            written += count
+        }
+        return raw
+    }
+
+    @Test("messages read past the high-water mark are handed out once the first ones are taken, with nothing more to read")
+    func pausedConnectionResumes() throws {
+        let fixture = try Fixture(highWaterMark: 100)
+        defer { fixture.remove() }
+        try fixture.server.listen(.router, endpoint: fixture.routerEndpoint)
+        // 150 messages in one write: one read brings them all, 50 past the mark.
+        var frames: [UInt8] = []
+        for index in 0..<150 { frames += [0x00, 2, UInt8(index / 256), UInt8(index % 256)] }
+        let raw = rawConnection(fixture.routerEndpoint, frames: frames)
+        #expect(raw >= 0)
+        defer { close(raw) }
+        var received: [Data] = []
+        #expect(fixture.pump {
+            while let message = fixture.server.receive() { received.append(message.frames[1]) }
+            return received.count == 150
+        })
+        let sent: [Data] = (0..<150).map { (index: Int) -> Data in Data([UInt8(index / 256), UInt8(index % 256)]) }
+        #expect(received == sent)
+    }
+
+    @Test("the messages of a connection closed before they are taken are handed out with no descriptor")
+    func closedConnectionMessages() throws {
+        let fixture = try Fixture()
+        defer { fixture.remove() }
+        try fixture.server.listen(.router, endpoint: fixture.routerEndpoint)
+        let raw = rawConnection(fixture.routerEndpoint, frames: [0x00, 3] + Array("bye".utf8))
+        #expect(raw >= 0)
+        #expect(fixture.server.readAhead(until: 1, milliseconds: 5_000))
+        close(raw)
+        #expect(fixture.pump { fixture.events.closing.count == 1 })
+        let message = try #require(fixture.server.receive())
+        #expect(message.frames.last == Data("bye".utf8))
+        // Its descriptor number may already be another connection's.
+        #expect(message.descriptor == -1)
+    }
+
+    @Test("a message of endless frames marked 'more' closes its connection before it outgrows the maximum message size")
+    func endlessFrames() throws {
+        let fixture = try Fixture(maximumMessageSize: 1_000)
+        defer { fixture.remove() }
+        try fixture.server.listen(.router, endpoint: fixture.routerEndpoint)
+        // 200 frames of 100 bytes, each small enough alone, all marked "more".
+        var frames: [UInt8] = []
+        for _ in 0..<200 { frames += [0x01, 100] + [UInt8](repeating: 7, count: 100) }
+        let raw = rawConnection(fixture.routerEndpoint, frames: frames)
+        #expect(raw >= 0)
+        defer { close(raw) }
+        #expect(fixture.pump { fixture.events.closing.count == 1 })
+        #expect(fixture.server.receive() == nil)
+    }
+
+    @Test("a connection that does not end its handshake in time is closed; one that did is kept")
+    func handshakeTimeout() throws {
+        let fixture = try Fixture(handshakeTimeout: 0.2)
+        defer { fixture.remove() }
+        try fixture.server.listen(.publisher, endpoint: fixture.publisherEndpoint)
+        try fixture.server.listen(.router, endpoint: fixture.routerEndpoint)
+        let dealer = try fixture.connected(.dealer, to: fixture.routerEndpoint)
+        defer { dealer.close() }
+        try dealer.send([Data("one".utf8)])
+        let first = try #require(fixture.serverReceive())
+        // A silent connection to the event socket: no greeting, no READY.
+        let silent = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue), 0)
+        defer { close(silent) }
+        let path = String(fixture.publisherEndpoint.dropFirst("ipc://".count))
+        #expect(withUnixSocketAddress(path, { connect(silent, $0, $1) }) == 0)
+        #expect(fixture.pump { fixture.events.closing.count == 1 })
+        #expect(fixture.events.closing.first?.1 == .publisher)
+        // The DEALER, older than the timeout by now, is still served.
+        #expect(fixture.server.send(to: first.frames[0], Data("two".utf8)))
+        #expect(try fixture.receive(dealer) == [Data("two".utf8)])
+        #expect(fixture.events.closing.count == 1)
     }
 }
