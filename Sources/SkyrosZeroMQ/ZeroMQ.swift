@@ -116,18 +116,6 @@ package final class ZeroMQSocket {
     package func setSendTimeout(milliseconds: Int32) throws { try setOption(ZMQ_SNDTIMEO, milliseconds) }
     /// Messages larger than this are refused by the library (the peer is disconnected).
     package func setMaximumMessageSize(_ bytes: Int64) throws { try setOption(ZMQ_MAXMSGSIZE, bytes) }
-    /// Receive high-water mark, in messages.
-    package func setReceiveHighWaterMark(_ messages: Int32) throws { try setOption(ZMQ_RCVHWM, messages) }
-    /// Send high-water mark, in messages.
-    package func setSendHighWaterMark(_ messages: Int32) throws { try setOption(ZMQ_SNDHWM, messages) }
-    /// Accepts `ipc://` connections only from peers whose user is one of `users`, whose
-    /// primary group is one of `groups`, or who are listed as members of one of `groups` in the
-    /// group database; every other connection is closed as soon as it is accepted (libzmq's
-    /// `ZMQ_IPC_FILTER_UID`/`ZMQ_IPC_FILTER_GID`, checked with `SO_PEERCRED`). Set before `bind`.
-    package func acceptIPCPeers(users: [uid_t], groups: [gid_t]) throws {
-        for user in Set(users) { try setOption(ZMQ_IPC_FILTER_UID, Int32(bitPattern: user)) }
-        for group in Set(groups) { try setOption(ZMQ_IPC_FILTER_GID, Int32(bitPattern: group)) }
-    }
     /// Subscribes a SUB socket to messages starting with `prefix` (empty: all).
     package func subscribe(_ prefix: Data = Data()) throws { try setOption(ZMQ_SUBSCRIBE, prefix) }
     /// Removes a subscription made with ``subscribe(_:)`` (the same prefix).
@@ -163,71 +151,12 @@ package final class ZeroMQSocket {
         return frames
     }
 
-    /// Receives a multipart message with the credentials of the process that sent it, when
-    /// the connection is an `ipc://` one (libzmq reads them with `SO_PEERCRED`), and the file
-    /// descriptor of the connection it came from (`ZMQ_SRCFD`; -1 when libzmq does not say).
-    package func receiveWithCredentials(dontWait: Bool = false) throws -> (
-        frames: [Data], peer: PeerCredentials?, descriptor: Int32
-    ) {
-        var frames: [Data] = []
-        var peer: PeerCredentials?
-        var descriptor: Int32 = -1
-        var message = zmq_msg_t()
-        zmq_msg_init(&message)
-        defer { zmq_msg_close(&message) }
-        repeat {
-            guard zmq_msg_recv(&message, handle, dontWait ? ZMQ_DONTWAIT : 0) >= 0 else {
-                throw ZeroMQError.last("receive")
-            }
-            if peer == nil, let address = zmq_msg_gets(&message, "Peer-Address") {
-                peer = PeerCredentials(peerAddress: UnsafeRawPointer(address).assumingMemoryBound(to: UInt8.self))
-            }
-            if descriptor < 0 { descriptor = zmq_msg_get(&message, ZMQ_SRCFD) }
-            let size = zmq_msg_size(&message)
-            frames.append(size == 0 ? Data() : Data(bytes: zmq_msg_data(&message), count: size))
-        } while zmq_msg_more(&message) != 0
-        return (frames, peer, descriptor)
-    }
-
-    /// Starts libzmq's monitor of this socket: the `events` (a mask of `ZMQ_EVENT_…`) are
-    /// published on a `PAIR` socket bound at `endpoint` (an `inproc://` address), to be read
-    /// with ``receiveMonitorEvent(dontWait:)`` by a `PAIR` socket connected to it.
-    package func monitor(_ endpoint: String, events: Int32) throws {
-        guard zmq_socket_monitor(handle, endpoint, events) == 0 else { throw ZeroMQError.last("monitor \(endpoint)") }
-    }
-
-    /// Receives one event of a socket monitor (see ``monitor(_:events:)``): its kind (a
-    /// `ZMQ_EVENT_…` value) and value (for a connection accepted or gone, its file descriptor).
-    package func receiveMonitorEvent(dontWait: Bool = false) throws -> ZeroMQMonitorEvent {
-        let frames = try receive(dontWait: dontWait)
-        guard let first = frames.first, first.count >= 6 else {
-            return ZeroMQMonitorEvent(event: 0, value: 0)
-        }
-        // libzmq copies the two fields in the host's byte order.
-        return first.withUnsafeBytes { raw in
-            ZeroMQMonitorEvent(
-                event: Int32(raw.loadUnaligned(fromByteOffset: 0, as: UInt16.self)),
-                value: Int32(bitPattern: raw.loadUnaligned(fromByteOffset: 2, as: UInt32.self)))
-        }
-    }
-
     /// Waits until the socket can be read, for at most `milliseconds` (-1: forever).
     package func waitForInput(milliseconds: Int) throws -> Bool {
         var item = zmq_pollitem_t(socket: handle, fd: 0, events: Int16(ZMQ_POLLIN), revents: 0)
         let ready = zmq_poll(&item, 1, milliseconds)
         guard ready >= 0 else { throw ZeroMQError.last("poll") }
         return ready > 0
-    }
-
-    /// Waits until the socket can be read or `descriptor` (a file descriptor) is readable,
-    /// for at most `milliseconds` (-1: forever); returns which of the two are ready.
-    package func waitForInput(orDescriptor descriptor: Int32, milliseconds: Int) throws -> (socket: Bool, descriptor: Bool) {
-        var items = [
-            zmq_pollitem_t(socket: handle, fd: 0, events: Int16(ZMQ_POLLIN), revents: 0),
-            zmq_pollitem_t(socket: nil, fd: descriptor, events: Int16(ZMQ_POLLIN), revents: 0),
-        ]
-        guard zmq_poll(&items, 2, milliseconds) >= 0 else { throw ZeroMQError.last("poll") }
-        return (items[0].revents & Int16(ZMQ_POLLIN) != 0, items[1].revents & Int16(ZMQ_POLLIN) != 0)
     }
 
     /// Waits until any of `sockets` can be read; returns the indexes of those that can.
@@ -241,18 +170,6 @@ package final class ZeroMQSocket {
 
 @available(*, unavailable)
 extension ZeroMQSocket: Sendable {}
-
-/// One event of a socket monitor: its kind (`ZMQ_EVENT_ACCEPTED`, `ZMQ_EVENT_DISCONNECTED`, …)
-/// and its value (the connection's file descriptor for those two; libzmq's event frame is a
-/// 16-bit kind then a 32-bit value, in the host's byte order).
-package struct ZeroMQMonitorEvent: Sendable, Equatable {
-    package var event: Int32
-    package var value: Int32
-
-    package static let accepted = ZMQ_EVENT_ACCEPTED
-    package static let disconnected = ZMQ_EVENT_DISCONNECTED
-    package static let monitorStopped = ZMQ_EVENT_MONITOR_STOPPED
-}
 
 /// The version of the linked libzmq, "4.3.4".
 package var zeroMQVersion: String {
@@ -273,41 +190,5 @@ package struct PeerCredentials: Sendable, Hashable {
         self.uid = uid
         self.gid = gid
         self.pid = pid
-    }
-
-    /// Parses libzmq's `Peer-Address` of a Unix-domain connection, which ends with
-    /// `:uid:gid:pid`; nil for any other address.
-    package init?(peerAddress: String) {
-        var bytes = Array(peerAddress.utf8)
-        bytes.append(0)
-        guard let parsed = bytes.withUnsafeBufferPointer({ PeerCredentials(peerAddress: $0.baseAddress!) }) else {
-            return nil
-        }
-        self = parsed
-    }
-
-    /// Parses a NUL-terminated `Peer-Address` in place: read for every request the daemon
-    /// receives, so without making a string.
-    init?(peerAddress: UnsafePointer<UInt8>) {
-        var end: Int? = strlen(UnsafeRawPointer(peerAddress).assumingMemoryBound(to: CChar.self))
-        /// The field that ends at `end`: 1 to 10 digits, after a ':' or at the start.
-        func field() -> UInt64? {
-            guard let last = end else { return nil }
-            var start = last
-            while start > 0 && peerAddress[start - 1] != UInt8(ascii: ":") { start -= 1 }
-            guard start < last, last - start <= 10 else { return nil }
-            var value: UInt64 = 0
-            for index in start..<last {
-                let digit = peerAddress[index] &- UInt8(ascii: "0")
-                guard digit < 10 else { return nil }
-                value = value * 10 + UInt64(digit)
-            }
-            end = start > 0 ? start - 1 : nil
-            return value
-        }
-        guard let pid = field().flatMap(Int32.init(exactly:)), let gid = field().flatMap(UInt32.init(exactly:)),
-            let uid = field().flatMap(UInt32.init(exactly:))
-        else { return nil }
-        self.init(uid: uid, gid: gid, pid: pid)
     }
 }
