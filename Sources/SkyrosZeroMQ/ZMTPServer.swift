@@ -86,16 +86,14 @@ package final class ZMTPServer {
     private var connections: [Int32: Connection] = [:]
     private var byIdentity: [Data: Connection] = [:]
     private var nextIdentity = UInt32.random(in: 0...UInt32.max)
-    /// The connections with messages received and not taken yet, in turn (from `activeStart`):
-    /// each hands out one message, then goes to the back (libzmq's fair queueing).
-    private var active: [Connection] = []
-    private var activeStart = 0
+    /// The connections with messages received and not taken yet, in turn: each hands out one
+    /// message, then goes to the back (libzmq's fair queueing).
+    private var active = FIFO<Connection>()
     /// Messages received and not taken yet, all connections.
     private var waiting = 0
-    /// Connections in the order they were accepted, until their handshake ended (from
-    /// `handshakingStart`): one that has not ended it within `handshakeTimeout` is closed.
-    private var handshaking: [Connection] = []
-    private var handshakingStart = 0
+    /// Connections in the order they were accepted, until their handshake ended: one that has
+    /// not ended it within `handshakeTimeout` is closed.
+    private var handshaking = FIFO<Connection>()
 
     /// What a message's frames may add to the maximum message size together (their headers,
     /// a few small frames besides the largest).
@@ -135,10 +133,9 @@ package final class ZMTPServer {
         var frames: [Data] = []
         var output: [[UInt8]] = []
         var outputOffset = 0
-        /// Its messages received and not taken yet (from `inboxStart`).
-        var inbox: [Message] = []
-        var inboxStart = 0
-        var queued: Int { inbox.count - inboxStart }
+        /// Its messages received and not taken yet.
+        var inbox = FIFO<Message>()
+        var queued: Int { inbox.count }
         /// Whether it is not read (too many of its messages wait).
         var paused = false
         /// The events `epoll` waits for on it (0: it is off the poll, which would report a
@@ -215,8 +212,7 @@ package final class ZMTPServer {
         for connection in Array(connections.values) { drop(connection) }
         for fd in listeners.keys { Glibc.close(fd) }
         listeners = [:]
-        active = []
-        activeStart = 0
+        active = FIFO()
         waiting = 0
     }
 
@@ -227,29 +223,9 @@ package final class ZMTPServer {
     package func receive() -> Message? {
         if waiting == 0 { _ = pollOnce(timeout: 0) }
         guard waiting > 0 else { return nil }
-        let connection = active[activeStart]
-        activeStart += 1
-        let message = connection.inbox[connection.inboxStart]
-        connection.inbox[connection.inboxStart] = Message(frames: [], peer: nil, descriptor: -1)
-        connection.inboxStart += 1
+        guard let connection = active.removeFirst(), let message = connection.inbox.removeFirst() else { return nil }
         waiting -= 1
-        if connection.queued == 0 {
-            connection.inbox.removeAll(keepingCapacity: true)
-            connection.inboxStart = 0
-        } else {
-            if connection.inboxStart > 1_024 && connection.inboxStart * 2 > connection.inbox.count {
-                connection.inbox.removeFirst(connection.inboxStart)
-                connection.inboxStart = 0
-            }
-            active.append(connection)
-        }
-        if activeStart == active.count {
-            active.removeAll(keepingCapacity: true)
-            activeStart = 0
-        } else if activeStart > 1_024 && activeStart * 2 > active.count {
-            active.removeFirst(activeStart)
-            activeStart = 0
-        }
+        if connection.queued > 0 { active.append(connection) }
         if connection.paused && connection.isOpen && connection.queued <= highWaterMark / 2 { resume(connection) }
         return message
     }
@@ -513,7 +489,7 @@ package final class ZMTPServer {
         connection.isOpen = false
         closingConnection(connection.descriptor, connection.role)
         // Its messages still to be handed out name no descriptor: the number may be reused.
-        for index in connection.inboxStart..<connection.inbox.count { connection.inbox[index].descriptor = -1 }
+        connection.inbox.modifyEach { $0.descriptor = -1 }
         if connection.role == .publisher && connection.ready { subscribers.removeAll { $0 === connection } }
         if connection.interest != 0 { control(EPOLL_CTL_DEL, connection.descriptor, 0) }
         Glibc.close(connection.descriptor)
@@ -535,20 +511,12 @@ package final class ZMTPServer {
     /// forgets those whose handshake ended or that are closed.
     private func expireHandshakes() {
         let now = ZMTP.now()
-        while handshakingStart < handshaking.count {
-            let connection = handshaking[handshakingStart]
+        while let connection = handshaking.first {
             if connection.isOpen && !connection.ready {
                 guard now - connection.acceptedAt >= handshakeTimeout else { break }
                 drop(connection)
             }
-            handshakingStart += 1
-        }
-        if handshakingStart == handshaking.count {
-            handshaking.removeAll(keepingCapacity: true)
-            handshakingStart = 0
-        } else if handshakingStart > 1_024 && handshakingStart * 2 > handshaking.count {
-            handshaking.removeFirst(handshakingStart)
-            handshakingStart = 0
+            _ = handshaking.removeFirst()
         }
     }
 
@@ -573,15 +541,7 @@ package final class ZMTPServer {
     /// Parses what was read: the greeting, the READY command, then messages. False on a
     /// protocol error, an ERROR command, or a peer of a type a `ROUTER` does not talk to.
     private func parse(_ connection: Connection) -> Bool {
-        defer {
-            if connection.inputStart == connection.input.count {
-                connection.input.removeAll(keepingCapacity: connection.input.count <= 1 << 20)
-                connection.inputStart = 0
-            } else if connection.inputStart > 65_536 && connection.inputStart * 2 > connection.input.count {
-                connection.input.removeFirst(connection.inputStart)
-                connection.inputStart = 0
-            }
-        }
+        defer { ZMTP.dropParsed(&connection.input, &connection.inputStart) }
         while connection.isOpen {
             let input = connection.input
             let start = connection.inputStart
@@ -684,3 +644,36 @@ package final class ZMTPServer {
 
 @available(*, unavailable)
 extension ZMTPServer: Sendable {}
+
+/// A first-in first-out queue: an array and the index of its first element, so that taking
+/// one is O(1); the taken front is dropped once it is most of the array (amortised O(1)).
+private struct FIFO<Element> {
+    private var elements: [Element?] = []
+    private var start = 0
+
+    var count: Int { elements.count - start }
+    var first: Element? { start < elements.count ? elements[start] : nil }
+
+    mutating func append(_ element: Element) { elements.append(element) }
+
+    mutating func removeFirst() -> Element? {
+        guard start < elements.count else { return nil }
+        defer {
+            elements[start] = nil  // released now, not at the next compaction
+            start += 1
+            if start == elements.count {
+                elements.removeAll(keepingCapacity: elements.count <= 4_096)
+                start = 0
+            } else if start > 1_024 && start * 2 > elements.count {
+                elements.removeFirst(start)
+                start = 0
+            }
+        }
+        return elements[start]
+    }
+
+    /// Changes every element still in the queue.
+    mutating func modifyEach(_ change: (inout Element) -> Void) {
+        for index in start..<elements.count where elements[index] != nil { change(&elements[index]!) }
+    }
+}

@@ -395,15 +395,7 @@ package final class ZMTPSocket {
     /// Parses what was read: the peer's greeting, then frames; commands other than ERROR are
     /// taken in (READY) or ignored. False on a protocol error or an ERROR command.
     private func parse() -> Bool {
-        defer {
-            if inputStart == input.count {
-                input.removeAll(keepingCapacity: input.count <= 1 << 20)
-                inputStart = 0
-            } else if inputStart > 65_536 && inputStart * 2 > input.count {
-                input.removeFirst(inputStart)
-                inputStart = 0
-            }
-        }
+        defer { ZMTP.dropParsed(&input, &inputStart) }
         while true {
             let available = input.count - inputStart
             if !greeted {
@@ -571,6 +563,18 @@ enum ZMTP {
                 properties[key] = Data(body[index..<(index + valueLength)])
                 index += valueLength
             }
+        }
+    }
+
+    /// Drops the parsed front of a connection's input (all of it, or most of it once it is
+    /// large): amortised O(1) per byte.
+    static func dropParsed(_ input: inout [UInt8], _ parsed: inout Int) {
+        if parsed == input.count {
+            input.removeAll(keepingCapacity: input.count <= 1 << 20)
+            parsed = 0
+        } else if parsed > 65_536 && parsed * 2 > input.count {
+            input.removeFirst(parsed)
+            parsed = 0
         }
     }
 

@@ -314,19 +314,9 @@ struct ZMTPServerTests {
     private func rawPeer(
         _ fixture: Fixture, endpoint: String, socketType: String, frames: [UInt8], done: ([UInt8]) -> Bool
     ) -> [UInt8] {
-        let raw = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue), 0)
+        let raw = rawConnection(endpoint, minorVersion: 1, socketType: socketType, frames: frames)
         defer { close(raw) }
-        guard withUnixSocketAddress(String(endpoint.dropFirst("ipc://".count)), { connect(raw, $0, $1) }) == 0 else { return [] }
-        var greeting = [UInt8](repeating: 0, count: 64)
-        greeting[0] = 0xFF
-        greeting[9] = 0x7F
-        greeting[10] = 3
-        greeting[11] = 1
-        for (index, byte) in "NULL".utf8.enumerated() { greeting[12 + index] = byte }
-        var ready: [UInt8] = [5] + Array("READY".utf8) + [11] + Array("Socket-Type".utf8) + [0, 0, 0, UInt8(socketType.utf8.count)]
-        ready += Array(socketType.utf8)
-        let bytes = greeting + [0x04, UInt8(ready.count)] + ready + frames
-        guard write(raw, bytes, bytes.count) == bytes.count else { return [] }
+        guard raw >= 0 else { return [] }
         var read: [UInt8] = []
         var buffer = [UInt8](repeating: 0, count: 4_096)
         let deadline = Date().addingTimeInterval(5)
@@ -374,9 +364,12 @@ struct ZMTPServerTests {
         #expect(published >= 1)
     }
 
-    /// A raw peer's connection to `endpoint` that has written a 3.0 greeting, a READY of
-    /// `socketType`, then `frames` (each with its header); -1 when it could not.
-    private func rawConnection(_ endpoint: String, socketType: String = "DEALER", frames: [UInt8] = []) -> Int32 {
+    /// A raw peer's connection to `endpoint` that has written a greeting of version 3.0 (or
+    /// 3.`minorVersion`), a READY of `socketType`, then `frames` (each with its header); -1
+    /// when it could not connect.
+    private func rawConnection(
+        _ endpoint: String, minorVersion: UInt8 = 0, socketType: String = "DEALER", frames: [UInt8] = []
+    ) -> Int32 {
         let raw = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue), 0)
         guard withUnixSocketAddress(String(endpoint.dropFirst("ipc://".count)), { connect(raw, $0, $1) }) == 0 else {
             close(raw)
@@ -386,6 +379,7 @@ struct ZMTPServerTests {
         greeting[0] = 0xFF
         greeting[9] = 0x7F
         greeting[10] = 3
+        greeting[11] = minorVersion
         for (index, byte) in "NULL".utf8.enumerated() { greeting[12 + index] = byte }
         var ready: [UInt8] = [5] + Array("READY".utf8) + [11] + Array("Socket-Type".utf8) + [0, 0, 0, UInt8(socketType.utf8.count)]
         ready += Array(socketType.utf8)
