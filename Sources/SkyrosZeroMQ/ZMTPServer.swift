@@ -566,7 +566,9 @@ package final class ZMTPServer {
             }
             connection.inputStart = body.upperBound
             if flags & 0x04 != 0 {
-                guard let command = ZMTP.Command(input[body]) else { return false }
+                // The NULL mechanism's handshake is READY and nothing else (libzmq closes a
+                // connection whose first command is another).
+                guard let command = ZMTP.Command(input[body]), connection.ready || command.name == "READY" else { return false }
                 switch command.name {
                 case "ERROR": return false
                 case "READY":

@@ -365,10 +365,10 @@ struct ZMTPServerTests {
     }
 
     /// A raw peer's connection to `endpoint` that has written a greeting of version 3.0 (or
-    /// 3.`minorVersion`), a READY of `socketType`, then `frames` (each with its header); -1
-    /// when it could not connect.
+    /// 3.`minorVersion`), a READY of `socketType` (nil: none), then `frames` (each with its
+    /// header); -1 when it could not connect.
     private func rawConnection(
-        _ endpoint: String, minorVersion: UInt8 = 0, socketType: String = "DEALER", frames: [UInt8] = []
+        _ endpoint: String, minorVersion: UInt8 = 0, socketType: String? = "DEALER", frames: [UInt8] = []
     ) -> Int32 {
         let raw = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue), 0)
         guard withUnixSocketAddress(String(endpoint.dropFirst("ipc://".count)), { connect(raw, $0, $1) }) == 0 else {
@@ -381,9 +381,13 @@ struct ZMTPServerTests {
         greeting[10] = 3
         greeting[11] = minorVersion
         for (index, byte) in "NULL".utf8.enumerated() { greeting[12 + index] = byte }
-        var ready: [UInt8] = [5] + Array("READY".utf8) + [11] + Array("Socket-Type".utf8) + [0, 0, 0, UInt8(socketType.utf8.count)]
-        ready += Array(socketType.utf8)
-        let bytes = greeting + [0x04, UInt8(ready.count)] + ready + frames
+        var bytes = greeting
+        if let socketType {
+            let ready = [5] + Array("READY".utf8) + [11] + Array("Socket-Type".utf8) + [0, 0, 0, UInt8(socketType.utf8.count)]
+                + Array(socketType.utf8)
+            bytes += [0x04, UInt8(ready.count)] + ready
+        }
+        bytes += frames
         var written = 0
         while written < bytes.count {
             let count = bytes[written...].withUnsafeBytes { write(raw, $0.baseAddress, $0.count) }
@@ -465,5 +469,17 @@ struct ZMTPServerTests {
         #expect(fixture.server.send(to: first.frames[0], Data("two".utf8)))
         #expect(try fixture.receive(dealer) == [Data("two".utf8)])
         #expect(fixture.events.closing.count == 1)
+    }
+
+    @Test("a command other than READY before the handshake ended closes the connection")
+    func commandBeforeReady() throws {
+        let fixture = try Fixture()
+        defer { fixture.remove() }
+        try fixture.server.listen(.router, endpoint: fixture.routerEndpoint)
+        let bogus: [UInt8] = [5] + Array("BOGUS".utf8)
+        let raw = rawConnection(fixture.routerEndpoint, socketType: nil, frames: [0x04, UInt8(bogus.count)] + bogus)
+        #expect(raw >= 0)
+        defer { close(raw) }
+        #expect(fixture.pump { fixture.events.closing.count == 1 })
     }
 }
