@@ -264,12 +264,13 @@ public final class DaemonServer: @unchecked Sendable {
         publish(publisher.flush())
     }
 
-    /// Before ``serve(pollInterval:turn:)``: takes connections and reads their requests, without
-    /// answering any, until `count` requests wait or `milliseconds` passed; returns whether
-    /// they wait. For tests whose requests must all wait when serving starts, so that the
-    /// first turn takes them together.
-    package func readAhead(requests count: Int, milliseconds: Int) -> Bool {
-        sockets.readAhead(until: count, milliseconds: milliseconds)
+    /// Before ``serve(pollInterval:turn:)``: takes connections and reads their requests and
+    /// subscriptions, without answering any, until `count` requests wait and `subscribers`
+    /// event connections have subscribed, or `milliseconds` passed; returns whether they have.
+    /// For tests whose requests must all wait when serving starts, so that the first turn takes
+    /// them together, and whose subscribers must get the events of that turn.
+    package func readAhead(requests count: Int, subscribers: Int = 0, milliseconds: Int) -> Bool {
+        sockets.readAhead(until: count, subscribers: subscribers, milliseconds: milliseconds)
     }
 
     /// The most reads submitted to the reader and not answered yet; past it, the loop takes

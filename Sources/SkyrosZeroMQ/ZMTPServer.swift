@@ -307,11 +307,13 @@ package final class ZMTPServer {
     }
 
     /// Accepts, reads and writes, without handing anything out, until `count` messages wait
-    /// or `milliseconds` passed; returns whether they wait. (For tests that need requests to
-    /// wait together, as they do in libzmq's queue while the owner is busy.)
-    package func readAhead(until count: Int, milliseconds: Int) -> Bool {
+    /// and `subscribers` connections of the publisher listeners have subscribed, or
+    /// `milliseconds` passed; returns whether they have. (For tests that need requests to wait
+    /// together, as they do in libzmq's queue while its owner is busy, and subscribers to get
+    /// what is published then.)
+    package func readAhead(until count: Int, subscribers: Int = 0, milliseconds: Int) -> Bool {
         let deadline = ZMTP.now() + UInt64(max(0, milliseconds)) * 1_000_000
-        while waiting < count {
+        while waiting < count || self.subscribers.count(where: { !$0.subscriptions.isEmpty }) < subscribers {
             let now = ZMTP.now()
             guard now < deadline else { return false }
             _ = pollOnce(timeout: ZMTP.milliseconds(from: now, to: deadline))

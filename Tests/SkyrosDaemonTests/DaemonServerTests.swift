@@ -137,7 +137,8 @@ struct DaemonServerTests {
         try client.subscriber.setReceiveTimeout(milliseconds: 5_000)
         var sequences: [UInt64] = []
         var heartbeats = 0
-        while sequences.count < 3 {
+        let eventsDeadline = Date().addingTimeInterval(10)
+        while sequences.count < 3 && Date() < eventsDeadline {
             let (eventTopic, message) = try client.event()
             switch message.body {
             case .event(let event) where !event.isChangeSet:
@@ -155,7 +156,8 @@ struct DaemonServerTests {
         }
         #expect(sequences == [number + 1, number + 2, number + 3])
         // Heartbeats carry the current sequence.
-        while true {
+        let heartbeatDeadline = Date().addingTimeInterval(10)
+        while Date() < heartbeatDeadline {
             guard case .event(let event) = try client.event().message.body else { break }
             if !event.isChangeSet {
                 #expect(event.sequence == number + 3)

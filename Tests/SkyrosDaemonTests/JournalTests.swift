@@ -155,17 +155,19 @@ struct JournalTests {
             _ = try writer.send(.save(clientID: .named("w"), saveNumber: UInt64(number), changes: ChangeSet(
                 inserted: [userSnapshot("h\(number)")])))
         }
-        #expect(daemon.startServing(after: 7))
+        // The writer's and the watcher's subscriptions are in before the commits are published.
+        #expect(daemon.startServing(after: 7, subscribers: 2))
         let replies = try writer.replies(7)
         #expect((2...7).map { replies[UInt64($0)] } == (1...6).map { .saved(sequence: UInt64($0)) })
         guard case .welcome(let welcome)? = replies[1], case let writerTopic = welcome.eventTopic else {
             Issue.record("no welcome: \(String(describing: replies[1]))")
             return
         }
-        // The watcher's messages, heartbeats aside, until it has the six events.
+        // The watcher's messages, heartbeats aside, until it has the six events (10 s at most).
         var messages: [[UInt64]] = []
         var topics: Set<UInt8> = []
-        while messages.joined().count < 6 {
+        let deadline = Date().addingTimeInterval(10)
+        while messages.joined().count < 6 && Date() < deadline {
             let (topic, message) = try watcher.event()
             switch message.body {
             case .event(let event) where event.isChangeSet: messages.append([event.sequence])

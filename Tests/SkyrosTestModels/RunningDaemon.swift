@@ -41,12 +41,12 @@ public final class RunningDaemon: @unchecked Sendable {
         if serving { startServing() }
     }
 
-    /// Starts serving; first, when `requests` is more than 0, waits (5 s at most) until that
-    /// many requests were read, so that the first turn takes them together. Returns whether
-    /// they were.
+    /// Starts serving; first waits (5 s at most) until `requests` requests were read, so that
+    /// the first turn takes them together, and `subscribers` event connections subscribed, so
+    /// that they get its events. Returns whether they were.
     @discardableResult
-    public func startServing(after requests: Int = 0) -> Bool {
-        let received = requests <= 0 || server.readAhead(requests: requests, milliseconds: 5_000)
+    public func startServing(after requests: Int = 0, subscribers: Int = 0) -> Bool {
+        let received = server.readAhead(requests: requests, subscribers: subscribers, milliseconds: 5_000)
         lock.withLock { serving = true }
         let server = self.server
         let finished = self.finished
