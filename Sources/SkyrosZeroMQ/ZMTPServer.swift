@@ -95,6 +95,9 @@ package final class ZMTPServer {
     /// not ended it within `handshakeTimeout` is closed.
     private var handshaking = FIFO<Connection>()
 
+    /// The most distinct prefixes a subscriber may subscribe to (libzmq has no bound).
+    static let maximumSubscriptions = 4_096
+
     /// What a message's frames may add to the maximum message size together (their headers,
     /// a few small frames besides the largest).
     static let messageOverhead = 4_096
@@ -172,11 +175,13 @@ package final class ZMTPServer {
     ///   - maximumMessageSize: a larger frame from a peer closes its connection.
     ///   - highWaterMark: the most messages waiting each way for each connection.
     ///   - handshakeTimeout: how long, in seconds, a connection may take to send its greeting
-    ///     and READY (libzmq's `ZMQ_HANDSHAKE_IVL`, 30 s by default).
+    ///     and READY (libzmq's `ZMQ_HANDSHAKE_IVL`, 30 s by default; 0: no limit).
     package init(maximumMessageSize: Int, highWaterMark: Int, handshakeTimeout: TimeInterval = 30) throws {
-        self.maximumMessageSize = max(0, maximumMessageSize)
+        // (At most 2 GiB: sizes computed from it never overflow.)
+        self.maximumMessageSize = min(max(0, maximumMessageSize), Int(Int32.max))
         self.highWaterMark = max(1, highWaterMark)
-        self.handshakeTimeout = UInt64(max(0, min(handshakeTimeout, 86_400)) * 1e9)
+        // 0: none (libzmq's meaning).
+        self.handshakeTimeout = handshakeTimeout > 0 ? UInt64(min(handshakeTimeout, 86_400) * 1e9) : 0
         poller = epoll_create1(Int32(EPOLL_CLOEXEC))
         guard poller >= 0 else { throw ZeroMQError(code: errno, operation: "epoll_create1") }
     }
@@ -223,10 +228,14 @@ package final class ZMTPServer {
     package func receive() -> Message? {
         if waiting == 0 { _ = pollOnce(timeout: 0) }
         guard waiting > 0 else { return nil }
-        guard let connection = active.removeFirst(), let message = connection.inbox.removeFirst() else { return nil }
+        guard let connection = active.removeFirst(), var message = connection.inbox.removeFirst() else { return nil }
         waiting -= 1
         if connection.queued > 0 { active.append(connection) }
-        if connection.paused && connection.isOpen && connection.queued <= highWaterMark / 2 { resume(connection) }
+        if connection.paused && connection.isOpen && connection.queued <= highWaterMark / 2 {
+            resume(connection)
+            // What it had read past the mark may have closed it: its number is no longer its own.
+            if !connection.isOpen { message.descriptor = -1 }
+        }
         return message
     }
 
@@ -339,7 +348,10 @@ package final class ZMTPServer {
                 timeout = ZMTP.milliseconds(from: now, to: until)
             }
         }
-        expireHandshakes()
+        if let deadline = expireHandshakes() {
+            let wait = ZMTP.milliseconds(from: ZMTP.now(), to: deadline)
+            if timeout < 0 || wait < timeout { timeout = wait }
+        }
         let count = events.withUnsafeMutableBufferPointer { epoll_wait(poller, $0.baseAddress, Int32($0.count), timeout) }
         guard count > 0 else { return false }
         var otherReady = false
@@ -387,10 +399,10 @@ package final class ZMTPServer {
             ZMTP.appendReady(to: &handshake, socketType: listener.role == .router ? "ROUTER" : "PUB", identity: listener.role == .router)
             connection.output.append(handshake)
             connection.interest = EPOLLIN.rawValue
-            control(EPOLL_CTL_ADD, fd, connection.interest)
+            if !control(EPOLL_CTL_ADD, fd, connection.interest) { connection.interest = 0 }
             handshaking.append(connection)
             acceptedConnection(fd, listener.role)
-            if listener.admit(peer) { flush(connection) } else { drop(connection) }
+            if connection.interest != 0 && listener.admit(peer) { flush(connection) } else { drop(connection) }
         }
     }
 
@@ -481,8 +493,13 @@ package final class ZMTPServer {
         // Off the poll while there is nothing to wait for: a hang-up is reported whatever the
         // interest, and a paused connection's would be reported on every wait.
         let operation = connection.interest == 0 ? EPOLL_CTL_ADD : interest == 0 ? EPOLL_CTL_DEL : EPOLL_CTL_MOD
+        let added = operation == EPOLL_CTL_ADD
         connection.interest = interest
-        control(operation, connection.descriptor, interest)
+        if !control(operation, connection.descriptor, interest) && operation != EPOLL_CTL_DEL {
+            // A connection the poll does not hold would never be read again.
+            if added { connection.interest = 0 }
+            drop(connection)
+        }
     }
 
     /// Closes a connection; its messages already received are still handed out.
@@ -499,6 +516,7 @@ package final class ZMTPServer {
         if let identity = connection.identity, byIdentity[identity] === connection { byIdentity[identity] = nil }
         connection.output = []
         connection.input = []
+        connection.inputStart = 0
     }
 
     /// Reads a paused connection again, starting with what it had sent past the high-water
@@ -509,33 +527,46 @@ package final class ZMTPServer {
         updateInterest(connection)
     }
 
-    /// Closes the connections whose handshake has not ended within `handshakeTimeout`, and
-    /// forgets those whose handshake ended or that are closed.
-    private func expireHandshakes() {
+    /// Closes the connections whose handshake has not ended within `handshakeTimeout` (what
+    /// they sent is read first: a READY waiting in the kernel counts), and forgets those whose
+    /// handshake ended or that are closed. Returns when the next one is due (nil: none).
+    private func expireHandshakes() -> UInt64? {
+        guard handshakeTimeout > 0 else {
+            handshaking = FIFO()
+            return nil
+        }
         let now = ZMTP.now()
         while let connection = handshaking.first {
             if connection.isOpen && !connection.ready {
-                guard now - connection.acceptedAt >= handshakeTimeout else { break }
-                drop(connection)
+                let deadline = connection.acceptedAt + handshakeTimeout
+                guard now >= deadline else { return deadline }
+                read(connection)
+                if connection.isOpen && !connection.ready { drop(connection) }
             }
             _ = handshaking.removeFirst()
         }
+        return nil
     }
 
     /// Counts a subscription to `prefix`, or cancels one.
     private func subscribe(_ connection: Connection, _ prefix: Data, _ subscribing: Bool) {
         if subscribing {
+            // Bounded: a client makes 256 at most; past the bound, new prefixes are ignored.
+            guard connection.subscriptions[prefix] != nil || connection.subscriptions.count < Self.maximumSubscriptions else { return }
             connection.subscriptions[prefix, default: 0] += 1
         } else if let count = connection.subscriptions[prefix] {
             connection.subscriptions[prefix] = count > 1 ? count - 1 : nil
         }
     }
 
-    private func control(_ operation: Int32, _ fd: Int32, _ interest: UInt32) {
+    /// Changes what `epoll` waits for on `fd`; false when it failed (no memory, or past
+    /// `max_user_watches`).
+    @discardableResult
+    private func control(_ operation: Int32, _ fd: Int32, _ interest: UInt32) -> Bool {
         var event = epoll_event()
         event.events = interest
         event.data.fd = fd
-        _ = epoll_ctl(poller, operation, fd, &event)
+        return epoll_ctl(poller, operation, fd, &event) == 0
     }
 
     // MARK: ZMTP
@@ -562,7 +593,10 @@ package final class ZMTPServer {
             case .incomplete(let needs):
                 // A large frame's bytes come in many reads: room for all of it at once.
                 // (Only when short of it: `input` still shares the buffer, so this copies it.)
-                if let needs, connection.input.capacity < start + needs { connection.input.reserveCapacity(start + needs) }
+                // Only once the handshake ended: a stranger's header alone reserves nothing.
+                if let needs, connection.ready, connection.input.capacity < start + needs {
+                    connection.input.reserveCapacity(start + needs)
+                }
                 return true
             case .frame(let frameFlags, let frameBody): (flags, body) = (frameFlags, frameBody)
             }

@@ -110,7 +110,7 @@ package final class ZMTPSocket {
         }
         self.kind = kind
         self.path = path
-        self.maximumMessageSize = max(0, maximumMessageSize)
+        self.maximumMessageSize = min(max(0, maximumMessageSize), Int(Int32.max))
         self.receiveBufferBytes = receiveBufferBytes
         self.receiveQueueLimit = receiveQueueLimit > 0 ? receiveQueueLimit : .max
     }
@@ -570,11 +570,13 @@ enum ZMTP {
     /// large): amortised O(1) per byte.
     static func dropParsed(_ input: inout [UInt8], _ parsed: inout Int) {
         if parsed == input.count {
-            input.removeAll(keepingCapacity: input.count <= 1 << 20)
+            // A buffer grown for a large frame is given back.
+            input.removeAll(keepingCapacity: input.capacity <= 1 << 20)
             parsed = 0
         } else if parsed > 65_536 && parsed * 2 > input.count {
             input.removeFirst(parsed)
             parsed = 0
+            if input.capacity > 1 << 20 && input.count < input.capacity / 4 { input = Array(input) }
         }
     }
 

@@ -482,4 +482,23 @@ struct ZMTPServerTests {
         defer { close(raw) }
         #expect(fixture.pump { fixture.events.closing.count == 1 })
     }
+
+    @Test("a READY that waited in the kernel while the server was busy past the handshake timeout counts")
+    func readyReadBeforeExpiry() throws {
+        let fixture = try Fixture(handshakeTimeout: 0.1)
+        defer { fixture.remove() }
+        try fixture.server.listen(.router, endpoint: fixture.routerEndpoint)
+        let raw = rawConnection(fixture.routerEndpoint, frames: [0x00, 4] + Array("late".utf8))
+        #expect(raw >= 0)
+        defer { close(raw) }
+        // One poll accepts the connection (its bytes are read on a later one); then the server
+        // is busy, not polled, for longer than the timeout: the handshake and the message wait
+        // unread in the kernel meanwhile.
+        _ = fixture.server.wait(orDescriptor: -1, milliseconds: 0)  // one poll: the accept
+        #expect(fixture.events.accepted.count == 1)
+        Thread.sleep(forTimeInterval: 0.3)
+        let message = try #require(fixture.serverReceive())
+        #expect(message.frames.last == Data("late".utf8))
+        #expect(fixture.events.closing.isEmpty)
+    }
 }
