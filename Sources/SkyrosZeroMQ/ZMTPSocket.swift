@@ -12,8 +12,8 @@ import Glibc
 /// receives wakes that thread, which then wakes the caller. A client that makes one request at
 /// a time pays those two thread hops on each one (about a third of a shared-stack client's
 /// processor time per save). This socket writes and reads the connection itself: a request is
-/// one `send` system call, and its reply wakes the waiting thread directly. The daemon's side
-/// is libzmq's `ROUTER` and `PUB`, unchanged; to them this is any ZMTP 3.0 peer.
+/// one `send` system call, and its reply wakes the waiting thread directly. To the daemon's
+/// sockets (``ZMTPServer``, or libzmq's `ROUTER` and `PUB`) this is any ZMTP 3.0 peer.
 ///
 /// It behaves as libzmq's connecting socket does where a client can tell:
 /// - it connects when first used, and again after a connection failed or was closed by the
