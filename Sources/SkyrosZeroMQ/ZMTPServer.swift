@@ -302,8 +302,7 @@ package final class ZMTPServer {
             watched.insert(descriptor)
             control(EPOLL_CTL_ADD, descriptor, EPOLLIN.rawValue)
         }
-        let (span, overflow) = UInt64(max(0, milliseconds)).multipliedReportingOverflow(by: 1_000_000)
-        let deadline: UInt64? = milliseconds < 0 || overflow ? nil : ZMTP.now() + span
+        let deadline = ZMTP.deadline(milliseconds: milliseconds)
         var timeout: Int32 = waiting > 0 ? 0 : deadline.map { ZMTP.milliseconds(from: ZMTP.now(), to: $0) } ?? -1
         while true {
             let other = pollOnce(timeout: timeout, other: descriptor)
@@ -321,7 +320,7 @@ package final class ZMTPServer {
     /// together, as they do in libzmq's queue while its owner is busy, and subscribers to get
     /// what is published then.)
     package func readAhead(until count: Int, subscribers: Int = 0, milliseconds: Int) -> Bool {
-        let deadline = ZMTP.now() + UInt64(max(0, milliseconds)) * 1_000_000
+        let deadline = ZMTP.deadline(milliseconds: max(0, milliseconds)) ?? .max
         while waiting < count || self.subscribers.count(where: { !$0.subscriptions.isEmpty }) < subscribers {
             let now = ZMTP.now()
             guard now < deadline else { return false }
@@ -335,21 +334,19 @@ package final class ZMTPServer {
     /// One `epoll_wait` for at most `timeout` milliseconds: accepts, reads and writes what is
     /// ready. Returns whether `other` is readable.
     private func pollOnce(timeout: Int32, other: Int32 = -1) -> Bool {
-        var timeout = timeout
-        if let until = listenersPausedUntil {
-            let now = ZMTP.now()
-            if now >= until {
-                listenersPausedUntil = nil
-                for (fd, listener) in listeners where listener.paused {
-                    listeners[fd]?.paused = false
-                    control(EPOLL_CTL_ADD, fd, EPOLLIN.rawValue)
-                }
-            } else if timeout < 0 || ZMTP.milliseconds(from: now, to: until) < timeout {
-                timeout = ZMTP.milliseconds(from: now, to: until)
+        if let until = listenersPausedUntil, ZMTP.now() >= until {
+            listenersPausedUntil = nil
+            for (fd, listener) in listeners where listener.paused {
+                listeners[fd]?.paused = false
+                control(EPOLL_CTL_ADD, fd, EPOLLIN.rawValue)
             }
         }
-        if let deadline = expireHandshakes() {
-            let wait = ZMTP.milliseconds(from: ZMTP.now(), to: deadline)
+        // Woken in time for the listeners' return and the next handshake to expire.
+        var timeout = timeout
+        var wake = expireHandshakes()
+        if let until = listenersPausedUntil { wake = min(wake ?? until, until) }
+        if let wake {
+            let wait = ZMTP.milliseconds(from: ZMTP.now(), to: wake)
             if timeout < 0 || wait < timeout { timeout = wait }
         }
         let count = events.withUnsafeMutableBufferPointer { epoll_wait(poller, $0.baseAddress, Int32($0.count), timeout) }
@@ -411,19 +408,15 @@ package final class ZMTPServer {
     private func read(_ connection: Connection) {
         for _ in 0..<4 {
             guard connection.isOpen, !connection.paused else { return }
-            let count = recv(connection.descriptor, chunk.baseAddress, chunk.count, Int32(MSG_DONTWAIT))
-            let error = errno
-            if count > 0 {
+            switch ZMTP.receive(connection.descriptor, into: chunk) {
+            case .bytes(let count):
                 connection.input.append(contentsOf: UnsafeRawBufferPointer(rebasing: chunk[0..<count]))
                 guard parse(connection) else { return drop(connection) }
                 if !connection.output.isEmpty { flush(connection) }  // a PONG
                 if count < chunk.count { return }
-            } else if count < 0 && error == EINTR {
-                continue
-            } else if count < 0 && (error == EAGAIN || error == EWOULDBLOCK) {
-                return
-            } else {
-                return drop(connection)
+            case .interrupted: continue
+            case .wouldBlock: return
+            case .failed: return drop(connection)
             }
         }
     }
@@ -431,8 +424,8 @@ package final class ZMTPServer {
     /// Writes what the connection takes without blocking; closes it when writing fails.
     private func flush(_ connection: Connection) {
         while connection.isOpen && !connection.output.isEmpty {
-            let (sent, error) = writeSome(connection)
-            if sent > 0 {
+            switch writeSome(connection) {
+            case .bytes(let sent):
                 // Past the messages wholly written, and into the first one that is not.
                 var left = sent
                 var done = 0
@@ -447,11 +440,11 @@ package final class ZMTPServer {
                     connection.outputOffset = 0
                 }
                 connection.output.removeFirst(done)
-            } else if sent < 0 && error == EINTR {
-                continue
-            } else if sent < 0 && (error == EAGAIN || error == EWOULDBLOCK) {
-                break
-            } else {
+            case .interrupted: continue
+            case .wouldBlock:
+                updateInterest(connection)
+                return
+            case .failed:
                 read(connection)
                 drop(connection)
                 return
@@ -463,15 +456,12 @@ package final class ZMTPServer {
     /// One `send` of what waits for the connection: its first message (from where it was left),
     /// or, when several wait, as many as make 64 KiB in one buffer (as libzmq's encoder
     /// batches them): a subscriber that fell behind gets them in few writes, and the kernel
-    /// holds them in few buffers. Returns what `send` returned, and `errno`.
-    private func writeSome(_ connection: Connection) -> (Int, Int32) {
+    /// holds them in few buffers.
+    private func writeSome(_ connection: Connection) -> ZMTP.Transfer {
         let offset = connection.outputOffset
         if connection.output.count == 1 || connection.output[0].count - offset >= 65_536 {
-            return connection.output[0].withUnsafeBytes { raw in
-                let sent = Glibc.send(
-                    connection.descriptor, raw.baseAddress! + offset, raw.count - offset,
-                    Int32(MSG_NOSIGNAL) | Int32(MSG_DONTWAIT))
-                return (sent, errno)
+            return connection.output[0].withUnsafeBytes {
+                ZMTP.send(connection.descriptor, UnsafeRawBufferPointer(rebasing: $0[offset...]))
             }
         }
         var batch = Array(connection.output[0][offset...])
@@ -479,10 +469,7 @@ package final class ZMTPServer {
             guard batch.count + message.count <= 65_536 else { break }
             batch += message
         }
-        return batch.withUnsafeBytes { raw in
-            let sent = Glibc.send(connection.descriptor, raw.baseAddress!, raw.count, Int32(MSG_NOSIGNAL) | Int32(MSG_DONTWAIT))
-            return (sent, errno)
-        }
+        return batch.withUnsafeBytes { ZMTP.send(connection.descriptor, $0) }
     }
 
     private func updateInterest(_ connection: Connection) {
@@ -535,6 +522,7 @@ package final class ZMTPServer {
             handshaking = FIFO()
             return nil
         }
+        guard handshaking.count > 0 else { return nil }
         let now = ZMTP.now()
         while let connection = handshaking.first {
             if connection.isOpen && !connection.ready {
@@ -629,7 +617,7 @@ package final class ZMTPServer {
                     byIdentity[identity] = connection
                 case "SUBSCRIBE", "CANCEL":
                     // ZMTP 3.1's subscriptions, from a peer that took this one for 3.1.
-                    guard connection.role == .publisher, connection.ready else { return false }
+                    guard connection.role == .publisher else { return false }
                     let prefix = Data(command.body.dropFirst(1 + command.name.utf8.count))
                     subscribe(connection, prefix, command.name == "SUBSCRIBE")
                 case "PING":

@@ -145,7 +145,7 @@ package final class ZMTPSocket {
     /// is no connection. Returns ``isReady``. Messages received meanwhile are kept.
     @discardableResult
     package func waitUntilReady(milliseconds: Int) -> Bool {
-        let deadline = ZMTP.now() + UInt64(min(max(0, milliseconds), 86_400_000)) * 1_000_000
+        let deadline = ZMTP.deadline(milliseconds: max(0, milliseconds)) ?? .max
         while descriptor >= 0 && !isReady {
             let now = ZMTP.now()
             guard now < deadline, pollOnce(other: -1, timeout: ZMTP.milliseconds(from: now, to: deadline)) != nil else { break }
@@ -308,23 +308,17 @@ package final class ZMTPSocket {
     /// first (what the peer sent before it went away is kept), then closed.
     private func flush() {
         while descriptor >= 0, let first = output.first {
-            let (sent, error) = first.bytes.withUnsafeBytes { raw in
-                let sent = Glibc.send(
-                    descriptor, raw.baseAddress! + outputOffset, raw.count - outputOffset,
-                    Int32(MSG_NOSIGNAL) | Int32(MSG_DONTWAIT))
-                return (sent, errno)
-            }
-            if sent > 0 {
+            let offset = outputOffset
+            switch first.bytes.withUnsafeBytes({ ZMTP.send(descriptor, UnsafeRawBufferPointer(rebasing: $0[offset...])) }) {
+            case .bytes(let sent):
                 outputOffset += sent
                 if outputOffset == first.bytes.count {
                     output.removeFirst()
                     outputOffset = 0
                 }
-            } else if sent < 0 && error == EINTR {
-                continue
-            } else if sent < 0 && (error == EAGAIN || error == EWOULDBLOCK) {
-                return
-            } else {
+            case .interrupted: continue
+            case .wouldBlock: return
+            case .failed:
                 readAvailable()
                 dropConnection()
             }
@@ -334,28 +328,23 @@ package final class ZMTPSocket {
     /// Reads what has arrived (up to the receive queue's limit) and parses it.
     private func readAvailable() {
         while descriptor >= 0, received.count - receivedStart < receiveQueueLimit {
-            let count = recv(descriptor, chunk.baseAddress, chunk.count, Int32(MSG_DONTWAIT))
-            let error = errno
-            if count > 0 {
+            switch ZMTP.receive(descriptor, into: chunk) {
+            case .bytes(let count):
                 input.append(contentsOf: UnsafeRawBufferPointer(rebasing: chunk[0..<count]))
                 guard parse() else {
                     dropConnection()
                     return
                 }
                 if count < chunk.count { return }  // drained; poll says when there is more
-            } else if count < 0 && error == EINTR {
-                continue
-            } else if count < 0 && (error == EAGAIN || error == EWOULDBLOCK) {
-                return
-            } else {
-                dropConnection()  // closed by the peer, or failed
+            case .interrupted: continue
+            case .wouldBlock: return
+            case .failed: dropConnection()  // closed by the peer, or failed
             }
         }
     }
 
     private func wait(orDescriptor other: Int32, milliseconds: Int) -> (socket: Bool, descriptor: Bool) {
-        let (span, overflow) = UInt64(max(0, milliseconds)).multipliedReportingOverflow(by: 1_000_000)
-        let deadline: UInt64? = milliseconds < 0 || overflow ? nil : ZMTP.now() + span
+        let deadline = ZMTP.deadline(milliseconds: milliseconds)
         var first = true
         while true {
             connectIfDue()
@@ -578,6 +567,51 @@ enum ZMTP {
             parsed = 0
             if input.capacity > 1 << 20 && input.count < input.capacity / 4 { input = Array(input) }
         }
+    }
+
+    /// When `milliseconds` from now will have passed (monotonic nanoseconds); nil for a
+    /// negative number (no deadline) or one past the clock's range.
+    static func deadline(milliseconds: Int) -> UInt64? {
+        guard milliseconds >= 0 else { return nil }
+        let (span, overflow) = UInt64(milliseconds).multipliedReportingOverflow(by: 1_000_000)
+        let (deadline, later) = now().addingReportingOverflow(span)
+        return overflow || later ? nil : deadline
+    }
+
+    /// What a `send` or `recv` on a non-blocking descriptor came to.
+    enum Transfer {
+        /// It moved this many bytes (at least 1).
+        case bytes(Int)
+        /// A signal came first (`EINTR`): try again.
+        case interrupted
+        /// Nothing can move now (`EAGAIN`): wait for the poll.
+        case wouldBlock
+        /// The connection ended (`recv` read end of file) or failed.
+        case failed
+
+        init(_ result: Int, error: Int32) {
+            if result > 0 {
+                self = .bytes(result)
+            } else if result < 0 && error == EINTR {
+                self = .interrupted
+            } else if result < 0 && (error == EAGAIN || error == EWOULDBLOCK) {
+                self = .wouldBlock
+            } else {
+                self = .failed
+            }
+        }
+    }
+
+    /// Sends `bytes` without blocking and without `SIGPIPE` (a peer gone is a failed transfer).
+    static func send(_ descriptor: Int32, _ bytes: UnsafeRawBufferPointer) -> Transfer {
+        let result = Glibc.send(descriptor, bytes.baseAddress, bytes.count, Int32(MSG_NOSIGNAL) | Int32(MSG_DONTWAIT))
+        return Transfer(result, error: errno)
+    }
+
+    /// Receives into `buffer` without blocking.
+    static func receive(_ descriptor: Int32, into buffer: UnsafeMutableRawBufferPointer) -> Transfer {
+        let result = recv(descriptor, buffer.baseAddress, buffer.count, Int32(MSG_DONTWAIT))
+        return Transfer(result, error: errno)
     }
 
     /// Monotonic nanoseconds.
