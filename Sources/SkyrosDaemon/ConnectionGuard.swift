@@ -110,9 +110,6 @@ final class ConnectionGuard: @unchecked Sendable {
         lock.withLock { requests.welcomed(descriptor) }
     }
 
-    /// Connections open on the request socket and on the event socket.
-    var openConnections: (requests: Int, events: Int) { lock.withLock { (requests.open, events.open) } }
-
     /// Stops the guard's thread and waits for it.
     func stop() {
         let wasStopped = lock.withLock {
