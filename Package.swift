@@ -148,7 +148,7 @@ let package = Package(
         .testTarget(
             name: "SkyrosTests",
             dependencies: [
-                "Skyros", "SkyrosShared", "SkyrosTestModels", "skyros-test-child", "skyrosd", "skyros", "skyros-toplevel",
+                "Skyros", "SkyrosShared", "SkyrosTestModels", "TodoModel", "skyros-test-child", "skyrosd", "skyros", "skyros-toplevel",
                 .product(name: "GRDB", package: "GRDB.swift"),
             ]
         ),
