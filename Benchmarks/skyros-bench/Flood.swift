@@ -40,10 +40,10 @@ struct FloodBenchmark {
         let busy = try Self.launch(
             ["flood-writer"] + Array(repeating: "flood-busy", count: readers), target: folder.path,
             go: directory.appendingPathComponent("go-busy").path, seconds: seconds)
-        let aloneSaves = Self.numbers(after: "RESULT ", in: alone[0])
-        let floodSaves = Self.numbers(after: "RESULT ", in: flooded[0])
-        let busySaves = Self.numbers(after: "RESULT ", in: busy[0])
-        let reads = flooded.dropFirst().map { Self.numbers(after: "READS ", in: $0).first ?? 0 }.reduce(0, +)
+        let aloneSaves = try Self.reported(after: "RESULT ", in: alone[0], by: "flood-writer")
+        let floodSaves = try Self.reported(after: "RESULT ", in: flooded[0], by: "flood-writer")
+        let busySaves = try Self.reported(after: "RESULT ", in: busy[0], by: "flood-writer")
+        let reads = try flooded.dropFirst().map { try Self.reported(after: "READS ", in: $0, by: "flood-reader")[0] }.reduce(0, +)
         report(Row(name: "flood: writer save p99, 4 readers of \(objects) objects (vs alone)", unit: "us",
                    skyros: percentile(Array(floodSaves.dropFirst()), 99), baseline: percentile(Array(aloneSaves.dropFirst()), 99)))
         report(Row(name: "flood: writer save p50, 4 readers of \(objects) objects (vs alone)", unit: "us",
@@ -55,10 +55,20 @@ struct FloodBenchmark {
         report(Row(name: "flood: writer saves/s, 4 readers (vs 4 busy processes that never use Skyros)", unit: "saves/s",
                    skyros: (floodSaves.first ?? 0) / seconds, baseline: (busySaves.first ?? 0) / seconds))
         report(Row(name: "flood: writer saves failed, 4 readers (vs alone)", unit: "saves",
-                   skyros: Self.numbers(after: "FAILED ", in: flooded[0]).first ?? -1,
-                   baseline: Self.numbers(after: "FAILED ", in: alone[0]).first ?? -1))
+                   skyros: try Self.reported(after: "FAILED ", in: flooded[0], by: "flood-writer")[0],
+                   baseline: try Self.reported(after: "FAILED ", in: alone[0], by: "flood-writer")[0]))
         report(Row(name: "flood: fetches of \(objects) objects by the 4 readers", unit: "fetches/s",
                    skyros: reads / seconds, baseline: 0))
+    }
+
+    /// The numbers of the line a process reported with `prefix`: a process that reported
+    /// nothing fails the benchmark (its figures would be missing from a sum or a percentile).
+    static func reported(after prefix: String, in output: String, by role: String) throws -> [Double] {
+        let numbers = numbers(after: prefix, in: output)
+        guard !numbers.isEmpty else {
+            throw SkyrosError(.storeFailure, "a \(role) process reported no '\(prefix)' line; its output:\n\(output.suffix(2_000))")
+        }
+        return numbers
     }
 
     /// The numbers of the line starting with `prefix` in a process's output.

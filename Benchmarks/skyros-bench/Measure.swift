@@ -34,7 +34,8 @@ enum Clock {
 /// Percentile of microsecond samples.
 func percentile(_ samples: [Double], _ p: Double) -> Double {
     let sorted = samples.sorted()
-    guard !sorted.isEmpty else { return 0 }
+    // A percentile of nothing is no figure: a measurement that produced no sample fails.
+    guard !sorted.isEmpty else { benchmarkFailure("a percentile of an empty sample: the measurement produced no figure") }
     let index = min(sorted.count - 1, Int((p / 100 * Double(sorted.count)).rounded(.up)) - 1)
     return sorted[max(0, index)]
 }
@@ -57,3 +58,9 @@ func benchmarkAssert(_ condition: Bool, _ message: @autoclosure () -> String) {
 
 /// Set by a failed ``benchmarkAssert(_:_:)``: the process exits with status 1 at the end.
 nonisolated(unsafe) var benchmarkFailed = false
+
+/// Ends the run with a message: a benchmark whose figures would be wrong prints none.
+func benchmarkFailure(_ message: String) -> Never {
+    FileHandle.standardError.write(Data("skyros-bench: \(message)\n".utf8))
+    exit(1)
+}

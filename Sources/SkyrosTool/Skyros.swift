@@ -138,7 +138,7 @@ struct DemoClient: ParsableCommand {
     private func watch(_ store: Skyros) throws {
         let changes = store.changes
         let finished = DispatchSemaphore(value: 0)
-        let task = Task {
+        let task = Task { () async throws -> Bool in
             var last: [String] = []
             func check() async throws -> Bool {
                 let lines: [String] = try await store.read { try describeTodos(in: $0) }
@@ -148,17 +148,39 @@ struct DemoClient: ParsableCommand {
                 }
                 return lines.count == 6 && lines.filter { $0.hasPrefix("[x]") }.count == 2
             }
-            if try await check() { return }
-            for await _ in changes where try await check() { return }
+            if try await check() { return true }
+            for await _ in changes where try await check() { return true }
+            return false  // the changes ended first
         }
+        let outcome = DemoOutcome()
         Task {
-            _ = try? await task.value
+            outcome.result = await task.result
             finished.signal()
         }
         guard finished.wait(timeout: .now() + 45) == .success else {
             say("[watcher] did not see all the todos in time")
             throw ExitCode.failure
         }
-        say("[watcher] saw everything")
+        switch outcome.result {
+        case .success(true):
+            say("[watcher] saw everything")
+        case .success(false), nil:
+            say("[watcher] the changes ended before it saw all the todos")
+            throw ExitCode.failure
+        case .failure(let error):
+            say("[watcher] could not read the todos: \(error)")
+            throw ExitCode.failure
+        }
+    }
+}
+
+/// How the demo's watcher ended, handed from its task to the waiting thread.
+private final class DemoOutcome: @unchecked Sendable {
+    private let lock = NSLock()
+    private var stored: Result<Bool, any Error>?
+    /// Set once by the task, read after it signalled.
+    var result: Result<Bool, any Error>? {
+        get { lock.withLock { stored } }
+        set { lock.withLock { stored = newValue } }
     }
 }

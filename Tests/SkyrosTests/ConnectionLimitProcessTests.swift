@@ -69,6 +69,28 @@ struct ConnectionLimitProcessTests {
         return descriptors
     }
 
+    /// How many of `descriptors` the peer closes (a read gives end of file, or an error) within
+    /// `seconds`; returns as soon as `atLeast` are.
+    static func closedByPeer(_ descriptors: [Int32], atLeast: Int, within seconds: Double) -> Int {
+        var open = descriptors.map { pollfd(fd: $0, events: Int16(POLLIN), revents: 0) }
+        var closed = 0
+        var buffer = [UInt8](repeating: 0, count: 256)
+        let deadline = Date().addingTimeInterval(seconds)
+        while closed < atLeast && !open.isEmpty && Date() < deadline {
+            guard poll(&open, nfds_t(open.count), 50) >= 0 else { break }
+            open.removeAll { descriptor in
+                guard descriptor.revents != 0 else { return false }
+                // The daemon's ZMTP greeting comes first; then, for a refused one, the end.
+                let count = read(descriptor.fd, &buffer, buffer.count)
+                guard count == 0 || (count < 0 && errno != EAGAIN) else { return false }
+                closed += 1
+                return true
+            }
+            for index in open.indices { open[index].revents = 0 }
+        }
+        return closed
+    }
+
     /// Waits until the peer closes `fd` (a read gives end of file, or an error); the seconds
     /// it took, or nil after `seconds`.
     static func secondsUntilClosed(_ fd: Int32, within seconds: Double) -> Double? {
@@ -101,6 +123,11 @@ struct ConnectionLimitProcessTests {
         let events = Self.idleConnections(600, to: container.url.appendingPathComponent("events.ipc").path, seconds: 2)
         defer { for fd in requests + events { close(fd) } }
         #expect(requests.count == 1_100)
+        #expect(events.count == 600)
+        // The event socket keeps at most 320 connections (the limit for 1,024 descriptors): the
+        // daemon closes the others as it accepts them.
+        let closedEvents = Self.closedByPeer(events, atLeast: events.count - 320, within: 10)
+        #expect(closedEvents >= events.count - 320, "the daemon closed \(closedEvents) of 600 event connections")
         #expect(isRunning(daemon.pid), "skyrosd died under 1,100 idle connections")
         #expect(openDescriptors(daemon.pid) < 1_024)
         // A member is served while they are open: hello, save, fetch.

@@ -161,21 +161,23 @@ struct CrashRecoveryTests {
         let daemon = try process.startDaemon(groups)
         let container = URL(fileURLWithPath: groups).appendingPathComponent("g")
         let store = try Skyros(sharedStack: testSchema, container: container, timeout: 10)
+        var interrupted = 0  // kills that landed before the save was committed
         for delay: UInt32 in [0, 20_000, 60_000] {
             let saver = try ChildProcess(["big-save", container.path, "20000"])
             #expect(saver.waitForLine("SAVING"))
             usleep(delay)  // kill at different points of the send
             kill(saver.pid, SIGKILL)
             saver.wait()
-            var big = -1
-            store.read { big = try User.count(where: #Predicate { $0.firstname == "big" }, in: $0) }
+            let big = try store.read { try User.count(where: #Predicate { $0.firstname == "big" }, in: $0) }
             #expect(big == 0 || big == 20_000, "a half-sent save left \(big) users")
-            store.writeSync { context in Tag.create(in: context).label = "after-\(delay)" }
-            var tags = -1
-            store.read { tags = try Tag.count(in: $0) }
+            if big == 0 { interrupted += 1 }
+            try store.writeAndWait { context in Tag.create(in: context).label = "after-\(delay)" }
+            let tags = try store.read { try Tag.count(in: $0) }
             #expect(tags == Int(delay == 0 ? 1 : delay == 20_000 ? 2 : 3))
-            if big == 20_000 { store.writeSync { context in try User.all(in: context).forEach { context.delete($0) } } }
+            if big == 20_000 { try store.writeAndWait { context in try User.all(in: context).forEach { context.delete($0) } } }
         }
+        // Otherwise every save was whole before its kill, and nothing here was tested.
+        #expect(interrupted >= 1, "no kill landed before its save was committed")
         kill(daemon.pid, SIGTERM)
         #expect(daemon.wait() == .exited(0))
     }

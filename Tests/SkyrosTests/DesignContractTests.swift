@@ -48,8 +48,10 @@ struct DesignContractTests {
     /// The entity helpers, the context calls, and ObjectID.
     func helpers(_ store: Skyros, _ id: ObjectID) throws {
         let schema = Schema([User.self, Post.self])
-        store.read { context in
-            let user = context.object(with: id, as: User.self)!
+        // The throwing form: an error fails the test (the chaining form would hand it to
+        // `handleError` and skip the assertions after it).
+        let checked: Bool = try store.read { context in
+            let user = try #require(context.object(with: id, as: User.self))
             let counts = [
                 try User.count(in: context),
                 try User.count(where: #Predicate<User> { $0.age > 30 }, in: context),
@@ -65,12 +67,28 @@ struct DesignContractTests {
             #expect(context.object(with: id) != nil)
             #expect(!context.hasChanges)
             context.reset()
+            return true
         }
-        store.writeSync { context in
-            try User.first(in: context)?.delete(in: context)
-            try User.deleteAll(in: context)
+        #expect(checked)
+        let before = try store.read { context in try User.count(in: context) }
+        #expect(before == 4)
+        // delete(in:) one user, then deleteAll the rest; each write is durable when its
+        // completion runs.
+        let deletedOne = CompletionProbe()
+        store.writeSync({ context in
+            let first = try #require(try User.first(where: #Predicate { $0.firstname == "John" }, sortedBy: [], in: context))
+            first.delete(in: context)
             try context.save()
-        }
+        }, completion: deletedOne.completion)
+        #expect(deletedOne.wait())
+        #expect(deletedOne.calls.first! == nil)
+        #expect(try store.read { context in try User.count(in: context) } == 3)
+        #expect(try store.read { context in try User.count(where: #Predicate { $0.firstname == "John" }, in: context) } == 0)
+        let deletedAll = CompletionProbe()
+        store.writeSync({ context in try User.deleteAll(in: context) }, completion: deletedAll.completion)
+        #expect(deletedAll.wait())
+        #expect(deletedAll.calls.first! == nil)
+        #expect(try store.read { context in try User.count(in: context) } == 0)
         // ObjectID: Sendable, Hashable, Codable, with a URI form.
         let decoded = try JSONDecoder().decode(ObjectID.self, from: JSONEncoder().encode(id))
         #expect(decoded == id && Set([id, decoded]).count == 1)

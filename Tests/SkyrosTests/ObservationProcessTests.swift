@@ -119,6 +119,14 @@ struct ObservationProcessTests {
         #expect(writer.wait(seconds: 60) == .exited(0))
         release.signal()
         #expect(try converges(controller))
+        // Events were dropped, and the client caught up: it asked the daemon for changes-since
+        // (its only other reason, a second without events, cannot happen: heartbeats come
+        // every 100 ms).
+        let metrics = try OperatingToolTests.run(["metrics", "--group", "g", "--groups-dir", groups])
+        #expect(metrics.status == 0, "\(metrics.stderr)")
+        let catchUps = metrics.stdout.split(separator: "\n").first { $0.hasPrefix("skyros_catch_ups_total ") }
+            .flatMap { Double($0.split(separator: " ").last ?? "") } ?? 0
+        #expect(catchUps >= 1, "\(metrics.stdout)")
         store.mainContext.performAndWait {
             #expect(log.calls >= 1)
             // Caught up in consolidated changes (a page of the history at a time), not one per save.

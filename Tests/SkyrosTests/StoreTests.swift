@@ -41,7 +41,8 @@ struct StoreTests {
         #expect(probe.calls.first! == nil)
 
         let reopened = try Skyros(sqliteStack: testSchema, at: url)
-        reopened.read { context in
+        // The throwing form: an error fails the test instead of going to `handleError`.
+        let checked: Bool = try reopened.read { context in
             let samples = try Sample.all(sortedBy: [SortDescriptor(\.code)], in: context)
             try #require(samples.count == 2)
             let defaults = samples[0]
@@ -72,7 +73,9 @@ struct StoreTests {
             #expect(try Sample.count(where: #Predicate { $0.status == done }, in: context) == 1)
             let date = Date(timeIntervalSince1970: 100)
             #expect(try Sample.count(where: #Predicate { $0.date > date }, in: context) == 1)
+            return true
         }
+        #expect(checked)
     }
 
     @Test("a value the column cannot hold fails the save with a typed error and stores nothing")
