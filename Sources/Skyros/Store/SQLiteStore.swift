@@ -249,8 +249,11 @@ public final class SQLiteStore: ObjectStore, @unchecked Sendable {
         return mode == 1 ? .normal : .full
     }
 
-    /// The SQL a request runs, with its arguments (for tests and diagnostics).
-    public func sql(for request: StoreRequest) throws -> (sql: String, arguments: [StoredValue]) {
+    /// The SQL a request runs, with its arguments (package API, for tests and diagnostics).
+    ///
+    /// - Throws: ``SkyrosError/Code/unknownEntity`` for an entity not in the schema,
+    ///   ``SkyrosError/Code/unsupportedPredicate`` for a predicate SQL cannot express.
+    package func sql(for request: StoreRequest) throws -> (sql: String, arguments: [StoredValue]) {
         let table = try tableInfo(request.entityName)
         var builder = SQLBuilder(schema: schema)
         let sql = try builder.select(table.selectList, for: request)
