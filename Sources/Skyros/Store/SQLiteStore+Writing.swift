@@ -7,6 +7,19 @@ import GRDBSQLite
 extension SQLiteStore {
     // MARK: - Writing
 
+    /// Saves a change set in one IMMEDIATE transaction, committed with the store's
+    /// ``Durability``: all of it is stored, or nothing.
+    ///
+    /// Inserts, then updates (each one only of the properties it changed, the object's version
+    /// raised by one), then deletions, whose delete rules SQLite applies through the foreign keys.
+    /// Under ``MergePolicy/error`` an update based on a version the store no longer has is a
+    /// conflict; ``MergePolicy/storeWins`` skips it; ``MergePolicy/saverWins`` applies it.
+    ///
+    /// - Throws: ``SkyrosError/Code/objectNotFound`` (an update or delete of an object that does
+    ///   not exist), ``SkyrosError/Code/typeMismatch`` and ``SkyrosError/Code/valueNotStorable``
+    ///   (checked before anything is written), ``SkyrosError/Code/uniqueConstraintViolation``
+    ///   (naming both objects), ``SkyrosError/Code/deleteDenied``, ``SkyrosError/Code/mergeConflict``,
+    ///   ``SkyrosError/Code/storeFailure``.
     public func save(_ changes: ChangeSet) throws {
         guard !changes.isEmpty else { return }
         if let migrationDatabase {
@@ -118,8 +131,11 @@ extension SQLiteStore {
     /// An update as applied: the object, its version after the update, and the values of
     /// the properties it changed (stored properties only), by property index.
     public struct AppliedUpdate: Sendable, Hashable {
+        /// The object updated.
         public var id: ObjectID
+        /// Its version in the store after the update.
         public var version: Int64
+        /// The values written, by property index (properties with a column only).
         public var changes: [Int: StoredValue]
     }
 

@@ -18,6 +18,7 @@ public enum Durability: String, Sendable, Codable {
 /// at the same version is refused with ``SkyrosError/Code/schemaMismatch`` and left untouched. Saves are one
 /// IMMEDIATE transaction each, so a change set is stored entirely or not at all.
 public final class SQLiteStore: ObjectStore, @unchecked Sendable {
+    /// The schema the store was opened with (its tables are this schema's, migrated if need be).
     public let schema: Schema
     /// The file, or nil for an in-memory store.
     public let url: URL?
@@ -59,13 +60,25 @@ public final class SQLiteStore: ObjectStore, @unchecked Sendable {
     /// version throws ``SkyrosError/Code/schemaTooNew``; a changed model at the same version
     /// throws ``SkyrosError/Code/schemaMismatch``.
     ///
-    /// - Parameter serialAccess: reads run on the writer connection, each a single statement
-    ///   in SQLite's own implicit read transaction, instead of borrowing a reader from the
-    ///   pool and wrapping the statement in BEGIN/COMMIT: a one-object fetch costs about half
-    ///   as many instructions, but a read waits for a write in progress instead of running
-    ///   beside it. For a caller that serves one request after another anyway, like the
-    ///   daemon of an application group.
-    /// - Parameter migrations: the stages of migrations to this schema's version.
+    /// ```swift
+    /// let store = try SQLiteStore(schema: Schema([User.self]), url: fileURL)
+    /// let stack = Skyros(store: store)
+    /// ```
+    ///
+    /// - Parameters:
+    ///   - schema: the entities; validated first (``SkyrosError/Code/invalidSchema``).
+    ///   - url: the SQLite file, created with the schema when missing (WAL mode); nil for an
+    ///     in-memory database.
+    ///   - durability: how hard each commit is synced (``Durability/full`` by default).
+    ///   - serialAccess: reads run on the writer connection, each a single statement
+    ///     in SQLite's own implicit read transaction, instead of borrowing a reader from the
+    ///     pool and wrapping the statement in BEGIN/COMMIT: a one-object fetch costs about half
+    ///     as many instructions, but a read waits for a write in progress instead of running
+    ///     beside it. For a caller that serves one request after another anyway, like the
+    ///     daemon of an application group.
+    ///   - migrations: the stages of migrations to this schema's version.
+    /// - Throws: the codes above, ``SkyrosError/Code/invalidSchema``, or
+    ///   ``SkyrosError/Code/storeFailure`` when the file cannot be opened.
     public init(
         schema: Schema, url: URL?, durability: Durability = .full, serialAccess: Bool = false,
         migrations: MigrationPlan = MigrationPlan()
@@ -158,6 +171,11 @@ public final class SQLiteStore: ObjectStore, @unchecked Sendable {
 
     // MARK: - Reading
 
+    /// The rows matching a request, with all their values and versions, sorted and sliced as it
+    /// says: one SELECT on a reader connection (the writer's with `serialAccess`).
+    ///
+    /// - Throws: ``SkyrosError/Code/unknownEntity``, ``SkyrosError/Code/unsupportedPredicate``,
+    ///   ``SkyrosError/Code/storeFailure``.
     public func fetchSnapshots(_ request: StoreRequest) throws -> [Snapshot] {
         var result: [Snapshot] = []
         try forEachSnapshot(request) { id, values, version in
@@ -166,6 +184,11 @@ public final class SQLiteStore: ObjectStore, @unchecked Sendable {
         return result
     }
 
+    /// Calls `body` with each row matching a request as SQLite steps it, without collecting the
+    /// rows first; the values of many rows share an allocation. `body` runs inside the read: keep
+    /// it short, and do not call the store from it.
+    ///
+    /// - Throws: what ``fetchSnapshots(_:)`` throws, and what `body` throws.
     public func forEachSnapshot(
         _ request: StoreRequest, _ body: (ObjectID, StoredValues, Int64) throws -> Void
     ) throws {
@@ -182,6 +205,10 @@ public final class SQLiteStore: ObjectStore, @unchecked Sendable {
         }
     }
 
+    /// The identifiers of the rows matching a request, sorted and sliced as it says (only the
+    /// `_id` column is read).
+    ///
+    /// - Throws: what ``fetchSnapshots(_:)`` throws.
     public func fetchIdentifiers(_ request: StoreRequest) throws -> [ObjectID] {
         let table = try tableInfo(request.entityName)
         var builder = SQLBuilder(schema: schema)
@@ -195,6 +222,9 @@ public final class SQLiteStore: ObjectStore, @unchecked Sendable {
         }
     }
 
+    /// The number of rows matching a request, after its limit and offset: one `SELECT COUNT(*)`.
+    ///
+    /// - Throws: what ``fetchSnapshots(_:)`` throws.
     public func count(_ request: StoreRequest) throws -> Int {
         _ = try tableInfo(request.entityName)
         var builder = SQLBuilder(schema: schema)
@@ -211,6 +241,11 @@ public final class SQLiteStore: ObjectStore, @unchecked Sendable {
         }
     }
 
+    /// The rows with these identifiers, by entity, 500 to a query; identifiers of objects that do
+    /// not exist are left out (in no particular order).
+    ///
+    /// - Throws: ``SkyrosError/Code/unknownEntity`` for an identifier of an entity not in the
+    ///   schema, ``SkyrosError/Code/storeFailure``.
     public func snapshots(for ids: [ObjectID]) throws -> [Snapshot] {
         var result: [Snapshot] = []
         for (entityName, group) in Dictionary(grouping: ids, by: \.entityName) {
