@@ -16,8 +16,12 @@ import Foundation
 public struct SkyrosError: Error, Sendable, CustomStringConvertible {
     /// A code a caller can match. New codes may be added in any release.
     public struct Code: RawRepresentable, Hashable, Sendable, CustomStringConvertible {
+        /// The code's name, as `uniqueConstraintViolation`; also its name on the wire.
         public let rawValue: String
+        /// A code with this name: the daemon's error replies carry codes by name, so a code this
+        /// version does not know survives the trip.
         public init(rawValue: String) { self.rawValue = rawValue }
+        /// The code's name.
         public var description: String { rawValue }
 
         /// A unique attribute would hold the same value in two objects.
@@ -69,6 +73,8 @@ public struct SkyrosError: Error, Sendable, CustomStringConvertible {
     /// For ``Code/mergeConflict``: each object whose update was refused.
     public var conflicts: [MergeConflict]
 
+    /// An error with a code, a message for people, the error that caused it, and for
+    /// ``Code/mergeConflict`` the conflicting objects.
     public init(_ code: Code, _ message: String, underlying: (any Error)? = nil, conflicts: [MergeConflict] = []) {
         self.code = code
         self.message = message
@@ -76,6 +82,7 @@ public struct SkyrosError: Error, Sendable, CustomStringConvertible {
         self.conflicts = conflicts
     }
 
+    /// `SkyrosError.<code>: <message>`, followed by the underlying error when there is one.
     public var description: String {
         var text = "SkyrosError.\(code): \(message)"
         if let underlyingError { text += " (caused by: \(underlyingError))" }

@@ -19,11 +19,18 @@ import Foundation
 /// Sorting is binary for strings ("#" < "1" < "A" < "a"), whatever comparator the sort
 /// descriptor names.
 public struct FetchDescriptor<T: ManagedObject> {
+    /// Which objects: a `#Predicate` over `T`, translated to SQL; nil for all of them.
     public var predicate: Predicate<T>?
+    /// The order: attributes and to-ones of `T`, ties broken by object ID (creation order).
     public var sortBy: [SortDescriptor<T>]
+    /// At most this many objects; nil for no limit. Negative is refused
+    /// (``SkyrosError/Code/unsupportedPredicate``).
     public var fetchLimit: Int?
+    /// Skips this many objects of the sorted result first; nil for none.
     public var fetchOffset: Int?
 
+    /// A fetch of `T`s matching `predicate` (all of them when nil), sorted by `sortBy`, at most
+    /// `fetchLimit` of them. Nothing is checked until the fetch runs.
     public init(predicate: Predicate<T>? = nil, sortBy: [SortDescriptor<T>] = [], fetchLimit: Int? = nil) {
         self.predicate = predicate
         self.sortBy = sortBy
@@ -91,6 +98,9 @@ public struct FetchResultsCollection<T: ManagedObject>: Sequence {
         self.prepared = Prepared(source)
     }
 
+    /// Starts an iteration: the first uses the fetch that made the collection, each later one
+    /// runs the fetch again (an error is reported to the context's error handler, and the
+    /// iteration is empty).
     public func makeIterator() -> Iterator {
         var source = prepared.source
         prepared.source = nil
@@ -111,6 +121,7 @@ public struct FetchResultsCollection<T: ManagedObject>: Sequence {
         @usableFromInline let state: BatchIteration
         init(_ state: BatchIteration) { self.state = state }
 
+        /// The next object, making the next batch when the current one is done; nil at the end.
         @inlinable  // specialised in the caller: no generic call per object
         public mutating func next() -> T? {
             guard let object = state.next() else { return nil }

@@ -31,6 +31,8 @@ public indirect enum PredicateNode: Sendable, Codable, Hashable {
     /// The number of objects of a to-many relationship (`.count`, and `.isEmpty` as `count == 0`).
     case count(scope: Int, path: [String])
 
+    /// A comparison's operator; its raw value is the SQL operator (`IS` and `IS NOT` for the
+    /// nil-safe equality of Swift's `==` and `!=`).
     public enum ComparisonOperator: String, Sendable, Codable, Hashable {
         case equal = "IS"
         case notEqual = "IS NOT"

@@ -277,12 +277,17 @@ extension PredicateExpressions {
     public struct SkyrosCaseInsensitiveContains<Base: PredicateExpression, Other: PredicateExpression>:
         PredicateExpression
     where Base.Output == String, Other.Output == String {
+        /// The string searched.
         public let base: Base
+        /// The string searched for.
         public let other: Other
+        /// The expression `base.localizedStandardContains(other)`.
         public init(base: Base, other: Other) {
             self.base = base
             self.other = other
         }
+        /// Whether `base` contains `other`, ignoring case (always true for an empty `other`): the
+        /// evaluation of pending changes in memory; the store's SQL ignores the case of ASCII letters.
         public func evaluate(_ bindings: PredicateBindings) throws -> Bool {
             let haystack = try base.evaluate(bindings).lowercased()
             let needle = try other.evaluate(bindings).lowercased()

@@ -34,6 +34,7 @@ public protocol ManagedObject: AnyObject, SendableMetatype {
 }
 
 extension ManagedObject {
+    /// The entity's name: the class name unless the class declares another one (`@Entity(name:)`).
     public static var entityName: String { String(describing: Self.self) }
 
     /// The object's identity, assigned at creation and never changed. Readable from any thread.

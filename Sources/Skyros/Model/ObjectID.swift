@@ -13,6 +13,8 @@ public struct ObjectID: Hashable, Sendable, Codable, CustomStringConvertible {
     /// The primary key of the object.
     public let uuid: UUID
 
+    /// The identifier of an existing object, from its parts (as read from a store or a URI);
+    /// ``make(entityName:)`` makes a new one.
     public init(entityName: String, uuid: UUID) {
         self.entityName = entityName
         self.uuid = uuid
@@ -36,6 +38,7 @@ public struct ObjectID: Hashable, Sendable, Codable, CustomStringConvertible {
         self.init(entityName: host, uuid: uuid)
     }
 
+    /// `Entity/UUID`, for logs and messages.
     public var description: String { "\(entityName)/\(uuid.uuidString)" }
 
     /// The store's order of identifiers (ties of a sort): their bytes, as SQLite compares blobs.
@@ -48,6 +51,7 @@ public struct ObjectID: Hashable, Sendable, Codable, CustomStringConvertible {
         }
     }
 
+    /// Hashes the UUID alone, which identifies the object.
     public func hash(into hasher: inout Hasher) {
         // The UUID alone identifies the object; two words hash faster than sixteen bytes.
         withUnsafeBytes(of: uuid.uuid) { bytes in
@@ -70,6 +74,7 @@ public struct ObjectID: Hashable, Sendable, Codable, CustomStringConvertible {
         }
     }
 
+    /// Whether both identify the same object: same UUID and entity.
     public static func == (lhs: ObjectID, rhs: ObjectID) -> Bool {
         lhs.uuid == rhs.uuid && lhs.entityName == rhs.entityName
     }

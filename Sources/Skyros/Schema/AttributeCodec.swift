@@ -184,6 +184,8 @@ public protocol _SkyrosOptional {
 }
 
 extension Optional: _SkyrosOptional {
+    /// Implementation detail: the codec of `Wrapped?`, found by a cast when a codec is made for
+    /// an optional type (nil when `Wrapped` has none).
     public static func _makeOptionalCodec() -> AnyAttributeCodec? {
         AttributeCodecs.makeOptional(Wrapped.self)
     }

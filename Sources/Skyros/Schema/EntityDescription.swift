@@ -61,6 +61,7 @@ public final class EntityDescription: @unchecked Sendable, CustomStringConvertib
         properties.first { $0.keyPath == keyPath }
     }
 
+    /// The name and the properties, for logs and debugging.
     public var description: String { "Entity \(name) \(properties)" }
 
     /// The error reported at save for a value of property `index` that cannot be stored.

@@ -28,7 +28,9 @@ import Foundation
 public struct MigrationPlan: Sendable {
     /// One stage: its version, the schema it runs in (nil for the application's), its work.
     public struct Stage: Sendable {
+        /// The schema version the stage migrates to; it runs after that version's inferred step.
         public let version: Int
+        /// The schema the stage's context sees: an intermediate version's, or nil for the application's.
         public let schema: Schema?
         /// The work.
         public let body: @Sendable (ObjectContext) throws -> Void

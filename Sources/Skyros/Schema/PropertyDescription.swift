@@ -33,9 +33,13 @@ public struct RelationshipOption: Hashable, Sendable {
 /// Made by the `@Entity` macro (or by hand, see ``ManagedObject``) with ``attribute(_:_:default:options:originalName:)``,
 /// ``toOne(_:_:deleteRule:inverse:options:originalName:)`` and ``toMany(_:_:deleteRule:inverse:originalName:)``.
 public final class PropertyDescription: @unchecked Sendable, CustomStringConvertible {
+    /// What a property is: a value of its own, or a reference to one or many other objects.
     public enum Kind: Sendable, Equatable, CustomStringConvertible {
+        /// A value of the object's own, in a column of its table.
         case attribute
+        /// A reference to one object (or none), in a column holding the destination's identifier.
         case toOne
+        /// The objects whose inverse to-one points here; no column of its own.
         case toMany
 
         /// `attribute`, `toOne` or `toMany`: the kind's name in a schema description and its
@@ -51,6 +55,7 @@ public final class PropertyDescription: @unchecked Sendable, CustomStringConvert
 
     /// The property name, also its column name.
     public let name: String
+    /// Attribute, to-one or to-many.
     public let kind: Kind
     /// The key path of the property on its class: predicates and sorts are mapped through it.
     public let keyPath: AnyKeyPath
@@ -61,7 +66,10 @@ public final class PropertyDescription: @unchecked Sendable, CustomStringConvert
     /// The codec of an attribute; for relationships, the codec of the stored reference.
     public let codec: AnyAttributeCodec
     let makeDefault: @Sendable () throws -> StoredValue
+    /// Whether the attribute was declared `@Attribute(.unique)`: a unique index in the store, and
+    /// ``SkyrosError/Code/uniqueConstraintViolation`` at save for a duplicate.
     public let isUnique: Bool
+    /// Whether the attribute was declared `@Attribute(.indexed)`: an index in the store.
     public let isIndexed: Bool
     /// The name the property had in an earlier version of the schema: a migration renames
     /// its column and keeps its values.
@@ -70,10 +78,14 @@ public final class PropertyDescription: @unchecked Sendable, CustomStringConvert
     // Relationships
     /// The entity name of the destination of a relationship.
     public let destinationName: String?
+    /// What deleting the object does to the destination of the relationship (``DeleteRule/nullify``
+    /// for attributes).
     public let deleteRule: DeleteRule
     let inverseKeyPath: AnyKeyPath?
     /// The inverse's name, for schemas rebuilt from a ``SchemaDescription`` (no key paths).
     let inverseName: String?
+    /// Whether a to-one was declared `@Relationship(.required)`: a save with no destination fails
+    /// with ``SkyrosError/Code/missingRequiredRelationship``.
     public let isRequired: Bool
 
     init(
@@ -98,11 +110,13 @@ public final class PropertyDescription: @unchecked Sendable, CustomStringConvert
         self.isRequired = isRequired
     }
 
+    /// Whether the property is a to-one or a to-many relationship.
     public var isRelationship: Bool { kind != .attribute }
 
     /// Whether the property has a column in its entity's table.
     var hasColumn: Bool { kind != .toMany }
 
+    /// The name and the kind, as `author (toOne)`.
     public var description: String { "\(name) (\(kind))" }
 
     /// Describes an attribute.
@@ -110,7 +124,8 @@ public final class PropertyDescription: @unchecked Sendable, CustomStringConvert
     /// - Parameters:
     ///   - name: the property name.
     ///   - keyPath: the property's key path, `\User.firstname`.
-    ///   - default: the initial value of new objects, evaluated for each new object.
+    ///   - makeDefault: the initial value of new objects (the `default:` argument), evaluated
+    ///     for each new object.
     ///   - options: `.unique`, `.indexed`.
     ///   - originalName: the name in an earlier schema version.
     public static func attribute<Root: ManagedObject, Value>(

@@ -29,7 +29,9 @@ public final class Schema: Sendable {
 
     /// Makes a schema of the given managed object classes.
     ///
-    /// - Parameter version: the version of the model (1 or more).
+    /// - Parameters:
+    ///   - types: the `@Entity` classes (or hand-written ``ManagedObject`` classes), each once.
+    ///   - version: the version of the model (1 or more).
     public convenience init(_ types: [any ManagedObject.Type], version: Int = 1) {
         self.init(entities: types.map { $0.entityDescription }, version: version)
     }

@@ -6,20 +6,32 @@ import Foundation
 /// `Schema(description: schema.schemaDescription)` has the same ``Schema/fingerprint`` as
 /// `schema`. The SQLite store records the description when it creates a file.
 public struct SchemaDescription: Codable, Sendable, Hashable {
+    /// One property of an entity, as ``PropertyDescription`` describes it without key paths or
+    /// codecs. Its JSON keys are the property names below (docs/PROTOCOL.md lists them).
     public struct Property: Codable, Sendable, Hashable {
+        /// The property's name, also its column's.
         public var name: String
         /// `attribute`, `toOne` or `toMany`.
         public var kind: String
+        /// The column's storage class (for a relationship, the blob of the destination's identifier).
         public var storageType: StorageType
+        /// Whether the column may hold NULL.
         public var isOptional: Bool
         /// The Swift type of an attribute, as the fingerprint names it.
         public var typeName: String
+        /// Whether the attribute has a unique index.
         public var isUnique: Bool
+        /// Whether the attribute has an index.
         public var isIndexed: Bool
+        /// The property's name in an earlier schema version, for a rename (absent when none).
         public var originalName: String?
+        /// A relationship's destination entity (absent for attributes).
         public var destination: String?
+        /// A relationship's delete rule (`nullify` for attributes).
         public var deleteRule: DeleteRule
+        /// The name of a relationship's inverse on the destination entity.
         public var inverse: String?
+        /// Whether a to-one must have a destination at save.
         public var isRequired: Bool
         /// The attribute's declared default as stored, when it is a constant (absent for
         /// relationships, for a nil default, and for defaults computed anew each time, such
@@ -27,6 +39,7 @@ public struct SchemaDescription: Codable, Sendable, Hashable {
         /// a client of an earlier schema version inserts an object without it.
         public var defaultValue: DefaultValue?
 
+        /// A property description; `defaultValue` NULL is the same as none.
         public init(
             name: String, kind: String, storageType: StorageType, isOptional: Bool, typeName: String,
             isUnique: Bool = false, isIndexed: Bool = false, originalName: String? = nil, destination: String? = nil,
@@ -49,13 +62,18 @@ public struct SchemaDescription: Codable, Sendable, Hashable {
         }
     }
 
+    /// One entity: its name, its properties in declaration order, and its declared indexes.
     public struct Entity: Codable, Sendable, Hashable {
+        /// The entity's name, also its table's.
         public var name: String
+        /// The properties in declaration order (the order of a ``Snapshot``'s values).
         public var properties: [Property]
+        /// The entity's declared compound indexes, each a list of property names.
         public var indexes: [[String]]
         /// The entity's name in an earlier version of the schema (absent when none).
         public var originalName: String?
 
+        /// An entity description.
         public init(name: String, properties: [Property], indexes: [[String]] = [], originalName: String? = nil) {
             self.name = name
             self.properties = properties
@@ -67,12 +85,15 @@ public struct SchemaDescription: Codable, Sendable, Hashable {
     /// A default value in JSON, tagged with its storage class: `{"integer": 0}`,
     /// `{"real": 1.5}`, `{"text": "todo"}` or `{"blob": "<base64>"}`.
     public struct DefaultValue: Codable, Sendable, Hashable {
+        /// The value; never NULL.
         public var value: StoredValue
 
+        /// Wraps a stored value (not NULL: a nil default is no default).
         public init(_ value: StoredValue) { self.value = value }
 
         enum CodingKeys: String, CodingKey { case integer, real, text, blob }
 
+        /// Decodes the tagged form; an object without one of the four keys is `dataCorrupted`.
         public init(from decoder: any Decoder) throws {
             let container = try decoder.container(keyedBy: CodingKeys.self)
             if let number = try container.decodeIfPresent(Int64.self, forKey: .integer) {
@@ -89,6 +110,7 @@ public struct SchemaDescription: Codable, Sendable, Hashable {
             }
         }
 
+        /// Encodes the tagged form, as `{"text": "todo"}`.
         public func encode(to encoder: any Encoder) throws {
             var container = encoder.container(keyedBy: CodingKeys.self)
             switch value {
@@ -101,8 +123,10 @@ public struct SchemaDescription: Codable, Sendable, Hashable {
         }
     }
 
+    /// The entities, in the schema's order.
     public var entities: [Entity]
 
+    /// A description of these entities.
     public init(entities: [Entity]) { self.entities = entities }
 
     /// The description with the platform-neutral type names of ``AttributeCodec``, for a

@@ -8,17 +8,24 @@ import Foundation
 /// then numbers (compared numerically), then text (compared byte by byte, like Core Data:
 /// "#" < "1" < "A" < "a"), then blobs.
 public enum StoredValue: Sendable, Hashable, Codable, CustomStringConvertible {
+    /// SQL NULL: a nil optional, or a to-one without destination.
     case null
+    /// A 64-bit signed integer (integers, booleans).
     case integer(Int64)
+    /// A double (doubles, floats, dates).
     case real(Double)
+    /// UTF-8 text (strings, URLs, decimals, raw values of string enums, JSON of Codable values).
     case text(String)
+    /// Bytes (data, UUIDs, object identifiers of to-ones).
     case blob(Data)
 
+    /// Whether the value is ``null``.
     public var isNull: Bool {
         if case .null = self { return true }
         return false
     }
 
+    /// The value as SQL would write it: `NULL`, `42`, `1.5`, `'text'`, `<16 bytes>`.
     public var description: String {
         switch self {
         case .null: "NULL"

@@ -62,6 +62,7 @@ public struct StoredValues: RandomAccessCollection, MutableCollection, Hashable,
         /// Values per shared buffer.
         static let valuesPerBuffer = 4096
 
+        /// An arena with no buffer yet.
         public init() {}
 
         /// Makes `count` values that `initializer` initializes, all of them, in place.
@@ -103,13 +104,18 @@ public struct StoredValues: RandomAccessCollection, MutableCollection, Hashable,
     /// No values.
     public init() { self.init(unsafeUninitializedCount: 0) { _ in } }
 
+    /// The values of an array literal, as `[.integer(1), .text("a")]`.
     public init(arrayLiteral elements: StoredValue...) { self.init(elements) }
 
     // MARK: Collection
 
+    /// Always 0.
+    /// The number of values.
     @inlinable public var startIndex: Int { 0 }
     @inlinable public var endIndex: Int { Int(length) }
 
+    /// The value at `position` (0 ≤ position < count; anything else traps). Setting it copies
+    /// values shared with another `StoredValues` first.
     @inlinable
     public subscript(position: Int) -> StoredValue {
         get {
@@ -133,10 +139,12 @@ public struct StoredValues: RandomAccessCollection, MutableCollection, Hashable,
 
     // MARK: Hashable, Codable, description
 
+    /// Whether both hold equal values in the same order.
     public static func == (lhs: StoredValues, rhs: StoredValues) -> Bool {
         (lhs.buffer === rhs.buffer && lhs.offset == rhs.offset && lhs.length == rhs.length) || lhs.elementsEqual(rhs)
     }
 
+    /// Hashes the count and every value.
     public func hash(into hasher: inout Hasher) {
         hasher.combine(count)
         for value in self { hasher.combine(value) }
@@ -147,10 +155,12 @@ public struct StoredValues: RandomAccessCollection, MutableCollection, Hashable,
         self.init(try [StoredValue](from: decoder))
     }
 
+    /// Encodes the values as an array, as `[StoredValue]` does.
     public func encode(to encoder: any Encoder) throws {
         try Array(self).encode(to: encoder)
     }
 
+    /// The values as an array literal.
     public var description: String { Array(self).description }
 }
 

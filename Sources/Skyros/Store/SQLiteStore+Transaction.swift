@@ -78,8 +78,14 @@ extension SQLiteStore {
             return current != 0
         }
 
-        /// Runs one SQL statement with arguments.
-        public func execute(_ sql: String, _ arguments: [StoredValue] = []) throws {
+        /// Runs one SQL statement with arguments, bound to its `?` placeholders in order.
+        ///
+        /// Raw SQL is package API: the daemon's journal and the `skyros` tool keep their own
+        /// tables next to the objects with it; applications go through change sets.
+        ///
+        /// - Throws: the statement's failure as a ``SkyrosError`` (``SkyrosError/Code/storeFailure``,
+        ///   or the code of the constraint it breaks).
+        package func execute(_ sql: String, _ arguments: [StoredValue] = []) throws {
             do {
                 try SQLiteStore.query(db, sql, arguments) { _ in }
             } catch {
@@ -87,8 +93,11 @@ extension SQLiteStore {
             }
         }
 
-        /// Runs a query; each row is its columns' values.
-        public func rows(_ sql: String, _ arguments: [StoredValue] = []) throws -> [[StoredValue]] {
+        /// Runs a query inside the transaction; each row is its columns' values, in order.
+        /// Package API, as ``execute(_:_:)`` is.
+        ///
+        /// - Throws: the query's failure as a ``SkyrosError``.
+        package func rows(_ sql: String, _ arguments: [StoredValue] = []) throws -> [[StoredValue]] {
             do {
                 return try SQLiteStore.rows(db, sql, arguments)
             } catch {
@@ -111,7 +120,12 @@ extension SQLiteStore {
 
     /// Runs a read-only query as a read (on a reader connection, or the writer one with serial
     /// access); each row is its columns' values.
-    public func rows(_ sql: String, _ arguments: [StoredValue] = []) throws -> [[StoredValue]] {
+    ///
+    /// Package API: for the daemon's journal, the `skyros` tool and tests, which read tables
+    /// the object graph does not describe (`skyros_history`, `skyros_schema`, `sqlite_master`).
+    ///
+    /// - Throws: the query's failure as a ``SkyrosError``.
+    package func rows(_ sql: String, _ arguments: [StoredValue] = []) throws -> [[StoredValue]] {
         try read { db in try Self.rows(db, sql, arguments) }
     }
 

@@ -1,0 +1,264 @@
+import Foundation
+import GRDB
+import GRDBSQLite
+
+// The write path: a change set's rows inserted, updated and deleted inside a transaction,
+// after its shape and its values' types are checked.
+extension SQLiteStore {
+    // MARK: - Writing
+
+    /// Saves a change set in one IMMEDIATE transaction, committed with the store's
+    /// ``Durability``: all of it is stored, or nothing.
+    ///
+    /// Inserts, then updates (each one only of the properties it changed, the object's version
+    /// raised by one), then deletions, whose delete rules SQLite applies through the foreign keys.
+    /// Under ``MergePolicy/error`` an update based on a version the store no longer has is a
+    /// conflict; ``MergePolicy/storeWins`` skips it; ``MergePolicy/saverWins`` applies it.
+    ///
+    /// - Throws: ``SkyrosError/Code/objectNotFound`` (an update or delete of an object that does
+    ///   not exist), ``SkyrosError/Code/typeMismatch`` and ``SkyrosError/Code/valueNotStorable``
+    ///   (checked before anything is written), ``SkyrosError/Code/uniqueConstraintViolation``
+    ///   (naming both objects), ``SkyrosError/Code/deleteDenied``, ``SkyrosError/Code/mergeConflict``,
+    ///   ``SkyrosError/Code/storeFailure``.
+    public func save(_ changes: ChangeSet) throws {
+        guard !changes.isEmpty else { return }
+        if let migrationDatabase {
+            // A migration stage's save: in the migration's transaction.
+            try Transaction(db: migrationDatabase, store: self).savepoint {
+                _ = try Transaction(db: migrationDatabase, store: self).apply(changes)
+            }
+            return
+        }
+        try transaction { transaction in _ = try transaction.apply(changes) }
+    }
+
+    /// Writes a change set's rows inside the current transaction (no commit of its own).
+    /// An update or delete of an object that does not exist fails with
+    /// ``SkyrosError/Code/objectNotFound``; a value of the wrong type with
+    /// ``SkyrosError/Code/typeMismatch`` (both before anything is written).
+    ///
+    /// - Returns: the updates applied, each with the object's new version (under
+    ///   ``MergePolicy/storeWins``, conflicting updates are left out).
+    @discardableResult
+    func apply(_ changes: ChangeSet, _ db: Database) throws -> [AppliedUpdate] {
+        try validateShape(of: changes)
+        var table: TableInfo?
+        var raw: OpaquePointer?
+        for snapshot in changes.inserted {
+            if table?.entity.name != snapshot.id.entityName {
+                let info = try tableInfo(snapshot.id.entityName)
+                table = info
+                raw = try db.cachedStatement(sql: info.insertSQL).sqliteStatement
+            }
+            guard let table, let raw else { continue }
+            sqlite3_reset(raw)
+            Self.bind(raw, 1, snapshot.id.uuid)
+            for column in table.columnIndexes.indices {
+                Self.bind(raw, Int32(column + 2), snapshot.values[table.columnIndexes[column]])
+            }
+            do {
+                try Self.stepDone(db, raw)
+            } catch {
+                throw try uniqueViolation(error, table.entity, snapshot.id, { snapshot.values[$0] }, db)
+            }
+        }
+        var conflicts: [MergeConflict] = []
+        var applied: [AppliedUpdate] = []
+        applied.reserveCapacity(changes.updated.count)
+        for update in changes.updated {
+            let table = try tableInfo(update.id.entityName)
+            let indexes = update.changes.keys.sorted().filter { table.entity.properties[$0].hasColumn }
+            let check = changes.mergePolicy != .saverWins && update.baseVersion > 0
+            if indexes.isEmpty || check {
+                guard let current = try Self.version(of: update.id, table, db) else { throw Self.notFound(update.id) }
+                if check && current != update.baseVersion {
+                    // The object changed in the store since the saver read it.
+                    if changes.mergePolicy == .storeWins { continue }
+                    conflicts.append(MergeConflict(
+                        objectID: update.id, properties: indexes.map { table.entity.properties[$0].name },
+                        baseVersion: update.baseVersion, storeVersion: current))
+                    continue
+                }
+                if indexes.isEmpty {
+                    applied.append(AppliedUpdate(id: update.id, version: current, changes: [:]))
+                    continue
+                }
+            }
+            let assignments = indexes.map { "\(SQLBuilder.quote(table.entity.properties[$0].name)) = ?" } + ["\"_version\" = \"_version\" + 1"]
+            let statement = try db.cachedStatement(
+                sql: "UPDATE \(SQLBuilder.quote(table.entity.name)) SET \(assignments.joined(separator: ", ")) WHERE \"_id\" = ? RETURNING \"_version\"")
+            let raw = statement.sqliteStatement
+            sqlite3_reset(raw)
+            var values: [Int: StoredValue] = [:]
+            for (position, index) in indexes.enumerated() {
+                let value = update.changes[index] ?? .null
+                values[index] = value
+                Self.bind(raw, Int32(position + 1), value)
+            }
+            Self.bind(raw, Int32(indexes.count + 1), update.id.uuid.storedValue)
+            let version: Int64?
+            do {
+                version = try Self.stepReturning(db, raw)
+            } catch {
+                throw try uniqueViolation(error, table.entity, update.id, { values[$0] }, db)
+            }
+            guard let version else { throw Self.notFound(update.id) }
+            applied.append(AppliedUpdate(id: update.id, version: version, changes: values))
+        }
+        if !conflicts.isEmpty {
+            throw SkyrosError(
+                .mergeConflict,
+                "\(conflicts.count) object(s) changed in the store since they were read: "
+                    + conflicts.map(\.description).joined(separator: "; "),
+                conflicts: conflicts)
+        }
+        // Every deleted object must exist before any is deleted: a cascade of an earlier
+        // delete may remove a later one, which is no error.
+        for id in changes.deleted where try Self.version(of: id, try tableInfo(id.entityName), db) == nil {
+            throw Self.notFound(id)
+        }
+        for id in changes.deleted {
+            let table = try tableInfo(id.entityName)
+            let statement = try db.cachedStatement(sql: "DELETE FROM \(SQLBuilder.quote(table.entity.name)) WHERE \"_id\" = ?")
+            let raw = statement.sqliteStatement
+            sqlite3_reset(raw)
+            Self.bind(raw, 1, id.uuid.storedValue)
+            try Self.stepDone(db, raw)
+        }
+        return applied
+    }
+
+    /// An update as applied: the object, its version after the update, and the values of
+    /// the properties it changed (stored properties only), by property index.
+    public struct AppliedUpdate: Sendable, Hashable {
+        /// The object updated.
+        public var id: ObjectID
+        /// Its version in the store after the update.
+        public var version: Int64
+        /// The values written, by property index (properties with a column only).
+        public var changes: [Int: StoredValue]
+    }
+
+    /// A unique index's failure as the contexts report it, naming entity, property, value and
+    /// the object that holds it already (SQLite names only the column); any other error as is.
+    private func uniqueViolation(
+        _ error: any Error, _ entity: EntityDescription, _ id: ObjectID, _ value: (Int) -> StoredValue?, _ db: Database
+    ) throws -> any Error {
+        guard let error = error as? DatabaseError, error.extendedResultCode == .SQLITE_CONSTRAINT_UNIQUE,
+            let column = error.message?.split(separator: ".").last.map(String.init),
+            let property = entity.property(named: column), let held = value(property.index)
+        else { return error }
+        let other = try Self.rows(
+            db, "SELECT \"_id\" FROM \(SQLBuilder.quote(entity.name)) WHERE \(SQLBuilder.quote(property.name)) = ? LIMIT 1", [held]
+        ).first.flatMap { UUID(storedValue: $0[0]) }.map { ObjectID(entityName: entity.name, uuid: $0) }
+        return SkyrosError(
+            .uniqueConstraintViolation,
+            "\(entity.name).\(property.name) must be unique: \(id)\(other.map { " and \($0)" } ?? "") both hold \(held)",
+            underlying: error)
+    }
+
+    private static func notFound(_ id: ObjectID) -> SkyrosError {
+        SkyrosError(.objectNotFound, "\(id) does not exist in the store (another process may have deleted it)")
+    }
+
+    /// Runs `body` in a `BEGIN IMMEDIATE` transaction (the write lock is taken at once, so
+    /// another process can never make the commit fail with SQLITE_BUSY halfway), with
+    /// prepared BEGIN/COMMIT statements: the cheapest durable commit SQLite offers.
+    static func immediateTransaction<T>(_ db: Database, _ body: (Database) throws -> T) throws -> T {
+        // Stepped directly, like every statement of a save: GRDB's execute() adds its
+        // statement bookkeeping to what is, on the daemon, most of a one-object commit.
+        try stepDone(db, db.cachedStatement(sql: "BEGIN IMMEDIATE").sqliteStatement)
+        do {
+            let result = try body(db)
+            try stepDone(db, db.cachedStatement(sql: "COMMIT").sqliteStatement)
+            return result
+        } catch {
+            if db.isInsideTransaction { try? db.execute(sql: "ROLLBACK") }
+            throw error
+        }
+    }
+
+    /// The stored version of an object; nil when it does not exist (any more).
+    private static func version(of id: ObjectID, _ table: TableInfo, _ db: Database) throws -> Int64? {
+        let raw = try db.cachedStatement(sql: "SELECT \"_version\" FROM \(SQLBuilder.quote(table.entity.name)) WHERE \"_id\" = ?")
+            .sqliteStatement
+        sqlite3_reset(raw)
+        bind(raw, 1, id.uuid.storedValue)
+        defer { sqlite3_reset(raw) }
+        return sqlite3_step(raw) == SQLITE_ROW ? sqlite3_column_int64(raw, 0) : nil
+    }
+
+    /// Checks what a change set from another process could get wrong before touching the
+    /// database: known entities, one value per property, property indexes in range, and every
+    /// value of the storage class its property declares (STRICT tables would convert text
+    /// that looks like a number, and a number into text: ``SkyrosError/Code/typeMismatch``).
+    func validateShape(of changes: ChangeSet) throws {
+        for snapshot in changes.inserted {
+            let table = try tableInfo(snapshot.id.entityName)
+            guard snapshot.values.count == table.entity.properties.count else {
+                throw SkyrosError(
+                    .valueNotStorable,
+                    "\(snapshot.id) has \(snapshot.values.count) values; \(table.entity.name) has \(table.entity.properties.count) properties")
+            }
+            for index in table.columnIndexes {
+                try Self.checkType(snapshot.values[index], table.entity, index, snapshot.id)
+            }
+            // A to-many has no value of its own (its objects point here): anything but NULL
+            // would be published to other clients and never stored.
+            for property in table.entity.properties where property.kind == .toMany && !snapshot.values[property.index].isNull {
+                throw SkyrosError(
+                    .typeMismatch,
+                    "\(table.entity.name).\(property.name) is a to-many relationship, whose value is always null; \(snapshot.id) gives it \(snapshot.values[property.index].typeDescription)")
+            }
+        }
+        for update in changes.updated {
+            let table = try tableInfo(update.id.entityName)
+            if let index = update.changes.keys.first(where: { $0 < 0 || $0 >= table.entity.properties.count }) {
+                throw SkyrosError(.valueNotStorable, "\(table.entity.name) has no property number \(index)")
+            }
+            for (index, value) in update.changes where table.entity.properties[index].hasColumn {
+                try Self.checkType(value, table.entity, index, update.id)
+            }
+        }
+        for id in changes.deleted { _ = try tableInfo(id.entityName) }
+    }
+
+    /// Throws ``SkyrosError/Code/typeMismatch`` when a value does not fit its property.
+    private static func checkType(_ value: StoredValue, _ entity: EntityDescription, _ index: Int, _ id: ObjectID) throws {
+        let property = entity.properties[index]
+        guard !fits(value, property) else { return }
+        let declared =
+            property.kind == .toOne
+            ? "a reference to \(property.destinationName ?? "?") (a 16-byte blob or null)"
+            : "\(property.codec.isOptional ? "an optional " : "")\(property.codec.typeName) (\(property.codec.storageType.rawValue))"
+        throw SkyrosError(
+            .typeMismatch, "\(entity.name).\(property.name) is \(declared); \(id) gives it \(value.typeDescription)")
+    }
+
+    /// Whether a value has the storage class of a property's column.
+    static func fits(_ value: StoredValue, _ property: PropertyDescription) -> Bool {
+        if property.kind == .toOne {
+            switch value {
+            case .null: return true
+            case .blob(let data): return data.count == 16
+            default: return false
+            }
+        }
+        switch (value, property.codec.storageType) {
+        case (.null, _): return property.codec.isOptional
+        case (.text(let text), .text) where isDecimal(property):
+            // A decimal in any other form would compare and sort out of numeric order.
+            return OrderedDecimal.isWellFormed(text)
+        case (.integer, .integer), (.integer, .real), (.real, .real), (.text, .text), (.blob, .blob): return true
+        case (.real(let number), .integer): return number.rounded() == number && abs(number) < 9.2e18
+        default: return false
+        }
+    }
+
+    /// Whether an attribute holds decimals (``OrderedDecimal``): `decimal` or `enum:decimal`.
+    static func isDecimal(_ property: PropertyDescription) -> Bool {
+        let type = property.codec.typeName
+        return property.kind == .attribute
+            && (type == Decimal.schemaTypeName || type == "enum:" + Decimal.schemaTypeName)
+    }
+}
