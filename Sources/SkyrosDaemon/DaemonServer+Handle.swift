@@ -4,7 +4,7 @@ import Synchronization
 extension DaemonServer {
     /// What other threads may do with a server confined to the thread that serves: ask it to
     /// stop, read its statistics, learn when it is closed.
-    public final class Handle: Sendable {
+    package final class Handle: Sendable {
         private struct State {
             var stopRequested = false
             var statistics = Statistics()
@@ -18,13 +18,13 @@ extension DaemonServer {
 
         /// Asks ``DaemonServer/serve(pollInterval:turn:)`` to return once the request in
         /// progress is answered.
-        public func stop() { state.withLock { $0.stopRequested = true } }
+        package func stop() { state.withLock { $0.stopRequested = true } }
 
         /// Whether ``stop()`` was called.
         var isStopRequested: Bool { state.withLock { $0.stopRequested } }
 
         /// What the daemon has done since it started.
-        public var statistics: Statistics { state.withLock { $0.statistics } }
+        package var statistics: Statistics { state.withLock { $0.statistics } }
 
         /// Counts what the server did.
         func record(_ change: (inout Statistics) -> Void) {
@@ -32,7 +32,7 @@ extension DaemonServer {
         }
 
         /// Calls `body` once the server is closed (at once when it is already).
-        public func whenFinished(_ body: @escaping @Sendable () -> Void) {
+        package func whenFinished(_ body: @escaping @Sendable () -> Void) {
             let finished = state.withLock { state in
                 if !state.finished { state.whenFinished.append(body) }
                 return state.finished
@@ -41,7 +41,7 @@ extension DaemonServer {
         }
 
         /// Waits until the server is closed, for at most `timeout`; returns whether it is.
-        public func waitUntilFinished(timeout: DispatchTimeInterval) -> Bool {
+        package func waitUntilFinished(timeout: DispatchTimeInterval) -> Bool {
             let closed = DispatchSemaphore(value: 0)
             whenFinished { closed.signal() }
             return closed.wait(timeout: .now() + timeout) == .success
@@ -64,7 +64,7 @@ extension DaemonServer {
     /// error thrown here.
     ///
     /// - Returns: the server's handle, once it serves (or throws what making it threw).
-    public static func detached(
+    package static func detached(
         configuration: Configuration, pollInterval: Int = 100,
         setUp: @escaping @Sendable (DaemonServer) throws -> () -> Void = { _ in {} }
     ) throws -> Handle {

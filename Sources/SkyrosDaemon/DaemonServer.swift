@@ -14,33 +14,33 @@ import SkyrosZeroMQ
 /// it waits on the sockets, hands the turn what arrived, and performs the actions the turn
 /// returns (replies, reads, group commits, publications). It is confined to the thread that
 /// serves: other threads stop it and read its statistics through its ``handle``.
-public final class DaemonServer {
+package final class DaemonServer {
     /// How a daemon serves its group.
-    public struct Configuration: Sendable {
+    package struct Configuration: Sendable {
         /// The group container (created with mode 0770 when missing).
-        public var container: GroupContainer
+        package var container: GroupContainer
         /// The store's durability: `.full` syncs every commit (the default).
-        public var durability: Durability
+        package var durability: Durability
         /// The largest request accepted (a larger frame closes its connection before it is read).
-        public var maximumMessageSize: Int
+        package var maximumMessageSize: Int
         /// How many change sets the history keeps (at least 1).
-        public var historyCount: Int
+        package var historyCount: Int
         /// How long the history keeps a change set, in seconds.
-        public var historyAge: TimeInterval
+        package var historyAge: TimeInterval
         /// The most change sets committed together in one transaction.
-        public var maximumGroupCommit: Int
+        package var maximumGroupCommit: Int
         /// How many connections the daemon remembers the hello of. Past it, it forgets them
         /// all: each says hello again on its next request, as clients do by themselves when
         /// told `helloRequired`, so a daemon serving short-lived clients for months does not
         /// grow without bound.
-        public var maximumConnections: Int
+        package var maximumConnections: Int
         /// How long, in seconds, the events of a commit may wait while more requests are
         /// already waiting: under load the events of several commits go out together, in one
         /// message that wakes each client once (each client receives every other client's
         /// changes, so under load a publish per commit costs every client a wake-up per
         /// commit). A daemon with nothing more to do publishes at once. 0 publishes after
         /// every commit.
-        public var maximumEventDelay: TimeInterval
+        package var maximumEventDelay: TimeInterval
         /// The most connections open at once on each of the two sockets (a client holds one on
         /// each); nil: sized to the file-descriptor limit, which the daemon raises from its
         /// soft to its hard value when it starts (``DescriptorLimit/maximumClients(forLimit:)``).
@@ -48,16 +48,16 @@ public final class DaemonServer {
         /// left. Past it, a new request connection closes the
         /// oldest one that has not said hello, or is closed itself when every open connection
         /// said hello; a new event connection past it is closed.
-        public var maximumClients: Int?
+        package var maximumClients: Int?
         /// How long, in seconds, a request connection may stay without saying hello before the
         /// daemon closes it (``WireProtocol/helloTimeout`` by default).
-        public var helloTimeout: TimeInterval
+        package var helloTimeout: TimeInterval
         /// Where the server writes what it does (one line per call).
-        public var log: @Sendable (String) -> Void
+        package var log: @Sendable (String) -> Void
 
         /// A configuration; every limit has the protocol's default (`maximumEventDelay` nil:
         /// ``WireProtocol/maximumEventDelay``).
-        public init(
+        package init(
             container: GroupContainer, durability: Durability = .full,
             maximumMessageSize: Int = WireProtocol.maximumMessageSize,
             historyCount: Int = 100_000, historyAge: TimeInterval = 7 * 86_400, maximumGroupCommit: Int = 256,
@@ -81,39 +81,39 @@ public final class DaemonServer {
     }
 
     /// How this daemon serves.
-    public let configuration: Configuration
+    package let configuration: Configuration
     /// What other threads may do with the server: stop it, read its statistics.
-    public let handle = Handle()
+    package let handle = Handle()
     private let lock: GroupLock
     /// The request (`ROUTER`) and event (`PUB`) sockets.
     private let sockets: ZMTPServer
     /// Keeps the connections of both sockets within the limit (its own thread).
     private var connectionGuard: ConnectionGuard?
     /// The connection limit in force on each socket.
-    public let maximumClients: Int
+    package let maximumClients: Int
     /// The protocol: sessions, store, group commit, publishing.
     private var turn: DaemonTurn
     private let access: PeerAccess
     /// Answers fetches, counts and faults beside the commits.
     private let reader: ReadWorker
     /// Admin sessions (`skyros … --group`), connection activity, metrics (AdminSession.swift).
-    public let admin: AdminSessions
+    package let admin: AdminSessions
 
     /// What the server has committed since it started.
-    public struct Statistics: Sendable, Equatable {
+    package struct Statistics: Sendable, Equatable {
         /// Group commits (transactions) of saves.
-        public var commits = 0
+        package var commits = 0
         /// Change sets stored by them.
-        public var changeSets = 0
+        package var changeSets = 0
         /// Hellos answered with a welcome (a client says hello again after a restart, on a
         /// new connection, or when the daemon forgot its connections).
-        public var welcomes = 0
+        package var welcomes = 0
         /// Messages of change events published (heartbeats not counted): one per commit when
         /// the daemon is idle between them, fewer under load.
-        public var publishes = 0
+        package var publishes = 0
 
-        /// Statistics with the given counts (for comparisons in tests).
-        public init(commits: Int = 0, changeSets: Int = 0, welcomes: Int = 0, publishes: Int = 0) {
+        /// Statistics with the given counts.
+        package init(commits: Int = 0, changeSets: Int = 0, welcomes: Int = 0, publishes: Int = 0) {
             self.commits = commits
             self.changeSets = changeSets
             self.welcomes = welcomes
@@ -128,7 +128,7 @@ public final class DaemonServer {
     /// without writing to it): an empty file, a file that is not a Skyros store or a damaged
     /// store is refused with ``SkyrosError/Code/storeFailure`` naming the file and the
     /// problem, and left byte for byte as it was.
-    public init(configuration: Configuration) throws {
+    package init(configuration: Configuration) throws {
         self.configuration = configuration
         let container = configuration.container
         try container.prepare()
@@ -214,7 +214,7 @@ public final class DaemonServer {
     /// `turn` is called on the serving thread at the start of every turn — at least every
     /// `pollInterval` milliseconds while the loop is alive: `skyrosd` sends systemd's
     /// watchdog ping from it, so a hung loop stops the pings.
-    public func serve(pollInterval: Int = 100, turn startOfTurn: () -> Void = {}) {
+    package func serve(pollInterval: Int = 100, turn startOfTurn: () -> Void = {}) {
         while !handle.isStopRequested {
             startOfTurn()
             perform(turn.heartbeatIfDue(every: Double(pollInterval) / 1000))
@@ -246,7 +246,7 @@ public final class DaemonServer {
 
     /// Closes the sockets, checkpoints and closes the store, and releases the group's lock;
     /// then the ``handle`` tells that the server is finished.
-    public func close() {
+    package func close() {
         reader.stop()
         connectionGuard?.stop()
         sockets.close()

@@ -8,7 +8,7 @@ public final class RunningDaemon: Sendable {
     public let directory: String
     public let container: GroupContainer
     /// The server's handle: its statistics, and stopping it.
-    public let server: DaemonServer.Handle
+    package let server: DaemonServer.Handle
     private let gate = TurnGate()
 
     /// - Parameters:
