@@ -287,4 +287,46 @@ struct DaemonTurnTests {
         t.perform([actions[0]])
         #expect(t.takeReplies("a")[saved] == .saved(sequence: 1))
     }
+
+    @Test("a newer hello migrates the store: schemaChanged is published, the older session is projected and gets copies in its terms")
+    func migrationAndMixedVersions() throws {
+        let t = try TurnTranscript()
+        _ = t.send("old", try hello("v1", schema: MixedVersionModels.v1))
+        _ = t.send("old", .save(clientID: .named("old"), saveNumber: 1, changes: ChangeSet(inserted: [
+            Snapshot(id: .make(entityName: "Task"), values: [.text("a"), .integer(0)]),
+        ])))
+        let newer = t.send("new", try hello("v2", schema: MixedVersionModels.v2))
+        guard case .welcome(let welcome)? = t.takeReplies("new")[newer] else {
+            Issue.record("no welcome for v2")
+            return
+        }
+        // The v1 save of the turn was committed first, in v1; then the schemaChanged event.
+        #expect(t.takeReplies("old").values.contains(.saved(sequence: 1)))
+        #expect(welcome.schemaVersion == 2 && welcome.sequence == 2 && t.turn.schemaVersion == 2)
+        // In the store's terms (a one-byte topic), and a copy of schemaChanged for the v1 session.
+        let kinds = t.published.compactMap { publication -> String? in
+            guard case .event(let event) = publication.message.body else { return nil }
+            return "\(event.kind)/\(publication.topic.count)"
+        }
+        #expect(kinds == ["changes/1", "schemaChanged/1", "schemaChanged/2"])
+        #expect(t.log.contains { $0.hasPrefix("migrated the store from schema version 1 to 2") })
+        // The v1 session is still served, projected: its save is translated, and its event
+        // goes out twice, in the store's terms and, under its topic and version, in v1's.
+        t.published = []
+        let saved = t.send("old", .save(clientID: .named("old"), saveNumber: 2, changes: ChangeSet(inserted: [
+            Snapshot(id: .make(entityName: "Task"), values: [.text("b"), .integer(1)]),
+        ])))
+        t.endOfInput()
+        #expect(t.takeReplies("old")[saved] == .saved(sequence: 3))
+        #expect(t.published.count == 2 && t.published[1].topic.count == 2 && t.published[1].topic.last == 1)
+        let values = t.published.map { publication -> Int in
+            guard case .event(let event) = publication.message.body else { return -1 }
+            return event.inserted.first?.values.count ?? -1
+        }
+        #expect(values == [4, 2])  // v2 has four attributes, v1 two
+        // A version the store cannot be migrated to is refused; the store stays at 2.
+        let bad = t.send("bad", try hello("v3", schema: MixedVersionModels.badV3))
+        #expect(t.takeReplies("bad")[bad].flatMap(errorCode) == "migrationFailed")
+        #expect(t.turn.schemaVersion == 2)
+    }
 }
