@@ -24,6 +24,11 @@ final class JournaledStore {
         try? FileManager.default.removeItem(at: directory)
     }
 
+    /// Commits the saves of one turn.
+    func run(_ saves: [GroupCommit.Save], resetting: Int? = nil) -> GroupCommit.Outcome {
+        commit.commit(saves, resetting: resetting, in: store)
+    }
+
     /// Sequences of the history rows, in order.
     func history() throws -> [Int64] {
         try store.rows("SELECT sequence FROM skyros_history ORDER BY sequence").compactMap {
@@ -63,9 +68,9 @@ struct GroupCommitTests {
     @Test("the saves of a turn commit in one transaction, each with the next sequence, in order")
     func together() throws {
         let journaled = try JournaledStore()
-        let outcome = journaled.commit.commit(
-            [userSave("a", 1, handle: "a1"), userSave("b", 1, handle: "b1"), userSave("a", 2, handle: "a2")],
-            in: journaled.store)
+        let outcome = journaled.run([
+            userSave("a", 1, handle: "a1"), userSave("b", 1, handle: "b1"), userSave("a", 2, handle: "a2"),
+        ])
         #expect(outcome.committed)
         #expect(answers(outcome) == ["saved 1", "saved 2", "saved 3"])
         #expect(outcome.events.map(\.event.sequence) == [1, 2, 3])
@@ -79,24 +84,24 @@ struct GroupCommitTests {
     @Test("one bad change set fails alone: the turn is applied again, each save in its own savepoint")
     func failsAlone() throws {
         let journaled = try JournaledStore()
-        let outcome = journaled.commit.commit(
-            [userSave("a", 1, handle: "same"), userSave("b", 1, handle: "same"), userSave("c", 1, handle: "c1")],
-            in: journaled.store)
+        let outcome = journaled.run([
+            userSave("a", 1, handle: "same"), userSave("b", 1, handle: "same"), userSave("c", 1, handle: "c1"),
+        ])
         #expect(outcome.committed)
         #expect(answers(outcome) == ["saved 1", "uniqueConstraintViolation", "saved 2"])
         #expect(outcome.events.map(\.event.sequence) == [1, 2])
         #expect(try journaled.history() == [1, 2])
         #expect(try journaled.users() == 2)
         // The failed save took no sequence and is not known as applied: sent again, fixed, it is.
-        let retried = journaled.commit.commit([userSave("b", 1, handle: "b1")], in: journaled.store)
+        let retried = journaled.run([userSave("b", 1, handle: "b1")])
         #expect(answers(retried) == ["saved 3"])
     }
 
     @Test("a turn of one save that fails is rolled back whole: nothing stored, no sequence given")
     func oneFails() throws {
         let journaled = try JournaledStore()
-        _ = journaled.commit.commit([userSave("a", 1, handle: "taken")], in: journaled.store)
-        let outcome = journaled.commit.commit([userSave("b", 1, handle: "taken")], in: journaled.store)
+        _ = journaled.run([userSave("a", 1, handle: "taken")])
+        let outcome = journaled.run([userSave("b", 1, handle: "taken")])
         #expect(!outcome.committed)
         #expect(answers(outcome) == ["uniqueConstraintViolation"])
         #expect(outcome.events.isEmpty)
@@ -107,12 +112,10 @@ struct GroupCommitTests {
     @Test("a save is applied exactly once: resent in the same turn, in a later turn, and after a restart")
     func exactlyOnce() throws {
         let journaled = try JournaledStore()
-        let first = journaled.commit.commit(
-            [userSave("a", 1, handle: "a1"), userSave("a", 1, handle: "a1")], in: journaled.store)
+        let first = journaled.run([userSave("a", 1, handle: "a1"), userSave("a", 1, handle: "a1")])
         #expect(answers(first) == ["saved 1", "saved 1"])
         #expect(first.events.count == 1)
-        let later = journaled.commit.commit(
-            [userSave("a", 2, handle: "a2"), userSave("a", 1, handle: "a1")], in: journaled.store)
+        let later = journaled.run([userSave("a", 2, handle: "a2"), userSave("a", 1, handle: "a1")])
         #expect(answers(later) == ["saved 2", "saved 1"])  // an older save: answered from the history
         // A restarted daemon knows nothing in memory: the store's records decide.
         var restarted = GroupCommit(sequence: journaled.commit.sequence, retention: journaled.commit.retention)
@@ -127,9 +130,9 @@ struct GroupCommitTests {
     @Test("a retry in the same turn as a failing save is still answered once, from its first application")
     func retryBesideAFailure() throws {
         let journaled = try JournaledStore()
-        let outcome = journaled.commit.commit(
-            [userSave("a", 1, handle: "x"), userSave("b", 1, handle: "x"), userSave("a", 1, handle: "x")],
-            in: journaled.store)
+        let outcome = journaled.run([
+            userSave("a", 1, handle: "x"), userSave("b", 1, handle: "x"), userSave("a", 1, handle: "x"),
+        ])
         // The second attempt (savepoints) starts from what the ledger knew before the turn.
         #expect(answers(outcome) == ["saved 1", "uniqueConstraintViolation", "saved 1"])
         #expect(try journaled.history() == [1])
@@ -141,8 +144,9 @@ struct GroupCommitTests {
         var reset = GroupCommit.Save(
             identity: Data("r".utf8), requestID: 9, clientID: .named("r"), saveNumber: 1, changes: ChangeSet(), author: "resetter")
         reset.topic = 2
-        let outcome = journaled.commit.commit(
-            [userSave("a", 1, handle: "a1"), userSave("b", 1, handle: "b1"), reset], resetting: 2, in: journaled.store)
+        let outcome = journaled.run([
+            userSave("a", 1, handle: "a1"), userSave("b", 1, handle: "b1"), reset,
+        ], resetting: 2)
         #expect(answers(outcome) == ["saved 1", "saved 2", "saved 3"])
         #expect(outcome.events.map(\.event.kind) == [.changes, .changes, .reset])
         #expect(outcome.log.count == 1 && outcome.log[0].contains("deleted 2 objects") && outcome.log[0].contains("'resetter'"))
@@ -154,7 +158,7 @@ struct GroupCommitTests {
         let journaled = try JournaledStore(retentionCount: 2)
         var pruned = 0
         for number in UInt64(1)...4 {
-            let outcome = journaled.commit.commit([userSave("a", number, handle: "a\(number)")], in: journaled.store)
+            let outcome = journaled.run([userSave("a", number, handle: "a\(number)")])
             pruned += outcome.pruned.changeSets
         }
         #expect(try journaled.history() == [3, 4])
