@@ -15,24 +15,17 @@ struct SharedBenchmark {
     let saveSamples: Int
     let insertCount: Int
 
-    final class Daemon: @unchecked Sendable {
-        let server: DaemonServer
+    final class Daemon: Sendable {
+        let server: DaemonServer.Handle
         let container: GroupContainer
-        let done = DispatchSemaphore(value: 0)
         init(_ path: URL, durability: Durability) throws {
             container = GroupContainer(url: path)
-            server = try DaemonServer(configuration: .init(container: container, durability: durability))
-            let server = self.server
-            let done = self.done
-            Thread.detachNewThread {
-                server.serve(pollInterval: 50)
-                done.signal()
-            }
+            server = try DaemonServer.detached(
+                configuration: .init(container: container, durability: durability), pollInterval: 50)
         }
         func stop() {
             server.stop()
-            done.wait()
-            server.close()
+            _ = server.waitUntilFinished(timeout: .never)
         }
     }
 

@@ -12,13 +12,13 @@ import SkyrosZeroMQ
 /// It also keeps what operators see: each connection's activity, save latencies and the
 /// daemon's metrics; and it writes the log lines of connections and errors through
 /// swift-log, with metadata, when ``logger`` is set.
-public final class AdminSessions: @unchecked Sendable {
+package final class AdminSessions: @unchecked Sendable {
     /// Unix groups whose members may open admin sessions (root and the daemon's user always
     /// may). Set before ``DaemonServer/serve(pollInterval:turn:)``.
-    public var adminGroups: [gid_t] = []
+    package var adminGroups: [gid_t] = []
     /// Where connection and error lines go (with metadata: client name, pid, uid, request
     /// ID); nil: the server's ``DaemonServer/Configuration/log``.
-    public var logger: Logger?
+    package var logger: Logger?
 
     /// How many pages a backup copies per step when the request says 0.
     static let pagesPerStep = 1_024

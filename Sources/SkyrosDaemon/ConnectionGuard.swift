@@ -5,10 +5,10 @@ import Foundation
 /// The daemon keeps the connections of each socket under ``maximumClients(forLimit:)``, so
 /// that its store, journal and backups always have descriptors left (a listener that does run
 /// out stops accepting for a moment; libzmq 4.3, which the daemon used before, aborted).
-public enum DescriptorLimit {
+package enum DescriptorLimit {
     /// Raises the soft `RLIMIT_NOFILE` to the hard limit; returns the soft limit after it.
     @discardableResult
-    public static func raiseToHardLimit() -> Int {
+    package static func raiseToHardLimit() -> Int {
         var limit = rlimit()
         guard getrlimit(Int32(RLIMIT_NOFILE.rawValue), &limit) == 0 else { return 1_024 }
         if limit.rlim_cur < limit.rlim_max {
@@ -20,7 +20,7 @@ public enum DescriptorLimit {
     }
 
     /// The current soft limit on file descriptors.
-    public static var current: Int {
+    package static var current: Int {
         var limit = rlimit()
         guard getrlimit(Int32(RLIMIT_NOFILE.rawValue), &limit) == 0 else { return 1_024 }
         return limit.rlim_cur >= rlim_t(Int32.max) ? Int(Int32.max) : Int(limit.rlim_cur)
@@ -30,12 +30,12 @@ public enum DescriptorLimit {
     /// connections accepted while older ones are being closed (a connection the guard refuses
     /// holds its descriptor until the server reads its end): a quarter of the limit, and at
     /// least 384 or half the limit, whichever is less.
-    public static func reserve(forLimit limit: Int) -> Int { max(limit / 4, min(384, limit / 2)) }
+    package static func reserve(forLimit limit: Int) -> Int { max(limit / 4, min(384, limit / 2)) }
 
     /// The most connections on each of the two sockets for a descriptor limit: every client
     /// holds two (requests and events), so half of what the reserve leaves, at most 10,000
     /// and at least 1.
-    public static func maximumClients(forLimit limit: Int) -> Int {
+    package static func maximumClients(forLimit limit: Int) -> Int {
         min(10_000, max(1, (limit - reserve(forLimit: limit)) / 2))
     }
 }

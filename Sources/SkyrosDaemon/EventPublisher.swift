@@ -26,6 +26,12 @@ struct EventPublisher {
         var firstSequence: UInt64
         /// How many change sets it carries (0 for a heartbeat).
         var changeSets: Int
+        /// Its events, as they are in `message` (a heartbeat's included): translated for the
+        /// sessions of earlier schema versions without decoding `message` again.
+        var events: [ChangeEvent]
+
+        /// The body of `message`: one event, or a `changes` message of several.
+        var body: WireMessage.Body { events.count == 1 ? .event(events[0]) : .changes(events, more: false) }
     }
 
     let maximumDelay: Duration
@@ -73,7 +79,7 @@ struct EventPublisher {
         let beat = Publication(
             topic: WireProtocol.broadcastTopic,
             message: WireMessage(requestID: 0, body: .event(.heartbeat(sequence))).encoded(), firstSequence: sequence,
-            changeSets: 0)
+            changeSets: 0, events: [.heartbeat(sequence)])
         return [flush(), beat].compactMap { $0 }
     }
 
@@ -87,6 +93,7 @@ struct EventPublisher {
             committed.count == 1
             ? first.encoded : WireMessage(requestID: 0, body: .changes(committed.map(\.event), more: false)).encoded()
         return Publication(
-            topic: topic, message: message, firstSequence: first.event.sequence, changeSets: committed.count)
+            topic: topic, message: message, firstSequence: first.event.sequence, changeSets: committed.count,
+            events: committed.map(\.event))
     }
 }

@@ -116,7 +116,7 @@ final class ReadWorker: @unchecked Sendable {
                     let answer = try Self.answer(job.body, from: job.store)
                     body = job.projection?.old(answer) ?? answer
                 } catch {
-                    body = DaemonServer.errorReply(SkyrosError.wrap(error))
+                    body = DaemonTurn.errorReply(SkyrosError.wrap(error))
                 }
                 answered.append(Reply(identity: job.identity, message: WireMessage(requestID: job.requestID, body: body).encoded()))
             }

@@ -16,9 +16,9 @@ import Skyros
 /// database without Skyros' metadata, or a database the check finds errors in is refused
 /// with ``SkyrosError/Code/storeFailure``, a message naming the file and the problem, and the
 /// file left as it was.
-public enum StoreCheck {
+package enum StoreCheck {
     /// How thorough a check is.
-    public enum Depth: Sendable {
+    package enum Depth: Sendable {
         /// `PRAGMA quick_check`: the structure of every page, without comparing indexes to
         /// their tables (the daemon's check at start).
         case quick
@@ -42,7 +42,7 @@ public enum StoreCheck {
     ///   client's hello), true when the file is a Skyros store the check finds no error in.
     /// - Throws: ``SkyrosError/Code/storeFailure`` naming the file and the problem otherwise.
     @discardableResult
-    public static func verify(_ url: URL, depth: Depth) throws -> Bool {
+    package static func verify(_ url: URL, depth: Depth) throws -> Bool {
         let path = url.path
         func refusal(_ problem: String) -> SkyrosError {
             SkyrosError(.storeFailure, "the store at \(path) \(problem); the file was left untouched")

@@ -121,14 +121,30 @@ struct Skyrosd: AsyncParsableCommand {
             try checkStore(GroupContainer(url: containerURL).store)
             return
         }
-        let server: DaemonServer
+        var adminGroups: [gid_t] = []
+        for name in adminGroup {
+            guard let entry = getgrnam(name) else {
+                logger.critical("--admin-group \(name): no such Unix group")
+                throw ExitCode(64)
+            }
+            adminGroups.append(entry.pointee.gr_gid)
+        }
+        let notifier = SystemdNotifier()
+        let server: DaemonServer.Handle
         do {
-            server = try DaemonServer(
+            server = try DaemonServer.detached(
                 configuration: .init(
                     container: GroupContainer(url: containerURL), durability: durability,
                     historyCount: historyCount, historyAge: historyAge, maximumEventDelay: eventDelay / 1000,
                     maximumClients: maxClients, helloTimeout: helloTimeout,
-                    log: { message in logger.info("\(message)") }))
+                    log: { message in logger.info("\(message)") })
+            ) { [adminGroups] server in
+                server.admin.logger = logger
+                server.admin.adminGroups = adminGroups
+                // systemd's watchdog ping, from the serve loop's turns (see DaemonService).
+                var watchdog = WatchdogPing(notifier: notifier)
+                return { watchdog.pingIfDue() }
+            }
         } catch let error as SkyrosError where error.code == .groupLocked {
             logger.critical("\(error.message)")
             throw ExitCode(2)
@@ -139,15 +155,7 @@ struct Skyrosd: AsyncParsableCommand {
             logger.critical("cannot start: \(error)")
             throw ExitCode(1)
         }
-        server.admin.logger = logger
-        for name in adminGroup {
-            guard let entry = getgrnam(name) else {
-                logger.critical("--admin-group \(name): no such Unix group")
-                throw ExitCode(64)
-            }
-            server.admin.adminGroups.append(entry.pointee.gr_gid)
-        }
-        let service = DaemonService(server: server, notifier: SystemdNotifier(), logger: logger)
+        let service = DaemonService(server: server, notifier: notifier, logger: logger)
         let serviceGroup = ServiceGroup(
             configuration: .init(services: [service], gracefulShutdownSignals: [.sigterm, .sigint], logger: logger))
         try await serviceGroup.run()
@@ -169,7 +177,7 @@ struct Skyrosd: AsyncParsableCommand {
     }
 }
 
-/// The serve loop as a service: it runs on its own thread (ZeroMQ sockets are blocking),
+/// The serve loop as a service: the server runs on its own thread (``DaemonServer/detached(configuration:pollInterval:setUp:)``),
 /// and stops when the service group shuts down gracefully (SIGTERM, SIGINT): the request
 /// in progress and the saves of its turn are committed and acknowledged, the events
 /// published, then ``DaemonServer/close()`` checkpoints the store and the process exits 0.
@@ -178,7 +186,7 @@ struct Skyrosd: AsyncParsableCommand {
 /// serve loop itself, from its per-turn hook: a loop that hangs stops pinging, and systemd
 /// restarts the daemon.
 struct DaemonService: Service {
-    let server: DaemonServer
+    let server: DaemonServer.Handle
     let notifier: SystemdNotifier
     let logger: Logger
 
@@ -186,19 +194,12 @@ struct DaemonService: Service {
         notifier.notify("READY=1\nSTATUS=serving")
         await withGracefulShutdownHandler {
             await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
-                let server = self.server
-                let notifier = self.notifier
-                Thread.detachNewThread {
-                    var watchdog = WatchdogPing(notifier: notifier)
-                    server.serve(turn: { watchdog.pingIfDue() })
-                    continuation.resume()
-                }
+                server.whenFinished { continuation.resume() }
             }
         } onGracefulShutdown: { [server, notifier] in
             notifier.notify("STOPPING=1")
             server.stop()
         }
-        server.close()
         logger.info("shut down")
     }
 }

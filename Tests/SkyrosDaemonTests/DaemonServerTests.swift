@@ -286,7 +286,7 @@ struct DaemonServerTests {
         let started = Date()
         server.serve(pollInterval: 10) {
             turns += 1
-            if turns == 5 { server.stop() }
+            if turns == 5 { server.handle.stop() }
         }
         server.close()
         #expect(turns == 5)

@@ -92,7 +92,7 @@ struct DaemonStateMachineTests {
         let one = committed(1, topic: 4)
         #expect(
             publisher.committed([one], requestsWaiting: false, now: .now)
-                == EventPublisher.Publication(topic: 4, message: one.encoded, firstSequence: 1, changeSets: 1))
+                == EventPublisher.Publication(topic: 4, message: one.encoded, firstSequence: 1, changeSets: 1, events: [one.event]))
     }
 
     @Test("under load, events wait at most the delay, then go out together, to everyone when saved by several")

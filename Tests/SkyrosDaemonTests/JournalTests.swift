@@ -96,28 +96,33 @@ struct JournalTests {
 
     @Test("change sets arriving together commit in one transaction; an invalid one fails alone")
     func groupCommit() throws {
-        let daemon = try RunningDaemon(serving: false)
-        let clients = try (0..<4).map { _ in try RawClient(daemon) }
-        let setup = try RawClient(daemon)
-        // Everything is sent before the daemon serves: its first turn takes it all.
-        var sent: [(RawClient, UInt64, Bool)] = []
+        let daemon = try RunningDaemon()
+        let clients = try (0..<4).map { _ in try DirectClient(daemon) }
         for (index, client) in clients.enumerated() {
-            sent.append((client, try client.send(RawClient.hello(name: "c\(index)")), true))
+            guard case .welcome? = try client.call(RawClient.hello(name: "c\(index)")) else {
+                Issue.record("no welcome")
+                return
+            }
+        }
+        // Every save is sent while the serve loop is held: its next turn takes them all.
+        #expect(daemon.pause())
+        var sent: [(DirectClient, UInt64, Bool)] = []
+        for (index, client) in clients.enumerated() {
             for number in 1...5 {
                 // The third save of client 2 repeats a unique handle of client 0: it fails alone.
                 let handle = index == 2 && number == 3 ? "c0-1" : "c\(index)-\(number)"
-                let id = try client.send(.save(clientID: .named("client\(index)"), saveNumber: UInt64(number), changes: ChangeSet(
+                let id = client.send(.save(clientID: .named("client\(index)"), saveNumber: UInt64(number), changes: ChangeSet(
                     inserted: [userSnapshot(handle)])))
                 sent.append((client, id, !(index == 2 && number == 3)))
             }
         }
-        #expect(daemon.startServing(after: sent.count))
+        daemon.resume()
+        let setup = try RawClient(daemon)
         _ = try setup.hello()
         var sequences: [UInt64] = []
         for client in clients {
-            let replies = try client.replies(6)
+            let replies = try client.replies(5)
             for (owner, id, valid) in sent where owner === client {
-                if case .welcome = replies[id] { continue }
                 if valid {
                     guard case .saved(let sequence) = replies[id] else {
                         Issue.record("save \(id) failed: \(String(describing: replies[id]))")
@@ -142,33 +147,33 @@ struct JournalTests {
         arguments: [true, false])
     func eventsHeldUnderLoad(held: Bool) throws {
         // One save a commit, so that six saves make six commits; they all wait in the socket
-        // before the daemon serves, so that after each commit but the last, requests wait.
+        // when the daemon's turn starts, so that after each commit but the last, requests wait.
         // Heartbeats (which publish what waits) are 3 s apart: the six commits take far less.
-        let daemon = try RunningDaemon(
-            serving: false, maximumGroupCommit: 1, maximumEventDelay: held ? 60 : 0, heartbeatInterval: 3_000)
+        let daemon = try RunningDaemon(maximumGroupCommit: 1, maximumEventDelay: held ? 60 : 0, heartbeatInterval: 3_000)
         defer { daemon.shutDown() }
-        let watcher = try RawClient(daemon)
-        try watcher.subscriber.setReceiveTimeout(milliseconds: 5_000)
-        let writer = try RawClient(daemon)
-        _ = try writer.send(RawClient.hello(name: "writer"))
-        for number in 1...6 {
-            _ = try writer.send(.save(clientID: .named("w"), saveNumber: UInt64(number), changes: ChangeSet(
-                inserted: [userSnapshot("h\(number)")])))
-        }
-        // The writer's and the watcher's subscriptions are in before the commits are published.
-        #expect(daemon.startServing(after: 7, subscribers: 2))
-        let replies = try writer.replies(7)
-        #expect((2...7).map { replies[UInt64($0)] } == (1...6).map { .saved(sequence: UInt64($0)) })
-        guard case .welcome(let welcome)? = replies[1], case let writerTopic = welcome.eventTopic else {
-            Issue.record("no welcome: \(String(describing: replies[1]))")
+        // Both subscriptions are in before the commits are published.
+        let watcher = try DirectClient(daemon)
+        let writer = try DirectClient(daemon)
+        guard case .welcome(let welcome)? = try writer.call(RawClient.hello(name: "writer")),
+            case let writerTopic = welcome.eventTopic
+        else {
+            Issue.record("no welcome")
             return
         }
+        #expect(daemon.pause())
+        let sent = (1...6).map { number in
+            writer.send(.save(clientID: .named("w"), saveNumber: UInt64(number), changes: ChangeSet(
+                inserted: [userSnapshot("h\(number)")])))
+        }
+        daemon.resume()
+        let replies = try writer.replies(6)
+        #expect(sent.map { replies[$0] } == (1...6).map { .saved(sequence: UInt64($0)) })
         // The watcher's messages, heartbeats aside, until it has the six events (10 s at most).
         var messages: [[UInt64]] = []
         var topics: Set<UInt8> = []
         let deadline = Date().addingTimeInterval(10)
         while messages.joined().count < 6 && Date() < deadline {
-            let (topic, message) = try watcher.event()
+            guard case let (topic, message)? = try watcher.event() else { continue }
             switch message.body {
             case .event(let event) where event.isChangeSet: messages.append([event.sequence])
             case .changes(let events, _): messages.append(events.map(\.sequence))
@@ -180,6 +185,7 @@ struct JournalTests {
         #expect(messages.count == (held ? 1 : 6))
         // All saved on one connection: under its topic, so that the writer is not woken up.
         #expect(topics == [writerTopic])
+        daemon.shutDown()
         #expect(daemon.server.statistics.commits == 6)
         #expect(daemon.server.statistics.publishes == (held ? 1 : 6))
     }

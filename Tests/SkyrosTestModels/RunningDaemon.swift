@@ -4,22 +4,17 @@ import SkyrosWire
 
 /// A daemon served on a background thread, over real ZeroMQ sockets in a short temporary
 /// directory, stopped and cleaned even when a test fails.
-public final class RunningDaemon: @unchecked Sendable {
+public final class RunningDaemon: Sendable {
     public let directory: String
     public let container: GroupContainer
-    public let server: DaemonServer
-    private let finished = DispatchSemaphore(value: 0)
-    private let heartbeatInterval: Int
-    private let lock = NSLock()
-    private var serving = false
-    private var closed = false
+    /// The server's handle: its statistics, and stopping it.
+    package let server: DaemonServer.Handle
+    private let gate = TurnGate()
 
     /// - Parameters:
     ///   - directory: the directory of a daemon shut down before (a restart), or nil for a new one.
     ///   - historyCount: how many change sets the history keeps.
     ///   - historyAge: how long the history keeps a change set, in seconds.
-    ///   - serving: false to start serving later with ``startServing(after:)`` — requests sent
-    ///     in between wait in the socket and are all taken in the first turn (a group commit).
     ///   - maximumConnections: how many connections' hellos the daemon remembers.
     ///   - maximumGroupCommit: the most change sets committed together.
     ///   - maximumEventDelay: how long events may wait for the next commits' while requests wait.
@@ -27,51 +22,83 @@ public final class RunningDaemon: @unchecked Sendable {
     ///   - log: where the server writes what it does.
     public init(
         directory: String? = nil, historyCount: Int = 100_000, historyAge: TimeInterval = 7 * 86_400,
-        serving: Bool = true, maximumConnections: Int = 10_000, maximumGroupCommit: Int = 256,
+        maximumConnections: Int = 10_000, maximumGroupCommit: Int = 256,
         maximumEventDelay: TimeInterval = 0.002, heartbeatInterval: Int = 20,
         log: @escaping @Sendable (String) -> Void = { _ in }
     ) throws {
-        self.heartbeatInterval = heartbeatInterval
         self.directory = directory ?? "/tmp/skd-\(getpid())-\(UInt32.random(in: 0...UInt32.max))"
         container = GroupContainer(url: URL(fileURLWithPath: self.directory).appendingPathComponent("g"))
-        server = try DaemonServer(configuration: .init(
-            container: container, historyCount: historyCount, historyAge: historyAge,
-            maximumGroupCommit: maximumGroupCommit, maximumConnections: maximumConnections,
-            maximumEventDelay: maximumEventDelay, log: log))
-        if serving { startServing() }
+        let gate = self.gate
+        server = try DaemonServer.detached(
+            configuration: .init(
+                container: container, historyCount: historyCount, historyAge: historyAge,
+                maximumGroupCommit: maximumGroupCommit, maximumConnections: maximumConnections,
+                maximumEventDelay: maximumEventDelay, log: log),
+            pollInterval: heartbeatInterval
+        ) { _ in { gate.pass() } }
     }
 
-    /// Starts serving; first waits (5 s at most) until `requests` requests were read, so that
-    /// the first turn takes them together, and `subscribers` event connections subscribed, so
-    /// that they get its events. Returns whether they were.
+    /// Holds the serve loop at the start of its next turn, and returns once it waits there
+    /// (5 s at most; false when it did not get there): requests sent meanwhile wait in the
+    /// sockets, and the turn after ``resume()`` takes them all together (one group commit).
     @discardableResult
-    public func startServing(after requests: Int = 0, subscribers: Int = 0) -> Bool {
-        let received = server.readAhead(requests: requests, subscribers: subscribers, milliseconds: 5_000)
-        lock.withLock { serving = true }
-        let server = self.server
-        let finished = self.finished
-        let heartbeatInterval = self.heartbeatInterval
-        Thread.detachNewThread {
-            server.serve(pollInterval: heartbeatInterval)
-            finished.signal()
-        }
-        return received
-    }
+    public func pause() -> Bool { gate.hold(milliseconds: 5_000) }
+
+    /// Lets the serve loop go on after ``pause()``.
+    public func resume() { gate.release() }
 
     /// Stops serving and closes the store and sockets, keeping the directory for a restart.
     public func shutDown() {
-        let (wasServing, wasClosed) = lock.withLock { () -> (Bool, Bool) in
-            defer { closed = true }
-            return (serving, closed)
-        }
-        guard !wasClosed else { return }
+        gate.release()
         server.stop()
-        if wasServing { _ = finished.wait(timeout: .now() + 10) }
-        server.close()
+        _ = server.waitUntilFinished(timeout: .seconds(10))
     }
 
     deinit {
         shutDown()
         try? FileManager.default.removeItem(atPath: directory)
+    }
+}
+
+/// Where the serve loop of a ``RunningDaemon`` waits at the start of a turn while a test
+/// holds it (its per-turn hook, the one `skyrosd` pings systemd's watchdog from).
+private final class TurnGate: @unchecked Sendable {  // its state is guarded by `condition`
+    private struct State {
+        var held = false
+        var waiting = false
+    }
+
+    private let condition = NSCondition()
+    private var state = State()
+
+    /// Called by the serve loop at the start of every turn: waits while the gate is held.
+    func pass() {
+        condition.withLock {
+            guard state.held else { return }
+            state.waiting = true
+            condition.broadcast()
+            while state.held { condition.wait() }
+            state.waiting = false
+        }
+    }
+
+    /// Holds the loop at its next turn; returns once it waits (false after `milliseconds`).
+    func hold(milliseconds: Int) -> Bool {
+        let deadline = Date().addingTimeInterval(Double(milliseconds) / 1000)
+        return condition.withLock {
+            state.held = true
+            while !state.waiting {
+                guard condition.wait(until: deadline) else { return state.waiting }
+            }
+            return true
+        }
+    }
+
+    /// Lets the loop go on.
+    func release() {
+        condition.withLock {
+            state.held = false
+            condition.broadcast()
+        }
     }
 }

@@ -1,0 +1,271 @@
+import Foundation
+import Skyros
+import SkyrosWire
+
+/// The daemon's group commit, against a store and nothing else: the saves of one turn are
+/// committed in one transaction, each recorded in the journal with the next sequence number,
+/// exactly once (``SaveLedger``), with the history's retention applied in the same
+/// transaction. No socket: it returns what each save is answered and the events to publish.
+///
+/// Several saves are applied in one go first; when one of them fails (a unique constraint, a
+/// link to an object another client deleted, an object that does not exist), the transaction
+/// is rolled back and the turn applied again with each save in its own savepoint, so that the
+/// failing one fails alone (two statements a save spared in the usual case, where none
+/// fails); a turn of one save that fails is rolled back whole. A save whose client and save
+/// number were applied before is not applied again: it is answered with the sequence it got
+/// the first time (an older save number than the client's last is looked up in the history).
+struct GroupCommit {
+    /// A save of the turn: a change set, a batch operation, or (at ``commit(_:resetting:in:)``'s
+    /// `resetting` index) a `deleteAll`.
+    struct Save {
+        var identity: Data
+        var requestID: UInt64
+        var clientID: UUID
+        var saveNumber: UInt64
+        var changes: ChangeSet
+        /// A batch operation instead of a change set.
+        var batch: BatchOperation? = nil
+        /// When it arrived (for its latency in `skyros status` and the metrics).
+        var received = ContinuousClock.now
+        /// The session's projection (an earlier schema version): its reply is translated.
+        var projection: SchemaProjection? = nil
+        /// The saver's name (the author of its event); nil for a connection with no session.
+        var author: String? = nil
+        /// The saver's event topic; nil for a connection with no session.
+        var topic: UInt8? = nil
+    }
+
+    /// What a save of the turn is answered when it succeeded.
+    enum Answer: Equatable {
+        case saved(UInt64)
+        case batch(affected: Int, event: ChangeEvent)
+    }
+
+    /// What a commit did.
+    struct Outcome {
+        /// One result per save, in order.
+        var results: [Result<Answer, SkyrosError>]
+        /// The change sets committed, to publish.
+        var events: [EventPublisher.Committed] = []
+        /// Whether the transaction committed (false: nothing of the turn is stored).
+        var committed = false
+        /// History removed by the retention inside the transaction.
+        var pruned = Journal.Pruned()
+        /// Lines for the daemon's log: the reset, or why the commit failed.
+        var log: [String] = []
+    }
+
+    /// The last sequence number given.
+    private(set) var sequence: UInt64
+    /// Exactly-once decisions, from the save records of the commits since the daemon started.
+    private(set) var ledger = SaveLedger()
+    /// How much history is kept.
+    let retention: Journal.Retention
+    private var lastPrune = Date.distantPast
+    /// No history row is left below this sequence (see ``Journal/prune(_:current:byAge:goneBelow:in:)``).
+    private var historyGoneBelow: UInt64 = 0
+
+    /// A group commit going on from `sequence`, the last one the store's journal gave.
+    init(sequence: UInt64, retention: Journal.Retention) {
+        self.sequence = sequence
+        self.retention = retention
+    }
+
+    /// The store was replaced (migrated): its journal goes on from `sequence`, and what the
+    /// ledger knew of the saves before is forgotten (the store's records are read again).
+    mutating func restart(sequence: UInt64) {
+        self.sequence = sequence
+        ledger = SaveLedger()
+    }
+
+    /// Commits the saves of one turn in one transaction of `store` (see the type's overview).
+    ///
+    /// - Parameter resetting: the index of a `deleteAll` among `saves` (the store is emptied there).
+    mutating func commit(_ saves: [Save], resetting: Int? = nil, in store: SQLiteStore, now: Date = Date()) -> Outcome {
+        var attempt = self.attempt(saves, resetting: resetting, isolated: false, store, now)
+        if case .refused = attempt, saves.count > 1 {
+            attempt = self.attempt(saves, resetting: resetting, isolated: true, store, now)
+        }
+        switch attempt {
+        case .committed(let outcome):
+            return outcome
+        case .refused(let error):
+            return Outcome(results: [.failure(error)])
+        case .failed(let error):
+            // The commit itself failed (I/O, disk full): nothing of this turn is stored.
+            let wrapped = SkyrosError.wrap(error)
+            return Outcome(
+                results: Array(repeating: .failure(wrapped), count: saves.count),
+                log: ["group commit of \(saves.count) change sets failed: \(error)"])
+        }
+    }
+
+    /// How one attempt at a turn's transaction ended.
+    private enum Attempt {
+        case committed(Outcome)
+        /// A save applied without a savepoint failed: the transaction was rolled back.
+        case refused(SkyrosError)
+        /// The transaction failed for another reason.
+        case failed(any Error)
+    }
+
+    /// One attempt at the turn's transaction; `isolated`: each save in a savepoint.
+    private mutating func attempt(
+        _ saves: [Save], resetting: Int?, isolated: Bool, _ store: SQLiteStore, _ now: Date
+    ) -> Attempt {
+        var outcome = Outcome(results: [])
+        var next = sequence
+        var refusal: SkyrosError?
+        do {
+            try store.transaction { transaction in
+                for (index, save) in saves.enumerated() {
+                    do {
+                        if let answer = try previousAnswer(save, transaction) {
+                            outcome.results.append(.success(answer))
+                            continue
+                        }
+                        let apply = {
+                            try Self.apply(save, sequence: next + 1, reset: index == resetting, store.schema, transaction)
+                        }
+                        let applied = try isolated ? transaction.savepoint(apply) : apply()
+                        next = applied.event.sequence
+                        ledger.applied(client: save.clientID, save: save.saveNumber, sequence: next)
+                        outcome.events.append(
+                            EventPublisher.Committed(event: applied.event, encoded: applied.encoded, topic: save.topic))
+                        outcome.results.append(.success(
+                            applied.affected.map { .batch(affected: $0, event: applied.event) } ?? .saved(next)))
+                        if let line = applied.resetLog { outcome.log.append(line) }
+                    } catch {
+                        // Without a savepoint, a failed save rolls the transaction back (and,
+                        // among several, makes the turn start again, a savepoint each).
+                        guard isolated else {
+                            refusal = SkyrosError.wrap(error)
+                            throw error
+                        }
+                        outcome.results.append(.failure(SkyrosError.wrap(error)))
+                    }
+                }
+                outcome.pruned = try prune(next, now, transaction)
+            }
+        } catch {
+            ledger.abandon()
+            if let refusal { return .refused(refusal) }
+            return .failed(error)
+        }
+        sequence = next
+        ledger.commit()
+        outcome.committed = true
+        return .committed(outcome)
+    }
+
+    /// The answer to a save applied before (a retry), from the ledger or the store's records;
+    /// nil for a save to apply.
+    private mutating func previousAnswer(_ save: Save, _ transaction: SQLiteStore.Transaction) throws -> Answer? {
+        var decision = ledger.decide(client: save.clientID, save: save.saveNumber)
+        if decision == .readStore {
+            let stored = try Journal.lastSave(of: save.clientID, in: transaction)
+            decision = ledger.decide(client: save.clientID, save: save.saveNumber, stored: .some(stored))
+        }
+        switch decision {
+        case .answer(let sequence):
+            return try Self.answer(save, sequence: sequence, transaction)
+        case .answerFromHistory:
+            let first = try Journal.sequence(ofSave: save.saveNumber, by: save.clientID, in: transaction)
+            return try Self.answer(save, sequence: first ?? 0, transaction)
+        case .apply, .readStore:
+            return nil
+        }
+    }
+
+    /// A save applied: its event, the event's bytes as recorded, the objects a batch
+    /// affected, and the log line of a reset.
+    private struct Applied {
+        var event: ChangeEvent
+        var encoded: [UInt8]
+        var affected: Int?
+        var resetLog: String?
+    }
+
+    /// Applies one save with sequence number `sequence` and records it in the journal.
+    private static func apply(
+        _ save: Save, sequence: UInt64, reset: Bool, _ schema: Schema, _ transaction: SQLiteStore.Transaction
+    ) throws -> Applied {
+        var event = ChangeEvent(
+            sequence: sequence, kind: reset ? .reset : .changes, authorID: save.clientID, author: save.author ?? "")
+        var deletedObjects: Int?
+        var affected: Int?
+        if let batch = save.batch {
+            let outcome = try transaction.batch(batch, naming: .upTo(WireProtocol.maximumBatchEventObjects))
+            affected = outcome.count
+            event = batchEvent(outcome, batch, schema, event)
+        } else if reset {
+            deletedObjects = try objectCount(of: schema, in: transaction)
+            try transaction.deleteAll()
+        } else {
+            let applied = try transaction.apply(save.changes)
+            event.inserted = save.changes.inserted.map { Snapshot(id: $0.id, values: $0.values, version: 1) }
+            event.updated = applied.map { ChangeEvent.Update(id: $0.id, version: $0.version, values: $0.changes) }
+            event.deleted = save.changes.deleted
+        }
+        let encoded = try Journal.record(event, save: save.saveNumber, affected: affected, in: transaction)
+        let resetLog = deletedObjects.map { deleted in
+            """
+            reset (deleteAll) by \(DaemonTurn.describe(save.author)) (client \(save.clientID), \
+            save \(save.saveNumber)): deleted \(deleted) object\(deleted == 1 ? "" : "s"), \
+            sequence \(event.sequence)
+            """
+        }
+        return Applied(event: event, encoded: encoded, affected: affected, resetLog: resetLog)
+    }
+
+    /// The answer to a save applied before (a retry): its sequence, or for a batch its change
+    /// set from the history (when the history no longer has it: a batch event with empty
+    /// lists, which makes the client refresh what it holds, and 0 objects).
+    private static func answer(_ save: Save, sequence: UInt64, _ transaction: SQLiteStore.Transaction) throws -> Answer {
+        guard save.batch != nil else { return .saved(sequence) }
+        if sequence > 0, let recorded = try Journal.batch(at: sequence, in: transaction) {
+            return .batch(affected: recorded.affected, event: recorded.event)
+        }
+        return .batch(
+            affected: 0, event: ChangeEvent(sequence: sequence, kind: .batch, authorID: save.clientID, author: ""))
+    }
+
+    /// The change event of a batch operation: its objects with their new values, or empty
+    /// lists when the outcome does not name them (too many); a batch that selected nothing is
+    /// an empty change set.
+    static func batchEvent(_ outcome: BatchOutcome, _ operation: BatchOperation, _ schema: Schema, _ base: ChangeEvent) -> ChangeEvent {
+        var event = base
+        guard outcome.count > 0 || !outcome.deleted.isEmpty else { return event }
+        event.kind = .batch
+        guard outcome.isListed else { return event }
+        event.deleted = outcome.deleted.sorted { ($0.entityName, $0.uuid.uuidString) < ($1.entityName, $1.uuid.uuidString) }
+        event.updated = outcome.updatedValues.map { id, update in
+            ChangeEvent.Update(id: id, version: update.version, values: update.values)
+        }.sorted { ($0.id.entityName, $0.id.uuid.uuidString) < ($1.id.entityName, $1.id.uuid.uuidString) }
+        return event
+    }
+
+    /// Applies the history retention inside a commit: by count in every commit, by age at
+    /// most once a second.
+    private mutating func prune(_ current: UInt64, _ now: Date, _ transaction: SQLiteStore.Transaction) throws -> Journal.Pruned {
+        let byAge = now.timeIntervalSince(lastPrune) >= 1
+        if byAge { lastPrune = now }
+        let pruned = try Journal.prune(retention, current: current, byAge: byAge, goneBelow: historyGoneBelow, in: transaction)
+        // Were the transaction rolled back, a later prune's DELETE removes these rows too (the
+        // history may hold a few more change sets than its count until then).
+        historyGoneBelow = max(historyGoneBelow, UInt64(clamping: retention.keepFrom(current: current)))
+        return pruned
+    }
+
+    /// The number of objects in the store, counted inside a transaction.
+    private static func objectCount(of schema: Schema, in transaction: SQLiteStore.Transaction) throws -> Int {
+        var total = 0
+        for entity in schema.entities {
+            let table = "\"" + entity.name.replacingOccurrences(of: "\"", with: "\"\"") + "\""
+            if case .integer(let count)? = try transaction.rows("SELECT count(*) FROM \(table)").first?.first {
+                total += Int(count)
+            }
+        }
+        return total
+    }
+}

@@ -1,0 +1,167 @@
+import Foundation
+import Skyros
+@testable import SkyrosDaemon
+import SkyrosTestModels
+import SkyrosWire
+import Testing
+
+/// A store with the daemon's journal in a temporary directory, and a group commit on it.
+final class JournaledStore {
+    let directory: URL
+    let store: SQLiteStore
+    var commit: GroupCommit
+
+    init(retentionCount: Int = 100_000) throws {
+        directory = URL(fileURLWithPath: NSTemporaryDirectory()).appendingPathComponent("gc-\(UUID().uuidString)")
+        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+        store = try SQLiteStore(schema: testSchema, url: directory.appendingPathComponent("store.sqlite"))
+        let opened = try Journal.open(store)
+        commit = GroupCommit(sequence: opened.sequence, retention: .init(count: retentionCount, age: 7 * 86_400))
+    }
+
+    deinit {
+        try? store.close()
+        try? FileManager.default.removeItem(at: directory)
+    }
+
+    /// Commits the saves of one turn.
+    func run(_ saves: [GroupCommit.Save], resetting: Int? = nil) -> GroupCommit.Outcome {
+        commit.commit(saves, resetting: resetting, in: store)
+    }
+
+    /// Sequences of the history rows, in order.
+    func history() throws -> [Int64] {
+        try store.rows("SELECT sequence FROM skyros_history ORDER BY sequence").compactMap {
+            if case .integer(let value) = $0[0] { value } else { nil }
+        }
+    }
+
+    /// The number of users stored.
+    func users() throws -> Int64 {
+        guard case .integer(let count)? = try store.rows("SELECT count(*) FROM \"User\"").first?.first else { return -1 }
+        return count
+    }
+}
+
+/// A save of a user with a handle, as `client` with save number `number`.
+func userSave(_ client: String, _ number: UInt64, handle: String) -> GroupCommit.Save {
+    GroupCommit.Save(
+        identity: Data(client.utf8), requestID: number, clientID: .named(client), saveNumber: number,
+        changes: ChangeSet(inserted: [userSnapshot(handle)]), author: client, topic: 1)
+}
+
+/// What each save of a commit was answered: the sequence, or the error's code.
+func answers(_ outcome: GroupCommit.Outcome) -> [String] {
+    outcome.results.map { result in
+        switch result {
+        case .success(.saved(let sequence)): "saved \(sequence)"
+        case .success(.batch(let affected, let event)): "batch \(affected) at \(event.sequence)"
+        case .failure(let error): error.code.rawValue
+        }
+    }
+}
+
+/// The group commit against a store alone: one transaction per turn, savepoints when a save
+/// fails, exactly once across retries and restarts, retention in the same transaction.
+@Suite("Group commit")
+struct GroupCommitTests {
+    @Test("the saves of a turn commit in one transaction, each with the next sequence, in order")
+    func together() throws {
+        let journaled = try JournaledStore()
+        let outcome = journaled.run([
+            userSave("a", 1, handle: "a1"), userSave("b", 1, handle: "b1"), userSave("a", 2, handle: "a2"),
+        ])
+        #expect(outcome.committed)
+        #expect(answers(outcome) == ["saved 1", "saved 2", "saved 3"])
+        #expect(outcome.events.map(\.event.sequence) == [1, 2, 3])
+        #expect(outcome.events.map(\.event.author) == ["a", "b", "a"])
+        #expect(outcome.events.allSatisfy { $0.topic == 1 && $0.event.inserted.count == 1 })
+        #expect(journaled.commit.sequence == 3)
+        #expect(try journaled.history() == [1, 2, 3])
+        #expect(try journaled.users() == 3)
+    }
+
+    @Test("one bad change set fails alone: the turn is applied again, each save in its own savepoint")
+    func failsAlone() throws {
+        let journaled = try JournaledStore()
+        let outcome = journaled.run([
+            userSave("a", 1, handle: "same"), userSave("b", 1, handle: "same"), userSave("c", 1, handle: "c1"),
+        ])
+        #expect(outcome.committed)
+        #expect(answers(outcome) == ["saved 1", "uniqueConstraintViolation", "saved 2"])
+        #expect(outcome.events.map(\.event.sequence) == [1, 2])
+        #expect(try journaled.history() == [1, 2])
+        #expect(try journaled.users() == 2)
+        // The failed save took no sequence and is not known as applied: sent again, fixed, it is.
+        let retried = journaled.run([userSave("b", 1, handle: "b1")])
+        #expect(answers(retried) == ["saved 3"])
+    }
+
+    @Test("a turn of one save that fails is rolled back whole: nothing stored, no sequence given")
+    func oneFails() throws {
+        let journaled = try JournaledStore()
+        _ = journaled.run([userSave("a", 1, handle: "taken")])
+        let outcome = journaled.run([userSave("b", 1, handle: "taken")])
+        #expect(!outcome.committed)
+        #expect(answers(outcome) == ["uniqueConstraintViolation"])
+        #expect(outcome.events.isEmpty)
+        #expect(journaled.commit.sequence == 1)
+        #expect(try journaled.history() == [1])
+    }
+
+    @Test("a save is applied exactly once: resent in the same turn, in a later turn, and after a restart")
+    func exactlyOnce() throws {
+        let journaled = try JournaledStore()
+        let first = journaled.run([userSave("a", 1, handle: "a1"), userSave("a", 1, handle: "a1")])
+        #expect(answers(first) == ["saved 1", "saved 1"])
+        #expect(first.events.count == 1)
+        let later = journaled.run([userSave("a", 2, handle: "a2"), userSave("a", 1, handle: "a1")])
+        #expect(answers(later) == ["saved 2", "saved 1"])  // an older save: answered from the history
+        // A restarted daemon knows nothing in memory: the store's records decide.
+        var restarted = GroupCommit(sequence: journaled.commit.sequence, retention: journaled.commit.retention)
+        let again = restarted.commit(
+            [userSave("a", 2, handle: "a2"), userSave("a", 1, handle: "a1"), userSave("a", 3, handle: "a3")],
+            in: journaled.store)
+        #expect(answers(again) == ["saved 2", "saved 1", "saved 3"])
+        #expect(try journaled.history() == [1, 2, 3])
+        #expect(try journaled.users() == 3)
+    }
+
+    @Test("a retry in the same turn as a failing save is still answered once, from its first application")
+    func retryBesideAFailure() throws {
+        let journaled = try JournaledStore()
+        let outcome = journaled.run([
+            userSave("a", 1, handle: "x"), userSave("b", 1, handle: "x"), userSave("a", 1, handle: "x"),
+        ])
+        // The second attempt (savepoints) starts from what the ledger knew before the turn.
+        #expect(answers(outcome) == ["saved 1", "uniqueConstraintViolation", "saved 1"])
+        #expect(try journaled.history() == [1])
+    }
+
+    @Test("a reset empties the store in a change set of its own, after the saves before it")
+    func reset() throws {
+        let journaled = try JournaledStore()
+        var reset = GroupCommit.Save(
+            identity: Data("r".utf8), requestID: 9, clientID: .named("r"), saveNumber: 1, changes: ChangeSet(), author: "resetter")
+        reset.topic = 2
+        let outcome = journaled.run([
+            userSave("a", 1, handle: "a1"), userSave("b", 1, handle: "b1"), reset,
+        ], resetting: 2)
+        #expect(answers(outcome) == ["saved 1", "saved 2", "saved 3"])
+        #expect(outcome.events.map(\.event.kind) == [.changes, .changes, .reset])
+        #expect(outcome.log.count == 1 && outcome.log[0].contains("deleted 2 objects") && outcome.log[0].contains("'resetter'"))
+        #expect(try journaled.users() == 0)
+    }
+
+    @Test("the history keeps its retention count, pruned in the commit's transaction")
+    func retention() throws {
+        let journaled = try JournaledStore(retentionCount: 2)
+        var pruned = 0
+        for number in UInt64(1)...4 {
+            let outcome = journaled.run([userSave("a", number, handle: "a\(number)")])
+            pruned += outcome.pruned.changeSets
+        }
+        #expect(try journaled.history() == [3, 4])
+        #expect(pruned == 2)
+    }
+}
