@@ -63,7 +63,7 @@ struct MergedRowsTests {
         }
         _ = try #require(await nextChange(changes))
         try await a.write { context in context.object(with: other, as: User.self)?.firstname = "Annie" }
-        #expect(try #require(await nextChange(changes)).updated[other] == ["firstname"])
+        #expect(try #require(await nextChange(changes)).updated[other]?.properties == ["firstname"])
         main.performAndWait { #expect(main.mergedRows.peek(other) != nil) }
         var name: String?
         try b.writeAndWait { context in name = context.object(with: other, as: User.self)?.firstname }
