@@ -13,7 +13,7 @@ public final class DaemonServer: @unchecked Sendable {
     /// How a daemon serves its group.
     public struct Configuration: Sendable {
         /// The group container (created with mode 0770 when missing).
-        public var container: GroupContainer
+        package var container: GroupContainer
         /// The store's durability: `.full` syncs every commit (the default).
         public var durability: Durability
         /// The largest request accepted (a larger frame closes its connection before it is read).
@@ -52,7 +52,7 @@ public final class DaemonServer: @unchecked Sendable {
 
         /// A configuration; every limit has the protocol's default (`maximumEventDelay` nil:
         /// ``WireProtocol/maximumEventDelay``).
-        public init(
+        package init(
             container: GroupContainer, durability: Durability = .full,
             maximumMessageSize: Int = WireProtocol.maximumMessageSize,
             historyCount: Int = 100_000, historyAge: TimeInterval = 7 * 86_400, maximumGroupCommit: Int = 256,

@@ -6,7 +6,7 @@ import SkyrosWire
 /// directory, stopped and cleaned even when a test fails.
 public final class RunningDaemon: @unchecked Sendable {
     public let directory: String
-    public let container: GroupContainer
+    package let container: GroupContainer
     public let server: DaemonServer
     private let finished = DispatchSemaphore(value: 0)
     private let heartbeatInterval: Int
