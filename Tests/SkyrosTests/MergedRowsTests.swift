@@ -175,4 +175,33 @@ struct MergedRowsTests {
             #expect(controller.fetchedObjects.map(\.handle) == ["seen"])
         }
     }
+
+    @Test("the context merges a change by itself, no daemon: a held object takes the new values, an insert stays a row, a delete is forgotten")
+    func contextMerge() async throws {
+        let store = try Skyros(inMemoryStack: testSchema)
+        let ids = try await store.write { context in
+            makeUsers([("John", "Doe"), ("Ann", "Roe")], in: context)
+            return try User.all(sortedBy: [SortDescriptor(\.firstname, order: .reverse)], in: context).map(\.objectID)
+        }
+        let (johnID, annID) = (ids[0], ids[1])
+        let main = store.mainContext
+        let firstname = try #require(testSchema.entity(named: "User")?.property(named: "firstname")).index
+        main.performAndWait {
+            guard let john = main.object(with: johnID, as: User.self), let ann = main.object(with: annID, as: User.self) else {
+                Issue.record("the objects are not in the main context")
+                return
+            }
+            #expect(john.firstname == "John" && !main.reference.isObserved)
+            let newID = ObjectID(entityName: "User", uuid: UUID())
+            main.merge([
+                StoreChange(
+                    sequence: 1, author: "elsewhere", inserted: [Snapshot(id: newID, values: ann.skyrosStorage.values, version: 1)],
+                    updated: [johnID: StoreChange.Update(properties: ["firstname"], version: 2, values: [firstname: .text("Johnny")])],
+                    deleted: [annID])
+            ])
+            #expect(john.firstname == "Johnny" && john.skyrosStorage.version == 2)
+            #expect(main.mergedRows.peek(newID)?.version == 1 && main.registry[newID] == nil)
+            #expect(ann.isDeleted && main.registry[annID] == nil)
+        }
+    }
 }
