@@ -123,7 +123,7 @@ struct SharedBenchmark {
         let watcher = Task {
             for await change in b.changes {
                 guard let wanted = expected.value else { continue }
-                if let id = change.inserted.first, Self.value(of: id, in: b) == wanted { expected.foundByID(at: Clock.now()) }
+                if let id = change.inserted.first?.id, Self.value(of: id, in: b) == wanted { expected.foundByID(at: Clock.now()) }
                 if Self.value(wanted, in: b) == wanted { expected.found(at: Clock.now()) }
                 seen.signal()
             }

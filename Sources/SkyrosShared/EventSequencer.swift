@@ -2,14 +2,17 @@ import Foundation
 import SkyrosWire
 
 /// The client's side of the change-event stream, as a value: what to merge, when to catch up
-/// and when to start over. It takes what happens (events and heartbeats received, a save sent
-/// and its reply, a page of `changes-since`, a welcome, silence, an expired history) and
-/// returns actions; the event thread carries them out. No socket, no clock, no lock.
+/// and when to start over, and which save goes out next. It takes what happens (events and
+/// heartbeats received, a save sent and its reply, a save whose outcome is unknown, a page of
+/// `changes-since`, a welcome, silence, an expired history) and returns actions; the event
+/// thread and the savers carry them out. No socket, no clock, no lock.
 ///
 /// Invariants: events are merged in sequence order, each once, none skipped; this client's
 /// own change sets are never merged (their sequences are counted from the save replies, or
 /// from their events when they come back); a gap is closed by `changes-since`, except while
-/// a save is in flight (the gap may be that save, whose reply is on its way).
+/// a save is in flight (the gap may be that save, whose reply is on its way). Saves are
+/// numbered from 1, in order; while a save's outcome is unknown, no new save is numbered:
+/// that one is resent first (the daemon applies a client's saves in order).
 struct EventSequencer: Equatable {
     /// What the event thread does.
     enum Action: Equatable {
@@ -35,12 +38,50 @@ struct EventSequencer: Equatable {
     private(set) var savesInFlight = 0
     /// Change sets past a gap, kept while a save is in flight (the gap may be that save).
     private(set) var held: [ChangeEvent] = []
+    /// The number of the last save numbered.
+    private(set) var saveNumber: UInt64 = 0
+    /// A save sent and never acknowledged (``SkyrosError/Code/outcomeUnknown``): resent until
+    /// the daemon answers, by the next saver or in the background.
+    private(set) var unknownSave: UnknownSave?
+
+    /// A save whose outcome is unknown: its number and the request that carries it.
+    struct UnknownSave: Equatable {
+        let number: UInt64
+        let body: WireMessage.Body
+    }
+
+    /// What a saver sends next.
+    enum SaveStep: Equatable {
+        /// Resend the save whose outcome is unknown (and report ``unknownSaveResolved()`` once
+        /// the daemon answers), then ask again.
+        case resend(UnknownSave)
+        /// Send the new save with this number.
+        case send(number: UInt64)
+    }
 
     init(clientID: UUID, welcome: WireMessage.Welcome) {
         self.clientID = clientID
         self.sequence = welcome.sequence
         self.epoch = welcome.storeEpoch
     }
+
+    /// A saver's next step: the save whose outcome is unknown first, else a new save, with
+    /// the next number.
+    mutating func nextSave() -> SaveStep {
+        if let unknownSave { return .resend(unknownSave) }
+        saveNumber += 1
+        return .send(number: saveNumber)
+    }
+
+    /// The save numbered `number` went out but got no acknowledgement within the timeout:
+    /// it may or may not be applied. It is resent before any new save.
+    mutating func saveOutcomeUnknown(number: UInt64, body: WireMessage.Body) {
+        unknownSave = UnknownSave(number: number, body: body)
+    }
+
+    /// The daemon answered the resent save whose outcome was unknown (applied or refused):
+    /// new saves may go out.
+    mutating func unknownSaveResolved() { unknownSave = nil }
 
     /// A save request goes out.
     mutating func saveSent() { savesInFlight += 1 }

@@ -39,32 +39,10 @@ extension Skyros {
     /// queue): change events of other processes are merged into the main context.
     public convenience init(sharedStack remote: RemoteStore, allowsConcurrentWritings: Bool = false, savesOnStop: Bool = true) {
         self.init(store: remote, allowsConcurrentWritings: allowsConcurrentWritings, savesOnStop: savesOnStop)
-        let schema = remote.schema
-        remote.onChange = { [weak self] (events: [ChangeEvent]) in
-            self?.merge(events.map { Self.storeChange($0, schema) })
-        }
+        remote.onChange = { [weak self] changes in self?.merge(changes) }
         remote.onRestart = { [weak self] in
             // The daemon restarted and may have lost events: what the main context holds is refreshed.
             self?.merge(StoreChange(sequence: 0, author: "", isRefresh: true))
         }
-    }
-
-    /// A change event as the main context merges it: updated properties by name, with their
-    /// values. A schema change, or a batch operation too large to name its objects, refreshes
-    /// everything.
-    static func storeChange(_ event: ChangeEvent, _ schema: Schema) -> StoreChange {
-        let unlistedBatch = event.kind == .batch && event.inserted.isEmpty && event.updated.isEmpty && event.deleted.isEmpty
-        var change = StoreChange(
-            sequence: event.sequence, author: event.author, isReset: event.kind == .reset,
-            isRefresh: event.kind == .schemaChanged || unlistedBatch, inserted: event.inserted.map(\.id), deleted: event.deleted,
-            insertedSnapshots: event.inserted)
-        for update in event.updated {
-            let properties = schema.entity(named: update.id.entityName)?.properties
-            change.updated[update.id] = update.values.keys.sorted().compactMap { index in
-                properties.flatMap { index < $0.count ? $0[index].name : nil }
-            }
-            change.updatedValues[update.id] = StoreChange.UpdatedValues(version: update.version, values: update.values)
-        }
-        return change
     }
 }

@@ -8,7 +8,7 @@ import Foundation
 /// These kinds are encoded and decoded here, apart from ``WireMessage``: the header is the
 /// same (`u8` version, `u8` kind, `uvarint` request ID); the answer to an `adminHello` is a
 /// ``WireMessage/Body/welcome(_:)`` and failures are ``WireMessage/Body/error(code:message:)``.
-public enum AdminMessage: Sendable, Hashable {
+package enum AdminMessage: Sendable, Hashable {
     // Requests (admin → daemon)
     /// Opens an admin session on the connection: the admin's process name and pid.
     case hello(clientName: String, pid: UInt64)
@@ -36,19 +36,19 @@ public enum AdminMessage: Sendable, Hashable {
     case metricsReply(String)
 
     /// A change set of the history, as `skyros history` lists it.
-    public struct HistoryEntry: Sendable, Hashable {
-        public var sequence: UInt64
-        public var kind: ChangeEvent.Kind
-        public var authorID: UUID
-        public var author: String
+    package struct HistoryEntry: Sendable, Hashable {
+        package var sequence: UInt64
+        package var kind: ChangeEvent.Kind
+        package var authorID: UUID
+        package var author: String
         /// When it was committed, in seconds since 1970.
-        public var timestamp: Double
-        public var inserted: Int
-        public var updated: Int
-        public var deleted: Int
+        package var timestamp: Double
+        package var inserted: Int
+        package var updated: Int
+        package var deleted: Int
 
         /// An entry with every field given.
-        public init(
+        package init(
             sequence: UInt64, kind: ChangeEvent.Kind, authorID: UUID, author: String, timestamp: Double, inserted: Int,
             updated: Int, deleted: Int
         ) {
@@ -64,20 +64,20 @@ public enum AdminMessage: Sendable, Hashable {
     }
 
     /// How far an online backup is.
-    public struct BackupProgress: Sendable, Hashable {
+    package struct BackupProgress: Sendable, Hashable {
         /// Pages copied so far.
-        public var copied: UInt64
+        package var copied: UInt64
         /// Pages of the store (as of the backup's snapshot).
-        public var total: UInt64
+        package var total: UInt64
         /// Whether the copy is complete and verified (`PRAGMA integrity_check`).
-        public var done: Bool
+        package var done: Bool
         /// The copy's size in bytes (when done).
-        public var bytes: UInt64
+        package var bytes: UInt64
         /// The sequence of the last change set the copy holds.
-        public var sequence: UInt64
+        package var sequence: UInt64
 
         /// Progress with every field given.
-        public init(copied: UInt64, total: UInt64, done: Bool, bytes: UInt64 = 0, sequence: UInt64 = 0) {
+        package init(copied: UInt64, total: UInt64, done: Bool, bytes: UInt64 = 0, sequence: UInt64 = 0) {
             self.copied = copied
             self.total = total
             self.done = done
@@ -87,7 +87,7 @@ public enum AdminMessage: Sendable, Hashable {
     }
 
     /// The kind of the message (its tag on the wire).
-    public var kind: WireProtocol.Kind {
+    package var kind: WireProtocol.Kind {
         switch self {
         case .hello: .adminHello
         case .status: .status
@@ -104,7 +104,7 @@ public enum AdminMessage: Sendable, Hashable {
     }
 
     /// Whether a frame's kind is one of the admin kinds (its header read, the body not).
-    public static func isAdmin(_ header: WireHeader) -> Bool {
+    package static func isAdmin(_ header: WireHeader) -> Bool {
         guard let kind = WireProtocol.Kind(rawValue: header.kind) else { return false }
         return adminKinds.contains(kind)
     }
@@ -116,7 +116,7 @@ public enum AdminMessage: Sendable, Hashable {
     ]
 
     /// `[version][kind][requestID uvarint][body]`.
-    public func encoded(requestID: UInt64) -> [UInt8] {
+    package func encoded(requestID: UInt64) -> [UInt8] {
         var writer = WireWriter()
         writer.byte(WireProtocol.version)
         writer.byte(kind.rawValue)
@@ -164,7 +164,7 @@ public enum AdminMessage: Sendable, Hashable {
     }
 
     /// Decodes an admin message; throws ``WireError/unknownMessageType(_:)`` for any other kind.
-    public static func decode(_ bytes: [UInt8]) throws(WireError) -> (requestID: UInt64, message: AdminMessage) {
+    package static func decode(_ bytes: [UInt8]) throws(WireError) -> (requestID: UInt64, message: AdminMessage) {
         var reader = WireReader(bytes)
         let version = try reader.byte()
         guard version == WireProtocol.version else { throw .unsupportedVersion(version) }

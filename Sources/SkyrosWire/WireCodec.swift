@@ -3,7 +3,7 @@ import Skyros
 
 /// Why a frame could not be decoded. The daemon answers each with an error reply (or drops
 /// the frame when it cannot even tell who sent it) and goes on serving.
-public enum WireError: Error, Equatable, Sendable, CustomStringConvertible {
+package enum WireError: Error, Equatable, Sendable, CustomStringConvertible {
     case truncated
     case trailingBytes(Int)
     case tooLarge(Int)
@@ -17,7 +17,7 @@ public enum WireError: Error, Equatable, Sendable, CustomStringConvertible {
     case invalidValue(String)
 
     /// The reason, for an error reply or a log.
-    public var description: String {
+    package var description: String {
         switch self {
         case .truncated: "the message ends too early"
         case .trailingBytes(let count): "\(count) unexpected bytes after the message"

@@ -4,9 +4,9 @@ import Skyros
 /// A committed change set as the daemon publishes it and keeps it in its history: its
 /// sequence number, who saved it, and what changed, with the values — a receiver merges it
 /// without asking the daemon for anything.
-public struct ChangeEvent: Sendable, Hashable {
+package struct ChangeEvent: Sendable, Hashable {
     /// What an event says.
-    public enum Kind: UInt8, Sendable, Hashable {
+    package enum Kind: UInt8, Sendable, Hashable {
         /// A change set (a save).
         case changes = 0
         /// The store was emptied (`nuke`): every object is gone.
@@ -26,16 +26,16 @@ public struct ChangeEvent: Sendable, Hashable {
 
     /// An updated object: its version after the change, and the values of the properties
     /// that changed, by property index.
-    public struct Update: Sendable, Hashable {
+    package struct Update: Sendable, Hashable {
         /// The updated object.
-        public var id: ObjectID
+        package var id: ObjectID
         /// Its version after the update.
-        public var version: Int64
+        package var version: Int64
         /// The new values of the properties that changed, by property index.
-        public var values: [Int: StoredValue]
+        package var values: [Int: StoredValue]
 
         /// An updated object as an event carries it.
-        public init(id: ObjectID, version: Int64, values: [Int: StoredValue]) {
+        package init(id: ObjectID, version: Int64, values: [Int: StoredValue]) {
             self.id = id
             self.version = version
             self.values = values
@@ -43,25 +43,25 @@ public struct ChangeEvent: Sendable, Hashable {
     }
 
     /// The change set's sequence number (for a heartbeat: the daemon's current sequence).
-    public var sequence: UInt64
+    package var sequence: UInt64
     /// What the event says.
-    public var kind: Kind
+    package var kind: Kind
     /// The client ID of the saver (all zeros for heartbeats).
-    public var authorID: UUID
+    package var authorID: UUID
     /// The process name of the saver, as its hello said.
-    public var author: String
+    package var author: String
     /// Inserted objects with all their values (version 1).
-    public var inserted: [Snapshot]
+    package var inserted: [Snapshot]
     /// Updated objects, with their changed values.
-    public var updated: [Update]
+    package var updated: [Update]
     /// Deleted objects.
-    public var deleted: [ObjectID]
+    package var deleted: [ObjectID]
     /// For ``Kind/schemaChanged``: the store's new schema version (on the wire after the
     /// lists, for that kind only); 0 for the other kinds.
-    public var schemaVersion: UInt64
+    package var schemaVersion: UInt64
 
     /// An event; a change set by default.
-    public init(
+    package init(
         sequence: UInt64, kind: Kind = .changes, authorID: UUID = ChangeEvent.noAuthor, author: String = "",
         inserted: [Snapshot] = [], updated: [Update] = [], deleted: [ObjectID] = [], schemaVersion: UInt64 = 0
     ) {
@@ -76,39 +76,39 @@ public struct ChangeEvent: Sendable, Hashable {
     }
 
     /// The author ID of heartbeats: all zeros.
-    public static let noAuthor = UUID(uuid: (0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0))
+    package static let noAuthor = UUID(uuid: (0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0))
 
     /// The heartbeat of a daemon at `sequence`.
-    public static func heartbeat(_ sequence: UInt64) -> ChangeEvent { ChangeEvent(sequence: sequence, kind: .heartbeat) }
+    package static func heartbeat(_ sequence: UInt64) -> ChangeEvent { ChangeEvent(sequence: sequence, kind: .heartbeat) }
 
     /// Whether this is a change set with a sequence of its own (not a heartbeat).
-    public var isChangeSet: Bool { kind != .heartbeat }
+    package var isChangeSet: Bool { kind != .heartbeat }
 
     /// Every object the event names.
-    public var objectIDs: [ObjectID] { inserted.map(\.id) + updated.map(\.id) + deleted }
+    package var objectIDs: [ObjectID] { inserted.map(\.id) + updated.map(\.id) + deleted }
 }
 
 /// A message of the client–daemon protocol (docs/PROTOCOL.md): a request, a reply, or a
 /// published change event. Tags, limits and defaults are in ``WireProtocol``.
-public struct WireMessage: Sendable, Hashable {
+package struct WireMessage: Sendable, Hashable {
     /// What a client says first on a connection.
-    public struct Hello: Sendable, Hashable {
+    package struct Hello: Sendable, Hashable {
         /// The protocol version the client speaks (``WireProtocol/version``).
-        public var protocolVersion: UInt64
+        package var protocolVersion: UInt64
         /// The ``Skyros/Schema/fingerprint`` of the client's schema.
-        public var schemaFingerprint: String
+        package var schemaFingerprint: String
         /// The client's ``Skyros/Schema/version``.
-        public var schemaVersion: UInt64
+        package var schemaVersion: UInt64
         /// The client's process name: at most ``WireProtocol/maximumClientNameBytes`` bytes.
-        public var clientName: String
+        package var clientName: String
         /// The client's process ID (for operators; peer credentials are what the daemon trusts).
-        public var pid: UInt64
+        package var pid: UInt64
         /// The JSON of the client's ``Skyros/SchemaDescription``: a daemon whose group has no
         /// store yet creates it from it.
-        public var schemaDescription: [UInt8]
+        package var schemaDescription: [UInt8]
 
         /// A hello with every field given.
-        public init(
+        package init(
             protocolVersion: UInt64 = UInt64(WireProtocol.version), schemaFingerprint: String, schemaVersion: UInt64,
             clientName: String, pid: UInt64, schemaDescription: [UInt8]
         ) {
@@ -121,7 +121,7 @@ public struct WireMessage: Sendable, Hashable {
         }
 
         /// The hello of this process for `schema`.
-        public init(schema: Schema, clientName: String) throws {
+        package init(schema: Schema, clientName: String) throws {
             self.init(
                 schemaFingerprint: schema.fingerprint, schemaVersion: UInt64(schema.version), clientName: clientName,
                 pid: UInt64(ProcessInfo.processInfo.processIdentifier),
@@ -130,21 +130,21 @@ public struct WireMessage: Sendable, Hashable {
     }
 
     /// The daemon's answer to a hello.
-    public struct Welcome: Sendable, Hashable {
+    package struct Welcome: Sendable, Hashable {
         /// The protocol version the daemon speaks.
-        public var protocolVersion: UInt64
+        package var protocolVersion: UInt64
         /// The sequence of the last committed change set.
-        public var sequence: UInt64
+        package var sequence: UInt64
         /// The first frame of the events of this connection's saves (1–255).
-        public var eventTopic: UInt8
+        package var eventTopic: UInt8
         /// The identity of the store: made when the store was created, kept across daemon
         /// restarts. A client that sees another one starts over (refreshes everything).
-        public var storeEpoch: UUID
+        package var storeEpoch: UUID
         /// The store's schema version.
-        public var schemaVersion: UInt64
+        package var schemaVersion: UInt64
 
         /// A welcome with every field given.
-        public init(
+        package init(
             protocolVersion: UInt64 = UInt64(WireProtocol.version), sequence: UInt64, eventTopic: UInt8,
             storeEpoch: UUID, schemaVersion: UInt64
         ) {
@@ -157,7 +157,7 @@ public struct WireMessage: Sendable, Hashable {
     }
 
     /// What a message says: one case per kind of ``WireProtocol/Kind`` this build implements.
-    public enum Body: Sendable, Hashable {
+    package enum Body: Sendable, Hashable {
         // Requests
         case hello(Hello)
         case fetch(StoreRequest)
@@ -193,7 +193,7 @@ public struct WireMessage: Sendable, Hashable {
         case event(ChangeEvent)
 
         /// The kind of the message (its tag on the wire).
-        public var kind: WireProtocol.Kind {
+        package var kind: WireProtocol.Kind {
             switch self {
             case .hello: .hello
             case .fetch: .fetch
@@ -219,18 +219,18 @@ public struct WireMessage: Sendable, Hashable {
     }
 
     /// Chosen by the requester, echoed by the reply (0 for events).
-    public var requestID: UInt64
+    package var requestID: UInt64
     /// What the message says.
-    public var body: Body
+    package var body: Body
 
     /// A message with its request ID (0 for events).
-    public init(requestID: UInt64, body: Body) {
+    package init(requestID: UInt64, body: Body) {
         self.requestID = requestID
         self.body = body
     }
 
     /// `[version][kind][requestID uvarint][body]`.
-    public func encoded() -> [UInt8] {
+    package func encoded() -> [UInt8] {
         var writer = WireWriter()
         writer.byte(WireProtocol.version)
         writer.byte(body.kind.rawValue)
@@ -302,7 +302,7 @@ public struct WireMessage: Sendable, Hashable {
 
     /// Decodes a message, refusing anything malformed with a ``WireError``: never a crash,
     /// never an allocation larger than the message itself.
-    public static func decode(_ bytes: [UInt8], maximumSize: Int = WireProtocol.maximumMessageSize) throws(WireError)
+    package static func decode(_ bytes: [UInt8], maximumSize: Int = WireProtocol.maximumMessageSize) throws(WireError)
         -> WireMessage
     {
         guard bytes.count <= maximumSize else { throw .tooLarge(bytes.count) }

@@ -3,51 +3,51 @@ import Foundation
 /// The facts of the client–daemon protocol, declared once: message kinds and their tags,
 /// limits and defaults. The encoder, the decoder, the daemon, the client and
 /// docs/PROTOCOL.md (whose tables a test compares with these) all take them from here.
-public enum WireProtocol {
+package enum WireProtocol {
     /// The protocol version this build speaks (the first byte of every message).
-    public static let version: UInt8 = 4
+    package static let version: UInt8 = 4
     /// The largest encoded message either side accepts (16 MiB).
-    public static let maximumMessageSize = 16 * 1_048_576
+    package static let maximumMessageSize = 16 * 1_048_576
     /// The longest client name a hello may carry, in UTF-8 bytes.
-    public static let maximumClientNameBytes = 256
+    package static let maximumClientNameBytes = 256
     /// How long a connection to `requests.ipc` may stay without saying hello before the daemon
     /// closes it (`skyrosd --hello-timeout`).
-    public static let helloTimeout: Duration = .seconds(5)
+    package static let helloTimeout: Duration = .seconds(5)
     /// The most messages ZeroMQ queues per connection, each way, on the daemon's request socket
     /// (replies to a client that does not read them are dropped past it) and on its event
     /// socket (events to a subscriber that does not keep up are dropped past it: it notices
     /// the gap and catches up with `changesSince`).
-    public static let highWaterMark = 1_000
+    package static let highWaterMark = 1_000
     /// The most change sets one `changes` reply carries (a request may ask for fewer).
-    public static let maximumChangesPage = 10_000
+    package static let maximumChangesPage = 10_000
     /// The most bytes of change sets one `changes` reply carries (it stops before the
     /// change set that would cross this, unless it is the first).
-    public static let maximumChangesPageBytes = 8 * 1_048_576
+    package static let maximumChangesPageBytes = 8 * 1_048_576
     /// The event topic of messages for everyone: heartbeats, and `changes` messages of change
     /// sets saved on several connections.
-    public static let broadcastTopic: UInt8 = 0
+    package static let broadcastTopic: UInt8 = 0
     /// How often the daemon publishes a heartbeat.
-    public static let heartbeatInterval: Duration = .milliseconds(100)
+    package static let heartbeatInterval: Duration = .milliseconds(100)
     /// How long a client lets its event socket stay silent before it asks `changes-since`.
-    public static let silenceInterval: Duration = .seconds(1)
+    package static let silenceInterval: Duration = .seconds(1)
     /// How long one attempt of a request waits for its reply before it is sent again on a
     /// new connection (client default).
-    public static let retryInterval: Duration = .seconds(1)
+    package static let retryInterval: Duration = .seconds(1)
     /// How long a request waits for the daemon in all (client default).
-    public static let requestTimeout: Duration = .seconds(5)
+    package static let requestTimeout: Duration = .seconds(5)
     /// How long the events of a commit may wait under load (daemon default).
-    public static let maximumEventDelay: Duration = .milliseconds(2)
+    package static let maximumEventDelay: Duration = .milliseconds(2)
     /// The deepest predicate tree accepted, counting every node on the longest path from the
     /// root to a leaf (a lone constant is 1 deep). Deeper trees would overflow SQLite's parser
     /// once translated.
-    public static let maximumPredicateDepth = 32
+    package static let maximumPredicateDepth = 32
     /// The most objects a batch operation's change event names: past it, its lists are empty
     /// and a receiver refreshes everything it holds.
-    public static let maximumBatchEventObjects = 10_000
+    package static let maximumBatchEventObjects = 10_000
 
     /// The kind of a message: its second byte. A daemon answers an unknown kind with
     /// `malformedMessage`.
-    public enum Kind: UInt8, Sendable, CaseIterable {
+    package enum Kind: UInt8, Sendable, CaseIterable {
         // Requests (client → daemon)
         case hello = 1
         case fetch = 2
@@ -108,16 +108,16 @@ extension Duration {
 /// The header every message starts with, in every protocol version: `u8` version, `u8`
 /// kind, `uvarint` request ID. Readable on its own, so that a reply to a message that cannot
 /// be decoded still carries the request ID it answers.
-public struct WireHeader: Sendable, Hashable {
+package struct WireHeader: Sendable, Hashable {
     /// The protocol version of the message.
-    public var version: UInt8
+    package var version: UInt8
     /// The tag of its kind (see ``WireProtocol/Kind``; unknown tags are kept as read).
-    public var kind: UInt8
+    package var kind: UInt8
     /// Its request ID.
-    public var requestID: UInt64
+    package var requestID: UInt64
 
     /// Reads the header of a frame; nil when even that is not there.
-    public init?(_ bytes: [UInt8]) {
+    package init?(_ bytes: [UInt8]) {
         var reader = WireReader(bytes)
         guard let version = try? reader.byte(), let kind = try? reader.byte(), let id = try? reader.uvarint() else {
             return nil

@@ -6,7 +6,7 @@ import SkyrosWire
 /// directory, stopped and cleaned even when a test fails.
 public final class RunningDaemon: Sendable {
     public let directory: String
-    public let container: GroupContainer
+    package let container: GroupContainer
     /// The server's handle: its statistics, and stopping it.
     package let server: DaemonServer.Handle
     private let gate = TurnGate()

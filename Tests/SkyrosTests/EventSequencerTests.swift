@@ -132,6 +132,71 @@ struct EventSequencerTests {
         #expect(machine.welcomed(welcome(2), startingOver: false) == [.startOver])
         #expect(machine.sequence == 2)
     }
+
+    // MARK: - Saves and their numbers; a save whose outcome is unknown
+
+    func save(_ number: UInt64) -> WireMessage.Body {
+        .deleteAll(clientID: me, saveNumber: number)
+    }
+
+    @Test("saves are numbered from 1, in order")
+    func saveNumbers() {
+        var machine = EventSequencer(clientID: me, welcome: welcome(0))
+        #expect(machine.nextSave() == .send(number: 1))
+        #expect(machine.nextSave() == .send(number: 2))
+        #expect(machine.saveNumber == 2)
+    }
+
+    @Test("a save whose outcome is unknown is resent before the next save, which then takes the next number")
+    func unknownSaveFirst() {
+        var machine = EventSequencer(clientID: me, welcome: welcome(0))
+        #expect(machine.nextSave() == .send(number: 1))
+        machine.saveSent()
+        #expect(machine.saveAnswered(sequence: nil) == [])  // no acknowledgement in time
+        machine.saveOutcomeUnknown(number: 1, body: save(1))
+        // The next saver resends save 1 (same number: the daemon applies it once).
+        let unknown = EventSequencer.UnknownSave(number: 1, body: save(1))
+        #expect(machine.nextSave() == .resend(unknown))
+        machine.saveSent()
+        #expect(machine.saveAnswered(sequence: 1) == [])
+        machine.unknownSaveResolved()
+        #expect(machine.unknownSave == nil && machine.sequence == 1)
+        #expect(machine.nextSave() == .send(number: 2))
+    }
+
+    /// A sequencer whose save 1 went out and got no acknowledgement in time.
+    func withUnknownSave(after sequence: UInt64) -> EventSequencer {
+        var machine = EventSequencer(clientID: me, welcome: welcome(sequence))
+        _ = machine.nextSave()
+        machine.saveOutcomeUnknown(number: 1, body: save(1))
+        return machine
+    }
+
+    @Test("while the daemon does not answer, every saver is told to resend the unknown save, and none is numbered")
+    func unknownSaveStillUnknown() {
+        var machine = withUnknownSave(after: 0)
+        // A resend that times out again: nothing is resolved, nothing new numbered.
+        #expect(machine.nextSave() == .resend(EventSequencer.UnknownSave(number: 1, body: save(1))))
+        #expect(machine.nextSave() == .resend(EventSequencer.UnknownSave(number: 1, body: save(1))))
+        #expect(machine.saveNumber == 1)
+    }
+
+    @Test("a refused resend resolves the unknown save too: new saves go out, and a gap waits for no save")
+    func unknownSaveRefused() {
+        var machine = withUnknownSave(after: 3)
+        machine.saveSent()
+        #expect(machine.received([event(5)]) == [])  // 4 may be the save: held while it is in flight
+        #expect(machine.saveAnswered(sequence: nil) == [.catchUp(after: 3)])  // refused: 4 is someone else's
+        machine.unknownSaveResolved()
+        #expect(machine.nextSave() == .send(number: 2))
+    }
+
+    @Test("an unknown save stays across a new hello (the daemon still knows this client's save numbers)")
+    func unknownSaveAcrossHello() {
+        var machine = withUnknownSave(after: 3)
+        #expect(machine.welcomed(welcome(4), startingOver: false) == [])
+        #expect(machine.nextSave() == .resend(EventSequencer.UnknownSave(number: 1, body: save(1))))
+    }
 }
 
 /// One request's attempts as a transcript: a reply lost, a daemon restarted, the timeout.

@@ -63,7 +63,7 @@ struct MergedRowsTests {
         }
         _ = try #require(await nextChange(changes))
         try await a.write { context in context.object(with: other, as: User.self)?.firstname = "Annie" }
-        #expect(try #require(await nextChange(changes)).updated[other] == ["firstname"])
+        #expect(try #require(await nextChange(changes)).updated[other]?.properties == ["firstname"])
         main.performAndWait { #expect(main.mergedRows.peek(other) != nil) }
         var name: String?
         try b.writeAndWait { context in name = context.object(with: other, as: User.self)?.firstname }
@@ -173,6 +173,35 @@ struct MergedRowsTests {
             #expect(main.mergedRows.isEmpty)
             #expect(main.registry[id] != nil)
             #expect(controller.fetchedObjects.map(\.handle) == ["seen"])
+        }
+    }
+
+    @Test("the context merges a change by itself, no daemon: a held object takes the new values, an insert stays a row, a delete is forgotten")
+    func contextMerge() async throws {
+        let store = try Skyros(inMemoryStack: testSchema)
+        let ids = try await store.write { context in
+            makeUsers([("John", "Doe"), ("Ann", "Roe")], in: context)
+            return try User.all(sortedBy: [SortDescriptor(\.firstname, order: .reverse)], in: context).map(\.objectID)
+        }
+        let (johnID, annID) = (ids[0], ids[1])
+        let main = store.mainContext
+        let firstname = try #require(testSchema.entity(named: "User")?.property(named: "firstname")).index
+        main.performAndWait {
+            guard let john = main.object(with: johnID, as: User.self), let ann = main.object(with: annID, as: User.self) else {
+                Issue.record("the objects are not in the main context")
+                return
+            }
+            #expect(john.firstname == "John" && !main.reference.isObserved)
+            let newID = ObjectID(entityName: "User", uuid: UUID())
+            main.merge([
+                StoreChange(
+                    sequence: 1, author: "elsewhere", inserted: [Snapshot(id: newID, values: ann.skyrosStorage.values, version: 1)],
+                    updated: [johnID: StoreChange.Update(properties: ["firstname"], version: 2, values: [firstname: .text("Johnny")])],
+                    deleted: [annID])
+            ])
+            #expect(john.firstname == "Johnny" && john.skyrosStorage.version == 2)
+            #expect(main.mergedRows.peek(newID)?.version == 1 && main.registry[newID] == nil)
+            #expect(ann.isDeleted && main.registry[annID] == nil)
         }
     }
 }

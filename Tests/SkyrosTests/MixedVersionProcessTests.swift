@@ -60,7 +60,7 @@ struct MixedVersionProcessTests {
             for await change in changes {
                 if change.isRefresh { refreshed = true }
                 // In v1's terms: two values, the title first.
-                inserts += change.insertedSnapshots.count { snapshot in
+                inserts += change.inserted.count { snapshot in
                     guard snapshot.values.count == 2, case .text(let title) = snapshot.values[0] else { return false }
                     return title.hasPrefix("v2-")
                 }

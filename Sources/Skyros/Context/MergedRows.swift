@@ -47,7 +47,7 @@ struct MergedRows {
     }
 
     /// Takes another process's update of an object kept as a row.
-    mutating func update(_ id: ObjectID, with update: StoreChange.UpdatedValues) {
+    mutating func update(_ id: ObjectID, with update: StoreChange.Update) {
         guard !isEmpty else { return }
         func apply(_ row: inout Row) {
             for (index, value) in update.values where index < row.values.count { row.values[index] = value }

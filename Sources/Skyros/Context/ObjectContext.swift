@@ -106,7 +106,7 @@ public final class ObjectContext: ObjectStore, @unchecked Sendable, CustomString
         self.queue = DispatchQueue(label: "skyros.context.\(name)")
         reference.context = self
         if let parent = parent as? ObjectContext { _errorHandler = parent.errorHandler }
-        if ConcurrencyDebug.isRequested && !ConcurrencyDebug.isEnabled { ConcurrencyDebug.isEnabled = true }
+        ConcurrencyDebug.enableIfRequested()
     }
 
     public var description: String { "ObjectContext(\(name))" }

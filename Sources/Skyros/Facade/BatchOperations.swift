@@ -64,20 +64,19 @@ package struct BatchOutcome: Sendable {
     package var count = 0
     /// Deleted objects (with those a cascade deleted).
     package var deleted: [ObjectID] = []
-    /// Updated objects and their changed properties (with those a `.nullify` rule changed).
-    package var updated: [ObjectID: [String]] = [:]
-    package var updatedValues: [ObjectID: StoreChange.UpdatedValues] = [:]
+    /// Updated objects with their changed properties and new values (with those a `.nullify`
+    /// rule changed).
+    package var updatedValues: [ObjectID: StoreChange.Update] = [:]
     /// False when the outcome does not name the affected objects (more than a
     /// ``BatchNaming/upTo(_:)`` bound): a context refreshes everything it holds.
     package var isListed = true
 
     package init(
-        count: Int = 0, deleted: [ObjectID] = [], updated: [ObjectID: [String]] = [:],
-        updatedValues: [ObjectID: StoreChange.UpdatedValues] = [:], isListed: Bool = true
+        count: Int = 0, deleted: [ObjectID] = [], updatedValues: [ObjectID: StoreChange.Update] = [:],
+        isListed: Bool = true
     ) {
         self.count = count
         self.deleted = deleted
-        self.updated = updated
         self.updatedValues = updatedValues
         self.isListed = isListed
     }
@@ -145,7 +144,7 @@ extension SQLiteStore.Transaction {
             case .delete: outcome = try batchDelete(request, entity, held: held)
             case .update: outcome = try batchUpdate(request, entity, assignments, held: held)
             }
-            if case .upTo(let limit) = naming, bounded || outcome.deleted.count + outcome.updated.count > limit {
+            if case .upTo(let limit) = naming, bounded || outcome.deleted.count + outcome.updatedValues.count > limit {
                 outcome = BatchOutcome(count: outcome.count, isListed: false)
             }
             return outcome
@@ -194,6 +193,7 @@ extension SQLiteStore.Transaction {
         var outcome = BatchOutcome()
         outcome.count = selected.count
         var doomed = Set(selected)
+        var nullified: [ObjectID: [String]] = [:]  // objects a `.nullify` rule changes, and how
         var explicit = selected  // what is deleted by statement (the rest follows by cascade)
         var frontier = selected
         while !frontier.isEmpty {
@@ -216,7 +216,7 @@ extension SQLiteStore.Transaction {
                             case "CASCADE":
                                 for id in pointing where doomed.insert(id).inserted { next.append(id) }
                             case "SET NULL":
-                                for id in pointing { outcome.updated[id, default: []].append(property.name) }
+                                for id in pointing { nullified[id, default: []].append(property.name) }
                             default:
                                 let rule = schema.inverse(of: property, in: other).map { "\(entityName).\($0.name)" } ?? entityName
                                 throw SkyrosError(
@@ -251,10 +251,10 @@ extension SQLiteStore.Transaction {
             }
         }
         outcome.deleted = Array(doomed)
-        for id in doomed { outcome.updated[id] = nil }
+        for id in doomed { nullified[id] = nil }
         // Objects a `.nullify` rule changed: a new version, as for a save, and their values
         // (the cleared references), so that contexts and other processes take them.
-        for (entityName, ids) in Dictionary(grouping: Array(outcome.updated.keys), by: \.entityName) {
+        for (entityName, ids) in Dictionary(grouping: Array(nullified.keys), by: \.entityName) {
             let other = try schema.requireEntity(entityName)
             for start in stride(from: 0, to: ids.count, by: 500) {
                 let chunk = ids[start..<min(start + 500, ids.count)].map(\.uuid.storedValue)
@@ -263,11 +263,12 @@ extension SQLiteStore.Transaction {
                     db, "UPDATE \(SQLBuilder.quote(entityName)) SET \"_version\" = \"_version\" + 1 WHERE \"_id\" IN (\(marks))", chunk)
             }
             for (id, version) in try SQLiteStore.versions(of: ids, other, db) {
+                let names = nullified[id] ?? []
                 var values: [Int: StoredValue] = [:]
-                for name in outcome.updated[id] ?? [] {
+                for name in names {
                     if let property = other.property(named: name) { values[property.index] = .null }
                 }
-                outcome.updatedValues[id] = StoreChange.UpdatedValues(version: version, values: values)
+                outcome.updatedValues[id] = StoreChange.Update(properties: names, version: version, values: values)
             }
         }
         return outcome
@@ -296,18 +297,16 @@ extension SQLiteStore.Transaction {
             try SQLiteStore.query(db, update, arguments) { _ in }
             outcome.count = db.changesCount
             for (id, version) in try SQLiteStore.versions(of: affected, entity, db) {
-                outcome.updated[id] = names
-                outcome.updatedValues[id] = StoreChange.UpdatedValues(version: version, values: values)
+                outcome.updatedValues[id] = StoreChange.Update(properties: names, version: version, values: values)
             }
             return outcome
         }
         try SQLiteStore.query(db, update + " RETURNING \"_id\", \"_version\"", arguments) { statement in
             let id = ObjectID(entityName: entity.name, uuid: SQLiteStore.uuid(statement, 0))
-            outcome.updated[id] = names
-            outcome.updatedValues[id] = StoreChange.UpdatedValues(
-                version: sqlite3_column_int64(statement, 1), values: values)
+            outcome.updatedValues[id] = StoreChange.Update(
+                properties: names, version: sqlite3_column_int64(statement, 1), values: values)
         }
-        outcome.count = outcome.updated.count
+        outcome.count = outcome.updatedValues.count
         return outcome
     }
 }
@@ -428,7 +427,7 @@ extension Skyros {
                 let outcome = try batchStore.batch(operation, naming: held.map { .held($0) } ?? .all)
                 if outcome.isListed {
                     for id in outcome.deleted { root.forgetDeleted(id) }
-                    for id in outcome.updated.keys { root.refreshIfClean(id) }
+                    for id in outcome.updatedValues.keys { root.refreshIfClean(id) }
                 } else {
                     for id in Array(root.registry.keys) { root.refreshIfClean(id) }
                 }
@@ -445,11 +444,10 @@ extension Skyros {
             if !outcome.isListed {
                 // Too many to name (through a daemon): everything held is read again.
                 merge([StoreChange(sequence: 0, author: "batch", isRefresh: true)], publishing: false)
-            } else if !outcome.deleted.isEmpty || !outcome.updated.isEmpty {
+            } else if !outcome.deleted.isEmpty || !outcome.updatedValues.isEmpty {
                 merge(
                     [StoreChange(
-                        sequence: 0, author: "batch", updated: outcome.updated, deleted: outcome.deleted,
-                        updatedValues: outcome.updatedValues)],
+                        sequence: 0, author: "batch", updated: outcome.updatedValues, deleted: outcome.deleted)],
                     publishing: false)
             }
             return outcome.count

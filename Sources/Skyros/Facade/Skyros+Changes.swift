@@ -10,34 +10,37 @@ public struct StoreChange: Sendable, Hashable {
     public var isReset: Bool
     /// Everything may have changed (the daemon restarted): every registered object was refreshed.
     public var isRefresh: Bool
-    public var inserted: [ObjectID]
-    /// Updated objects with the names of their changed properties.
-    public var updated: [ObjectID: [String]]
+    /// The inserted objects with their values: the main context keeps them (as objects when
+    /// it has observers, as rows otherwise), so that `object(with:)` has them without asking
+    /// the store (Core Data's merge of inserted objects).
+    public var inserted: [Snapshot]
+    /// The updated objects: their changed properties, by name, with their new values, which
+    /// the objects the main context holds take without asking the store.
+    public var updated: [ObjectID: Update]
+    /// The deleted objects.
     public var deleted: [ObjectID]
-    /// The new values of updated objects, when the change carries them (a shared stack's
-    /// events do): objects the main context holds take them without asking the store.
-    public var updatedValues: [ObjectID: UpdatedValues]
-    /// The inserted objects with their values, when the change carries them (a shared
-    /// stack's events do): the main context keeps them (as objects when it has observers, as
-    /// rows otherwise), so that `object(with:)` has them without asking the store (Core Data's
-    /// merge of inserted objects).
-    public var insertedSnapshots: [Snapshot]
 
-    /// An updated object's version after the change and its changed properties' values, by
-    /// property index.
-    public struct UpdatedValues: Sendable, Hashable {
+    /// An updated object's changed properties and their values after the change.
+    public struct Update: Sendable, Hashable {
+        /// The names of the changed properties.
+        public var properties: [String]
+        /// The object's version after the change.
         public var version: Int64
+        /// The changed properties' new values, by property index.
         public var values: [Int: StoredValue]
-        public init(version: Int64, values: [Int: StoredValue]) {
+
+        /// An update of the named properties to these values.
+        public init(properties: [String], version: Int64, values: [Int: StoredValue]) {
+            self.properties = properties
             self.version = version
             self.values = values
         }
     }
 
+    /// A change; `isRefresh` with nothing else makes every registered object read again.
     public init(
-        sequence: UInt64, author: String, isReset: Bool = false, isRefresh: Bool = false, inserted: [ObjectID] = [],
-        updated: [ObjectID: [String]] = [:], deleted: [ObjectID] = [], updatedValues: [ObjectID: UpdatedValues] = [:],
-        insertedSnapshots: [Snapshot] = []
+        sequence: UInt64, author: String, isReset: Bool = false, isRefresh: Bool = false, inserted: [Snapshot] = [],
+        updated: [ObjectID: Update] = [:], deleted: [ObjectID] = []
     ) {
         self.sequence = sequence
         self.author = author
@@ -46,8 +49,6 @@ public struct StoreChange: Sendable, Hashable {
         self.inserted = inserted
         self.updated = updated
         self.deleted = deleted
-        self.updatedValues = updatedValues
-        self.insertedSnapshots = insertedSnapshots
     }
 }
 
@@ -61,17 +62,14 @@ extension Skyros {
         return stream
     }
 
-    /// Merges a change committed by another process into the main context: registered
-    /// objects that changed take the new values the change carries (without a fetch; the
-    /// properties an object has unsaved changes of keep them), or become faults when it carries
-    /// none; deleted ones are marked deleted and forgotten; inserted objects whose values the
-    /// change carries are registered when the main context has observers (they are handed
-    /// the inserted objects), and otherwise kept as rows that become objects only when asked
-    /// for (by identifier, through a relationship, from a scratch context), reading them with
-    /// no request to the store (fetches see inserts in any case: they ask the store). Updated
-    /// objects the context never held are not made.
-    /// Then ``changes`` delivers it. Called by the shared stack on its event thread; objects
-    /// with unsaved changes in the main context keep them.
+    /// Merges a change committed by another process into the main context, then ``changes``
+    /// delivers it. Registered objects that changed take the new values the change carries
+    /// (without a fetch; the properties an object has unsaved changes of keep them); deleted
+    /// ones are marked deleted and forgotten; inserted objects are registered when the main
+    /// context has observers (they are handed the inserted objects), and otherwise kept as rows
+    /// that become objects only when asked for (by identifier, through a relationship, from a
+    /// scratch context), with no request to the store. Updated objects the context never held
+    /// are not made. Called by the shared stack on its event thread.
     ///
     /// The merge runs synchronously, inside the main context (waiting for it when it is
     /// busy): it returns once the main context has the change. Merging on the caller's thread
@@ -93,59 +91,7 @@ extension Skyros {
         // reads the main context as soon as it is told (the usual thing to do) then finds it
         // idle, instead of waking only to wait for the end of this merge.
         defer { if publishing { for change in changes { changeObservers.yield(change) } } }
-        main.performAndWait {
-            let observed = main.reference.isObserved
-            var merged = ContextChanges(kind: .merged)
-            var reload = false
-            for change in changes {
-                if change.isReset {
-                    main.forgetAllClean()
-                    main.mergedRows.removeAll()
-                    reload = true
-                } else if change.isRefresh {
-                    for id in main.registry.keys { main.refreshIfClean(id) }
-                    main.mergedRows.removeAll()
-                    reload = true
-                } else {
-                    // Objects for observers (they are handed the inserted objects); rows
-                    // otherwise, made objects only if someone asks for them.
-                    for snapshot in change.insertedSnapshots where main.registered(snapshot.id) == nil {
-                        if observed {
-                            _ = try? main.materialize(snapshot.id, values: snapshot.values, version: snapshot.version)
-                        } else {
-                            main.mergedRows.insert(snapshot.id, values: snapshot.values, version: snapshot.version)
-                        }
-                    }
-                    for (id, names) in change.updated {
-                        if let update = change.updatedValues[id] {
-                            main.takeValues(update, of: id)
-                            main.mergedRows.update(id, with: update)
-                        } else {
-                            main.refreshIfClean(id)
-                            main.mergedRows.remove(id)
-                        }
-                        if observed { merged.updatedProperties[id, default: []].formUnion(names) }
-                    }
-                    if observed {
-                        for id in change.inserted { merged.insertedIDs.append(id) }
-                        for id in change.deleted {
-                            merged.deleted.append(id)
-                            if let object = main.registry[id]?.object { merged.deletedObjects[id] = object }
-                        }
-                    }
-                    for id in change.deleted {
-                        main.forgetDeleted(id)
-                        main.mergedRows.remove(id)
-                    }
-                }
-            }
-            guard observed else { return }
-            if reload {
-                main.announceReload()
-            } else {
-                main.announce(main.resolved(merged))
-            }
-        }
+        main.merge(changes)
     }
 }
 
@@ -169,38 +115,5 @@ final class ChangeObservers: @unchecked Sendable {
 
     deinit {
         for continuation in continuations.values { continuation.finish() }
-    }
-}
-
-extension ObjectContext {
-    /// Turns a registered, unchanged object back into a fault.
-    func refreshIfClean(_ id: ObjectID) {
-        guard let object = registry[id]?.object, !object.skyrosStorage.hasChanges else { return }
-        object.skyrosStorage.isFault = true
-    }
-
-    /// Takes another process's new values for a registered object that is not a fault:
-    /// the properties it has unsaved changes of keep them (the saver of those wins at its own
-    /// save, property by property), and its version becomes the new one only when it has
-    /// none (so that an `.error` merge policy still sees the conflict).
-    func takeValues(_ update: StoreChange.UpdatedValues, of id: ObjectID) {
-        guard let storage = registry[id]?.object.skyrosStorage, !storage.isFault, !storage.isDeleted else { return }
-        for (index, value) in update.values where index < storage.values.count && !storage.changed.contains(index) {
-            storage.values[index] = value
-        }
-        if storage.changed.isEmpty { storage.version = update.version }
-    }
-
-    /// Marks a registered object deleted by another process, and forgets it.
-    func forgetDeleted(_ id: ObjectID) {
-        guard let object = registry[id]?.object, !object.skyrosStorage.hasChanges else { return }
-        registry[id] = nil
-        object.skyrosStorage.isDeleted = true
-        object.skyrosStorage.context = nil
-    }
-
-    /// Forgets every registered object without changes (the store was emptied).
-    func forgetAllClean() {
-        for id in registry.keys { forgetDeleted(id) }
     }
 }

@@ -361,7 +361,7 @@ open class Skyros: @unchecked Sendable {
     }
 
     /// Saves the root context to the store; on failure discards its changes and turns the
-    /// main context's copies of the objects back into faults of the store's state.
+    /// main context forget its copies of the objects (they are ahead of the store).
     private func saveRoot(_ stack: Contexts) -> SkyrosError? {
         let root = stack.root
         guard root.hasChanges else { return nil }
@@ -378,16 +378,7 @@ open class Skyros: @unchecked Sendable {
             // A failed save keeps the pending changes: they say which objects it touched.
             let touched = root.makeChangeSet().allIDs
             root.rollback()
-            stack.main.perform {
-                for id in touched {
-                    guard let object = stack.main.lookup(id) else { continue }
-                    if object.hasChanges { continue }
-                    stack.main.registry[id] = nil
-                    object.skyrosStorage.context = nil
-                }
-                // What observers were shown of this write is not in the store: they start over.
-                stack.main.announceReload()
-            }
+            stack.main.perform { stack.main.forgetRefusedSave(touching: touched) }
             return SkyrosError.wrap(error)
         }
     }

@@ -1,4 +1,5 @@
 import Foundation
+import Synchronization
 
 /// The state behind a managed object: identity, values and change tracking.
 ///
@@ -207,10 +208,18 @@ final class ContextReference {
 /// `SKYROS_CONCURRENCY_DEBUG=1`: trap when a managed object is touched off its context's queue.
 @usableFromInline
 enum ConcurrencyDebug {
-    /// Read on every attribute access, so a plain flag rather than a lazily initialised one:
-    /// it is set when a context is made (every object belongs to one), and only ever to true.
+    /// Set when a context is made (every object belongs to one), and only ever to true.
     @usableFromInline
-    nonisolated(unsafe) static var isEnabled = false
+    static let enabled = Atomic<Bool>(false)
+
+    /// Whether the check is on: read on every attribute access (a relaxed load).
+    @inlinable
+    static var isEnabled: Bool { enabled.load(ordering: .relaxed) }
+
+    /// Turns the check on when the environment asks for it (called for each new context).
+    static func enableIfRequested() {
+        if isRequested { enabled.store(true, ordering: .relaxed) }
+    }
 
     /// What the environment asks for, read once.
     static let isRequested: Bool = {

@@ -1,4 +1,5 @@
 import Foundation
+import Synchronization
 
 /// Converts attribute values of one Swift type to and from ``StoredValue``.
 ///
@@ -52,22 +53,16 @@ public final class AttributeCodec<Value>: AnyAttributeCodec, @unchecked Sendable
 
 /// Builds and caches codecs.
 public enum AttributeCodecs {
-    private static let lock = NSLock()
-    nonisolated(unsafe) private static var cache: [ObjectIdentifier: AnyAttributeCodec] = [:]
+    /// The codecs made so far, by type.
+    private static let cache = Mutex<[ObjectIdentifier: AnyAttributeCodec]>([:])
 
     /// The codec for `type`, or nil when the type cannot be stored.
     public static func codec<Value>(for type: Value.Type) -> AttributeCodec<Value>? {
         let key = ObjectIdentifier(type)
-        lock.lock()
-        if let cached = cache[key] {
-            lock.unlock()
-            return cached as? AttributeCodec<Value>
-        }
-        lock.unlock()
+        if let cached = cache.withLock({ $0[key] }) { return cached as? AttributeCodec<Value> }
+        // Made outside the lock: making an optional's codec asks for its wrapped type's.
         guard let made = make(type) else { return nil }
-        lock.lock()
-        cache[key] = made
-        lock.unlock()
+        cache.withLock { $0[key] = made }
         return made
     }
 

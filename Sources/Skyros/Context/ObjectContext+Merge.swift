@@ -1,0 +1,218 @@
+import Foundation
+
+/// What reaches a context from elsewhere: another process's committed changes (a shared
+/// stack's main context), a child context's save, and the undoing of a save the store refused.
+extension ObjectContext {
+    // MARK: - Another process's changes
+
+    /// Merges changes committed elsewhere, in order, in one visit to the queue (waiting for
+    /// it when it is busy). Registered objects that changed take the new values (the
+    /// properties an object has unsaved changes of keep them); deleted ones are marked deleted
+    /// and forgotten; inserted objects are registered when the context has observers, and
+    /// otherwise kept as rows (``MergedRows``). A reset forgets every clean object, a refresh
+    /// turns them back into faults. Observers get one change for the lot.
+    func merge(_ changes: [StoreChange]) {
+        performAndWait {
+            let observed = reference.isObserved
+            var merged = ContextChanges(kind: .merged)
+            var reload = false
+            for change in changes {
+                if change.isReset {
+                    forgetAllClean()
+                    mergedRows.removeAll()
+                    reload = true
+                } else if change.isRefresh {
+                    for id in registry.keys { refreshIfClean(id) }
+                    mergedRows.removeAll()
+                    reload = true
+                } else {
+                    merge(change, observed: observed, into: &merged)
+                }
+            }
+            guard observed else { return }
+            if reload {
+                announceReload()
+            } else {
+                announce(resolved(merged))
+            }
+        }
+    }
+
+    /// Merges one change that lists its objects; what observers are told is added to `merged`.
+    private func merge(_ change: StoreChange, observed: Bool, into merged: inout ContextChanges) {
+        // Objects for observers (they are handed the inserted objects); rows otherwise, made
+        // objects only if someone asks for them.
+        for snapshot in change.inserted where registered(snapshot.id) == nil {
+            if observed {
+                _ = try? materialize(snapshot.id, values: snapshot.values, version: snapshot.version)
+            } else {
+                mergedRows.insert(snapshot.id, values: snapshot.values, version: snapshot.version)
+            }
+        }
+        for (id, update) in change.updated {
+            takeValues(update, of: id)
+            mergedRows.update(id, with: update)
+            if observed { merged.updatedProperties[id, default: []].formUnion(update.properties) }
+        }
+        if observed {
+            for snapshot in change.inserted { merged.insertedIDs.append(snapshot.id) }
+            for id in change.deleted {
+                merged.deleted.append(id)
+                if let object = registry[id]?.object { merged.deletedObjects[id] = object }
+            }
+        }
+        for id in change.deleted {
+            forgetDeleted(id)
+            mergedRows.remove(id)
+        }
+    }
+
+    /// Turns a registered, unchanged object back into a fault.
+    func refreshIfClean(_ id: ObjectID) {
+        guard let object = registry[id]?.object, !object.skyrosStorage.hasChanges else { return }
+        object.skyrosStorage.isFault = true
+    }
+
+    /// Takes another process's new values for a registered object that is not a fault:
+    /// the properties it has unsaved changes of keep them (the saver of those wins at its own
+    /// save, property by property), and its version becomes the new one only when it has
+    /// none (so that an `.error` merge policy still sees the conflict).
+    func takeValues(_ update: StoreChange.Update, of id: ObjectID) {
+        guard let storage = registry[id]?.object.skyrosStorage, !storage.isFault, !storage.isDeleted else { return }
+        for (index, value) in update.values where index < storage.values.count && !storage.changed.contains(index) {
+            storage.values[index] = value
+        }
+        if storage.changed.isEmpty { storage.version = update.version }
+    }
+
+    /// Marks a registered object deleted by another process, and forgets it.
+    func forgetDeleted(_ id: ObjectID) {
+        guard let object = registry[id]?.object, !object.skyrosStorage.hasChanges else { return }
+        registry[id] = nil
+        object.skyrosStorage.isDeleted = true
+        object.skyrosStorage.context = nil
+    }
+
+    /// Forgets every registered object without changes (the store was emptied).
+    func forgetAllClean() {
+        for id in registry.keys { forgetDeleted(id) }
+    }
+
+    // MARK: - A save the store refused
+
+    /// Forgets the copies of the objects a save below this context touched, when the store
+    /// refused it: they are ahead of the store (objects with changes here keep them). What
+    /// observers were shown of that save is not in the store: they start over.
+    func forgetRefusedSave(touching ids: [ObjectID]) {
+        for id in ids {
+            guard let object = lookup(id), !object.hasChanges else { continue }
+            registry[id] = nil
+            object.skyrosStorage.context = nil
+        }
+        announceReload()
+    }
+
+    // MARK: - A child's save (ObjectStore)
+
+    /// Applies a child context's change set to this context, atomically: unique attributes
+    /// are checked first, and nothing is applied if they fail.
+    public func save(_ changes: ChangeSet) throws {
+        try performAndWait {
+            try validateUniqueness(of: changes)
+            guard reference.isObserved else { return try apply(changes) }
+            var deletedObjects: [ObjectID: any ManagedObject] = [:]
+            for id in changes.deleted { if let object = lookup(id) { deletedObjects[id] = object } }
+            applyingChildSave += 1
+            defer { applyingChildSave -= 1 }
+            try apply(changes)
+            announce(self.changes(appliedFrom: changes, deletedObjects: deletedObjects))
+        }
+    }
+
+    func apply(_ changes: ChangeSet) throws {
+        // Load the objects updated here that are not registered, in one round trip.
+        var loaded: [ObjectID: any ManagedObject] = [:]  // updated objects not in this context yet
+        var missing = changes.updated.map(\.id).filter { id in
+            guard let storage = lookup(id)?.skyrosStorage else { return true }
+            return storage.isFault
+        }
+        if !mergedRows.isEmpty {
+            // Objects kept as merged rows (see ``MergedRows``): their row is their state here,
+            // and it goes (the object takes over from it). A registered object has none: it
+            // took its row when it was registered.
+            missing = missing.filter { id in
+                guard lookup(id) == nil, let entity = schema.entity(named: id.entityName), let row = mergedRows.take(id)
+                else { return true }
+                loaded[id] = makeObject(id, of: entity, values: row.values, version: row.version)
+                return false
+            }
+            for id in changes.deleted { mergedRows.remove(id) }
+        }
+        if !missing.isEmpty {
+            for snapshot in try parent.snapshots(for: missing) {
+                if let object = lookup(snapshot.id) {
+                    object.skyrosStorage.fill(snapshot.values, version: snapshot.version)
+                } else {
+                    loaded[snapshot.id] = makeObject(
+                        snapshot.id, of: try schema.requireEntity(snapshot.id.entityName), values: snapshot.values,
+                        version: snapshot.version)
+                }
+            }
+        }
+        insertedRows.reserveCapacity(insertedRows.count + changes.inserted.count)
+        // A change set names each object once: into no pending row, its rows are all new.
+        let fresh = insertedRows.isEmpty
+        var entity: EntityDescription?
+        var added = 0
+        for snapshot in changes.inserted {
+            if let existing = inserted[snapshot.id] {  // no lookup (nor index) while nothing is inserted here
+                existing.skyrosStorage.values = snapshot.values
+                continue
+            }
+            if entity?.name != snapshot.id.entityName {
+                if let entity, added > 0 { pendingCountByEntity[ObjectIdentifier(entity), default: 0] += added }
+                added = 0
+                entity = try schema.requireEntity(snapshot.id.entityName)
+            }
+            if fresh {
+                insertedRows.appendNew(snapshot.id, snapshot.values)
+            } else if insertedRows.updateValue(snapshot.values, forKey: snapshot.id) != nil {
+                continue
+            }
+            added += 1
+        }
+        if let entity, added > 0 { pendingCountByEntity[ObjectIdentifier(entity), default: 0] += added }
+        for update in changes.updated {
+            if var values = insertedRows[update.id] {
+                for (index, value) in update.changes { values[index] = value }
+                insertedRows.updateValue(values, forKey: update.id)
+                continue
+            }
+            guard let object = lookup(update.id) ?? loaded[update.id] else { continue }  // deleted here meanwhile
+            let storage = object.skyrosStorage
+            if storage.isDeleted { continue }
+            if updated[update.id] == nil && !storage.isInserted {
+                updated[update.id] = object
+                pendingCountByEntity[ObjectIdentifier(storage.entity), default: 0] += 1
+                // The changes were made on the child's version: that is what the store checks.
+                if update.baseVersion > 0 { storage.version = update.baseVersion }
+            } else if update.baseVersion > 0 && storage.version > 0 {
+                storage.version = min(storage.version, update.baseVersion)
+            }
+            for (index, value) in update.changes {
+                storage.values[index] = value
+                if !storage.isInserted { storage.changed.insert(index) }
+            }
+        }
+        for id in changes.deleted {
+            if insertedRows.removeValue(forKey: id) != nil, let entity = schema.entity(named: id.entityName) {
+                pendingCountByEntity[ObjectIdentifier(entity), default: 0] -= 1
+                continue
+            }
+            let object = try lookup(id) ?? makeObject(id, of: try schema.requireEntity(id.entityName), values: nil)
+            if object.skyrosStorage.isDeleted { continue }
+            markDeleted(object)
+            if inserted[id] == nil && deleted[id] == nil { registry[id] = nil }
+        }
+    }
+}
