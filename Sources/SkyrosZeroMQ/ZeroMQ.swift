@@ -179,16 +179,3 @@ package var zeroMQVersion: String {
     zmq_version(&major, &minor, &patch)
     return "\(major).\(minor).\(patch)"
 }
-
-/// The user, group and process of the peer of an `ipc://` connection.
-package struct PeerCredentials: Sendable, Hashable {
-    package var uid: UInt32
-    package var gid: UInt32
-    package var pid: Int32
-
-    package init(uid: UInt32, gid: UInt32, pid: Int32) {
-        self.uid = uid
-        self.gid = gid
-        self.pid = pid
-    }
-}

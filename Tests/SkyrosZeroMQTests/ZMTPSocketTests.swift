@@ -206,8 +206,8 @@ struct ZMTPSocketTests {
 
     @Test("an endpoint that is not ipc://, or too long for a socket address, is refused when made")
     func badEndpoints() {
-        #expect(throws: ZeroMQError.self) { try ZMTPSocket(kind: .dealer, endpoint: "tcp://127.0.0.1:5555", maximumMessageSize: 10) }
+        #expect(throws: ZMTPError.self) { try ZMTPSocket(kind: .dealer, endpoint: "tcp://127.0.0.1:5555", maximumMessageSize: 10) }
         let long = "ipc:///tmp/" + String(repeating: "x", count: 200)
-        #expect(throws: ZeroMQError.self) { try ZMTPSocket(kind: .dealer, endpoint: long, maximumMessageSize: 10) }
+        #expect(throws: ZMTPError.self) { try ZMTPSocket(kind: .dealer, endpoint: long, maximumMessageSize: 10) }
     }
 }
