@@ -28,7 +28,12 @@ import Glibc
 ///   connection was lost in the middle of is sent again whole on the next one (its part that
 ///   went out is discarded by the peer with the connection);
 /// - a `SUB` socket sends its subscriptions again on each new connection;
-/// - a frame larger than its maximum message size closes the connection (`ZMQ_MAXMSGSIZE`).
+/// - at most `sendQueueLimit` messages, and `sendQueueBytes` bytes of them, wait to be
+///   written (a message is queued while less than that waits): past it, ``send(_:)`` drops
+///   the message and returns false (libzmq's `ZMQ_SNDHWM`, where a send fails with `EAGAIN`);
+/// - a frame larger than its maximum message size closes the connection (`ZMQ_MAXMSGSIZE`), and
+///   so does anything else ``ZMTPCodec`` refuses (a peer of another socket type, a command
+///   before its READY…); a ZMTP 3.1 peer's PING is answered with a PONG.
 ///
 /// Not thread-safe: use it from one thread at a time. Nothing in it blocks past the timeout a
 /// caller gives: the descriptor is non-blocking and every wait is a bounded `poll`. Writes use
@@ -60,6 +65,8 @@ package final class ZMTPSocket {
     private let maximumMessageSize: Int
     private let receiveBufferBytes: Int32?
     private let receiveQueueLimit: Int
+    private let sendQueueLimit: Int
+    private let sendQueueBytes: Int
     private var descriptor: Int32 = -1
     /// When the next connection may be tried (monotonic nanoseconds).
     private var nextConnect: UInt64 = 0
@@ -91,9 +98,12 @@ package final class ZMTPSocket {
     ///   - receiveQueueLimit: it stops reading while this many received messages wait for the
     ///     caller (one read may bring in more; 0: no limit); meanwhile messages wait in the
     ///     kernel's buffer, then in the peer's queue.
+    ///   - sendQueueLimit: the most messages waiting to be written (for a connection, or on
+    ///     one); past it, a message sent is dropped.
+    ///   - sendQueueBytes: the most bytes of messages waiting to be written.
     package init(
         kind: Kind, endpoint: String, maximumMessageSize: Int, receiveBufferBytes: Int32? = nil,
-        receiveQueueLimit: Int = 1_000
+        receiveQueueLimit: Int = 1_000, sendQueueLimit: Int = 1_000, sendQueueBytes: Int = 64 << 20
     ) throws {
         let scheme = "ipc://"
         guard endpoint.hasPrefix(scheme) else {
@@ -109,6 +119,8 @@ package final class ZMTPSocket {
         codec = ZMTPCodec(socketType: kind.socketType, maximumMessageSize: maximumMessageSize)
         self.receiveBufferBytes = receiveBufferBytes
         self.receiveQueueLimit = receiveQueueLimit > 0 ? receiveQueueLimit : .max
+        self.sendQueueLimit = max(1, sendQueueLimit)
+        self.sendQueueBytes = max(1, sendQueueBytes)
     }
 
     deinit {
@@ -153,18 +165,36 @@ package final class ZMTPSocket {
     // MARK: Messages
 
     /// Sends a message (its frames: `Data`, `[UInt8]`…); it goes out now, or on the next
-    /// connection.
-    package func send<Frame: Collection<UInt8>>(_ message: [Frame]) {
+    /// connection. Returns false, and drops it, when the send queue is full (`sendQueueLimit`
+    /// messages, or `sendQueueBytes` bytes, wait to be written).
+    @discardableResult
+    package func send<Frame: Collection<UInt8>>(_ message: [Frame]) -> Bool {
         precondition(!message.isEmpty, "a message has at least one frame")
         precondition(kind == .dealer, "a SUB socket sends nothing but its subscriptions")
-        let bytes = ZMTP.encode(message)
         connectIfDue()
+        if !hasRoom() {
+            flush()
+            guard hasRoom() else { return false }
+        }
+        let bytes = ZMTP.encode(message)
         guard isReady else {
             waiting.append(bytes)
-            return
+            return true
         }
         output.append((bytes, true))
         flush()
+        return true
+    }
+
+    /// Whether less than the send queue's worth of messages waits to be written.
+    private func hasRoom() -> Bool {
+        var count = waiting.count
+        var bytes = waiting.reduce(0) { $0 + $1.count } - (output.first?.isMessage == true ? outputOffset : 0)
+        for entry in output where entry.isMessage {
+            count += 1
+            bytes += entry.bytes.count
+        }
+        return count < sendQueueLimit && bytes < sendQueueBytes
     }
 
     /// The next message received, if one is here (see ``waitForInput(milliseconds:)``).

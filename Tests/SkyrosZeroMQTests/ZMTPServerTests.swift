@@ -1,6 +1,7 @@
 import Foundation
 @testable import SkyrosZeroMQ
 import Testing
+import ZeroMQReference
 
 #if canImport(Glibc)
 import Glibc

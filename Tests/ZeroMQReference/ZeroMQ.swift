@@ -1,3 +1,5 @@
+// libzmq, the reference peer: the tests hold SkyrosZeroMQ's own ZMTP against its sockets, and
+// the benchmarks' baseline runs on them. Test support only: no shipped binary links libzmq.
 import CZeroMQ
 import Foundation
 
