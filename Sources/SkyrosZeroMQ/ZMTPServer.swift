@@ -21,7 +21,10 @@ import Glibc
 ///   when it has one (a connection whose identity is already in use is closed), else five
 ///   bytes, a zero then a 32-bit counter that starts at random; a received message is handed
 ///   out with it as its first frame, and a message is sent to a connection by its identity
-///   (to nobody when there is none: dropped, as libzmq does);
+///   (to nobody when there is none: dropped, as libzmq does); an `Identity` that starts with a
+///   zero byte (libzmq reserves those for the ones it makes) is not taken: the connection gets
+///   one made here, so that no peer can claim one made for another connection and get its
+///   replies;
 /// - a peer that is not a `DEALER`, `REQ` or `ROUTER` is closed.
 ///
 /// A ``Role/publisher`` listener is libzmq's `PUB`:
@@ -35,10 +38,11 @@ import Glibc
 /// - a connection that breaks the protocol, sends a frame larger than the maximum message size
 ///   (`ZMQ_MAXMSGSIZE`) or a message of several frames larger than it by more than 4 KiB, or
 ///   has not ended its handshake in time (30 s by default, `ZMQ_HANDSHAKE_IVL`) is closed;
-/// - at most `highWaterMark` messages wait in each direction for each connection: past it, a
-///   message to it is dropped (`ZMQ_SNDHWM`), and the connection is not read until the server
-///   takes its messages (`ZMQ_RCVHWM`; the peer's messages wait in the kernel, then in the
-///   peer).
+/// - at most `highWaterMark` messages, and `highWaterMarkBytes` bytes of them, wait in each
+///   direction for each connection (a message is queued while less than that waits): past
+///   it, a message to it is dropped (`ZMQ_SNDHWM`), and the connection is not read until the
+///   server takes its messages (`ZMQ_RCVHWM`; the peer's messages wait in the kernel, then in
+///   the peer). libzmq counts messages only: 1,000 messages of 16 MiB would be 16 GiB.
 ///
 /// What libzmq's socket monitor reports is told to ``acceptedConnection`` and
 /// ``closingConnection``, with each connection's descriptor and listener's role, and each
@@ -77,6 +81,7 @@ package final class ZMTPServer {
 
     private let maximumMessageSize: Int
     private let highWaterMark: Int
+    private let highWaterMarkBytes: Int
     private let poller: Epoll
     /// The listening sockets, by descriptor.
     private var listeners: [Int32: Listener] = [:]
@@ -114,63 +119,26 @@ package final class ZMTPServer {
         var paused = false
     }
 
-    /// One connection: its handshake, what was read and not parsed, what waits to be written.
-    private final class Connection {
-        let descriptor: Int32
-        let role: Role
-        let peer: PeerCredentials?
-        /// A subscriber's prefixes, each with how many times it was subscribed.
-        var subscriptions: [Data: Int] = [:]
-        /// What the peer sent, parsed.
-        var codec: ZMTPCodec
-        /// Whether the peer's READY came.
-        var ready: Bool { codec.isReady }
-        var identity: Data?
-        var output: [[UInt8]] = []
-        var outputOffset = 0
-        /// Its messages received and not taken yet.
-        var inbox = FIFO<Message>()
-        var queued: Int { inbox.count }
-        /// Whether it is not read (too many of its messages wait).
-        var paused = false
-        /// The events `epoll` waits for on it (0: it is off the poll, which would report a
-        /// hang-up even then).
-        var interest: UInt32 = 0
-        /// When it was accepted (monotonic nanoseconds), for the handshake timeout.
-        let acceptedAt = ZMTP.now()
-        var isOpen = true
-
-        init(descriptor: Int32, role: Role, peer: PeerCredentials?, maximumMessageSize: Int) {
-            self.descriptor = descriptor
-            self.role = role
-            self.peer = peer
-            codec = ZMTPCodec(socketType: role == .router ? .router : .publisher, maximumMessageSize: maximumMessageSize)
-        }
-
-        /// Whether a subscriber takes a message whose first frame is `topic`.
-        func takes(_ topic: some Collection<UInt8>) -> Bool {
-            if subscriptions.isEmpty { return false }
-            if subscriptions[Data()] != nil { return true }
-            var prefix = Data()
-            for byte in topic {
-                prefix.append(byte)
-                if subscriptions[prefix] != nil { return true }
-            }
-            return false
-        }
-    }
+    /// The default of `highWaterMarkBytes`: 64 MiB, four messages of the daemon's largest.
+    package static let defaultHighWaterMarkBytes = 64 << 20
 
     /// A server with no listener yet (see ``listen(_:endpoint:admit:)``).
     ///
     /// - Parameters:
     ///   - maximumMessageSize: a larger frame from a peer closes its connection.
     ///   - highWaterMark: the most messages waiting each way for each connection.
+    ///   - highWaterMarkBytes: the most bytes of messages waiting each way for each connection
+    ///     (a message is queued while less than that waits).
     ///   - handshakeTimeout: how long, in seconds, a connection may take to send its greeting
     ///     and READY (libzmq's `ZMQ_HANDSHAKE_IVL`, 30 s by default; 0: no limit).
-    package init(maximumMessageSize: Int, highWaterMark: Int, handshakeTimeout: TimeInterval = 30) throws {
+    package init(
+        maximumMessageSize: Int, highWaterMark: Int, highWaterMarkBytes: Int = ZMTPServer.defaultHighWaterMarkBytes,
+        handshakeTimeout: TimeInterval = 30
+    ) throws {
         // (At most 2 GiB: sizes computed from it never overflow.)
         self.maximumMessageSize = min(max(0, maximumMessageSize), Int(Int32.max))
         self.highWaterMark = max(1, highWaterMark)
+        self.highWaterMarkBytes = max(1, highWaterMarkBytes)
         // 0: none (libzmq's meaning).
         self.handshakeTimeout = handshakeTimeout > 0 ? UInt64(min(handshakeTimeout, 86_400) * 1e9) : 0
         poller = try Epoll(capacity: 256)
@@ -219,8 +187,11 @@ package final class ZMTPServer {
         guard waiting > 0 else { return nil }
         guard let connection = active.removeFirst(), var message = connection.inbox.removeFirst() else { return nil }
         waiting -= 1
+        connection.inboxBytes -= message.frames.reduce(0) { $0 + $1.count }
         if connection.queued > 0 { active.append(connection) }
-        if connection.paused && connection.isOpen && connection.queued <= highWaterMark / 2 {
+        if connection.paused && connection.isOpen && connection.queued <= highWaterMark / 2
+            && connection.inboxBytes <= highWaterMarkBytes / 2
+        {
             resume(connection)
             // What it had read past the mark may have closed it: its number is no longer its own.
             if !connection.isOpen { message.descriptor = -1 }
@@ -235,7 +206,7 @@ package final class ZMTPServer {
     }
 
     /// Sends a message of one frame to the connection with `identity` (dropped when there is
-    /// none, or when `highWaterMark` messages already wait for it); returns whether it went
+    /// none, or when the high-water mark's worth already waits for it); returns whether it went
     /// out or waits to.
     @discardableResult
     package func send(to identity: Data, _ frame: some Collection<UInt8>) -> Bool {
@@ -247,23 +218,23 @@ package final class ZMTPServer {
     @discardableResult
     package func send<Frames: Collection>(to identity: Data, frames: Frames) -> Bool where Frames.Element: Collection<UInt8> {
         precondition(!frames.isEmpty, "a message has at least one frame")
-        guard let connection = byIdentity[identity], connection.output.count < highWaterMark else { return false }
-        connection.output.append(ZMTP.encode(frames))
+        guard let connection = byIdentity[identity], hasRoom(connection) else { return false }
+        enqueue(ZMTP.encode(frames), to: connection)
         flush(connection)
         return true
     }
 
     /// Publishes a message to every subscriber whose subscriptions take its first frame (but
-    /// those for which `highWaterMark` messages already wait: dropped for them); returns to how
-    /// many it went out or waits to.
+    /// those for which the high-water mark's worth already waits: dropped for them); returns to
+    /// how many it went out or waits to.
     @discardableResult
     package func publish<Frame: Collection<UInt8>>(_ frames: [Frame]) -> Int {
         precondition(!frames.isEmpty, "a message has at least one frame")
         var bytes: [UInt8]?
         var count = 0
-        for connection in subscribers where connection.output.count < highWaterMark && connection.takes(frames[0]) {
+        for connection in subscribers where hasRoom(connection) && connection.takes(frames[0]) {
             if bytes == nil { bytes = ZMTP.encode(frames) }
-            connection.output.append(bytes!)
+            enqueue(bytes!, to: connection)
             flush(connection)
             count += 1
         }
@@ -367,7 +338,7 @@ package final class ZMTPServer {
                 ? PeerCredentials(uid: credentials.1, gid: credentials.2, pid: credentials.0) : nil
             let connection = Connection(descriptor: fd, role: listener.role, peer: peer, maximumMessageSize: maximumMessageSize)
             connections[fd] = connection
-            connection.output.append(ZMTP.handshake(connection.codec.socketType))
+            enqueue(ZMTP.handshake(connection.codec.socketType), to: connection)
             connection.interest = Epoll.readable
             if !control(.add, fd, connection.interest) { connection.interest = 0 }
             handshaking.append(connection)
@@ -412,6 +383,7 @@ package final class ZMTPServer {
                     done += 1
                     connection.outputOffset = 0
                 }
+                for message in connection.output[0..<done] { connection.outputBytes -= message.count }
                 connection.output.removeFirst(done)
             case .interrupted: continue
             case .wouldBlock:
@@ -445,6 +417,17 @@ package final class ZMTPServer {
         return batch.withUnsafeBytes { ZMTP.send(connection.descriptor, $0) }
     }
 
+    /// Whether less than the high-water mark's worth waits to be written to the connection.
+    private func hasRoom(_ connection: Connection) -> Bool {
+        connection.output.count < highWaterMark && connection.outputBytes < highWaterMarkBytes
+    }
+
+    /// Queues bytes to be written to the connection.
+    private func enqueue(_ bytes: [UInt8], to connection: Connection) {
+        connection.output.append(bytes)
+        connection.outputBytes += bytes.count
+    }
+
     private func updateInterest(_ connection: Connection) {
         guard connection.isOpen else { return }
         var interest: UInt32 = connection.paused ? 0 : Epoll.readable
@@ -475,6 +458,7 @@ package final class ZMTPServer {
         connections[connection.descriptor] = nil
         if let identity = connection.identity, byIdentity[identity] === connection { byIdentity[identity] = nil }
         connection.output = []
+        connection.outputBytes = 0
         connection.codec = ZMTPCodec(socketType: connection.codec.socketType, maximumMessageSize: 0)
     }
 
@@ -553,13 +537,14 @@ package final class ZMTPServer {
                 subscribe(connection, prefix, subscribing)
             case .ping(let context):
                 // A PONG with the ping's context, unless the high-water mark's worth waits already.
-                if connection.output.count < highWaterMark { connection.output.append(ZMTP.pong(context: context)) }
+                if hasRoom(connection) { enqueue(ZMTP.pong(context: context), to: connection) }
             case .message(let frames):
                 guard let identity = connection.identity else { return false }
                 if connection.queued == 0 { active.append(connection) }
                 connection.inbox.append(Message(frames: [identity] + frames, peer: connection.peer, descriptor: connection.descriptor))
+                connection.inboxBytes += identity.count + frames.reduce(0) { $0 + $1.count }
                 waiting += 1
-                if connection.queued >= highWaterMark {
+                if connection.queued >= highWaterMark || connection.inboxBytes >= highWaterMarkBytes {
                     connection.paused = true
                     updateInterest(connection)
                 }
@@ -570,9 +555,12 @@ package final class ZMTPServer {
 
     /// The routing identity of a new connection of the router: the one its peer claimed
     /// (nil when another connection holds it: libzmq without `ZMQ_ROUTER_HANDOVER` closes
-    /// it), else one made here, that skips those in use.
+    /// it), else one made here, that skips those in use. A claim that starts with a zero byte
+    /// is not taken: those are the ones made here (libzmq reserves them likewise), and one
+    /// made for a connection that closed may still have replies on their way to it.
     private func routingIdentity(_ claimed: Data?) -> Data? {
         var identity = claimed ?? Data()
+        if identity.first == 0 { identity = Data() }
         guard byIdentity[identity] == nil else { return nil }
         while identity.isEmpty || byIdentity[identity] != nil {
             identity = Data([0]) + withUnsafeBytes(of: nextIdentity.bigEndian) { Data($0) }
@@ -584,36 +572,3 @@ package final class ZMTPServer {
 
 @available(*, unavailable)
 extension ZMTPServer: Sendable {}
-
-/// A first-in first-out queue: an array and the index of its first element, so that taking
-/// one is O(1); the taken front is dropped once it is most of the array (amortised O(1)).
-private struct FIFO<Element> {
-    private var elements: [Element?] = []
-    private var start = 0
-
-    var count: Int { elements.count - start }
-    var first: Element? { start < elements.count ? elements[start] : nil }
-
-    mutating func append(_ element: Element) { elements.append(element) }
-
-    mutating func removeFirst() -> Element? {
-        guard start < elements.count else { return nil }
-        defer {
-            elements[start] = nil  // released now, not at the next compaction
-            start += 1
-            if start == elements.count {
-                elements.removeAll(keepingCapacity: elements.count <= 4_096)
-                start = 0
-            } else if start > 1_024 && start * 2 > elements.count {
-                elements.removeFirst(start)
-                start = 0
-            }
-        }
-        return elements[start]
-    }
-
-    /// Changes every element still in the queue.
-    mutating func modifyEach(_ change: (inout Element) -> Void) {
-        for index in start..<elements.count where elements[index] != nil { change(&elements[index]!) }
-    }
-}
