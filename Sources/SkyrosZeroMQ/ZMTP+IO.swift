@@ -11,11 +11,6 @@ package struct ZMTPError: Error, Sendable, CustomStringConvertible, Equatable {
     package let operation: String
     package var message: String { String(cString: strerror(code)) }
     package var description: String { "ZMTP \(operation) failed: \(message) (\(code))" }
-
-    package init(code: Int32, operation: String) {
-        self.code = code
-        self.operation = operation
-    }
 }
 
 /// The user, group and process of the peer of an `ipc://` connection.

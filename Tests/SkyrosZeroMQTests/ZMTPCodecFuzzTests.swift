@@ -62,6 +62,29 @@ struct ZMTPCodecFuzzTests {
         return (events, nil)
     }
 
+    /// One mutation aimed at ZMTP's framing: a byte changed (a flag, a size, a name), the
+    /// conversation cut short, a run of it repeated (a second READY, a frame twice), another
+    /// conversation's tail spliced on, or a frame header of any flags and size let in.
+    static func mutate(_ bytes: inout [UInt8], using random: inout Generator) {
+        guard !bytes.isEmpty else { return }
+        let at = Int.random(in: 0..<bytes.count, using: &random)
+        let kind = Int.random(in: 0..<5, using: &random)
+        if kind == 0 {
+            bytes[at] = UInt8.random(in: 0...255, using: &random)
+        } else if kind == 1 {
+            bytes.removeSubrange(at...)
+        } else if kind == 2 {
+            let run = bytes[at..<min(bytes.count, at + Int.random(in: 1...48, using: &random))]
+            bytes.insert(contentsOf: run, at: Int.random(in: 0...bytes.count, using: &random))
+        } else if kind == 3 {
+            let other = seeds[Int.random(in: 0..<seeds.count, using: &random)].1
+            bytes += other[Int.random(in: 0..<other.count, using: &random)...]
+        } else {
+            let header: [UInt8] = [UInt8.random(in: 0...7, using: &random), UInt8.random(in: 0...255, using: &random)]
+            bytes.insert(contentsOf: header, at: at)
+        }
+    }
+
     /// 50,000 inputs here (a few seconds); set SKYROS_FUZZ_ITERATIONS=1000000 (or more) for
     /// the long run.
     @Test("mutated and random input never crashes the codec, and gives the same events however it is cut")
@@ -79,16 +102,7 @@ struct ZMTPCodecFuzzTests {
                 if iteration % 20 == 0 { bytes = ZMTP.greeting + bytes }
             } else {
                 bytes = seed
-                for _ in 0...Int.random(in: 0...3, using: &random) {
-                    guard !bytes.isEmpty else { break }
-                    let position = Int.random(in: 0..<bytes.count, using: &random)
-                    switch Int.random(in: 0..<4, using: &random) {
-                    case 0: bytes[position] = UInt8.random(in: 0...255, using: &random)
-                    case 1: bytes[position] ^= 1 << UInt8.random(in: 0..<8, using: &random)
-                    case 2: bytes.remove(at: position)
-                    default: bytes.insert(UInt8.random(in: 0...255, using: &random), at: position)
-                    }
-                }
+                for _ in 0...Int.random(in: 0...3, using: &random) { Self.mutate(&bytes, using: &random) }
             }
             let maximum = [100, 1_000, 1 << 20][iteration % 3]
             let cut = Self.run(type, bytes, maximumMessageSize: maximum, random: &random)
