@@ -65,6 +65,7 @@ package final class ZMTPSocket {
     private let maximumMessageSize: Int
     private let receiveBufferBytes: Int32?
     private let receiveQueueLimit: Int
+    private let receiveQueueBytes: Int
     private let sendQueueLimit: Int
     private let sendQueueBytes: Int
     private var descriptor: Int32 = -1
@@ -77,6 +78,8 @@ package final class ZMTPSocket {
     /// Whole messages received and not handed out yet (from `receivedStart`).
     private var received: [[Data]] = []
     private var receivedStart = 0
+    /// The bytes of the frames of the messages received and not handed out yet.
+    private var receivedBytes = 0
     /// What to write on the current connection, in order, the first one `outputOffset` bytes
     /// in; `isMessage` tells a caller's message (sent again on a new connection if not wholly
     /// written) from the handshake and subscriptions (which each connection makes anew).
@@ -98,12 +101,15 @@ package final class ZMTPSocket {
     ///   - receiveQueueLimit: it stops reading while this many received messages wait for the
     ///     caller (one read may bring in more; 0: no limit); meanwhile messages wait in the
     ///     kernel's buffer, then in the peer's queue.
+    ///   - receiveQueueBytes: it stops reading likewise while the received messages waiting
+    ///     make this many bytes (libzmq counts messages only: 1,000 of 16 MiB would be 16 GiB).
     ///   - sendQueueLimit: the most messages waiting to be written (for a connection, or on
     ///     one); past it, a message sent is dropped.
     ///   - sendQueueBytes: the most bytes of messages waiting to be written.
     package init(
         kind: Kind, endpoint: String, maximumMessageSize: Int, receiveBufferBytes: Int32? = nil,
-        receiveQueueLimit: Int = 1_000, sendQueueLimit: Int = 1_000, sendQueueBytes: Int = 64 << 20
+        receiveQueueLimit: Int = 1_000, receiveQueueBytes: Int = 64 << 20, sendQueueLimit: Int = 1_000,
+        sendQueueBytes: Int = 64 << 20
     ) throws {
         let scheme = "ipc://"
         guard endpoint.hasPrefix(scheme) else {
@@ -119,6 +125,7 @@ package final class ZMTPSocket {
         codec = ZMTPCodec(socketType: kind.socketType, maximumMessageSize: maximumMessageSize)
         self.receiveBufferBytes = receiveBufferBytes
         self.receiveQueueLimit = receiveQueueLimit > 0 ? receiveQueueLimit : .max
+        self.receiveQueueBytes = max(1, receiveQueueBytes)
         self.sendQueueLimit = max(1, sendQueueLimit)
         self.sendQueueBytes = max(1, sendQueueBytes)
     }
@@ -138,6 +145,7 @@ package final class ZMTPSocket {
         waiting = []
         received = []
         receivedStart = 0
+        receivedBytes = 0
         nextConnect = 0
     }
 
@@ -202,6 +210,7 @@ package final class ZMTPSocket {
         guard receivedStart < received.count else { return nil }
         let message = received[receivedStart]
         receivedStart += 1
+        receivedBytes -= message.reduce(0) { $0 + $1.count }
         if receivedStart == received.count {
             received.removeAll(keepingCapacity: true)
             receivedStart = 0
@@ -337,7 +346,7 @@ package final class ZMTPSocket {
 
     /// Reads what has arrived (up to the receive queue's limit) and parses it.
     private func readAvailable() {
-        while descriptor >= 0, received.count - receivedStart < receiveQueueLimit {
+        while descriptor >= 0, received.count - receivedStart < receiveQueueLimit, receivedBytes < receiveQueueBytes {
             switch ZMTP.receive(descriptor, into: chunk) {
             case .bytes(let count):
                 codec.receive(UnsafeRawBufferPointer(rebasing: chunk[0..<count]))
@@ -404,7 +413,9 @@ package final class ZMTPSocket {
             switch event {
             case nil: return true
             case .ready: peerIsReady()
-            case .message(let frames): received.append(frames)
+            case .message(let frames):
+                received.append(frames)
+                receivedBytes += frames.reduce(0) { $0 + $1.count }
             case .ping(let context): output.append((ZMTP.pong(context: context), false))
             case .subscription: return false  // never to a DEALER or a SUB (the codec refuses it)
             }

@@ -231,4 +231,20 @@ struct ZMTPSocketTests {
         _ = counted.waitForInput(milliseconds: 50)
         #expect(try !router.waitForInput(milliseconds: 50))
     }
+
+    @Test("a receive queue bounded in bytes stops reading at the bound and loses nothing: every message comes, in order")
+    func receiveQueueBytes() throws {
+        let fixture = try Fixture()
+        defer { fixture.remove() }
+        let router = try fixture.bound(.router)
+        defer { router.close() }
+        let dealer = try ZMTPSocket(
+            kind: .dealer, endpoint: fixture.endpoint, maximumMessageSize: 1 << 20, receiveQueueBytes: 150_000)
+        dealer.send([Data("ask".utf8)])
+        let request = try #require(try Self.receive(router) { _ = dealer.waitForInput(milliseconds: 0) })
+        for index in 0..<20 { try router.send([request[0], Data([UInt8(index)] + [UInt8](repeating: 0, count: 99_999))]) }
+        var received: [UInt8] = []
+        while received.count < 20, let message = Self.receive(dealer) { received.append(message[0][0]) }
+        #expect(received == (0..<20).map { UInt8($0) })
+    }
 }
