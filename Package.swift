@@ -50,16 +50,8 @@ let package = Package(
                 .product(name: "Logging", package: "swift-log"),
             ]
         ),
-        // libzmq from apt (libzmq3-dev): the header is in /usr/include, so no pkg-config
-        // (whose flags for libzmq include -isystem paths SwiftPM refuses).
-        .systemLibrary(
-            name: "CZeroMQ",
-            providers: [.apt(["libzmq3-dev"])]
-        ),
-        .target(
-            name: "SkyrosZeroMQ",
-            dependencies: ["CZeroMQ"]
-        ),
+        // ZMTP 3.0 in Swift: no C dependency, so no shipped binary links libzmq.
+        .target(name: "SkyrosZeroMQ"),
         .target(
             name: "SkyrosWire",
             dependencies: ["Skyros"]
@@ -93,7 +85,8 @@ let package = Package(
         .executableTarget(
             name: "skyros-bench",
             dependencies: [
-                "Skyros", "SkyrosShared", "SkyrosDaemon", "SkyrosWire", "SkyrosZeroMQ", "CZeroMQ", "SkyrosTestModels",
+                "Skyros", "SkyrosShared", "SkyrosDaemon", "SkyrosWire", "SkyrosZeroMQ", "CZeroMQ", "ZeroMQReference",
+                "SkyrosTestModels",
                 .product(name: "GRDB", package: "GRDB.swift"),
                 .product(name: "GRDBSQLite", package: "GRDB.swift"),
             ],
@@ -131,15 +124,29 @@ let package = Package(
             dependencies: ["Skyros"],
             path: "examples/TopLevel"
         ),
+        // Test support: libzmq from apt (libzmq3-dev), the reference peer the tests hold
+        // SkyrosZeroMQ against. The header is in /usr/include, so no pkg-config (whose flags
+        // for libzmq include -isystem paths SwiftPM refuses).
+        .systemLibrary(
+            name: "CZeroMQ",
+            path: "Tests/CZeroMQ",
+            providers: [.apt(["libzmq3-dev"])]
+        ),
+        .target(
+            name: "ZeroMQReference",
+            dependencies: ["CZeroMQ"],
+            path: "Tests/ZeroMQReference"
+        ),
         .target(
             name: "SkyrosTestModels",
-            dependencies: ["Skyros", "SkyrosDaemon", "SkyrosWire", "SkyrosZeroMQ"],
+            dependencies: ["Skyros", "SkyrosDaemon", "SkyrosWire", "SkyrosZeroMQ", "ZeroMQReference"],
             path: "Tests/SkyrosTestModels"
         ),
         .executableTarget(
             name: "skyros-test-child",
             dependencies: [
-                "Skyros", "SkyrosShared", "SkyrosTestModels", "SkyrosWire", "SkyrosZeroMQ", "SkyrosServiceLifecycle",
+                "Skyros", "SkyrosShared", "SkyrosTestModels", "SkyrosWire", "SkyrosZeroMQ", "ZeroMQReference",
+                "SkyrosServiceLifecycle",
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
                 .product(name: "Logging", package: "swift-log"),
             ],
@@ -148,7 +155,8 @@ let package = Package(
         .testTarget(
             name: "SkyrosTests",
             dependencies: [
-                "Skyros", "SkyrosShared", "SkyrosTestModels", "TodoModel", "skyros-test-child", "skyrosd", "skyros", "skyros-toplevel",
+                "Skyros", "SkyrosShared", "SkyrosTestModels", "TodoModel", "ZeroMQReference", "skyros-test-child", "skyrosd",
+                "skyros", "skyros-toplevel",
                 .product(name: "GRDB", package: "GRDB.swift"),
             ]
         ),
@@ -158,11 +166,11 @@ let package = Package(
         ),
         .testTarget(
             name: "SkyrosDaemonTests",
-            dependencies: ["SkyrosDaemon", "SkyrosWire", "SkyrosZeroMQ", "Skyros", "SkyrosTestModels"]
+            dependencies: ["SkyrosDaemon", "SkyrosWire", "SkyrosZeroMQ", "Skyros", "SkyrosTestModels", "ZeroMQReference", "CZeroMQ"]
         ),
         .testTarget(
             name: "SkyrosZeroMQTests",
-            dependencies: ["SkyrosZeroMQ"]
+            dependencies: ["SkyrosZeroMQ", "ZeroMQReference"]
         ),
         .testTarget(
             name: "SkyrosMacrosTests",

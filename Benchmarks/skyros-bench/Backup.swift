@@ -3,6 +3,7 @@ import Skyros
 import SkyrosDaemon
 import SkyrosWire
 import SkyrosZeroMQ
+import ZeroMQReference
 
 /// `skyros-bench backup`: a store of about 1 GB (100 MB with --quick) served by a daemon,
 /// backed up through an admin session (`skyros backup --group`: SQLite's online backup from a

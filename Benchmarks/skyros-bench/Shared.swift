@@ -6,6 +6,7 @@ import SkyrosDaemon
 import SkyrosShared
 import SkyrosWire
 import SkyrosZeroMQ
+import ZeroMQReference
 
 /// `skyros-bench shared`: the shared stack through the daemon's code (run on a thread of this
 /// process, over real ipc:// sockets), against a bare ZeroMQ request/reply loop writing one

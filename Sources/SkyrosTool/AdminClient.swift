@@ -5,11 +5,11 @@ import SkyrosWire
 import SkyrosZeroMQ
 
 /// An admin session on a group's `requests.ipc`: no schema, allowed by the daemon only to
-/// root, its own user and its admin groups.
+/// root, its own user and its admin groups. It speaks ZMTP itself (``ZMTPSocket``), as the
+/// shared stack's clients do.
 final class AdminClient {
     let container: GroupContainer
-    let context: ZeroMQContext
-    private let socket: ZeroMQSocket
+    private let socket: ZMTPSocket
     private var nextRequest: UInt64 = 1
     /// The daemon's welcome: its sequence and schema version at the start of the session.
     private(set) var welcome = WireMessage.Welcome(
@@ -34,10 +34,8 @@ final class AdminClient {
                 "no daemon serves the group at \(container.url.path): start it (systemctl start skyrosd@GROUP, or skyrosd --group GROUP), or use --store FILE"
             )
         }
-        context = try ZeroMQContext()
-        socket = try ZeroMQSocket(context: context, kind: .dealer)
-        try socket.setReceiveTimeout(milliseconds: timeoutMilliseconds)
-        try socket.connect(container.requestsEndpoint)
+        socket = try ZMTPSocket(
+            kind: .dealer, endpoint: container.requestsEndpoint, maximumMessageSize: WireProtocol.maximumMessageSize)
         let name = "skyros " + CommandLine.arguments.dropFirst().prefix(1).joined()
         let reply = try request(
             bytes: AdminMessage.hello(clientName: name, pid: UInt64(getpid())).encoded(requestID: takeRequestID()))
@@ -45,9 +43,17 @@ final class AdminClient {
         self.welcome = welcome
     }
 
-    deinit {
-        socket.close()
-        context.shutdown()
+    deinit { socket.close() }
+
+    /// A `SUB` socket on the group's events, subscribed to all of them.
+    func eventSubscriber() throws -> ZMTPSocket {
+        let subscriber = try ZMTPSocket(
+            kind: .subscriber, endpoint: container.eventsEndpoint, maximumMessageSize: WireProtocol.maximumMessageSize)
+        subscriber.subscribe()
+        subscriber.open()
+        // The subscription goes out once the daemon's handshake came back.
+        subscriber.waitUntilReady(milliseconds: Int(timeout))
+        return subscriber
     }
 
     /// Whether someone (the daemon) holds the group's lock.
@@ -77,27 +83,17 @@ final class AdminClient {
     /// Sends a request and waits for its reply (an error reply becomes a ``ToolFailure``).
     private func request(bytes: [UInt8]) throws -> Reply {
         let id = WireHeader(bytes)?.requestID ?? 0
-        do {
-            try socket.send([Data(bytes)])
-        } catch {
-            throw ToolFailure(ToolExit.unavailable, "cannot reach the daemon of \(container.url.path): \(error)")
-        }
+        try send(bytes)
         return try receive(requestID: id)
     }
 
     /// The next reply to request `id` (replies to other requests are skipped).
     func receive(requestID id: UInt64, timeoutMilliseconds: Int32? = nil) throws -> Reply {
-        if let timeoutMilliseconds { try socket.setReceiveTimeout(milliseconds: timeoutMilliseconds) }
-        defer { if timeoutMilliseconds != nil { try? socket.setReceiveTimeout(milliseconds: timeout) } }
+        let timeout = timeoutMilliseconds ?? self.timeout
         while true {
-            let frames: [Data]
-            do {
-                frames = try socket.receive()
-            } catch let error as ZeroMQError where error.isTimeout {
+            guard socket.waitForInput(milliseconds: Int(timeout)), let frames = socket.receive() else {
                 throw ToolFailure(
-                    ToolExit.unavailable,
-                    "the daemon of \(container.url.path) did not answer within \((timeoutMilliseconds ?? timeout) / 1000) s"
-                )
+                    ToolExit.unavailable, "the daemon of \(container.url.path) did not answer within \(timeout / 1000) s")
             }
             let bytes = [UInt8](frames.last ?? Data())
             guard let header = WireHeader(bytes), header.requestID == id else { continue }
@@ -136,8 +132,15 @@ final class AdminClient {
     /// Sends an admin request without waiting; returns its request ID.
     func send(_ message: AdminMessage) throws -> UInt64 {
         let id = takeRequestID()
-        try socket.send([Data(message.encoded(requestID: id))])
+        try send(message.encoded(requestID: id))
         return id
+    }
+
+    /// Sends a request (it waits for the connection when there is none yet).
+    private func send(_ bytes: [UInt8]) throws {
+        guard socket.send([bytes]) else {
+            throw ToolFailure(ToolExit.unavailable, "cannot reach the daemon of \(container.url.path): too many requests wait")
+        }
     }
 
     /// Sends a client-protocol request and returns its reply.

@@ -277,11 +277,8 @@ struct Watch: ParsableCommand {
 
     private func watchDaemon(_ client: AdminClient) throws {
         let description = try client.schema().description
-        let subscriber = try ZeroMQSocket(context: client.context, kind: .subscriber)
+        let subscriber = try client.eventSubscriber()
         defer { subscriber.close() }
-        try subscriber.subscribe()
-        try subscriber.setReceiveTimeout(milliseconds: 2_000)
-        try subscriber.connect(client.container.eventsEndpoint)
         var last = since ?? client.welcome.sequence
         var printed = 0
         func deliver(_ event: ChangeEvent) throws -> Bool {
@@ -303,10 +300,7 @@ struct Watch: ParsableCommand {
         }
         if try catchUp(to: UInt64.max) { return }
         while true {
-            let frames: [Data]
-            do {
-                frames = try subscriber.receive()
-            } catch let error as ZeroMQError where error.isTimeout {
+            guard subscriber.waitForInput(milliseconds: 2_000), let frames = subscriber.receive() else {
                 throw ToolFailure(
                     ToolExit.unavailable,
                     "the daemon of \(client.container.url.path) went silent (no heartbeat for 2 s)")

@@ -1,4 +1,3 @@
-import CZeroMQ
 import Foundation
 
 #if canImport(Glibc)
@@ -22,7 +21,10 @@ import Glibc
 ///   when it has one (a connection whose identity is already in use is closed), else five
 ///   bytes, a zero then a 32-bit counter that starts at random; a received message is handed
 ///   out with it as its first frame, and a message is sent to a connection by its identity
-///   (to nobody when there is none: dropped, as libzmq does);
+///   (to nobody when there is none: dropped, as libzmq does); an `Identity` that starts with a
+///   zero byte (libzmq reserves those for the ones it makes) is not taken: the connection gets
+///   one made here, so that no peer can claim one made for another connection and get its
+///   replies;
 /// - a peer that is not a `DEALER`, `REQ` or `ROUTER` is closed.
 ///
 /// A ``Role/publisher`` listener is libzmq's `PUB`:
@@ -36,10 +38,11 @@ import Glibc
 /// - a connection that breaks the protocol, sends a frame larger than the maximum message size
 ///   (`ZMQ_MAXMSGSIZE`) or a message of several frames larger than it by more than 4 KiB, or
 ///   has not ended its handshake in time (30 s by default, `ZMQ_HANDSHAKE_IVL`) is closed;
-/// - at most `highWaterMark` messages wait in each direction for each connection: past it, a
-///   message to it is dropped (`ZMQ_SNDHWM`), and the connection is not read until the server
-///   takes its messages (`ZMQ_RCVHWM`; the peer's messages wait in the kernel, then in the
-///   peer).
+/// - at most `highWaterMark` messages, and `highWaterMarkBytes` bytes of them, wait in each
+///   direction for each connection (a message is queued while less than that waits): past
+///   it, a message to it is dropped (`ZMQ_SNDHWM`), and the connection is not read until the
+///   server takes its messages (`ZMQ_RCVHWM`; the peer's messages wait in the kernel, then in
+///   the peer). libzmq counts messages only: 1,000 messages of 16 MiB would be 16 GiB.
 ///
 /// What libzmq's socket monitor reports is told to ``acceptedConnection`` and
 /// ``closingConnection``, with each connection's descriptor and listener's role, and each
@@ -78,7 +81,8 @@ package final class ZMTPServer {
 
     private let maximumMessageSize: Int
     private let highWaterMark: Int
-    private let poller: Int32
+    private let highWaterMarkBytes: Int
+    private let poller: Epoll
     /// The listening sockets, by descriptor.
     private var listeners: [Int32: Listener] = [:]
     /// The connections of the publisher listeners that finished their handshake.
@@ -98,10 +102,6 @@ package final class ZMTPServer {
     /// The most distinct prefixes a subscriber may subscribe to (libzmq has no bound).
     static let maximumSubscriptions = 4_096
 
-    /// What a message's frames may add to the maximum message size together (their headers,
-    /// a few small frames besides the largest).
-    static let messageOverhead = 4_096
-
     /// How long a connection may take to send its greeting and READY, in nanoseconds.
     private let handshakeTimeout: UInt64
     /// Descriptors of other files waited for beside the connections (see ``wait(orDescriptor:milliseconds:)``).
@@ -111,7 +111,6 @@ package final class ZMTPServer {
     private var listenersPausedUntil: UInt64?
     /// Where `recv` reads to.
     private let chunk = UnsafeMutableRawBufferPointer.allocate(byteCount: 65_536, alignment: 8)
-    private var events = [epoll_event](repeating: epoll_event(), count: 256)
 
     /// A listening socket.
     private struct Listener {
@@ -120,70 +119,29 @@ package final class ZMTPServer {
         var paused = false
     }
 
-    /// One connection: its handshake, what was read and not parsed, what waits to be written.
-    private final class Connection {
-        let descriptor: Int32
-        let role: Role
-        let peer: PeerCredentials?
-        /// A subscriber's prefixes, each with how many times it was subscribed.
-        var subscriptions: [Data: Int] = [:]
-        /// Whether the peer's READY came.
-        var ready = false
-        var greeted = false
-        var identity: Data?
-        var input: [UInt8] = []
-        var inputStart = 0
-        var frames: [Data] = []
-        var output: [[UInt8]] = []
-        var outputOffset = 0
-        /// Its messages received and not taken yet.
-        var inbox = FIFO<Message>()
-        var queued: Int { inbox.count }
-        /// Whether it is not read (too many of its messages wait).
-        var paused = false
-        /// The events `epoll` waits for on it (0: it is off the poll, which would report a
-        /// hang-up even then).
-        var interest: UInt32 = 0
-        /// When it was accepted (monotonic nanoseconds), for the handshake timeout.
-        let acceptedAt = ZMTP.now()
-        /// The bytes and frames of the message being received, so far.
-        var messageBytes = 0
-        var isOpen = true
-
-        init(descriptor: Int32, role: Role, peer: PeerCredentials?) {
-            self.descriptor = descriptor
-            self.role = role
-            self.peer = peer
-        }
-
-        /// Whether a subscriber takes a message whose first frame is `topic`.
-        func takes(_ topic: some Collection<UInt8>) -> Bool {
-            if subscriptions.isEmpty { return false }
-            if subscriptions[Data()] != nil { return true }
-            var prefix = Data()
-            for byte in topic {
-                prefix.append(byte)
-                if subscriptions[prefix] != nil { return true }
-            }
-            return false
-        }
-    }
+    /// The default of `highWaterMarkBytes`: 64 MiB, four messages of the daemon's largest.
+    package static let defaultHighWaterMarkBytes = 64 << 20
 
     /// A server with no listener yet (see ``listen(_:endpoint:admit:)``).
     ///
     /// - Parameters:
     ///   - maximumMessageSize: a larger frame from a peer closes its connection.
     ///   - highWaterMark: the most messages waiting each way for each connection.
+    ///   - highWaterMarkBytes: the most bytes of messages waiting each way for each connection
+    ///     (a message is queued while less than that waits).
     ///   - handshakeTimeout: how long, in seconds, a connection may take to send its greeting
     ///     and READY (libzmq's `ZMQ_HANDSHAKE_IVL`, 30 s by default; 0: no limit).
-    package init(maximumMessageSize: Int, highWaterMark: Int, handshakeTimeout: TimeInterval = 30) throws {
+    package init(
+        maximumMessageSize: Int, highWaterMark: Int, highWaterMarkBytes: Int = ZMTPServer.defaultHighWaterMarkBytes,
+        handshakeTimeout: TimeInterval = 30
+    ) throws {
         // (At most 2 GiB: sizes computed from it never overflow.)
         self.maximumMessageSize = min(max(0, maximumMessageSize), Int(Int32.max))
         self.highWaterMark = max(1, highWaterMark)
+        self.highWaterMarkBytes = max(1, highWaterMarkBytes)
         // 0: none (libzmq's meaning).
         self.handshakeTimeout = handshakeTimeout > 0 ? UInt64(min(handshakeTimeout, 86_400) * 1e9) : 0
-        poller = epoll_create1(Int32(EPOLL_CLOEXEC))
-        guard poller >= 0 else { throw ZeroMQError(code: errno, operation: "epoll_create1") }
+        poller = try Epoll(capacity: 256)
     }
 
     /// Listens on the socket file of `endpoint` (`ipc://PATH`, which must not exist) as a
@@ -191,24 +149,23 @@ package final class ZMTPServer {
     /// may stay connected: one it refuses is closed as soon as it is accepted.
     package func listen(_ role: Role, endpoint: String, admit: @escaping (PeerCredentials?) -> Bool = { _ in true }) throws {
         let scheme = "ipc://"
-        guard endpoint.hasPrefix(scheme) else { throw ZeroMQError(code: EPROTONOSUPPORT, operation: "bind \(endpoint)") }
+        guard endpoint.hasPrefix(scheme) else { throw ZMTPError(code: EPROTONOSUPPORT, operation: "bind \(endpoint)") }
         let path = String(endpoint.dropFirst(scheme.count))
         let type = Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue) | Int32(SOCK_NONBLOCK.rawValue)
         let fd = socket(AF_UNIX, type, 0)
-        guard fd >= 0 else { throw ZeroMQError(code: errno, operation: "socket") }
+        guard fd >= 0 else { throw ZMTPError(code: errno, operation: "socket") }
         let bound = withUnixSocketAddress(path) { Glibc.bind(fd, $0, $1) }
         guard bound == 0, Glibc.listen(fd, SOMAXCONN) == 0 else {
             let error = bound == nil ? ENAMETOOLONG : errno
             Glibc.close(fd)
-            throw ZeroMQError(code: error, operation: "bind \(endpoint)")
+            throw ZMTPError(code: error, operation: "bind \(endpoint)")
         }
         listeners[fd] = Listener(role: role, admit: admit)
-        control(EPOLL_CTL_ADD, fd, EPOLLIN.rawValue)
+        control(.add, fd, Epoll.readable)
     }
 
     deinit {
         close()
-        Glibc.close(poller)
         chunk.deallocate()
     }
 
@@ -230,8 +187,11 @@ package final class ZMTPServer {
         guard waiting > 0 else { return nil }
         guard let connection = active.removeFirst(), var message = connection.inbox.removeFirst() else { return nil }
         waiting -= 1
+        connection.inboxBytes -= message.frames.reduce(0) { $0 + $1.count }
         if connection.queued > 0 { active.append(connection) }
-        if connection.paused && connection.isOpen && connection.queued <= highWaterMark / 2 {
+        if connection.paused && connection.isOpen && connection.queued <= highWaterMark / 2
+            && connection.inboxBytes <= highWaterMarkBytes / 2
+        {
             resume(connection)
             // What it had read past the mark may have closed it: its number is no longer its own.
             if !connection.isOpen { message.descriptor = -1 }
@@ -246,7 +206,7 @@ package final class ZMTPServer {
     }
 
     /// Sends a message of one frame to the connection with `identity` (dropped when there is
-    /// none, or when `highWaterMark` messages already wait for it); returns whether it went
+    /// none, or when the high-water mark's worth already waits for it); returns whether it went
     /// out or waits to.
     @discardableResult
     package func send(to identity: Data, _ frame: some Collection<UInt8>) -> Bool {
@@ -258,40 +218,27 @@ package final class ZMTPServer {
     @discardableResult
     package func send<Frames: Collection>(to identity: Data, frames: Frames) -> Bool where Frames.Element: Collection<UInt8> {
         precondition(!frames.isEmpty, "a message has at least one frame")
-        guard let connection = byIdentity[identity], connection.output.count < highWaterMark else { return false }
-        connection.output.append(Self.encode(frames))
+        guard let connection = byIdentity[identity], hasRoom(connection) else { return false }
+        enqueue(ZMTP.encode(frames), to: connection)
         flush(connection)
         return true
     }
 
     /// Publishes a message to every subscriber whose subscriptions take its first frame (but
-    /// those for which `highWaterMark` messages already wait: dropped for them); returns to how
-    /// many it went out or waits to.
+    /// those for which the high-water mark's worth already waits: dropped for them); returns to
+    /// how many it went out or waits to.
     @discardableResult
     package func publish<Frame: Collection<UInt8>>(_ frames: [Frame]) -> Int {
         precondition(!frames.isEmpty, "a message has at least one frame")
         var bytes: [UInt8]?
         var count = 0
-        for connection in subscribers where connection.output.count < highWaterMark && connection.takes(frames[0]) {
-            if bytes == nil { bytes = Self.encode(frames) }
-            connection.output.append(bytes!)
+        for connection in subscribers where hasRoom(connection) && connection.takes(frames[0]) {
+            if bytes == nil { bytes = ZMTP.encode(frames) }
+            enqueue(bytes!, to: connection)
             flush(connection)
             count += 1
         }
         return count
-    }
-
-    /// A message's frames as ZMTP frames.
-    private static func encode<Frames: Collection>(_ frames: Frames) -> [UInt8] where Frames.Element: Collection<UInt8> {
-        var bytes: [UInt8] = []
-        bytes.reserveCapacity(frames.reduce(0) { $0 + $1.count + 9 })
-        var left = frames.count
-        for frame in frames {
-            left -= 1
-            ZMTP.appendHeader(to: &bytes, size: frame.count, more: left > 0, command: false)
-            bytes.append(contentsOf: frame)
-        }
-        return bytes
     }
 
     /// Waits until a message can be received or `descriptor` (a file descriptor; -1: none) is
@@ -300,7 +247,7 @@ package final class ZMTPServer {
     package func wait(orDescriptor descriptor: Int32, milliseconds: Int) -> (socket: Bool, descriptor: Bool) {
         if descriptor >= 0 && !watched.contains(descriptor) {
             watched.insert(descriptor)
-            control(EPOLL_CTL_ADD, descriptor, EPOLLIN.rawValue)
+            control(.add, descriptor, Epoll.readable)
         }
         let deadline = ZMTP.deadline(milliseconds: milliseconds)
         var timeout: Int32 = waiting > 0 ? 0 : deadline.map { ZMTP.milliseconds(from: ZMTP.now(), to: $0) } ?? -1
@@ -338,7 +285,7 @@ package final class ZMTPServer {
             listenersPausedUntil = nil
             for (fd, listener) in listeners where listener.paused {
                 listeners[fd]?.paused = false
-                control(EPOLL_CTL_ADD, fd, EPOLLIN.rawValue)
+                control(.add, fd, Epoll.readable)
             }
         }
         // Woken in time for the listeners' return and the next handshake to expire.
@@ -349,18 +296,17 @@ package final class ZMTPServer {
             let wait = ZMTP.milliseconds(from: ZMTP.now(), to: wake)
             if timeout < 0 || wait < timeout { timeout = wait }
         }
-        let count = events.withUnsafeMutableBufferPointer { epoll_wait(poller, $0.baseAddress, Int32($0.count), timeout) }
+        let count = poller.wait(timeout: timeout)
         guard count > 0 else { return false }
         var otherReady = false
-        for index in 0..<Int(count) {
-            let fd = events[index].data.fd
-            let ready = events[index].events
+        for index in 0..<count {
+            let (fd, ready) = poller.event(index)
             if let listener = listeners[fd] {
                 acceptAll(fd, listener)
             } else if let connection = connections[fd] {
                 // Read first: what came before a failure is kept.
-                if ready & (EPOLLIN.rawValue | EPOLLHUP.rawValue | EPOLLERR.rawValue) != 0 { read(connection) }
-                if connection.isOpen && ready & EPOLLOUT.rawValue != 0 { flush(connection) }
+                if ready & (Epoll.readable | Epoll.hangUp | Epoll.error) != 0 { read(connection) }
+                if connection.isOpen && ready & Epoll.writable != 0 { flush(connection) }
             } else if fd == other {
                 otherReady = true
             }
@@ -375,7 +321,7 @@ package final class ZMTPServer {
                 let error = errno
                 if error == EMFILE || error == ENFILE || error == ENOBUFS || error == ENOMEM {
                     // Out of descriptors: the backlog waits, and accepting again is tried later.
-                    control(EPOLL_CTL_DEL, listenerDescriptor, 0)
+                    control(.delete, listenerDescriptor, 0)
                     listeners[listenerDescriptor]?.paused = true
                     listenersPausedUntil = ZMTP.now() + 100_000_000
                 }
@@ -390,13 +336,11 @@ package final class ZMTPServer {
             let peer: PeerCredentials? =
                 getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &credentials, &size) == 0
                 ? PeerCredentials(uid: credentials.1, gid: credentials.2, pid: credentials.0) : nil
-            let connection = Connection(descriptor: fd, role: listener.role, peer: peer)
+            let connection = Connection(descriptor: fd, role: listener.role, peer: peer, maximumMessageSize: maximumMessageSize)
             connections[fd] = connection
-            var handshake = ZMTP.greeting
-            ZMTP.appendReady(to: &handshake, socketType: listener.role == .router ? "ROUTER" : "PUB", identity: listener.role == .router)
-            connection.output.append(handshake)
-            connection.interest = EPOLLIN.rawValue
-            if !control(EPOLL_CTL_ADD, fd, connection.interest) { connection.interest = 0 }
+            enqueue(ZMTP.handshake(connection.codec.socketType), to: connection)
+            connection.interest = Epoll.readable
+            if !control(.add, fd, connection.interest) { connection.interest = 0 }
             handshaking.append(connection)
             acceptedConnection(fd, listener.role)
             if connection.interest != 0 && listener.admit(peer) { flush(connection) } else { drop(connection) }
@@ -410,7 +354,7 @@ package final class ZMTPServer {
             guard connection.isOpen, !connection.paused else { return }
             switch ZMTP.receive(connection.descriptor, into: chunk) {
             case .bytes(let count):
-                connection.input.append(contentsOf: UnsafeRawBufferPointer(rebasing: chunk[0..<count]))
+                connection.codec.receive(UnsafeRawBufferPointer(rebasing: chunk[0..<count]))
                 guard parse(connection) else { return drop(connection) }
                 if !connection.output.isEmpty { flush(connection) }  // a PONG
                 if count < chunk.count { return }
@@ -439,6 +383,7 @@ package final class ZMTPServer {
                     done += 1
                     connection.outputOffset = 0
                 }
+                for message in connection.output[0..<done] { connection.outputBytes -= message.count }
                 connection.output.removeFirst(done)
             case .interrupted: continue
             case .wouldBlock:
@@ -472,17 +417,28 @@ package final class ZMTPServer {
         return batch.withUnsafeBytes { ZMTP.send(connection.descriptor, $0) }
     }
 
+    /// Whether less than the high-water mark's worth waits to be written to the connection.
+    private func hasRoom(_ connection: Connection) -> Bool {
+        connection.output.count < highWaterMark && connection.outputBytes < highWaterMarkBytes
+    }
+
+    /// Queues bytes to be written to the connection.
+    private func enqueue(_ bytes: [UInt8], to connection: Connection) {
+        connection.output.append(bytes)
+        connection.outputBytes += bytes.count
+    }
+
     private func updateInterest(_ connection: Connection) {
         guard connection.isOpen else { return }
-        var interest: UInt32 = connection.paused ? 0 : EPOLLIN.rawValue
-        if !connection.output.isEmpty { interest |= EPOLLOUT.rawValue }
+        var interest: UInt32 = connection.paused ? 0 : Epoll.readable
+        if !connection.output.isEmpty { interest |= Epoll.writable }
         guard interest != connection.interest else { return }
         // Off the poll while there is nothing to wait for: a hang-up is reported whatever the
         // interest, and a paused connection's would be reported on every wait.
-        let operation = connection.interest == 0 ? EPOLL_CTL_ADD : interest == 0 ? EPOLL_CTL_DEL : EPOLL_CTL_MOD
-        let added = operation == EPOLL_CTL_ADD
+        let operation: Epoll.Operation = connection.interest == 0 ? .add : interest == 0 ? .delete : .modify
+        let added = operation == .add
         connection.interest = interest
-        if !control(operation, connection.descriptor, interest) && operation != EPOLL_CTL_DEL {
+        if !control(operation, connection.descriptor, interest) && operation != .delete {
             // A connection the poll does not hold would never be read again.
             if added { connection.interest = 0 }
             drop(connection)
@@ -497,13 +453,13 @@ package final class ZMTPServer {
         // Its messages still to be handed out name no descriptor: the number may be reused.
         connection.inbox.modifyEach { $0.descriptor = -1 }
         if connection.role == .publisher && connection.ready { subscribers.removeAll { $0 === connection } }
-        if connection.interest != 0 { control(EPOLL_CTL_DEL, connection.descriptor, 0) }
+        if connection.interest != 0 { control(.delete, connection.descriptor, 0) }
         Glibc.close(connection.descriptor)
         connections[connection.descriptor] = nil
         if let identity = connection.identity, byIdentity[identity] === connection { byIdentity[identity] = nil }
         connection.output = []
-        connection.input = []
-        connection.inputStart = 0
+        connection.outputBytes = 0
+        connection.codec = ZMTPCodec(socketType: connection.codec.socketType, maximumMessageSize: 0)
     }
 
     /// Reads a paused connection again, starting with what it had sent past the high-water
@@ -550,156 +506,69 @@ package final class ZMTPServer {
     /// Changes what `epoll` waits for on `fd`; false when it failed (no memory, or past
     /// `max_user_watches`).
     @discardableResult
-    private func control(_ operation: Int32, _ fd: Int32, _ interest: UInt32) -> Bool {
-        var event = epoll_event()
-        event.events = interest
-        event.data.fd = fd
-        return epoll_ctl(poller, operation, fd, &event) == 0
+    private func control(_ operation: Epoll.Operation, _ fd: Int32, _ interest: UInt32) -> Bool {
+        poller.control(operation, fd, interest)
     }
 
     // MARK: ZMTP
 
-    /// Parses what was read: the greeting, the READY command, then messages. False on a
-    /// protocol error, an ERROR command, or a peer of a type a `ROUTER` does not talk to.
+    /// Takes in what the peer sent, until it has nothing more or the connection is paused:
+    /// READY, messages, subscriptions, PINGs. False on a protocol error (``ZMTPCodec``), or a
+    /// routing identity another connection holds.
     private func parse(_ connection: Connection) -> Bool {
-        defer { ZMTP.dropParsed(&connection.input, &connection.inputStart) }
-        while connection.isOpen {
-            let input = connection.input
-            let start = connection.inputStart
-            let available = input.count - start
-            if !connection.greeted {
-                guard available >= 64 else { return available == 0 || input[start] == 0xFF }
-                guard ZMTP.isGreeting(input[start..<(start + 64)]) else { return false }
-                connection.inputStart += 64
-                connection.greeted = true
-                continue
+        while connection.isOpen && !connection.paused {
+            let event: ZMTPCodec.Event?
+            do {
+                event = try connection.codec.next()
+            } catch {
+                return false
             }
-            let flags: UInt8
-            let body: Range<Int>
-            switch ZMTP.frame(in: input, at: start, maximumSize: maximumMessageSize) {
-            case .invalid: return false
-            case .incomplete(let needs):
-                // A large frame's bytes come in many reads: room for all of it at once.
-                // (Only when short of it: `input` still shares the buffer, so this copies it.)
-                // Only once the handshake ended: a stranger's header alone reserves nothing.
-                if let needs, connection.ready, connection.input.capacity < start + needs {
-                    connection.input.reserveCapacity(start + needs)
-                }
-                return true
-            case .frame(let frameFlags, let frameBody): (flags, body) = (frameFlags, frameBody)
-            }
-            connection.inputStart = body.upperBound
-            if flags & 0x04 != 0 {
-                // The NULL mechanism's handshake is READY and nothing else (libzmq closes a
-                // connection whose first command is another).
-                guard let command = ZMTP.Command(input[body]), connection.ready || command.name == "READY" else { return false }
-                switch command.name {
-                case "ERROR": return false
-                case "READY":
-                    guard !connection.ready, let type = command.properties["socket-type"].map({ String(decoding: $0, as: UTF8.self) })
-                    else { return false }
-                    connection.ready = true
-                    if connection.role == .publisher {
-                        guard type == "SUB" || type == "XSUB" else { return false }
-                        subscribers.append(connection)
-                        continue
-                    }
-                    guard ["DEALER", "REQ", "ROUTER"].contains(type) else { return false }
-                    var identity = command.properties["identity"] ?? Data()
-                    // One the peer chose and another connection holds closes this one (libzmq
-                    // without ZMQ_ROUTER_HANDOVER); one made here skips those in use.
-                    guard byIdentity[identity] == nil else { return false }
-                    while identity.isEmpty || byIdentity[identity] != nil {
-                        identity = Data([0]) + withUnsafeBytes(of: nextIdentity.bigEndian) { Data($0) }
-                        nextIdentity &+= 1
-                    }
+            switch event {
+            case nil: return true
+            case .ready(_, let claimed):
+                if connection.role == .publisher {
+                    subscribers.append(connection)
+                } else {
+                    guard let identity = routingIdentity(claimed) else { return false }
                     connection.identity = identity
                     byIdentity[identity] = connection
-                case "SUBSCRIBE", "CANCEL":
-                    // ZMTP 3.1's subscriptions, from a peer that took this one for 3.1.
-                    guard connection.role == .publisher else { return false }
-                    let prefix = Data(command.body.dropFirst(1 + command.name.utf8.count))
-                    subscribe(connection, prefix, command.name == "SUBSCRIBE")
-                case "PING":
-                    // ZMTP 3.1's heartbeat, from a peer that took this one for 3.1: a PONG
-                    // with the ping's context (what follows its name and 2-byte TTL; at most
-                    // 16 bytes, as libzmq), unless the high-water mark's worth waits already.
-                    guard connection.output.count < highWaterMark else { continue }
-                    var pong: [UInt8] = [4] + Array("PONG".utf8)
-                    pong += command.body.dropFirst(1 + 4 + 2).prefix(16)
-                    var bytes: [UInt8] = []
-                    ZMTP.appendHeader(to: &bytes, size: pong.count, more: false, command: true)
-                    connection.output.append(bytes + pong)
-                default: break
                 }
-                continue
-            }
-            guard connection.ready else { return false }  // a message before READY
-            if connection.role == .publisher {
-                // A subscription (a message's first frame: 1 or 0, then the prefix, as libzmq
-                // takes it); anything else is dropped.
-                if connection.frames.isEmpty, let first = body.first.map({ input[$0] }), first <= 1 {
-                    subscribe(connection, Data(input[(body.lowerBound + 1)..<body.upperBound]), first == 1)
-                }
-                connection.frames = flags & 0x01 == 0 ? [] : [Data()]
-                continue
-            }
-            guard let identity = connection.identity else { return false }
-            // The frames of one message together (9 bytes counted for each frame's header):
-            // endless frames marked "more" must not grow it without end.
-            connection.messageBytes += body.count + 9
-            guard connection.messageBytes <= maximumMessageSize + Self.messageOverhead else { return false }
-            if connection.frames.isEmpty { connection.frames.append(identity) }
-            connection.frames.append(body.isEmpty ? Data() : Data(input[body]))
-            if flags & 0x01 == 0 {
+            case .subscription(let prefix, let subscribing):
+                subscribe(connection, prefix, subscribing)
+            case .ping(let context):
+                // A PONG with the ping's context, unless the high-water mark's worth waits already.
+                if hasRoom(connection) { enqueue(ZMTP.pong(context: context), to: connection) }
+            case .message(let frames):
+                guard let identity = connection.identity else { return false }
                 if connection.queued == 0 { active.append(connection) }
-                connection.inbox.append(Message(frames: connection.frames, peer: connection.peer, descriptor: connection.descriptor))
+                connection.inbox.append(Message(frames: [identity] + frames, peer: connection.peer, descriptor: connection.descriptor))
+                connection.inboxBytes += identity.count + frames.reduce(0) { $0 + $1.count }
                 waiting += 1
-                connection.frames = []
-                connection.messageBytes = 0
-                if connection.queued >= highWaterMark {
+                if connection.queued >= highWaterMark || connection.inboxBytes >= highWaterMarkBytes {
                     connection.paused = true
                     updateInterest(connection)
-                    return true
                 }
             }
         }
         return true
     }
+
+    /// The routing identity of a new connection of the router: the one its peer claimed
+    /// (nil when another connection holds it: libzmq without `ZMQ_ROUTER_HANDOVER` closes
+    /// it), else one made here, that skips those in use. A claim that starts with a zero byte
+    /// is not taken: those are the ones made here (libzmq reserves them likewise), and one
+    /// made for a connection that closed may still have replies on their way to it.
+    private func routingIdentity(_ claimed: Data?) -> Data? {
+        var identity = claimed ?? Data()
+        if identity.first == 0 { identity = Data() }
+        guard byIdentity[identity] == nil else { return nil }
+        while identity.isEmpty || byIdentity[identity] != nil {
+            identity = Data([0]) + withUnsafeBytes(of: nextIdentity.bigEndian) { Data($0) }
+            nextIdentity &+= 1
+        }
+        return identity
+    }
 }
 
 @available(*, unavailable)
 extension ZMTPServer: Sendable {}
-
-/// A first-in first-out queue: an array and the index of its first element, so that taking
-/// one is O(1); the taken front is dropped once it is most of the array (amortised O(1)).
-private struct FIFO<Element> {
-    private var elements: [Element?] = []
-    private var start = 0
-
-    var count: Int { elements.count - start }
-    var first: Element? { start < elements.count ? elements[start] : nil }
-
-    mutating func append(_ element: Element) { elements.append(element) }
-
-    mutating func removeFirst() -> Element? {
-        guard start < elements.count else { return nil }
-        defer {
-            elements[start] = nil  // released now, not at the next compaction
-            start += 1
-            if start == elements.count {
-                elements.removeAll(keepingCapacity: elements.count <= 4_096)
-                start = 0
-            } else if start > 1_024 && start * 2 > elements.count {
-                elements.removeFirst(start)
-                start = 0
-            }
-        }
-        return elements[start]
-    }
-
-    /// Changes every element still in the queue.
-    mutating func modifyEach(_ change: (inout Element) -> Void) {
-        for index in start..<elements.count where elements[index] != nil { change(&elements[index]!) }
-    }
-}

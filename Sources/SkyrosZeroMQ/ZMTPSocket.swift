@@ -28,7 +28,12 @@ import Glibc
 ///   connection was lost in the middle of is sent again whole on the next one (its part that
 ///   went out is discarded by the peer with the connection);
 /// - a `SUB` socket sends its subscriptions again on each new connection;
-/// - a frame larger than its maximum message size closes the connection (`ZMQ_MAXMSGSIZE`).
+/// - at most `sendQueueLimit` messages, and `sendQueueBytes` bytes of them, wait to be
+///   written (a message is queued while less than that waits): past it, ``send(_:)`` drops
+///   the message and returns false (libzmq's `ZMQ_SNDHWM`, where a send fails with `EAGAIN`);
+/// - a frame larger than its maximum message size closes the connection (`ZMQ_MAXMSGSIZE`), and
+///   so does anything else ``ZMTPCodec`` refuses (a peer of another socket type, a command
+///   before its READY…); a ZMTP 3.1 peer's PING is answered with a PONG.
 ///
 /// Not thread-safe: use it from one thread at a time. Nothing in it blocks past the timeout a
 /// caller gives: the descriptor is non-blocking and every wait is a bounded `poll`. Writes use
@@ -38,8 +43,8 @@ package final class ZMTPSocket {
     package enum Kind: Sendable {
         case dealer, subscriber
 
-        /// The `Socket-Type` property of the READY command.
-        var name: String { self == .dealer ? "DEALER" : "SUB" }
+        /// Its type in ZMTP.
+        var socketType: ZMTPSocketType { self == .dealer ? .dealer : .subscriber }
     }
 
     /// What this socket is to the peer.
@@ -60,21 +65,21 @@ package final class ZMTPSocket {
     private let maximumMessageSize: Int
     private let receiveBufferBytes: Int32?
     private let receiveQueueLimit: Int
+    private let receiveQueueBytes: Int
+    private let sendQueueLimit: Int
+    private let sendQueueBytes: Int
     private var descriptor: Int32 = -1
     /// When the next connection may be tried (monotonic nanoseconds).
     private var nextConnect: UInt64 = 0
     /// When the current connection was made (monotonic nanoseconds).
     private var connectedAt: UInt64 = 0
-    /// Whether the peer's greeting was read on this connection.
-    private var greeted = false
-    /// Bytes read and not parsed yet (from `inputStart`).
-    private var input: [UInt8] = []
-    private var inputStart = 0
-    /// The frames of the message being received.
-    private var frames: [Data] = []
+    /// What the peer sent on this connection, parsed.
+    private var codec: ZMTPCodec
     /// Whole messages received and not handed out yet (from `receivedStart`).
     private var received: [[Data]] = []
     private var receivedStart = 0
+    /// The bytes of the frames of the messages received and not handed out yet.
+    private var receivedBytes = 0
     /// What to write on the current connection, in order, the first one `outputOffset` bytes
     /// in; `isMessage` tells a caller's message (sent again on a new connection if not wholly
     /// written) from the handshake and subscriptions (which each connection makes anew).
@@ -96,23 +101,33 @@ package final class ZMTPSocket {
     ///   - receiveQueueLimit: it stops reading while this many received messages wait for the
     ///     caller (one read may bring in more; 0: no limit); meanwhile messages wait in the
     ///     kernel's buffer, then in the peer's queue.
+    ///   - receiveQueueBytes: it stops reading likewise while the received messages waiting
+    ///     make this many bytes (libzmq counts messages only: 1,000 of 16 MiB would be 16 GiB).
+    ///   - sendQueueLimit: the most messages waiting to be written (for a connection, or on
+    ///     one); past it, a message sent is dropped.
+    ///   - sendQueueBytes: the most bytes of messages waiting to be written.
     package init(
         kind: Kind, endpoint: String, maximumMessageSize: Int, receiveBufferBytes: Int32? = nil,
-        receiveQueueLimit: Int = 1_000
+        receiveQueueLimit: Int = 1_000, receiveQueueBytes: Int = 64 << 20, sendQueueLimit: Int = 1_000,
+        sendQueueBytes: Int = 64 << 20
     ) throws {
         let scheme = "ipc://"
         guard endpoint.hasPrefix(scheme) else {
-            throw ZeroMQError(code: EPROTONOSUPPORT, operation: "connect \(endpoint)")
+            throw ZMTPError(code: EPROTONOSUPPORT, operation: "connect \(endpoint)")
         }
         let path = String(endpoint.dropFirst(scheme.count))
         guard withUnixSocketAddress(path, { _, _ in () }) != nil else {
-            throw ZeroMQError(code: ENAMETOOLONG, operation: "connect \(endpoint)")
+            throw ZMTPError(code: ENAMETOOLONG, operation: "connect \(endpoint)")
         }
         self.kind = kind
         self.path = path
-        self.maximumMessageSize = min(max(0, maximumMessageSize), Int(Int32.max))
+        self.maximumMessageSize = maximumMessageSize
+        codec = ZMTPCodec(socketType: kind.socketType, maximumMessageSize: maximumMessageSize)
         self.receiveBufferBytes = receiveBufferBytes
         self.receiveQueueLimit = receiveQueueLimit > 0 ? receiveQueueLimit : .max
+        self.receiveQueueBytes = max(1, receiveQueueBytes)
+        self.sendQueueLimit = max(1, sendQueueLimit)
+        self.sendQueueBytes = max(1, sendQueueBytes)
     }
 
     deinit {
@@ -130,6 +145,7 @@ package final class ZMTPSocket {
         waiting = []
         received = []
         receivedStart = 0
+        receivedBytes = 0
         nextConnect = 0
     }
 
@@ -157,23 +173,36 @@ package final class ZMTPSocket {
     // MARK: Messages
 
     /// Sends a message (its frames: `Data`, `[UInt8]`…); it goes out now, or on the next
-    /// connection.
-    package func send<Frame: Collection<UInt8>>(_ message: [Frame]) {
+    /// connection. Returns false, and drops it, when the send queue is full (`sendQueueLimit`
+    /// messages, or `sendQueueBytes` bytes, wait to be written).
+    @discardableResult
+    package func send<Frame: Collection<UInt8>>(_ message: [Frame]) -> Bool {
         precondition(!message.isEmpty, "a message has at least one frame")
         precondition(kind == .dealer, "a SUB socket sends nothing but its subscriptions")
-        var bytes: [UInt8] = []
-        bytes.reserveCapacity(message.reduce(0) { $0 + $1.count + 9 })
-        for (index, frame) in message.enumerated() {
-            ZMTP.appendHeader(to: &bytes, size: frame.count, more: index < message.count - 1, command: false)
-            bytes.append(contentsOf: frame)
-        }
         connectIfDue()
+        if !hasRoom() {
+            flush()
+            guard hasRoom() else { return false }
+        }
+        let bytes = ZMTP.encode(message)
         guard isReady else {
             waiting.append(bytes)
-            return
+            return true
         }
         output.append((bytes, true))
         flush()
+        return true
+    }
+
+    /// Whether less than the send queue's worth of messages waits to be written.
+    private func hasRoom() -> Bool {
+        var count = waiting.count
+        var bytes = waiting.reduce(0) { $0 + $1.count } - (output.first?.isMessage == true ? outputOffset : 0)
+        for entry in output where entry.isMessage {
+            count += 1
+            bytes += entry.bytes.count
+        }
+        return count < sendQueueLimit && bytes < sendQueueBytes
     }
 
     /// The next message received, if one is here (see ``waitForInput(milliseconds:)``).
@@ -181,6 +210,7 @@ package final class ZMTPSocket {
         guard receivedStart < received.count else { return nil }
         let message = received[receivedStart]
         receivedStart += 1
+        receivedBytes -= message.reduce(0) { $0 + $1.count }
         if receivedStart == received.count {
             received.removeAll(keepingCapacity: true)
             receivedStart = 0
@@ -223,15 +253,9 @@ package final class ZMTPSocket {
     private func sendSubscription(_ prefix: Data, subscribe: Bool) {
         guard isReady else { return }
         var bytes: [UInt8] = []
-        Self.appendSubscription(to: &bytes, prefix, subscribe: subscribe)
+        ZMTP.appendSubscription(to: &bytes, prefix, subscribe: subscribe)
         output.append((bytes, false))
         flush()
-    }
-
-    private static func appendSubscription(to bytes: inout [UInt8], _ prefix: Data, subscribe: Bool) {
-        ZMTP.appendHeader(to: &bytes, size: prefix.count + 1, more: false, command: false)
-        bytes.append(subscribe ? 1 : 0)
-        bytes.append(contentsOf: prefix)
     }
 
     // MARK: The connection
@@ -268,9 +292,7 @@ package final class ZMTPSocket {
         descriptor = fd
         connectedAt = ZMTP.now()
         connectionsMade += 1
-        var handshake = ZMTP.greeting
-        ZMTP.appendReady(to: &handshake, socketType: kind.name, identity: false)
-        output = [(handshake, false)]
+        output = [(ZMTP.handshake(kind.socketType), false)]
         outputOffset = 0
     }
 
@@ -278,7 +300,7 @@ package final class ZMTPSocket {
     private func peerIsReady() {
         isReady = true
         var subscribing: [UInt8] = []
-        for prefix in subscriptions { Self.appendSubscription(to: &subscribing, prefix, subscribe: true) }
+        for prefix in subscriptions { ZMTP.appendSubscription(to: &subscribing, prefix, subscribe: true) }
         if !subscribing.isEmpty { output.append((subscribing, false)) }
         output += waiting.map { ($0, true) }
         waiting = []
@@ -293,11 +315,8 @@ package final class ZMTPSocket {
         let now = ZMTP.now()
         Glibc.close(descriptor)
         descriptor = -1
-        greeted = false
         isReady = false
-        input = []
-        inputStart = 0
-        frames = []
+        codec = ZMTPCodec(socketType: kind.socketType, maximumMessageSize: maximumMessageSize)
         waiting = output.filter(\.isMessage).map(\.bytes) + waiting
         output = []
         outputOffset = 0
@@ -327,10 +346,10 @@ package final class ZMTPSocket {
 
     /// Reads what has arrived (up to the receive queue's limit) and parses it.
     private func readAvailable() {
-        while descriptor >= 0, received.count - receivedStart < receiveQueueLimit {
+        while descriptor >= 0, received.count - receivedStart < receiveQueueLimit, receivedBytes < receiveQueueBytes {
             switch ZMTP.receive(descriptor, into: chunk) {
             case .bytes(let count):
-                input.append(contentsOf: UnsafeRawBufferPointer(rebasing: chunk[0..<count]))
+                codec.receive(UnsafeRawBufferPointer(rebasing: chunk[0..<count]))
                 guard parse() else {
                     dropConnection()
                     return
@@ -381,44 +400,24 @@ package final class ZMTPSocket {
         return other >= 0 && items[1].revents != 0
     }
 
-    /// Parses what was read: the peer's greeting, then frames; commands other than ERROR are
-    /// taken in (READY) or ignored. False on a protocol error or an ERROR command.
+    /// Takes in what the peer sent: its READY, messages, and PINGs (answered). False on a
+    /// protocol error or an ERROR command.
     private func parse() -> Bool {
-        defer { ZMTP.dropParsed(&input, &inputStart) }
         while true {
-            let available = input.count - inputStart
-            if !greeted {
-                // The signature shows at once whether this is a ZMTP 3 peer.
-                guard available >= 64 else { return available == 0 || input[inputStart] == 0xFF }
-                guard ZMTP.isGreeting(input[inputStart..<(inputStart + 64)]) else { return false }
-                inputStart += 64
-                greeted = true
-                continue
+            let event: ZMTPCodec.Event?
+            do {
+                event = try codec.next()
+            } catch {
+                return false
             }
-            let flags: UInt8
-            let body: Range<Int>
-            switch ZMTP.frame(in: input, at: inputStart, maximumSize: maximumMessageSize) {
-            case .invalid: return false
-            case .incomplete(let needs):
-                // A large frame's bytes come in many reads: room for all of it at once.
-                if let needs { input.reserveCapacity(inputStart + needs) }
-                return true
-            case .frame(let frameFlags, let frameBody): (flags, body) = (frameFlags, frameBody)
-            }
-            inputStart = body.upperBound
-            if flags & 0x04 != 0 {
-                // A command: READY (the peer's properties are not needed), ERROR, or one of
-                // ZMTP 3.1's (PING, SUBSCRIBE…) that a 3.0 peer is never sent.
-                guard let command = ZMTP.Command(input[body]) else { return false }
-                if command.name == "ERROR" { return false }
-                if command.name == "READY" && !isReady { peerIsReady() }
-                continue
-            }
-            guard isReady else { return false }  // a message before the handshake ended
-            frames.append(body.isEmpty ? Data() : Data(input[body]))
-            if flags & 0x01 == 0 {
+            switch event {
+            case nil: return true
+            case .ready: peerIsReady()
+            case .message(let frames):
                 received.append(frames)
-                frames = []
+                receivedBytes += frames.reduce(0) { $0 + $1.count }
+            case .ping(let context): output.append((ZMTP.pong(context: context), false))
+            case .subscription: return false  // never to a DEALER or a SUB (the codec refuses it)
             }
         }
     }
@@ -426,204 +425,3 @@ package final class ZMTPSocket {
 
 @available(*, unavailable)
 extension ZMTPSocket: Sendable {}
-
-/// Calls `body` with the address of the Unix-domain socket file at `path` (for `bind` or
-/// `connect`); nil, without calling it, when the path does not fit a socket address.
-package func withUnixSocketAddress<T>(_ path: String, _ body: (UnsafePointer<sockaddr>, socklen_t) -> T) -> T? {
-    var address = sockaddr_un()
-    let bytes = Array(path.utf8)
-    guard bytes.count < MemoryLayout.size(ofValue: address.sun_path) else { return nil }
-    address.sun_family = sa_family_t(AF_UNIX)
-    withUnsafeMutableBytes(of: &address.sun_path) { raw in
-        for (index, byte) in bytes.enumerated() { raw[index] = byte }
-    }
-    return withUnsafePointer(to: &address) {
-        $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { body($0, socklen_t(MemoryLayout<sockaddr_un>.size)) }
-    }
-}
-
-/// What both ends of a ZMTP 3.0 connection with the NULL mechanism read and write
-/// (rfc.zeromq.org/spec/23).
-enum ZMTP {
-    /// The greeting: signature, version 3.0, the NULL mechanism, as-server 0 (the NULL
-    /// mechanism does not look at it).
-    static let greeting: [UInt8] = {
-        var bytes = [UInt8](repeating: 0, count: 64)
-        bytes[0] = 0xFF
-        bytes[9] = 0x7F
-        bytes[10] = 3
-        bytes[11] = 0
-        for (index, byte) in "NULL".utf8.enumerated() { bytes[12 + index] = byte }
-        return bytes
-    }()
-
-    /// Whether 64 bytes are a peer's greeting this end can talk to: the signature, a major
-    /// version of 3 or more, and the NULL mechanism.
-    static func isGreeting(_ bytes: ArraySlice<UInt8>) -> Bool {
-        let start = bytes.startIndex
-        return bytes.count == 64 && bytes[start] == 0xFF && bytes[start + 9] == 0x7F && bytes[start + 10] >= 3
-            && bytes[(start + 12)..<(start + 16)].elementsEqual("NULL".utf8) && bytes[start + 16] == 0
-    }
-
-    /// A frame's flags and size: one byte of size up to 255, else eight (big-endian).
-    static func appendHeader(to bytes: inout [UInt8], size: Int, more: Bool, command: Bool) {
-        let flags: UInt8 = (more ? 0x01 : 0) | (command ? 0x04 : 0)
-        if size <= 255 {
-            bytes.append(flags)
-            bytes.append(UInt8(size))
-        } else {
-            bytes.append(flags | 0x02)
-            for shift in stride(from: 56, through: 0, by: -8) { bytes.append(UInt8(truncatingIfNeeded: UInt64(size) >> UInt64(shift))) }
-        }
-    }
-
-    /// The READY command with its `Socket-Type` property, and an empty `Identity` when
-    /// `identity` (libzmq's `ROUTER`, `DEALER` and `REQ` send one).
-    static func appendReady(to bytes: inout [UInt8], socketType: String, identity: Bool) {
-        var body: [UInt8] = [5] + Array("READY".utf8)
-        func property(_ name: String, _ value: [UInt8]) {
-            body.append(UInt8(name.utf8.count))
-            body += Array(name.utf8)
-            for shift in stride(from: 24, through: 0, by: -8) { body.append(UInt8(truncatingIfNeeded: value.count >> shift)) }
-            body += value
-        }
-        property("Socket-Type", Array(socketType.utf8))
-        if identity { property("Identity", []) }
-        appendHeader(to: &bytes, size: body.count, more: false, command: true)
-        bytes += body
-    }
-
-    /// What the bytes at `start` hold.
-    enum Frame {
-        /// Not a frame: unknown flags, or larger than the maximum message size.
-        case invalid
-        /// Not all of it yet; how many bytes from `start` it takes, once its header is here.
-        case incomplete(needs: Int?)
-        /// A whole frame: its flags (0x01 more, 0x04 command) and where its body is.
-        case frame(flags: UInt8, body: Range<Int>)
-    }
-
-    static func frame(in input: [UInt8], at start: Int, maximumSize: Int) -> Frame {
-        let available = input.count - start
-        guard available >= 2 else { return .incomplete(needs: nil) }
-        let flags = input[start]
-        guard flags & ~0x07 == 0 else { return .invalid }
-        let isLong = flags & 0x02 != 0
-        let headerSize = isLong ? 9 : 2
-        guard available >= headerSize else { return .incomplete(needs: nil) }
-        var size = 0
-        if isLong {
-            var value: UInt64 = 0
-            for index in 1...8 { value = value << 8 | UInt64(input[start + index]) }
-            guard value <= UInt64(maximumSize) else { return .invalid }
-            size = Int(value)
-        } else {
-            size = Int(input[start + 1])
-        }
-        guard size <= maximumSize else { return .invalid }
-        guard available >= headerSize + size else { return .incomplete(needs: headerSize + size) }
-        return .frame(flags: flags & ~0x02, body: (start + headerSize)..<(start + headerSize + size))
-    }
-
-    /// A command frame's body: its name, and the properties of a READY (names lowercased:
-    /// ZMTP's property names are case-insensitive).
-    struct Command {
-        var name: String
-        var body: ArraySlice<UInt8>
-        var properties: [String: Data] = [:]
-
-        /// Nil when the body does not hold a name, or a READY's properties run past it.
-        init?(_ body: ArraySlice<UInt8>) {
-            guard let length = body.first, body.count >= 1 + Int(length) else { return nil }
-            var index = body.startIndex + 1
-            name = String(decoding: body[index..<(index + Int(length))], as: UTF8.self)
-            self.body = body
-            index += Int(length)
-            guard name == "READY" else { return }
-            while index < body.endIndex {
-                let nameLength = Int(body[index])
-                guard body.endIndex - index >= 1 + nameLength + 4 else { return nil }
-                let key = String(decoding: body[(index + 1)..<(index + 1 + nameLength)], as: UTF8.self).lowercased()
-                index += 1 + nameLength
-                var valueLength = 0
-                for offset in 0..<4 { valueLength = valueLength << 8 | Int(body[index + offset]) }
-                index += 4
-                guard body.endIndex - index >= valueLength else { return nil }
-                properties[key] = Data(body[index..<(index + valueLength)])
-                index += valueLength
-            }
-        }
-    }
-
-    /// Drops the parsed front of a connection's input (all of it, or most of it once it is
-    /// large): amortised O(1) per byte.
-    static func dropParsed(_ input: inout [UInt8], _ parsed: inout Int) {
-        if parsed == input.count {
-            // A buffer grown for a large frame is given back.
-            input.removeAll(keepingCapacity: input.capacity <= 1 << 20)
-            parsed = 0
-        } else if parsed > 65_536 && parsed * 2 > input.count {
-            input.removeFirst(parsed)
-            parsed = 0
-            if input.capacity > 1 << 20 && input.count < input.capacity / 4 { input = Array(input) }
-        }
-    }
-
-    /// When `milliseconds` from now will have passed (monotonic nanoseconds); nil for a
-    /// negative number (no deadline) or one past the clock's range.
-    static func deadline(milliseconds: Int) -> UInt64? {
-        guard milliseconds >= 0 else { return nil }
-        let (span, overflow) = UInt64(milliseconds).multipliedReportingOverflow(by: 1_000_000)
-        let (deadline, later) = now().addingReportingOverflow(span)
-        return overflow || later ? nil : deadline
-    }
-
-    /// What a `send` or `recv` on a non-blocking descriptor came to.
-    enum Transfer {
-        /// It moved this many bytes (at least 1).
-        case bytes(Int)
-        /// A signal came first (`EINTR`): try again.
-        case interrupted
-        /// Nothing can move now (`EAGAIN`): wait for the poll.
-        case wouldBlock
-        /// The connection ended (`recv` read end of file) or failed.
-        case failed
-
-        init(_ result: Int, error: Int32) {
-            if result > 0 {
-                self = .bytes(result)
-            } else if result < 0 && error == EINTR {
-                self = .interrupted
-            } else if result < 0 && (error == EAGAIN || error == EWOULDBLOCK) {
-                self = .wouldBlock
-            } else {
-                self = .failed
-            }
-        }
-    }
-
-    /// Sends `bytes` without blocking and without `SIGPIPE` (a peer gone is a failed transfer).
-    static func send(_ descriptor: Int32, _ bytes: UnsafeRawBufferPointer) -> Transfer {
-        let result = Glibc.send(descriptor, bytes.baseAddress, bytes.count, Int32(MSG_NOSIGNAL) | Int32(MSG_DONTWAIT))
-        return Transfer(result, error: errno)
-    }
-
-    /// Receives into `buffer` without blocking.
-    static func receive(_ descriptor: Int32, into buffer: UnsafeMutableRawBufferPointer) -> Transfer {
-        let result = recv(descriptor, buffer.baseAddress, buffer.count, Int32(MSG_DONTWAIT))
-        return Transfer(result, error: errno)
-    }
-
-    /// Monotonic nanoseconds.
-    static func now() -> UInt64 {
-        var time = timespec()
-        clock_gettime(CLOCK_MONOTONIC, &time)
-        return UInt64(time.tv_sec) * 1_000_000_000 + UInt64(time.tv_nsec)
-    }
-
-    /// The milliseconds from `now` to `deadline` (monotonic nanoseconds), rounded up: 0 when
-    /// it has passed.
-    static func milliseconds(from now: UInt64, to deadline: UInt64) -> Int32 {
-        deadline > now ? Int32(clamping: (deadline - now + 999_999) / 1_000_000) : 0
-    }
-}

@@ -5,6 +5,7 @@ import SkyrosTestModels
 import SkyrosWire
 import SkyrosZeroMQ
 import Testing
+import ZeroMQReference
 
 /// A raw protocol client: a DEALER and a SUB socket.
 final class RawClient {

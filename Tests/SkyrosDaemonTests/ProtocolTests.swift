@@ -6,6 +6,7 @@ import SkyrosTestModels
 import SkyrosWire
 import SkyrosZeroMQ
 import Testing
+import ZeroMQReference
 
 /// Protocol 4's rules on the wire, against a daemon over real ZeroMQ sockets.
 @Suite("Protocol 4 on the wire", .timeLimit(.minutes(1)))

@@ -2,6 +2,7 @@ import Foundation
 import Skyros
 import SkyrosWire
 import SkyrosZeroMQ
+import ZeroMQReference
 
 /// A member of a group that sends the daemon garbage and reads every reply (so that none is
 /// dropped, and the count of replies tells when the daemon has read everything): used by the

@@ -5,6 +5,7 @@ import SkyrosTestModels
 import SkyrosWire
 import SkyrosZeroMQ
 import Testing
+import ZeroMQReference
 
 /// What no member of the group can do to `skyrosd`: hold its connections, exhaust its file
 /// descriptors (libzmq aborts the process at the limit), or bloat its memory and log.

@@ -5,6 +5,7 @@ import SkyrosTestModels
 import SkyrosWire
 import SkyrosZeroMQ
 import Testing
+import ZeroMQReference
 
 @Suite("Exactly-once saves", .timeLimit(.minutes(3)))
 struct ExactlyOnceTests {

@@ -5,6 +5,7 @@ import SkyrosTestModels
 import SkyrosWire
 import SkyrosZeroMQ
 import Testing
+import ZeroMQReference
 
 /// Clients of two schema versions in one group, with a real `skyrosd` and real client
 /// processes (docs/PROTOCOL.md, "Mixed schema versions").

@@ -6,6 +6,7 @@ import SkyrosTestModels
 import SkyrosWire
 import SkyrosZeroMQ
 import Testing
+import ZeroMQReference
 
 /// What a run of the built `skyros` printed and how it ended.
 struct ToolRun {

@@ -4,6 +4,7 @@ import SkyrosTestModels
 import SkyrosWire
 import SkyrosZeroMQ
 import Testing
+import ZeroMQReference
 
 /// docs/PROTOCOL.md is a contract: its worked example is read from the file itself, checked
 /// against the code, and its byte sequences are sent to a real `skyrosd`.

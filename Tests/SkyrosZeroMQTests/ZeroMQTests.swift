@@ -1,6 +1,7 @@
 import Foundation
 import SkyrosZeroMQ
 import Testing
+import ZeroMQReference
 
 /// Real ZeroMQ sockets over ipc:// files in a temporary directory.
 @Suite("ZeroMQ sockets", .timeLimit(.minutes(1)))

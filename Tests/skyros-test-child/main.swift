@@ -42,6 +42,7 @@ import SkyrosShared
 import SkyrosTestModels
 import SkyrosWire
 import SkyrosZeroMQ
+import ZeroMQReference
 
 /// Waits (30 s at most) for a file and returns its contents.
 func waitForFile(_ path: String) -> String? {

@@ -1,3 +1,5 @@
+// libzmq, the reference peer: the tests hold SkyrosZeroMQ's own ZMTP against its sockets, and
+// the benchmarks' baseline runs on them. Test support only: no shipped binary links libzmq.
 import CZeroMQ
 import Foundation
 
@@ -178,17 +180,4 @@ package var zeroMQVersion: String {
     var patch: Int32 = 0
     zmq_version(&major, &minor, &patch)
     return "\(major).\(minor).\(patch)"
-}
-
-/// The user, group and process of the peer of an `ipc://` connection.
-package struct PeerCredentials: Sendable, Hashable {
-    package var uid: UInt32
-    package var gid: UInt32
-    package var pid: Int32
-
-    package init(uid: UInt32, gid: UInt32, pid: Int32) {
-        self.uid = uid
-        self.gid = gid
-        self.pid = pid
-    }
 }

@@ -1,6 +1,7 @@
 import Foundation
 import SkyrosZeroMQ
 import Testing
+import ZeroMQReference
 
 #if canImport(Glibc)
 import Glibc
@@ -206,8 +207,44 @@ struct ZMTPSocketTests {
 
     @Test("an endpoint that is not ipc://, or too long for a socket address, is refused when made")
     func badEndpoints() {
-        #expect(throws: ZeroMQError.self) { try ZMTPSocket(kind: .dealer, endpoint: "tcp://127.0.0.1:5555", maximumMessageSize: 10) }
+        #expect(throws: ZMTPError.self) { try ZMTPSocket(kind: .dealer, endpoint: "tcp://127.0.0.1:5555", maximumMessageSize: 10) }
         let long = "ipc:///tmp/" + String(repeating: "x", count: 200)
-        #expect(throws: ZeroMQError.self) { try ZMTPSocket(kind: .dealer, endpoint: long, maximumMessageSize: 10) }
+        #expect(throws: ZMTPError.self) { try ZMTPSocket(kind: .dealer, endpoint: long, maximumMessageSize: 10) }
+    }
+
+    @Test("the send queue is bounded in messages and in bytes: past it, send drops the message and says so")
+    func boundedSendQueue() throws {
+        let fixture = try Fixture()
+        defer { fixture.remove() }
+        let counted = try ZMTPSocket(kind: .dealer, endpoint: fixture.endpoint, maximumMessageSize: 1 << 20, sendQueueLimit: 5)
+        // Nobody listens: every message waits.
+        for index in 0..<5 { #expect(counted.send([Data([UInt8(index)])])) }
+        #expect(!counted.send([Data([5])]))
+        let sized = try ZMTPSocket(kind: .dealer, endpoint: fixture.endpoint, maximumMessageSize: 1 << 20, sendQueueBytes: 100)
+        #expect(sized.send([Data(repeating: 1, count: 60)]))
+        #expect(sized.send([Data(repeating: 2, count: 60)]))  // 62 bytes waited: less than 100
+        #expect(!sized.send([Data(repeating: 3, count: 60)]))
+        // What waited goes out once a server listens, in order; what was dropped never does.
+        let router = try fixture.bound(.router)
+        defer { router.close() }
+        for index in 0..<5 { #expect(try Self.request(to: router, from: counted) == Data([UInt8(index)])) }
+        _ = counted.waitForInput(milliseconds: 50)
+        #expect(try !router.waitForInput(milliseconds: 50))
+    }
+
+    @Test("a receive queue bounded in bytes stops reading at the bound and loses nothing: every message comes, in order")
+    func receiveQueueBytes() throws {
+        let fixture = try Fixture()
+        defer { fixture.remove() }
+        let router = try fixture.bound(.router)
+        defer { router.close() }
+        let dealer = try ZMTPSocket(
+            kind: .dealer, endpoint: fixture.endpoint, maximumMessageSize: 1 << 20, receiveQueueBytes: 150_000)
+        dealer.send([Data("ask".utf8)])
+        let request = try #require(try Self.receive(router) { _ = dealer.waitForInput(milliseconds: 0) })
+        for index in 0..<20 { try router.send([request[0], Data([UInt8(index)] + [UInt8](repeating: 0, count: 99_999))]) }
+        var received: [UInt8] = []
+        while received.count < 20, let message = Self.receive(dealer) { received.append(message[0][0]) }
+        #expect(received == (0..<20).map { UInt8($0) })
     }
 }

@@ -1,5 +1,4 @@
 #ifndef SKYROS_CZEROMQ_SHIM_H
 #define SKYROS_CZEROMQ_SHIM_H
 #include <zmq.h>
-#include <sys/epoll.h>
 #endif

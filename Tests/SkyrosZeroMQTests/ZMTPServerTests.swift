@@ -1,6 +1,7 @@
 import Foundation
 @testable import SkyrosZeroMQ
 import Testing
+import ZeroMQReference
 
 #if canImport(Glibc)
 import Glibc
@@ -28,12 +29,16 @@ struct ZMTPServerTests {
         let server: ZMTPServer
         let events = Events()
 
-        init(maximumMessageSize: Int = 1 << 20, highWaterMark: Int = 1_000, handshakeTimeout: TimeInterval = 30) throws {
+        init(
+            maximumMessageSize: Int = 1 << 20, highWaterMark: Int = 1_000,
+            highWaterMarkBytes: Int = ZMTPServer.defaultHighWaterMarkBytes, handshakeTimeout: TimeInterval = 30
+        ) throws {
             var template = Array("/tmp/zs-XXXXXX".utf8CString)
             directory = template.withUnsafeMutableBufferPointer { String(cString: mkdtemp($0.baseAddress!)) }
             context = try ZeroMQContext()
             server = try ZMTPServer(
-                maximumMessageSize: maximumMessageSize, highWaterMark: highWaterMark, handshakeTimeout: handshakeTimeout)
+                maximumMessageSize: maximumMessageSize, highWaterMark: highWaterMark, highWaterMarkBytes: highWaterMarkBytes,
+                handshakeTimeout: handshakeTimeout)
             let events = events
             server.acceptedConnection = { events.accepted.append(($0, $1)) }
             server.closingConnection = { events.closing.append(($0, $1)) }
@@ -365,10 +370,11 @@ struct ZMTPServerTests {
     }
 
     /// A raw peer's connection to `endpoint` that has written a greeting of version 3.0 (or
-    /// 3.`minorVersion`), a READY of `socketType` (nil: none), then `frames` (each with its
-    /// header); -1 when it could not connect.
+    /// 3.`minorVersion`), a READY of `socketType` (nil: none) with `identity` (nil: none), then
+    /// `frames` (each with its header); -1 when it could not connect.
     private func rawConnection(
-        _ endpoint: String, minorVersion: UInt8 = 0, socketType: String? = "DEALER", frames: [UInt8] = []
+        _ endpoint: String, minorVersion: UInt8 = 0, socketType: String? = "DEALER", identity: [UInt8]? = nil,
+        frames: [UInt8] = []
     ) -> Int32 {
         let raw = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue), 0)
         guard withUnixSocketAddress(String(endpoint.dropFirst("ipc://".count)), { connect(raw, $0, $1) }) == 0 else {
@@ -383,8 +389,9 @@ struct ZMTPServerTests {
         for (index, byte) in "NULL".utf8.enumerated() { greeting[12 + index] = byte }
         var bytes = greeting
         if let socketType {
-            let ready = [5] + Array("READY".utf8) + [11] + Array("Socket-Type".utf8) + [0, 0, 0, UInt8(socketType.utf8.count)]
+            var ready = [5] + Array("READY".utf8) + [11] + Array("Socket-Type".utf8) + [0, 0, 0, UInt8(socketType.utf8.count)]
                 + Array(socketType.utf8)
+            if let identity { ready += [8] + Array("Identity".utf8) + [0, 0, 0, UInt8(identity.count)] + identity }
             bytes += [0x04, UInt8(ready.count)] + ready
         }
         bytes += frames
@@ -500,5 +507,94 @@ struct ZMTPServerTests {
         let message = try #require(fixture.serverReceive())
         #expect(message.frames.last == Data("late".utf8))
         #expect(fixture.events.closing.isEmpty)
+    }
+
+    @Test("at most highWaterMarkBytes wait to be written to a connection: past it, a message to it is dropped")
+    func byteHighWaterMarkOut() throws {
+        let fixture = try Fixture(highWaterMarkBytes: 256 << 10)
+        defer { fixture.remove() }
+        try fixture.server.listen(.router, endpoint: fixture.routerEndpoint)
+        // A peer that says READY, sends one message, and never reads.
+        let raw = rawConnection(fixture.routerEndpoint, frames: [0x00, 2] + Array("hi".utf8))
+        #expect(raw >= 0)
+        defer { close(raw) }
+        let message = try #require(fixture.serverReceive())
+        // 100 messages of 64 KiB (6.4 MiB): far below the 1,000 messages of the message mark;
+        // the kernel's buffer takes a few hundred KiB, the queue 256 KiB more.
+        let large = [UInt8](repeating: 1, count: 64 << 10)
+        var accepted = 0
+        for _ in 0..<100 where fixture.server.send(to: message.frames[0], large) { accepted += 1 }
+        #expect(accepted < 100)
+        #expect(accepted > 4)  // what the kernel took, then at least 256 KiB
+        #expect(fixture.events.closing.isEmpty)
+    }
+
+    @Test("a connection whose messages waiting make highWaterMarkBytes is not read until they are taken; then all come, in order")
+    func byteHighWaterMarkIn() throws {
+        let fixture = try Fixture(highWaterMarkBytes: 10_000)
+        defer { fixture.remove() }
+        try fixture.server.listen(.router, endpoint: fixture.routerEndpoint)
+        // 100 messages of 1,000 bytes in one write (100 KB): the server stops after 10 KB.
+        var frames: [UInt8] = []
+        for index in 0..<100 { frames += ZMTP.encode([[UInt8(index)] + [UInt8](repeating: 0, count: 999)]) }
+        let raw = rawConnection(fixture.routerEndpoint, frames: frames)
+        #expect(raw >= 0)
+        defer { close(raw) }
+        #expect(fixture.server.readAhead(until: 10, milliseconds: 5_000))
+        #expect(!fixture.server.readAhead(until: 20, milliseconds: 100))  // paused at the mark
+        var received: [UInt8] = []
+        #expect(fixture.pump {
+            while let message = fixture.server.receive() { received.append(message.frames[1][0]) }
+            return received.count == 100
+        })
+        #expect(received == (0..<100).map { UInt8($0) })
+    }
+
+    @Test("a peer claiming another connection's identity, or one starting with a zero byte, gets no reply meant for the other")
+    func claimedIdentities() throws {
+        let fixture = try Fixture()
+        defer { fixture.remove() }
+        try fixture.server.listen(.router, endpoint: fixture.routerEndpoint)
+        let alice = try fixture.connected(.dealer, to: fixture.routerEndpoint) {
+            try $0.setOption(Self.routingIDOption, Data("alice".utf8))
+        }
+        defer { alice.close() }
+        let plain = try fixture.connected(.dealer, to: fixture.routerEndpoint)
+        defer { plain.close() }
+        try alice.send([Data("a".utf8)])
+        try plain.send([Data("p".utf8)])
+        var identities: [Data: Data] = [:]
+        for _ in 0..<2 {
+            let message = try #require(fixture.serverReceive())
+            identities[message.frames[1]] = message.frames[0]
+        }
+        #expect(identities[Data("a".utf8)] == Data("alice".utf8))
+        let made = try #require(identities[Data("p".utf8)])
+        #expect(made.first == 0)
+
+        // One claims "alice": closed, never served. One claims the identity made for the
+        // other: it gets one of its own.
+        let thief = rawConnection(fixture.routerEndpoint, identity: Array("alice".utf8), frames: [0x00, 1, 0x74])
+        defer { close(thief) }
+        #expect(fixture.pump { fixture.events.closing.count == 1 })
+        let impostor = rawConnection(fixture.routerEndpoint, identity: Array(made), frames: [0x00, 1, 0x69])
+        defer { close(impostor) }
+        let fromImpostor = try #require(fixture.serverReceive())
+        #expect(fromImpostor.frames[1] == Data("i".utf8))
+        #expect(fromImpostor.frames[0] != made && fromImpostor.frames[0].first == 0)
+
+        #expect(fixture.server.send(to: Data("alice".utf8), Data("for alice".utf8)))
+        #expect(fixture.server.send(to: made, Data("for plain".utf8)))
+        #expect(try fixture.receive(alice) == [Data("for alice".utf8)])
+        #expect(try fixture.receive(plain) == [Data("for plain".utf8)])
+        // The impostor read the server's handshake only (64 + a READY of 38 bytes).
+        var buffer = [UInt8](repeating: 0, count: 4_096)
+        var total = 0
+        while true {
+            let count = recv(impostor, &buffer, buffer.count, Int32(MSG_DONTWAIT))
+            guard count > 0 else { break }
+            total += count
+        }
+        #expect(total == ZMTP.handshake(.router).count)
     }
 }
