@@ -9,6 +9,7 @@ import SwiftSyntaxMacros
 /// conformance, and marks each persistent property with `@_Persisted(index)`, which turns
 /// it into accessors of the storage. Nothing it writes uses non-public API.
 public struct EntityMacro: MemberMacro, MemberAttributeMacro, ExtensionMacro {
+    /// The members: the storage, the initialiser from storage and the entity description.
     public static func expansion(
         of node: AttributeSyntax, providingMembersOf declaration: some DeclGroupSyntax,
         conformingTo protocols: [TypeSyntax], in context: some MacroExpansionContext
@@ -53,6 +54,7 @@ public struct EntityMacro: MemberMacro, MemberAttributeMacro, ExtensionMacro {
         return members
     }
 
+    /// Each persistent property's attribute: `@_Persisted(index)`, its position in the entity.
     public static func expansion(
         of node: AttributeSyntax, attachedTo declaration: some DeclGroupSyntax,
         providingAttributesFor member: some DeclSyntaxProtocol, in context: some MacroExpansionContext
@@ -68,6 +70,7 @@ public struct EntityMacro: MemberMacro, MemberAttributeMacro, ExtensionMacro {
         return ["@_Persisted(\(raw: index))"]
     }
 
+    /// The `ManagedObject` conformance.
     public static func expansion(
         of node: AttributeSyntax, attachedTo declaration: some DeclGroupSyntax,
         providingExtensionsOf type: some TypeSyntaxProtocol, conformingTo protocols: [TypeSyntax],
@@ -118,6 +121,7 @@ public struct EntityMacro: MemberMacro, MemberAttributeMacro, ExtensionMacro {
 /// The `init` accessor accepts (and ignores) the declared initial value: defaults live in
 /// the entity description and are applied when an object is created.
 public struct PersistedPropertyMacro: AccessorMacro {
+    /// The getter and setter of a persistent property, through the object's storage.
     public static func expansion(
         of node: AttributeSyntax, providingAccessorsOf declaration: some DeclSyntaxProtocol,
         in context: some MacroExpansionContext
@@ -135,6 +139,7 @@ public struct PersistedPropertyMacro: AccessorMacro {
 
 /// `@Attribute`, `@Relationship`, `@Transient`: markers read by `@Entity`; they expand to nothing.
 public struct MarkerMacro: PeerMacro {
+    /// Nothing: the markers are read by `@Entity`.
     public static func expansion(
         of node: AttributeSyntax, providingPeersOf declaration: some DeclSyntaxProtocol,
         in context: some MacroExpansionContext

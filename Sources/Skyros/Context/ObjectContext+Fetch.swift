@@ -343,14 +343,20 @@ extension ObjectContext {
 
     // MARK: - ObjectStore (this context as the parent of another)
 
+    /// The objects matching `request` as this context sees them, for a child context: the
+    /// parent's rows merged with this context's pending changes. Runs on this context's queue.
     public func fetchSnapshots(_ request: StoreRequest) throws -> [Snapshot] {
         try performAndWait { try mergedSnapshots(request) }
     }
 
+    /// The identifiers of the objects matching `request` as this context sees them (pending
+    /// changes included), for a child context.
     public func fetchIdentifiers(_ request: StoreRequest) throws -> [ObjectID] {
         try performAndWait { try mergedIdentifiers(request) }
     }
 
+    /// Streams the objects matching `request` to a child context: straight from the parent
+    /// when this context has no pending changes of the entity, else merged with them.
     public func forEachSnapshot(
         _ request: StoreRequest, _ body: (ObjectID, StoredValues, Int64) throws -> Void
     ) throws {
@@ -363,10 +369,14 @@ extension ObjectContext {
         }
     }
 
+    /// The number of objects matching `request` as this context sees them (pending changes
+    /// included), for a child context.
     public func count(_ request: StoreRequest) throws -> Int {
         try performAndWait { try countObjects(request) }
     }
 
+    /// The objects with these identifiers as this context holds them (inserted or changed
+    /// here), the others from the parent; missing ones are left out. A child's faulting.
     public func snapshots(for ids: [ObjectID]) throws -> [Snapshot] {
         try performAndWait {
             var result: [Snapshot] = []

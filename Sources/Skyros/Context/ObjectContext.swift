@@ -13,6 +13,7 @@ import Foundation
 public final class ObjectContext: ObjectStore, @unchecked Sendable, CustomStringConvertible {
     /// A name for diagnostics: "root", "main", "scratch".
     public let name: String
+    /// The entities this context's objects belong to: its parent's schema.
     public let schema: Schema
     /// What this context saves into.
     public let parent: any ObjectStore
@@ -109,6 +110,7 @@ public final class ObjectContext: ObjectStore, @unchecked Sendable, CustomString
         ConcurrencyDebug.enableIfRequested()
     }
 
+    /// `ObjectContext(main)`: the context's name, for logs and diagnostics.
     public var description: String { "ObjectContext(\(name))" }
 
     // MARK: - Queue

@@ -68,13 +68,19 @@ public protocol FetchedResultsControllerDelegate: AnyObject {
         _ controller: FetchedResultsController<Object>, didChangeSection change: FetchedResultsSectionChange<Object>)
 }
 
+/// Every method of the delegate is optional: these defaults do nothing.
 extension FetchedResultsControllerDelegate {
+    /// Does nothing by default.
     public func fetchedResultsControllerDidPerformFetch(_ controller: FetchedResultsController<Object>) {}
+    /// Does nothing by default.
     public func fetchedResultsControllerWillChangeContent(_ controller: FetchedResultsController<Object>) {}
+    /// Does nothing by default.
     public func fetchedResultsControllerDidChangeContent(_ controller: FetchedResultsController<Object>) {}
+    /// Does nothing by default.
     public func fetchedResultsController(
         _ controller: FetchedResultsController<Object>, didChangeObject change: FetchedResultsObjectChange<Object>
     ) {}
+    /// Does nothing by default.
     public func fetchedResultsController(
         _ controller: FetchedResultsController<Object>, didChangeSection change: FetchedResultsSectionChange<Object>
     ) {}
