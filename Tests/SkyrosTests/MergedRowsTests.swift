@@ -9,7 +9,7 @@ import Testing
 /// no object is made for them until someone asks, and asking costs no request to the daemon
 /// (by identifier, through a relationship, from a scratch context); later merges keep the
 /// rows current. A daemon in this process, two clients with their own connections.
-@Suite("Merged rows of an unobserved main context", .timeLimit(.minutes(1)))
+@Suite("Merged rows of an unobserved main context", .timeLimit(.minutes(3)))
 struct MergedRowsTests {
     /// A daemon in this process, client A, and client B built on a `RemoteStore` whose
     /// requests can be counted.
