@@ -222,9 +222,12 @@ struct DaemonTurn {
         // A hello refused for its name (SessionTable) does not create the store either.
         var accepted = store?.schema.fingerprint ?? ""
         if SessionTable.refusal(of: hello) == nil {
+            // Every hello's description must have the fingerprint it announces, whether it
+            // creates the store or not: the fingerprint alone decides the rest.
+            let described = try Self.schema(of: hello)
             if store == nil {
                 let created = try SQLiteStore(
-                    schema: try Self.schema(of: hello), url: settings.container.store,
+                    schema: described, url: settings.container.store,
                     durability: settings.durability, serialAccess: false)
                 let opened = try Journal.open(created)
                 (store, epoch, schemaVersion) = (created, opened.epoch, opened.schemaVersion)

@@ -172,6 +172,10 @@ struct GroupCommit {
         case .answerFromHistory:
             let first = try Journal.sequence(ofSave: save.saveNumber, by: save.clientID, in: transaction)
             return try Self.answer(save, sequence: first ?? 0, transaction)
+        case .refuseSkipped(let expected):
+            throw SkyrosError(
+                .saveNumberSkipped,
+                "save \(save.saveNumber) of client \(save.clientID) skips ahead: its last applied save is \(expected - 1), so the next one is \(expected); it was not applied")
         case .apply, .readStore:
             return nil
         }
@@ -202,10 +206,11 @@ struct GroupCommit {
             deletedObjects = try objectCount(of: schema, in: transaction)
             try transaction.deleteAll()
         } else {
-            let applied = try transaction.apply(save.changes)
-            event.inserted = save.changes.inserted.map { Snapshot(id: $0.id, values: $0.values, version: 1) }
-            event.updated = applied.map { ChangeEvent.Update(id: $0.id, version: $0.version, values: $0.changes) }
-            event.deleted = save.changes.deleted
+            // The event carries the values as stored (conformed to their types), not as sent.
+            let applied = try transaction.applyConformed(save.changes)
+            event.inserted = applied.changes.inserted.map { Snapshot(id: $0.id, values: $0.values, version: 1) }
+            event.updated = applied.updates.map { ChangeEvent.Update(id: $0.id, version: $0.version, values: $0.changes) }
+            event.deleted = applied.changes.deleted
         }
         let encoded = try Journal.record(event, save: save.saveNumber, affected: affected, in: transaction)
         let resetLog = deletedObjects.map { deleted in

@@ -56,7 +56,7 @@ package enum JournalAccess {
         _ changes: ChangeSet, author: String, authorID: UUID, save: UInt64, journal: Bool,
         in transaction: SQLiteStore.Transaction
     ) throws -> UInt64 {
-        let applied = try transaction.apply(changes)
+        let applied = try transaction.applyConformed(changes)
         guard journal else { return 0 }
         var next: UInt64 = 1
         if case .integer(let value)? = try transaction.rows("SELECT max(sequence) FROM skyros_history").first?.first {
@@ -64,9 +64,9 @@ package enum JournalAccess {
         }
         let event = ChangeEvent(
             sequence: next, kind: .changes, authorID: authorID, author: author,
-            inserted: changes.inserted.map { Snapshot(id: $0.id, values: $0.values, version: 1) },
-            updated: applied.map { ChangeEvent.Update(id: $0.id, version: $0.version, values: $0.changes) },
-            deleted: changes.deleted)
+            inserted: applied.changes.inserted.map { Snapshot(id: $0.id, values: $0.values, version: 1) },
+            updated: applied.updates.map { ChangeEvent.Update(id: $0.id, version: $0.version, values: $0.changes) },
+            deleted: applied.changes.deleted)
         _ = try Journal.record(event, save: save, in: transaction)
         return next
     }

@@ -18,6 +18,9 @@ struct SaveLedger {
         /// An older save than the client's last: answer with the sequence the history has for
         /// it (0 when the history no longer has it).
         case answerFromHistory
+        /// A save number past the client's last applied one + 1: refused (not applied), so
+        /// that a save skipped over can never be answered as applied later.
+        case refuseSkipped(expected: UInt64)
         /// The ledger does not know the client: read its record from the store and decide
         /// with it (``decide(client:save:stored:)``).
         case readStore
@@ -42,7 +45,11 @@ struct SaveLedger {
         } else {
             return .readStore
         }
-        guard let last, last.save >= save else { return .apply }
+        // A client without a record (new, or silent past the history age) starts anywhere.
+        guard let last else { return .apply }
+        if save > last.save {
+            return save == last.save + 1 ? .apply : .refuseSkipped(expected: last.save + 1)
+        }
         return last.save == save ? .answer(sequence: last.sequence) : .answerFromHistory
     }
 

@@ -83,6 +83,13 @@ struct EventSequencer: Equatable {
     /// new saves may go out.
     mutating func unknownSaveResolved() { unknownSave = nil }
 
+    /// The save numbered `number` was not applied (refused, or never sent): its number is
+    /// the next save's, since the daemon refuses a number that skips ahead of its last
+    /// applied one + 1 (`saveNumberSkipped`).
+    mutating func saveNotApplied(number: UInt64) {
+        if number == saveNumber, unknownSave == nil { saveNumber -= 1 }
+    }
+
     /// A save request goes out.
     mutating func saveSent() { savesInFlight += 1 }
 

@@ -120,6 +120,10 @@ extension RemoteStore {
                         state.withLock { $0.sequencer.saveOutcomeUnknown(number: number, body: body(number)) }
                         wakeEventThread()  // it resends in the background
                         throw error
+                    } catch {
+                        // Refused, or never sent: not applied, so the next save takes its number.
+                        state.withLock { $0.sequencer.saveNotApplied(number: number) }
+                        throw error
                     }
                 }
             }
@@ -162,7 +166,10 @@ extension RemoteStore {
             // The daemon answered with a refusal: the save is not in the store.
             resolved = ResolvedSave(saveNumber: unknown.number, sequence: nil, error: SkyrosError.wrap(error))
         }
-        state.withLock { $0.sequencer.unknownSaveResolved() }
+        state.withLock {
+            $0.sequencer.unknownSaveResolved()
+            if resolved.sequence == nil { $0.sequencer.saveNotApplied(number: unknown.number) }
+        }
         return resolved
     }
 

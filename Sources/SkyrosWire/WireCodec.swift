@@ -14,7 +14,11 @@ package enum WireError: Error, Equatable, Sendable, CustomStringConvertible {
     case invalidTag(String, UInt8)
     case invalidUTF8
     case tooDeep
+    /// A field that is not valid: the description is "invalid " then the field's name (a noun
+    /// phrase: "varint", "merge policy 7").
     case invalidValue(String)
+    /// A message the protocol does not allow, said as a sentence of its own.
+    case refused(String)
 
     /// The reason, for an error reply or a log.
     package var description: String {
@@ -29,6 +33,7 @@ package enum WireError: Error, Equatable, Sendable, CustomStringConvertible {
         case .invalidUTF8: "a string is not valid UTF-8"
         case .tooDeep: "the predicate is nested too deeply"
         case .invalidValue(let what): "invalid \(what)"
+        case .refused(let why): why
         }
     }
 }

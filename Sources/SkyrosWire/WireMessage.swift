@@ -365,14 +365,14 @@ package struct WireMessage: Sendable, Hashable {
             let request = try reader.request()
             let assignments = try reader.propertyValues()
             guard request.sortKeys.isEmpty, request.limit == nil, request.offset == 0 else {
-                throw .invalidValue("a batch selects by predicate: no sort keys, limit or offset")
+                throw .refused("a batch selects by predicate: no sort keys, limit or offset")
             }
             switch operation {
             case 0:
-                guard assignments.isEmpty else { throw .invalidValue("a batch delete has no assignments") }
+                guard assignments.isEmpty else { throw .refused("a batch delete has no assignments") }
                 body = .batch(clientID: clientID, saveNumber: number, operation: .delete(request))
             case 1:
-                guard !assignments.isEmpty else { throw .invalidValue("a batch update has at least one assignment") }
+                guard !assignments.isEmpty else { throw .refused("a batch update has at least one assignment") }
                 body = .batch(clientID: clientID, saveNumber: number, operation: .update(request, assignments: assignments))
             default:
                 throw .invalidTag("batch operation", operation)
@@ -457,7 +457,7 @@ extension WireReader {
         for _ in 0..<(try count(minimumSize: 2)) {
             let index = try int()
             guard values.updateValue(try value(), forKey: index) == nil else {
-                throw .invalidValue("property \(index) given twice")
+                throw .refused("property \(index) is given twice")
             }
         }
         return values

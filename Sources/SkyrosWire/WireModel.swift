@@ -170,13 +170,13 @@ extension WireReader {
 
     package mutating func objectID() throws(WireError) -> ObjectID {
         let entity = try string()
-        guard !entity.isEmpty else { throw .invalidValue("entity name") }
+        guard !entity.isEmpty else { throw .refused("an entity name is empty") }
         return ObjectID(entityName: entity, uuid: try uuid())
     }
 
     mutating func path() throws(WireError) -> [String] {
         let count = try count()
-        guard count > 0 else { throw .invalidValue("empty property path") }
+        guard count > 0 else { throw .refused("a property path is empty") }
         var path: [String] = []
         for _ in 0..<count { path.append(try string()) }
         return path
@@ -260,7 +260,7 @@ extension WireReader {
     /// An object version: a uvarint no larger than `Int64.max`.
     mutating func version() throws(WireError) -> Int64 {
         let value = try uvarint()
-        guard value <= UInt64(Int64.max) else { throw .invalidValue("a version of \(value)") }
+        guard value <= UInt64(Int64.max) else { throw .invalidValue("version \(value)") }
         return Int64(value)
     }
 

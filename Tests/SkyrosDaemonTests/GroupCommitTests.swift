@@ -164,4 +164,29 @@ struct GroupCommitTests {
         #expect(try journaled.history() == [3, 4])
         #expect(pruned == 2)
     }
+
+    @Test("a save number that skips ahead is refused and not applied: no save is answered 'saved' without being applied")
+    func skippedSaveNumber() throws {
+        let journaled = try JournaledStore()
+        #expect(answers(journaled.run([userSave("a", 1, handle: "a1")])) == ["saved 1"])
+        let skipped = journaled.run([userSave("a", 5, handle: "a5")])
+        #expect(answers(skipped) == ["saveNumberSkipped"])
+        #expect(skipped.events.isEmpty)
+        if case .failure(let error) = skipped.results.first {
+            #expect(error.message.contains("save 5") && error.message.contains("the next one is 2"))
+        }
+        // Save 3, never sent before, is refused too (it was answered "saved" with sequence 0 and dropped).
+        #expect(answers(journaled.run([userSave("a", 3, handle: "a3")])) == ["saveNumberSkipped"])
+        // In one turn, in order: 2 then 3 are applied, 5 still skips.
+        let inOrder = journaled.run([userSave("a", 2, handle: "a2"), userSave("a", 3, handle: "a3"), userSave("a", 5, handle: "a5")])
+        #expect(answers(inOrder) == ["saved 2", "saved 3", "saveNumberSkipped"])
+        // After a restart, the store's record decides the same way.
+        var restarted = GroupCommit(sequence: journaled.commit.sequence, retention: journaled.commit.retention)
+        #expect(answers(restarted.commit([userSave("a", 5, handle: "a5")], in: journaled.store)) == ["saveNumberSkipped"])
+        #expect(answers(restarted.commit([userSave("a", 4, handle: "a4")], in: journaled.store)) == ["saved 4"])
+        #expect(try journaled.users() == 4)
+        // A client without a record (new, or silent past the history age) starts at any number.
+        let fresh = restarted.commit([userSave("b", 7, handle: "b7")], in: journaled.store)
+        #expect(answers(fresh) == ["saved 5"], "\(fresh.results)")
+    }
 }

@@ -109,11 +109,12 @@ struct JournalTests {
         var sent: [(DirectClient, UInt64, Bool)] = []
         for (index, client) in clients.enumerated() {
             for number in 1...5 {
-                // The third save of client 2 repeats a unique handle of client 0: it fails alone.
-                let handle = index == 2 && number == 3 ? "c0-1" : "c\(index)-\(number)"
+                // The last save of client 2 repeats a unique handle of client 0: it fails alone
+                // (its number is free again; a save after it under the next number would skip one).
+                let handle = index == 2 && number == 5 ? "c0-1" : "c\(index)-\(number)"
                 let id = client.send(.save(clientID: .named("client\(index)"), saveNumber: UInt64(number), changes: ChangeSet(
                     inserted: [userSnapshot(handle)])))
-                sent.append((client, id, !(index == 2 && number == 3)))
+                sent.append((client, id, !(index == 2 && number == 5)))
             }
         }
         daemon.resume()

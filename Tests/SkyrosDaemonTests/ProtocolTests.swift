@@ -49,6 +49,23 @@ struct ProtocolTests {
         #expect(reply.requestID == 0 && errorCode(reply.body) == "malformedMessage")
     }
 
+    @Test("every hello's description is checked against its announced fingerprint, on an existing store too")
+    func fingerprintCheckedAlways() throws {
+        let daemon = try RunningDaemon()
+        let client = try RawClient(daemon)
+        #expect(welcomeSequence(try client.hello()) == 0)  // creates the store
+        // The store's fingerprint, announced with another schema's description.
+        var lying = try WireMessage.Hello(schema: testSchema, clientName: "liar")
+        lying.schemaDescription = try WireMessage.Hello(schema: Schema([User.self, Post.self]), clientName: "x").schemaDescription
+        let other = try RawClient(daemon)
+        guard case .error(let code, let message) = try other.call(.hello(lying)) else {
+            Issue.record("a hello whose description lacks its fingerprint was welcomed")
+            return
+        }
+        #expect(code == "schemaMismatch" && message.contains("announced fingerprint"))
+        #expect(welcomeSequence(try other.hello()) == 0)
+    }
+
     @Test("an insert or update with a value of the wrong type is refused with typeMismatch naming entity and property")
     func typeMismatch() throws {
         let daemon = try RunningDaemon()

@@ -131,6 +131,7 @@ struct ExactlyOnceTests {
         let remoteA = try RemoteStore(schema: testSchema, container: daemon.container)
         let a = Skyros(sharedStack: remoteA)
         // 254 more connections say hello: the daemon's topics go round, and B gets A's.
+        let description = try WireMessage.Hello(schema: testSchema, clientName: "other").schemaDescription
         let context = try ZeroMQContext()
         var others: [ZeroMQSocket] = []
         defer { for socket in others { socket.close() } }
@@ -139,9 +140,10 @@ struct ExactlyOnceTests {
             others.append(socket)
             try socket.setReceiveTimeout(milliseconds: 5_000)
             try socket.connect(daemon.container.requestsEndpoint)
+            // (A hello's description must have its fingerprint: the daemon checks every one.)
             try socket.send([Data(WireMessage(requestID: 1, body: .hello(WireMessage.Hello(
                 schemaFingerprint: testSchema.fingerprint, schemaVersion: 1, clientName: "other \(index)", pid: 1,
-                schemaDescription: []))).encoded())])
+                schemaDescription: description))).encoded())])
             _ = try socket.receive()
         }
         let remoteB = try RemoteStore(schema: testSchema, container: daemon.container)

@@ -21,6 +21,9 @@ extension SkyrosError.Code {
     public static let outcomeUnknown = SkyrosError.Code(rawValue: "outcomeUnknown")
     /// The daemon does not know this client (it restarted): say hello again.
     public static let helloRequired = SkyrosError.Code(rawValue: "helloRequired")
+    /// A save number past the client's last applied one + 1: an earlier save was never
+    /// applied. The save is refused, not applied; send the missing ones first.
+    public static let saveNumberSkipped = SkyrosError.Code(rawValue: "saveNumberSkipped")
     /// This process's user may not use the group (it is not in the group's Unix group).
     public static let permissionDenied = SkyrosError.Code(rawValue: "permissionDenied")
 }

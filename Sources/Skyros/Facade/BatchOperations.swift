@@ -116,10 +116,12 @@ extension SQLiteStore.Transaction {
                     throw SkyrosError(.typeMismatch, "\(entity.name) has no attribute at index \(index): a batch update sets attributes")
                 }
                 let property = entity.properties[index]
-                guard SQLiteStore.fits(value, property) else {
-                    throw SkyrosError(.typeMismatch, "\(entity.name).\(property.name) cannot hold \(value)")
+                guard let stored = SQLiteStore.conformed(value, property) else {
+                    throw SkyrosError(
+                        .typeMismatch,
+                        "\(entity.name).\(property.name) \(SQLiteStore.mismatch(value, property)); a batch update gives it \(value.typeDescription)")
                 }
-                assignments.append((property, value))
+                assignments.append((property, stored))
             }
         }
         var held: Set<ObjectID>?

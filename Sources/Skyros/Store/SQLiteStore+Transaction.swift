@@ -28,7 +28,14 @@ extension SQLiteStore {
         /// - Returns: the updates applied, with the objects' new versions.
         @discardableResult
         public func apply(_ changes: ChangeSet) throws -> [AppliedUpdate] {
-            let applied: [AppliedUpdate]
+            try applyConformed(changes).updates
+        }
+
+        /// Writes a change set as ``apply(_:)`` does, and returns it as stored — each value
+        /// as its property's type holds it (an integer given for a real is that real) — with
+        /// the updates applied: what a daemon publishes must be what a fetch returns.
+        public func applyConformed(_ changes: ChangeSet) throws -> (changes: ChangeSet, updates: [AppliedUpdate]) {
+            let applied: (changes: ChangeSet, updates: [AppliedUpdate])
             do {
                 applied = try store.apply(changes, db)
             } catch {

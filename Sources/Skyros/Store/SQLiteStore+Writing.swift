@@ -40,8 +40,8 @@ extension SQLiteStore {
     /// - Returns: the updates applied, each with the object's new version (under
     ///   ``MergePolicy/storeWins``, conflicting updates are left out).
     @discardableResult
-    func apply(_ changes: ChangeSet, _ db: Database) throws -> [AppliedUpdate] {
-        try validateShape(of: changes)
+    func apply(_ given: ChangeSet, _ db: Database) throws -> (changes: ChangeSet, updates: [AppliedUpdate]) {
+        let changes = try conformed(given)
         var table: TableInfo?
         var raw: OpaquePointer?
         for snapshot in changes.inserted {
@@ -125,7 +125,7 @@ extension SQLiteStore {
             Self.bind(raw, 1, id.uuid.storedValue)
             try Self.stepDone(db, raw)
         }
-        return applied
+        return (changes, applied)
     }
 
     /// An update as applied: the object, its version after the update, and the values of
@@ -189,70 +189,127 @@ extension SQLiteStore {
     }
 
     /// Checks what a change set from another process could get wrong before touching the
-    /// database: known entities, one value per property, property indexes in range, and every
-    /// value of the storage class its property declares (STRICT tables would convert text
-    /// that looks like a number, and a number into text: ``SkyrosError/Code/typeMismatch``).
-    func validateShape(of changes: ChangeSet) throws {
-        for snapshot in changes.inserted {
+    /// database — known entities, one value per property, property indexes in range, every
+    /// value of its property's declared type — and returns it as it will be stored (and must
+    /// be published): an integer for a REAL property as that real, an integral real for an
+    /// INTEGER property as that integer. Anything else that does not fit is
+    /// ``SkyrosError/Code/typeMismatch`` naming the property (STRICT tables would convert text
+    /// that looks like a number, SQLite would store NaN as NULL).
+    func conformed(_ changes: ChangeSet) throws -> ChangeSet {
+        var result = changes
+        for (position, snapshot) in changes.inserted.enumerated() {
             let table = try tableInfo(snapshot.id.entityName)
             guard snapshot.values.count == table.entity.properties.count else {
                 throw SkyrosError(
                     .valueNotStorable,
                     "\(snapshot.id) has \(snapshot.values.count) values; \(table.entity.name) has \(table.entity.properties.count) properties")
             }
-            for index in table.columnIndexes {
-                try Self.checkType(snapshot.values[index], table.entity, index, snapshot.id)
-            }
-            // A to-many has no value of its own (its objects point here): anything but NULL
-            // would be published to other clients and never stored.
-            for property in table.entity.properties where property.kind == .toMany && !snapshot.values[property.index].isNull {
-                throw SkyrosError(
-                    .typeMismatch,
-                    "\(table.entity.name).\(property.name) is a to-many relationship, whose value is always null; \(snapshot.id) gives it \(snapshot.values[property.index].typeDescription)")
+            for property in table.entity.properties {
+                let value = snapshot.values[property.index]
+                // A to-many has no value of its own (its objects point here): anything but NULL
+                // would be published to other clients and never stored.
+                guard property.hasColumn else {
+                    if property.kind == .toMany && !value.isNull {
+                        throw SkyrosError(
+                            .typeMismatch,
+                            "\(table.entity.name).\(property.name) is a to-many relationship, whose value is always null; \(snapshot.id) gives it \(value.typeDescription)")
+                    }
+                    continue
+                }
+                let stored = try Self.conformed(value, table.entity, property.index, snapshot.id)
+                if stored != value { result.inserted[position].values[property.index] = stored }
             }
         }
-        for update in changes.updated {
+        for (position, update) in changes.updated.enumerated() {
             let table = try tableInfo(update.id.entityName)
             if let index = update.changes.keys.first(where: { $0 < 0 || $0 >= table.entity.properties.count }) {
                 throw SkyrosError(.valueNotStorable, "\(table.entity.name) has no property number \(index)")
             }
             for (index, value) in update.changes where table.entity.properties[index].hasColumn {
-                try Self.checkType(value, table.entity, index, update.id)
+                let stored = try Self.conformed(value, table.entity, index, update.id)
+                if stored != value { result.updated[position].changes[index] = stored }
             }
         }
         for id in changes.deleted { _ = try tableInfo(id.entityName) }
+        return result
     }
 
-    /// Throws ``SkyrosError/Code/typeMismatch`` when a value does not fit its property.
-    private static func checkType(_ value: StoredValue, _ entity: EntityDescription, _ index: Int, _ id: ObjectID) throws {
+    /// A value as its property stores it, or ``SkyrosError/Code/typeMismatch`` naming the
+    /// property when it does not fit.
+    private static func conformed(_ value: StoredValue, _ entity: EntityDescription, _ index: Int, _ id: ObjectID) throws -> StoredValue {
         let property = entity.properties[index]
-        guard !fits(value, property) else { return }
-        let declared =
-            property.kind == .toOne
-            ? "a reference to \(property.destinationName ?? "?") (a 16-byte blob or null)"
-            : "\(property.codec.isOptional ? "an optional " : "")\(property.codec.typeName) (\(property.codec.storageType.rawValue))"
-        throw SkyrosError(
-            .typeMismatch, "\(entity.name).\(property.name) is \(declared); \(id) gives it \(value.typeDescription)")
+        if let stored = conformed(value, property) { return stored }
+        throw SkyrosError(.typeMismatch, "\(entity.name).\(property.name) \(mismatch(value, property)); \(id) gives it \(value.typeDescription)")
     }
 
-    /// Whether a value has the storage class of a property's column.
-    static func fits(_ value: StoredValue, _ property: PropertyDescription) -> Bool {
+    /// What a property holds, for a ``SkyrosError/Code/typeMismatch`` message: "is a date
+    /// (REAL)", "is a bool (INTEGER) …, not optional".
+    package static func mismatch(_ value: StoredValue, _ property: PropertyDescription) -> String {
+        if property.kind == .toOne {
+            return "is a reference to \(property.destinationName ?? "?") (a 16-byte blob or null)"
+        }
+        let codec = property.codec
+        var declared = "is \(codec.isOptional ? "an optional" : "a") \(codec.typeName) (\(codec.storageType.rawValue))"
+        if value.isNull && !codec.isOptional { declared += ", which is not optional" }
+        let type = codec.typeName.hasPrefix("enum:") ? String(codec.typeName.dropFirst(5)) : codec.typeName
+        if let range = integerRanges[type] { declared += " from \(range.lowerBound) to \(range.upperBound)" }
+        switch type {
+        case "bool": declared += ": 0 or 1"
+        case "uuid": declared += " of 16 bytes"
+        case "double", "float", "date": declared += ", not NaN"
+        default: break
+        }
+        return declared
+    }
+
+    /// The ranges of the fixed-size integer type names (`int` and `int64` are SQLite's).
+    private static let integerRanges: [String: ClosedRange<Int64>] = [
+        "int32": Int64(Int32.min)...Int64(Int32.max), "int16": Int64(Int16.min)...Int64(Int16.max),
+        "int8": Int64(Int8.min)...Int64(Int8.max), "bool": 0...1,
+    ]
+
+    /// A value as a property's column stores it (see ``conformed(_:)``); nil when it does not
+    /// fit: another storage class, NULL in a non-optional attribute, an integer outside its
+    /// type name's range (`bool` is 0 or 1), a `uuid` that is not 16 bytes, a NaN real, a
+    /// decimal not in its ordered text.
+    static func conformed(_ value: StoredValue, _ property: PropertyDescription) -> StoredValue? {
         if property.kind == .toOne {
             switch value {
-            case .null: return true
-            case .blob(let data): return data.count == 16
-            default: return false
+            case .null: return value
+            case .blob(let data): return data.count == 16 ? value : nil
+            default: return nil
             }
         }
-        switch (value, property.codec.storageType) {
-        case (.null, _): return property.codec.isOptional
-        case (.text(let text), .text) where isDecimal(property):
+        let codec = property.codec
+        let type = codec.typeName.hasPrefix("enum:") ? String(codec.typeName.dropFirst(5)) : codec.typeName
+        switch (value, codec.storageType) {
+        case (.null, _):
+            return codec.isOptional ? value : nil
+        case (.text(let text), .text):
             // A decimal in any other form would compare and sort out of numeric order.
-            return OrderedDecimal.isWellFormed(text)
-        case (.integer, .integer), (.integer, .real), (.real, .real), (.text, .text), (.blob, .blob): return true
-        case (.real(let number), .integer): return number.rounded() == number && abs(number) < 9.2e18
-        default: return false
+            return !isDecimal(property) || OrderedDecimal.isWellFormed(text) ? value : nil
+        case (.blob(let data), .blob):
+            return type != UUID.schemaTypeName || data.count == 16 ? value : nil
+        case (.integer(let number), .integer):
+            return integerRanges[type].map { $0.contains(number) } ?? true ? value : nil
+        case (.real(let number), .integer):
+            // An integral real is that integer (as SQLite stores it in an INTEGER column).
+            guard number.rounded() == number, abs(number) < 9.2e18 else { return nil }
+            return conformed(.integer(Int64(number)), property)
+        case (.real(let number), .real):
+            return number.isNaN ? nil : value
+        case (.integer(let number), .real):
+            // Stored as a real (SQLite would convert it): only when the real is that integer.
+            let real = Double(number)
+            return Int64(exactly: real) == number ? .real(real) : nil
+        default:
+            return nil
         }
+    }
+
+    /// Whether a value has (or converts to) the type of a property's column.
+    static func fits(_ value: StoredValue, _ property: PropertyDescription) -> Bool {
+        conformed(value, property) != nil
     }
 
     /// Whether an attribute holds decimals (``OrderedDecimal``): `decimal` or `enum:decimal`.
