@@ -141,6 +141,14 @@ struct ObservationTests {
         return (controller, recorder)
     }
 
+    /// A stack of this kind holding Ann Baker (40), and a controller over it.
+    func controllerOverAnn(_ kind: StoreKind) throws -> (TestStack, FetchedResultsController<User>, ChangeRecorder<User>) {
+        let stack = try TestStack(kind)
+        try stack.store.writeAndWait { context in _ = user(context, "Ann", "Baker", age: 40) }
+        let (controller, recorder) = try controller(stack)
+        return (stack, controller, recorder)
+    }
+
     /// Checks that the last change, applied to `before`, gives the controller's results and a fresh fetch's.
     func expectConsistent(
         _ controller: FetchedResultsController<User>, _ recorder: ChangeRecorder<User>, before: SectionedIDs,
@@ -243,9 +251,7 @@ struct ObservationTests {
 
     @Test("the main context's own edits reach the controller, once (not again at their save); a reset reloads it", arguments: kinds)
     func mainContextEdits(kind: StoreKind) throws {
-        let stack = try TestStack(kind)
-        try stack.store.writeAndWait { context in _ = user(context, "Ann", "Baker", age: 40) }
-        let (controller, recorder) = try controller(stack)
+        let (stack, controller, recorder) = try controllerOverAnn(kind)
         let main = stack.store.mainContext
         var before = SectionedIDs(controller.sections)
         // An edit in a read block: processed at the end of the block.
@@ -476,9 +482,7 @@ struct ObservationTests {
 
     @Test("a controller reports a main-context edit once: at the end of the block, not again at the save", arguments: kinds)
     func controllerReportsMainEditOnce(kind: StoreKind) throws {
-        let stack = try TestStack(kind)
-        try stack.store.writeAndWait { context in _ = user(context, "Ann", "Baker", age: 40) }
-        let (controller, recorder) = try controller(stack)
+        let (stack, controller, recorder) = try controllerOverAnn(kind)
         let main = stack.store.mainContext
         let ann = try #require(controller.fetchedObjects.first).objectID
         var before = SectionedIDs(controller.sections)
