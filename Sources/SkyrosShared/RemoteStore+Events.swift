@@ -74,7 +74,7 @@ extension RemoteStore {
                         self.isOwnVersion(topicFrame: frames[0])
                     else { continue }
                     let received: [ChangeEvent]
-                    switch try WireMessage.decode([UInt8](frame)).body {
+                    switch try WireMessage.decodeReply([UInt8](frame)).body {
                     case .event(let event): received = [event]
                     case .changes(let events, _): received = events  // consecutive events published together
                     default: continue

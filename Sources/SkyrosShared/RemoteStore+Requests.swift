@@ -63,7 +63,7 @@ extension RemoteStore {
         while Date() < deadline {
             let remaining = max(1, Int(deadline.timeIntervalSinceNow * 1000))
             guard connection.dealer.waitForInput(milliseconds: remaining) else { break }
-            guard let frame = connection.dealer.receive()?.last, let reply = try? WireMessage.decode([UInt8](frame)) else { continue }
+            guard let frame = connection.dealer.receive()?.last, let reply = try? WireMessage.decodeReply([UInt8](frame)) else { continue }
             if reply.requestID == 0, case .error(let code, let message) = reply.body {
                 throw SkyrosError(SkyrosError.Code(rawValue: code), message)
             }

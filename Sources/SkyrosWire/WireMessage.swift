@@ -59,6 +59,12 @@ package struct ChangeEvent: Sendable, Hashable {
     /// For ``Kind/schemaChanged``: the store's new schema version (on the wire after the
     /// lists, for that kind only); 0 for the other kinds.
     package var schemaVersion: UInt64
+    /// For a kind this client does not know (5 and up, added within protocol version 4): its
+    /// tag. The event is then read as a change set (``Kind/changes``) of its common fields,
+    /// and its sequence counts; nil for the known kinds.
+    package var unknownKind: UInt8? = nil
+    /// For an unknown kind: its extension field (`bytes` after the common fields), kept as is.
+    package var extensionBytes: [UInt8] = []
 
     /// An event; a change set by default.
     package init(
@@ -74,6 +80,11 @@ package struct ChangeEvent: Sendable, Hashable {
         self.updated = updated
         self.deleted = deleted
     }
+
+    /// The first event kind added within protocol version 4 after kinds 0–4: every kind from
+    /// it on is the common fields then one `bytes` extension, which a client that does not
+    /// know the kind skips (docs/PROTOCOL.md, "Compatibility within version 4").
+    package static let firstExtensionKind: UInt8 = 5
 
     /// The author ID of heartbeats: all zeros.
     package static let noAuthor = UUID(uuid: (0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0))
@@ -300,11 +311,28 @@ package struct WireMessage: Sendable, Hashable {
         return writer.bytes
     }
 
+    /// Decodes a message as a client does: bytes after the fields it knows in a reply or an
+    /// event are ignored (they are fields added within protocol version 4).
+    package static func decodeReply(_ bytes: [UInt8]) throws(WireError) -> WireMessage {
+        try decodeMessage(bytes, maximumSize: WireProtocol.maximumMessageSize, ignoringTrailingBytesOfReplies: true)
+    }
+
     /// Decodes a message, refusing anything malformed with a ``WireError``: never a crash,
-    /// never an allocation larger than the message itself.
+    /// never an allocation larger than the message itself. Bytes after the fields of a complete
+    /// message are refused: the daemon's rule for requests (a client reads replies and events
+    /// with ``decodeReply(_:)``).
     package static func decode(_ bytes: [UInt8], maximumSize: Int = WireProtocol.maximumMessageSize) throws(WireError)
         -> WireMessage
     {
+        try decodeMessage(bytes, maximumSize: maximumSize, ignoringTrailingBytesOfReplies: false)
+    }
+
+    /// Decodes a message; with `ignoringTrailingBytesOfReplies`, bytes after the fields of a
+    /// reply or an event (kind 64 and up) are ignored, as fields added within protocol
+    /// version 4 come at the end (docs/PROTOCOL.md, "Compatibility within version 4").
+    private static func decodeMessage(
+        _ bytes: [UInt8], maximumSize: Int, ignoringTrailingBytesOfReplies: Bool
+    ) throws(WireError) -> WireMessage {
         guard bytes.count <= maximumSize else { throw .tooLarge(bytes.count) }
         var reader = WireReader(bytes)
         let version = try reader.byte()
@@ -383,7 +411,9 @@ package struct WireMessage: Sendable, Hashable {
         case .event: body = .event(try reader.event())
         default: throw .unimplementedMessageType(tag)
         }
-        guard reader.remaining == 0 else { throw .trailingBytes(reader.remaining) }
+        guard reader.remaining == 0 || (ignoringTrailingBytesOfReplies && tag >= WireProtocol.firstReplyKind) else {
+            throw .trailingBytes(reader.remaining)
+        }
         return WireMessage(requestID: requestID, body: body)
     }
 }
@@ -398,7 +428,7 @@ extension WireWriter {
     /// `ChangeEvent` (docs/PROTOCOL.md).
     package mutating func event(_ event: ChangeEvent) {
         uvarint(event.sequence)
-        byte(event.kind.rawValue)
+        byte(event.unknownKind ?? event.kind.rawValue)
         uuid(event.authorID)
         string(event.author)
         list(event.inserted) { $0.snapshot($1) }
@@ -409,6 +439,7 @@ extension WireWriter {
         }
         list(event.deleted) { $0.objectID($1) }
         if event.kind == .schemaChanged { uvarint(event.schemaVersion) }
+        if event.unknownKind != nil { data(event.extensionBytes) }
     }
 
     /// `list<uvarint property index + Value>`, by increasing index.
@@ -436,7 +467,9 @@ extension WireReader {
     package mutating func event() throws(WireError) -> ChangeEvent {
         let sequence = try uvarint()
         let tag = try byte()
-        guard let kind = ChangeEvent.Kind(rawValue: tag) else { throw .invalidTag("event kind", tag) }
+        // A kind added after this client (5 and up): its common fields, then one `bytes` extension.
+        let kind = ChangeEvent.Kind(rawValue: tag) ?? .changes
+        guard kind.rawValue == tag || tag >= ChangeEvent.firstExtensionKind else { throw .invalidTag("event kind", tag) }
         let authorID = try uuid()
         let author = try string()
         let inserted = try list(minimumSize: 18) { reader throws(WireError) in try reader.snapshot() }
@@ -446,9 +479,14 @@ extension WireReader {
             return ChangeEvent.Update(id: id, version: version, values: try reader.propertyValues())
         }
         let deleted = try list(minimumSize: 17) { reader throws(WireError) in try reader.objectID() }
-        return ChangeEvent(
+        var event = ChangeEvent(
             sequence: sequence, kind: kind, authorID: authorID, author: author, inserted: inserted, updated: updated,
             deleted: deleted, schemaVersion: kind == .schemaChanged ? try uvarint() : 0)
+        if kind.rawValue != tag {
+            event.unknownKind = tag
+            event.extensionBytes = try data()
+        }
+        return event
     }
 
     /// `list<uvarint property index + Value>`; an index given twice is refused.

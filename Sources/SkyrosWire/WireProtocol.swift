@@ -8,6 +8,9 @@ package enum WireProtocol {
     package static let version: UInt8 = 4
     /// The largest encoded message either side accepts (16 MiB).
     package static let maximumMessageSize = 16 * 1_048_576
+    /// The first message kind sent by the daemon (replies 64 and up, events 96): a client
+    /// ignores bytes after the fields it knows in these; requests (below 64) stay strict.
+    package static let firstReplyKind: UInt8 = 64
     /// The longest client name a hello may carry, in UTF-8 bytes.
     package static let maximumClientNameBytes = 256
     /// How long a connection to `requests.ipc` may stay without saying hello before the daemon

@@ -141,6 +141,14 @@ struct ObservationTests {
         return (controller, recorder)
     }
 
+    /// A stack of this kind holding Ann Baker (40), and a controller over it.
+    func controllerOverAnn(_ kind: StoreKind) throws -> (TestStack, FetchedResultsController<User>, ChangeRecorder<User>) {
+        let stack = try TestStack(kind)
+        try stack.store.writeAndWait { context in _ = user(context, "Ann", "Baker", age: 40) }
+        let (controller, recorder) = try controller(stack)
+        return (stack, controller, recorder)
+    }
+
     /// Checks that the last change, applied to `before`, gives the controller's results and a fresh fetch's.
     func expectConsistent(
         _ controller: FetchedResultsController<User>, _ recorder: ChangeRecorder<User>, before: SectionedIDs,
@@ -241,11 +249,9 @@ struct ObservationTests {
         }
     }
 
-    @Test("the main context's own edits and saves reach the controller; a reset reloads it", arguments: kinds)
+    @Test("the main context's own edits reach the controller, once (not again at their save); a reset reloads it", arguments: kinds)
     func mainContextEdits(kind: StoreKind) throws {
-        let stack = try TestStack(kind)
-        try stack.store.writeAndWait { context in _ = user(context, "Ann", "Baker", age: 40) }
-        let (controller, recorder) = try controller(stack)
+        let (stack, controller, recorder) = try controllerOverAnn(kind)
         let main = stack.store.mainContext
         var before = SectionedIDs(controller.sections)
         // An edit in a read block: processed at the end of the block.
@@ -255,7 +261,9 @@ struct ObservationTests {
         before = SectionedIDs(controller.sections)
         main.performAndWait { try? main.save() }
         #expect(controller.fetchedObjects.count == 2)
-        try expectConsistent(controller, recorder, before: before)
+        // The save of an edit already reported is not reported again.
+        #expect(recorder.calls.count == 1)
+        #expect(SectionedIDs(controller.sections) == before)
         // nuke: the same main context, emptied; the controller follows.
         before = SectionedIDs(controller.sections)
         try stack.store.nuke()
@@ -427,6 +435,94 @@ struct ObservationTests {
         let counts = (saves.count, changes.count)
         try stack.store.writeAndWait { context in Post.create(in: context).title = "again" }
         #expect((saves.count, changes.count) == counts)
+    }
+
+    @Test("an .onChange monitor reports a main-context insert, update and delete once, when the block ends, and not again at the save; .onSave reports the save", arguments: kinds)
+    func onChangeMonitorReportsOnce(kind: StoreKind) throws {
+        let stack = try TestStack(kind)
+        let main = stack.store.mainContext
+        let onSave = EntityMonitor<User>(context: main, frequency: .onSave)
+        let onChange = EntityMonitor<User>(context: main, frequency: .onChange)
+        let savesLog = ChangeRecorder<User>.Monitor()
+        let changesLog = ChangeRecorder<User>.Monitor()
+        onSave.onChange = { savesLog.calls.append($0) }
+        onChange.onChange = { changesLog.calls.append($0) }
+        var ann: ObjectID?
+        // Insert, then save in another block.
+        main.performAndWait { ann = user(main, "Ann", "Baker", age: 40).objectID }
+        #expect(changesLog.calls.count == 1 && changesLog.calls[0].inserted.map(\.firstname) == ["Ann"])
+        #expect(savesLog.calls.isEmpty)
+        main.performAndWait { try? main.save() }
+        #expect(changesLog.calls.count == 1)
+        #expect(savesLog.calls.count == 1 && savesLog.calls[0].inserted.map(\.firstname) == ["Ann"])
+        // Update, then save.
+        main.performAndWait { (main.object(with: ann!) as! User).age = 41 }
+        #expect(changesLog.calls.count == 2 && changesLog.calls[1].updated.map(\.firstname) == ["Ann"])
+        main.performAndWait { try? main.save() }
+        #expect(changesLog.calls.count == 2)
+        #expect(savesLog.calls.count == 2 && savesLog.calls[1].updated.map(\.firstname) == ["Ann"])
+        // Delete, then save.
+        main.performAndWait { main.delete(main.object(with: ann!)!) }
+        #expect(changesLog.calls.count == 3 && changesLog.calls[2].deleted.map(\.firstname) == ["Ann"])
+        main.performAndWait { try? main.save() }
+        #expect(changesLog.calls.count == 3)
+        #expect(savesLog.calls.count == 3 && savesLog.calls[2].deleted.map(\.firstname) == ["Ann"])
+        // An insert saved in the block that made it: reported once to each.
+        main.performAndWait {
+            _ = user(main, "Bob", "Adams", age: 45)
+            try? main.save()
+        }
+        #expect(changesLog.calls.count == 4 && changesLog.calls[3].inserted.map(\.firstname) == ["Bob"])
+        #expect(savesLog.calls.count == 4 && savesLog.calls[3].inserted.map(\.firstname) == ["Bob"])
+        // A child context's save merged into the main context, never seen before: reported to both.
+        try stack.store.writeAndWait { context in _ = user(context, "Cid", "Clark", age: 41) }
+        #expect(changesLog.calls.count == 5 && changesLog.calls[4].inserted.map(\.firstname) == ["Cid"])
+        #expect(savesLog.calls.count == 5 && savesLog.calls[4].inserted.map(\.firstname) == ["Cid"])
+    }
+
+    @Test("a controller reports a main-context edit once: at the end of the block, not again at the save", arguments: kinds)
+    func controllerReportsMainEditOnce(kind: StoreKind) throws {
+        let (stack, controller, recorder) = try controllerOverAnn(kind)
+        let main = stack.store.mainContext
+        let ann = try #require(controller.fetchedObjects.first).objectID
+        var before = SectionedIDs(controller.sections)
+        main.performAndWait { _ = user(main, "Bob", "Adams", age: 45) }
+        #expect(recorder.calls.count == 1)
+        try expectConsistent(controller, recorder, before: before)
+        main.performAndWait { try? main.save() }
+        #expect(recorder.calls.count == 1)
+        before = SectionedIDs(controller.sections)
+        main.performAndWait { (main.object(with: ann) as! User).age = 50 }
+        #expect(recorder.calls.count == 2)
+        main.performAndWait { try? main.save() }
+        #expect(recorder.calls.count == 2)
+        try expectConsistent(controller, recorder, before: before)
+        before = SectionedIDs(controller.sections)
+        main.performAndWait { main.delete(main.object(with: ann)!) }
+        main.performAndWait { try? main.save() }
+        #expect(recorder.calls.count == 3)
+        try expectConsistent(controller, recorder, before: before)
+    }
+
+    @Test("observe gives one value for a main-context edit, none for its save", arguments: kinds)
+    func observeMainEditOnce(kind: StoreKind) async throws {
+        let stack = try TestStack(kind)
+        let store = stack.store
+        let main = store.mainContext
+        var iterator = store.observe { context in
+            AgeTotal(total: try User.all(in: context).reduce(0) { $0 + $1.age })
+        }.makeAsyncIterator()
+        #expect(try await iterator.next()?.total == 0)
+        let id = main.performAndWait {
+            let user = User.create(in: main)
+            (user.handle, user.age) = ("one", 7)
+            return user.objectID
+        }
+        #expect(try await iterator.next()?.total == 7)
+        main.performAndWait { try? main.save() }
+        // Had the save given a value, this would read a second 7.
+        main.performAndWait { (main.object(with: id) as! User).age = 9 }
+        #expect(try await iterator.next()?.total == 9)
     }
 
     @Test("observe: the first value at once, a new value after a change to what the block read, duplicates dropped, nothing for other entities; ending the loop frees it", arguments: kinds)

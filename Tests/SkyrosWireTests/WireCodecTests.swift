@@ -120,6 +120,60 @@ struct WireCodecTests {
         #expect(throws: WireError.tooLarge(100)) { try WireMessage.decode([UInt8](repeating: 1, count: 100), maximumSize: 99) }
     }
 
+    @Test("a changes list holding a kind-9 event with an extension, then a kind-0 event, decodes on the client side with both sequences")
+    func unknownEventKind() throws {
+        let user = ObjectID(entityName: "User", uuid: UUID(uuidString: "0190E4C8-1111-7000-8000-000000000001")!)
+        // Built by hand, as a newer daemon would send it.
+        var writer = WireWriter()
+        writer.byte(WireProtocol.version)
+        writer.byte(70)  // changes
+        writer.uvarint(0)  // request ID of an event
+        writer.uvarint(2)  // two events
+        // Event 1: sequence 5, kind 9 (unknown here), common fields, then a 3-byte extension.
+        writer.uvarint(5)
+        writer.byte(9)
+        writer.uuid(ChangeEvent.noAuthor)
+        writer.string("newer")
+        writer.uvarint(0)  // inserted
+        writer.uvarint(0)  // updated
+        writer.uvarint(1)  // deleted
+        writer.objectID(user)
+        writer.data([0xAA, 0xBB, 0xCC])
+        // Event 2: sequence 6, kind 0, nothing changed.
+        writer.uvarint(6)
+        writer.byte(0)
+        writer.uuid(ChangeEvent.noAuthor)
+        writer.string("older")
+        writer.uvarint(0)
+        writer.uvarint(0)
+        writer.uvarint(0)
+        writer.bool(false)  // more
+        let message = try WireMessage.decodeReply(writer.bytes)
+        guard case .changes(let events, let more) = message.body else {
+            Issue.record("not a changes message: \(message)")
+            return
+        }
+        #expect(!more)
+        #expect(events.map(\.sequence) == [5, 6])
+        #expect(events[0].kind == .changes && events[0].unknownKind == 9 && events[0].isChangeSet)
+        #expect(events[0].deleted == [user] && events[0].extensionBytes == [0xAA, 0xBB, 0xCC])
+        #expect(events[1].kind == .changes && events[1].unknownKind == nil)
+        // It is written back as it came.
+        #expect(WireMessage(requestID: 0, body: .changes(events, more: false)).encoded() == writer.bytes)
+    }
+
+    @Test("trailing bytes: a client ignores them after a welcome, the daemon's decoder refuses them after a request")
+    func trailingBytesWithinVersion() throws {
+        let welcome = WireMessage(requestID: 1, body: .welcome(WireMessage.Welcome(
+            sequence: 42, eventTopic: 7, storeEpoch: UUID(uuidString: "00000000-0000-4000-8000-0000000000AB")!, schemaVersion: 2)))
+        let extra: [UInt8] = [0x01, 0x02, 0x03]
+        #expect(try WireMessage.decodeReply(welcome.encoded() + extra) == welcome)
+        let hello = try #require(sampleMessages.first)
+        #expect(throws: WireError.trailingBytes(3)) { try WireMessage.decode(hello.encoded() + extra) }
+        // A client is not lenient about requests either (it never receives one).
+        #expect(throws: WireError.trailingBytes(3)) { try WireMessage.decodeReply(hello.encoded() + extra) }
+    }
+
     @Test("a forged element count is refused before anything is allocated")
     func forgedCount() {
         var writer = WireWriter()

@@ -16,6 +16,9 @@ extension ObjectContext {
     /// objects are not kept registered.
     func save(keepingObjects: Bool) throws {
         guard hasChanges else { return }
+        // Core Data's order: the edits not processed yet reach the observers of unsaved edits
+        // first, so the save itself is news only to .onSave monitors.
+        if reference.isObserved && !unprocessedEdits.isEmpty { processPendingChanges() }
         try validateForSave()
         let changes = makeChangeSet()
         try parent.save(changes)

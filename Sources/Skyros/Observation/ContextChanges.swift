@@ -24,6 +24,13 @@ public struct ContextChanges {
 
     /// What the context processed.
     public let kind: Kind
+    /// Whether this is the context's own save (Core Data's did-save after its objects-did-change):
+    /// its edits were already delivered, as ``Kind/unsaved`` changes, when the context processed
+    /// them (a save processes the pending ones first). Observers of unsaved edits
+    /// (``EntityMonitor/Frequency/onChange`` monitors, ``FetchedResultsController``,
+    /// ``Skyros/observe(_:)-(Value)``) skip it; ``EntityMonitor/Frequency/onSave`` monitors report it.
+    /// False for a child context's save merged into this one, which observers have not seen.
+    public internal(set) var isOwnSave = false
     /// The inserted objects.
     public internal(set) var inserted: [any ManagedObject] = []
     /// The updated objects the context holds. ``updatedProperties`` also names those it does
@@ -48,6 +55,10 @@ public struct ContextChanges {
 
     /// Whether the change is a save or a merge (what ``EntityMonitor/Frequency/onSave`` sees).
     public var isSave: Bool { kind != .unsaved }
+
+    /// Whether observers of unsaved edits see something new in it: everything but the
+    /// context's own save (``isOwnSave``), whose edits they saw when the context processed them.
+    var isNewToChangeObservers: Bool { !isOwnSave }
 
     /// Whether the change may touch objects of the entity.
     public func touches(entityNamed name: String) -> Bool {
@@ -163,14 +174,17 @@ extension ObjectContext {
         unsavedEdits[storage.objectID, default: LocalEdit()].merge(edit)
     }
 
-    /// After this context's own save: its edits since the last save, as one saved change.
+    /// After this context's own save: its edits since the last save, as one saved change
+    /// marked ``ContextChanges/isOwnSave`` (the save processed the pending edits before).
     func announceOwnSave() {
         guard reference.isObserved else { return }
         unprocessedEdits = [:]
         let edits = unsavedEdits
         unsavedEdits = [:]
         guard !edits.isEmpty else { return }
-        announce(changes(.saved, from: edits))
+        var saved = changes(.saved, from: edits)
+        saved.isOwnSave = true
+        announce(saved)
     }
 
     /// Tells the observers to start over (after a reset, a rollback, a refresh of everything).

@@ -23,7 +23,8 @@ public struct EntityMonitorChange<T: ManagedObject> {
 ///
 /// ``onChange`` is called on the context's queue exactly once per processed change that touches
 /// the entity (a save, a merge of another context's or process's save, and with
-/// ``Frequency/onChange`` also the context's own edits at the end of the block that made them).
+/// ``Frequency/onChange`` also the context's own edits at the end of the block that made them,
+/// and then not again at their save: Core Data's objects-did-change).
 /// A reload (reset, daemon restart) is not reported: follow a list with a
 /// ``FetchedResultsController``, which turns it into a diff. The monitor runs from its
 /// initialization until it is released.
@@ -32,7 +33,8 @@ public final class EntityMonitor<T: ManagedObject>: @unchecked Sendable {
     public enum Frequency: Sendable, Hashable {
         /// Saves and merges only.
         case onSave
-        /// Also the context's own unsaved edits, when the context processes them.
+        /// Also the context's own unsaved edits, when the context processes them; the context's
+        /// own save of edits already reported is not reported again.
         case onChange
     }
 
@@ -80,6 +82,7 @@ public final class EntityMonitor<T: ManagedObject>: @unchecked Sendable {
     private func process(_ changes: ContextChanges) {
         guard let onChange = _onChange, !filterFailed, changes.kind != .reloaded else { return }
         if frequency == .onSave && !changes.isSave { return }
+        if frequency == .onChange && !changes.isNewToChangeObservers { return }
         let entityName = T.entityDescription.name
         let inserted = changes.inserted.compactMap { $0 as? T }.filter(matches)
         var held: [ObjectID: T] = [:]

@@ -227,7 +227,7 @@ public final class FetchedResultsController<T: ManagedObject>: @unchecked Sendab
     // MARK: - Following changes
 
     private func process(_ changes: ContextChanges) {
-        guard let request else { return }
+        guard let request, changes.isNewToChangeObservers else { return }
         do {
             if changes.kind == .reloaded {
                 try refetch(updated: nil)

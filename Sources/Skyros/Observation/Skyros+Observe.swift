@@ -71,7 +71,9 @@ final class ValueObserver<Value: Sendable>: @unchecked Sendable {
     /// A change reached the context: a new value is computed once the queue is free, for all
     /// the changes that arrived until then.
     func changed(_ changes: ContextChanges) {
-        guard !isFinished, !isScheduled, entities.contains(where: changes.touches(entityNamed:)) else { return }
+        guard !isFinished, !isScheduled, changes.isNewToChangeObservers,
+            entities.contains(where: changes.touches(entityNamed:))
+        else { return }
         isScheduled = true
         context.perform { [self] in
             isScheduled = false
