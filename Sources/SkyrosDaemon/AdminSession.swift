@@ -178,13 +178,14 @@ package final class AdminSessions: @unchecked Sendable {
         let minute = activity.lastMinute(since: startedAt)
         let formatter = Date.ISO8601FormatStyle(includingFractionalSeconds: true)
         var clients: [[String: Any]] = []
+        // The sessions whose connection is open: a client that exited is counted, not listed.
         for (identity, session) in state.sessions.sessions.sorted(by: { $0.value.name < $1.value.name }) {
-            let connection = activity.connections[identity]
+            guard let connection = activity.connections[identity] else { continue }
             clients.append([
-                "name": session.name, "pid": session.pid, "uid": connection?.uid.map { Int($0) } as Any? ?? NSNull(),
-                "connectedAt": connection.map { formatter.format($0.connectedAt) } as Any? ?? NSNull(),
-                "lastSeenAt": connection.map { formatter.format($0.lastSeenAt) } as Any? ?? NSNull(),
-                "saves": connection?.saves ?? 0,
+                "name": session.name, "pid": session.pid, "uid": connection.uid.map { Int($0) } as Any? ?? NSNull(),
+                "connectedAt": formatter.format(connection.connectedAt),
+                "lastSeenAt": formatter.format(connection.lastSeenAt),
+                "saves": connection.saves,
             ])
         }
         var historyBytes: Int64 = 0
@@ -202,6 +203,7 @@ package final class AdminSessions: @unchecked Sendable {
             "fingerprint": state.store?.schema.fingerprint as Any? ?? NSNull(),
             "sequence": state.sequence,
             "clients": clients,
+            "clientsDisconnected": activity.closedCount,
             "savesPerSecond": minute.perSecond,
             "saveLatencyP50Micros": minute.p50 as Any? ?? NSNull(),
             "saveLatencyP99Micros": minute.p99 as Any? ?? NSNull(),

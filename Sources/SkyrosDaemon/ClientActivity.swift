@@ -12,7 +12,10 @@ struct ClientActivity {
         var saves = 0
     }
 
+    /// The open connections that sent a request, by routing identity.
     private(set) var connections: [Data: Connection] = [:]
+    /// How many connections that sent a request have closed since the daemon started.
+    private(set) var closedCount = 0
     /// The most connections remembered (past it, the oldest are forgotten).
     let maximumConnections: Int
 
@@ -43,6 +46,11 @@ struct ClientActivity {
             for (key, _) in oldest { connections[key] = nil }
         }
         connections[identity] = Connection(uid: peer?.uid, connectedAt: now, lastSeenAt: now)
+    }
+
+    /// A connection closed (its client exited, or the daemon closed it): it is no longer listed.
+    mutating func closed(_ identity: Data) {
+        if connections.removeValue(forKey: identity) != nil { closedCount += 1 }
     }
 
     /// A save of the connection was committed, `latency` seconds after it arrived.

@@ -175,6 +175,8 @@ package final class DaemonServer {
             maximumClients: maximumClients, helloTimeout: configuration.helloTimeout, log: configuration.log)
         sockets.acceptedConnection = { connectionGuard.accepted($0, onRequests: $1 == .router) }
         sockets.closingConnection = { connectionGuard.closing($0, onRequests: $1 == .router) }
+        // On the serve loop, like every request: a closed connection's client leaves the status.
+        sockets.closedRoutingIdentity = { [admin] in admin.activity.closed($0) }
         self.connectionGuard = connectionGuard
         configuration.log(
             "serving \(container.url.path)\(store == nil ? " (no store yet)" : " at sequence \(turn.sequence)")")

@@ -75,6 +75,9 @@ package final class ZMTPServer {
     package var acceptedConnection: (Int32, Role) -> Void = { _, _ in }
     /// Called with a connection's descriptor, and its listener's role, just before it is closed.
     package var closingConnection: (Int32, Role) -> Void = { _, _ in }
+    /// Told the routing identity of each `ROUTER` connection it closes (or whose peer left),
+    /// after ``closingConnection``: the daemon forgets the connection's client there.
+    package var closedRoutingIdentity: (Data) -> Void = { _ in }
 
     /// Connections open on the listeners of `role`.
     package func connectionCount(_ role: Role) -> Int { connections.values.count(where: { $0.role == role }) }
@@ -456,7 +459,10 @@ package final class ZMTPServer {
         if connection.interest != 0 { control(.delete, connection.descriptor, 0) }
         Glibc.close(connection.descriptor)
         connections[connection.descriptor] = nil
-        if let identity = connection.identity, byIdentity[identity] === connection { byIdentity[identity] = nil }
+        if let identity = connection.identity, byIdentity[identity] === connection {
+            byIdentity[identity] = nil
+            if connection.role == .router { closedRoutingIdentity(identity) }
+        }
         connection.output = []
         connection.outputBytes = 0
         connection.codec = ZMTPCodec(socketType: connection.codec.socketType, maximumMessageSize: 0)

@@ -48,6 +48,40 @@ struct AdminSessionTests {
         }
     }
 
+    @Test("status lists the clients whose connection is open; those that left are counted, not listed")
+    func statusListsConnectedClientsOnly() throws {
+        let daemon = try RunningDaemon()
+        let staying = try RawClient(daemon)
+        _ = try staying.call(RawClient.hello(name: "staying"))
+        let leaving = try RawClient(daemon)
+        _ = try leaving.call(RawClient.hello(name: "leaving"))
+        let ops = try RawClient(daemon)
+        guard case .welcome? = try admin(ops, .hello(clientName: "ops", pid: 1)).wire else {
+            Issue.record("no welcome")
+            return
+        }
+        func status() throws -> [String: Any] {
+            guard case .statusReply(let json)? = try admin(ops, .status).admin else { return [:] }
+            return try JSONSerialization.jsonObject(with: Data(json.utf8)) as? [String: Any] ?? [:]
+        }
+        func names(_ status: [String: Any]) -> [String] {
+            (status["clients"] as? [[String: Any]] ?? []).compactMap { $0["name"] as? String }.sorted()
+        }
+        var current = try status()
+        #expect(names(current) == ["leaving", "staying"])
+        #expect(current["clientsDisconnected"] as? Int == 0)
+        for client in (current["clients"] as? [[String: Any]] ?? []) {
+            #expect(client["connectedAt"] is String && client["lastSeenAt"] is String, "\(client)")
+        }
+        // The client exits: its connection closes, and the daemon hears of it on its loop.
+        leaving.dealer.close()
+        leaving.subscriber.close()
+        let deadline = Date().addingTimeInterval(5)
+        while current["clientsDisconnected"] as? Int != 1 && Date() < deadline { current = try status() }
+        #expect(names(current) == ["staying"])
+        #expect(current["clientsDisconnected"] as? Int == 1)
+    }
+
     @Test("an admin session needs no schema: welcome with topic 0, then status, history, schema and metrics")
     func session() throws {
         let daemon = try RunningDaemon()
