@@ -251,7 +251,7 @@ extension SQLiteStore {
         let codec = property.codec
         var declared = "is \(codec.isOptional ? "an optional" : "a") \(codec.typeName) (\(codec.storageType.rawValue))"
         if value.isNull && !codec.isOptional { declared += ", which is not optional" }
-        let type = codec.typeName.hasPrefix("enum:") ? String(codec.typeName.dropFirst(5)) : codec.typeName
+        let type = String(rawTypeName(property))
         if let range = integerRanges[type] { declared += " from \(range.lowerBound) to \(range.upperBound)" }
         switch type {
         case "bool": declared += ": 0 or 1"
@@ -281,7 +281,8 @@ extension SQLiteStore {
             }
         }
         let codec = property.codec
-        let type = codec.typeName.hasPrefix("enum:") ? String(codec.typeName.dropFirst(5)) : codec.typeName
+        // The type name is read only where a value's storage class leaves a check to make: a
+        // save's texts and reals pass without any string work.
         switch (value, codec.storageType) {
         case (.null, _):
             return codec.isOptional ? value : nil
@@ -289,9 +290,9 @@ extension SQLiteStore {
             // A decimal in any other form would compare and sort out of numeric order.
             return !isDecimal(property) || OrderedDecimal.isWellFormed(text) ? value : nil
         case (.blob(let data), .blob):
-            return type != UUID.schemaTypeName || data.count == 16 ? value : nil
+            return data.count == 16 || rawTypeName(property) != UUID.schemaTypeName ? value : nil
         case (.integer(let number), .integer):
-            return integerRanges[type].map { $0.contains(number) } ?? true ? value : nil
+            return integerRanges[String(rawTypeName(property))].map { $0.contains(number) } ?? true ? value : nil
         case (.real(let number), .integer):
             // An integral real is that integer (as SQLite stores it in an INTEGER column).
             guard number.rounded() == number, abs(number) < 9.2e18 else { return nil }
@@ -312,10 +313,14 @@ extension SQLiteStore {
         conformed(value, property) != nil
     }
 
+    /// A type name without its `enum:` prefix: the type of the raw values it stores.
+    private static func rawTypeName(_ property: PropertyDescription) -> Substring {
+        let name = property.codec.typeName[...]
+        return name.hasPrefix("enum:") ? name.dropFirst(5) : name
+    }
+
     /// Whether an attribute holds decimals (``OrderedDecimal``): `decimal` or `enum:decimal`.
     static func isDecimal(_ property: PropertyDescription) -> Bool {
-        let type = property.codec.typeName
-        return property.kind == .attribute
-            && (type == Decimal.schemaTypeName || type == "enum:" + Decimal.schemaTypeName)
+        property.kind == .attribute && rawTypeName(property) == Decimal.schemaTypeName
     }
 }
