@@ -22,6 +22,7 @@ let package = Package(
         .package(url: "https://github.com/swift-server/swift-service-lifecycle", from: "2.6.0"),
         .package(url: "https://github.com/apple/swift-metrics", from: "2.5.0"),
         .package(url: "https://github.com/swift-server/swift-prometheus", from: "2.0.0"),
+        .package(url: "https://github.com/vapor/postgres-nio", from: "1.33.2"),
     ],
     targets: [
         .macro(
@@ -60,10 +61,22 @@ let package = Package(
             name: "SkyrosShared",
             dependencies: ["Skyros", "SkyrosWire", "SkyrosZeroMQ"]
         ),
+        // Sync with PostgreSQL (DESIGN §9): the daemon's upload queue and checkpoints, with
+        // postgres-nio at the edge. Only the daemon links it.
+        .target(
+            name: "SkyrosSync",
+            dependencies: [
+                "Skyros", "SkyrosWire",
+                .product(name: "PostgresNIO", package: "postgres-nio"),
+                .product(name: "GRDB", package: "GRDB.swift"),
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "Metrics", package: "swift-metrics"),
+            ]
+        ),
         .target(
             name: "SkyrosDaemon",
             dependencies: [
-                "Skyros", "SkyrosWire", "SkyrosZeroMQ",
+                "Skyros", "SkyrosWire", "SkyrosZeroMQ", "SkyrosSync",
                 // StoreCheck reads the store file through its own read-only SQLite connection.
                 .product(name: "GRDBSQLite", package: "GRDB.swift"),
                 // Admin sessions: backups (GRDB's online backup), metrics (Prometheus text).

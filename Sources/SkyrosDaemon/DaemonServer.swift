@@ -1,5 +1,6 @@
 import Foundation
 import Skyros
+import SkyrosSync
 import SkyrosWire
 import SkyrosZeroMQ
 
@@ -54,6 +55,8 @@ package final class DaemonServer {
         package var helloTimeout: TimeInterval
         /// Where the server writes what it does (one line per call).
         package var log: @Sendable (String) -> Void
+        /// The PostgreSQL server the group syncs with (DESIGN §9); nil: this machine only.
+        package var sync: SyncConfiguration? = nil
 
         /// A configuration; every limit has the protocol's default (`maximumEventDelay` nil:
         /// ``WireProtocol/maximumEventDelay``).
