@@ -57,6 +57,8 @@ package final class AdminSessions: @unchecked Sendable {
         /// Tells the connection guard the connection said hello (it is not closed by the hello timeout).
         var welcomed: () -> Void
         var send: (Data, [UInt8]) -> Void
+        /// The `sync` object of the status, for a daemon that syncs (DESIGN §9).
+        var sync: (() -> [String: Any])? = nil
     }
 
     /// What became of a request.
@@ -195,7 +197,7 @@ package final class AdminSessions: @unchecked Sendable {
         {
             historyBytes = bytes
         }
-        let object: [String: Any] = [
+        var object: [String: Any] = [
             "pid": Int(getpid()),
             "uptimeSeconds": Date().timeIntervalSince(startedAt),
             "protocolVersion": Int(WireProtocol.version),
@@ -213,6 +215,7 @@ package final class AdminSessions: @unchecked Sendable {
             "uid": Int(geteuid()),
             "container": state.container.url.path,
         ]
+        if let sync = state.sync?() { object["sync"] = sync }
         let data = try JSONSerialization.data(withJSONObject: object, options: [.sortedKeys, .withoutEscapingSlashes])
         return String(decoding: data, as: UTF8.self)
     }
@@ -222,6 +225,14 @@ package final class AdminSessions: @unchecked Sendable {
         metrics.storeBytes.record(Self.size(state.container.store.path))
         metrics.walBytes.record(Self.size(state.container.store.path + "-wal"))
         metrics.sequence.record(Double(state.sequence))
+        if let sync = state.sync?() {
+            metrics.syncState.record(sync["state"] as? String == "online" ? 1 : sync["state"] as? String == "error" ? -1 : 0)
+            metrics.syncUploadQueue.record(sync["uploadQueue"] as? Int ?? 0)
+            metrics.syncOldestQueuedSeconds.record(sync["oldestQueuedSeconds"] as? Double ?? 0)
+            metrics.syncCheckpoint.record(Double(sync["checkpoint"] as? UInt64 ?? 0))
+            metrics.syncLagMilliseconds.record(sync["lagMilliseconds"] as? Int ?? 0)
+            metrics.syncRejected.record(sync["rejected"] as? Int ?? 0)
+        }
     }
 
     private static func size(_ path: String) -> Int64 {

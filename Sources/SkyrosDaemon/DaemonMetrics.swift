@@ -23,6 +23,13 @@ final class DaemonMetrics: @unchecked Sendable {
     let storeBytes: CoreMetrics.Gauge
     let walBytes: CoreMetrics.Gauge
     let sequence: CoreMetrics.Gauge
+    /// Sync (DESIGN §9), for a daemon that syncs: 1 online, 0 offline, -1 error.
+    let syncState: CoreMetrics.Gauge
+    let syncUploadQueue: CoreMetrics.Gauge
+    let syncOldestQueuedSeconds: CoreMetrics.Gauge
+    let syncCheckpoint: CoreMetrics.Gauge
+    let syncLagMilliseconds: CoreMetrics.Gauge
+    let syncRejected: CoreMetrics.Gauge
     private var errors: [String: CoreMetrics.Counter] = [:]
     private let lock = NSLock()
 
@@ -43,6 +50,12 @@ final class DaemonMetrics: @unchecked Sendable {
         storeBytes = CoreMetrics.Gauge(label: "skyros_store_bytes", factory: factory)
         walBytes = CoreMetrics.Gauge(label: "skyros_wal_bytes", factory: factory)
         sequence = CoreMetrics.Gauge(label: "skyros_sequence", factory: factory)
+        syncState = CoreMetrics.Gauge(label: "skyros_sync_state", factory: factory)
+        syncUploadQueue = CoreMetrics.Gauge(label: "skyros_sync_upload_queue", factory: factory)
+        syncOldestQueuedSeconds = CoreMetrics.Gauge(label: "skyros_sync_oldest_queued_seconds", factory: factory)
+        syncCheckpoint = CoreMetrics.Gauge(label: "skyros_sync_checkpoint", factory: factory)
+        syncLagMilliseconds = CoreMetrics.Gauge(label: "skyros_sync_lag_milliseconds", factory: factory)
+        syncRejected = CoreMetrics.Gauge(label: "skyros_sync_rejected", factory: factory)
     }
 
     /// Counts an error reply by its code.

@@ -101,6 +101,8 @@ package final class DaemonServer {
     private let reader: ReadWorker
     /// Admin sessions (`skyros … --group`), connection activity, metrics (AdminSession.swift).
     package let admin: AdminSessions
+    /// Sync with PostgreSQL (DESIGN §9), when configured.
+    private let sync: SyncLink?
 
     /// What the server has committed since it started.
     package struct Statistics: Sendable, Equatable {
@@ -158,7 +160,9 @@ package final class DaemonServer {
             store: store, opened: opened)
         access = PeerAccess(container: container)
         admin = AdminSessions(log: configuration.log)
-        reader = try ReadWorker()
+        let reader = try ReadWorker()
+        self.reader = reader
+        sync = configuration.sync.map { SyncLink(configuration: $0, wake: { reader.wake() }, log: configuration.log) }
         maximumClients = Self.clientLimit(configuration)
         // The high-water mark bounds the memory each connection can hold in the queues, both ways.
         sockets = try ZMTPServer(
@@ -222,12 +226,16 @@ package final class DaemonServer {
     package func serve(pollInterval: Int = 100, turn startOfTurn: () -> Void = {}) {
         while !handle.isStopRequested {
             startOfTurn()
+            performSync()  // work whose wake-up a read's reply drained
             perform(turn.heartbeatIfDue(every: Double(pollInterval) / 1000))
             for (identity, message) in admin.takeReplies() { sockets.send(to: identity, message) }
             // Events held under load wait at most their delay: the turn after it publishes them.
             let wait = turn.holdsEvents ? 1 : admin.pollInterval(pollInterval)
             let ready = sockets.wait(orDescriptor: reader.wakeDescriptor, milliseconds: wait)
-            if ready.descriptor { sendReads() }
+            if ready.descriptor {
+                sendReads()
+                performSync()
+            }
             guard ready.socket else {
                 if !ready.descriptor { perform(turn.idle()) }
                 continue
@@ -238,6 +246,7 @@ package final class DaemonServer {
             }
             // A commit tells whether requests were waiting before its replies went out.
             perform(turn.endOfInput(requestsWaiting: { sockets.hasInput }))
+            sync?.refresh(&turn)
         }
         reader.stop()  // answers the reads already submitted
         sendReads()
@@ -252,6 +261,7 @@ package final class DaemonServer {
     /// Closes the sockets, checkpoints and closes the store, and releases the group's lock;
     /// then the ``handle`` tells that the server is finished.
     package func close() {
+        sync?.stop()
         reader.stop()
         connectionGuard?.stop()
         sockets.close()
@@ -291,7 +301,9 @@ package final class DaemonServer {
             case .read(let job):
                 reader.submit(job)
             case .commit(let saves, let resetting):
+                let queued = turn.groupCommit.lastQueued
                 perform(turn.commit(saves, resetting: resetting, requestsWaiting: { sockets.hasInput }))
+                if turn.groupCommit.lastQueued != queued { sync?.engine?.localCommitted() }
             case .publish(let topic, let message, let changeSets):
                 if changeSets > 0 {
                     handle.record { $0.publishes += 1 }
@@ -316,6 +328,26 @@ package final class DaemonServer {
                 admin.committed(saves)
             case .caughtUp:
                 admin.metrics.catchUps.increment()
+            }
+        }
+    }
+
+    /// Performs what the sync engine asked of the store (SyncLink.swift): checkpoints to apply,
+    /// uploaded change sets to drop from the queue.
+    private func performSync() {
+        guard let sync else { return }
+        for work in sync.takeWork() {
+            switch work {
+            case .apply(let checkpoint, let continuation):
+                let (result, actions) = turn.applyCheckpoint(checkpoint)
+                perform(actions)
+                if result == .applied, !actions.isEmpty { handle.record { $0.commits += 1 } }
+                continuation.resume(returning: result)
+            case .uploaded(let number, let continuation):
+                try? turn.store?.transaction { transaction in
+                    try transaction.execute("DELETE FROM skyros_sync_queue WHERE number <= ?", [.integer(number)])
+                }
+                continuation.resume()
             }
         }
     }
@@ -350,6 +382,7 @@ package final class DaemonServer {
                     admin.replied(error: code, message: text, to: identity, requestID: header.requestID)
                 }
                 sockets.send(to: identity, message)
-            })
+            },
+            sync: sync.map { sync in { [store = turn.store] in sync.statusReport(store: store) } })
     }
 }

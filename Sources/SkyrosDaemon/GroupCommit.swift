@@ -1,5 +1,6 @@
 import Foundation
 import Skyros
+import SkyrosSync
 import SkyrosWire
 
 /// The daemon's group commit, against a store and nothing else: the saves of one turn are
@@ -33,6 +34,12 @@ struct GroupCommit {
         var author: String? = nil
         /// The saver's event topic; nil for a connection with no session.
         var topic: UInt8? = nil
+        /// For a checkpoint from the sync server: what it records in the same transaction
+        /// (the checkpoint, rejected change sets). Such a change set is not queued for upload.
+        var fromSync: ((SQLiteStore.Transaction) throws -> Void)? = nil
+        /// An event kind added within protocol version 4 (5 and up) and its extension bytes,
+        /// for the event of this change set (`syncRejected`).
+        var extensionKind: (kind: UInt8, bytes: [UInt8])? = nil
     }
 
     /// What a save of the turn is answered when it succeeded.
@@ -64,6 +71,10 @@ struct GroupCommit {
     private var lastPrune = Date.distantPast
     /// No history row is left below this sequence (see ``Journal/prune(_:current:byAge:goneBelow:in:)``).
     private var historyGoneBelow: UInt64 = 0
+    /// Whether committed change sets are queued for upload (``UploadQueue``): the group syncs.
+    var queuesUploads = false
+    /// The number of the last change set queued for upload (0: none since the queue began).
+    private(set) var lastQueued: Int64 = 0
 
     /// A group commit going on from `sequence`, the last one the store's journal gave.
     init(sequence: UInt64, retention: Journal.Retention) {
@@ -76,6 +87,12 @@ struct GroupCommit {
     mutating func restart(sequence: UInt64) {
         self.sequence = sequence
         ledger = SaveLedger()
+    }
+
+    /// Queue committed change sets for upload from now on, numbered after `lastQueued`.
+    mutating func startQueueing(after lastQueued: Int64) {
+        queuesUploads = true
+        self.lastQueued = lastQueued
     }
 
     /// Commits the saves of one turn in one transaction of `store` (see the type's overview).
@@ -115,20 +132,24 @@ struct GroupCommit {
     ) -> Attempt {
         var outcome = Outcome(results: [])
         var next = sequence
+        var queued = lastQueued
+        let queues = queuesUploads
         var refusal: SkyrosError?
         do {
             try store.transaction { transaction in
                 for (index, save) in saves.enumerated() {
                     do {
-                        if let answer = try previousAnswer(save, transaction) {
+                        if save.fromSync == nil, let answer = try previousAnswer(save, transaction) {
                             outcome.results.append(.success(answer))
                             continue
                         }
                         let apply = {
-                            try Self.apply(save, sequence: next + 1, reset: index == resetting, store.schema, transaction)
+                            try Self.apply(
+                                save, sequence: next + 1, reset: index == resetting, queue: queues, store.schema, transaction)
                         }
                         let applied = try isolated ? transaction.savepoint(apply) : apply()
                         next = applied.event.sequence
+                        if let number = applied.queued { queued = number }
                         ledger.applied(client: save.clientID, save: save.saveNumber, sequence: next)
                         outcome.events.append(
                             EventPublisher.Committed(event: applied.event, encoded: applied.encoded, topic: save.topic))
@@ -153,6 +174,7 @@ struct GroupCommit {
             return .failed(error)
         }
         sequence = next
+        lastQueued = queued
         ledger.commit()
         outcome.committed = true
         return .committed(outcome)
@@ -188,20 +210,30 @@ struct GroupCommit {
         var encoded: [UInt8]
         var affected: Int?
         var resetLog: String?
+        /// Its number in the upload queue, when it was queued.
+        var queued: Int64? = nil
     }
 
     /// Applies one save with sequence number `sequence` and records it in the journal.
     private static func apply(
-        _ save: Save, sequence: UInt64, reset: Bool, _ schema: Schema, _ transaction: SQLiteStore.Transaction
+        _ save: Save, sequence: UInt64, reset: Bool, queue: Bool, _ schema: Schema,
+        _ transaction: SQLiteStore.Transaction
     ) throws -> Applied {
         var event = ChangeEvent(
             sequence: sequence, kind: reset ? .reset : .changes, authorID: save.clientID, author: save.author ?? "")
         var deletedObjects: Int?
         var affected: Int?
+        // What is uploaded: the event, or for a batch too large to be published whole, every object.
+        var uploaded: ChangeEvent?
         if let batch = save.batch {
-            let outcome = try transaction.batch(batch, naming: .upTo(WireProtocol.maximumBatchEventObjects))
+            let limit = WireProtocol.maximumBatchEventObjects
+            let outcome = try transaction.batch(batch, naming: queue ? .all : .upTo(limit))
             affected = outcome.count
             event = batchEvent(outcome, batch, schema, event)
+            if queue && event.updated.count + event.deleted.count > limit {
+                uploaded = event
+                (event.updated, event.deleted) = ([], [])
+            }
         } else if reset {
             deletedObjects = try objectCount(of: schema, in: transaction)
             try transaction.deleteAll()
@@ -212,7 +244,22 @@ struct GroupCommit {
             event.updated = applied.updates.map { ChangeEvent.Update(id: $0.id, version: $0.version, values: $0.changes) }
             event.deleted = applied.changes.deleted
         }
+        if let (kind, bytes) = save.extensionKind {
+            event.unknownKind = kind
+            event.extensionBytes = bytes
+        }
         let encoded = try Journal.record(event, save: save.saveNumber, affected: affected, in: transaction)
+        var queued: Int64?
+        if let record = save.fromSync {
+            try record(transaction)
+        } else if queue, let changes = UploadQueue.changeSet(of: uploaded ?? event, schema: schema) {
+            try transaction.execute(
+                "INSERT INTO skyros_sync_queue (sequence, timestamp, changes) VALUES (?, ?, ?)",
+                [.integer(Int64(event.sequence)), .real(Date().timeIntervalSince1970), .blob(try changes.encoded())])
+            if case .integer(let number)? = try transaction.rows("SELECT last_insert_rowid()").first?.first {
+                queued = number
+            }
+        }
         let resetLog = deletedObjects.map { deleted in
             """
             reset (deleteAll) by \(DaemonTurn.describe(save.author)) (client \(save.clientID), \
@@ -220,7 +267,7 @@ struct GroupCommit {
             sequence \(event.sequence)
             """
         }
-        return Applied(event: event, encoded: encoded, affected: affected, resetLog: resetLog)
+        return Applied(event: event, encoded: encoded, affected: affected, resetLog: resetLog, queued: queued)
     }
 
     /// The answer to a save applied before (a retry): its sequence, or for a batch its change

@@ -125,10 +125,16 @@ final class ReadWorker: @unchecked Sendable {
                 busy = false
                 condition.broadcast()
             }
-            var one: UInt8 = 1
-            _ = write(wakeWriter, &one, 1)  // a full pipe already wakes the loop
+            wake()
         }
         finished.signal()
+    }
+
+    /// Makes ``wakeDescriptor`` readable: the serve loop wakes and looks at its replies, and
+    /// at the sync engine's work (SyncLink.swift), which wakes it this way too.
+    func wake() {
+        var one: UInt8 = 1
+        _ = write(wakeWriter, &one, 1)  // a full pipe already wakes the loop
     }
 
     /// Raises the calling thread's nice value (on Linux a thread's own: `PRIO_PROCESS` with

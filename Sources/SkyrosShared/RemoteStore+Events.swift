@@ -129,6 +129,18 @@ extension RemoteStore {
                 guard let last = events.last else { break }
                 state.withLock { $0.onChange }?(events.map { StoreChange($0, schema: schema) })
                 state.withLock { $0.delivered = max($0.delivered, last.sequence) }
+                let rejected = events.flatMap { event in
+                    (event.syncRejections ?? []).map { rejection in
+                        var error = SkyrosError(
+                            .syncRejected,
+                            "the sync server refused a change set of this machine: \(rejection.reason); "
+                                + "\(rejection.objects.count) object(s) are back to the server's values: "
+                                + rejection.objects.prefix(10).map(\.description).joined(separator: ", "))
+                        error.objectIDs = rejection.objects
+                        return error
+                    }
+                }
+                if !rejected.isEmpty { state.withLock { $0.onSyncRejected }?(rejected) }
             case .catchUp(let after):
                 do {
                     guard case .changes(let events, let more) = try request(.changesSince(after, limit: 0)) else { break }

@@ -75,6 +75,7 @@ public final class RemoteStore: PersistentStore, @unchecked Sendable {
         var onChange: (@Sendable ([StoreChange]) -> Void)?
         var onRestart: (@Sendable () -> Void)?
         var onSaveResolved: (@Sendable (ResolvedSave) -> Void)?
+        var onSyncRejected: (@Sendable ([SkyrosError]) -> Void)?
         /// The store is going away: the event thread stops.
         var isStopped = false
         var eventThreadStarted = false
@@ -264,6 +265,18 @@ public final class RemoteStore: PersistentStore, @unchecked Sendable {
     public var onSaveResolved: (@Sendable (ResolvedSave) -> Void)? {
         get { state.withLock { $0.onSaveResolved } }
         set { state.withLock { $0.onSaveResolved = newValue } }
+    }
+
+    /// Called (on the event thread, after the change set is merged) when the group's daemon
+    /// syncs with PostgreSQL and the server refused change sets this machine uploaded (a
+    /// unique value another machine took, a `.deny` rule, an object deleted on the server):
+    /// one ``SkyrosError/Code/syncRejected`` error per refused change set, naming its objects
+    /// (``SkyrosError/objectIDs``) and the reason. The merged change set has already brought
+    /// those objects back to the server's values. A shared `Skyros` stack sends them to
+    /// ``Skyros/handleError(_:)``.
+    public var onSyncRejected: (@Sendable ([SkyrosError]) -> Void)? {
+        get { state.withLock { $0.onSyncRejected } }
+        set { state.withLock { $0.onSyncRejected = newValue } }
     }
 
     // MARK: - ObjectStore

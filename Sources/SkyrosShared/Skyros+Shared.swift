@@ -40,6 +40,10 @@ extension Skyros {
     public convenience init(sharedStack remote: RemoteStore, allowsConcurrentWritings: Bool = false, savesOnStop: Bool = true) {
         self.init(store: remote, allowsConcurrentWritings: allowsConcurrentWritings, savesOnStop: savesOnStop)
         remote.onChange = { [weak self] changes in self?.merge(changes) }
+        remote.onSyncRejected = { [weak self] errors in
+            guard let self else { return }
+            self.completionQueue.async { for error in errors { self.handleError(error) } }
+        }
         remote.onRestart = { [weak self] in
             // The daemon restarted and may have lost events: what the main context holds is refreshed.
             self?.merge(StoreChange(sequence: 0, author: "", isRefresh: true))

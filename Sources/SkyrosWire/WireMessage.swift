@@ -86,6 +86,37 @@ package struct ChangeEvent: Sendable, Hashable {
     /// know the kind skips (docs/PROTOCOL.md, "Compatibility within version 4").
     package static let firstExtensionKind: UInt8 = 5
 
+    /// Kind 5, `syncRejected`: the change set a machine applied from its sync server when
+    /// the server refused change sets this machine uploaded. Its lists bring the refused
+    /// objects back to the server's values; its extension is the JSON
+    /// `{"rejected":[{"reason":"…","objects":["Entity/UUID",…]},…]}` (docs/PROTOCOL.md).
+    package static let syncRejectedKind: UInt8 = 5
+
+    /// For a `syncRejected` event: each refused change set's reason and objects.
+    package var syncRejections: [(reason: String, objects: [ObjectID])]? {
+        guard unknownKind == Self.syncRejectedKind,
+            let root = try? JSONSerialization.jsonObject(with: Data(extensionBytes)) as? [String: Any],
+            let list = root["rejected"] as? [[String: Any]]
+        else { return nil }
+        return list.map { entry in
+            let objects = (entry["objects"] as? [String] ?? []).compactMap { text -> ObjectID? in
+                let parts = text.split(separator: "/", maxSplits: 1)
+                guard parts.count == 2, let uuid = UUID(uuidString: String(parts[1])) else { return nil }
+                return ObjectID(entityName: String(parts[0]), uuid: uuid)
+            }
+            return (entry["reason"] as? String ?? "", objects)
+        }
+    }
+
+    /// The extension bytes of a `syncRejected` event.
+    package static func syncRejectedExtension(_ rejections: [(reason: String, objects: [ObjectID])]) -> [UInt8] {
+        let list: [[String: Any]] = rejections.map { rejection in
+            ["reason": rejection.reason, "objects": rejection.objects.map { "\($0.entityName)/\($0.uuid.uuidString)" }]
+        }
+        let data = (try? JSONSerialization.data(withJSONObject: ["rejected": list], options: [.sortedKeys, .withoutEscapingSlashes])) ?? Data()
+        return [UInt8](data)
+    }
+
     /// The author ID of heartbeats: all zeros.
     package static let noAuthor = UUID(uuid: (0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0))
 

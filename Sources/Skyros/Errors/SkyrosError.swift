@@ -72,6 +72,9 @@ public struct SkyrosError: Error, Sendable, CustomStringConvertible {
     public var underlyingError: (any Error)?
     /// For ``Code/mergeConflict``: each object whose update was refused.
     public var conflicts: [MergeConflict]
+    /// The objects the error is about, when it names some: for ``Code/syncRejected``, the
+    /// objects of the change set the sync server refused.
+    public var objectIDs: [ObjectID] = []
 
     /// An error with a code, a message for people, the error that caused it, and for
     /// ``Code/mergeConflict`` the conflicting objects.

@@ -1,0 +1,253 @@
+import Foundation
+import Skyros
+
+/// A group's tables on the PostgreSQL server (DESIGN §9), derived from the group's schema:
+/// one table per entity named as the entity, `"_id"` (uuid) as primary key, one typed column
+/// per attribute named as the property, a to-one as a uuid column referencing its
+/// destination's `"_id"`, unique constraints and indexes as declared; and the sync tables
+/// (`_skyros_log`, `_skyros_uploads`, `_skyros_meta`) with the triggers that record every
+/// committed change to the group's tables, whoever made it.
+///
+/// Pure data: it builds SQL text and converts values, and talks to no server.
+package struct ServerSchema: Sendable {
+    /// A column of an entity's table.
+    package struct Column: Sendable, Equatable {
+        /// The property's index among its entity's properties (a snapshot's value position).
+        package var index: Int
+        /// The property's name, also the column's.
+        package var name: String
+        /// How values are written and read.
+        package var type: ServerType
+        /// Whether NULL is refused.
+        package var isOptional: Bool
+        /// The property's type name (`int16`, `enum:string`…), for range checks.
+        package var typeName: String
+        /// For a to-one: the destination entity.
+        package var destination: String?
+        /// The property's name in an earlier schema version (a rename).
+        package var originalName: String?
+        /// The declared constant default, as stored.
+        package var defaultValue: StoredValue?
+        /// Unique / indexed.
+        package var isUnique: Bool
+        package var isIndexed: Bool
+        /// For a to-one: the foreign key's ON DELETE action (its inverse's delete rule).
+        package var onDelete: String
+    }
+
+    /// An entity's table.
+    package struct Table: Sendable, Equatable {
+        /// The entity's name, also the table's.
+        package var name: String
+        /// The entity's name in an earlier schema version.
+        package var originalName: String?
+        /// The number of properties (a snapshot's value count).
+        package var propertyCount: Int
+        /// The columns (attributes and to-ones; to-manys have none), in declaration order.
+        package var columns: [Column]
+        /// Declared compound indexes.
+        package var indexes: [[String]]
+    }
+
+    /// The PostgreSQL schema's name.
+    package let name: String
+    /// The tables, in the schema's entity order.
+    package let tables: [Table]
+    /// The group's schema version.
+    package let version: UInt64
+    private let byName: [String: Int]
+
+    /// The server schema of a group's `schema`, in the PostgreSQL schema `name`.
+    package init(_ schema: Schema, name: String) {
+        self.init(schema.schemaDescription, version: UInt64(schema.version), name: name)
+    }
+
+    /// The server schema of a schema description.
+    package init(_ description: SchemaDescription, version: UInt64, name: String) {
+        self.name = name
+        self.version = version
+        var tables: [Table] = []
+        for entity in description.entities {
+            var columns: [Column] = []
+            for (index, property) in entity.properties.enumerated() where property.kind != "toMany" {
+                var onDelete = "SET NULL"
+                if property.kind == "toOne", let destination = property.destination, let inverse = property.inverse,
+                    let rule = description.entities.first(where: { $0.name == destination })?
+                        .properties.first(where: { $0.name == inverse })?.deleteRule
+                {
+                    onDelete = switch rule {
+                    case .cascade: "CASCADE"
+                    case .deny: "NO ACTION"
+                    case .nullify: "SET NULL"
+                    }
+                }
+                columns.append(Column(
+                    index: index, name: property.name,
+                    type: property.kind == "toOne" ? .uuid : ServerType(typeName: property.typeName, storage: property.storageType),
+                    isOptional: property.isOptional || property.kind == "toOne", typeName: property.typeName,
+                    destination: property.kind == "toOne" ? property.destination : nil,
+                    originalName: property.originalName, defaultValue: property.defaultValue?.value,
+                    isUnique: property.isUnique, isIndexed: property.isIndexed || property.kind == "toOne",
+                    onDelete: onDelete))
+            }
+            tables.append(Table(
+                name: entity.name, originalName: entity.originalName, propertyCount: entity.properties.count,
+                columns: columns, indexes: entity.indexes))
+        }
+        self.tables = tables
+        byName = Dictionary(uniqueKeysWithValues: tables.enumerated().map { ($1.name, $0) })
+    }
+
+    /// The table of an entity, when the schema has it.
+    package func table(_ entity: String) -> Table? { byName[entity].map { tables[$0] } }
+
+    /// The LISTEN/NOTIFY channel of the group's changes.
+    package var channel: String { "skyros_" + name }
+
+    // MARK: - Names
+
+    /// `"name"`, with quotes doubled.
+    package static func quote(_ identifier: String) -> String {
+        "\"" + identifier.replacingOccurrences(of: "\"", with: "\"\"") + "\""
+    }
+
+    /// `schema."table"`.
+    package func qualified(_ table: String) -> String { Self.quote(name) + "." + Self.quote(table) }
+
+    /// A SQL string literal: `'text'`, with quotes doubled.
+    package static func literal(_ text: String) -> String { "'" + text.replacingOccurrences(of: "'", with: "''") + "'" }
+
+    // MARK: - DDL
+
+    /// The sync tables and functions, created when missing (each entry one statement).
+    package var syncTablesSQL: [String] {
+        let schema = Self.quote(name)
+        return [
+            "CREATE SCHEMA IF NOT EXISTS \(schema)",
+            // Every committed change to a group table: the transaction's id (its visibility
+            // decides which checkpoint carries it, not its order of insertion), the object.
+            """
+            CREATE TABLE IF NOT EXISTS \(schema)._skyros_log (xid xid8 NOT NULL DEFAULT pg_current_xact_id(), \
+            entity text NOT NULL, id uuid NOT NULL, at timestamptz NOT NULL DEFAULT clock_timestamp())
+            """,
+            "CREATE INDEX IF NOT EXISTS _skyros_log_xid ON \(schema)._skyros_log (xid)",
+            // One row per change set a machine uploaded: exactly once, and the write checkpoint.
+            """
+            CREATE TABLE IF NOT EXISTS \(schema)._skyros_uploads (machine uuid NOT NULL, number bigint NOT NULL, \
+            xid xid8 NOT NULL DEFAULT pg_current_xact_id(), at timestamptz NOT NULL DEFAULT clock_timestamp(), \
+            rejected text, objects jsonb, PRIMARY KEY (machine, number))
+            """,
+            "CREATE TABLE IF NOT EXISTS \(schema)._skyros_meta (key text PRIMARY KEY, value text NOT NULL)",
+            "INSERT INTO \(schema)._skyros_meta (key, value) VALUES ('horizon', '0') ON CONFLICT DO NOTHING",
+            """
+            CREATE OR REPLACE FUNCTION \(schema)._skyros_record() RETURNS trigger LANGUAGE plpgsql AS $$
+            BEGIN
+              IF TG_OP <> 'INSERT' THEN
+                INSERT INTO \(schema)._skyros_log (entity, id) VALUES (TG_TABLE_NAME, OLD."_id");
+              END IF;
+              IF TG_OP <> 'DELETE' AND (TG_OP = 'INSERT' OR NEW."_id" IS DISTINCT FROM OLD."_id") THEN
+                INSERT INTO \(schema)._skyros_log (entity, id) VALUES (TG_TABLE_NAME, NEW."_id");
+              END IF;
+              RETURN NULL;
+            END $$
+            """,
+            """
+            CREATE OR REPLACE FUNCTION \(schema)._skyros_notify() RETURNS trigger LANGUAGE plpgsql AS $$
+            BEGIN
+              PERFORM pg_notify(\(Self.literal(channel)), '');
+              RETURN NULL;
+            END $$
+            """,
+        ]
+    }
+
+    /// The statements that bring the server to this schema, given the columns its tables have
+    /// now (`existing[table]`, empty or absent for a missing table): tables created, columns
+    /// added or renamed (`originalName`), never dropped; constraints, indexes and triggers created
+    /// when missing. Throws ``SkyrosError/Code/migrationFailed`` for a change it cannot make
+    /// additively (a non-optional column without a default added to a table that has rows is
+    /// left to the server, which refuses it in the same words).
+    package func migrationSQL(existing: [String: Set<String>], constraints: Set<String>) -> [String] {
+        var statements: [String] = []
+        for table in tables {
+            let qualified = qualified(table.name)
+            var have = existing[table.name] ?? []
+            if have.isEmpty, let original = table.originalName, let old = existing[original], !old.isEmpty {
+                statements.append("ALTER TABLE \(self.qualified(original)) RENAME TO \(Self.quote(table.name))")
+                have = old
+            }
+            if have.isEmpty {
+                let columns = ["\"_id\" uuid PRIMARY KEY DEFAULT gen_random_uuid()"] + table.columns.map(columnSQL)
+                statements.append("CREATE TABLE IF NOT EXISTS \(qualified) (\(columns.joined(separator: ", ")))")
+            } else {
+                for column in table.columns where !have.contains(column.name) {
+                    if let original = column.originalName, have.contains(original) {
+                        statements.append(
+                            "ALTER TABLE \(qualified) RENAME COLUMN \(Self.quote(original)) TO \(Self.quote(column.name))")
+                    } else {
+                        statements.append("ALTER TABLE \(qualified) ADD COLUMN IF NOT EXISTS \(columnSQL(column))")
+                    }
+                }
+            }
+            for column in table.columns {
+                if let destination = column.destination, tables.contains(where: { $0.name == destination }) {
+                    let constraint = "\(table.name)_\(column.name)_fkey"
+                    if !constraints.contains(constraint) {
+                        statements.append("""
+                            ALTER TABLE \(qualified) ADD CONSTRAINT \(Self.quote(constraint)) FOREIGN KEY (\(Self.quote(column.name))) \
+                            REFERENCES \(self.qualified(destination)) ("_id") ON DELETE \(column.onDelete) DEFERRABLE INITIALLY DEFERRED
+                            """)
+                    }
+                }
+                if column.isUnique || column.isIndexed {
+                    statements.append("""
+                        CREATE \(column.isUnique ? "UNIQUE " : "")INDEX IF NOT EXISTS \(Self.quote("\(table.name)_\(column.name)")) \
+                        ON \(qualified) (\(Self.quote(column.name)))
+                        """)
+                }
+            }
+            for index in table.indexes where !index.isEmpty {
+                statements.append("""
+                    CREATE INDEX IF NOT EXISTS \(Self.quote(([table.name] + index).joined(separator: "_"))) \
+                    ON \(qualified) (\(index.map(Self.quote).joined(separator: ", ")))
+                    """)
+            }
+            statements.append("""
+                CREATE OR REPLACE TRIGGER _skyros_record AFTER INSERT OR UPDATE OR DELETE ON \(qualified) \
+                FOR EACH ROW EXECUTE FUNCTION \(Self.quote(name))._skyros_record()
+                """)
+            statements.append("""
+                CREATE OR REPLACE TRIGGER _skyros_notify AFTER INSERT OR UPDATE OR DELETE ON \(qualified) \
+                FOR EACH STATEMENT EXECUTE FUNCTION \(Self.quote(name))._skyros_notify()
+                """)
+        }
+        statements.append("""
+            INSERT INTO \(Self.quote(name))._skyros_meta (key, value) VALUES ('schemaVersion', \(Self.literal(String(version)))) \
+            ON CONFLICT (key) DO UPDATE SET value = greatest(EXCLUDED.value::bigint, \(Self.quote(name))._skyros_meta.value::bigint)::text
+            """)
+        return statements
+    }
+
+    /// A column's definition: name, type, default, NOT NULL.
+    private func columnSQL(_ column: Column) -> String {
+        var sql = "\(Self.quote(column.name)) \(column.type.sqlType)"
+        if let value = column.defaultValue, let text = try? column.type.serverText(value, typeName: column.typeName) {
+            sql += " DEFAULT \(column.type.input(Self.literal(text)))"
+        }
+        if !column.isOptional { sql += " NOT NULL" }
+        return sql
+    }
+
+    /// The query that lists the columns of the schema's tables: rows of (table, column).
+    package var columnsQuery: String {
+        "SELECT table_name::text, column_name::text FROM information_schema.columns WHERE table_schema = \(Self.literal(name))"
+    }
+
+    /// The query that lists the schema's constraint names.
+    package var constraintsQuery: String {
+        """
+        SELECT c.conname::text FROM pg_constraint c JOIN pg_namespace n ON n.oid = c.connamespace \
+        WHERE n.nspname = \(Self.literal(name))
+        """
+    }
+}

@@ -1,0 +1,170 @@
+import Foundation
+import Skyros
+
+/// The PostgreSQL type of an attribute's column, and the conversion of its values both ways.
+///
+/// Values cross as text: a parameter is bound as text and cast by the statement
+/// (``input(_:)``), a value is read as the text of ``output(_:)``. Text in both directions
+/// keeps every value exact (a double in its shortest round-trip form, a timestamp's epoch
+/// in microseconds, a numeric's digits) and one code path for every type.
+package enum ServerType: String, Sendable, Equatable {
+    case text, bigint, boolean, double, timestamptz, bytea, uuid, numeric, jsonb
+
+    /// The type of a property of type name `typeName` (`enum:` raw types as their raw
+    /// type's) stored as `storage`; an application's own type by its storage class.
+    package init(typeName: String, storage: StorageType) {
+        let base = typeName.hasPrefix("enum:") ? String(typeName.dropFirst(5)) : typeName
+        switch base {
+        case "string", "url": self = .text
+        case "int", "int64", "int32", "int16", "int8": self = .bigint
+        case "bool": self = .boolean
+        case "double", "float": self = .double
+        case "date": self = .timestamptz
+        case "data": self = .bytea
+        case "uuid": self = .uuid
+        case "decimal": self = .numeric
+        case "json": self = .jsonb
+        default:
+            self = switch storage {
+            case .integer: .bigint
+            case .real: .double
+            case .text: .text
+            default: .bytea
+            }
+        }
+    }
+
+    /// The column's SQL type.
+    package var sqlType: String {
+        switch self {
+        case .double: "double precision"
+        default: rawValue
+        }
+    }
+
+    /// The SQL expression that turns the text `parameter` (`$3`, or a literal) into a value
+    /// of the column's type.
+    package func input(_ parameter: String) -> String {
+        switch self {
+        case .text: parameter
+        case .timestamptz: "to_timestamp(\(parameter)::double precision)"
+        case .bytea: "decode(\(parameter), 'hex')"
+        default: "\(parameter)::\(sqlType)"
+        }
+    }
+
+    /// The SQL expression that reads `column` (already quoted) as text.
+    package func output(_ column: String) -> String {
+        switch self {
+        case .text: column
+        case .timestamptz: "extract(epoch FROM \(column))::text"
+        case .bytea: "encode(\(column), 'hex')"
+        default: "\(column)::text"
+        }
+    }
+
+    /// A value as the store keeps it, as text for ``input(_:)``; nil for NULL.
+    ///
+    /// - Throws: ``SkyrosError/Code/typeMismatch`` when the stored value does not fit the
+    ///   column (a store written by hand).
+    package func serverText(_ value: StoredValue, typeName: String) throws -> String? {
+        switch (self, value) {
+        case (_, .null): return nil
+        case (.text, .text(let text)): return text
+        case (.text, .integer(let number)): return String(number)
+        case (.text, .real(let number)): return String(number)
+        case (.bigint, .integer(let number)): return String(number)
+        case (.boolean, .integer(let number)): return number != 0 ? "true" : "false"
+        case (.double, .real(let number)), (.timestamptz, .real(let number)): return Self.text(number)
+        case (.double, .integer(let number)), (.timestamptz, .integer(let number)): return String(number)
+        case (.bytea, .blob(let data)): return data.map { String(format: "%02x", $0) }.joined()
+        case (.bytea, .text(let text)): return Data(text.utf8).map { String(format: "%02x", $0) }.joined()
+        case (.uuid, .blob(let data)) where data.count == 16:
+            return UUID(uuid: data.withUnsafeBytes { $0.loadUnaligned(as: uuid_t.self) }).uuidString.lowercased()
+        case (.numeric, .text(let text)):
+            guard let decimal = OrderedDecimal.decode(text) else { break }
+            return "\(decimal)"
+        case (.jsonb, .blob(let data)):
+            guard let text = String(data: data, encoding: .utf8) else { break }
+            return text
+        case (.jsonb, .text(let text)): return text
+        default: break
+        }
+        throw SkyrosError(.typeMismatch, "\(value.typeDescription) does not fit a \(sqlType) column (\(typeName))")
+    }
+
+    /// A double as PostgreSQL reads it: its shortest round-trip digits, `Infinity`, `-Infinity`.
+    private static func text(_ number: Double) -> String {
+        if number.isInfinite { return number > 0 ? "Infinity" : "-Infinity" }
+        return "\(number)"
+    }
+
+    /// A value read from the server (the text of ``output(_:)``, nil for NULL) as the store
+    /// keeps it; nil when it does not fit the property (a value written by another program
+    /// that the attribute's type cannot hold: NaN, an integer out of an `int16`'s range…).
+    package func storedValue(_ text: String?, typeName: String) -> StoredValue? {
+        guard let text else { return .null }
+        switch self {
+        case .text:
+            return .text(text)
+        case .bigint:
+            guard let number = Int64(text) else { return nil }
+            let base = typeName.hasPrefix("enum:") ? String(typeName.dropFirst(5)) : typeName
+            let range: ClosedRange<Int64>? = switch base {
+            case "int32": Int64(Int32.min)...Int64(Int32.max)
+            case "int16": Int64(Int16.min)...Int64(Int16.max)
+            case "int8": Int64(Int8.min)...Int64(Int8.max)
+            default: nil
+            }
+            if let range, !range.contains(number) { return nil }
+            return .integer(number)
+        case .boolean:
+            switch text {
+            case "true", "t": return .integer(1)
+            case "false", "f": return .integer(0)
+            default: return nil
+            }
+        case .double, .timestamptz:
+            guard let number = Double(text), !number.isNaN else { return nil }
+            if typeName == "float", number.isFinite, Float(number).isInfinite { return nil }
+            return .real(number)
+        case .bytea:
+            guard text.count % 2 == 0 else { return nil }
+            var bytes: [UInt8] = []
+            bytes.reserveCapacity(text.utf8.count / 2)
+            var high: UInt8?
+            for character in text.utf8 {
+                guard let nibble = Self.nibble(character) else { return nil }
+                if let first = high {
+                    bytes.append(first << 4 | nibble)
+                    high = nil
+                } else {
+                    high = nibble
+                }
+            }
+            return .blob(Data(bytes))
+        case .uuid:
+            guard let uuid = UUID(uuidString: text) else { return nil }
+            return .blob(withUnsafeBytes(of: uuid.uuid) { Data($0) })
+        case .numeric:
+            guard let ordered = OrderedDecimal.encode(plain: text) else { return nil }
+            return .text(ordered)
+        case .jsonb:
+            // As the store writes JSON: keys sorted, no escaped slashes.
+            guard let object = try? JSONSerialization.jsonObject(with: Data(text.utf8), options: [.fragmentsAllowed]),
+                let data = try? JSONSerialization.data(
+                    withJSONObject: object, options: [.sortedKeys, .withoutEscapingSlashes, .fragmentsAllowed])
+            else { return nil }
+            return .blob(data)
+        }
+    }
+
+    private static func nibble(_ character: UInt8) -> UInt8? {
+        switch character {
+        case UInt8(ascii: "0")...UInt8(ascii: "9"): character - UInt8(ascii: "0")
+        case UInt8(ascii: "a")...UInt8(ascii: "f"): character - UInt8(ascii: "a") + 10
+        case UInt8(ascii: "A")...UInt8(ascii: "F"): character - UInt8(ascii: "A") + 10
+        default: nil
+        }
+    }
+}

@@ -1,0 +1,386 @@
+import Foundation
+import GRDB
+import Logging
+import NIOCore
+import NIOPosix
+import PostgresNIO
+import Skyros
+import Synchronization
+
+/// What became of a checkpoint handed to the daemon.
+package enum SyncApplyResult: Sendable, Equatable {
+    /// Applied (or nothing to apply) and recorded.
+    case applied
+    /// Not applied: change sets are queued that it does not include (they would be hidden
+    /// until their upload, and come back: a flicker). Upload them, then read again.
+    case pendingUploads
+    /// Not applied: the store refused it (the reason).
+    case failed(String)
+}
+
+/// What the daemon does for its sync engine, on the daemon's own thread.
+package protocol SyncHost: AnyObject, Sendable {
+    /// Applies a checkpoint to the group's store as one change set, published to the apps like
+    /// any other, with the checkpoint recorded in the same transaction; nothing, when the store
+    /// has change sets queued that the checkpoint does not include (it would hide them until
+    /// their upload: the engine uploads them and reads again).
+    func apply(_ checkpoint: Checkpoint) async -> SyncApplyResult
+    /// The queued change sets through `number` are on the server: the queue may drop them.
+    func uploaded(through number: Int64) async
+    /// The engine's state changed (for the log and the metrics).
+    func syncStateChanged(_ status: SyncEngine.Status)
+}
+
+/// A machine's sync with PostgreSQL (DESIGN §9): the loop that uploads the store's queued
+/// change sets in order, exactly once, and brings the server's checkpoints to the daemon.
+///
+/// It runs on Swift concurrency beside the daemon's serve loop. Online it uploads what the
+/// daemon queued (woken by ``localCommitted()``) and reads a checkpoint when the server
+/// notifies a change (LISTEN/NOTIFY), or every ``Settings/pollInterval`` in case a
+/// notification was missed. When the server cannot be reached it is offline: saves go on
+/// locally, and it tries again with a growing delay (up to ``Settings/maximumRetryDelay``).
+/// A server that refuses it (authentication, permissions, missing tables) puts it in the
+/// error state with a message an operator can act on; it tries again all the same.
+package final class SyncEngine: Sendable {
+    /// What `skyros status` tells of sync.
+    package struct Status: Sendable, Equatable {
+        /// `online`, `offline` or `error`.
+        package enum State: String, Sendable, Equatable {
+            case online, offline, error
+        }
+
+        package var state: State = .offline
+        /// Why it is offline or in error.
+        package var message: String?
+        /// The last checkpoint applied (its snapshot's xmin; 0: none yet).
+        package var checkpoint: UInt64 = 0
+        /// How old the newest change of the last checkpoint was when it was read.
+        package var lagMilliseconds: Int = 0
+        /// Change sets the server refused since the daemon started.
+        package var rejected: Int = 0
+        /// The highest queue number the server has (0: none).
+        package var uploadedThrough: Int64 = 0
+
+        /// Offline, nothing done yet.
+        package init() {}
+    }
+
+    /// How the engine paces itself.
+    package struct Settings: Sendable {
+        /// How often it reads a checkpoint when no notification came.
+        package var pollInterval: Duration = .seconds(5)
+        /// The longest wait between two attempts to reach the server.
+        package var maximumRetryDelay: Duration = .seconds(5)
+        /// The most change sets uploaded in one transaction.
+        package var uploadBatch = 256
+        /// How often the server's log is compacted.
+        package var compactionInterval: Duration = .seconds(600)
+        /// Whether the engine may create and migrate the server's tables (false: it checks
+        /// that they exist, as `--sync-setup` left them).
+        package var createsSchema = true
+
+        /// The default settings.
+        package init() {}
+    }
+
+    private struct Mutable {
+        var status = Status()
+        var schema: ServerSchema
+        var schemaChanged = false
+        var stopping = false
+        var tasks: [Task<Void, Never>] = []
+    }
+
+    private let configuration: SyncConfiguration
+    private let settings: Settings
+    private let machine: UUID
+    private let storePath: String
+    private weak let host: (any SyncHost)?
+    private let log: @Sendable (String) -> Void
+    private let logger: Logger
+    private let wakeup = Wakeup()
+    private let mutable: Mutex<Mutable>
+    /// The last checkpoint applied (a `pg_snapshot` text).
+    private let cursor: Mutex<String?>
+    private let finished = DispatchSemaphore(value: 0)
+
+    /// An engine for the store at `storePath` (read through a read-only connection of its
+    /// own), this machine's `machine` id, and the checkpoint the store last applied.
+    package init(
+        configuration: SyncConfiguration, schema: ServerSchema, machine: UUID, checkpoint: String?, storePath: String,
+        host: any SyncHost, settings: Settings = Settings(), log: @escaping @Sendable (String) -> Void
+    ) {
+        self.configuration = configuration
+        self.settings = settings
+        self.machine = machine
+        self.storePath = storePath
+        self.host = host
+        self.log = log
+        var logger = Logger(label: "skyros.sync")
+        logger.logLevel = .critical
+        self.logger = logger
+        mutable = Mutex(Mutable(schema: schema))
+        cursor = Mutex(checkpoint)
+    }
+
+    /// The engine's state, for `skyros status`.
+    package var status: Status { mutable.withLock { $0.status } }
+
+    /// The machine's id on the server.
+    package var machineID: UUID { machine }
+
+    /// Starts the loop.
+    package func start() {
+        let task = Task.detached { [self] in
+            await run()
+            finished.signal()
+        }
+        mutable.withLock { $0.tasks.append(task) }
+    }
+
+    /// Stops the loop (the change set being uploaded is either committed on the server or
+    /// not: its record makes the next upload skip or apply it) and waits for it, a few
+    /// seconds at most.
+    package func stop() {
+        let tasks = mutable.withLock { state -> [Task<Void, Never>] in
+            state.stopping = true
+            return state.tasks
+        }
+        guard !tasks.isEmpty else { return }
+        for task in tasks { task.cancel() }
+        wakeup.signal()
+        _ = finished.wait(timeout: .now() + 5)
+    }
+
+    /// A change set was queued: upload it.
+    package func localCommitted() { wakeup.signal() }
+
+    /// The group's store was migrated: the server's tables follow before the next upload.
+    package func schemaChanged(_ schema: ServerSchema) {
+        mutable.withLock {
+            $0.schema = schema
+            $0.schemaChanged = true
+        }
+        wakeup.signal()
+    }
+
+    private var isStopping: Bool { mutable.withLock { $0.stopping } || Task.isCancelled }
+
+    // MARK: - The loop
+
+    private func run() async {
+        var delay: Duration = .milliseconds(100)
+        let queue: DatabaseQueue
+        do {
+            var options = GRDB.Configuration()
+            options.readonly = true
+            options.busyMode = .timeout(5)
+            queue = try DatabaseQueue(path: storePath, configuration: options)
+        } catch {
+            setState(.error, "cannot read the upload queue in \(storePath): \(error)")
+            return
+        }
+        while !isStopping {
+            do {
+                try await session(queue) { delay = .milliseconds(100) }
+            } catch {
+                if isStopping { break }
+                let (state, message) = classify(error)
+                setState(state, message)
+            }
+            if isStopping { break }
+            await wakeup.wait(timeout: delay)
+            delay = min(delay * 2, settings.maximumRetryDelay)
+        }
+        try? queue.close()
+    }
+
+    /// One connection's life: prepare the schema, then upload and download until it fails.
+    private func session(_ queue: DatabaseQueue, connected: () -> Void) async throws {
+        let connection = try await connect()
+        defer { Task { try? await connection.close() } }
+        var schema = mutable.withLock { state in
+            state.schemaChanged = false
+            return state.schema
+        }
+        var session = ServerSession(connection: connection, schema: schema, logger: logger)
+        try await prepare(session)
+        let listener = listen(schema.channel)
+        defer { listener.cancel() }
+        var uploaded = Int64(try await session.run(
+            "SELECT coalesce(max(number), 0)::text FROM \(ServerSchema.quote(schema.name))._skyros_uploads WHERE machine = $1::uuid",
+            [machine.uuidString.lowercased()]).first?.first??.description ?? "0") ?? 0
+        mutable.withLock { $0.status.uploadedThrough = uploaded }
+        setState(.online, nil)
+        connected()
+        var lastCompaction = ContinuousClock.now - settings.compactionInterval + .seconds(30)
+        while !isStopping {
+            if let changed = mutable.withLock({ state -> ServerSchema? in
+                defer { state.schemaChanged = false }
+                return state.schemaChanged ? state.schema : nil
+            }) {
+                schema = changed
+                session = ServerSession(connection: connection, schema: schema, logger: logger)
+                try await prepare(session)
+            }
+            // Upstream: everything queued, in order.
+            while !isStopping {
+                let batch = try Self.queued(queue, after: uploaded, limit: settings.uploadBatch)
+                guard let last = batch.last?.number else { break }
+                let outcomes = try await session.upload(batch, machine: machine)
+                let rejected = outcomes.filter { if case .rejected = $0 { true } else { false } }.count
+                uploaded = last
+                mutable.withLock {
+                    $0.status.uploadedThrough = last
+                    $0.status.rejected += rejected
+                }
+                for (index, outcome) in outcomes.enumerated() {
+                    if case .rejected(let reason) = outcome {
+                        log("sync: change set \(batch[index].number) was refused by the server: \(reason)")
+                    }
+                }
+                await host?.uploaded(through: last)
+            }
+            // Downstream: the checkpoint after the last one applied.
+            let checkpoint = try await session.readCheckpoint(after: cursor.withLock { $0 }, machine: machine)
+            let isEmpty = !checkpoint.isSnapshot && checkpoint.objects.isEmpty && checkpoint.rejected.isEmpty
+            // An empty checkpoint moves the cursor in memory only: after a restart, reading
+            // again from the one the store recorded finds the same nothing.
+            guard checkpoint.uploadedThrough >= uploaded, let host else { continue }
+            switch isEmpty ? .applied : await host.apply(checkpoint) {
+            case .applied:
+                setState(.online, nil)
+                cursor.withLock { $0 = checkpoint.snapshot }
+                mutable.withLock {
+                    $0.status.checkpoint = checkpoint.number
+                    $0.status.lagMilliseconds = checkpoint.lagMilliseconds
+                }
+                for line in checkpoint.unreadable { log("sync: \(line)") }
+            case .pendingUploads:
+                // A change set was queued since: upload it first, then read again.
+                continue
+            case .failed(let reason):
+                setState(.error, "the checkpoint cannot be applied to the store: \(reason)")
+                await wakeup.wait(timeout: settings.pollInterval)
+                continue
+            }
+            if ContinuousClock.now - lastCompaction >= settings.compactionInterval {
+                lastCompaction = .now
+                try await session.compact(retention: configuration.retention)
+            }
+            await wakeup.wait(timeout: settings.pollInterval)
+        }
+    }
+
+    /// Creates or migrates the server's tables, or checks them when the role may not.
+    private func prepare(_ session: ServerSession) async throws {
+        if settings.createsSchema {
+            do {
+                try await session.ensureSchema()
+                return
+            } catch let error as PSQLError where error.serverInfo?[.sqlState] == "42501" {
+                // Insufficient privilege: an operator set the schema up (--sync-setup).
+            }
+        }
+        let missing = try await session.missingTablesAndColumns()
+        guard missing.isEmpty else {
+            throw SetupNeeded(missing: missing, schema: session.schema.name)
+        }
+    }
+
+    /// The server lacks tables or columns this daemon's role may not create.
+    struct SetupNeeded: Error, CustomStringConvertible {
+        var missing: [String]
+        var schema: String
+        var description: String {
+            """
+            the server lacks \(missing.prefix(5).joined(separator: ", "))\(missing.count > 5 ? " and \(missing.count - 5) more" : ""), \
+            and this role may not create them: run skyrosd --group … --sync URL --sync-setup once with a role that owns \
+            the schema \(schema)
+            """
+        }
+    }
+
+    /// Keeps a LISTEN connection open, waking the loop at each notification.
+    private func listen(_ channel: String) -> Task<Void, Never> {
+        Task { [self] in
+            while !Task.isCancelled {
+                do {
+                    let connection = try await connect()
+                    defer { Task { try? await connection.close() } }
+                    try await connection.listen(on: channel) { notifications in
+                        wakeup.signal()  // whatever happened while it was not listening
+                        for try await _ in notifications { wakeup.signal() }
+                    }
+                } catch {
+                    try? await Task.sleep(for: .seconds(1))
+                }
+            }
+        }
+    }
+
+    private func connect() async throws -> PostgresConnection {
+        try await PostgresConnection.connect(
+            on: MultiThreadedEventLoopGroup.singleton.any(), configuration: try configuration.connectionConfiguration(),
+            id: Int.random(in: 1...Int.max), logger: logger)
+    }
+
+    /// Queued change sets after `number`, oldest first.
+    private static func queued(_ queue: DatabaseQueue, after number: Int64, limit: Int) throws
+        -> [(number: Int64, changes: QueuedChangeSet)]
+    {
+        let rows = try queue.read { db in
+            try Row.fetchAll(
+                db, sql: "SELECT number, changes FROM skyros_sync_queue WHERE number > ? ORDER BY number LIMIT ?",
+                arguments: [number, limit])
+        }
+        return try rows.map { row in
+            let data: Data = row["changes"]
+            return (row["number"], try QueuedChangeSet.decode(data))
+        }
+    }
+
+    // MARK: - State
+
+    private func setState(_ state: Status.State, _ message: String?) {
+        let changed = mutable.withLock { mutable -> Status? in
+            guard mutable.status.state != state || mutable.status.message != message else { return nil }
+            mutable.status.state = state
+            mutable.status.message = message
+            return mutable.status
+        }
+        guard let changed else { return }
+        // One line per change of state, never one per change set.
+        switch state {
+        case .online: log("sync: online with \(configuration.redacted)")
+        case .offline: log("sync: offline: \(message ?? "the server cannot be reached"); saves go on locally and are queued")
+        case .error: log("sync: error: \(message ?? "")")
+        }
+        host?.syncStateChanged(changed)
+    }
+
+    /// Whether an error means offline (the network, the server down) or an error an operator
+    /// must fix (authentication, permissions, tables), with its message.
+    private func classify(_ error: any Error) -> (Status.State, String) {
+        if let setup = error as? SetupNeeded { return (.error, setup.description) }
+        if let error = error as? PSQLError {
+            switch error.code {
+            case .server:
+                let state = error.serverInfo?[.sqlState] ?? ""
+                let text = ServerSession.describe(error)
+                // 28: authentication; 42: privileges, missing objects; 3D: no such database; 3F: no such schema.
+                if state.hasPrefix("28") || state.hasPrefix("42") || state.hasPrefix("3D") || state.hasPrefix("3F") {
+                    return (.error, text)
+                }
+                return (.offline, text)
+            case .sslUnsupported:
+                return (.error, "the server does not offer TLS, which the sync URL requires (sslmode)")
+            case .authMechanismRequiresPassword, .unsupportedAuthMechanism, .saslError:
+                return (.error, "the server asks for a password: give it with --sync-password-file, SKYROS_SYNC_PASSWORD or the credential skyros-sync-password")
+            default:
+                return (.offline, "\(error.code)")
+            }
+        }
+        return (.offline, "\(error)")
+    }
+}
