@@ -157,7 +157,7 @@ let package = Package(
         ),
         .target(
             name: "SkyrosTestModels",
-            dependencies: ["Skyros", "SkyrosDaemon", "SkyrosWire", "SkyrosZeroMQ", "ZeroMQReference"],
+            dependencies: ["Skyros", "SkyrosDaemon", "SkyrosSync", "SkyrosWire", "SkyrosZeroMQ", "ZeroMQReference"],
             path: "Tests/SkyrosTestModels"
         ),
         .executableTarget(
@@ -173,7 +173,7 @@ let package = Package(
         .testTarget(
             name: "SkyrosTests",
             dependencies: [
-                "Skyros", "SkyrosShared", "SkyrosTestModels", "TodoModel", "ZeroMQReference", "skyros-test-child", "skyrosd",
+                "Skyros", "SkyrosShared", "SkyrosSync", "SkyrosTestModels", "TodoModel", "ZeroMQReference", "skyros-test-child", "skyrosd",
                 "skyros", "skyros-toplevel",
                 .product(name: "GRDB", package: "GRDB.swift"),
             ]

@@ -161,13 +161,15 @@ package struct ServerSchema: Sendable {
         ]
     }
 
-    /// The statements that bring the server to this schema, given the columns its tables have
-    /// now (`existing[table]`, empty or absent for a missing table): tables created, columns
-    /// added or renamed (`originalName`), never dropped; constraints, indexes and triggers created
-    /// when missing. Throws ``SkyrosError/Code/migrationFailed`` for a change it cannot make
+    /// The statements that bring the server to this schema, given what it has (``Existing``;
+    /// empty for a new server): tables created, columns added or renamed (`originalName`),
+    /// never dropped; constraints, indexes and triggers created when missing. None when the
+    /// server has everything: a daemon that starts takes no lock on the group's tables. Throws ``SkyrosError/Code/migrationFailed`` for a change it cannot make
     /// additively (a non-optional column without a default added to a table that has rows is
     /// left to the server, which refuses it in the same words).
-    package func migrationSQL(existing: [String: Set<String>], constraints: Set<String>) -> [String] {
+    package func migrationSQL(_ found: Existing) -> [String] {
+        let existing = found.columns
+        let constraints = found.constraints
         var statements: [String] = []
         for table in tables {
             let qualified = qualified(table.name)
@@ -189,6 +191,10 @@ package struct ServerSchema: Sendable {
                     }
                 }
             }
+        }
+        // Then what refers to other tables, once they all exist.
+        for table in tables {
+            let qualified = qualified(table.name)
             for column in table.columns {
                 if let destination = column.destination, tables.contains(where: { $0.name == destination }) {
                     let constraint = "\(table.name)_\(column.name)_fkey"
@@ -199,28 +205,33 @@ package struct ServerSchema: Sendable {
                             """)
                     }
                 }
-                if column.isUnique || column.isIndexed {
+                if (column.isUnique || column.isIndexed) && !found.indexes.contains("\(table.name)_\(column.name)") {
                     statements.append("""
                         CREATE \(column.isUnique ? "UNIQUE " : "")INDEX IF NOT EXISTS \(Self.quote("\(table.name)_\(column.name)")) \
                         ON \(qualified) (\(Self.quote(column.name)))
                         """)
                 }
             }
-            for index in table.indexes where !index.isEmpty {
+            for index in table.indexes where !index.isEmpty && !found.indexes.contains(([table.name] + index).joined(separator: "_")) {
                 statements.append("""
                     CREATE INDEX IF NOT EXISTS \(Self.quote(([table.name] + index).joined(separator: "_"))) \
                     ON \(qualified) (\(index.map(Self.quote).joined(separator: ", ")))
                     """)
             }
-            statements.append("""
-                CREATE OR REPLACE TRIGGER _skyros_record AFTER INSERT OR UPDATE OR DELETE ON \(qualified) \
-                FOR EACH ROW EXECUTE FUNCTION \(Self.quote(name))._skyros_record()
-                """)
-            statements.append("""
-                CREATE OR REPLACE TRIGGER _skyros_notify AFTER INSERT OR UPDATE OR DELETE ON \(qualified) \
-                FOR EACH STATEMENT EXECUTE FUNCTION \(Self.quote(name))._skyros_notify()
-                """)
+            if !found.triggers.contains("\(table.name)._skyros_record") {
+                statements.append("""
+                    CREATE OR REPLACE TRIGGER _skyros_record AFTER INSERT OR UPDATE OR DELETE ON \(qualified) \
+                    FOR EACH ROW EXECUTE FUNCTION \(Self.quote(name))._skyros_record()
+                    """)
+            }
+            if !found.triggers.contains("\(table.name)._skyros_notify") {
+                statements.append("""
+                    CREATE OR REPLACE TRIGGER _skyros_notify AFTER INSERT OR UPDATE OR DELETE ON \(qualified) \
+                    FOR EACH STATEMENT EXECUTE FUNCTION \(Self.quote(name))._skyros_notify()
+                    """)
+            }
         }
+        guard !statements.isEmpty || found.schemaVersion < version else { return [] }
         statements.append("""
             INSERT INTO \(Self.quote(name))._skyros_meta (key, value) VALUES ('schemaVersion', \(Self.literal(String(version)))) \
             ON CONFLICT (key) DO UPDATE SET value = greatest(EXCLUDED.value::bigint, \(Self.quote(name))._skyros_meta.value::bigint)::text
@@ -236,6 +247,37 @@ package struct ServerSchema: Sendable {
         }
         if !column.isOptional { sql += " NOT NULL" }
         return sql
+    }
+
+    /// What the server has of the schema: tables and their columns, constraints, indexes,
+    /// triggers (`table.trigger`), and the highest schema version a daemon set it up for.
+    package struct Existing: Sendable, Equatable {
+        package var columns: [String: Set<String>] = [:]
+        package var constraints: Set<String> = []
+        package var indexes: Set<String> = []
+        package var triggers: Set<String> = []
+        package var schemaVersion: UInt64 = 0
+
+        /// Nothing: a new server.
+        package init() {}
+    }
+
+    /// The query that lists the schema's indexes.
+    package var indexesQuery: String {
+        "SELECT indexname::text FROM pg_indexes WHERE schemaname = \(Self.literal(name))"
+    }
+
+    /// The query that lists the triggers of the schema's tables, as `table.trigger`.
+    package var triggersQuery: String {
+        """
+        SELECT c.relname::text || '.' || t.tgname::text FROM pg_trigger t JOIN pg_class c ON c.oid = t.tgrelid \
+        JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = \(Self.literal(name)) AND NOT t.tgisinternal
+        """
+    }
+
+    /// The query that reads the schema version recorded in `_skyros_meta` (no row: none).
+    package var schemaVersionQuery: String {
+        "SELECT value FROM \(Self.quote(name))._skyros_meta WHERE key = 'schemaVersion'"
     }
 
     /// The query that lists the columns of the schema's tables: rows of (table, column).

@@ -40,20 +40,16 @@ package struct ServerSession {
     // MARK: - Schema
 
     /// Creates the sync tables and the group's tables, or migrates them additively
-    /// (``ServerSchema/migrationSQL(existing:constraints:)``), in one transaction.
+    /// (``ServerSchema/migrationSQL(_:)``), in one transaction; nothing (and no lock) when the
+    /// server has them all already.
     package func ensureSchema() async throws {
+        guard !schema.migrationSQL(try await existing()).isEmpty else { return }
         try await run("BEGIN")
         do {
             // One machine at a time: two daemons starting together would both add a column.
             try await run("SELECT pg_advisory_xact_lock(hashtext(\(ServerSchema.literal(schema.name))))")
             for statement in schema.syncTablesSQL { try await run(statement) }
-            var existing: [String: Set<String>] = [:]
-            for row in try await run(schema.columnsQuery) {
-                guard let table = row[0], let column = row[1] else { continue }
-                existing[table, default: []].insert(column)
-            }
-            let constraints = Set(try await run(schema.constraintsQuery).compactMap { $0[0] })
-            for statement in schema.migrationSQL(existing: existing, constraints: constraints) {
+            for statement in schema.migrationSQL(try await existing()) {
                 try await run(statement)
             }
             try await run("COMMIT")
@@ -61,6 +57,22 @@ package struct ServerSession {
             _ = try? await run("ROLLBACK")
             throw error
         }
+    }
+
+    /// What the server has of the group's schema.
+    package func existing() async throws -> ServerSchema.Existing {
+        var found = ServerSchema.Existing()
+        for row in try await run(schema.columnsQuery) {
+            guard let table = row[0], let column = row[1] else { continue }
+            found.columns[table, default: []].insert(column)
+        }
+        found.constraints = Set(try await run(schema.constraintsQuery).compactMap { $0[0] })
+        found.indexes = Set(try await run(schema.indexesQuery).compactMap { $0[0] })
+        found.triggers = Set(try await run(schema.triggersQuery).compactMap { $0[0] })
+        if found.columns["_skyros_meta"] != nil, let text = try await run(schema.schemaVersionQuery).first?.first ?? nil {
+            found.schemaVersion = UInt64(text) ?? 0
+        }
+        return found
     }
 
     /// Whether the group's tables exist with every column this schema has (a daemon whose

@@ -1,5 +1,6 @@
 import Foundation
 import SkyrosDaemon
+import SkyrosSync
 import SkyrosWire
 
 /// A daemon served on a background thread, over real ZeroMQ sockets in a short temporary
@@ -19,21 +20,25 @@ public final class RunningDaemon: Sendable {
     ///   - maximumGroupCommit: the most change sets committed together.
     ///   - maximumEventDelay: how long events may wait for the next commits' while requests wait.
     ///   - heartbeatInterval: milliseconds between heartbeats (the serve loop's poll interval).
+    ///   - sync: the PostgreSQL server the group syncs with (nil: none).
     ///   - log: where the server writes what it does.
-    public init(
+    package init(
         directory: String? = nil, historyCount: Int = 100_000, historyAge: TimeInterval = 7 * 86_400,
         maximumConnections: Int = 10_000, maximumGroupCommit: Int = 256,
         maximumEventDelay: TimeInterval = 0.002, heartbeatInterval: Int = 20,
+        sync: SyncConfiguration? = nil,
         log: @escaping @Sendable (String) -> Void = { _ in }
     ) throws {
         self.directory = directory ?? "/tmp/skd-\(getpid())-\(UInt32.random(in: 0...UInt32.max))"
         container = GroupContainer(url: URL(fileURLWithPath: self.directory).appendingPathComponent("g"))
         let gate = self.gate
+        var configuration = DaemonServer.Configuration(
+            container: container, historyCount: historyCount, historyAge: historyAge,
+            maximumGroupCommit: maximumGroupCommit, maximumConnections: maximumConnections,
+            maximumEventDelay: maximumEventDelay, log: log)
+        configuration.sync = sync
         server = try DaemonServer.detached(
-            configuration: .init(
-                container: container, historyCount: historyCount, historyAge: historyAge,
-                maximumGroupCommit: maximumGroupCommit, maximumConnections: maximumConnections,
-                maximumEventDelay: maximumEventDelay, log: log),
+            configuration: configuration,
             pollInterval: heartbeatInterval
         ) { _ in { gate.pass() } }
     }
