@@ -176,6 +176,8 @@ let package = Package(
                 "Skyros", "SkyrosShared", "SkyrosSync", "SkyrosTestModels", "TodoModel", "ZeroMQReference", "skyros-test-child", "skyrosd",
                 "skyros", "skyros-toplevel",
                 .product(name: "GRDB", package: "GRDB.swift"),
+                .product(name: "PostgresNIO", package: "postgres-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
             ]
         ),
         .testTarget(

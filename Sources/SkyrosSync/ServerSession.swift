@@ -10,17 +10,31 @@ package struct ServerSession {
     let connection: PostgresConnection
     let schema: ServerSchema
     let logger: Logger
+    /// Bounds each statement (nil: no bound).
+    let watchdog: Watchdog?
+    let timeout: Duration
 
-    /// A session of `schema` on `connection`.
-    package init(connection: PostgresConnection, schema: ServerSchema, logger: Logger) {
+    /// A session of `schema` on `connection`; with a `watchdog`, a statement that gets no
+    /// answer within `timeout` drops the connection (and fails).
+    package init(
+        connection: PostgresConnection, schema: ServerSchema, logger: Logger, watchdog: Watchdog? = nil,
+        timeout: Duration = .seconds(5)
+    ) {
         self.connection = connection
         self.schema = schema
         self.logger = logger
+        self.watchdog = watchdog
+        self.timeout = timeout
     }
 
     /// Runs one statement with text parameters and returns its rows, every cell as text.
     @discardableResult
     package func run(_ sql: String, _ parameters: [String?] = []) async throws -> [[String?]] {
+        guard let watchdog else { return try await query(sql, parameters) }
+        return try await watchdog.bounded(timeout) { try await query(sql, parameters) }
+    }
+
+    private func query(_ sql: String, _ parameters: [String?]) async throws -> [[String?]] {
         var bindings = PostgresBindings(capacity: parameters.count)
         for parameter in parameters {
             if let parameter { bindings.append(parameter) } else { bindings.appendNull() }

@@ -75,6 +75,10 @@ package final class SyncEngine: Sendable {
         package var uploadBatch = 256
         /// How often the server's log is compacted.
         package var compactionInterval: Duration = .seconds(600)
+        /// The longest one statement may wait for the server's answer before the connection is
+        /// dropped and the engine goes offline (a server that vanished without closing the
+        /// connection, a network that drops packets).
+        package var statementTimeout: Duration = .seconds(5)
         /// Whether the engine may create and migrate the server's tables (false: it checks
         /// that they exist, as `--sync-setup` left them).
         package var createsSchema = true
@@ -199,11 +203,13 @@ package final class SyncEngine: Sendable {
     private func session(_ queue: DatabaseQueue, connected: () -> Void) async throws {
         let connection = try await connect()
         defer { Task { try? await connection.close() } }
+        let watchdog = Watchdog(connection)
+        defer { watchdog.cancel() }
         var schema = mutable.withLock { state in
             state.schemaChanged = false
             return state.schema
         }
-        var session = ServerSession(connection: connection, schema: schema, logger: logger)
+        var session = ServerSession(connection: connection, schema: schema, logger: logger, watchdog: watchdog, timeout: settings.statementTimeout)
         try await prepare(session)
         let listener = listen(schema.channel)
         defer { listener.cancel() }
@@ -220,7 +226,7 @@ package final class SyncEngine: Sendable {
                 return state.schemaChanged ? state.schema : nil
             }) {
                 schema = changed
-                session = ServerSession(connection: connection, schema: schema, logger: logger)
+                session = ServerSession(connection: connection, schema: schema, logger: logger, watchdog: watchdog, timeout: settings.statementTimeout)
                 try await prepare(session)
             }
             // Upstream: everything queued, in order.
@@ -242,7 +248,8 @@ package final class SyncEngine: Sendable {
                 await host?.uploaded(through: last)
             }
             // Downstream: the checkpoint after the last one applied.
-            let checkpoint = try await session.readCheckpoint(after: cursor.withLock { $0 }, machine: machine)
+            let previous = cursor.withLock { $0 }
+            let checkpoint = try await session.readCheckpoint(after: previous, machine: machine)
             let isEmpty = !checkpoint.isSnapshot && checkpoint.objects.isEmpty && checkpoint.rejected.isEmpty
             // An empty checkpoint moves the cursor in memory only: after a restart, reading
             // again from the one the store recorded finds the same nothing.
@@ -301,16 +308,32 @@ package final class SyncEngine: Sendable {
         }
     }
 
-    /// Keeps a LISTEN connection open, waking the loop at each notification.
+    /// Keeps a LISTEN connection open, waking the loop at each notification. The connection
+    /// is pinged every second statement timeout: one that stopped answering is replaced.
     private func listen(_ channel: String) -> Task<Void, Never> {
         Task { [self] in
             while !Task.isCancelled {
                 do {
                     let connection = try await connect()
                     defer { Task { try? await connection.close() } }
-                    try await connection.listen(on: channel) { notifications in
-                        wakeup.signal()  // whatever happened while it was not listening
-                        for try await _ in notifications { wakeup.signal() }
+                    let watchdog = Watchdog(connection)
+                    defer { watchdog.cancel() }
+                    let ping = settings.statementTimeout
+                    try await withThrowingTaskGroup(of: Void.self) { group in
+                        group.addTask {
+                            try await connection.listen(on: channel) { notifications in
+                                self.wakeup.signal()  // whatever happened while it was not listening
+                                for try await _ in notifications { self.wakeup.signal() }
+                            }
+                        }
+                        group.addTask { [logger] in
+                            while !Task.isCancelled {
+                                try await Task.sleep(for: ping * 2)
+                                _ = try await watchdog.bounded(ping) { try await connection.query("SELECT 1", logger: logger) }
+                            }
+                        }
+                        try await group.next()
+                        group.cancelAll()
                     }
                 } catch {
                     try? await Task.sleep(for: .seconds(1))
@@ -363,6 +386,7 @@ package final class SyncEngine: Sendable {
     /// must fix (authentication, permissions, tables), with its message.
     private func classify(_ error: any Error) -> (Status.State, String) {
         if let setup = error as? SetupNeeded { return (.error, setup.description) }
+        if let timeout = error as? Watchdog.TimedOut { return (.offline, timeout.description) }
         if let error = error as? PSQLError {
             switch error.code {
             case .server:

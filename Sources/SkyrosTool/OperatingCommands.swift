@@ -74,6 +74,20 @@ struct Status: ParsableCommand {
                     + objects.keys.sorted().map { "\($0) \(Int64(objects[$0]?.doubleValue ?? 0))" }.joined(
                         separator: ", "))
         }
+        if case .object(let sync)? = status["sync"] {
+            // A daemon that syncs with PostgreSQL (docs/SYNC.md).
+            var line = "sync       \(sync["state"]?.stringValue ?? "?")"
+            if let server = sync["server"]?.stringValue { line += " with \(server)" }
+            if let message = sync["message"]?.stringValue { line += ": \(message)" }
+            lines.append(line)
+            let queued = Int64(sync["uploadQueue"]?.doubleValue ?? 0)
+            var detail = "           \(queued) change set\(queued == 1 ? "" : "s") queued"
+            if queued > 0, let oldest = sync["oldestQueuedSeconds"]?.doubleValue { detail += " (oldest \(duration(oldest)))" }
+            detail += ", checkpoint \(Int64(sync["checkpoint"]?.doubleValue ?? 0))"
+            detail += ", lag \(Int64(sync["lagMilliseconds"]?.doubleValue ?? 0)) ms"
+            detail += ", \(Int64(sync["rejected"]?.doubleValue ?? 0)) rejected (skyros history --group ID)"
+            lines.append(detail)
+        }
         if status["path"] != nil, status["pid"] != .null {
             lines.append("clients    ask the daemon: skyros status --group ID")
         }

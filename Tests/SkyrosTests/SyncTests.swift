@@ -1,4 +1,7 @@
 import Foundation
+import Logging
+import NIOPosix
+import PostgresNIO
 import Skyros
 import SkyrosShared
 import SkyrosSync
@@ -31,13 +34,31 @@ struct SyncTests {
     }
 
     /// Waits until `condition` holds (polled every 20 ms), `seconds` at most.
-    func eventually(seconds: Double = 15, _ condition: () async throws -> Bool) async rethrows -> Bool {
+    /// (An error while asking counts as "not yet": the server may be starting.)
+    func eventually(seconds: Double = 15, _ condition: () async throws -> Bool) async -> Bool {
         let deadline = Date().addingTimeInterval(seconds)
         while Date() < deadline {
-            if try await condition() { return true }
+            if (try? await condition()) == true { return true }
             try? await Task.sleep(for: .milliseconds(20))
         }
-        return try await condition()
+        return (try? await condition()) == true
+    }
+
+    /// `skyros status --json` of a daemon's group: its `sync` object.
+    func syncStatus(_ daemon: RunningDaemon) throws -> [String: Any] {
+        let run = try OperatingToolTests.run(["status", "--group", "g", "--groups-dir", daemon.directory, "--json"])
+        let object = try JSONSerialization.jsonObject(with: Data(run.stdout.utf8)) as? [String: Any]
+        return object?["sync"] as? [String: Any] ?? [:]
+    }
+
+    /// Inserts a user with a handle and returns its id.
+    @discardableResult
+    func insert(_ handle: String, into stack: Skyros) async throws -> ObjectID {
+        try await stack.write { context in
+            let user = User.create(in: context)
+            user.handle = handle
+            return user.objectID
+        }
     }
 
     func handles(_ stack: Skyros) async throws -> [String] {
@@ -47,8 +68,8 @@ struct SyncTests {
     @Test("a save on A reaches B's main context; psql inserts, updates and deletes reach both")
     func twoMachines() async throws {
         let server = try Server()
-        let machineA = try RunningDaemon(sync: server.configuration, log: { print("A: \($0)") })
-        let machineB = try RunningDaemon(sync: server.configuration, log: { print("B: \($0)") })
+        let machineA = try RunningDaemon(sync: server.configuration)
+        let machineB = try RunningDaemon(sync: server.configuration)
         let a = try Skyros(sharedStack: testSchema, container: machineA.container.url)
         let b = try Skyros(sharedStack: testSchema, container: machineB.container.url)
         // B's daemon has a store (and syncs) once its first client said hello.
@@ -66,24 +87,177 @@ struct SyncTests {
         #expect(try server.psql(#"SELECT handle, firstname FROM g_sync."User""#) == "ann|Ann")
 
         try server.psql(#"INSERT INTO g_sync."User" (handle, firstname) VALUES ('bob', 'Bob')"#)
-        #expect(try await eventually { try await handles(a) == ["ann", "bob"] })
-        #expect(try await eventually { try await handles(b) == ["ann", "bob"] })
+        #expect(await eventually { try await handles(a) == ["ann", "bob"] })
+        #expect(await eventually { try await handles(b) == ["ann", "bob"] })
 
         try server.psql(#"UPDATE g_sync."User" SET firstname = 'Bobby' WHERE handle = 'bob'"#)
         let firstname = { (stack: Skyros) in
             try await stack.read { context in try User.all(in: context).first { $0.handle == "bob" }?.firstname }
         }
-        #expect(try await eventually {
+        #expect(await eventually {
             let onA = try await firstname(a)
             let onB = try await firstname(b)
             return onA == "Bobby" && onB == "Bobby"
         })
 
         try server.psql(#"DELETE FROM g_sync."User" WHERE handle = 'ann'"#)
-        #expect(try await eventually {
+        #expect(await eventually {
             let onA = try await handles(a)
             let onB = try await handles(b)
             return onA == ["bob"] && onB == ["bob"]
         })
     }
+
+    @Test("offline: saves go on and are queued (status says so); after PostgreSQL restarts, A = B = server, each save once")
+    func offline() async throws {
+        let postgres = try PostgresServer()
+        let server = try Server(postgres)
+        let machineA = try RunningDaemon(sync: server.configuration, log: { print("A: \($0)") })
+        let machineB = try RunningDaemon(sync: server.configuration)
+        let a = try Skyros(sharedStack: testSchema, container: machineA.container.url)
+        let b = try Skyros(sharedStack: testSchema, container: machineB.container.url)
+        try await insert("first", into: a)
+        #expect(await eventually { try await handles(b) == ["first"] })
+
+        try postgres.stop(mode: .fast)
+        for index in 0..<5 {
+            try await insert("a\(index)", into: a)
+            try await insert("b\(index)", into: b)
+        }
+        #expect(await eventually { try syncStatus(machineA)["state"] as? String == "offline" })
+        let status = try syncStatus(machineA)
+        print("STATUS", try OperatingToolTests.run(["status", "--group", "g", "--groups-dir", machineA.directory, "--json"]))
+        #expect(status["uploadQueue"] as? Int == 5, "\(status)")
+        #expect((status["oldestQueuedSeconds"] as? Double ?? -1) >= 0)
+        #expect(try await handles(a).count == 6)  // the local saves are all there, offline
+
+        try postgres.start()
+        let all = ["a0", "a1", "a2", "a3", "a4", "b0", "b1", "b2", "b3", "b4", "first"]
+        #expect(await eventually(seconds: 30) {
+            let onA = try await handles(a)
+            let onB = try await handles(b)
+            return onA == all && onB == all
+        })
+        let onServer = try server.psql(#"SELECT string_agg(handle, ',' ORDER BY handle) FROM g_sync."User""#)
+        #expect(onServer == all.joined(separator: ","))
+        #expect(try syncStatus(machineA)["state"] as? String == "online")
+        #expect(try syncStatus(machineA)["uploadQueue"] as? Int == 0)
+        // Exactly once: one upload record per change set, 6 from each machine.
+        #expect(try server.psql("SELECT count(*) FROM g_sync._skyros_uploads WHERE rejected IS NULL") == "12")
+    }
+
+    @Test("conflicts while apart: other properties both kept, the same property alike everywhere, a unique value taken twice rejected and told")
+    func conflicts() async throws {
+        let postgres = try PostgresServer()
+        let server = try Server(postgres)
+        let machineA = try RunningDaemon(sync: server.configuration)
+        let machineB = try RunningDaemon(sync: server.configuration)
+        let a = try Skyros(sharedStack: testSchema, container: machineA.container.url)
+        let b = try Skyros(sharedStack: testSchema, container: machineB.container.url)
+        let rejections = ErrorRecorder()
+        b.errorHandler = { rejections.record($0) }
+        let id = try await insert("shared", into: a)
+        #expect(await eventually { try await handles(b) == ["shared"] })
+
+        try postgres.stop(mode: .fast)
+        try await a.write { context in
+            let user = try #require(context.object(with: id, as: User.self))
+            user.firstname = "from A"
+            user.age = 1
+        }
+        try await b.write { context in
+            let user = try #require(context.object(with: id, as: User.self))
+            user.lastname = "from B"
+            user.age = 2
+        }
+        try await insert("taken", into: a)
+        try await insert("taken", into: b)
+        // A uploads first: its change sets are first in the server's order.
+        try postgres.start()
+        #expect(await eventually(seconds: 30) { try syncStatus(machineA)["uploadQueue"] as? Int == 0 })
+
+        let read = { (stack: Skyros) in
+            try await stack.read { context -> String in
+                let users = try User.all(in: context).sorted { $0.handle < $1.handle }
+                return users.map { "\($0.handle):\($0.firstname):\($0.lastname):\($0.age)" }.joined(separator: ",")
+            }
+        }
+        let expected = "shared:from A:from B:2,taken:::0"
+        #expect(await eventually(seconds: 30) {
+            let onA = try await read(a)
+            let onB = try await read(b)
+            return onA == expected && onB == expected
+        })
+        #expect(try server.psql(#"SELECT firstname || ':' || lastname || ':' || age FROM g_sync."User" WHERE handle = 'shared'"#) == "from A:from B:2")
+        #expect(await eventually { rejections.errors.contains { $0.code == .syncRejected } })
+        let rejected = try #require(rejections.errors.first { $0.code == .syncRejected })
+        #expect(rejected.objectIDs.count == 1)
+        #expect(rejected.message.contains("duplicate key"), "\(rejected.message)")
+        #expect(try syncStatus(machineB)["rejected"] as? Int == 1)
+    }
+
+    @Test("transactions that commit out of their order on the server (the later one first) never make a machine skip a change")
+    func outOfOrderCommits() async throws {
+        let server = try Server()
+        let machine = try RunningDaemon(sync: server.configuration)
+        let stack = try Skyros(sharedStack: testSchema, container: machine.container.url)
+        try await insert("seed", into: stack)
+        #expect(await eventually { try server.psql(#"SELECT count(*) FROM g_sync."User""#) == "1" })
+
+        var logger = Logger(label: "test")
+        logger.logLevel = .critical
+        let configuration = try server.configuration.connectionConfiguration()
+        let group = MultiThreadedEventLoopGroup.singleton
+        let first = try await PostgresConnection.connect(on: group.any(), configuration: configuration, id: 1, logger: logger)
+        let second = try await PostgresConnection.connect(on: group.any(), configuration: configuration, id: 2, logger: logger)
+        // The first transaction takes its id first, and commits last.
+        try await first.query("BEGIN", logger: logger)
+        try await first.query(#"INSERT INTO g_sync."User" (handle) VALUES ('early')"#, logger: logger)
+        try await second.query("BEGIN", logger: logger)
+        try await second.query(#"INSERT INTO g_sync."User" (handle) VALUES ('late')"#, logger: logger)
+        try await second.query("COMMIT", logger: logger)
+        #expect(await eventually { try await handles(stack) == ["late", "seed"] })
+        // The machine applied a checkpoint past the second transaction: the first one, with a
+        // smaller transaction id and log position, must still arrive.
+        try await first.query("COMMIT", logger: logger)
+        #expect(await eventually { try await handles(stack) == ["early", "late", "seed"] })
+        try await first.close()
+        try await second.close()
+    }
+
+    @Test("a machine away past the log's retention re-syncs from a snapshot and converges, deletions included")
+    func resyncAfterRetention() async throws {
+        let server = try Server()
+        let directory = "/tmp/skd-\(getpid())-\(UInt32.random(in: 0...UInt32.max))"
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        let machineA = try RunningDaemon(sync: server.configuration)
+        let a = try Skyros(sharedStack: testSchema, container: machineA.container.url)
+        var machineB: RunningDaemon? = try RunningDaemon(directory: directory, sync: server.configuration)
+        var b: Skyros? = try Skyros(sharedStack: testSchema, container: machineB!.container.url)
+        try await insert("kept", into: a)
+        try await insert("doomed", into: a)
+        #expect(await eventually { try await handles(b!) == ["doomed", "kept"] })
+        b = nil
+        machineB?.shutDown()
+        machineB = nil
+
+        try await a.write { context in try User.all(in: context).first { $0.handle == "doomed" }!.delete(in: context) }
+        try await insert("new", into: a)
+        #expect(await eventually { try server.psql(#"SELECT count(*) FROM g_sync."User""#) == "2" })
+        // Compact the log past B's checkpoint.
+        var logger = Logger(label: "test")
+        logger.logLevel = .critical
+        let connection = try await PostgresConnection.connect(
+            on: MultiThreadedEventLoopGroup.singleton.any(), configuration: try server.configuration.connectionConfiguration(),
+            id: 3, logger: logger)
+        try await ServerSession(connection: connection, schema: ServerSchema(testSchema, name: server.schema), logger: logger)
+            .compact(retention: 0)
+        try await connection.close()
+        #expect(try server.psql("SELECT count(*) FROM g_sync._skyros_log") == "0")
+
+        let restarted = try RunningDaemon(directory: directory, sync: server.configuration)
+        let again = try Skyros(sharedStack: testSchema, container: restarted.container.url)
+        #expect(await eventually { try await handles(again) == ["kept", "new"] })
+    }
 }
+
