@@ -168,7 +168,7 @@ let package = Package(
         .testTarget(
             name: "SkyrosTests",
             dependencies: [
-                "Skyros", "SkyrosShared", "SkyrosTestModels", "TodoModel", "ZeroMQReference", "skyros-test-child", "skyrosd",
+                "Skyros", "SkyrosShared", "SkyrosSync", "SkyrosTestModels", "TodoModel", "ZeroMQReference", "skyros-test-child", "skyrosd",
                 "skyros", "skyros-toplevel",
                 .product(name: "GRDB", package: "GRDB.swift"),
             ]
