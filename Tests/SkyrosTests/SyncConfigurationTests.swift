@@ -1,6 +1,7 @@
 import Foundation
 import Skyros
 import SkyrosSync
+import SkyrosTestModels
 import Testing
 
 /// How a daemon is told to sync (DESIGN §9, issue 34 item 1): the sync URL, `sync.conf`, the
@@ -519,5 +520,92 @@ struct SyncConfigurationTests {
             try SyncConfiguration.resolve(
                 group: "g", container: directory.url, url: nil, passwordFile: file.path, environment: [:])
         }
+    }
+
+    // MARK: skyrosd
+
+    /// A groups directory for `skyrosd --groups-dir`, removed by the caller.
+    func groupsDirectory() throws -> String {
+        let directory = "/tmp/sks-\(getpid())-\(UInt32.random(in: 0...UInt32.max))"
+        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+        return directory
+    }
+
+    @Test("skyrosd --sync with a password in the URL exits 64, and its output never shows the password")
+    func daemonRefusesPassword() throws {
+        let groups = try groupsDirectory()
+        defer { try? FileManager.default.removeItem(atPath: groups) }
+        let daemon = try ChildProcess(
+            ["--group", "g", "--groups-dir", groups, "--sync", "postgresql://u:secret@127.0.0.1/db"],
+            executable: DaemonProcessTests.skyrosd)
+        #expect(daemon.wait() == .exited(64))
+        let output = daemon.readAll()
+        #expect(output.contains("--sync: the sync URL carries a password"), "\(output)")
+        #expect(output.contains("--sync-password-file"), "\(output)")
+        #expect(!output.contains("secret"), "\(output)")
+        #expect(!FileManager.default.fileExists(atPath: groups + "/g/store.sqlite"))
+    }
+
+    @Test("skyrosd with an invalid sync.conf exits 64 naming the line")
+    func daemonRefusesFile() throws {
+        let groups = try groupsDirectory()
+        defer { try? FileManager.default.removeItem(atPath: groups) }
+        try FileManager.default.createDirectory(atPath: groups + "/g", withIntermediateDirectories: true)
+        try Data("url = postgresql://u@127.0.0.1/db\ncolour = blue\n".utf8).write(
+            to: URL(fileURLWithPath: groups + "/g/sync.conf"))
+        let daemon = try ChildProcess(["--group", "g", "--groups-dir", groups], executable: DaemonProcessTests.skyrosd)
+        #expect(daemon.wait() == .exited(64))
+        let output = daemon.readAll()
+        #expect(output.contains("\(groups)/g/sync.conf line 2: unknown key 'colour'"), "\(output)")
+    }
+
+    @Test(
+        "skyrosd --sync-setup needs a sync URL (64) and the group's store (1); --check and --sync-setup exclude each other"
+    )
+    func daemonSyncSetupNeeds() throws {
+        let groups = try groupsDirectory()
+        defer { try? FileManager.default.removeItem(atPath: groups) }
+        var daemon = try ChildProcess(
+            ["--group", "g", "--groups-dir", groups, "--sync-setup"], executable: DaemonProcessTests.skyrosd,
+            environment: ["SKYROS_SYNC_URL": ""])
+        #expect(daemon.wait() == .exited(64))
+        var output = daemon.readAll()
+        #expect(output.contains("--sync-setup needs the sync server"), "\(output)")
+
+        daemon = try ChildProcess(
+            ["--group", "g", "--groups-dir", groups, "--sync", "postgresql://u@127.0.0.1:1/db", "--sync-setup"],
+            executable: DaemonProcessTests.skyrosd)
+        #expect(daemon.wait() == .exited(1))
+        output = daemon.readAll()
+        #expect(
+            output.contains("sync: postgresql://u@127.0.0.1:1/db (schema g, sslmode=prefer, no password, from --sync)"),
+            "\(output)")
+        #expect(
+            output.contains(
+                "--sync-setup takes the schema from the group's store, and there is none at \(groups)/g/store.sqlite"),
+            "\(output)")
+
+        // With a store: its schema goes to SyncSetup, and a server that cannot be reached is a
+        // failure (1); the store is read without being written to.
+        let store = URL(fileURLWithPath: groups + "/g/store.sqlite")
+        try StoreFiles.makeStore(at: store, users: 3)
+        let before = try Data(contentsOf: store)
+        daemon = try ChildProcess(
+            [
+                "--group", "g", "--groups-dir", groups, "--sync", "postgresql://u@127.0.0.1:1/db?sslmode=disable",
+                "--sync-setup",
+            ],
+            executable: DaemonProcessTests.skyrosd)
+        #expect(daemon.wait(seconds: 40) == .exited(1))
+        output = daemon.readAll()
+        #expect(output.contains("--sync-setup failed: "), "\(output)")
+        #expect(try Data(contentsOf: store) == before)
+        #expect(!FileManager.default.fileExists(atPath: store.path + "-wal"))
+
+        daemon = try ChildProcess(
+            ["--group", "g", "--groups-dir", groups, "--check", "--sync-setup"], executable: DaemonProcessTests.skyrosd)
+        #expect(daemon.wait() == .exited(64))
+        output = daemon.readAll()
+        #expect(output.contains("--check and --sync-setup"), "\(output)")
     }
 }
