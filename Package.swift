@@ -94,7 +94,7 @@ let package = Package(
         .executableTarget(
             name: "skyrosd",
             dependencies: [
-                "Skyros", "SkyrosDaemon", "SkyrosWire",
+                "Skyros", "SkyrosDaemon", "SkyrosSync", "SkyrosWire",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),

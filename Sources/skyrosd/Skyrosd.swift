@@ -3,13 +3,21 @@
 //     skyrosd --group com.example.todo [--groups-dir DIR] [--durability full|normal]
 //             [--history-count N] [--history-age SECONDS] [--max-clients N]
 //             [--hello-timeout SECONDS] [--admin-group NAME] [--log-level info]
+//             [--sync postgresql://user@host:port/db] [--sync-password-file PATH] [--sync-schema NAME]
 //     skyrosd --group com.example.todo [--groups-dir DIR] --check
+//     skyrosd --group com.example.todo [--groups-dir DIR] [--sync URL] [--sync-password-file PATH]
+//             [--sync-schema NAME] --sync-setup
+//
+// Sync with PostgreSQL is configured by --sync, else SKYROS_SYNC_URL, else the container's
+// sync.conf; the password comes from a file, SKYROS_SYNC_PASSWORD or the systemd credential
+// skyros-sync-password, never from the command line.
 import ArgumentParser
 import Foundation
 import Logging
 import ServiceLifecycle
 import Skyros
 import SkyrosDaemon
+import SkyrosSync
 import SkyrosWire
 
 extension Durability: ExpressibleByArgument {}
@@ -33,6 +41,18 @@ struct Skyrosd: AsyncParsableCommand {
             a message naming the file and the problem (exit status 1), and left untouched. \
             --check runs the full PRAGMA integrity_check instead of serving, and exits: 0 when \
             the store is healthy (or absent: the daemon creates it), 1 with the findings.
+
+            Sync with PostgreSQL (the group's store kept the same on every machine whose daemon \
+            syncs with the same server and schema): the URL is --sync, else SKYROS_SYNC_URL, else \
+            url in the container's sync.conf (key = value lines: url, schema, password-file, \
+            retention; # comments); none: no sync. Secrets are never on the command line or in a \
+            URL: the role's password is read from --sync-password-file, else password-file in \
+            sync.conf, else SKYROS_SYNC_PASSWORD, else the systemd credential \
+            skyros-sync-password ($CREDENTIALS_DIRECTORY); none: no password (trust or peer \
+            authentication). An invalid sync configuration exits with status 64. --sync-setup \
+            creates or migrates the group's tables on the server once, with a role that may, \
+            from the schema of the group's existing store, and exits (0 when done, 1 on failure): \
+            for daemons whose role is given DML only.
             """)
 
     @Option(help: "The application group identifier (letters, digits, '.', '_', '-').")
@@ -85,6 +105,36 @@ struct Skyrosd: AsyncParsableCommand {
         """)
     var check = false
 
+    @Option(help: ArgumentHelp("""
+        Sync the group with this PostgreSQL server: \
+        postgresql://user@host[:port][/database][?sslmode=disable|prefer|require|verify-ca|verify-full\
+        &sslrootcert=PATH&schema=NAME&retention=SECONDS] (default: SKYROS_SYNC_URL, else url in the \
+        container's sync.conf; none: no sync). Secrets never go here: a URL with a password is \
+        refused; see --sync-password-file.
+        """, valueName: "url"))
+    var sync: String?
+
+    @Option(help: ArgumentHelp("""
+        The file holding the sync role's password, its trailing newline ignored (default: \
+        password-file in sync.conf, else SKYROS_SYNC_PASSWORD, else the systemd credential \
+        skyros-sync-password; none: no password).
+        """, valueName: "path"))
+    var syncPasswordFile: String?
+
+    @Option(help: ArgumentHelp("""
+        The PostgreSQL schema of the group's tables, [a-z_][a-z0-9_]{0,62} (default: the URL's \
+        schema=, else schema in sync.conf, else the group id lowercased with every other \
+        character made '_').
+        """, valueName: "name"))
+    var syncSchema: String?
+
+    @Flag(help: """
+        Create or migrate the group's tables on the sync server once, with this role, from the \
+        schema of the group's existing store, and exit instead of serving: 0 when done, 1 on \
+        failure. For servers where the daemons' role may only read and write rows.
+        """)
+    var syncSetup = false
+
     func validate() throws {
         guard eventDelay >= 0, eventDelay.isFinite else {
             throw ValidationError("--event-delay is a number of milliseconds, 0 or more")
@@ -94,6 +144,9 @@ struct Skyrosd: AsyncParsableCommand {
         }
         guard helloTimeout > 0, helloTimeout.isFinite else {
             throw ValidationError("--hello-timeout is a number of seconds, more than 0")
+        }
+        if check, syncSetup {
+            throw ValidationError("--check and --sync-setup each do one thing and exit: give one of them")
         }
     }
 
@@ -121,6 +174,28 @@ struct Skyrosd: AsyncParsableCommand {
             try checkStore(GroupContainer(url: containerURL).store)
             return
         }
+        let syncConfiguration: SyncConfiguration?
+        do {
+            syncConfiguration = try SyncConfiguration.resolve(
+                group: group, container: containerURL, url: sync, passwordFile: syncPasswordFile, schema: syncSchema,
+                environment: ProcessInfo.processInfo.environment)
+        } catch let error as SkyrosError {
+            logger.critical("\(error.message)")
+            throw ExitCode(64)
+        }
+        if let syncConfiguration {
+            logger.info("sync: \(syncConfiguration.redacted)")
+            for warning in syncConfiguration.warnings { logger.warning("sync: \(warning)") }
+        }
+        if syncSetup {
+            guard let syncConfiguration else {
+                let file = containerURL.appendingPathComponent(SyncConfiguration.fileName).path
+                logger.critical("--sync-setup needs the sync server: give it with --sync, SKYROS_SYNC_URL, or url in \(file)")
+                throw ExitCode(64)
+            }
+            try await setUpSyncServer(syncConfiguration, store: GroupContainer(url: containerURL).store, logger: logger)
+            return
+        }
         var adminGroups: [gid_t] = []
         for name in adminGroup {
             guard let entry = getgrnam(name) else {
@@ -130,15 +205,15 @@ struct Skyrosd: AsyncParsableCommand {
             adminGroups.append(entry.pointee.gr_gid)
         }
         let notifier = SystemdNotifier()
+        var configuration = DaemonServer.Configuration(
+            container: GroupContainer(url: containerURL), durability: durability,
+            historyCount: historyCount, historyAge: historyAge, maximumEventDelay: eventDelay / 1000,
+            maximumClients: maxClients, helloTimeout: helloTimeout,
+            log: { message in logger.info("\(message)") })
+        configuration.sync = syncConfiguration
         let server: DaemonServer.Handle
         do {
-            server = try DaemonServer.detached(
-                configuration: .init(
-                    container: GroupContainer(url: containerURL), durability: durability,
-                    historyCount: historyCount, historyAge: historyAge, maximumEventDelay: eventDelay / 1000,
-                    maximumClients: maxClients, helloTimeout: helloTimeout,
-                    log: { message in logger.info("\(message)") })
-            ) { [adminGroups] server in
+            server = try DaemonServer.detached(configuration: configuration) { [adminGroups] server in
                 server.admin.logger = logger
                 server.admin.adminGroups = adminGroups
                 // systemd's watchdog ping, from the serve loop's turns (see DaemonService).
@@ -159,6 +234,33 @@ struct Skyrosd: AsyncParsableCommand {
         let serviceGroup = ServiceGroup(
             configuration: .init(services: [service], gracefulShutdownSignals: [.sigterm, .sigint], logger: logger))
         try await serviceGroup.run()
+    }
+
+    /// `--sync-setup`: creates or migrates the group's server schema from the schema of its
+    /// store (read without writing to it), then returns; exits with status 1 when there is no
+    /// store or the server refuses.
+    func setUpSyncServer(_ configuration: SyncConfiguration, store: URL, logger: Logger) async throws {
+        do {
+            guard let description = try SQLiteStore.storedSchemaDescription(at: store) else {
+                logger.critical("""
+                    --sync-setup takes the schema from the group's store, and there is none at \(store.path): \
+                    run an application of the group once (or use the store of another machine)
+                    """)
+                throw ExitCode(1)
+            }
+            let version = try SQLiteStore.storedSchemaVersion(at: store) ?? 1
+            let schema = try Schema(description: description, version: version)
+            try await SyncSetup.run(configuration, schema: schema, log: { message in logger.info("\(message)") })
+        } catch let exit as ExitCode {
+            throw exit
+        } catch let error as SkyrosError {
+            logger.critical("--sync-setup failed: \(error.message)")
+            throw ExitCode(1)
+        } catch {
+            logger.critical("--sync-setup failed: \(String(reflecting: error))")
+            throw ExitCode(1)
+        }
+        logger.info("sync setup done: \(configuration.redacted)")
     }
 
     /// `--check`: the full check of the store file, reported on stdout (healthy, absent) or
