@@ -149,7 +149,8 @@ extension ServerSession {
         }
     }
 
-    /// Drops the log rows older than `retention` seconds and moves the horizon past them:
+    /// Drops the log rows older than `retention` seconds (those before the first younger one,
+    /// and never one of a transaction still running) and moves the horizon past them:
     /// a machine whose last checkpoint is older re-syncs from a snapshot.
     package func compact(retention: TimeInterval) async throws {
         let quoted = ServerSchema.quote(schema.name)
@@ -158,7 +159,7 @@ extension ServerSession {
             let rows = try await run(
                 """
                 SELECT least(pg_snapshot_xmin(pg_current_snapshot()), \
-                (SELECT max(xid) FROM \(quoted)._skyros_log WHERE at < clock_timestamp() - make_interval(secs => $1::double precision)))::text
+                (SELECT min(xid) FROM \(quoted)._skyros_log WHERE at >= clock_timestamp() - make_interval(secs => $1::double precision)))::text
                 """, [String(retention)])
             if let horizon = rows.first?[0] ?? nil {
                 try await run("DELETE FROM \(quoted)._skyros_log WHERE xid < $1::xid8", [horizon])

@@ -6,7 +6,7 @@ import Skyros
 /// What a machine does on the server, over one connection: create or migrate the group's
 /// tables, upload change sets exactly once, read checkpoints, compact the log. Every value
 /// crosses as text (``ServerType``); every statement is one extended-protocol query.
-package struct ServerSession {
+package struct ServerSession: Sendable {
     let connection: PostgresConnection
     let schema: ServerSchema
     let logger: Logger
@@ -31,7 +31,7 @@ package struct ServerSession {
     @discardableResult
     package func run(_ sql: String, _ parameters: [String?] = []) async throws -> [[String?]] {
         guard let watchdog else { return try await query(sql, parameters) }
-        return try await watchdog.bounded(timeout) { try await query(sql, parameters) }
+        return try await watchdog.bounded(timeout) { [self] in try await query(sql, parameters) }
     }
 
     private func query(_ sql: String, _ parameters: [String?]) async throws -> [[String?]] {

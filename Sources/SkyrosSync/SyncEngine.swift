@@ -329,7 +329,7 @@ package final class SyncEngine: Sendable {
                         group.addTask { [logger] in
                             while !Task.isCancelled {
                                 try await Task.sleep(for: ping * 2)
-                                _ = try await watchdog.bounded(ping) { try await connection.query("SELECT 1", logger: logger) }
+                                _ = try await watchdog.bounded(ping) { try await connection.query("SELECT 1", logger: logger).collect().count }
                             }
                         }
                         try await group.next()
@@ -402,7 +402,8 @@ package final class SyncEngine: Sendable {
             case .authMechanismRequiresPassword, .unsupportedAuthMechanism, .saslError:
                 return (.error, "the server asks for a password: give it with --sync-password-file, SKYROS_SYNC_PASSWORD or the credential skyros-sync-password")
             default:
-                return (.offline, "\(error.code)")
+                let cause = error.underlying.map { "\($0)" } ?? "\(error.code)"
+                return (.offline, "cannot reach the server (\(cause))")
             }
         }
         return (.offline, "\(error)")

@@ -2,54 +2,92 @@ import Foundation
 import PostgresNIO
 import Synchronization
 
-/// Bounds the time of every exchange with the server on one connection: when an exchange
-/// outlasts its deadline (a server that stopped answering, a network that drops packets
-/// without a word), the watchdog closes the connection, which fails the exchange, and the
-/// engine goes offline and tries again. Without it, a query on a connection whose server
-/// vanished may wait for the operating system's TCP timeout, minutes.
+/// Bounds the time of every statement on one connection: a statement that gets no answer
+/// within its limit (a server that stopped answering, a network that drops packets without a
+/// word) fails with ``TimedOut`` at the limit, and the connection is closed, so that the
+/// engine goes offline and connects again. Without it a statement can wait for ever: with
+/// postgres-nio 1.33.2, a query on a connection whose server shut down was seen waiting with no
+/// end, and a black-holed one waits for the system's TCP timeout.
+///
+/// The statement runs in a task of its own, which the caller stops waiting for at the limit
+/// (a statement stuck on a dead connection is abandoned, not awaited).
 package final class Watchdog: Sendable {
-    /// The deadline of the exchange in progress, and whether one expired.
-    private final class State: Sendable {
-        let deadline = Mutex<ContinuousClock.Instant?>(nil)
-        let expired = Mutex(false)
+    private let connection: PostgresConnection
+
+    /// Watches `connection`.
+    init(_ connection: PostgresConnection) {
+        self.connection = connection
     }
 
-    private let state = State()
-    private let task: Task<Void, Never>
+    /// Stops watching (nothing to release: kept for symmetry with the callers' `defer`).
+    func cancel() {}
 
-    /// Watches `connection`, checking its deadline every `tick`.
-    init(_ connection: PostgresConnection, tick: Duration = .milliseconds(250)) {
-        let state = self.state
-        task = Task {
-            while !Task.isCancelled {
-                try? await Task.sleep(for: tick)
-                if let due = state.deadline.withLock({ $0 }), ContinuousClock.now >= due {
-                    state.expired.withLock { $0 = true }
-                    try? await connection.close()
-                    return
+    /// Runs `body`, failing with ``TimedOut`` (and closing the connection) when it does not
+    /// finish within `limit`.
+    func bounded<T: Sendable>(_ limit: Duration, _ body: @escaping @Sendable () async throws -> T) async throws -> T {
+        let outcome = Once<T>()
+        return try await withCheckedThrowingContinuation { continuation in
+            outcome.waiting(continuation)
+            let work = Task {
+                do {
+                    outcome.finish(.success(try await body()))
+                } catch {
+                    outcome.finish(.failure(error))
                 }
             }
+            let timer = Task { [connection] in
+                try? await Task.sleep(for: limit)
+                guard !Task.isCancelled, outcome.finish(.failure(TimedOut(limit: limit))) else { return }
+                work.cancel()
+                try? await connection.close()
+            }
+            outcome.onFinish { timer.cancel() }
         }
     }
 
-    deinit { task.cancel() }
+    /// A result delivered once to a waiting continuation.
+    private final class Once<T: Sendable>: Sendable {
+        private struct State {
+            var continuation: CheckedContinuation<T, any Error>?
+            var result: Result<T, any Error>?
+            var finished = false
+            var onFinish: (@Sendable () -> Void)?
+        }
 
-    /// Stops watching.
-    func cancel() { task.cancel() }
+        private let state = Mutex(State())
 
-    /// Runs `body` with a deadline `limit` from now.
-    func bounded<T>(_ limit: Duration, _ body: () async throws -> T) async throws -> T {
-        state.deadline.withLock { $0 = .now + limit }
-        defer { state.deadline.withLock { $0 = nil } }
-        do {
-            return try await body()
-        } catch {
-            if state.expired.withLock({ $0 }) { throw TimedOut(limit: limit) }
-            throw error
+        func waiting(_ continuation: CheckedContinuation<T, any Error>) {
+            state.withLock { $0.continuation = continuation }
+        }
+
+        /// Runs `action` when the result is in (at once if it is already).
+        func onFinish(_ action: @escaping @Sendable () -> Void) {
+            let now = state.withLock { state -> Bool in
+                if state.finished { return true }
+                state.onFinish = action
+                return false
+            }
+            if now { action() }
+        }
+
+        /// Delivers `result` unless one was delivered before; true when this one was.
+        @discardableResult
+        func finish(_ result: Result<T, any Error>) -> Bool {
+            let taken = state.withLock { state -> (CheckedContinuation<T, any Error>, (@Sendable () -> Void)?)? in
+                guard !state.finished, let continuation = state.continuation else { return nil }
+                state.finished = true
+                state.continuation = nil
+                defer { state.onFinish = nil }
+                return (continuation, state.onFinish)
+            }
+            guard let (continuation, action) = taken else { return false }
+            continuation.resume(with: result)
+            action?()
+            return true
         }
     }
 
-    /// An exchange with the server outlasted its deadline.
+    /// A statement got no answer within its limit.
     struct TimedOut: Error, CustomStringConvertible {
         var limit: Duration
         var description: String { "the server did not answer within \(limit)" }
