@@ -46,19 +46,32 @@ extension DaemonTurn {
                 return (.failed(SkyrosError.wrap(error).message), [])
             }
         }
-        var save = GroupCommit.Save(
-            identity: Data(), requestID: 0, clientID: Self.syncAuthorID, saveNumber: sequence + 1, changes: changes,
-            author: "sync", fromSync: record)
+        // Deletions first, in a change set of their own: an object the server replaced (a
+        // unique value another machine took) goes before its replacement comes in.
+        var saves: [GroupCommit.Save] = []
+        func save(_ changes: ChangeSet) -> GroupCommit.Save {
+            GroupCommit.Save(
+                identity: Data(), requestID: 0, clientID: Self.syncAuthorID, saveNumber: sequence + UInt64(saves.count) + 1,
+                changes: changes, author: "sync", fromSync: true)
+        }
+        if !changes.deleted.isEmpty { saves.append(save(ChangeSet(deleted: changes.deleted))) }
+        var last = save(ChangeSet(inserted: changes.inserted, updated: changes.updated))
+        if saves.isEmpty || !last.changes.isEmpty || !rejected.isEmpty {
+            saves.append(last)
+        }
+        last = saves.removeLast()
+        last.alsoRecord = record
         if !rejected.isEmpty {
-            save.extensionKind = (
+            last.extensionKind = (
                 ChangeEvent.syncRejectedKind, ChangeEvent.syncRejectedExtension(rejected.map { ($0.reason, $0.objects) })
             )
         }
-        let outcome = groupCommit.commit([save], in: store)
+        saves.append(last)
+        let outcome = groupCommit.commit(saves, in: store)
         for line in outcome.log { settings.log(line) }
-        guard outcome.committed, case .success? = outcome.results.first else {
-            let reason = outcome.results.first.flatMap { if case .failure(let error) = $0 { error.message } else { nil } }
-            return (.failed(reason ?? "the checkpoint's change set was not committed"), [])
+        let failure = outcome.results.lazy.compactMap { if case .failure(let error) = $0 { error.message } else { nil } }.first
+        guard outcome.committed, failure == nil else {
+            return (.failed(failure ?? "the checkpoint's change set was not committed"), [])
         }
         logPruning(outcome.pruned)
         return (.applied, publishing(publisher.committed(outcome.events, requestsWaiting: false, now: .now)))

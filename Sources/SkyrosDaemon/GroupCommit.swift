@@ -34,9 +34,12 @@ struct GroupCommit {
         var author: String? = nil
         /// The saver's event topic; nil for a connection with no session.
         var topic: UInt8? = nil
-        /// For a checkpoint from the sync server: what it records in the same transaction
-        /// (the checkpoint, rejected change sets). Such a change set is not queued for upload.
-        var fromSync: ((SQLiteStore.Transaction) throws -> Void)? = nil
+        /// A change set of a checkpoint from the sync server: not queued for upload, and not
+        /// a client's save (no exactly-once decision).
+        var fromSync = false
+        /// What it records in the same transaction (for a checkpoint: the checkpoint itself,
+        /// rejected change sets).
+        var alsoRecord: ((SQLiteStore.Transaction) throws -> Void)? = nil
         /// An event kind added within protocol version 4 (5 and up) and its extension bytes,
         /// for the event of this change set (`syncRejected`).
         var extensionKind: (kind: UInt8, bytes: [UInt8])? = nil
@@ -139,7 +142,7 @@ struct GroupCommit {
             try store.transaction { transaction in
                 for (index, save) in saves.enumerated() {
                     do {
-                        if save.fromSync == nil, let answer = try previousAnswer(save, transaction) {
+                        if !save.fromSync, let answer = try previousAnswer(save, transaction) {
                             outcome.results.append(.success(answer))
                             continue
                         }
@@ -250,8 +253,9 @@ struct GroupCommit {
         }
         let encoded = try Journal.record(event, save: save.saveNumber, affected: affected, in: transaction)
         var queued: Int64?
-        if let record = save.fromSync {
-            try record(transaction)
+        if let record = save.alsoRecord { try record(transaction) }
+        if save.fromSync {
+            // From the server: nothing to upload.
         } else if queue, let changes = UploadQueue.changeSet(of: uploaded ?? event, schema: schema) {
             try transaction.execute(
                 "INSERT INTO skyros_sync_queue (sequence, timestamp, changes) VALUES (?, ?, ?)",
