@@ -265,5 +265,59 @@ struct SyncTests {
         let again = try Skyros(sharedStack: testSchema, container: restarted.container.url)
         #expect(await eventually { try await handles(again) == ["kept", "new"] })
     }
-}
 
+    @Test("skyrosd processes: --sync; a save on A reaches B's controller; a SIGKILLed daemon's queued saves are uploaded once after its restart")
+    func daemonProcesses() async throws {
+        let server = try Server()
+        let process = DaemonProcessTests()
+        let groups = [process.groupsDirectory(), process.groupsDirectory()]
+        defer { for path in groups { try? FileManager.default.removeItem(atPath: path) } }
+        let url = "postgresql://postgres@127.0.0.1:\(server.postgres.port)/\(server.database)?sslmode=disable"
+        func start(_ groups: String) throws -> ChildProcess {
+            let notify = try NotifySocket()
+            let daemon = try ChildProcess(
+                ["--group", "g", "--groups-dir", groups, "--sync-schema", server.schema], executable: DaemonProcessTests.skyrosd,
+                environment: ["NOTIFY_SOCKET": notify.path, "SKYROS_SYNC_URL": url])
+            #expect(notify.waitFor("READY=1"))
+            return daemon
+        }
+        var daemonA = try start(groups[0])
+        let daemonB = try start(groups[1])
+        defer {
+            for daemon in [daemonA, daemonB] {
+                kill(daemon.pid, SIGKILL)
+                _ = daemon.wait()
+            }
+        }
+        let containers = groups.map { URL(fileURLWithPath: $0).appendingPathComponent("g") }
+        let a = try Skyros(sharedStack: testSchema, container: containers[0], timeout: 10, savesOnStop: false)
+        let b = try Skyros(sharedStack: testSchema, container: containers[1], timeout: 10, savesOnStop: false)
+        let controller = FetchedResultsController<User>(
+            fetch: FetchDescriptor(sortBy: [SortDescriptor(\.handle)]), context: b.mainContext)
+        let calls = Locked(0)
+        controller.onChange = { _ in calls.withValue { $0 += 1 } }
+        try controller.performFetch()
+        let inController = { b.mainContext.performAndWait { controller.fetchedObjects.map(\.handle) } }
+
+        try await insert("from-a", into: a)
+        #expect(await eventually { inController() == ["from-a"] })
+        #expect(calls.withValue { $0 } >= 1)
+        try server.psql(#"INSERT INTO g_sync."User" (handle) VALUES ('from-psql')"#)
+        #expect(await eventually { inController() == ["from-a", "from-psql"] })
+        #expect(await eventually { try await handles(a) == ["from-a", "from-psql"] })
+
+        // A's daemon dies with saves queued and (maybe) in flight; restarted, it uploads each once.
+        try await insert("queued-1", into: a)
+        try await insert("queued-2", into: a)
+        kill(daemonA.pid, SIGKILL)
+        _ = daemonA.wait()
+        daemonA = try start(groups[0])
+        try await insert("after-restart", into: a)
+        let all = ["after-restart", "from-a", "from-psql", "queued-1", "queued-2"]
+        let converged = await eventually(seconds: 30) { inController() == all }
+        let onA = (try? await handles(a)) ?? []
+        #expect(converged, "B: \(inController()), A: \(onA), server: \((try? server.psql(#"SELECT string_agg(handle, ',') FROM g_sync."User""#)) ?? "?"), A's log: \(daemonA.readAll())")
+        #expect(try server.psql(#"SELECT count(*) FROM g_sync."User""#) == "5")
+        #expect(try server.psql("SELECT count(*) FROM g_sync._skyros_uploads") == "4")
+    }
+}
