@@ -320,4 +320,42 @@ struct SyncTests {
         #expect(try server.psql(#"SELECT count(*) FROM g_sync."User""#) == "5")
         #expect(try server.psql("SELECT count(*) FROM g_sync._skyros_uploads") == "4")
     }
+
+    @Test("an older schema version beside a newer one, both syncing: neither erases the other's columns")
+    func mixedVersions() async throws {
+        let server = try Server()
+        let older = Schema([JotV1.self], version: 1)
+        let newer = Schema([JotV2.self], version: 2)
+        let machineA = try RunningDaemon(sync: server.configuration)
+        let machineB = try RunningDaemon(sync: server.configuration)
+        let a = try Skyros(sharedStack: older, container: machineA.container.url)
+        let b = try Skyros(sharedStack: newer, container: machineB.container.url)
+        let readB = { try await b.read { context in try JotV2.all(in: context).map { "\($0.text):\($0.color)" }.sorted() } }
+        let readA = { try await a.read { context in try JotV1.all(in: context).map(\.text).sorted() } }
+        _ = try await readA()
+
+        let id = try await b.write { context in
+            let jot = JotV2.create(in: context)
+            jot.text = "b"
+            jot.color = "red"
+            return jot.objectID
+        }
+        #expect(await eventually { try await readA() == ["b"] })
+        try await a.write { context in
+            let jot = try #require(context.object(with: id, as: JotV1.self))
+            jot.text = "b, edited on the older version"
+        }
+        try await a.write { context in JotV1.create(in: context).text = "a" }
+        #expect(await eventually { try await readB() == ["a:none", "b, edited on the older version:red"] })
+        #expect(try server.psql(#"SELECT string_agg(text || ':' || color, ',' ORDER BY text) FROM g_sync."Jot""#) == "a:none,b, edited on the older version:red")
+    }
+}
+
+@Entity(name: "Jot") final class JotV1 {
+    var text: String = ""
+}
+
+@Entity(name: "Jot") final class JotV2 {
+    var text: String = ""
+    var color: String = "none"
 }
