@@ -78,7 +78,7 @@ package final class SyncEngine: Sendable {
         /// The longest one statement may wait for the server's answer before the connection is
         /// dropped and the engine goes offline (a server that vanished without closing the
         /// connection, a network that drops packets).
-        package var statementTimeout: Duration = .seconds(5)
+        package var statementTimeout: Duration = .seconds(10)
         /// Whether the engine may create and migrate the server's tables (false: it checks
         /// that they exist, as `--sync-setup` left them).
         package var createsSchema = true

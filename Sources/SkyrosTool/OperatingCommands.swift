@@ -85,7 +85,7 @@ struct Status: ParsableCommand {
             if queued > 0, let oldest = sync["oldestQueuedSeconds"]?.doubleValue { detail += " (oldest \(duration(oldest)))" }
             detail += ", checkpoint \(Int64(sync["checkpoint"]?.doubleValue ?? 0))"
             detail += ", lag \(Int64(sync["lagMilliseconds"]?.doubleValue ?? 0)) ms"
-            detail += ", \(Int64(sync["rejected"]?.doubleValue ?? 0)) rejected (skyros history --group ID)"
+            detail += ", \(Int64(sync["rejected"]?.doubleValue ?? 0)) rejected (each one named in the daemon's log)"
             lines.append(detail)
         }
         if status["path"] != nil, status["pid"] != .null {

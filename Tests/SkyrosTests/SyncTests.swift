@@ -35,7 +35,7 @@ struct SyncTests {
 
     /// Waits until `condition` holds (polled every 20 ms), `seconds` at most.
     /// (An error while asking counts as "not yet": the server may be starting.)
-    func eventually(seconds: Double = 15, _ condition: () async throws -> Bool) async -> Bool {
+    func eventually(seconds: Double = 30, _ condition: () async throws -> Bool) async -> Bool {
         let deadline = Date().addingTimeInterval(seconds)
         while Date() < deadline {
             if (try? await condition()) == true { return true }
@@ -81,7 +81,7 @@ struct SyncTests {
             user.handle = "ann"
             user.firstname = "Ann"
         }
-        let arrived = try #require(await nextChange(bChanges, seconds: 15))
+        let arrived = try #require(await nextChange(bChanges, seconds: 30))
         #expect(arrived.inserted.count == 1)
         #expect(try await handles(b) == ["ann"])
         #expect(try server.psql(#"SELECT handle, firstname FROM g_sync."User""#) == "ann|Ann")
@@ -132,7 +132,7 @@ struct SyncTests {
 
         try postgres.start()
         let all = ["a0", "a1", "a2", "a3", "a4", "b0", "b1", "b2", "b3", "b4", "first"]
-        #expect(await eventually(seconds: 30) {
+        #expect(await eventually(seconds: 45) {
             let onA = try await handles(a)
             let onB = try await handles(b)
             return onA == all && onB == all
@@ -183,7 +183,7 @@ struct SyncTests {
         // Whichever machine uploads last wins `age`, the same everywhere; the other properties
         // are both kept; one `taken` is refused.
         let onServer = { try server.psql(#"SELECT string_agg(handle || ':' || firstname || ':' || lastname || ':' || age, ',' ORDER BY handle) FROM g_sync."User""#) }
-        let converged = await eventually(seconds: 30) {
+        let converged = await eventually(seconds: 45) {
             let onServer = try onServer()
             let onA = try await read(a)
             let onB = try await read(b)
@@ -314,7 +314,7 @@ struct SyncTests {
         daemonA = try start(groups[0])
         try await insert("after-restart", into: a)
         let all = ["after-restart", "from-a", "from-psql", "queued-1", "queued-2"]
-        let converged = await eventually(seconds: 30) { inController() == all }
+        let converged = await eventually(seconds: 45) { inController() == all }
         let onA = (try? await handles(a)) ?? []
         #expect(converged, "B: \(inController()), A: \(onA), server: \((try? server.psql(#"SELECT string_agg(handle, ',') FROM g_sync."User""#)) ?? "?"), A's log: \(daemonA.readAll())")
         #expect(try server.psql(#"SELECT count(*) FROM g_sync."User""#) == "5")
