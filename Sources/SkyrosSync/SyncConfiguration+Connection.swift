@@ -5,8 +5,7 @@ import PostgresNIO
 extension SyncConfiguration {
     /// The postgres-nio configuration of one connection to the server, as
     /// ``clientConfiguration()`` makes a pool's: the Unix socket or host and port, TLS as
-    /// ``tls`` asks (`verify-ca`/`verify-full` check the certificate against
-    /// ``rootCertificate`` or the system's roots), the connect timeout.
+    /// ``tls`` asks (``tlsSettings()``), the connect timeout.
     ///
     /// The sync engine holds its connections itself (one for its exchanges, one for LISTEN):
     /// it uploads in order on one connection, and its state machine must see each failure to
@@ -17,22 +16,13 @@ extension SyncConfiguration {
             result = PostgresConnection.Configuration(
                 unixSocketPath: socketPath, username: username, password: password, database: database)
         } else {
-            var tlsConfiguration = TLSConfiguration.makeClientConfiguration()
-            let tlsMode: PostgresConnection.Configuration.TLS
-            switch tls {
-            case .disable:
-                tlsMode = .disable
-            case .prefer, .require:
-                tlsConfiguration.certificateVerification = .none
-                let context = try NIOSSLContext(configuration: tlsConfiguration)
-                tlsMode = tls == .prefer ? .prefer(context) : .require(context)
-            case .verifyCA, .verifyFull:
-                tlsConfiguration.certificateVerification = tls == .verifyFull ? .fullVerification : .noHostnameVerification
-                if let rootCertificate { tlsConfiguration.trustRoots = .file(rootCertificate) }
-                tlsMode = .require(try NIOSSLContext(configuration: tlsConfiguration))
+            var mode = PostgresConnection.Configuration.TLS.disable
+            if let settings = try tlsSettings() {
+                let context = try NIOSSLContext(configuration: settings)
+                mode = tls == .prefer ? .prefer(context) : .require(context)
             }
             result = PostgresConnection.Configuration(
-                host: host, port: port, username: username, password: password, database: database, tls: tlsMode)
+                host: host, port: port, username: username, password: password, database: database, tls: mode)
         }
         result.options.connectTimeout = .seconds(Int64(Self.connectTimeout.components.seconds))
         return result

@@ -705,16 +705,22 @@ extension SyncConfiguration {
 
     /// postgres-nio's TLS for ``tls``.
     private func clientTLS() throws -> PostgresClient.Configuration.TLS {
+        guard let settings = try tlsSettings() else { return .disable }
+        return tls == .prefer ? .prefer(settings) : .require(settings)
+    }
+
+    /// The TLS settings ``tls`` asks for (nil: no TLS): `prefer` and `require` without checking
+    /// the certificate, `verify-ca` against the CA, `verify-full` against the CA and the host
+    /// name; the CA is ``rootCertificate`` or the system's.
+    ///
+    /// - Throws: ``SkyrosError/Code/syncConfiguration`` when the root certificate cannot be read.
+    package func tlsSettings() throws -> TLSConfiguration? {
         var tlsConfiguration = TLSConfiguration.makeClientConfiguration()
         switch tls {
         case .disable:
-            return .disable
-        case .prefer:
+            return nil
+        case .prefer, .require:
             tlsConfiguration.certificateVerification = .none
-            return .prefer(tlsConfiguration)
-        case .require:
-            tlsConfiguration.certificateVerification = .none
-            return .require(tlsConfiguration)
         case .verifyCA, .verifyFull:
             tlsConfiguration.certificateVerification = tls == .verifyFull ? .fullVerification : .noHostnameVerification
             if let rootCertificate {
@@ -725,7 +731,7 @@ extension SyncConfiguration {
                 }
                 tlsConfiguration.trustRoots = .file(rootCertificate)
             }
-            return .require(tlsConfiguration)
         }
+        return tlsConfiguration
     }
 }
