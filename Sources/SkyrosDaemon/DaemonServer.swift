@@ -226,6 +226,7 @@ package final class DaemonServer {
     package func serve(pollInterval: Int = 100, turn startOfTurn: () -> Void = {}) {
         while !handle.isStopRequested {
             startOfTurn()
+            sync?.refresh(&turn)  // a store found at start syncs before any request
             performSync()  // work whose wake-up a read's reply drained
             perform(turn.heartbeatIfDue(every: Double(pollInterval) / 1000))
             for (identity, message) in admin.takeReplies() { sockets.send(to: identity, message) }

@@ -88,6 +88,10 @@ extension ServerSession {
                     try await readRows(of: table, where: "\"_id\" = ANY($1::uuid[])", [ids], into: &checkpoint)
                 }
                 checkpoint.lagMilliseconds = lag
+            }
+            if let previous {
+                // Refusals since the previous checkpoint, a snapshot's too (the uploads' records
+                // are never compacted).
                 for row in try await run(
                     """
                     SELECT number::text, rejected, objects::text FROM \(quoted)._skyros_uploads \

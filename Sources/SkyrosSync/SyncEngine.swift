@@ -392,8 +392,10 @@ package final class SyncEngine: Sendable {
             case .server:
                 let state = error.serverInfo?[.sqlState] ?? ""
                 let text = ServerSession.describe(error)
-                // 28: authentication; 42: privileges, missing objects; 3D: no such database; 3F: no such schema.
-                if state.hasPrefix("28") || state.hasPrefix("42") || state.hasPrefix("3D") || state.hasPrefix("3F") {
+                // 28: authentication; 42: privileges, missing objects; 3D: no such database; 3F: no
+                // such schema; 23: a migration of the server's tables that its rows refuse (a
+                // change set's own refusals never get here: they are recorded as rejected).
+                if ["28", "42", "3D", "3F", "23"].contains(where: { state.hasPrefix($0) }) {
                     return (.error, text)
                 }
                 return (.offline, text)
