@@ -39,6 +39,9 @@ struct SyncBenchmark {
     let samples: Int
     /// Prints each machine's sync log lines on stderr.
     let verbose: Bool
+    /// The measurements to run (`--only visibility|fleet|upload|initial`; fleet includes
+    /// visibility, its baseline); empty: all.
+    var only: Set<String> = []
 
     /// The longest a throughput measurement may run before it is cut short (and said so).
     static let cap: Double = 300
@@ -54,14 +57,16 @@ struct SyncBenchmark {
         defer { try? postgres.stop(mode: .fast) }  // its deinit removes the directory
         note("PostgreSQL \(postgres.binDirectory) on port \(postgres.port)")
 
-        let (two, floor) = try visibilityAgainstFloor(postgres)
-        reportVisibility(two: two, floor: floor, report: report)
-        if machines > 2 {
-            let fleet = try visibility(postgres, machines: machines, samples: max(samples / 2, 10))
-            reportFleet(fleet, two: two, report: report)
+        if only.isEmpty || only.contains("visibility") || only.contains("fleet") {
+            let (two, floor) = try visibilityAgainstFloor(postgres)
+            reportVisibility(two: two, floor: floor, report: report)
+            if machines > 2 && (only.isEmpty || only.contains("fleet")) {
+                let fleet = try visibility(postgres, machines: machines, samples: max(samples / 2, 10))
+                reportFleet(fleet, two: two, report: report)
+            }
         }
-        try upload(postgres, report: report)
-        try initialSync(postgres, report: report)
+        if only.isEmpty || only.contains("upload") { try upload(postgres, report: report) }
+        if only.isEmpty || only.contains("initial") { try initialSync(postgres, report: report) }
     }
 
     // MARK: - 1 and 4: visibility
@@ -435,6 +440,11 @@ struct SyncBenchmark {
         guard try waitFor(seconds: 60, { try database.psql("SELECT count(*) FROM \(table)") == "1" }) else {
             throw BenchError("the machine never uploaded its first save")
         }
+        // The machine's upload record of that save: the offline saves are the next numbers of
+        // its queue, and the server has them all once it has the record of the last one.
+        let record = try database.psql("SELECT machine || '|' || number FROM \(Self.schema)._skyros_uploads").split(separator: "|")
+        guard record.count == 2, let firstNumber = Int(record[1]) else { throw BenchError("no upload record of the first save") }
+        let machineID = String(record[0])
 
         try postgres.stop(mode: .fast)
         // `count` saves, each its own change set (writeAndWait: nothing coalesces them), from
@@ -468,17 +478,20 @@ struct SyncBenchmark {
                 try? await connection.close()
             }
         }
+        // Polled every 50 ms: the machine's highest upload record (a lookup in the primary
+        // key's index, not a count of a growing table, which would load the server).
         var first: UInt64?
-        var onServer = 0
+        var through = firstNumber
         while true {
-            onServer = try syncAwait { try await database.count(table, on: connection) }
-            if first == nil, onServer > 1 { first = Clock.now() }
-            if onServer >= count + 1 || Double(Clock.now() - started) / 1e9 > Self.cap { break }
+            through = try syncAwait { try await database.lastUpload(of: machineID, on: connection) }
+            if first == nil, through > firstNumber { first = Clock.now() }
+            if through >= firstNumber + count || Double(Clock.now() - started) / 1e9 > Self.cap { break }
             usleep(50_000)
         }
         let ended = Clock.now()
         result.growth = memory.growthMB()
-        result.uploaded = onServer - 1
+        // What the server has, counted once the clock has stopped.
+        result.uploaded = try syncAwait { try await database.count(table, on: connection) } - 1
         result.seconds = Double(ended - started) / 1e9
         result.reconnect = first.map { Double($0 - started) / 1e9 }
         result.recorded = Int(try database.psql("SELECT count(*) FROM \(Self.schema)._skyros_uploads WHERE rejected IS NULL")) ?? 0
@@ -592,6 +605,15 @@ struct ServerDatabase: Sendable {
     func count(_ table: String, on connection: PostgresConnection) async throws -> Int {
         let rows = try await connection.query("SELECT count(*) FROM \(unescaped: table)", logger: logger)
         for try await count in rows.decode(Int.self) { return count }
+        return 0
+    }
+
+    /// The highest upload number the server recorded for a machine (0: none).
+    func lastUpload(of machine: String, on connection: PostgresConnection) async throws -> Int {
+        let rows = try await connection.query(
+            "SELECT coalesce(max(number), 0)::bigint FROM \(unescaped: SyncBenchmark.schema)._skyros_uploads WHERE machine = \(machine)::uuid",
+            logger: logger)
+        for try await number in rows.decode(Int.self) { return number }
         return 0
     }
 

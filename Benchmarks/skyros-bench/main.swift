@@ -6,7 +6,7 @@
 //     swift run -c release skyros-bench contention [--json] [--quick] [--clients N …] [--ceiling]
 //     swift run -c release skyros-bench observe [--json] [--quick]
 //     swift run -c release skyros-bench backup [--json] [--quick]   (1 GB store; --quick: 100 MB)
-//     swift run -c release skyros-bench sync [--json] [--quick] [--count N] [--rows M] [--machines K] [--samples S] [--verbose]
+//     swift run -c release skyros-bench sync [--json] [--quick] [--count N] [--rows M] [--machines K] [--samples S] [--only visibility|fleet|upload|initial] [--verbose]
 //         (PostgreSQL's server binaries needed: Debian's postgresql)
 //
 // Prints a table, or with --json one object per line:
@@ -92,7 +92,8 @@ if suite == "sync" {
         try SyncBenchmark(
             directory: directory, count: option("--count", default: quick ? 10_000 : 100_000),
             rows: option("--rows", default: quick ? 100_000 : 1_000_000), machines: option("--machines", default: 16),
-            samples: option("--samples", default: quick ? 60 : 200), verbose: arguments.contains("--verbose")
+            samples: option("--samples", default: quick ? 60 : 200), verbose: arguments.contains("--verbose"),
+            only: Set(zip(arguments, arguments.dropFirst()).filter { $0.0 == "--only" }.map(\.1))
         ).run(report: report)
     } catch {
         // Its server and daemons are stopped by now; the exit below removes the directory.
