@@ -104,9 +104,13 @@ let package = Package(
             name: "skyros-bench",
             dependencies: [
                 "Skyros", "SkyrosShared", "SkyrosDaemon", "SkyrosWire", "SkyrosZeroMQ", "CZeroMQ", "ZeroMQReference",
-                "SkyrosTestModels",
+                "SkyrosTestModels", "SkyrosSync",
                 .product(name: "GRDB", package: "GRDB.swift"),
                 .product(name: "GRDBSQLite", package: "GRDB.swift"),
+                // `skyros-bench sync`: the bare postgres-nio baselines.
+                .product(name: "PostgresNIO", package: "postgres-nio"),
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
             ],
             path: "Benchmarks/skyros-bench"
         ),

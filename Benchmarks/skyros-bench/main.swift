@@ -6,6 +6,8 @@
 //     swift run -c release skyros-bench contention [--json] [--quick] [--clients N …] [--ceiling]
 //     swift run -c release skyros-bench observe [--json] [--quick]
 //     swift run -c release skyros-bench backup [--json] [--quick]   (1 GB store; --quick: 100 MB)
+//     swift run -c release skyros-bench sync [--json] [--quick] [--count N] [--rows M] [--machines K] [--samples S] [--only visibility|fleet|upload|initial] [--verbose]
+//         (PostgreSQL's server binaries needed: Debian's postgresql)
 //
 // Prints a table, or with --json one object per line:
 // {"name": …, "unit": …, "skyros": …, "baseline": …, "ratio": …} (ratio = skyros ÷ baseline).
@@ -45,10 +47,10 @@ if arguments.count == 2 && arguments[0] == "garbage-daemon" {
 let json = arguments.contains("--json")
 let quick = arguments.contains("--quick")
 // `profile-insert` and `profile-fetch` are hidden suites for profilers (Profile.swift).
-let suites = ["embedded", "shared", "contention", "observe", "backup", "migrate", "batch", "batch-reads", "profile-insert", "profile-fetch", "profile-shared", "profile-open", "profile-migrate", "profile-schema-json"]
+let suites = ["embedded", "shared", "contention", "observe", "backup", "migrate", "batch", "batch-reads", "sync", "profile-insert", "profile-fetch", "profile-shared", "profile-open", "profile-migrate", "profile-schema-json"]
 guard let suite = arguments.first, suites.contains(suite) else {
     FileHandle.standardError.write(
-        Data("usage: skyros-bench embedded|shared|contention|observe|backup|migrate|batch|batch-reads [--json] [--quick] [--only fetch|saves|iterate|import] [--garbage]\n".utf8))
+        Data("usage: skyros-bench embedded|shared|contention|observe|backup|migrate|batch|batch-reads|sync [--json] [--quick] [--only fetch|saves|iterate|import] [--garbage] [--count N] [--rows M] [--machines K]\n".utf8))
     exit(64)
 }
 
@@ -81,7 +83,24 @@ let report: (Row) -> Void = { row in
     }
     fflush(nil)
 }
-if suite == "backup" {
+/// The number after `flag` on the command line (`--count 1000`), else `default`.
+func option(_ flag: String, default value: Int) -> Int {
+    Array(zip(arguments, arguments.dropFirst())).last(where: { $0.0 == flag }).flatMap { Int($0.1) } ?? value
+}
+if suite == "sync" {
+    do {
+        try SyncBenchmark(
+            directory: directory, count: option("--count", default: quick ? 10_000 : 100_000),
+            rows: option("--rows", default: quick ? 100_000 : 1_000_000), machines: option("--machines", default: 16),
+            samples: option("--samples", default: quick ? 60 : 200), verbose: arguments.contains("--verbose"),
+            only: Set(zip(arguments, arguments.dropFirst()).filter { $0.0 == "--only" }.map(\.1))
+        ).run(report: report)
+    } catch {
+        // Its server and daemons are stopped by now; the exit below removes the directory.
+        note("failed: \(error)")
+        benchmarkFailed = true
+    }
+} else if suite == "backup" {
     try BackupBenchmark(directory: directory, megabytes: quick ? 100 : 1_024).run(report: report)
 } else if suite == "contention" {
     var benchmark = ContentionBenchmark(directory: directory, seconds: quick ? 2 : 5)

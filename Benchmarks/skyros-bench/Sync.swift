@@ -1,0 +1,850 @@
+import Foundation
+import GRDB
+import NIOPosix
+import PostgresNIO
+import Skyros
+import SkyrosSync
+import SkyrosTestModels
+import Synchronization
+
+/// `skyros-bench sync` (issue 34, DESIGN §9): groups syncing with PostgreSQL, beside bare
+/// postgres-nio programs doing the same work against the same server, in the same run.
+///
+/// Everything runs in this process: a private PostgreSQL server (``PostgresServer``, started
+/// for the run, stopped and removed at its end), each "machine" a daemon of its own group
+/// container serving on a thread (``RunningDaemon``) with its client stacks; each measurement
+/// has a database of its own on the server.
+///
+/// 1. Save on machine A until it is in machine B's main context (p50, p99), against the floor:
+///    one connection INSERTs a row (autocommit; a trigger NOTIFYs), another LISTENs and on the
+///    notification SELECTs the row.
+/// 2. Upload of `count` change sets saved while PostgreSQL was stopped, from the moment it
+///    accepts connections again until the server has them all, against a bare program
+///    inserting the same rows, 1,000 to a multi-row INSERT, a transaction each.
+/// 3. Initial sync of `rows` server rows onto a new machine, from the daemon's start until its
+///    client counts them all, against a bare program reading them with postgres-nio and
+///    inserting them into a SQLite file with GRDB, one transaction.
+/// 4. `machines` machines on one database, one writer: until every other machine's main
+///    context has the save, and the server's processor time per change, against the
+///    2-machine figures of 1.
+struct SyncBenchmark {
+    let directory: URL
+    /// Change sets queued while offline (row 2).
+    let count: Int
+    /// Server rows synced onto a new machine (row 3).
+    let rows: Int
+    /// Machines of the fleet (row 4).
+    let machines: Int
+    /// Saves timed on each side for visibility (row 1; row 4 times half as many).
+    let samples: Int
+    /// Prints each machine's sync log lines on stderr.
+    let verbose: Bool
+    /// The measurements to run (`--only visibility|fleet|upload|initial`; fleet includes
+    /// visibility, its baseline); empty: all.
+    var only: Set<String> = []
+
+    /// The longest a throughput measurement may run before it is cut short (and said so).
+    static let cap: Double = 300
+    /// The server schema of every group of the run.
+    static let schema = "bench_sync"
+    /// How long a visibility sample may wait before it counts as not seen.
+    static let sampleTimeout: Double = 10
+    /// The pause between two visibility samples: each save is timed alone, not in a stream.
+    static let pause: useconds_t = 50_000
+
+    func run(report: (Row) -> Void) throws {
+        let postgres = try PostgresServer()
+        defer { try? postgres.stop(mode: .fast) }  // its deinit removes the directory
+        note("PostgreSQL \(postgres.binDirectory) on port \(postgres.port)")
+
+        if only.isEmpty || only.contains("visibility") || only.contains("fleet") {
+            let (two, floor) = try visibilityAgainstFloor(postgres)
+            reportVisibility(two: two, floor: floor, report: report)
+            if machines > 2 && (only.isEmpty || only.contains("fleet")) {
+                let fleet = try visibility(postgres, machines: machines, samples: max(samples / 2, 10))
+                reportFleet(fleet, two: two, report: report)
+            }
+        }
+        if only.isEmpty || only.contains("upload") { try upload(postgres, report: report) }
+        if only.isEmpty || only.contains("initial") { try initialSync(postgres, report: report) }
+    }
+
+    // MARK: - 1 and 4: visibility
+
+    /// What a series of visibility samples gave.
+    struct Visibility {
+        var samples: [Double] = []  // µs
+        var timeouts = 0
+        var serverCPU = 0.0  // processor seconds of the whole server during the samples
+        var saves = 0
+        var cpuPerChange: Double { saves == 0 ? 0 : serverCPU * 1e6 / Double(saves) }  // µs
+    }
+
+    /// Two machines and the floor, in rounds that take turns (each side's samples a block,
+    /// so that the server's processor time is each side's own).
+    private func visibilityAgainstFloor(_ postgres: PostgresServer) throws -> (Visibility, Visibility) {
+        let fleet = try Fleet(postgres, machines: 2, log: log)
+        defer { fleet.stop() }
+        let floor = try Floor(postgres)
+        defer { floor.stop() }
+        var two = Visibility()
+        var bare = Visibility()
+        let rounds = 4
+        var next = 0
+        try fleet.warmUp(&next)
+        try floor.warmUp(&next)
+        for _ in 0..<rounds {
+            try fleet.measure(samples: max(samples / rounds, 1), next: &next, into: &two)
+            try floor.measure(samples: max(samples / rounds, 1), next: &next, into: &bare)
+        }
+        return (two, bare)
+    }
+
+    /// `machines` machines, one writer.
+    private func visibility(_ postgres: PostgresServer, machines: Int, samples: Int) throws -> Visibility {
+        let fleet = try Fleet(postgres, machines: machines, log: log)
+        defer { fleet.stop() }
+        var result = Visibility()
+        var next = 0
+        try fleet.warmUp(&next)
+        try fleet.measure(samples: samples, next: &next, into: &result)
+        return result
+    }
+
+    private func reportVisibility(two: Visibility, floor: Visibility, report: (Row) -> Void) {
+        report(Row(name: "sync: A saves, B's main context has it: not seen within \(Int(Self.sampleTimeout)) s (of \(two.samples.count + two.timeouts))",
+                   unit: "saves", skyros: Double(two.timeouts), baseline: Double(floor.timeouts)))
+        guard !two.samples.isEmpty, !floor.samples.isEmpty else {
+            benchmarkAssert(false, "sync visibility: no sample (Skyros \(two.samples.count), floor \(floor.samples.count))")
+            return
+        }
+        report(Row(name: "sync: A saves, B's main context has it p50 (floor: INSERT, NOTIFY, SELECT; goal ≤ 2×)", unit: "us",
+                   skyros: percentile(two.samples, 50), baseline: percentile(floor.samples, 50)))
+        report(Row(name: "sync: A saves, B's main context has it p99 (floor: INSERT, NOTIFY, SELECT)", unit: "us",
+                   skyros: percentile(two.samples, 99), baseline: percentile(floor.samples, 99)))
+        report(Row(name: "sync: server CPU per change, 2 machines (floor: INSERT, NOTIFY, SELECT)", unit: "us",
+                   skyros: two.cpuPerChange, baseline: floor.cpuPerChange))
+    }
+
+    private func reportFleet(_ fleet: Visibility, two: Visibility, report: (Row) -> Void) {
+        report(Row(name: "sync: \(machines) machines, one writer: not seen by all within \(Int(Self.sampleTimeout)) s (of \(fleet.samples.count + fleet.timeouts))",
+                   unit: "saves", skyros: Double(fleet.timeouts), baseline: Double(two.timeouts)))
+        guard !fleet.samples.isEmpty, !two.samples.isEmpty else {
+            benchmarkAssert(false, "sync with \(machines) machines: no sample")
+            return
+        }
+        report(Row(name: "sync: \(machines) machines, one writer: all have it p50 (baseline: 2 machines)", unit: "us",
+                   skyros: percentile(fleet.samples, 50), baseline: percentile(two.samples, 50)))
+        report(Row(name: "sync: \(machines) machines, one writer: all have it p99 (baseline: 2 machines)", unit: "us",
+                   skyros: percentile(fleet.samples, 99), baseline: percentile(two.samples, 99)))
+        report(Row(name: "sync: \(machines) machines: server CPU per change (baseline: 2 machines)", unit: "us",
+                   skyros: fleet.cpuPerChange, baseline: two.cpuPerChange))
+    }
+
+    /// Machines on one database of their own: machine 0's client writes, every other
+    /// machine's client watches its `changes` and looks the new object up in its main context.
+    private final class Fleet {
+        let database: ServerDatabase
+        let daemons: [RunningDaemon]
+        let clients: [Skyros]
+        let arrivals = Arrivals()
+        private var watchers: [Task<Void, Never>] = []
+        let postmaster: pid_t?
+
+        init(_ postgres: PostgresServer, machines: Int, log: @escaping @Sendable (String) -> Void) throws {
+            database = try ServerDatabase(postgres, prefix: "fleet")
+            postmaster = postgres.processIdentifier
+            var daemons: [RunningDaemon] = []
+            var clients: [Skyros] = []
+            for _ in 0..<machines {
+                let daemon = try RunningDaemon(sync: database.configuration, log: log)
+                daemons.append(daemon)
+                clients.append(try Skyros(sharedStack: benchSchema, container: daemon.container.url, timeout: 30, savesOnStop: false))
+            }
+            self.daemons = daemons
+            self.clients = clients
+            // A daemon opens its store, and starts syncing, at its first client's hello.
+            for client in clients { _ = try client.read { context in try Item.count(in: context) } }
+            for machine in 1..<clients.count {
+                watchers.append(Self.watch(clients[machine], machine: machine, arrivals: arrivals))
+            }
+        }
+
+        /// A task iterating a machine's client's `changes`, as an app reacts to them: each
+        /// inserted object is looked up in the main context, and the awaited value noted.
+        private static func watch(_ client: Skyros, machine: Int, arrivals: Arrivals) -> Task<Void, Never> {
+            let changes = client.changes
+            return Task {
+                for await change in changes {
+                    guard let wanted = arrivals.wanted else { continue }
+                    for snapshot in change.inserted where value(of: snapshot.id, in: client) == wanted {
+                        arrivals.saw(wanted, machine: machine, at: Clock.now())
+                    }
+                }
+            }
+        }
+
+        /// The `value` of the item with this ID in a stack's main context, read there
+        /// synchronously (`Int.min` when it has none).
+        private static func value(of id: ObjectID, in store: Skyros) -> Int {
+            var value = Int.min
+            store.read { context in value = context.object(with: id, as: Item.self)?.value ?? Int.min }
+            return value
+        }
+
+        /// Saves until every machine has one save (their engines online, the tables made),
+        /// then a few more.
+        func warmUp(_ next: inout Int) throws {
+            var seen = false
+            for _ in 0..<60 where !seen {
+                seen = try sample(next, timeout: 2) != nil
+                next += 1
+            }
+            guard seen else { throw BenchError("the machines never saw each other's saves (is the sync engine online?)") }
+            for _ in 0..<5 {
+                _ = try sample(next, timeout: SyncBenchmark.sampleTimeout)
+                next += 1
+            }
+        }
+
+        func measure(samples: Int, next: inout Int, into result: inout Visibility) throws {
+            let before = postmaster.map(serverCPUSeconds) ?? 0
+            for _ in 0..<samples {
+                if let elapsed = try sample(next, timeout: SyncBenchmark.sampleTimeout) {
+                    result.samples.append(elapsed)
+                } else {
+                    result.timeouts += 1
+                }
+                next += 1
+                usleep(SyncBenchmark.pause)
+            }
+            result.serverCPU += (postmaster.map(serverCPUSeconds) ?? 0) - before
+            result.saves += samples
+        }
+
+        /// One save on machine 0 (`writeAndWait`: durable locally) until every other machine's
+        /// main context has it, in µs; nil when one did not within `timeout` seconds.
+        private func sample(_ value: Int, timeout: Double) throws -> Double? {
+            arrivals.expect(value, machines: Set(1..<clients.count))
+            let start = Clock.now()
+            try clients[0].writeAndWait { context in
+                let item = Item.create(in: context)
+                EmbeddedBenchmark.fill(item, value)
+                item.value = value
+            }
+            guard let end = arrivals.wait(timeout: timeout) else { return nil }
+            return Double(end - start) / 1000
+        }
+
+        func stop() {
+            for watcher in watchers { watcher.cancel() }
+            for daemon in daemons { daemon.shutDown() }
+        }
+    }
+
+    /// The floor: a bare postgres-nio program. One connection INSERTs a row (autocommit) into
+    /// a table whose trigger NOTIFYs its id; another LISTENs and, at the notification, SELECTs
+    /// the row by its id (primary key) and decodes it.
+    private final class Floor {
+        let database: ServerDatabase
+        let writer: PostgresConnection
+        let reader: PostgresConnection
+        let arrivals = Arrivals()
+        let listener: Task<Void, Never>
+        let postmaster: pid_t?
+
+        init(_ postgres: PostgresServer) throws {
+            database = try ServerDatabase(postgres, prefix: "floor")
+            postmaster = postgres.processIdentifier
+            try database.psql("""
+                CREATE TABLE item (_id uuid PRIMARY KEY, name text NOT NULL, value bigint NOT NULL, \
+                score double precision NOT NULL, flag boolean NOT NULL, created timestamptz NOT NULL);
+                CREATE INDEX item_value ON item (value);
+                CREATE FUNCTION notify_item() RETURNS trigger LANGUAGE plpgsql AS $$
+                BEGIN PERFORM pg_notify('item', NEW._id::text); RETURN NULL; END $$;
+                CREATE TRIGGER notify_item AFTER INSERT ON item FOR EACH ROW EXECUTE FUNCTION notify_item();
+                """)
+            let database = database
+            writer = try syncAwait { try await database.connect() }
+            let reader = try syncAwait { try await database.connect() }
+            self.reader = reader
+            let arrivals = arrivals
+            listener = Task {
+                _ = try? await reader.listen(on: "item") { notifications in
+                    for try await notification in notifications {
+                        guard let id = UUID(uuidString: notification.payload) else { continue }
+                        let rows = try await reader.query(
+                            "SELECT name, value, score, flag, created FROM item WHERE _id = \(id)", logger: database.logger)
+                        for try await (_, value, _, _, _) in rows.decode((String, Int, Double, Bool, Date).self) {
+                            arrivals.saw(value, machine: 1, at: Clock.now())
+                        }
+                    }
+                }
+            }
+        }
+
+        /// Inserts until the listener has one row (LISTEN is sent by its task), then a few more.
+        func warmUp(_ next: inout Int) throws {
+            var seen = false
+            for _ in 0..<60 where !seen {
+                seen = try sample(next, timeout: 1) != nil
+                next += 1
+            }
+            guard seen else { throw BenchError("the floor's listener never heard a notification") }
+            for _ in 0..<5 {
+                _ = try sample(next, timeout: SyncBenchmark.sampleTimeout)
+                next += 1
+            }
+        }
+
+        func measure(samples: Int, next: inout Int, into result: inout Visibility) throws {
+            let before = postmaster.map(serverCPUSeconds) ?? 0
+            for _ in 0..<samples {
+                if let elapsed = try sample(next, timeout: SyncBenchmark.sampleTimeout) {
+                    result.samples.append(elapsed)
+                } else {
+                    result.timeouts += 1
+                }
+                next += 1
+                usleep(SyncBenchmark.pause)
+            }
+            result.serverCPU += (postmaster.map(serverCPUSeconds) ?? 0) - before
+            result.saves += samples
+        }
+
+        /// One INSERT until the listener has read the row back, in µs (the clock starts in
+        /// the task that sends the INSERT: the hop to it is not counted).
+        private func sample(_ value: Int, timeout: Double) throws -> Double? {
+            arrivals.expect(value, machines: [1])
+            let writer = writer
+            let logger = database.logger
+            let start = try syncAwait {
+                let start = Clock.now()
+                let id = UUID()
+                let name = "item \(value)"
+                let score = Double(value) * 0.5
+                let flag = value % 2 == 0
+                let created = Date(timeIntervalSince1970: Double(value))
+                try await writer.query(
+                    "INSERT INTO item (_id, name, value, score, flag, created) VALUES (\(id), \(name), \(value), \(score), \(flag), \(created))",
+                    logger: logger)
+                return start
+            }
+            guard let end = arrivals.wait(timeout: timeout) else { return nil }
+            return Double(end - start) / 1000
+        }
+
+        func stop() {
+            listener.cancel()
+            let writer = writer
+            let reader = reader
+            _ = try? syncAwait {
+                try? await writer.close()
+                try? await reader.close()
+            }
+        }
+    }
+
+    /// The value the watchers wait for, which machines have it yet, and when the last got it.
+    final class Arrivals: @unchecked Sendable {  // its state is guarded by `condition`
+        private let condition = NSCondition()
+        private var expected: Int?
+        private var remaining: Set<Int> = []
+        private var last: UInt64 = 0
+
+        var wanted: Int? { condition.withLock { expected } }
+
+        func expect(_ value: Int, machines: Set<Int>) {
+            condition.withLock {
+                expected = value
+                remaining = machines
+                last = 0
+            }
+        }
+
+        func saw(_ value: Int, machine: Int, at time: UInt64) {
+            condition.withLock {
+                guard expected == value, remaining.remove(machine) != nil else { return }
+                last = max(last, time)
+                if remaining.isEmpty { condition.broadcast() }
+            }
+        }
+
+        /// When the last machine got the value; nil after `timeout` seconds.
+        func wait(timeout: Double) -> UInt64? {
+            let deadline = Date().addingTimeInterval(timeout)
+            return condition.withLock {
+                while !remaining.isEmpty {
+                    guard condition.wait(until: deadline) else { break }
+                }
+                defer { expected = nil }
+                return remaining.isEmpty ? last : nil
+            }
+        }
+    }
+
+    // MARK: - 2: upload of change sets queued offline
+
+    /// What the machine's upload gave.
+    private struct Upload {
+        var uploaded = 0  // rows on the server at the end (the first save excluded)
+        var seconds = 0.0  // from PostgreSQL ready until they were all there (or the cap)
+        var reconnect: Double?  // from PostgreSQL ready until the first of them was there
+        var recorded = 0  // upload records on the server (one per change set applied)
+        var growth = 0.0  // peak RSS growth meanwhile, MB
+    }
+
+    private func upload(_ postgres: PostgresServer, report: (Row) -> Void) throws {
+        let database = try ServerDatabase(postgres, prefix: "upload")
+        try syncAwait { [configuration = database.configuration] in
+            try await SyncSetup.run(configuration, schema: benchSchema, log: { _ in })
+        }
+        // The machine is stopped before the baseline runs (it would be applying the
+        // checkpoint that brings its own uploads back meanwhile).
+        let skyros = try machineUpload(postgres, database)
+        // Baseline: the same rows into a table of the same columns and indexes (no triggers),
+        // 1,000 to a multi-row INSERT, each batch its own transaction.
+        let bareSeconds = try syncAwait { [count] in try await database.bareInsert(count) }
+        // Second baseline, to tell the protocol's cost from the implementation's: a bare
+        // program sending the uploader's own statements (per change set a savepoint, the upload
+        // record, the INSERT, the deferred-constraint check, the release; 256 change sets a
+        // transaction) into tables made as a machine makes them, triggers included; over at most
+        // 20,000 change sets (its rate is what counts).
+        let emulated = min(count, 20_000)
+        try syncAwait { [configuration = database.configuration] in
+            var other = configuration
+            other.schema = ServerDatabase.emulatedSchema
+            try await SyncSetup.run(other, schema: benchSchema, log: { _ in })
+        }
+        let emulatedSeconds = try syncAwait { try await database.bareUploaderStatements(emulated) }
+
+        let capped = skyros.uploaded < count
+        let suffix = capped ? " (capped at \(Int(Self.cap)) s: \(skyros.uploaded) of \(count))" : ""
+        report(Row(name: "sync: upload \(count) change sets queued offline, from PostgreSQL ready (bare: INSERTs of 1,000; goal ≥ 0.5×)\(suffix)",
+                   unit: "rows/s", skyros: Double(skyros.uploaded) / skyros.seconds, baseline: Double(count) / bareSeconds))
+        if let reconnect = skyros.reconnect {
+            report(Row(name: "sync: upload of \(count), after the engine reconnected (the first row on the server)\(suffix)", unit: "rows/s",
+                       skyros: Double(skyros.uploaded) / max(skyros.seconds - reconnect, 1e-9), baseline: Double(count) / bareSeconds))
+            report(Row(name: "sync: upload: PostgreSQL ready until the first row is on the server (engine's retry delay ≤ 5 s)", unit: "ms",
+                       skyros: reconnect * 1000, baseline: 0))
+        }
+        report(Row(name: "sync: upload of \(count), against a bare program sending the uploader's statements (6 a change set, 256 a transaction; \(emulated) change sets)\(suffix)",
+                   unit: "rows/s", skyros: Double(skyros.uploaded) / skyros.seconds, baseline: Double(emulated) / emulatedSeconds))
+        report(Row(name: "sync: upload: change sets the server recorded (exactly once: baseline = saves + 1)", unit: "change sets",
+                   skyros: Double(skyros.recorded), baseline: Double(count + 1)))
+        report(Row(name: "sync: upload of \(count), peak RSS growth of the whole process (goal < 100)", unit: "MB",
+                   skyros: skyros.growth, baseline: 0))
+        benchmarkAssert(skyros.growth < 100, "uploading \(count) change sets grew the peak RSS by \(Int(skyros.growth)) MB (goal < 100)")
+        benchmarkAssert(skyros.recorded == count + 1, "the server recorded \(skyros.recorded) change sets of \(count + 1)")
+        if capped { note("upload: cut short after \(Int(Self.cap)) s with \(skyros.uploaded) of \(count) rows on the server") }
+    }
+
+    /// A machine saves once online, then `count` times while PostgreSQL is stopped (each save
+    /// its own change set); timed from PostgreSQL's restart until the server has them all.
+    private func machineUpload(_ postgres: PostgresServer, _ database: ServerDatabase) throws -> Upload {
+        let table = "\(Self.schema).\"Item\""
+        let machine = try RunningDaemon(sync: database.configuration, log: log)
+        defer { machine.shutDown() }
+        var writers: [Skyros] = []
+        for _ in 0..<4 {
+            writers.append(try Skyros(sharedStack: benchSchema, container: machine.container.url, timeout: 60, savesOnStop: false))
+        }
+        // Online first: one save on the server proves the engine has connected.
+        try writers[0].writeAndWait { context in EmbeddedBenchmark.fill(Item.create(in: context), -1) }
+        guard try waitFor(seconds: 60, { try database.psql("SELECT count(*) FROM \(table)") == "1" }) else {
+            throw BenchError("the machine never uploaded its first save")
+        }
+        // The machine's upload record of that save: the offline saves are the next numbers of
+        // its queue, and the server has them all once it has the record of the last one.
+        let record = try database.psql("SELECT machine || '|' || number FROM \(Self.schema)._skyros_uploads").split(separator: "|")
+        guard record.count == 2, let firstNumber = Int(record[1]) else { throw BenchError("no upload record of the first save") }
+        let machineID = String(record[0])
+
+        try postgres.stop(mode: .fast)
+        // `count` saves, each its own change set (writeAndWait: nothing coalesces them), from
+        // four clients at once; not timed.
+        let saving = Clock.now()
+        let failures = Mutex(0)
+        let clients = writers
+        DispatchQueue.concurrentPerform(iterations: clients.count) { writer in
+            for index in stride(from: writer, to: count, by: clients.count) {
+                do {
+                    try clients[writer].writeAndWait { context in EmbeddedBenchmark.fill(Item.create(in: context), index) }
+                } catch {
+                    failures.withLock { $0 += 1 }
+                }
+            }
+        }
+        let failed = failures.withLock { $0 }
+        note("upload: \(count - failed) saves made offline in \(String(format: "%.1f", Double(Clock.now() - saving) / 1e9)) s")
+        guard failed == 0 else {
+            try? postgres.start()
+            throw BenchError("\(failed) offline saves failed")
+        }
+
+        var result = Upload()
+        let memory = PeakMemory()
+        try postgres.start()
+        let started = Clock.now()
+        let connection = try syncAwait { try await database.connect() }
+        defer {
+            _ = try? syncAwait {
+                try? await connection.close()
+            }
+        }
+        // Polled every 50 ms: the machine's highest upload record (a lookup in the primary
+        // key's index, not a count of a growing table, which would load the server).
+        var first: UInt64?
+        var through = firstNumber
+        while true {
+            through = try syncAwait { try await database.lastUpload(of: machineID, on: connection) }
+            if first == nil, through > firstNumber { first = Clock.now() }
+            if through >= firstNumber + count || Double(Clock.now() - started) / 1e9 > Self.cap { break }
+            usleep(50_000)
+        }
+        let ended = Clock.now()
+        result.growth = memory.growthMB()
+        // What the server has, counted once the clock has stopped.
+        result.uploaded = try syncAwait { try await database.count(table, on: connection) } - 1
+        result.seconds = Double(ended - started) / 1e9
+        result.reconnect = first.map { Double($0 - started) / 1e9 }
+        result.recorded = Int(try database.psql("SELECT count(*) FROM \(Self.schema)._skyros_uploads WHERE rejected IS NULL")) ?? 0
+        return result
+    }
+
+    // MARK: - 3: initial sync onto a new machine
+
+    private func initialSync(_ postgres: PostgresServer, report: (Row) -> Void) throws {
+        let database = try ServerDatabase(postgres, prefix: "initial")
+        try syncAwait { [configuration = database.configuration] in
+            try await SyncSetup.run(configuration, schema: benchSchema, log: { _ in })
+        }
+        let table = "\(Self.schema).\"Item\""
+        let filling = Clock.now()
+        // The values `EmbeddedBenchmark.fill` gives; ids from the column's default.
+        try database.psql(
+            """
+            INSERT INTO \(table) (name, value, score, flag, created) \
+            SELECT 'item ' || i, i % 100, i * 0.5, i % 2 = 0, to_timestamp(i) FROM generate_series(0, \(rows - 1)) AS i;
+            VACUUM ANALYZE \(table);
+            CHECKPOINT;
+            """, timeout: .seconds(1_800))
+        note("initial sync: \(rows) rows inserted on the server in \(String(format: "%.1f", Double(Clock.now() - filling) / 1e9)) s")
+
+        // The baseline first: the peak RSS growth of each is then its own (the machine's heap,
+        // once grown, would hide the baseline's).
+        let memory = PeakMemory()
+        let bare = try syncAwait { [rows, directory] in
+            try await database.bareCopy(rows, into: directory.appendingPathComponent("bare-initial.sqlite").path)
+        }
+        let bareGrowth = memory.growthMB()
+        let (local, seconds, growth) = try newMachine(database)
+
+        let capped = local < rows
+        let suffix = capped ? " (capped at \(Int(Self.cap)) s: \(local) of \(rows))" : ""
+        report(Row(name: "sync: initial sync of \(rows) rows onto a new machine (bare: SELECT into SQLite with GRDB; goal ≥ 0.5×)\(suffix)",
+                   unit: "rows/s", skyros: Double(local) / seconds, baseline: Double(rows) / bare))
+        report(Row(name: "sync: initial sync of \(rows), peak RSS growth of the whole process (goal < 100)", unit: "MB",
+                   skyros: growth, baseline: bareGrowth))
+        benchmarkAssert(growth < 100, "the initial sync of \(rows) rows grew the peak RSS by \(Int(growth)) MB (goal < 100)")
+        if capped { note("initial sync: cut short after \(Int(Self.cap)) s with \(local) of \(rows) objects on the machine") }
+    }
+
+    /// A new machine on the database: from its daemon's start until its client counts
+    /// `rows` objects (polled every 50 ms), or the cap. The objects counted, the seconds, the
+    /// process's peak RSS growth (MB).
+    private func newMachine(_ database: ServerDatabase) throws -> (Int, Double, Double) {
+        let memory = PeakMemory()
+        let started = Clock.now()
+        let machine = try RunningDaemon(sync: database.configuration, log: log)
+        defer { machine.shutDown() }
+        let client = try Skyros(sharedStack: benchSchema, container: machine.container.url, timeout: 120, savesOnStop: false)
+        var local = 0
+        while true {
+            local = (try? client.read { context in try Item.count(in: context) }) ?? local
+            if local >= rows || Double(Clock.now() - started) / 1e9 > Self.cap { break }
+            usleep(50_000)
+        }
+        return (local, Double(Clock.now() - started) / 1e9, memory.growthMB())
+    }
+
+    // MARK: - Helpers
+
+    /// The daemons' log: their sync lines on stderr with `--verbose`.
+    private var log: @Sendable (String) -> Void {
+        guard verbose else { return { _ in } }
+        return { line in FileHandle.standardError.write(Data("skyrosd: \(line)\n".utf8)) }
+    }
+
+    /// Polls `condition` every 100 ms for `seconds` at most.
+    private func waitFor(seconds: Double, _ condition: () throws -> Bool) throws -> Bool {
+        let deadline = Date().addingTimeInterval(seconds)
+        while Date() < deadline {
+            if (try? condition()) == true { return true }
+            usleep(100_000)
+        }
+        return try condition()
+    }
+}
+
+/// A database of its own on the run's server, with the sync configuration of its machines.
+struct ServerDatabase: Sendable {
+    let postgres: PostgresServer
+    let name: String
+    let configuration: SyncConfiguration
+    let logger: Logger
+
+    init(_ postgres: PostgresServer, prefix: String) throws {
+        self.postgres = postgres
+        name = try postgres.createUniqueDatabase(prefix: prefix)
+        configuration = SyncConfiguration(
+            host: postgres.host, port: postgres.port, username: postgres.superuser, database: name,
+            schema: SyncBenchmark.schema, tls: .disable)
+        var logger = Logger(label: "skyros-bench.sync")
+        logger.logLevel = .critical
+        self.logger = logger
+    }
+
+    @discardableResult
+    func psql(_ sql: String, timeout: Duration = .seconds(120)) throws -> String {
+        try postgres.psql(sql, database: name, timeout: timeout)
+    }
+
+    /// A connection as the daemons make theirs (TCP to the loopback address, no TLS).
+    func connect() async throws -> PostgresConnection {
+        try await PostgresConnection.connect(
+            on: MultiThreadedEventLoopGroup.singleton.any(), configuration: try configuration.connectionConfiguration(),
+            id: Int.random(in: 1...Int.max), logger: logger)
+    }
+
+    func count(_ table: String, on connection: PostgresConnection) async throws -> Int {
+        let rows = try await connection.query("SELECT count(*) FROM \(unescaped: table)", logger: logger)
+        for try await count in rows.decode(Int.self) { return count }
+        return 0
+    }
+
+    /// The highest upload number the server recorded for a machine (0: none).
+    func lastUpload(of machine: String, on connection: PostgresConnection) async throws -> Int {
+        let rows = try await connection.query(
+            "SELECT coalesce(max(number), 0)::bigint FROM \(unescaped: SyncBenchmark.schema)._skyros_uploads WHERE machine = \(machine)::uuid",
+            logger: logger)
+        for try await number in rows.decode(Int.self) { return number }
+        return 0
+    }
+
+    /// The schema of ``bareUploaderStatements(_:)``'s tables.
+    static let emulatedSchema = "bench_emulated"
+
+    /// The uploader's statements sent by a bare program: per change set (one `Item` insert)
+    /// `SAVEPOINT`, the (machine, number) record, the `INSERT` with text parameters cast as the
+    /// uploader casts them, `SET CONSTRAINTS ALL IMMEDIATE` and `DEFERRED`, `RELEASE`; 256 change
+    /// sets a transaction; into ``emulatedSchema``, made by ``SyncSetup`` (the same tables,
+    /// indexes and triggers as a machine's). Seconds from the connection on.
+    func bareUploaderStatements(_ count: Int) async throws -> Double {
+        let schema = Self.emulatedSchema
+        let machine = UUID().uuidString.lowercased()
+        let start = Clock.now()
+        let connection = try await connect()
+        do {
+            for batch in stride(from: 0, to: count, by: 256) {
+                try await connection.query("BEGIN", logger: logger)
+                for index in batch..<min(batch + 256, count) {
+                    try await connection.query("SAVEPOINT change_set", logger: logger)
+                    var record = PostgresBindings(capacity: 2)
+                    record.append(machine)
+                    record.append(String(index + 1))
+                    let recorded = try await connection.query(
+                        PostgresQuery(
+                            unsafeSQL: "INSERT INTO \(schema)._skyros_uploads (machine, number) VALUES ($1::uuid, $2::bigint) ON CONFLICT DO NOTHING RETURNING 1",
+                            binds: record),
+                        logger: logger)
+                    for try await _ in recorded {}
+                    var values = PostgresBindings(capacity: 6)
+                    values.append(UUID().uuidString.lowercased())
+                    values.append("item \(index)")
+                    values.append(String(index % 100))
+                    values.append(String(Double(index) * 0.5))
+                    values.append(index % 2 == 0 ? "true" : "false")
+                    values.append(String(Double(index)))
+                    try await connection.query(
+                        PostgresQuery(
+                            unsafeSQL: """
+                                INSERT INTO \(schema)."Item" ("_id", "name", "value", "score", "flag", "created") VALUES \
+                                ($1::uuid, $2, $3::bigint, $4::double precision, $5::boolean, to_timestamp($6::double precision))
+                                """,
+                            binds: values),
+                        logger: logger)
+                    try await connection.query("SET CONSTRAINTS ALL IMMEDIATE", logger: logger)
+                    try await connection.query("SET CONSTRAINTS ALL DEFERRED", logger: logger)
+                    try await connection.query("RELEASE SAVEPOINT change_set", logger: logger)
+                }
+                try await connection.query("COMMIT", logger: logger)
+            }
+        } catch {
+            try? await connection.close()
+            throw error
+        }
+        let seconds = Double(Clock.now() - start) / 1e9
+        try await connection.close()
+        let stored = try psql("SELECT count(*) FROM \(schema).\"Item\"")
+        guard stored == String(count) else { throw BenchError("the bare uploader stored \(stored) rows of \(count)") }
+        return seconds
+    }
+
+    /// The upload baseline: `count` rows with the values `EmbeddedBenchmark.fill` gives (and an
+    /// id made here, as a machine makes its objects'), into a table of the same columns and
+    /// index as the group's `Item`, 1,000 to a multi-row INSERT, each in its own transaction.
+    /// Seconds from the connection on.
+    func bareInsert(_ count: Int) async throws -> Double {
+        try psql("""
+            CREATE TABLE bare_item (_id uuid PRIMARY KEY, name text NOT NULL, value bigint NOT NULL, \
+            score double precision NOT NULL, flag boolean NOT NULL, created timestamptz NOT NULL);
+            CREATE INDEX bare_item_value ON bare_item (value);
+            """)
+        let start = Clock.now()
+        let connection = try await connect()
+        do {
+            for batch in stride(from: 0, to: count, by: 1_000) {
+                let end = min(batch + 1_000, count)
+                var bindings = PostgresBindings(capacity: (end - batch) * 6)
+                var tuples: [String] = []
+                tuples.reserveCapacity(end - batch)
+                for index in batch..<end {
+                    let base = (index - batch) * 6
+                    tuples.append("($\(base + 1), $\(base + 2), $\(base + 3), $\(base + 4), $\(base + 5), $\(base + 6))")
+                    bindings.append(UUID())
+                    bindings.append("item \(index)")
+                    bindings.append(index % 100)
+                    bindings.append(Double(index) * 0.5)
+                    bindings.append(index % 2 == 0)
+                    bindings.append(Date(timeIntervalSince1970: Double(index)))
+                }
+                try await connection.query("BEGIN", logger: logger)
+                try await connection.query(
+                    PostgresQuery(
+                        unsafeSQL: "INSERT INTO bare_item (_id, name, value, score, flag, created) VALUES " + tuples.joined(separator: ", "),
+                        binds: bindings),
+                    logger: logger)
+                try await connection.query("COMMIT", logger: logger)
+            }
+        } catch {
+            try? await connection.close()
+            throw error
+        }
+        let seconds = Double(Clock.now() - start) / 1e9
+        try await connection.close()
+        let stored = try psql("SELECT count(*) FROM bare_item")
+        guard stored == String(count) else { throw BenchError("the bare upload stored \(stored) rows of \(count)") }
+        return seconds
+    }
+
+    /// The initial-sync baseline: the group's `Item` rows read with postgres-nio (one SELECT,
+    /// streamed, binary), inserted into a new SQLite file with GRDB (the store's table layout:
+    /// 16-byte ids, STRICT, WITHOUT ROWID, an index on `value`; WAL, synchronous=FULL, as the
+    /// daemon's store) in one transaction, a prepared statement, 1,000 rows to a GRDB write.
+    /// Seconds from the connection on.
+    func bareCopy(_ rows: Int, into path: String) async throws -> Double {
+        var configuration = GRDB.Configuration()
+        configuration.allowsUnsafeTransactions = true  // BEGIN and COMMIT in writes of their own
+        configuration.journalMode = .wal
+        configuration.prepareDatabase { db in try db.execute(sql: "PRAGMA synchronous = FULL") }
+        let queue = try DatabaseQueue(path: path, configuration: configuration)
+        try await queue.writeWithoutTransaction { db in
+            try db.execute(sql: """
+                CREATE TABLE item (id BLOB PRIMARY KEY NOT NULL, name TEXT NOT NULL, value INTEGER NOT NULL, \
+                score REAL NOT NULL, flag INTEGER NOT NULL, created REAL NOT NULL) STRICT, WITHOUT ROWID;
+                CREATE INDEX item_value ON item (value);
+                """)
+        }
+        let start = Clock.now()
+        let connection = try await connect()
+        var copied = 0
+        do {
+            try await queue.writeWithoutTransaction { db in try db.execute(sql: "BEGIN IMMEDIATE") }
+            let result = try await connection.query(
+                "SELECT \"_id\", name, value, score, flag, created FROM \(unescaped: SyncBenchmark.schema).\"Item\"", logger: logger)
+            var chunk: [(UUID, String, Int, Double, Bool, Date)] = []
+            chunk.reserveCapacity(1_000)
+            for try await row in result.decode((UUID, String, Int, Double, Bool, Date).self) {
+                chunk.append(row)
+                if chunk.count == 1_000 {
+                    try await Self.insert(chunk, into: queue)
+                    copied += chunk.count
+                    chunk.removeAll(keepingCapacity: true)
+                }
+            }
+            try await Self.insert(chunk, into: queue)
+            copied += chunk.count
+            try await queue.writeWithoutTransaction { db in try db.execute(sql: "COMMIT") }
+        } catch {
+            try? await connection.close()
+            throw error
+        }
+        let seconds = Double(Clock.now() - start) / 1e9
+        try await connection.close()
+        try queue.close()
+        guard copied == rows else { throw BenchError("the bare copy read \(copied) rows of \(rows)") }
+        return seconds
+    }
+
+    private static func insert(_ rows: [(UUID, String, Int, Double, Bool, Date)], into queue: DatabaseQueue) async throws {
+        guard !rows.isEmpty else { return }
+        try await queue.writeWithoutTransaction { db in
+            let statement = try db.cachedStatement(
+                sql: "INSERT INTO item (id, name, value, score, flag, created) VALUES (?, ?, ?, ?, ?, ?)")
+            for (id, name, value, score, flag, created) in rows {
+                let bytes = withUnsafeBytes(of: id.uuid) { Data($0) }
+                try statement.execute(arguments: [bytes, name, value, score, flag, created.timeIntervalSince1970])
+            }
+        }
+    }
+}
+
+/// The processor time, in seconds, of a PostgreSQL server: its postmaster (with its children
+/// that have ended) and the children running now (backends, background workers), from /proc.
+func serverCPUSeconds(_ postmaster: pid_t) -> Double {
+    var ticks = 0
+    for entry in (try? FileManager.default.contentsOfDirectory(atPath: "/proc")) ?? [] {
+        guard let pid = Int32(entry), let text = try? String(contentsOfFile: "/proc/\(entry)/stat", encoding: .utf8),
+            let close = text.lastIndex(of: ")")
+        else { continue }
+        // After "pid (comm) ": state ppid pgrp session tty tpgid flags minflt cminflt majflt
+        // cmajflt utime stime cutime cstime …
+        let fields = text[text.index(after: close)...].split(separator: " ")
+        guard fields.count > 14, let parent = Int32(fields[1]), let user = Int(fields[11]), let system = Int(fields[12]),
+            let childrenUser = Int(fields[13]), let childrenSystem = Int(fields[14])
+        else { continue }
+        if pid == postmaster {
+            ticks += user + system + childrenUser + childrenSystem
+        } else if parent == postmaster {
+            ticks += user + system
+        }
+    }
+    return Double(ticks) / Double(sysconf(Int32(_SC_CLK_TCK)))
+}
+
+/// Runs an async operation from this synchronous benchmark and waits for it.
+func syncAwait<T: Sendable>(_ operation: @escaping @Sendable () async throws -> T) throws -> T {
+    let done = DispatchSemaphore(value: 0)
+    let box = UncheckedBox(SyncAwaitResult<T>())
+    Task {
+        do { box.value.result = .success(try await operation()) } catch { box.value.result = .failure(error) }
+        done.signal()
+    }
+    done.wait()
+    return try box.value.result!.get()
+}
+
+private final class SyncAwaitResult<T>: @unchecked Sendable {  // written before the semaphore's signal, read after
+    var result: Result<T, any Error>?
+}
+
+/// A note on stderr (what the rows do not say: how long the set-up took, a cut-short run).
+func note(_ message: String) {
+    FileHandle.standardError.write(Data("skyros-bench sync: \(message)\n".utf8))
+}
+
+struct BenchError: Error, CustomStringConvertible {
+    let description: String
+    init(_ description: String) { self.description = description }
+}
