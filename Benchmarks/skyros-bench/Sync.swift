@@ -143,7 +143,7 @@ struct SyncBenchmark {
 
     /// Machines on one database of their own: machine 0's client writes, every other
     /// machine's client watches its `changes` and looks the new object up in its main context.
-    private final class Fleet {
+    private final class Fleet: VisibilityProbe {
         let database: ServerDatabase
         let daemons: [RunningDaemon]
         let clients: [Skyros]
@@ -192,39 +192,13 @@ struct SyncBenchmark {
             return value
         }
 
-        /// Saves until every machine has one save (their engines online, the tables made),
-        /// then a few more.
-        func warmUp(_ next: inout Int) throws {
-            var seen = false
-            for _ in 0..<60 where !seen {
-                seen = try sample(next, timeout: 2) != nil
-                next += 1
-            }
-            guard seen else { throw BenchError("the machines never saw each other's saves (is the sync engine online?)") }
-            for _ in 0..<5 {
-                _ = try sample(next, timeout: SyncBenchmark.sampleTimeout)
-                next += 1
-            }
-        }
-
-        func measure(samples: Int, next: inout Int, into result: inout Visibility) throws {
-            let before = postmaster.map(serverCPUSeconds) ?? 0
-            for _ in 0..<samples {
-                if let elapsed = try sample(next, timeout: SyncBenchmark.sampleTimeout) {
-                    result.samples.append(elapsed)
-                } else {
-                    result.timeouts += 1
-                }
-                next += 1
-                usleep(SyncBenchmark.pause)
-            }
-            result.serverCPU += (postmaster.map(serverCPUSeconds) ?? 0) - before
-            result.saves += samples
-        }
+        /// Warming up: saves until every machine has one (their engines online, the tables made).
+        let warmUpTimeout = 2.0
+        let silence = "the machines never saw each other's saves (is the sync engine online?)"
 
         /// One save on machine 0 (`writeAndWait`: durable locally) until every other machine's
         /// main context has it, in µs; nil when one did not within `timeout` seconds.
-        private func sample(_ value: Int, timeout: Double) throws -> Double? {
+        func sample(_ value: Int, timeout: Double) throws -> Double? {
             arrivals.expect(value, machines: Set(1..<clients.count))
             let start = Clock.now()
             try clients[0].writeAndWait { context in
@@ -245,7 +219,7 @@ struct SyncBenchmark {
     /// The floor: a bare postgres-nio program. One connection INSERTs a row (autocommit) into
     /// a table whose trigger NOTIFYs its id; another LISTENs and, at the notification, SELECTs
     /// the row by its id (primary key) and decodes it.
-    private final class Floor {
+    private final class Floor: VisibilityProbe {
         let database: ServerDatabase
         let writer: PostgresConnection
         let reader: PostgresConnection
@@ -283,38 +257,13 @@ struct SyncBenchmark {
             }
         }
 
-        /// Inserts until the listener has one row (LISTEN is sent by its task), then a few more.
-        func warmUp(_ next: inout Int) throws {
-            var seen = false
-            for _ in 0..<60 where !seen {
-                seen = try sample(next, timeout: 1) != nil
-                next += 1
-            }
-            guard seen else { throw BenchError("the floor's listener never heard a notification") }
-            for _ in 0..<5 {
-                _ = try sample(next, timeout: SyncBenchmark.sampleTimeout)
-                next += 1
-            }
-        }
-
-        func measure(samples: Int, next: inout Int, into result: inout Visibility) throws {
-            let before = postmaster.map(serverCPUSeconds) ?? 0
-            for _ in 0..<samples {
-                if let elapsed = try sample(next, timeout: SyncBenchmark.sampleTimeout) {
-                    result.samples.append(elapsed)
-                } else {
-                    result.timeouts += 1
-                }
-                next += 1
-                usleep(SyncBenchmark.pause)
-            }
-            result.serverCPU += (postmaster.map(serverCPUSeconds) ?? 0) - before
-            result.saves += samples
-        }
+        /// Warming up: inserts until the listener has one row (LISTEN is sent by its task).
+        let warmUpTimeout = 1.0
+        let silence = "the floor's listener never heard a notification"
 
         /// One INSERT until the listener has read the row back, in µs (the clock starts in
         /// the task that sends the INSERT: the hop to it is not counted).
-        private func sample(_ value: Int, timeout: Double) throws -> Double? {
+        func sample(_ value: Int, timeout: Double) throws -> Double? {
             arrivals.expect(value, machines: [1])
             let writer = writer
             let logger = database.logger
@@ -343,6 +292,18 @@ struct SyncBenchmark {
                 try? await reader.close()
             }
         }
+    }
+
+    /// What the visibility row measures, the same way for Skyros's machines and the bare floor.
+    fileprivate protocol VisibilityProbe {
+        /// The PostgreSQL postmaster, for the server's CPU per change.
+        var postmaster: pid_t? { get }
+        /// How long a warm-up sample may wait, in seconds.
+        var warmUpTimeout: Double { get }
+        /// Why warming up failed, when no sample ever arrived.
+        var silence: String { get }
+        /// One change until it is seen, in µs; nil when not within `timeout` seconds.
+        func sample(_ value: Int, timeout: Double) throws -> Double?
     }
 
     /// The value the watchers wait for, which machines have it yet, and when the last got it.
@@ -842,6 +803,38 @@ private final class SyncAwaitResult<T>: @unchecked Sendable {  // written before
 /// A note on stderr (what the rows do not say: how long the set-up took, a cut-short run).
 func note(_ message: String) {
     FileHandle.standardError.write(Data("skyros-bench sync: \(message)\n".utf8))
+}
+
+extension SyncBenchmark.VisibilityProbe {
+    /// Samples until one arrives (everything connected and listening), then a few more.
+    func warmUp(_ next: inout Int) throws {
+        var seen = false
+        for _ in 0..<60 where !seen {
+            seen = try sample(next, timeout: warmUpTimeout) != nil
+            next += 1
+        }
+        guard seen else { throw BenchError(silence) }
+        for _ in 0..<5 {
+            _ = try sample(next, timeout: SyncBenchmark.sampleTimeout)
+            next += 1
+        }
+    }
+
+    /// `samples` samples into `result`, with the server's CPU they took.
+    func measure(samples: Int, next: inout Int, into result: inout SyncBenchmark.Visibility) throws {
+        let before = postmaster.map(serverCPUSeconds) ?? 0
+        for _ in 0..<samples {
+            if let elapsed = try sample(next, timeout: SyncBenchmark.sampleTimeout) {
+                result.samples.append(elapsed)
+            } else {
+                result.timeouts += 1
+            }
+            next += 1
+            usleep(SyncBenchmark.pause)
+        }
+        result.serverCPU += (postmaster.map(serverCPUSeconds) ?? 0) - before
+        result.saves += samples
+    }
 }
 
 struct BenchError: Error, CustomStringConvertible {
