@@ -226,7 +226,7 @@ package final class DaemonServer {
     package func serve(pollInterval: Int = 100, turn startOfTurn: () -> Void = {}) {
         while !handle.isStopRequested {
             startOfTurn()
-            sync?.refresh(&turn)  // a store found at start syncs before any request
+            sync?.refresh(&turn)  // starts sync once the group has a store (at start, or made by a hello)
             performSync()  // work whose wake-up a read's reply drained
             perform(turn.heartbeatIfDue(every: Double(pollInterval) / 1000))
             for (identity, message) in admin.takeReplies() { sockets.send(to: identity, message) }
@@ -247,7 +247,6 @@ package final class DaemonServer {
             }
             // A commit tells whether requests were waiting before its replies went out.
             perform(turn.endOfInput(requestsWaiting: { sockets.hasInput }))
-            sync?.refresh(&turn)
         }
         reader.stop()  // answers the reads already submitted
         sendReads()

@@ -56,8 +56,6 @@ package final class SyncEngine: Sendable {
         package var checkpoint: UInt64 = 0
         /// How old the newest change of the last checkpoint was when it was read.
         package var lagMilliseconds: Int = 0
-        /// Change sets the server refused since the daemon started.
-        package var rejected: Int = 0
         /// The highest queue number the server has (0: none).
         package var uploadedThrough: Int64 = 0
 
@@ -204,7 +202,6 @@ package final class SyncEngine: Sendable {
         let connection = try await connect()
         defer { Task { try? await connection.close() } }
         let watchdog = Watchdog(connection)
-        defer { watchdog.cancel() }
         var schema = mutable.withLock { state in
             state.schemaChanged = false
             return state.schema
@@ -234,12 +231,8 @@ package final class SyncEngine: Sendable {
                 let batch = try Self.queued(queue, after: uploaded, limit: settings.uploadBatch)
                 guard let last = batch.last?.number else { break }
                 let outcomes = try await session.upload(batch, machine: machine)
-                let rejected = outcomes.filter { if case .rejected = $0 { true } else { false } }.count
                 uploaded = last
-                mutable.withLock {
-                    $0.status.uploadedThrough = last
-                    $0.status.rejected += rejected
-                }
+                mutable.withLock { $0.status.uploadedThrough = last }
                 for (index, outcome) in outcomes.enumerated() {
                     if case .rejected(let reason) = outcome {
                         log("sync: change set \(batch[index].number) was refused by the server: \(reason)")
@@ -317,8 +310,7 @@ package final class SyncEngine: Sendable {
                     let connection = try await connect()
                     defer { Task { try? await connection.close() } }
                     let watchdog = Watchdog(connection)
-                    defer { watchdog.cancel() }
-                    let ping = settings.statementTimeout
+                                let ping = settings.statementTimeout
                     try await withThrowingTaskGroup(of: Void.self) { group in
                         group.addTask {
                             try await connection.listen(on: channel) { notifications in

@@ -19,9 +19,6 @@ package final class Watchdog: Sendable {
         self.connection = connection
     }
 
-    /// Stops watching (nothing to release: kept for symmetry with the callers' `defer`).
-    func cancel() {}
-
     /// Runs `body`, failing with ``TimedOut`` (and closing the connection) when it does not
     /// finish within `limit`.
     func bounded<T: Sendable>(_ limit: Duration, _ body: @escaping @Sendable () async throws -> T) async throws -> T {
