@@ -139,22 +139,23 @@ package struct ServerSchema: Sendable {
             """,
             "CREATE TABLE IF NOT EXISTS \(schema)._skyros_meta (key text PRIMARY KEY, value text NOT NULL)",
             "INSERT INTO \(schema)._skyros_meta (key, value) VALUES ('horizon', '0') ON CONFLICT DO NOTHING",
+            // One statement-level trigger per kind of change, with its transition table: a
+            // multi-row INSERT of 1,000 rows logs them in one set-based INSERT (a row-level
+            // trigger would run 1,000 times), and notifies once.
             """
-            CREATE OR REPLACE FUNCTION \(schema)._skyros_record() RETURNS trigger LANGUAGE plpgsql AS $$
+            CREATE OR REPLACE FUNCTION \(schema)._skyros_changes() RETURNS trigger LANGUAGE plpgsql AS $$
             BEGIN
-              IF TG_OP <> 'INSERT' THEN
-                INSERT INTO \(schema)._skyros_log (entity, id) VALUES (TG_TABLE_NAME, OLD."_id");
+              IF TG_OP = 'INSERT' THEN
+                INSERT INTO \(schema)._skyros_log (entity, id) SELECT TG_TABLE_NAME, "_id" FROM skyros_new;
+              ELSIF TG_OP = 'UPDATE' THEN
+                INSERT INTO \(schema)._skyros_log (entity, id)
+                  SELECT TG_TABLE_NAME, "_id" FROM skyros_old UNION SELECT TG_TABLE_NAME, "_id" FROM skyros_new;
+              ELSE
+                INSERT INTO \(schema)._skyros_log (entity, id) SELECT TG_TABLE_NAME, "_id" FROM skyros_old;
               END IF;
-              IF TG_OP <> 'DELETE' AND (TG_OP = 'INSERT' OR NEW."_id" IS DISTINCT FROM OLD."_id") THEN
-                INSERT INTO \(schema)._skyros_log (entity, id) VALUES (TG_TABLE_NAME, NEW."_id");
+              IF FOUND THEN
+                PERFORM pg_notify(\(Self.literal(channel)), '');
               END IF;
-              RETURN NULL;
-            END $$
-            """,
-            """
-            CREATE OR REPLACE FUNCTION \(schema)._skyros_notify() RETURNS trigger LANGUAGE plpgsql AS $$
-            BEGIN
-              PERFORM pg_notify(\(Self.literal(channel)), '');
               RETURN NULL;
             END $$
             """,
@@ -218,16 +219,15 @@ package struct ServerSchema: Sendable {
                     ON \(qualified) (\(index.map(Self.quote).joined(separator: ", ")))
                     """)
             }
-            if !found.triggers.contains("\(table.name)._skyros_record") {
-                statements.append("""
-                    CREATE OR REPLACE TRIGGER _skyros_record AFTER INSERT OR UPDATE OR DELETE ON \(qualified) \
-                    FOR EACH ROW EXECUTE FUNCTION \(Self.quote(name))._skyros_record()
-                    """)
+            // Servers set up by the first sync build logged with a row-level trigger and
+            // notified from a second one: both give way to the statement-level triggers.
+            for old in ["_skyros_record", "_skyros_notify"] where found.triggers.contains("\(table.name).\(old)") {
+                statements.append("DROP TRIGGER IF EXISTS \(old) ON \(qualified)")
             }
-            if !found.triggers.contains("\(table.name)._skyros_notify") {
+            for (trigger, event, transition) in Self.changeTriggers where !found.triggers.contains("\(table.name).\(trigger)") {
                 statements.append("""
-                    CREATE OR REPLACE TRIGGER _skyros_notify AFTER INSERT OR UPDATE OR DELETE ON \(qualified) \
-                    FOR EACH STATEMENT EXECUTE FUNCTION \(Self.quote(name))._skyros_notify()
+                    CREATE OR REPLACE TRIGGER \(trigger) AFTER \(event) ON \(qualified) \
+                    REFERENCING \(transition) FOR EACH STATEMENT EXECUTE FUNCTION \(Self.quote(name))._skyros_changes()
                     """)
             }
         }
@@ -238,6 +238,14 @@ package struct ServerSchema: Sendable {
             """)
         return statements
     }
+
+    /// The triggers that log every change to a group table: name, event, transition tables
+    /// (PostgreSQL allows transition tables only on a trigger of one event).
+    static let changeTriggers = [
+        ("_skyros_inserted", "INSERT", "NEW TABLE AS skyros_new"),
+        ("_skyros_updated", "UPDATE", "OLD TABLE AS skyros_old NEW TABLE AS skyros_new"),
+        ("_skyros_deleted", "DELETE", "OLD TABLE AS skyros_old"),
+    ]
 
     /// A column's definition: name, type, default, NOT NULL.
     private func columnSQL(_ column: Column) -> String {

@@ -126,12 +126,223 @@ package struct ServerSession: Sendable {
         case rejected(String)
     }
 
-    /// Uploads change sets in order, in one transaction, each in its own savepoint with its
-    /// (machine, number) record: a change set the server refuses (a unique value another
-    /// machine took, a `.deny` rule, an object deleted on the server) is rolled back alone and
-    /// recorded as rejected; the others are applied. Throws (nothing applied) for anything
-    /// that is not the change sets' fault: the connection, the server's disk, a missing table.
+    /// Uploads change sets in order, exactly once: a change set the server refuses (a unique
+    /// value another machine took, a `.deny` rule, an object deleted on the server) is
+    /// recorded as rejected with its reason; the others are applied. Throws (the change sets
+    /// not yet applied stay unapplied) for anything that is not the change sets' fault: the
+    /// connection, the server's disk, a missing table.
+    ///
+    /// The batch goes as one statement when it can (``uploadTogether(_:machine:)``: its net
+    /// effect, a multi-row statement per table and kind of change, with the records of every
+    /// change set, in one transaction of its own). When the server refuses that statement for
+    /// something a change set did, the batch is split in halves, each tried the same way, down
+    /// to the one change set at fault, which goes alone in a savepoint
+    /// (``uploadOneByOne(_:machine:)``): so a refusal costs a few statements, and finds its
+    /// change set exactly.
     package func upload(_ batch: [(number: Int64, changes: QueuedChangeSet)], machine: UUID) async throws -> [UploadOutcome] {
+        try await upload(batch[...], machine: machine)
+    }
+
+    private func upload(_ batch: ArraySlice<(number: Int64, changes: QueuedChangeSet)>, machine: UUID) async throws -> [UploadOutcome] {
+        guard !batch.isEmpty else { return [] }
+        if batch.allSatisfy({ !$0.changes.reset }) {
+            do {
+                try await uploadTogether(batch, machine: machine)
+                return Array(repeating: .applied, count: batch.count)
+            } catch let error as PSQLError where Self.isBatchFault(error) {
+                // A change set of the batch is at fault (or one was applied before): find it.
+            } catch is Refusal {
+                // A value of the batch does not fit its column: find its change set.
+            }
+        }
+        if batch.count == 1 { return try await uploadOneByOne(Array(batch), machine: machine) }
+        let middle = batch.startIndex + batch.count / 2
+        return try await upload(batch[..<middle], machine: machine) + upload(batch[middle...], machine: machine)
+    }
+
+    /// Applies a batch of change sets as one autocommitted statement: data-modifying `WITH`
+    /// clauses record every change set's (machine, number) (a plain INSERT: one recorded
+    /// before fails the statement) and apply the batch's net effect, each object once (an
+    /// insert with the values of the later updates, an update with the last value of each
+    /// property changed, a delete), a table and kind of change at a time with its rows
+    /// unnested from text arrays. The statement fails, and nothing is applied, when an updated
+    /// object is missing on the server (its count is checked by a division by zero), when a
+    /// constraint refuses a row (foreign keys are checked at its commit), or when a value
+    /// does not fit its column.
+    private func uploadTogether(_ batch: ArraySlice<(number: Int64, changes: QueuedChangeSet)>, machine: UUID) async throws {
+        var net = NetEffect()
+        for (_, changes) in batch {
+            guard net.add(changes, schema: schema) else { throw Refusal(reason: "an object is deleted and then inserted again in the batch") }
+        }
+        var parameters: [String?] = [machine.uuidString.lowercased(), Self.arrayLiteral(batch.map { String($0.number) })]
+        func parameter(_ value: String) -> String {
+            parameters.append(value)
+            return "$\(parameters.count)"
+        }
+        var clauses = [
+            "recorded AS (INSERT INTO \(ServerSchema.quote(schema.name))._skyros_uploads (machine, number) SELECT $1::uuid, unnest($2::bigint[]))"
+        ]
+        var checks: [String] = []
+        for group in net.groups(schema: schema) {
+            let table = group.table
+            let qualified = schema.qualified(table.name)
+            var arrays = [parameter(Self.arrayLiteral(group.rows.map { $0.id.uuidString.lowercased() }))]
+            for column in group.columns {
+                var texts: [String?] = []
+                texts.reserveCapacity(group.rows.count)
+                for row in group.rows {
+                    texts.append(try text(row.values[column.name] ?? .null, column, row.entity, row.id))
+                }
+                arrays.append(parameter(Self.arrayLiteral(texts)))
+            }
+            let names = (0...group.columns.count).map { "c\($0)" }
+            let source = "unnest(\(arrays.map { "\($0)::text[]" }.joined(separator: ", "))) AS u(\(names.joined(separator: ", ")))"
+            let label = "\(group.kind.rawValue)\(clauses.count)"
+            switch group.kind {
+            case .insert:
+                let columns = ["\"_id\""] + group.columns.map { ServerSchema.quote($0.name) }
+                let inputs = ["u.c0::uuid"] + group.columns.enumerated().map { $1.type.input("u.c\($0 + 1)") }
+                clauses.append("\(label) AS (INSERT INTO \(qualified) (\(columns.joined(separator: ", "))) SELECT \(inputs.joined(separator: ", ")) FROM \(source))")
+            case .update:
+                if group.columns.isEmpty {
+                    // Only to-manys changed: the object must still be there.
+                    checks.append("(SELECT count(*) FROM \(qualified) WHERE \"_id\" = ANY(\(arrays[0])::uuid[])) = \(group.rows.count)")
+                    continue
+                }
+                let assignments = group.columns.enumerated().map { "\(ServerSchema.quote($1.name)) = \($1.type.input("u.c\($0 + 1)"))" }
+                clauses.append("""
+                    \(label) AS (UPDATE \(qualified) AS t SET \(assignments.joined(separator: ", ")) FROM \(source) \
+                    WHERE t."_id" = u.c0::uuid RETURNING 1)
+                    """)
+                checks.append("(SELECT count(*) FROM \(label)) = \(group.rows.count)")
+            case .none:
+                continue
+            case .delete:
+                clauses.append("\(label) AS (DELETE FROM \(qualified) WHERE \"_id\" = ANY(\(arrays[0])::uuid[]))")
+            }
+        }
+        let verdict = checks.isEmpty ? "1" : "1 / (CASE WHEN \(checks.joined(separator: " AND ")) THEN 1 ELSE 0 END)"
+        try await run("WITH \(clauses.joined(separator: ", ")) SELECT \(verdict)", parameters)
+    }
+
+    /// The net effect of consecutive change sets of one machine: each object once, as
+    /// inserted, updated or deleted, with the last value of every property the change sets
+    /// wrote (the same as applying them one after the other, since no other writer comes
+    /// between them in one statement).
+    struct NetEffect {
+        enum Kind: String {
+            case insert = "i", update = "u", delete = "d"
+            /// Inserted and deleted in the batch: the server never sees it.
+            case none = "n"
+        }
+        struct Object {
+            var entity: String
+            var id: UUID
+            var kind: Kind
+            var values: [String: StoredValue]
+        }
+        private(set) var objects: [Object] = []
+        private var positions: [Reference: Int] = [:]
+        private typealias Reference = QueuedChangeSet.Reference
+
+        /// Adds a change set; false for a sequence the net effect cannot express (an object
+        /// deleted, then inserted or updated again; inserted twice).
+        mutating func add(_ changes: QueuedChangeSet, schema: ServerSchema) -> Bool {
+            for row in changes.inserted where schema.table(row.entity) != nil {
+                let key = Reference(entity: row.entity, id: row.id)
+                guard positions[key] == nil else { return false }
+                positions[key] = objects.count
+                objects.append(Object(entity: row.entity, id: row.id, kind: .insert, values: row.values))
+            }
+            for row in changes.updated where schema.table(row.entity) != nil {
+                let key = Reference(entity: row.entity, id: row.id)
+                if let position = positions[key] {
+                    guard objects[position].kind == .insert || objects[position].kind == .update else { return false }
+                    objects[position].values.merge(row.values) { $1 }
+                } else {
+                    positions[key] = objects.count
+                    objects.append(Object(entity: row.entity, id: row.id, kind: .update, values: row.values))
+                }
+            }
+            for reference in changes.deleted where schema.table(reference.entity) != nil {
+                if let position = positions[reference] {
+                    switch objects[position].kind {
+                    case .insert, .none: objects[position].kind = .none  // never reaches the server
+                    case .update, .delete: objects[position].kind = .delete
+                    }
+                    objects[position].values = [:]
+                } else {
+                    positions[reference] = objects.count
+                    objects.append(Object(entity: reference.entity, id: reference.id, kind: .delete, values: [:]))
+                }
+            }
+            return true
+        }
+
+        /// One statement's worth of rows: a table, a kind of change, the columns written.
+        struct Group {
+            var table: ServerSchema.Table
+            var kind: Kind
+            var columns: [ServerSchema.Column]
+            var rows: [Object]
+        }
+
+        /// The objects grouped by table, kind and the columns they write (in the table's
+        /// column order), inserts first, then updates, then deletes.
+        func groups(schema: ServerSchema) -> [Group] {
+            var groups: [Group] = []
+            var index: [String: Int] = [:]
+            for kind in [Kind.insert, .update, .delete] {
+                for object in objects where object.kind == kind {
+                    guard let table = schema.table(object.entity) else { continue }
+                    let columns = kind == .delete ? [] : table.columns.filter { object.values[$0.name] != nil }
+                    let key = "\(kind.rawValue)\u{1}\(table.name)\u{1}" + columns.map(\.name).joined(separator: "\u{1}")
+                    if let position = index[key] {
+                        groups[position].rows.append(object)
+                    } else {
+                        index[key] = groups.count
+                        groups.append(Group(table: table, kind: kind, columns: columns, rows: [object]))
+                    }
+                }
+            }
+            return groups
+        }
+    }
+
+    /// A PostgreSQL array literal of text elements (`{"a",NULL,"b\"c"}`), for a `$n::text[]`
+    /// parameter: one parameter carries a column of any number of rows.
+    package static func arrayLiteral(_ elements: [String?]) -> String {
+        var literal = "{"
+        literal.reserveCapacity(elements.count * 16)
+        for (position, element) in elements.enumerated() {
+            if position > 0 { literal += "," }
+            guard let element else {
+                literal += "NULL"
+                continue
+            }
+            literal += "\""
+            for character in element.unicodeScalars {
+                if character == "\"" || character == "\\" { literal.unicodeScalars.append("\\") }
+                literal.unicodeScalars.append(character)
+            }
+            literal += "\""
+        }
+        return literal + "}"
+    }
+
+    /// Whether the server refused a batch statement for something one of its change sets did
+    /// (SQLSTATE classes 21, 22, 23 and 27: a cardinality, a data exception, including the
+    /// count check's division by zero, a constraint, a change a cascade made twice): the batch
+    /// is split to find it. Anything else is the server's or the connection's, and thrown.
+    static func isBatchFault(_ error: PSQLError) -> Bool {
+        guard error.code == .server, let state = error.serverInfo?[.sqlState] else { return false }
+        return ["21", "22", "23", "27"].contains { state.hasPrefix($0) }
+    }
+
+    /// Uploads change sets one by one in one transaction, each in its own savepoint with its
+    /// (machine, number) record: a change set the server refuses is rolled back alone and
+    /// recorded as rejected; one recorded before (a retry after a lost reply) is skipped.
+    private func uploadOneByOne(_ batch: [(number: Int64, changes: QueuedChangeSet)], machine: UUID) async throws -> [UploadOutcome] {
         var outcomes: [UploadOutcome] = []
         let machineText = machine.uuidString.lowercased()
         try await run("BEGIN")
@@ -223,10 +434,14 @@ package struct ServerSession: Sendable {
     }
 
     private func text(_ value: StoredValue, _ column: ServerSchema.Column, _ row: QueuedChangeSet.Row) throws -> String? {
+        try text(value, column, row.entity, row.id)
+    }
+
+    private func text(_ value: StoredValue, _ column: ServerSchema.Column, _ entity: String, _ id: UUID) throws -> String? {
         do {
             return try column.type.serverText(value, typeName: column.typeName)
         } catch let error as SkyrosError {
-            throw Refusal(reason: "\(row.entity).\(column.name) of \(row.id.uuidString): \(error.message)")
+            throw Refusal(reason: "\(entity).\(column.name) of \(id.uuidString): \(error.message)")
         }
     }
 

@@ -70,7 +70,7 @@ package final class SyncEngine: Sendable {
         /// The longest wait between two attempts to reach the server.
         package var maximumRetryDelay: Duration = .seconds(5)
         /// The most change sets uploaded in one transaction.
-        package var uploadBatch = 256
+        package var uploadBatch = 1_000
         /// How often the server's log is compacted.
         package var compactionInterval: Duration = .seconds(600)
         /// The longest one statement may wait for the server's answer before the connection is

@@ -54,13 +54,29 @@ package struct QueuedChangeSet: Codable, Sendable, Equatable {
         package var entity: String
         package var id: UUID
         package var values: [String: StoredValue]
+
+        /// An object of `entity` and some of its values.
+        package init(entity: String, id: UUID, values: [String: StoredValue]) {
+            self.entity = entity
+            self.id = id
+            self.values = values
+        }
     }
 
     /// An object.
     package struct Reference: Codable, Sendable, Equatable, Hashable {
         package var entity: String
         package var id: UUID
+
+        /// An object of `entity`.
+        package init(entity: String, id: UUID) {
+            self.entity = entity
+            self.id = id
+        }
     }
+
+    /// An empty change set.
+    package init() {}
 
     /// Inserted objects with all their values.
     package var inserted: [Row] = []

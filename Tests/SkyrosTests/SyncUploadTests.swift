@@ -1,0 +1,139 @@
+import Foundation
+import Logging
+import NIOPosix
+import PostgresNIO
+import Skyros
+import SkyrosSync
+import SkyrosTestModels
+import Testing
+
+/// The uploader's statements against a real PostgreSQL (DESIGN §9): a batch of change sets
+/// goes as one statement of its net effect; a change set the server refuses is found by
+/// splitting the batch, and rejected alone; a batch sent again is applied once.
+@Suite("Sync uploads", .serialized, .timeLimit(.minutes(2)))
+struct SyncUploadTests {
+    typealias Batch = [(number: Int64, changes: QueuedChangeSet)]
+
+    /// A session on a database of its own, with the group's tables made.
+    struct Session {
+        let postgres: PostgresServer
+        let database: String
+        let connection: PostgresConnection
+        let session: ServerSession
+
+        static func make() async throws -> Session {
+            let postgres = try PostgresServer.shared()
+            let database = try postgres.createUniqueDatabase(prefix: "upload")
+            let configuration = SyncConfiguration(
+                host: postgres.host, port: postgres.port, username: postgres.superuser, database: database, schema: "g_up",
+                tls: .disable)
+            var logger = Logger(label: "test")
+            logger.logLevel = .critical
+            let connection = try await PostgresConnection.connect(
+                on: MultiThreadedEventLoopGroup.singleton.any(), configuration: try configuration.connectionConfiguration(),
+                id: 1, logger: logger)
+            let session = ServerSession(connection: connection, schema: ServerSchema(testSchema, name: "g_up"), logger: logger)
+            try await session.ensureSchema()
+            return Session(postgres: postgres, database: database, connection: connection, session: session)
+        }
+
+        @discardableResult
+        func psql(_ sql: String) throws -> String { try postgres.psql(sql, database: database) }
+
+        func close() async { try? await connection.close() }
+    }
+
+    static func user(_ id: UUID, handle: String, age: Int64 = 0, lastname: String = "") -> QueuedChangeSet.Row {
+        QueuedChangeSet.Row(entity: "User", id: id, values: [
+            "firstname": .text("f"), "lastname": .text(lastname), "age": .integer(age), "email": .null, "handle": .text(handle),
+        ])
+    }
+
+    static func change(inserted: [QueuedChangeSet.Row] = [], updated: [QueuedChangeSet.Row] = [], deleted: [UUID] = []) -> QueuedChangeSet {
+        var changes = QueuedChangeSet()
+        changes.inserted = inserted
+        changes.updated = updated
+        changes.deleted = deleted.map { QueuedChangeSet.Reference(entity: "User", id: $0) }
+        return changes
+    }
+
+    @Test("a batch goes as its net effect: inserts, later updates merged, made-and-deleted never sent, deletes; each change set recorded once")
+    func netEffect() async throws {
+        let server = try await Session.make()
+        defer { Task { await server.close() } }
+        let machine = UUID()
+        let ids = (0..<40).map { _ in UUID() }
+        var batch: Batch = []
+        for (index, id) in ids.enumerated() {
+            batch.append((Int64(index + 1), Self.change(inserted: [Self.user(id, handle: "h\(index)", age: Int64(index))])))
+        }
+        // Later change sets of the same batch: an update of one property, then another.
+        batch.append((41, Self.change(updated: [QueuedChangeSet.Row(entity: "User", id: ids[0], values: ["age": .integer(100)])])))
+        batch.append((42, Self.change(updated: [QueuedChangeSet.Row(entity: "User", id: ids[0], values: ["lastname": .text("O'Brien \"q\" {a,b} \\")])])))
+        // Made and deleted in the batch: the server never has it.
+        let ephemeral = UUID()
+        batch.append((43, Self.change(inserted: [Self.user(ephemeral, handle: "gone")])))
+        batch.append((44, Self.change(deleted: [ephemeral, ids[1]])))
+        let outcomes = try await server.session.upload(batch, machine: machine)
+        #expect(outcomes == Array(repeating: .applied, count: 44))
+        #expect(try server.psql("SELECT count(*) FROM g_up.\"User\"") == "39")
+        #expect(try server.psql("SELECT age || '|' || lastname FROM g_up.\"User\" WHERE handle = 'h0'") == "100|O'Brien \"q\" {a,b} \\")
+        #expect(try server.psql("SELECT count(*) FROM g_up.\"User\" WHERE handle IN ('h1', 'gone')") == "0")
+        #expect(try server.psql("SELECT count(*) || '|' || min(number) || '|' || max(number) FROM g_up._skyros_uploads WHERE rejected IS NULL") == "44|1|44")
+        // The statement-level triggers logged each object the server saw once: the 39 inserts
+        // (h1 and the ephemeral one were deleted in the batch; h0's updates went in its insert).
+        #expect(try server.psql("SELECT count(*) || '|' || count(DISTINCT id) FROM g_up._skyros_log") == "39|39")
+
+        // Sent again (a retry after a lost reply): nothing applied twice.
+        let again = try await server.session.upload(batch, machine: machine)
+        #expect(again == Array(repeating: .alreadyApplied, count: 44))
+        #expect(try server.psql("SELECT count(*) FROM g_up._skyros_uploads") == "44")
+        #expect(try server.psql("SELECT age FROM g_up.\"User\" WHERE handle = 'h0'") == "100")
+    }
+
+    @Test("refused change sets in a batch are found and rejected alone, with their reasons; the others are applied")
+    func refusalsFound() async throws {
+        let server = try await Session.make()
+        defer { Task { await server.close() } }
+        let machine = UUID()
+        let taken = UUID()
+        let doomed = UUID()
+        try server.psql("""
+            INSERT INTO g_up."User" ("_id", firstname, lastname, age, handle) VALUES ('\(taken.uuidString)', 'a', 'b', 1, 'taken');
+            INSERT INTO g_up."User" ("_id", firstname, lastname, age, handle) VALUES ('\(doomed.uuidString)', 'a', 'b', 1, 'doomed');
+            """)
+        try server.psql("DELETE FROM g_up.\"User\" WHERE handle = 'doomed'")
+        var batch: Batch = []
+        for index in 1...64 {
+            let handle = index == 23 ? "taken" : "u\(index)"
+            batch.append((Int64(index), Self.change(inserted: [Self.user(UUID(), handle: handle)])))
+        }
+        // 40: an update of an object deleted on the server.
+        batch[39] = (40, Self.change(updated: [QueuedChangeSet.Row(entity: "User", id: doomed, values: ["age": .integer(9)])]))
+        let outcomes = try await server.session.upload(batch, machine: machine)
+        for (index, outcome) in outcomes.enumerated() {
+            switch index + 1 {
+            case 23:
+                guard case .rejected(let reason) = outcome else { Issue.record("23 was \(outcome)"); continue }
+                #expect(reason.contains("23505") || reason.lowercased().contains("unique"))
+            case 40:
+                #expect(outcome == .rejected("User \(doomed.uuidString) was deleted on the server"))
+            default:
+                #expect(outcome == .applied, "change set \(index + 1)")
+            }
+        }
+        #expect(try server.psql("SELECT count(*) FROM g_up.\"User\"") == "63")
+        #expect(try server.psql("SELECT string_agg(number::text, ',' ORDER BY number) FROM g_up._skyros_uploads WHERE rejected IS NOT NULL") == "23,40")
+        #expect(try server.psql("SELECT count(*) FROM g_up._skyros_uploads") == "64")
+    }
+
+    @Test("a column of any text crosses as one array parameter: quotes, backslashes, commas, braces, NULL, empty, non-ASCII")
+    func arrayLiteral() async throws {
+        let server = try await Session.make()
+        defer { Task { await server.close() } }
+        let texts: [String?] = ["plain", "", nil, "a,b", "{x}", "q\"uote", "back\\slash", "NULL", "  spaced  ", "é 漢字 🎉", "'single'"]
+        let rows = try await server.session.run(
+            "SELECT x FROM unnest($1::text[]) WITH ORDINALITY AS t(x, n) ORDER BY n", [ServerSession.arrayLiteral(texts)])
+        #expect(rows.map { $0[0] } == texts)
+    }
+}
