@@ -138,8 +138,11 @@ struct GroupCommit {
         var queued = lastQueued
         let queues = queuesUploads
         var refusal: SkyrosError?
+        // A turn of sync checkpoints only is not waited on by the disk: the server has it, and
+        // a power loss that takes it takes the checkpoint's cursor too, so it is read again.
+        let durability: Durability = saves.allSatisfy(\.fromSync) ? .normal : .full
         do {
-            try store.transaction { transaction in
+            try store.transaction(durability: durability) { transaction in
                 for (index, save) in saves.enumerated() {
                     do {
                         if !save.fromSync, let answer = try previousAnswer(save, transaction) {

@@ -312,22 +312,25 @@ package struct ServerSession: Sendable {
     /// A PostgreSQL array literal of text elements (`{"a",NULL,"b\"c"}`), for a `$n::text[]`
     /// parameter: one parameter carries a column of any number of rows.
     package static func arrayLiteral(_ elements: [String?]) -> String {
-        var literal = "{"
-        literal.reserveCapacity(elements.count * 16)
+        var literal: [UInt8] = [UInt8(ascii: "{")]
+        literal.reserveCapacity(elements.count * 24)
         for (position, element) in elements.enumerated() {
-            if position > 0 { literal += "," }
-            guard let element else {
-                literal += "NULL"
+            if position > 0 { literal.append(UInt8(ascii: ",")) }
+            guard var element else {
+                literal.append(contentsOf: "NULL".utf8)
                 continue
             }
-            literal += "\""
-            for character in element.unicodeScalars {
-                if character == "\"" || character == "\\" { literal.unicodeScalars.append("\\") }
-                literal.unicodeScalars.append(character)
+            literal.append(UInt8(ascii: "\""))
+            element.withUTF8 { utf8 in
+                for byte in utf8 {
+                    if byte == UInt8(ascii: "\"") || byte == UInt8(ascii: "\\") { literal.append(UInt8(ascii: "\\")) }
+                    literal.append(byte)
+                }
             }
-            literal += "\""
+            literal.append(UInt8(ascii: "\""))
         }
-        return literal + "}"
+        literal.append(UInt8(ascii: "}"))
+        return String(decoding: literal, as: UTF8.self)
     }
 
     /// Whether the server refused a batch statement for something one of its change sets did

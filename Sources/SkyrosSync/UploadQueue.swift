@@ -93,9 +93,181 @@ package struct QueuedChangeSet: Codable, Sendable, Equatable {
             + deleted
     }
 
-    /// Its bytes in the queue.
-    package func encoded() throws -> Data { try JSONEncoder().encode(self) }
+    /// Its bytes in the queue: a compact binary form (``QueuedChangeSet/binaryFormat``), a
+    /// few times faster to make and read than JSON, which the daemon pays on every commit
+    /// and the uploader on every change set.
+    package func encoded() throws -> Data {
+        var writer = BinaryWriter()
+        writer.bytes.append(Self.binaryFormat)
+        writer.bytes.append(reset ? 1 : 0)
+        writer.count(inserted.count)
+        for row in inserted { writer.row(row) }
+        writer.count(updated.count)
+        for row in updated { writer.row(row) }
+        writer.count(deleted.count)
+        for reference in deleted {
+            writer.string(reference.entity)
+            writer.uuid(reference.id)
+        }
+        return Data(writer.bytes)
+    }
 
-    /// A queued change set from its bytes.
-    package static func decode(_ data: Data) throws -> QueuedChangeSet { try JSONDecoder().decode(Self.self, from: data) }
+    /// A queued change set from its bytes: the binary form, or JSON (what queues written
+    /// before the binary form hold).
+    ///
+    /// - Throws: ``SkyrosError/Code/storeFailure`` for bytes that are neither.
+    package static func decode(_ data: Data) throws -> QueuedChangeSet {
+        if data.first == UInt8(ascii: "{") { return try JSONDecoder().decode(Self.self, from: data) }
+        return try data.withUnsafeBytes { buffer in
+            var reader = BinaryReader(bytes: buffer)
+            guard try reader.byte() == binaryFormat else {
+                throw SkyrosError(.storeFailure, "a change set in skyros_sync_queue has an unknown format")
+            }
+            var changes = QueuedChangeSet()
+            changes.reset = try reader.byte() & 1 != 0
+            for _ in 0..<(try reader.count()) { changes.inserted.append(try reader.row()) }
+            for _ in 0..<(try reader.count()) { changes.updated.append(try reader.row()) }
+            for _ in 0..<(try reader.count()) {
+                changes.deleted.append(Reference(entity: try reader.string(), id: try reader.uuid()))
+            }
+            guard reader.isAtEnd else { throw SkyrosError(.storeFailure, "a change set in skyros_sync_queue has trailing bytes") }
+            return changes
+        }
+    }
+
+    /// The first byte of the binary form (JSON starts with `{`). After it: a flags byte (1:
+    /// reset), then the inserted rows, the updated rows and the deleted references, each list
+    /// a count and its items. A row is its entity, its id (16 bytes) and a count of (property
+    /// name, value) pairs; a value is a tag (0 null, 1 integer, 2 real, 3 text, 4 blob) and
+    /// its payload (8 bytes little-endian for numbers, a length and bytes for text and blobs).
+    /// Counts and lengths are LEB128 varints; strings UTF-8.
+    package static let binaryFormat: UInt8 = 1
+}
+
+/// Appends the binary form of a ``QueuedChangeSet``.
+private struct BinaryWriter {
+    var bytes: [UInt8] = []
+
+    init() { bytes.reserveCapacity(256) }
+
+    mutating func count(_ value: Int) {
+        var value = UInt64(value)
+        while value >= 0x80 {
+            bytes.append(UInt8(truncatingIfNeeded: value) | 0x80)
+            value >>= 7
+        }
+        bytes.append(UInt8(value))
+    }
+
+    mutating func string(_ text: String) {
+        var text = text
+        text.withUTF8 { utf8 in
+            count(utf8.count)
+            bytes.append(contentsOf: utf8)
+        }
+    }
+
+    mutating func uuid(_ id: UUID) {
+        withUnsafeBytes(of: id.uuid) { bytes.append(contentsOf: $0) }
+    }
+
+    mutating func fixed(_ value: UInt64) {
+        withUnsafeBytes(of: value.littleEndian) { bytes.append(contentsOf: $0) }
+    }
+
+    mutating func row(_ row: QueuedChangeSet.Row) {
+        string(row.entity)
+        uuid(row.id)
+        count(row.values.count)
+        for (name, value) in row.values {
+            string(name)
+            switch value {
+            case .null: bytes.append(0)
+            case .integer(let number):
+                bytes.append(1)
+                fixed(UInt64(bitPattern: number))
+            case .real(let number):
+                bytes.append(2)
+                fixed(number.bitPattern)
+            case .text(let text):
+                bytes.append(3)
+                string(text)
+            case .blob(let data):
+                bytes.append(4)
+                count(data.count)
+                bytes.append(contentsOf: data)
+            }
+        }
+    }
+}
+
+/// Reads the binary form of a ``QueuedChangeSet``; every read checks the bounds.
+private struct BinaryReader {
+    let bytes: UnsafeRawBufferPointer
+    var position = 0
+
+    var isAtEnd: Bool { position == bytes.count }
+
+    private static func truncated() -> SkyrosError {
+        SkyrosError(.storeFailure, "a change set in skyros_sync_queue is truncated")
+    }
+
+    mutating func byte() throws -> UInt8 {
+        guard position < bytes.count else { throw Self.truncated() }
+        defer { position += 1 }
+        return bytes[position]
+    }
+
+    mutating func count() throws -> Int {
+        var value: UInt64 = 0
+        var shift: UInt64 = 0
+        while true {
+            let byte = try byte()
+            guard shift < 63 else { throw Self.truncated() }
+            value |= UInt64(byte & 0x7F) << shift
+            if byte < 0x80 { break }
+            shift += 7
+        }
+        guard value <= UInt64(bytes.count - position) * 8 + 64 else { throw Self.truncated() }
+        return Int(value)
+    }
+
+    mutating func take(_ length: Int) throws -> UnsafeRawBufferPointer {
+        guard length >= 0, length <= bytes.count - position else { throw Self.truncated() }
+        defer { position += length }
+        return UnsafeRawBufferPointer(rebasing: bytes[position..<position + length])
+    }
+
+    mutating func string() throws -> String {
+        String(decoding: try take(try count()), as: UTF8.self)
+    }
+
+    mutating func uuid() throws -> UUID {
+        let raw = try take(16)
+        return UUID(uuid: raw.loadUnaligned(as: uuid_t.self))
+    }
+
+    mutating func fixed() throws -> UInt64 {
+        UInt64(littleEndian: try take(8).loadUnaligned(as: UInt64.self))
+    }
+
+    mutating func row() throws -> QueuedChangeSet.Row {
+        let entity = try string()
+        let id = try uuid()
+        let count = try count()
+        var values: [String: StoredValue] = [:]
+        values.reserveCapacity(count)
+        for _ in 0..<count {
+            let name = try string()
+            switch try byte() {
+            case 0: values[name] = .null
+            case 1: values[name] = .integer(Int64(bitPattern: try fixed()))
+            case 2: values[name] = .real(Double(bitPattern: try fixed()))
+            case 3: values[name] = .text(try string())
+            case 4: values[name] = .blob(Data(try take(try self.count())))
+            default: throw SkyrosError(.storeFailure, "a change set in skyros_sync_queue has a value of an unknown kind")
+            }
+        }
+        return QueuedChangeSet.Row(entity: entity, id: id, values: values)
+    }
 }

@@ -158,6 +158,28 @@ struct StoreTests {
         #expect(try normal.effectiveDurability() == .normal)
     }
 
+    @Test("a transaction committed with weaker durability (the daemon's sync checkpoints) commits, and leaves the store at FULL")
+    func weakerDurabilityForOneTransaction() throws {
+        let directory = try TemporaryDirectory()
+        let store = try SQLiteStore(schema: testSchema, url: directory.file("store.sqlite"))
+        let seen = try store.transaction(durability: .normal) { transaction in
+            try transaction.execute("INSERT OR REPLACE INTO skyros_metadata (key, value) VALUES ('probe', 'x')")
+            return try transaction.rows("PRAGMA synchronous").first?.first
+        }
+        #expect(seen == .integer(1))  // NORMAL while it ran
+        #expect(try store.effectiveDurability() == .full)
+        #expect(try store.rows("SELECT value FROM skyros_metadata WHERE key = 'probe'") == [[.text("x")]])
+        // A body that throws leaves nothing, and FULL too.
+        #expect(throws: SkyrosError.self) {
+            try store.transaction(durability: .normal) { transaction in
+                try transaction.execute("INSERT OR REPLACE INTO skyros_metadata (key, value) VALUES ('probe', 'y')")
+                throw SkyrosError(.storeFailure, "no")
+            }
+        }
+        #expect(try store.effectiveDurability() == .full)
+        #expect(try store.rows("SELECT value FROM skyros_metadata WHERE key = 'probe'") == [[.text("x")]])
+    }
+
     @Test("a store with serial access reads on its writer connection what every save committed")
     func serialAccessReads() throws {
         let directory = try TemporaryDirectory()

@@ -127,6 +127,33 @@ struct SyncUploadTests {
         #expect(try server.psql("SELECT count(*) FROM g_up._skyros_uploads") == "64")
     }
 
+    @Test("queued change sets: the binary form round-trips every kind of value; JSON queued before still reads; cut bytes are a typed error")
+    func queuedForm() throws {
+        var changes = QueuedChangeSet()
+        changes.inserted = [QueuedChangeSet.Row(entity: "Ünïcode", id: UUID(), values: [
+            "n": .null, "i": .integer(-42), "max": .integer(.max), "r": .real(-0.5), "inf": .real(.infinity),
+            "t": .text("naïve \"q\" 🎉"), "empty": .text(""), "b": .blob(Data([0, 1, 255])), "long": .text(String(repeating: "x", count: 300)),
+        ])]
+        changes.updated = [QueuedChangeSet.Row(entity: "User", id: UUID(), values: ["age": .integer(3)])]
+        changes.deleted = [QueuedChangeSet.Reference(entity: "User", id: UUID())]
+        let bytes = try changes.encoded()
+        #expect(bytes.first == QueuedChangeSet.binaryFormat)
+        #expect(try QueuedChangeSet.decode(bytes) == changes)
+        var reset = QueuedChangeSet()
+        reset.reset = true
+        #expect(try QueuedChangeSet.decode(try reset.encoded()) == reset)
+        // A queue written before the binary form holds JSON (which could not hold an infinity:
+        // a save of one failed to queue).
+        var finite = changes
+        finite.inserted[0].values["inf"] = .real(1e300)
+        #expect(try QueuedChangeSet.decode(try JSONEncoder().encode(finite)) == finite)
+        // Every cut of the bytes, and a byte too many, is refused with a code, never a crash.
+        for length in 0..<bytes.count {
+            #expect(throws: SkyrosError.self) { try QueuedChangeSet.decode(bytes.prefix(length)) }
+        }
+        #expect(throws: SkyrosError.self) { try QueuedChangeSet.decode(bytes + [0]) }
+    }
+
     @Test("a column of any text crosses as one array parameter: quotes, backslashes, commas, braces, NULL, empty, non-ASCII")
     func arrayLiteral() async throws {
         let server = try await Session.make()

@@ -125,6 +125,26 @@ extension SQLiteStore {
         }
     }
 
+    /// Runs `body` in one `BEGIN IMMEDIATE` transaction, as ``transaction(_:)`` does, committed
+    /// with `durability` when it is weaker than the store's (`.normal`: the commit does not
+    /// wait for the disk; a power loss may take it, and every later commit with it, but never
+    /// leaves a part of it).
+    ///
+    /// Package API: the daemon applies sync checkpoints this way, since a checkpoint the
+    /// store loses is read again from the server (the cursor is lost with it).
+    package func transaction<T>(durability: Durability, _ body: (Transaction) throws -> T) throws -> T {
+        guard durability == .normal, self.durability == .full else { return try transaction(body) }
+        do {
+            return try writer.writeWithoutTransaction { db in
+                try db.execute(sql: "PRAGMA synchronous = NORMAL")
+                defer { try? db.execute(sql: "PRAGMA synchronous = FULL") }
+                return try Self.immediateTransaction(db) { db in try body(Transaction(db: db, store: self)) }
+            }
+        } catch {
+            throw Self.translate(error)
+        }
+    }
+
     /// Runs a read-only query as a read (on a reader connection, or the writer one with serial
     /// access); each row is its columns' values.
     ///
