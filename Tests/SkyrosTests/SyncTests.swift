@@ -312,6 +312,60 @@ struct SyncTests {
         #expect(try server.psql("SELECT count(*) FROM g_sync._skyros_uploads") == "1")
     }
 
+    @Test("a SIGKILLed skyrosd with saves queued (and maybe in flight) uploads each once after its restart, and converges")
+    func killedDaemonRestarts() async throws {
+        let server = try Server()
+        let process = DaemonProcessTests()
+        let groups = [process.groupsDirectory(), process.groupsDirectory()]
+        defer { for path in groups { try? FileManager.default.removeItem(atPath: path) } }
+        let url = "postgresql://postgres@127.0.0.1:\(server.postgres.port)/\(server.database)?sslmode=disable"
+        func start(_ groups: String) throws -> ChildProcess {
+            let notify = try NotifySocket()
+            let daemon = try ChildProcess(
+                ["--group", "g", "--groups-dir", groups, "--sync", url, "--sync-schema", server.schema],
+                executable: DaemonProcessTests.skyrosd, environment: ["NOTIFY_SOCKET": notify.path])
+            #expect(notify.waitFor("READY=1"))
+            return daemon
+        }
+        var daemonA = try start(groups[0])
+        let daemonB = try start(groups[1])
+        var daemons = [daemonA, daemonB]
+        defer {
+            for daemon in daemons {
+                kill(daemon.pid, SIGKILL)
+                _ = daemon.wait()
+            }
+        }
+        let containers = groups.map { URL(fileURLWithPath: $0).appendingPathComponent("g") }
+        let a = try Skyros(sharedStack: testSchema, container: containers[0], timeout: 10, savesOnStop: false)
+        let b = try Skyros(sharedStack: testSchema, container: containers[1], timeout: 10, savesOnStop: false)
+        try await insert("before", into: a)
+        #expect(await eventually { try await handles(b) == ["before"] })
+
+        // A's daemon dies with saves queued and (maybe) in flight; restarted, it uploads each once.
+        try await insert("queued-1", into: a)
+        try await insert("queued-2", into: a)
+        kill(daemonA.pid, SIGKILL)
+        _ = daemonA.wait()
+        let firstLife = daemonA.readAll()
+        daemonA = try start(groups[0])
+        daemons[0] = daemonA
+        try await insert("after-restart", into: a)
+        let all = ["after-restart", "before", "queued-1", "queued-2"]
+        let converged = await eventually(seconds: 45) { try await handles(b) == all }
+        let onA = (try? await handles(a)) ?? []
+        let onB = (try? await handles(b)) ?? []
+        let onServer = (try? server.psql(#"SELECT string_agg(handle, ',' ORDER BY handle) FROM g_sync."User""#)) ?? "?"
+        if !converged {
+            // The logs, read once the daemons are gone (a live daemon's pipe never ends).
+            for daemon in daemons { kill(daemon.pid, SIGKILL); _ = daemon.wait() }
+            Issue.record("B: \(onB), A: \(onA), server: \(onServer)\nA's first life: \(firstLife)\nA: \(daemonA.readAll())\nB: \(daemonB.readAll())")
+        }
+        #expect(onA == all)
+        #expect(try server.psql(#"SELECT count(*) FROM g_sync."User""#) == "4")
+        #expect(try server.psql("SELECT count(*) FROM g_sync._skyros_uploads") == "4")
+    }
+
     @Test("an older schema version beside a newer one, both syncing: neither erases the other's columns")
     func mixedVersions() async throws {
         let server = try Server()
