@@ -344,7 +344,10 @@ package final class DaemonServer {
                 if result == .applied, !actions.isEmpty { handle.record { $0.commits += 1 } }
                 continuation.resume(returning: result)
             case .uploaded(let number, let continuation):
-                try? turn.store?.transaction { transaction in
+                // Not waited on by the disk: a deletion a power loss takes only leaves change
+                // sets the server has recorded, which the uploader skips (it starts after the
+                // server's highest number) and the next deletion drops.
+                try? turn.store?.transaction(durability: .normal) { transaction in
                     try transaction.execute("DELETE FROM skyros_sync_queue WHERE number <= ?", [.integer(number)])
                 }
                 continuation.resume()

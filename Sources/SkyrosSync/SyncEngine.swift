@@ -242,7 +242,12 @@ package final class SyncEngine: Sendable {
             }
             // Downstream: the checkpoint after the last one applied.
             let previous = cursor.withLock { $0 }
-            let checkpoint = try await session.readCheckpoint(after: previous, machine: machine)
+            // One statement when the machine has a checkpoint within the log's retention.
+            let checkpoint = if let previous, let changes = try await session.readChanges(after: previous, machine: machine) {
+                changes
+            } else {
+                try await session.readCheckpoint(after: previous, machine: machine)
+            }
             let isEmpty = !checkpoint.isSnapshot && checkpoint.objects.isEmpty && checkpoint.rejected.isEmpty
             // An empty checkpoint moves the cursor in memory only: after a restart, reading
             // again from the one the store recorded finds the same nothing.

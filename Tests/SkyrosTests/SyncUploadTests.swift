@@ -127,6 +127,43 @@ struct SyncUploadTests {
         #expect(try server.psql("SELECT count(*) FROM g_up._skyros_uploads") == "64")
     }
 
+    @Test("a checkpoint in one statement: what psql changed since the previous one, gone objects, unreadable rows, refusals")
+    func checkpointInOneStatement() async throws {
+        let server = try await Session.make()
+        defer { Task { await server.close() } }
+        let machine = UUID()
+        let first = try await server.session.readCheckpoint(after: nil, machine: machine)
+        let kept = UUID()
+        let gone = UUID()
+        try server.psql("""
+            INSERT INTO g_up."User" ("_id", firstname, lastname, age, handle) VALUES ('\(kept.uuidString)', 'a', 'b', 7, 'kept'), \
+            ('\(gone.uuidString)', 'a', 'b', 1, 'gone');
+            DELETE FROM g_up."User" WHERE handle = 'gone';
+            """)
+        let batch: Batch = [(1, Self.change(inserted: [Self.user(UUID(), handle: "kept")]))]
+        #expect(try await server.session.upload(batch, machine: machine).first != .applied)
+        let changes = try #require(try await server.session.readChanges(after: first.snapshot, machine: machine))
+        #expect(!changes.isSnapshot)
+        #expect(changes.uploadedThrough == 1)
+        let user = try #require(changes.objects[ObjectID(entityName: "User", uuid: kept)] ?? nil)
+        let entity = try #require(testSchema.entity(named: "User"))
+        let handle = try #require(entity.properties.firstIndex { $0.name == "handle" })
+        let age = try #require(entity.properties.firstIndex { $0.name == "age" })
+        #expect(user[handle] == .text("kept"))
+        #expect(user[age] == .integer(7))
+        #expect(changes.objects[ObjectID(entityName: "User", uuid: gone)] == .some(nil))
+        #expect(changes.rejected.map(\.number) == [1])
+        // Nothing since: an empty checkpoint, at a later snapshot.
+        let none = try #require(try await server.session.readChanges(after: changes.snapshot, machine: machine))
+        #expect(none.objects.isEmpty && none.rejected.isEmpty)
+        // A value the attribute cannot hold (a double's NaN) is skipped and named.
+        let post = UUID()
+        try server.psql(#"INSERT INTO g_up."Post" ("_id", title, score) VALUES ('\#(post.uuidString)', 'p', 'NaN')"#)
+        let bad = try #require(try await server.session.readChanges(after: none.snapshot, machine: machine))
+        #expect(bad.objects[ObjectID(entityName: "Post", uuid: post)] == nil)
+        #expect(bad.unreadable.count == 1)
+    }
+
     @Test("queued change sets: the binary form round-trips every kind of value; JSON queued before still reads; cut bytes are a typed error")
     func queuedForm() throws {
         var changes = QueuedChangeSet()
@@ -162,5 +199,12 @@ struct SyncUploadTests {
         let rows = try await server.session.run(
             "SELECT x FROM unnest($1::text[]) WITH ORDINALITY AS t(x, n) ORDER BY n", [ServerSession.arrayLiteral(texts)])
         #expect(rows.map { $0[0] } == texts)
+        // And back: the server's own text of the array, read as a checkpoint reads a row's cells.
+        #expect(ServerSession.arrayElements(ServerSession.arrayLiteral(texts)) == texts)
+        let echoed = try await server.session.run("SELECT $1::text[]::text", [ServerSession.arrayLiteral(texts)])
+        #expect(echoed.first?[0].flatMap(ServerSession.arrayElements) == texts)
+        #expect(ServerSession.arrayElements("{}") == [])
+        #expect(ServerSession.arrayElements("{\"unterminated}") == nil)
+        #expect(ServerSession.arrayElements("not an array") == nil)
     }
 }

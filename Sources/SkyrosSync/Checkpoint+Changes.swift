@@ -1,0 +1,164 @@
+import Foundation
+import Skyros
+
+extension ServerSession {
+    /// Reads the checkpoint after `previous` in **one statement** (one round trip): a single
+    /// statement reads at one snapshot, `pg_current_snapshot()` is that snapshot, so its head,
+    /// the log rows that became visible since `previous`, the changed objects' rows and the
+    /// refusals are one consistent checkpoint, as the REPEATABLE READ transaction of
+    /// ``readCheckpoint(after:machine:)`` gives with five or more.
+    ///
+    /// Every row of the answer is `(part, a, b, c)`: part 0 the head (snapshot, its xmin, the
+    /// machine's highest upload, whether `previous` is past the horizon, the lag), 1 an object
+    /// named by the log, 2 a row of a changed object (`c`: its cells as a text array),
+    /// 3 a refusal.
+    ///
+    /// - Returns: nil when `previous` is older than the log's horizon: the machine needs a
+    ///   snapshot instead.
+    package func readChanges(after previous: String, machine: UUID) async throws -> Checkpoint? {
+        let quoted = ServerSchema.quote(schema.name)
+        var parts = [
+            """
+            SELECT '0'::text, pg_current_snapshot()::text || '|' || pg_snapshot_xmin(pg_current_snapshot())::text, \
+            (SELECT coalesce(max(number), 0)::text FROM \(quoted)._skyros_uploads WHERE machine = $2::uuid) || '|' || \
+            (pg_snapshot_xmin($1::pg_snapshot) < (SELECT value FROM \(quoted)._skyros_meta WHERE key = 'horizon')::xid8)::text, \
+            (SELECT (extract(epoch FROM clock_timestamp() - max(at)) * 1000)::bigint::text FROM changed)
+            """,
+            "SELECT '1', entity, id::text, NULL FROM changed",
+        ]
+        for table in schema.tables {
+            let cells = table.columns.map { $0.type.output("t." + ServerSchema.quote($0.name)) + "::text" }
+            parts.append("""
+                SELECT '2', \(ServerSchema.literal(table.name)), t."_id"::text, ARRAY[\(cells.isEmpty ? "NULL" : cells.joined(separator: ", "))]::text[]::text \
+                FROM \(schema.qualified(table.name)) AS t WHERE t."_id" IN (SELECT id FROM changed WHERE entity = \(ServerSchema.literal(table.name)))
+                """)
+        }
+        parts.append("""
+            SELECT '3', number::text, rejected, objects::text FROM \(quoted)._skyros_uploads \
+            WHERE machine = $2::uuid AND rejected IS NOT NULL AND xid >= pg_snapshot_xmin($1::pg_snapshot) \
+            AND NOT pg_visible_in_snapshot(xid, $1::pg_snapshot)
+            """)
+        let sql = """
+            WITH changed AS (SELECT entity, id, max(at) AS at FROM \(quoted)._skyros_log \
+            WHERE xid >= pg_snapshot_xmin($1::pg_snapshot) AND NOT pg_visible_in_snapshot(xid, $1::pg_snapshot) \
+            GROUP BY entity, id) \
+            \(parts.joined(separator: " UNION ALL "))
+            """
+        let rows = try await run(sql, [previous, machine.uuidString.lowercased()])
+        guard let head = rows.first(where: { $0[0] == "0" }),
+            let snapshotPart = head[1]?.split(separator: "|"), snapshotPart.count == 2,
+            let uploadPart = head[2]?.split(separator: "|"), uploadPart.count == 2
+        else {
+            throw SkyrosError(.storeFailure, "the server did not give its snapshot")
+        }
+        if uploadPart[1] == "true" { return nil }
+        var checkpoint = Checkpoint(
+            snapshot: String(snapshotPart[0]), number: UInt64(snapshotPart[1]) ?? 0, isSnapshot: false,
+            uploadedThrough: Int64(uploadPart[0]) ?? 0, objects: [:], unreadable: [], rejected: [],
+            lagMilliseconds: Int(head[3] ?? "0") ?? 0)
+        // Every object the log names first: the ones without a row are gone.
+        for row in rows where row[0] == "1" {
+            guard let entity = row[1], schema.table(entity) != nil, let text = row[2], let uuid = UUID(uuidString: text) else { continue }
+            checkpoint.objects[ObjectID(entityName: entity, uuid: uuid)] = .some(nil)
+        }
+        for row in rows {
+            switch row[0] {
+            case "2":
+                guard let entity = row[1], let table = schema.table(entity), let text = row[2], let uuid = UUID(uuidString: text) else {
+                    continue
+                }
+                let id = ObjectID(entityName: entity, uuid: uuid)
+                guard let cells = Self.arrayElements(row[3] ?? ""), cells.count == max(table.columns.count, 1) else {
+                    checkpoint.unreadable.append("\(entity) \(text): the server's answer could not be read; the row is skipped")
+                    checkpoint.objects[id] = nil
+                    continue
+                }
+                switch Self.values(of: table, cells: Array(cells.prefix(table.columns.count))) {
+                case .success(let values):
+                    checkpoint.objects[id] = .some(values)
+                case .failure(let problem):
+                    checkpoint.unreadable.append("\(entity) \(text): \(problem.reason); the row is skipped")
+                    checkpoint.objects[id] = nil
+                }
+            case "3":
+                checkpoint.rejected.append(Checkpoint.Rejection(
+                    number: Int64(row[1] ?? "0") ?? 0, reason: row[2] ?? "", objects: Self.rejectedObjects(row[3])))
+            default:
+                continue
+            }
+        }
+        checkpoint.rejected.sort { $0.number < $1.number }
+        return checkpoint
+    }
+
+    /// A row's values, one per property (NULL for to-manys), from the text of its columns in
+    /// the table's column order; the reason when a value does not fit its attribute.
+    static func values(of table: ServerSchema.Table, cells: [String?]) -> Result<StoredValues, Refusal> {
+        var values = StoredValues(repeating: .null, count: table.propertyCount)
+        for (position, column) in table.columns.enumerated() {
+            let cell = cells[position]
+            guard let value = column.type.storedValue(cell, typeName: column.typeName) else {
+                return .failure(Refusal(
+                    reason: "\(column.name) holds \(cell.map { "'\($0.prefix(32))'" } ?? "NULL"), which a \(column.typeName) cannot hold"))
+            }
+            if value.isNull && !column.isOptional {
+                return .failure(Refusal(reason: "\(column.name) is NULL, and the attribute is not optional"))
+            }
+            values[column.index] = value
+        }
+        return .success(values)
+    }
+
+    /// The objects of a rejection's JSON list (`[{"entity": …, "id": …}]`).
+    static func rejectedObjects(_ json: String?) -> [ObjectID] {
+        guard let json, let list = try? JSONSerialization.jsonObject(with: Data(json.utf8)) as? [[String: String]] else { return [] }
+        return list.compactMap { entry in
+            guard let entity = entry["entity"], let text = entry["id"], let uuid = UUID(uuidString: text) else { return nil }
+            return ObjectID(entityName: entity, uuid: uuid)
+        }
+    }
+
+    /// The elements of a one-dimensional PostgreSQL array's text (`{a,"b c",NULL,"q\"x"}`):
+    /// an unquoted `NULL` is nil; quoted elements keep backslash-escaped characters. Nil for
+    /// text that is not such an array. The inverse of ``arrayLiteral(_:)``.
+    package static func arrayElements(_ text: String) -> [String?]? {
+        let bytes = Array(text.utf8)
+        guard bytes.first == UInt8(ascii: "{"), bytes.last == UInt8(ascii: "}") else { return nil }
+        var elements: [String?] = []
+        var index = 1
+        let end = bytes.count - 1
+        if index == end { return [] }
+        while index <= end {
+            var element: [UInt8] = []
+            if bytes[index] == UInt8(ascii: "\"") {
+                index += 1
+                while true {
+                    guard index < end else { return nil }
+                    let byte = bytes[index]
+                    if byte == UInt8(ascii: "\\") {
+                        guard index + 1 < end else { return nil }
+                        element.append(bytes[index + 1])
+                        index += 2
+                    } else if byte == UInt8(ascii: "\"") {
+                        index += 1
+                        break
+                    } else {
+                        element.append(byte)
+                        index += 1
+                    }
+                }
+                elements.append(String(decoding: element, as: UTF8.self))
+            } else {
+                while index < end, bytes[index] != UInt8(ascii: ",") {
+                    element.append(bytes[index])
+                    index += 1
+                }
+                let raw = String(decoding: element, as: UTF8.self)
+                elements.append(raw == "NULL" ? nil : raw)
+            }
+            guard index == end || bytes[index] == UInt8(ascii: ",") else { return nil }
+            index += 1
+        }
+        return elements
+    }
+}
