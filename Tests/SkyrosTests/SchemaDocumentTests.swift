@@ -69,6 +69,18 @@ struct SchemaDocumentTests {
         #expect(todoSchema.fingerprint == "4114692f289af5a057e456e0618af537")
     }
 
+    @Test("a default made from the clock (Date()) is never taken for a constant: one fingerprint over 500 descriptions")
+    func clockDefaultIsNotConstant() throws {
+        var fingerprints: Set<String> = []
+        for _ in 0..<500 {
+            let schema = Schema([Folder.self, Note.self])
+            fingerprints.insert(schema.fingerprint)
+            let created = schema.schemaDescription.entities.first { $0.name == "Note" }?.properties.first { $0.name == "created" }
+            #expect(created?.defaultValue == nil)
+        }
+        #expect(fingerprints.count == 1)
+    }
+
     @Test("the second worked example: a Swift model with defaults and an inferred inverse gives the document's bytes")
     func defaultsExample() throws {
         let json = ProtocolDocumentTests.example("defaults-description")

@@ -207,9 +207,15 @@ extension Schema {
 
     /// An attribute's default when it is the same value each time it is made (`Date()` is not).
     private static func constantDefault(of property: PropertyDescription) -> StoredValue? {
-        guard property.kind == .attribute, let first = try? property.makeDefault(), !first.isNull,
-            let second = try? property.makeDefault(), first == second
-        else { return nil }
+        guard property.kind == .attribute, let first = try? property.makeDefault(), !first.isNull else { return nil }
+        // A default made from the clock can come out equal twice in a row: a `Date` holds
+        // seconds since 2001 in a Double, whose resolution today is about 0.12 µs, so two
+        // `Date()` made within it are equal, and the description (and the fingerprint every
+        // hello carries) would change from one process to the next. The second value is made
+        // at least 2 µs after the first.
+        let start = DispatchTime.now().uptimeNanoseconds
+        while DispatchTime.now().uptimeNanoseconds &- start < 2_000 {}
+        guard let second = try? property.makeDefault(), first == second else { return nil }
         return first
     }
 
