@@ -221,9 +221,17 @@ package struct ServerSession: Sendable {
                 clauses.append("\(label) AS (DELETE FROM \(qualified) WHERE \"_id\" = ANY(\(arrays[0])::uuid[]))")
             }
         }
+        // The protocol counts a statement's parameters in 16 bits: a batch whose change sets
+        // write too many kinds of rows is split (as a refused one is) before it gets there.
+        guard parameters.count <= Self.maximumParameters else {
+            throw Refusal(reason: "the batch needs \(parameters.count) parameters")
+        }
         let verdict = checks.isEmpty ? "1" : "1 / (CASE WHEN \(checks.joined(separator: " AND ")) THEN 1 ELSE 0 END)"
         try await run("WITH \(clauses.joined(separator: ", ")) SELECT \(verdict)", parameters)
     }
+
+    /// The most parameters one batch statement binds (PostgreSQL's limit is 65,535).
+    static let maximumParameters = 30_000
 
     /// The net effect of consecutive change sets of one machine: each object once, as
     /// inserted, updated or deleted, with the last value of every property the change sets

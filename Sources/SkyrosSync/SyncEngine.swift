@@ -69,8 +69,11 @@ package final class SyncEngine: Sendable {
         package var pollInterval: Duration = .seconds(5)
         /// The longest wait between two attempts to reach the server.
         package var maximumRetryDelay: Duration = .seconds(5)
-        /// The most change sets uploaded in one transaction.
+        /// The most change sets uploaded in one statement.
         package var uploadBatch = 1_000
+        /// About the most bytes of queued change sets in one statement (a change set larger
+        /// than this goes alone).
+        package var uploadBatchBytes = 8 << 20
         /// How often the server's log is compacted.
         package var compactionInterval: Duration = .seconds(600)
         /// The longest one statement may wait for the server's answer before the connection is
@@ -228,7 +231,7 @@ package final class SyncEngine: Sendable {
             }
             // Upstream: everything queued, in order.
             while !isStopping {
-                let batch = try Self.queued(queue, after: uploaded, limit: settings.uploadBatch)
+                let batch = try Self.queued(queue, after: uploaded, limit: settings.uploadBatch, bytes: settings.uploadBatchBytes)
                 guard let last = batch.last?.number else { break }
                 let outcomes = try await session.upload(batch, machine: machine)
                 uploaded = last
@@ -345,18 +348,24 @@ package final class SyncEngine: Sendable {
             id: Int.random(in: 1...Int.max), logger: logger)
     }
 
-    /// Queued change sets after `number`, oldest first.
-    private static func queued(_ queue: DatabaseQueue, after number: Int64, limit: Int) throws
+    /// Queued change sets after `number`, oldest first: at most `limit`, and no more than
+    /// about `bytes` of them (at least one).
+    private static func queued(_ queue: DatabaseQueue, after number: Int64, limit: Int, bytes: Int) throws
         -> [(number: Int64, changes: QueuedChangeSet)]
     {
-        let rows = try queue.read { db in
-            try Row.fetchAll(
+        try queue.read { db in
+            var batch: [(number: Int64, changes: QueuedChangeSet)] = []
+            var total = 0
+            let rows = try Row.fetchCursor(
                 db, sql: "SELECT number, changes FROM skyros_sync_queue WHERE number > ? ORDER BY number LIMIT ?",
                 arguments: [number, limit])
-        }
-        return try rows.map { row in
-            let data: Data = row["changes"]
-            return (row["number"], try QueuedChangeSet.decode(data))
+            while let row = try rows.next() {
+                let data: Data = row["changes"]
+                if !batch.isEmpty && total + data.count > bytes { break }
+                total += data.count
+                batch.append((row["number"], try QueuedChangeSet.decode(data)))
+            }
+            return batch
         }
     }
 
