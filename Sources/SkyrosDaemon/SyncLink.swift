@@ -83,7 +83,7 @@ final class SyncLink: SyncHost {
     private static func refuse(_ work: Work) {
         switch work {
         case .apply(_, let continuation): continuation.resume(returning: .failed("the daemon is stopping"))
-        case .stage(_, let continuation): continuation.resume(returning: "the daemon is stopping")
+        case .stage(_, let continuation): continuation.resume(returning: "the daemon is stopping (a page was not staged)")
         case .uploaded(_, let continuation): continuation.resume()
         }
     }

@@ -256,7 +256,8 @@ package final class SyncEngine: Sendable {
                     after: previous, machine: machine, pageSize: settings.snapshotPageSize
                 ) { [weak host = self.host, log = self.log] page in
                     for line in page.unreadable { log("sync: \(line)") }
-                    return await host?.stage(page) ?? "the daemon is stopping"
+                    guard let host else { return "the sync engine has no daemon any more" }
+                    return await host.stage(page)
                 }
             } catch let failure as Checkpoint.StagingFailed {
                 setState(.error, "the checkpoint cannot be applied to the store: \(failure.reason)")
