@@ -57,6 +57,8 @@ package final class DaemonServer {
         package var log: @Sendable (String) -> Void
         /// The PostgreSQL server the group syncs with (DESIGN §9); nil: this machine only.
         package var sync: SyncConfiguration? = nil
+        /// How the sync engine paces itself (tests make its snapshot pages small).
+        package var syncSettings = SyncEngine.Settings()
 
         /// A configuration; every limit has the protocol's default (`maximumEventDelay` nil:
         /// ``WireProtocol/maximumEventDelay``).
@@ -162,7 +164,7 @@ package final class DaemonServer {
         admin = AdminSessions(log: configuration.log)
         let reader = try ReadWorker()
         self.reader = reader
-        sync = configuration.sync.map { SyncLink(configuration: $0, wake: { reader.wake() }, log: configuration.log) }
+        sync = configuration.sync.map { SyncLink(configuration: $0, settings: configuration.syncSettings, wake: { reader.wake() }, log: configuration.log) }
         maximumClients = Self.clientLimit(configuration)
         // The high-water mark bounds the memory each connection can hold in the queues, both ways.
         sockets = try ZMTPServer(
@@ -343,6 +345,8 @@ package final class DaemonServer {
                 perform(actions)
                 if result == .applied, !actions.isEmpty { handle.record { $0.commits += 1 } }
                 continuation.resume(returning: result)
+            case .stage(let page, let continuation):
+                continuation.resume(returning: turn.stageSnapshotPage(page))
             case .uploaded(let number, let continuation):
                 // Not waited on by the disk: a deletion a power loss takes only leaves change
                 // sets the server has recorded, which the uploader skips (it starts after the

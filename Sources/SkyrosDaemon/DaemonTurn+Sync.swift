@@ -9,8 +9,8 @@ extension DaemonTurn {
 
     /// Applies a checkpoint from the sync server as one change set (DESIGN §9): the objects it
     /// carries take the server's values (only the properties that differ are written and
-    /// published), the ones the server no longer has are deleted, and for a snapshot the
-    /// objects it does not have are deleted too. The checkpoint and the change sets the
+    /// published), the ones the server no longer has are deleted; a snapshot applies the rows
+    /// staged for it (``stageSnapshotPage(_:)``, ``applySnapshot(_:to:)``). The checkpoint and the change sets the
     /// server refused are recorded in the same transaction; the event is published like any
     /// other, as kind `syncRejected` when the server refused some of this machine's change
     /// sets, so that their apps are told.
@@ -20,6 +20,7 @@ extension DaemonTurn {
     mutating func applyCheckpoint(_ checkpoint: Checkpoint) -> (SyncApplyResult, [Action]) {
         guard let store else { return (.failed("the group has no store yet"), []) }
         guard groupCommit.lastQueued <= checkpoint.uploadedThrough else { return (.pendingUploads, []) }
+        if checkpoint.isSnapshot { return applySnapshot(checkpoint, to: store) }
         let changes: ChangeSet
         do {
             changes = try Self.changeSet(of: checkpoint, against: store)
@@ -27,16 +28,7 @@ extension DaemonTurn {
             return (.failed(SkyrosError.wrap(error).message), [])
         }
         let rejected = checkpoint.rejected
-        let record: (SQLiteStore.Transaction) throws -> Void = { transaction in
-            try transaction.execute(
-                "INSERT OR REPLACE INTO skyros_metadata (key, value) VALUES ('syncCheckpoint', ?)", [.text(checkpoint.snapshot)])
-            for rejection in rejected {
-                try transaction.execute(
-                    "INSERT OR REPLACE INTO skyros_sync_rejected (number, timestamp, reason, objects, changes) VALUES (?, ?, ?, ?, NULL)",
-                    [.integer(rejection.number), .real(Date().timeIntervalSince1970), .text(rejection.reason),
-                     .text(rejection.objects.map(\.description).joined(separator: " "))])
-            }
-        }
+        let record: (SQLiteStore.Transaction) throws -> Void = { transaction in try Self.record(checkpoint, transaction) }
         if changes.isEmpty && rejected.isEmpty {
             // Nothing changes here: the checkpoint is recorded without a change set.
             do {
@@ -67,14 +59,7 @@ extension DaemonTurn {
             )
         }
         saves.append(last)
-        let outcome = groupCommit.commit(saves, in: store)
-        for line in outcome.log { settings.log(line) }
-        let failure = outcome.results.lazy.compactMap { if case .failure(let error) = $0 { error.message } else { nil } }.first
-        guard outcome.committed, failure == nil else {
-            return (.failed(failure ?? "the checkpoint's change set was not committed"), [])
-        }
-        logPruning(outcome.pruned)
-        return (.applied, publishing(publisher.committed(outcome.events, requestsWaiting: false, now: .now)))
+        return commitCheckpoint(saves, to: store)
     }
 
     /// The change set that brings the store to the checkpoint's values.
@@ -104,16 +89,228 @@ extension DaemonTurn {
             }
             if !differing.isEmpty { changes.updated.append(ChangeSet.Update(id: id, changes: differing)) }
         }
-        if checkpoint.isSnapshot {
-            for entity in schema.entities {
-                let table = "\"" + entity.name.replacingOccurrences(of: "\"", with: "\"\"") + "\""
-                for row in try store.rows("SELECT \"_id\" FROM \(table)") {
-                    guard case .blob(let data)? = row.first, data.count == 16 else { continue }
-                    let id = ObjectID(entityName: entity.name, uuid: UUID(uuid: data.withUnsafeBytes { $0.loadUnaligned(as: uuid_t.self) }))
-                    if checkpoint.objects[id] == nil { changes.deleted.append(id) }
+        return changes
+    }
+
+    // MARK: - Snapshots
+
+    /// Stages a page of a snapshot checkpoint in temporary tables of the store's writer
+    /// connection (`temp.skyros_sync_stage_<Entity>`, one row per object: `"_id"` and a column
+    /// per stored property), out of the apps' sight: nothing is published, nothing is in the
+    /// journal, and a daemon that stops loses the stage with its connection. The first page
+    /// drops what was staged before and records which snapshot (and store schema version) the
+    /// stage holds; a later page of another snapshot, or after the store was reopened or
+    /// migrated, is refused, and the engine reads the snapshot again from its first page.
+    ///
+    /// - Returns: nil when staged, else why not.
+    mutating func stageSnapshotPage(_ page: SnapshotPage) -> String? {
+        guard let store else { return "the group has no store yet" }
+        let schema = store.schema
+        guard let entity = schema.entity(named: page.entity) else { return "the store has no entity \(page.entity)" }
+        do {
+            try store.transaction { transaction in
+                if page.isFirst {
+                    try Self.dropStage(schema, transaction)
+                    try transaction.execute("CREATE TEMP TABLE skyros_sync_stage (snapshot TEXT NOT NULL, version INTEGER NOT NULL)")
+                    try transaction.execute(
+                        "INSERT INTO temp.skyros_sync_stage (snapshot, version) VALUES (?, ?)",
+                        [.text(page.snapshot), .integer(Int64(schema.version))])
+                    for entity in schema.entities {
+                        let columns = ["\"_id\" BLOB PRIMARY KEY NOT NULL"] + Self.storedProperties(entity).map { Self.quote($0.name) }
+                        try transaction.execute(
+                            "CREATE TEMP TABLE \(Self.quote(Self.stagePrefix + entity.name)) (\(columns.joined(separator: ", "))) WITHOUT ROWID")
+                    }
+                } else {
+                    try Self.checkStage(holds: page.snapshot, version: schema.version, transaction)
+                }
+                let properties = Self.storedProperties(entity)
+                let sql = """
+                    INSERT OR REPLACE INTO \(Self.stageTable(entity.name)) (\((["\"_id\""] + properties.map { Self.quote($0.name) }).joined(separator: ", "))) \
+                    VALUES (\(Array(repeating: "?", count: properties.count + 1).joined(separator: ", ")))
+                    """
+                var arguments: [StoredValue] = []
+                arguments.reserveCapacity(properties.count + 1)
+                for row in page.rows {
+                    arguments.removeAll(keepingCapacity: true)
+                    arguments.append(row.id.storedValue)
+                    for property in properties { arguments.append(row.values[property.index]) }
+                    try transaction.execute(sql, arguments)
                 }
             }
+            return nil
+        } catch {
+            return SkyrosError.wrap(error).message
         }
-        return changes
+    }
+
+    /// Applies a snapshot checkpoint whose pages are staged, in one transaction of the group
+    /// commit: the local objects the snapshot lacks are deleted, the ones whose stored values
+    /// differ updated (their version raised), the missing ones inserted, entity by entity, by
+    /// SQL over the stage — deletions of every entity first, so an object the server replaced
+    /// is gone before its replacement comes in; foreign keys are checked at the commit. Its
+    /// change set (authored `sync`) is published naming no object, as a large batch operation
+    /// is: every app refreshes what it holds. Nothing differs: only the checkpoint is
+    /// recorded. The checkpoint and the refusals are recorded in the same transaction as the
+    /// change set; the refusals are then told in a change set of their own.
+    private mutating func applySnapshot(_ checkpoint: Checkpoint, to store: SQLiteStore) -> (SyncApplyResult, [Action]) {
+        let schema = store.schema
+        let differs: Bool
+        do {
+            differs = try store.transaction { transaction in
+                try Self.checkStage(holds: checkpoint.snapshot, version: schema.version, transaction)
+                return try Self.stageDiffers(schema, transaction)
+            }
+        } catch {
+            return (.failed(SkyrosError.wrap(error).message), [])
+        }
+        let rejected = checkpoint.rejected
+        let record: (SQLiteStore.Transaction) throws -> Void = { transaction in
+            try Self.dropStage(schema, transaction)
+            try Self.record(checkpoint, transaction)
+        }
+        var saves: [GroupCommit.Save] = []
+        func save() -> GroupCommit.Save {
+            GroupCommit.Save(
+                identity: Data(), requestID: 0, clientID: Self.syncAuthorID, saveNumber: sequence + UInt64(saves.count) + 1,
+                changes: ChangeSet(), author: "sync", fromSync: true)
+        }
+        if differs {
+            var snapshot = save()
+            snapshot.appliesBySQL = { transaction in try Self.applyStage(schema, transaction) }
+            saves.append(snapshot)
+        }
+        if !rejected.isEmpty {
+            var told = save()
+            told.extensionKind = (
+                ChangeEvent.syncRejectedKind, ChangeEvent.syncRejectedExtension(rejected.map { ($0.reason, $0.objects) })
+            )
+            saves.append(told)
+        }
+        guard !saves.isEmpty else {
+            do {
+                try store.transaction(record)
+                return (.applied, [])
+            } catch {
+                return (.failed(SkyrosError.wrap(error).message), [])
+            }
+        }
+        // Recorded with the first change set: the checkpoint is never recorded without the snapshot.
+        saves[0].alsoRecord = record
+        return commitCheckpoint(saves, to: store)
+    }
+
+    /// Records a checkpoint (the cursor) and the change sets the server refused.
+    private static func record(_ checkpoint: Checkpoint, _ transaction: SQLiteStore.Transaction) throws {
+        try transaction.execute(
+            "INSERT OR REPLACE INTO skyros_metadata (key, value) VALUES ('syncCheckpoint', ?)", [.text(checkpoint.snapshot)])
+        for rejection in checkpoint.rejected {
+            try transaction.execute(
+                "INSERT OR REPLACE INTO skyros_sync_rejected (number, timestamp, reason, objects, changes) VALUES (?, ?, ?, ?, NULL)",
+                [.integer(rejection.number), .real(Date().timeIntervalSince1970), .text(rejection.reason),
+                 .text(rejection.objects.map(\.description).joined(separator: " "))])
+        }
+    }
+
+    /// Commits a checkpoint's change sets and publishes them.
+    private mutating func commitCheckpoint(_ saves: [GroupCommit.Save], to store: SQLiteStore) -> (SyncApplyResult, [Action]) {
+        let outcome = groupCommit.commit(saves, in: store)
+        for line in outcome.log { settings.log(line) }
+        let failure = outcome.results.lazy.compactMap { if case .failure(let error) = $0 { error.message } else { nil } }.first
+        guard outcome.committed, failure == nil else {
+            return (.failed(failure ?? "the checkpoint's change set was not committed"), [])
+        }
+        logPruning(outcome.pruned)
+        return (.applied, publishing(publisher.committed(outcome.events, requestsWaiting: false, now: .now)))
+    }
+
+    /// The prefix of the stage's tables.
+    private static let stagePrefix = "skyros_sync_stage_"
+
+    /// The stage table of an entity, qualified.
+    private static func stageTable(_ entity: String) -> String { "temp." + quote(stagePrefix + entity) }
+
+    private static func quote(_ name: String) -> String { "\"" + name.replacingOccurrences(of: "\"", with: "\"\"") + "\"" }
+
+    /// The properties with a column (attributes and to-ones), in declaration order.
+    private static func storedProperties(_ entity: EntityDescription) -> [PropertyDescription] {
+        entity.properties.filter { $0.kind != .toMany }
+    }
+
+    /// Drops the stage, if any.
+    private static func dropStage(_ schema: Schema, _ transaction: SQLiteStore.Transaction) throws {
+        try transaction.execute("DROP TABLE IF EXISTS temp.skyros_sync_stage")
+        for entity in schema.entities { try transaction.execute("DROP TABLE IF EXISTS \(stageTable(entity.name))") }
+    }
+
+    /// Throws unless the stage holds pages of `snapshot`, staged with the store's schema `version`.
+    private static func checkStage(holds snapshot: String, version: Int, _ transaction: SQLiteStore.Transaction) throws {
+        let exists = try transaction.rows("SELECT 1 FROM temp.sqlite_master WHERE name = 'skyros_sync_stage'")
+        let row = exists.isEmpty ? nil : try transaction.rows("SELECT snapshot, version FROM temp.skyros_sync_stage").first
+        guard let row, row[0] == .text(snapshot), row[1] == .integer(Int64(version)) else {
+            throw SkyrosError(
+                .storeFailure,
+                "the snapshot's first pages are not staged (the daemon restarted, the store was migrated, or another snapshot began): it is read again")
+        }
+    }
+
+    /// Whether the stage differs from the store: a local object it lacks, or a staged row
+    /// that no local object equals.
+    private static func stageDiffers(_ schema: Schema, _ transaction: SQLiteStore.Transaction) throws -> Bool {
+        for entity in schema.entities {
+            let table = quote(entity.name)
+            let stage = stageTable(entity.name)
+            let same = (["\"_id\""] + storedProperties(entity).map { quote($0.name) }).map { "l.\($0) IS s.\($0)" }
+            let rows = try transaction.rows(
+                """
+                SELECT EXISTS (SELECT 1 FROM \(table) AS l WHERE NOT EXISTS (SELECT 1 FROM \(stage) AS s WHERE s."_id" = l."_id")) \
+                OR EXISTS (SELECT 1 FROM \(stage) AS s WHERE NOT EXISTS (SELECT 1 FROM \(table) AS l WHERE \(same.joined(separator: " AND "))))
+                """)
+            if rows.first?.first == .integer(1) { return true }
+        }
+        return false
+    }
+
+    /// Brings the store to the stage and returns how many objects changed
+    /// (deleted, updated, inserted; not counting the cascades of deletions).
+    private static func applyStage(_ schema: Schema, _ transaction: SQLiteStore.Transaction) throws -> Int {
+        var affected = 0
+        func changed() throws -> Int {
+            if case .integer(let count)? = try transaction.rows("SELECT changes()").first?.first { return Int(count) }
+            return 0
+        }
+        for entity in schema.entities {
+            let table = quote(entity.name)
+            try transaction.execute(
+                "DELETE FROM \(table) WHERE NOT EXISTS (SELECT 1 FROM \(stageTable(entity.name)) AS s WHERE s.\"_id\" = \(table).\"_id\")")
+            affected += try changed()
+        }
+        for entity in schema.entities {
+            let table = quote(entity.name)
+            let columns = storedProperties(entity).map { quote($0.name) }
+            guard !columns.isEmpty else { continue }
+            try transaction.execute(
+                """
+                UPDATE \(table) SET \(columns.map { "\($0) = s.\($0)" }.joined(separator: ", ")), "_version" = \(table)."_version" + 1 \
+                FROM \(stageTable(entity.name)) AS s WHERE s."_id" = \(table)."_id" \
+                AND (\(columns.map { "\(table).\($0) IS NOT s.\($0)" }.joined(separator: " OR ")))
+                """)
+            affected += try changed()
+        }
+        for entity in schema.entities {
+            let table = quote(entity.name)
+            let columns = (["\"_id\""] + storedProperties(entity).map { quote($0.name) }).joined(separator: ", ")
+            try transaction.execute(
+                """
+                INSERT INTO \(table) (\(columns)) SELECT \(columns) FROM \(stageTable(entity.name)) AS s \
+                WHERE NOT EXISTS (SELECT 1 FROM \(table) AS l WHERE l."_id" = s."_id")
+                """)
+            affected += try changed()
+        }
+        if transaction.hasUnresolvedReferences {
+            throw SkyrosError(
+                .deleteDenied,
+                "relationship integrity: the snapshot leaves a link to an object it does not have (a row skipped as unreadable?)")
+        }
+        return affected
     }
 }

@@ -40,6 +40,10 @@ struct GroupCommit {
         /// What it records in the same transaction (for a checkpoint: the checkpoint itself,
         /// rejected change sets).
         var alsoRecord: ((SQLiteStore.Transaction) throws -> Void)? = nil
+        /// Instead of a change set: writes made by SQL (a snapshot checkpoint's staged rows),
+        /// returning how many objects they changed. Its event names no object (kind `batch`,
+        /// empty lists: a receiver refreshes everything it holds).
+        var appliesBySQL: ((SQLiteStore.Transaction) throws -> Int)? = nil
         /// An event kind added within protocol version 4 (5 and up) and its extension bytes,
         /// for the event of this change set (`syncRejected`).
         var extensionKind: (kind: UInt8, bytes: [UInt8])? = nil
@@ -231,7 +235,10 @@ struct GroupCommit {
         var affected: Int?
         // What is uploaded: the event, or for a batch too large to be published whole, every object.
         var uploaded: ChangeEvent?
-        if let batch = save.batch {
+        if let write = save.appliesBySQL {
+            affected = try write(transaction)
+            event.kind = .batch
+        } else if let batch = save.batch {
             let limit = WireProtocol.maximumBatchEventObjects
             let outcome = try transaction.batch(batch, naming: queue ? .all : .upTo(limit))
             affected = outcome.count

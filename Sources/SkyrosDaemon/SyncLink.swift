@@ -15,10 +15,13 @@ final class SyncLink: SyncHost {
     /// Work for the serve loop.
     enum Work {
         case apply(Checkpoint, CheckedContinuation<SyncApplyResult, Never>)
+        case stage(SnapshotPage, CheckedContinuation<String?, Never>)
         case uploaded(Int64, CheckedContinuation<Void, Never>)
     }
 
     let configuration: SyncConfiguration
+    /// How the engine paces itself (its snapshot page size, for tests).
+    private let settings: SyncEngine.Settings
     private let wake: @Sendable () -> Void
     private let log: @Sendable (String) -> Void
     private let inbox = Mutex<(work: [Work], closed: Bool)>(([], false))
@@ -27,8 +30,12 @@ final class SyncLink: SyncHost {
     private let version = Mutex<Int?>(nil)
     private let lastStatus = Mutex(SyncEngine.Status())
 
-    init(configuration: SyncConfiguration, wake: @escaping @Sendable () -> Void, log: @escaping @Sendable (String) -> Void) {
+    init(
+        configuration: SyncConfiguration, settings: SyncEngine.Settings = SyncEngine.Settings(),
+        wake: @escaping @Sendable () -> Void, log: @escaping @Sendable (String) -> Void
+    ) {
         self.configuration = configuration
+        self.settings = settings
         self.wake = wake
         self.log = log
     }
@@ -41,6 +48,12 @@ final class SyncLink: SyncHost {
     func apply(_ checkpoint: Checkpoint) async -> SyncApplyResult {
         await withCheckedContinuation { continuation in
             post(.apply(checkpoint, continuation))
+        }
+    }
+
+    func stage(_ page: SnapshotPage) async -> String? {
+        await withCheckedContinuation { continuation in
+            post(.stage(page, continuation))
         }
     }
 
@@ -70,6 +83,7 @@ final class SyncLink: SyncHost {
     private static func refuse(_ work: Work) {
         switch work {
         case .apply(_, let continuation): continuation.resume(returning: .failed("the daemon is stopping"))
+        case .stage(_, let continuation): continuation.resume(returning: "the daemon is stopping (a page was not staged)")
         case .uploaded(_, let continuation): continuation.resume()
         }
     }
@@ -100,7 +114,7 @@ final class SyncLink: SyncHost {
             let state = try Self.prepare(store, turn: &turn, log: log)
             let engine = SyncEngine(
                 configuration: configuration, schema: server, machine: state.machine, checkpoint: state.checkpoint,
-                storePath: turn.settings.container.store.path, host: self, log: log)
+                storePath: turn.settings.container.store.path, host: self, settings: settings, log: log)
             engineBox.withLock { $0 = engine }
             version.withLock { $0 = current }
             log("sync: machine \(state.machine.uuidString.lowercased()) syncs with \(configuration.redacted); \(state.queued) change sets queued")

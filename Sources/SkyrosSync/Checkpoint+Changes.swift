@@ -73,7 +73,8 @@ extension ServerSession {
                     checkpoint.objects[id] = nil
                     continue
                 }
-                switch Self.values(of: table, cells: Array(cells.prefix(table.columns.count))) {
+                // As the transaction's rows are: the id first, then the columns.
+                switch Self.values(of: [text] + cells.prefix(table.columns.count), in: table) {
                 case .success(let values):
                     checkpoint.objects[id] = .some(values)
                 case .failure(let problem):
@@ -82,40 +83,13 @@ extension ServerSession {
                 }
             case "3":
                 checkpoint.rejected.append(Checkpoint.Rejection(
-                    number: Int64(row[1] ?? "0") ?? 0, reason: row[2] ?? "", objects: Self.rejectedObjects(row[3])))
+                    number: Int64(row[1] ?? "0") ?? 0, reason: row[2] ?? "", objects: Self.objects(row[3])))
             default:
                 continue
             }
         }
         checkpoint.rejected.sort { $0.number < $1.number }
         return checkpoint
-    }
-
-    /// A row's values, one per property (NULL for to-manys), from the text of its columns in
-    /// the table's column order; the reason when a value does not fit its attribute.
-    static func values(of table: ServerSchema.Table, cells: [String?]) -> Result<StoredValues, Refusal> {
-        var values = StoredValues(repeating: .null, count: table.propertyCount)
-        for (position, column) in table.columns.enumerated() {
-            let cell = cells[position]
-            guard let value = column.type.storedValue(cell, typeName: column.typeName) else {
-                return .failure(Refusal(
-                    reason: "\(column.name) holds \(cell.map { "'\($0.prefix(32))'" } ?? "NULL"), which a \(column.typeName) cannot hold"))
-            }
-            if value.isNull && !column.isOptional {
-                return .failure(Refusal(reason: "\(column.name) is NULL, and the attribute is not optional"))
-            }
-            values[column.index] = value
-        }
-        return .success(values)
-    }
-
-    /// The objects of a rejection's JSON list (`[{"entity": …, "id": …}]`).
-    static func rejectedObjects(_ json: String?) -> [ObjectID] {
-        guard let json, let list = try? JSONSerialization.jsonObject(with: Data(json.utf8)) as? [[String: String]] else { return [] }
-        return list.compactMap { entry in
-            guard let entity = entry["entity"], let text = entry["id"], let uuid = UUID(uuidString: text) else { return nil }
-            return ObjectID(entityName: entity, uuid: uuid)
-        }
     }
 
     /// The elements of a one-dimensional PostgreSQL array's text (`{a,"b c",NULL,"q\"x"}`):

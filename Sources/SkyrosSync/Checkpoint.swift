@@ -3,8 +3,10 @@ import PostgresNIO
 import Skyros
 
 /// A consistent prefix of the server's history, as a machine applies it: the objects changed
-/// since the machine's previous checkpoint (or every object, for a snapshot), each as the
-/// server has it at one PostgreSQL snapshot, or gone.
+/// since the machine's previous checkpoint, each as the server has it at one PostgreSQL
+/// snapshot, or gone; or, for a snapshot, every row of every table at that PostgreSQL snapshot,
+/// handed over beforehand in pages (``SnapshotPage``) that the machine stages and applies at
+/// once when it takes the checkpoint.
 ///
 /// Which changes a checkpoint carries is decided by visibility, not by order of insertion:
 /// the log rows visible in this snapshot and not in the previous one are exactly the
@@ -16,12 +18,14 @@ package struct Checkpoint: Sendable {
     package var snapshot: String
     /// The snapshot's `xmin`: a number that grows with the server's history (for status).
     package var number: UInt64
-    /// A snapshot of every table: local objects it does not have are deleted.
+    /// A snapshot of every table, its rows staged page by page before the checkpoint is
+    /// handed over (``objects`` is empty): local objects it does not have are deleted.
     package var isSnapshot: Bool
     /// This machine's highest upload number the checkpoint includes (0: none).
     package var uploadedThrough: Int64
     /// The objects changed, with every value as the server has it (one per property, in
     /// declaration order; NULL for to-manys), or nil when the server no longer has them.
+    /// Empty for a snapshot (its rows came in pages).
     package var objects: [ObjectID: StoredValues?]
     /// Rows the machine cannot read (a value that does not fit its attribute's type, NULL in
     /// a non-optional): skipped, named here.
@@ -42,11 +46,51 @@ package struct Checkpoint: Sendable {
     }
 }
 
+/// One page of a snapshot checkpoint: rows of one table, in the order of their `"_id"`
+/// (PostgreSQL orders `uuid` bytewise, as SQLite orders the store's 16-byte `_id` blobs), all
+/// read in the snapshot's PostgreSQL snapshot. The machine stages the pages as they come and
+/// applies them all together with the checkpoint (``Checkpoint/isSnapshot``), so that no more
+/// than a page or two of a large group is ever in memory.
+package struct SnapshotPage: Sendable {
+    /// The snapshot it belongs to (``Checkpoint/snapshot``).
+    package var snapshot: String
+    /// The snapshot's first page: what was staged before (another snapshot's pages) is dropped.
+    package var isFirst: Bool
+    /// The entity (the table).
+    package var entity: String
+    /// The rows: the object's identifier and every value as the server has it (one per
+    /// property, in declaration order; NULL for to-manys).
+    package var rows: [(id: UUID, values: StoredValues)]
+    /// Rows of the page the machine cannot read, skipped (so a snapshot does not have them).
+    package var unreadable: [String]
+}
+
+extension Checkpoint {
+    /// Staging a snapshot's page failed: the store refused it (the reason); the snapshot is
+    /// read again later, from its first page.
+    package struct StagingFailed: Error, CustomStringConvertible {
+        /// Why.
+        package var reason: String
+        package var description: String { reason }
+    }
+}
+
 extension ServerSession {
-    /// Reads the checkpoint after `previous` (a `pg_snapshot` text; nil: a first sync) in one
-    /// REPEATABLE READ transaction. A machine whose previous checkpoint is older than the
-    /// log's compaction horizon gets a snapshot of every table instead.
-    package func readCheckpoint(after previous: String?, machine: UUID) async throws -> Checkpoint {
+    /// Reads the checkpoint after `previous` (a `pg_snapshot` text; nil: a first sync): in one
+    /// statement when `previous` is within the log's retention (``readChanges(after:machine:)``),
+    /// else in one REPEATABLE READ transaction. A first sync, or a machine whose previous
+    /// checkpoint is older than the log's compaction horizon, gets a snapshot of every table: its rows are read
+    /// `pageSize` at a time, table by table in `"_id"` order (keyset pagination in the same
+    /// transaction), and handed to `stage` as they come — the next page is read while `stage`
+    /// takes the previous one — and the checkpoint returned carries no object.
+    ///
+    /// - Parameter stage: takes a snapshot's page; returns nil when it was staged, or why not.
+    /// - Throws: ``Checkpoint/StagingFailed`` when `stage` refused a page; the server's errors.
+    package func readCheckpoint(
+        after previous: String?, machine: UUID, pageSize: Int = 10_000,
+        stage: @escaping @Sendable (SnapshotPage) async -> String? = { _ in "snapshots are not staged here" }
+    ) async throws -> Checkpoint {
+        if let previous, let changes = try await readChanges(after: previous, machine: machine) { return changes }
         let quoted = ServerSchema.quote(schema.name)
         try await run("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
         do {
@@ -63,32 +107,10 @@ extension ServerSession {
             var checkpoint = Checkpoint(
                 snapshot: snapshot, number: UInt64(row[1] ?? "0") ?? 0, isSnapshot: row[4] == "true",
                 uploadedThrough: Int64(row[3] ?? "0") ?? 0, objects: [:], unreadable: [], rejected: [], lagMilliseconds: 0)
-            if checkpoint.isSnapshot {
-                for table in schema.tables {
-                    try await readRows(of: table, where: nil, [], into: &checkpoint)
-                }
-            } else if let previous {
-                let changed = try await run(
-                    """
-                    SELECT entity, array_agg(DISTINCT id)::text, \
-                    (extract(epoch FROM clock_timestamp() - max(at)) * 1000)::bigint::text FROM \(quoted)._skyros_log \
-                    WHERE xid >= pg_snapshot_xmin($1::pg_snapshot) AND NOT pg_visible_in_snapshot(xid, $1::pg_snapshot) \
-                    GROUP BY entity
-                    """, [previous])
-                var lag = 0
-                for row in changed {
-                    guard let entity = row[0], let ids = row[1], let table = schema.table(entity) else { continue }
-                    lag = max(lag, Int(row[2] ?? "0") ?? 0)
-                    // Every object named is listed: the ones the query does not return are gone.
-                    for text in ids.trimmingCharacters(in: CharacterSet(charactersIn: "{}")).split(separator: ",") {
-                        if let uuid = UUID(uuidString: String(text)) {
-                            checkpoint.objects[ObjectID(entityName: entity, uuid: uuid)] = .some(nil)
-                        }
-                    }
-                    try await readRows(of: table, where: "\"_id\" = ANY($1::uuid[])", [ids], into: &checkpoint)
-                }
-                checkpoint.lagMilliseconds = lag
-            }
+            // Here only for a first sync or past the horizon (``readChanges`` answered the rest,
+            // and the horizon never moves back): a snapshot.
+            checkpoint.isSnapshot = true
+            try await readSnapshot(snapshot, pageSize: max(1, pageSize), stage: stage)
             if let previous {
                 // Refusals since the previous checkpoint, a snapshot's too (the uploads' records
                 // are never compacted).
@@ -111,41 +133,83 @@ extension ServerSession {
         }
     }
 
-    /// Reads the rows of `table` (those `condition` selects) into the checkpoint's objects.
-    private func readRows(
-        of table: ServerSchema.Table, where condition: String?, _ parameters: [String?], into checkpoint: inout Checkpoint
+    /// Reads every table of the schema in `snapshot` (the transaction's), `pageSize` rows at
+    /// a time in `"_id"` order, and hands each page to `stage` while reading the next one.
+    /// Every table gives at least one page (an empty table's page is empty), so the first
+    /// page always comes.
+    private func readSnapshot(
+        _ snapshot: String, pageSize: Int, stage: @escaping @Sendable (SnapshotPage) async -> String?
     ) async throws {
-        let outputs = ["\"_id\"::text"] + table.columns.map { $0.type.output(ServerSchema.quote($0.name)) }
-        var sql = "SELECT \(outputs.joined(separator: ", ")) FROM \(schema.qualified(table.name))"
-        if let condition { sql += " WHERE \(condition)" }
-        for row in try await run(sql, parameters) {
-            guard let text = row[0], let uuid = UUID(uuidString: text) else { continue }
-            let id = ObjectID(entityName: table.name, uuid: uuid)
-            var values = StoredValues(repeating: .null, count: table.propertyCount)
-            var problem: String?
-            for (position, column) in table.columns.enumerated() {
-                let cell = row[position + 1]
-                guard let value = column.type.storedValue(cell, typeName: column.typeName) else {
-                    problem = "\(column.name) holds \(cell.map { "'\($0.prefix(32))'" } ?? "NULL"), which a \(column.typeName) cannot hold"
-                    break
+        var staging: Task<String?, Never>?
+        /// Waits for the page being staged; throws when it was refused.
+        func staged() async throws {
+            guard let task = staging else { return }
+            staging = nil
+            if let reason = await task.value { throw Checkpoint.StagingFailed(reason: reason) }
+        }
+        do {
+            var first = true
+            for table in schema.tables {
+                let select = "SELECT \(selectList(table)) FROM \(schema.qualified(table.name))"
+                var after: String?
+                while true {
+                    let rows = try await run(
+                        after == nil ? "\(select) ORDER BY \"_id\" LIMIT \(pageSize)"
+                            : "\(select) WHERE \"_id\" > $1::uuid ORDER BY \"_id\" LIMIT \(pageSize)",
+                        after.map { [$0] } ?? [])
+                    var page = SnapshotPage(snapshot: snapshot, isFirst: first, entity: table.name, rows: [], unreadable: [])
+                    page.rows.reserveCapacity(rows.count)
+                    for row in rows {
+                        guard let text = row[0], let uuid = UUID(uuidString: text) else { continue }
+                        switch Self.values(of: row, in: table) {
+                        case .success(let values): page.rows.append((uuid, values))
+                        case .failure(let problem): page.unreadable.append("\(table.name) \(text): \(problem.reason); the row is skipped")
+                        }
+                    }
+                    first = false
+                    try await staged()
+                    staging = Task { await stage(page) }
+                    guard rows.count == pageSize, let last = rows.last?[0] else { break }
+                    after = last
                 }
-                if value.isNull && !column.isOptional {
-                    problem = "\(column.name) is NULL, and the attribute is not optional"
-                    break
-                }
-                values[column.index] = value
             }
-            if let problem {
-                checkpoint.unreadable.append("\(table.name) \(text): \(problem); the row is skipped")
-                checkpoint.objects[id] = nil
-                continue
-            }
-            checkpoint.objects[id] = .some(values)
+            try await staged()
+        } catch {
+            _ = await staging?.value  // never two pages staged at once, even after a failure
+            throw error
         }
     }
 
+    /// The select list of a table's rows: `"_id"` and every column, as text.
+    private func selectList(_ table: ServerSchema.Table) -> String {
+        (["\"_id\"::text"] + table.columns.map { $0.type.output(ServerSchema.quote($0.name)) }).joined(separator: ", ")
+    }
+
+    /// Why a row cannot be read.
+    struct Unreadable: Error {
+        var reason: String
+    }
+
+    /// A row's values (one per property of `table`, NULL for to-manys), from its cells (the
+    /// `"_id"` first, then one per column); why not, when a cell does not fit its attribute.
+    static func values(of row: [String?], in table: ServerSchema.Table) -> Result<StoredValues, Unreadable> {
+        var values = StoredValues(repeating: .null, count: table.propertyCount)
+        for (position, column) in table.columns.enumerated() {
+            let cell = row[position + 1]
+            guard let value = column.type.storedValue(cell, typeName: column.typeName) else {
+                return .failure(Unreadable(
+                    reason: "\(column.name) holds \(cell.map { "'\($0.prefix(32))'" } ?? "NULL"), which a \(column.typeName) cannot hold"))
+            }
+            if value.isNull && !column.isOptional {
+                return .failure(Unreadable(reason: "\(column.name) is NULL, and the attribute is not optional"))
+            }
+            values[column.index] = value
+        }
+        return .success(values)
+    }
+
     /// The objects of a rejection's JSON list.
-    private static func objects(_ json: String?) -> [ObjectID] {
+    static func objects(_ json: String?) -> [ObjectID] {
         guard let json, let list = try? JSONSerialization.jsonObject(with: Data(json.utf8)) as? [[String: String]] else { return [] }
         return list.compactMap { entry in
             guard let entity = entry["entity"], let text = entry["id"], let uuid = UUID(uuidString: text) else { return nil }

@@ -23,8 +23,12 @@ package protocol SyncHost: AnyObject, Sendable {
     /// Applies a checkpoint to the group's store as one change set, published to the apps like
     /// any other, with the checkpoint recorded in the same transaction; nothing, when the store
     /// has change sets queued that the checkpoint does not include (it would hide them until
-    /// their upload: the engine uploads them and reads again).
+    /// their upload: the engine uploads them and reads again). A snapshot checkpoint applies
+    /// the pages staged for it (``stage(_:)``), and only when every one of them was.
     func apply(_ checkpoint: Checkpoint) async -> SyncApplyResult
+    /// Stages a page of a snapshot checkpoint, out of the apps' sight (the first page drops
+    /// whatever was staged before); nil when staged, else why not.
+    func stage(_ page: SnapshotPage) async -> String?
     /// The queued change sets through `number` are on the server: the queue may drop them.
     func uploaded(through number: Int64) async
     /// The engine's state changed (for the log and the metrics).
@@ -74,6 +78,9 @@ package final class SyncEngine: Sendable {
         /// About the most bytes of queued change sets in one statement (a change set larger
         /// than this goes alone).
         package var uploadBatchBytes = 8 << 20
+        /// How many rows a snapshot checkpoint reads (and stages) at a time: about the most
+        /// rows a snapshot holds in memory, twice (one page staged while the next is read).
+        package var snapshotPageSize = 10_000
         /// How often the server's log is compacted.
         package var compactionInterval: Duration = .seconds(600)
         /// The longest one statement may wait for the server's answer before the connection is
@@ -245,11 +252,20 @@ package final class SyncEngine: Sendable {
             }
             // Downstream: the checkpoint after the last one applied.
             let previous = cursor.withLock { $0 }
-            // One statement when the machine has a checkpoint within the log's retention.
-            let checkpoint = if let previous, let changes = try await session.readChanges(after: previous, machine: machine) {
-                changes
-            } else {
-                try await session.readCheckpoint(after: previous, machine: machine)
+            let checkpoint: Checkpoint
+            do {
+                // A snapshot's pages are staged by the daemon as they are read.
+                checkpoint = try await session.readCheckpoint(
+                    after: previous, machine: machine, pageSize: settings.snapshotPageSize
+                ) { [weak host = self.host, log = self.log] page in
+                    for line in page.unreadable { log("sync: \(line)") }
+                    guard let host else { return "the sync engine has no daemon any more" }
+                    return await host.stage(page)
+                }
+            } catch let failure as Checkpoint.StagingFailed {
+                setState(.error, "the checkpoint cannot be applied to the store: \(failure.reason)")
+                await wakeup.wait(timeout: settings.pollInterval)
+                continue
             }
             let isEmpty = !checkpoint.isSnapshot && checkpoint.objects.isEmpty && checkpoint.rejected.isEmpty
             // An empty checkpoint moves the cursor in memory only: after a restart, reading

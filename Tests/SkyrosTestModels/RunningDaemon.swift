@@ -21,12 +21,13 @@ public final class RunningDaemon: Sendable {
     ///   - maximumEventDelay: how long events may wait for the next commits' while requests wait.
     ///   - heartbeatInterval: milliseconds between heartbeats (the serve loop's poll interval).
     ///   - sync: the PostgreSQL server the group syncs with (nil: none).
+    ///   - syncSettings: how its sync engine paces itself (small snapshot pages, say).
     ///   - log: where the server writes what it does.
     package init(
         directory: String? = nil, historyCount: Int = 100_000, historyAge: TimeInterval = 7 * 86_400,
         maximumConnections: Int = 10_000, maximumGroupCommit: Int = 256,
         maximumEventDelay: TimeInterval = 0.002, heartbeatInterval: Int = 20,
-        sync: SyncConfiguration? = nil,
+        sync: SyncConfiguration? = nil, syncSettings: SyncEngine.Settings = SyncEngine.Settings(),
         log: @escaping @Sendable (String) -> Void = { _ in }
     ) throws {
         self.directory = directory ?? "/tmp/skd-\(getpid())-\(UInt32.random(in: 0...UInt32.max))"
@@ -37,6 +38,7 @@ public final class RunningDaemon: Sendable {
             maximumGroupCommit: maximumGroupCommit, maximumConnections: maximumConnections,
             maximumEventDelay: maximumEventDelay, log: log)
         configuration.sync = sync
+        configuration.syncSettings = syncSettings
         server = try DaemonServer.detached(
             configuration: configuration,
             pollInterval: heartbeatInterval

@@ -83,6 +83,9 @@ struct SyncTests {
         defer { withExtendedLifetime(machines) {} }
         // B's daemon has a store (and syncs) once its first client said hello.
         _ = try await handles(b)
+        // Once B has its first checkpoint (a snapshot, published as a refresh), A's save comes
+        // to it as a change set of its own.
+        #expect(await eventually { ((try syncStatus(machines.1))["checkpoint"] as? Int ?? 0) > 0 })
         let bChanges = b.changes
 
         try await a.write { context in
@@ -270,6 +273,64 @@ struct SyncTests {
         let restarted = try RunningDaemon(directory: directory, sync: server.configuration)
         let again = try Skyros(sharedStack: testSchema, container: restarted.container.url)
         #expect(await eventually { try await handles(again) == ["kept", "new"] })
+    }
+
+    @Test("a snapshot of many pages: a new machine gets every row; back past the retention, it deletes what the server lacks in every page's range")
+    func pagedSnapshot() async throws {
+        let server = try Server(try PostgresServer())  // its own: compaction waits for every running transaction
+        let directory = "/tmp/skd-\(getpid())-\(UInt32.random(in: 0...UInt32.max))"
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        var settings = SyncEngine.Settings()
+        settings.snapshotPageSize = 3
+        // Ids across the byte range (PostgreSQL and SQLite must order them alike: 0x7f < 0x80).
+        let prefixes = ["00", "10", "20", "40", "60", "7f", "80", "90", "c0", "e0", "f0", "ff"]
+        func id(_ prefix: String) -> String { "\(prefix)000000-0000-4000-8000-0000000000\(prefix)" }
+        try await SyncSetup.run(server.configuration, schema: testSchema, log: { _ in })
+        for prefix in prefixes {
+            try server.psql(#"INSERT INTO g_sync."User" ("_id", handle, age) VALUES ('\#(id(prefix))', 'u\#(prefix)', 1)"#)
+        }
+        try server.psql(#"INSERT INTO g_sync."Post" (title, author) VALUES ('by 10', '\#(id("10"))'), ('by 80', '\#(id("80"))')"#)
+
+        // A new machine: its first checkpoint is a snapshot of 12 users in 4 pages, 2 posts.
+        var machineB: RunningDaemon? = try RunningDaemon(directory: directory, sync: server.configuration, syncSettings: settings)
+        var b: Skyros? = try Skyros(sharedStack: testSchema, container: machineB!.container.url)
+        #expect(await eventually { try await handles(b!) == prefixes.map { "u\($0)" } })
+        let posts = { (stack: Skyros) in
+            try await stack.read { context in try Post.all(in: context).map { "\($0.title) \($0.author?.handle ?? "-")" }.sorted() }
+        }
+        #expect(try await posts(b!) == ["by 10 u10", "by 80 u80"])
+        b = nil
+        machineB?.shutDown()
+        machineB = nil
+
+        // While B is away: deletions in the first, a middle and the last page, new users between
+        // them, an update, a post of a new user; then the log is compacted past B's checkpoint.
+        try server.psql(#"DELETE FROM g_sync."User" WHERE "_id" IN ('\#(id("00"))', '\#(id("7f"))', '\#(id("80"))', '\#(id("ff"))')"#)
+        for prefix in ["05", "85", "fe"] {
+            try server.psql(#"INSERT INTO g_sync."User" ("_id", handle, age) VALUES ('\#(id(prefix))', 'u\#(prefix)', 1)"#)
+        }
+        try server.psql(#"UPDATE g_sync."User" SET age = 42 WHERE handle = 'u90'"#)
+        try server.psql(#"INSERT INTO g_sync."Post" (title, author) VALUES ('by fe', '\#(id("fe"))')"#)
+        var logger = Logger(label: "test")
+        logger.logLevel = .critical
+        let connection = try await PostgresConnection.connect(
+            on: MultiThreadedEventLoopGroup.singleton.any(), configuration: try server.configuration.connectionConfiguration(),
+            id: 4, logger: logger)
+        try await ServerSession(connection: connection, schema: ServerSchema(testSchema, name: server.schema), logger: logger)
+            .compact(retention: 0)
+        try await connection.close()
+        #expect(try server.psql("SELECT count(*) FROM g_sync._skyros_log") == "0")
+
+        let restarted = try RunningDaemon(directory: directory, sync: server.configuration, syncSettings: settings)
+        let again = try Skyros(sharedStack: testSchema, container: restarted.container.url)
+        let expected = ["05", "10", "20", "40", "60", "85", "90", "c0", "e0", "f0", "fe"].map { "u\($0)" }
+        #expect(await eventually { try await handles(again) == expected })
+        #expect(try await posts(again) == ["by 10 u10", "by fe ufe"])
+        let ages = try await again.read { context in try User.all(in: context).map { "\($0.handle)=\($0.age)" }.sorted() }
+        #expect(ages == expected.map { "\($0)=\($0 == "u90" ? 42 : 1)" })
+        // Nothing came back up: the snapshot was applied, not queued.
+        #expect(try server.psql(#"SELECT count(*) FROM g_sync."User""#) == "11")
+        #expect(try server.psql("SELECT count(*) FROM g_sync._skyros_uploads") == "0")
     }
 
     @Test("skyrosd processes: SKYROS_SYNC_URL and --sync-schema; a save on A reaches B's controller, psql reaches both, each save uploaded once")

@@ -132,7 +132,7 @@ struct SyncUploadTests {
         let server = try await Session.make()
         defer { Task { await server.close() } }
         let machine = UUID()
-        let first = try await server.session.readCheckpoint(after: nil, machine: machine)
+        let first = try await server.session.readCheckpoint(after: nil, machine: machine) { _ in nil }
         let kept = UUID()
         let gone = UUID()
         try server.psql("""
