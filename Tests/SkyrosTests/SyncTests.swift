@@ -333,23 +333,27 @@ struct SyncTests {
         #expect(try server.psql("SELECT count(*) FROM g_sync._skyros_uploads") == "0")
     }
 
+    /// A skyrosd process serving group `g` of `groups`, syncing with `server` (the URL given
+    /// by `--sync`, or by `SKYROS_SYNC_URL` with `urlInEnvironment`); ready when it returns.
+    func startDaemon(_ groups: String, _ server: Server, urlInEnvironment: Bool = false) throws -> ChildProcess {
+        let url = "postgresql://postgres@127.0.0.1:\(server.postgres.port)/\(server.database)?sslmode=disable"
+        let notify = try NotifySocket()
+        var arguments = ["--group", "g", "--groups-dir", groups, "--sync-schema", server.schema]
+        var environment = ["NOTIFY_SOCKET": notify.path]
+        if urlInEnvironment { environment["SKYROS_SYNC_URL"] = url } else { arguments += ["--sync", url] }
+        let daemon = try ChildProcess(arguments, executable: DaemonProcessTests.skyrosd, environment: environment)
+        #expect(notify.waitFor("READY=1"))
+        return daemon
+    }
+
     @Test("skyrosd processes: SKYROS_SYNC_URL and --sync-schema; a save on A reaches B's controller, psql reaches both, each save uploaded once")
     func daemonProcesses() async throws {
         let server = try Server()
         let process = DaemonProcessTests()
         let groups = [process.groupsDirectory(), process.groupsDirectory()]
         defer { for path in groups { try? FileManager.default.removeItem(atPath: path) } }
-        let url = "postgresql://postgres@127.0.0.1:\(server.postgres.port)/\(server.database)?sslmode=disable"
-        func start(_ groups: String) throws -> ChildProcess {
-            let notify = try NotifySocket()
-            let daemon = try ChildProcess(
-                ["--group", "g", "--groups-dir", groups, "--sync-schema", server.schema], executable: DaemonProcessTests.skyrosd,
-                environment: ["NOTIFY_SOCKET": notify.path, "SKYROS_SYNC_URL": url])
-            #expect(notify.waitFor("READY=1"))
-            return daemon
-        }
-        let daemonA = try start(groups[0])
-        let daemonB = try start(groups[1])
+        let daemonA = try startDaemon(groups[0], server, urlInEnvironment: true)
+        let daemonB = try startDaemon(groups[1], server, urlInEnvironment: true)
         defer {
             for daemon in [daemonA, daemonB] {
                 kill(daemon.pid, SIGKILL)
@@ -383,17 +387,8 @@ struct SyncTests {
         let process = DaemonProcessTests()
         let groups = [process.groupsDirectory(), process.groupsDirectory()]
         defer { for path in groups { try? FileManager.default.removeItem(atPath: path) } }
-        let url = "postgresql://postgres@127.0.0.1:\(server.postgres.port)/\(server.database)?sslmode=disable"
-        func start(_ groups: String) throws -> ChildProcess {
-            let notify = try NotifySocket()
-            let daemon = try ChildProcess(
-                ["--group", "g", "--groups-dir", groups, "--sync", url, "--sync-schema", server.schema],
-                executable: DaemonProcessTests.skyrosd, environment: ["NOTIFY_SOCKET": notify.path])
-            #expect(notify.waitFor("READY=1"))
-            return daemon
-        }
-        var daemonA = try start(groups[0])
-        let daemonB = try start(groups[1])
+        var daemonA = try startDaemon(groups[0], server)
+        let daemonB = try startDaemon(groups[1], server)
         var daemons = [daemonA, daemonB]
         defer {
             for daemon in daemons {
@@ -413,7 +408,7 @@ struct SyncTests {
         kill(daemonA.pid, SIGKILL)
         _ = daemonA.wait()
         let firstLife = daemonA.readAll()
-        daemonA = try start(groups[0])
+        daemonA = try startDaemon(groups[0], server)
         daemons[0] = daemonA
         try await insert("after-restart", into: a)
         let all = ["after-restart", "before", "queued-1", "queued-2"]
