@@ -168,7 +168,7 @@ extension ServerSession {
                     }
                     first = false
                     try await staged()
-                    staging = Task { await stage(page) }
+                    staging = Task(executorPreference: watchdog?.executor) { await stage(page) }
                     guard rows.count == pageSize, let last = rows.last?[0] else { break }
                     after = last
                 }

@@ -35,6 +35,9 @@ package struct ServerSession: Sendable {
     }
 
     private func query(_ sql: String, _ parameters: [String?]) async throws -> [[String?]] {
+        // A statement sent on a connection the server closed may wait for ever (postgres-nio
+        // 1.33.2): fail it at once instead, so the engine goes offline now, not at the timeout.
+        guard !connection.isClosed else { throw ConnectionClosed() }
         var bindings = PostgresBindings(capacity: parameters.count)
         for parameter in parameters {
             if let parameter { bindings.append(parameter) } else { bindings.appendNull() }
@@ -49,6 +52,11 @@ package struct ServerSession: Sendable {
             result.append(cells)
         }
         return result
+    }
+
+    /// The connection was closed, by the server (a restart, a cut) or by a timeout.
+    struct ConnectionClosed: Error, CustomStringConvertible {
+        var description: String { "the connection to the server was closed" }
     }
 
     // MARK: - Schema

@@ -111,6 +111,8 @@ package final class SyncEngine: Sendable {
     private let log: @Sendable (String) -> Void
     private let logger: Logger
     private let wakeup = Wakeup()
+    /// The thread the engine's tasks and connections run on.
+    private let executor = SyncExecutor()
     private let mutable: Mutex<Mutable>
     /// The last checkpoint applied (a `pg_snapshot` text).
     private let cursor: Mutex<String?>
@@ -143,7 +145,7 @@ package final class SyncEngine: Sendable {
 
     /// Starts the loop.
     package func start() {
-        let task = Task.detached { [self] in
+        let task = Task.detached(executorPreference: executor) { [self] in
             await run()
             finished.signal()
         }
@@ -211,7 +213,10 @@ package final class SyncEngine: Sendable {
     private func session(_ queue: DatabaseQueue, connected: () -> Void) async throws {
         let connection = try await connect()
         defer { Task { try? await connection.close() } }
-        let watchdog = Watchdog(connection)
+        // A connection closed while the loop waits (the server restarted) wakes it: the next
+        // statement fails at once and the engine goes offline, then connects again.
+        connection.closeFuture.whenComplete { [wakeup] _ in wakeup.signal() }
+        let watchdog = Watchdog(connection, executor: executor)
         var schema = mutable.withLock { state in
             state.schemaChanged = false
             return state.schema
@@ -328,12 +333,12 @@ package final class SyncEngine: Sendable {
     /// Keeps a LISTEN connection open, waking the loop at each notification. The connection
     /// is pinged every second statement timeout: one that stopped answering is replaced.
     private func listen(_ channel: String) -> Task<Void, Never> {
-        Task { [self] in
+        Task(executorPreference: executor) { [self] in
             while !Task.isCancelled {
                 do {
                     let connection = try await connect()
                     defer { Task { try? await connection.close() } }
-                    let watchdog = Watchdog(connection)
+                    let watchdog = Watchdog(connection, executor: executor)
                                 let ping = settings.statementTimeout
                     try await withThrowingTaskGroup(of: Void.self) { group in
                         group.addTask {
@@ -360,7 +365,7 @@ package final class SyncEngine: Sendable {
 
     private func connect() async throws -> PostgresConnection {
         try await PostgresConnection.connect(
-            on: MultiThreadedEventLoopGroup.singleton.any(), configuration: try configuration.connectionConfiguration(),
+            on: executor.eventLoop, configuration: try configuration.connectionConfiguration(),
             id: Int.random(in: 1...Int.max), logger: logger)
     }
 

@@ -13,10 +13,13 @@ import Synchronization
 /// (a statement stuck on a dead connection is abandoned, not awaited).
 package final class Watchdog: Sendable {
     private let connection: PostgresConnection
+    /// Where the statement's task and its timer run (nil: the caller's default).
+    let executor: (any TaskExecutor)?
 
-    /// Watches `connection`.
-    init(_ connection: PostgresConnection) {
+    /// Watches `connection`, running statements and timers on `executor`.
+    init(_ connection: PostgresConnection, executor: (any TaskExecutor)? = nil) {
         self.connection = connection
+        self.executor = executor
     }
 
     /// Runs `body`, failing with ``TimedOut`` (and closing the connection) when it does not
@@ -25,14 +28,14 @@ package final class Watchdog: Sendable {
         let outcome = Once<T>()
         return try await withCheckedThrowingContinuation { continuation in
             outcome.waiting(continuation)
-            let work = Task {
+            let work = Task(executorPreference: executor) {
                 do {
                     outcome.finish(.success(try await body()))
                 } catch {
                     outcome.finish(.failure(error))
                 }
             }
-            let timer = Task { [connection] in
+            let timer = Task(executorPreference: executor) { [connection] in
                 try? await Task.sleep(for: limit)
                 guard !Task.isCancelled, outcome.finish(.failure(TimedOut(limit: limit))) else { return }
                 work.cancel()

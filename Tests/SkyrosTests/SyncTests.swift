@@ -85,7 +85,11 @@ struct SyncTests {
         _ = try await handles(b)
         // Once B has its first checkpoint (a snapshot, published as a refresh), A's save comes
         // to it as a change set of its own.
-        #expect(await eventually { ((try syncStatus(machines.1))["checkpoint"] as? Int ?? 0) > 0 })
+        // (The engine runs on its own event loop: other tests that block Swift's cooperative
+        // pool meanwhile, as CI's parallel suites do, do not hold it back.)
+        if !(await eventually({ ((try syncStatus(machines.1))["checkpoint"] as? Int ?? 0) > 0 })) {
+            Issue.record("B has no checkpoint after 30 s; its sync: \((try? syncStatus(machines.1)).map { "\($0)" } ?? "?")")
+        }
         let bChanges = b.changes
 
         try await a.write { context in
