@@ -53,7 +53,15 @@ struct SyncBenchmark {
     static let pause: useconds_t = 50_000
 
     func run(report: (Row) -> Void) throws {
-        let postgres = try PostgresServer()
+        // SKYROS_BENCH_PG_SETTINGS="name=value;…": server settings for a diagnosis, e.g.
+        // "logging_collector=on;log_directory=/tmp/pglog;log_min_duration_statement=0" gives
+        // each statement's parse, bind (planning) and execute times.
+        var settings: [String: String] = [:]
+        for pair in (ProcessInfo.processInfo.environment["SKYROS_BENCH_PG_SETTINGS"] ?? "").split(separator: ";") {
+            let parts = pair.split(separator: "=", maxSplits: 1)
+            if parts.count == 2 { settings[String(parts[0])] = String(parts[1]) }
+        }
+        let postgres = try PostgresServer(settings: settings)
         defer { try? postgres.stop(mode: .fast) }  // its deinit removes the directory
         note("PostgreSQL \(postgres.binDirectory) on port \(postgres.port)")
 

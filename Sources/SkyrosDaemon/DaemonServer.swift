@@ -305,7 +305,10 @@ package final class DaemonServer {
             case .commit(let saves, let resetting):
                 let queued = turn.groupCommit.lastQueued
                 perform(turn.commit(saves, resetting: resetting, requestsWaiting: { sockets.hasInput }))
-                if turn.groupCommit.lastQueued != queued { sync?.engine?.localCommitted() }
+                if turn.groupCommit.lastQueued != queued {
+                    let handed = turn.groupCommit.takeRecentlyQueued()
+                    sync?.engine?.localCommitted(handed, through: turn.groupCommit.lastQueued)
+                }
             case .publish(let topic, let message, let changeSets):
                 if changeSets > 0 {
                     handle.record { $0.publishes += 1 }

@@ -30,9 +30,11 @@ extension DaemonTurn {
         let rejected = checkpoint.rejected
         let record: (SQLiteStore.Transaction) throws -> Void = { transaction in try Self.record(checkpoint, transaction) }
         if changes.isEmpty && rejected.isEmpty {
-            // Nothing changes here: the checkpoint is recorded without a change set.
+            // Nothing changes here (often this machine's own upload coming back): the checkpoint
+            // is recorded without a change set, and without waiting for the disk (a power loss
+            // that takes it makes the engine read the same nothing again).
             do {
-                try store.transaction(record)
+                try store.transaction(durability: .normal, record)
                 return (.applied, [])
             } catch {
                 return (.failed(SkyrosError.wrap(error).message), [])

@@ -82,6 +82,15 @@ struct GroupCommit {
     var queuesUploads = false
     /// The number of the last change set queued for upload (0: none since the queue began).
     private(set) var lastQueued: Int64 = 0
+    /// The change sets queued by the turns since ``takeRecentlyQueued()``, handed to the
+    /// uploader in memory (it reads them from the store otherwise).
+    private var recentlyQueued: [(number: Int64, changes: QueuedChangeSet)] = []
+
+    /// The change sets queued since the last call, oldest first.
+    mutating func takeRecentlyQueued() -> [(number: Int64, changes: QueuedChangeSet)] {
+        defer { recentlyQueued = [] }
+        return recentlyQueued
+    }
 
     /// A group commit going on from `sequence`, the last one the store's journal gave.
     init(sequence: UInt64, retention: Journal.Retention) {
@@ -140,6 +149,7 @@ struct GroupCommit {
         var outcome = Outcome(results: [])
         var next = sequence
         var queued = lastQueued
+        var handed: [(number: Int64, changes: QueuedChangeSet)] = []
         let queues = queuesUploads
         var refusal: SkyrosError?
         // A turn of sync checkpoints only is not waited on by the disk: the server has it, and
@@ -159,7 +169,10 @@ struct GroupCommit {
                         }
                         let applied = try isolated ? transaction.savepoint(apply) : apply()
                         next = applied.event.sequence
-                        if let number = applied.queued { queued = number }
+                        if let entry = applied.queued {
+                            queued = entry.number
+                            handed.append(entry)
+                        }
                         ledger.applied(client: save.clientID, save: save.saveNumber, sequence: next)
                         outcome.events.append(
                             EventPublisher.Committed(event: applied.event, encoded: applied.encoded, topic: save.topic))
@@ -185,6 +198,7 @@ struct GroupCommit {
         }
         sequence = next
         lastQueued = queued
+        recentlyQueued += handed
         ledger.commit()
         outcome.committed = true
         return .committed(outcome)
@@ -220,8 +234,8 @@ struct GroupCommit {
         var encoded: [UInt8]
         var affected: Int?
         var resetLog: String?
-        /// Its number in the upload queue, when it was queued.
-        var queued: Int64? = nil
+        /// Its number in the upload queue and what was queued, when it was.
+        var queued: (number: Int64, changes: QueuedChangeSet)? = nil
     }
 
     /// Applies one save with sequence number `sequence` and records it in the journal.
@@ -262,7 +276,7 @@ struct GroupCommit {
             event.extensionBytes = bytes
         }
         let encoded = try Journal.record(event, save: save.saveNumber, affected: affected, in: transaction)
-        var queued: Int64?
+        var queued: (number: Int64, changes: QueuedChangeSet)?
         if let record = save.alsoRecord { try record(transaction) }
         if save.fromSync {
             // From the server: nothing to upload.
@@ -271,7 +285,7 @@ struct GroupCommit {
                 "INSERT INTO skyros_sync_queue (sequence, timestamp, changes) VALUES (?, ?, ?)",
                 [.integer(Int64(event.sequence)), .real(Date().timeIntervalSince1970), .blob(try changes.encoded())])
             if case .integer(let number)? = try transaction.rows("SELECT last_insert_rowid()").first?.first {
-                queued = number
+                queued = (number, changes)
             }
         }
         let resetLog = deletedObjects.map { deleted in

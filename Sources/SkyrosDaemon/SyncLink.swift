@@ -114,7 +114,7 @@ final class SyncLink: SyncHost {
             let state = try Self.prepare(store, turn: &turn, log: log)
             let engine = SyncEngine(
                 configuration: configuration, schema: server, machine: state.machine, checkpoint: state.checkpoint,
-                storePath: turn.settings.container.store.path, host: self, settings: settings, log: log)
+                queuedThrough: state.queuedThrough, storePath: turn.settings.container.store.path, host: self, settings: settings, log: log)
             engineBox.withLock { $0 = engine }
             version.withLock { $0 = current }
             log("sync: machine \(state.machine.uuidString.lowercased()) syncs with \(configuration.redacted); \(state.queued) change sets queued")
@@ -130,6 +130,8 @@ final class SyncLink: SyncHost {
         var machine: UUID
         var checkpoint: String?
         var queued: Int
+        /// The highest number the queue ever had.
+        var queuedThrough: Int64
     }
 
     /// Creates the queue's tables, the machine id (queueing the objects the store has the first
@@ -180,7 +182,7 @@ final class SyncLink: SyncHost {
             if case .integer(let number)? = try transaction.rows("SELECT count(*) FROM skyros_sync_queue").first?.first {
                 count = Int(number)
             }
-            return (Prepared(machine: machine!, checkpoint: checkpoint, queued: count), last)
+            return (Prepared(machine: machine!, checkpoint: checkpoint, queued: count, queuedThrough: last), last)
         }
         turn.groupCommit.startQueueing(after: prepared.1)
         return prepared.0

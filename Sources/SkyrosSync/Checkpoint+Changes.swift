@@ -20,8 +20,8 @@ extension ServerSession {
         var parts = [
             """
             SELECT '0'::text, pg_current_snapshot()::text || '|' || pg_snapshot_xmin(pg_current_snapshot())::text, \
-            (SELECT coalesce(max(number), 0)::text FROM \(quoted)._skyros_uploads WHERE machine = $2::uuid) || '|' || \
-            (pg_snapshot_xmin($1::pg_snapshot) < (SELECT value FROM \(quoted)._skyros_meta WHERE key = 'horizon')::xid8)::text, \
+            (SELECT coalesce(max(number), 0)::text FROM \(quoted)._skyros_uploads WHERE machine = ($2::text)::uuid) || '|' || \
+            (pg_snapshot_xmin(($1::text)::pg_snapshot) < (SELECT value FROM \(quoted)._skyros_meta WHERE key = 'horizon')::xid8)::text, \
             (SELECT (extract(epoch FROM clock_timestamp() - max(at)) * 1000)::bigint::text FROM changed)
             """,
             "SELECT '1', entity, id::text, NULL FROM changed",
@@ -35,16 +35,17 @@ extension ServerSession {
         }
         parts.append("""
             SELECT '3', number::text, rejected, objects::text FROM \(quoted)._skyros_uploads \
-            WHERE machine = $2::uuid AND rejected IS NOT NULL AND xid >= pg_snapshot_xmin($1::pg_snapshot) \
-            AND NOT pg_visible_in_snapshot(xid, $1::pg_snapshot)
+            WHERE machine = ($2::text)::uuid AND rejected IS NOT NULL AND xid >= pg_snapshot_xmin(($1::text)::pg_snapshot) \
+            AND NOT pg_visible_in_snapshot(xid, ($1::text)::pg_snapshot)
             """)
         let sql = """
             WITH changed AS (SELECT entity, id, max(at) AS at FROM \(quoted)._skyros_log \
-            WHERE xid >= pg_snapshot_xmin($1::pg_snapshot) AND NOT pg_visible_in_snapshot(xid, $1::pg_snapshot) \
+            WHERE xid >= pg_snapshot_xmin(($1::text)::pg_snapshot) AND xid < pg_snapshot_xmax(pg_current_snapshot()) \
+            AND NOT pg_visible_in_snapshot(xid, ($1::text)::pg_snapshot) \
             GROUP BY entity, id) \
             \(parts.joined(separator: " UNION ALL "))
             """
-        let rows = try await run(sql, [previous, machine.uuidString.lowercased()])
+        let rows = try await run(sql, [previous, machine.uuidString.lowercased()], prepared: true)
         guard let head = rows.first(where: { $0[0] == "0" }),
             let snapshotPart = head[1]?.split(separator: "|"), snapshotPart.count == 2,
             let uploadPart = head[2]?.split(separator: "|"), uploadPart.count == 2

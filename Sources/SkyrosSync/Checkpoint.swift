@@ -66,6 +66,21 @@ package struct SnapshotPage: Sendable {
 }
 
 extension Checkpoint {
+    /// Whether the transaction `xid` is visible in `snapshot` (a `pg_snapshot`'s text,
+    /// `xmin:xmax:xip,…`), as `pg_visible_in_snapshot` says: committed before the snapshot
+    /// was taken. Nil for text that is not a snapshot.
+    package static func isVisible(_ xid: UInt64, in snapshot: String) -> Bool? {
+        let parts = snapshot.split(separator: ":", omittingEmptySubsequences: false)
+        guard parts.count == 3, let xmin = UInt64(parts[0]), let xmax = UInt64(parts[1]) else { return nil }
+        if xid < xmin { return true }
+        if xid >= xmax { return false }
+        for running in parts[2].split(separator: ",") {
+            guard let running = UInt64(running) else { return nil }
+            if running == xid { return false }
+        }
+        return true
+    }
+
     /// Staging a snapshot's page failed: the store refused it (the reason); the snapshot is
     /// read again later, from its first page.
     package struct StagingFailed: Error, CustomStringConvertible {

@@ -154,7 +154,7 @@ package struct ServerSchema: Sendable {
                 INSERT INTO \(schema)._skyros_log (entity, id) SELECT TG_TABLE_NAME, "_id" FROM skyros_old;
               END IF;
               IF FOUND THEN
-                PERFORM pg_notify(\(Self.literal(channel)), '');
+                PERFORM pg_notify(\(Self.literal(channel)), pg_current_xact_id()::text);
               END IF;
               RETURN NULL;
             END $$

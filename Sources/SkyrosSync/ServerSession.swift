@@ -13,25 +13,56 @@ package struct ServerSession: Sendable {
     /// Bounds each statement (nil: no bound).
     let watchdog: Watchdog?
     let timeout: Duration
+    /// The connection's named prepared statements (nil: every statement is parsed and
+    /// planned each time it runs).
+    package let statements: PreparedStatements?
 
     /// A session of `schema` on `connection`; with a `watchdog`, a statement that gets no
-    /// answer within `timeout` drops the connection (and fails).
+    /// answer within `timeout` drops the connection (and fails); with `statements`, the
+    /// statements run again and again (the checkpoint read, the upload) are prepared once.
     package init(
         connection: PostgresConnection, schema: ServerSchema, logger: Logger, watchdog: Watchdog? = nil,
-        timeout: Duration = .seconds(5)
+        timeout: Duration = .seconds(5), statements: PreparedStatements? = nil
     ) {
         self.connection = connection
         self.schema = schema
         self.logger = logger
         self.watchdog = watchdog
         self.timeout = timeout
+        self.statements = statements
     }
 
     /// Runs one statement with text parameters and returns its rows, every cell as text.
+    ///
+    /// - Parameter prepared: the statement runs often: prepare it once on this connection
+    ///   (when the session keeps ``PreparedStatements``) and only bind and execute it after.
+    ///   Its parameters are written `($n::text)` for that (a prepared statement's parameter
+    ///   types are inferred by the server, and every value here crosses as text).
     @discardableResult
-    package func run(_ sql: String, _ parameters: [String?] = []) async throws -> [[String?]] {
-        guard let watchdog else { return try await query(sql, parameters) }
-        return try await watchdog.bounded(timeout) { [self] in try await query(sql, parameters) }
+    package func run(_ sql: String, _ parameters: [String?] = [], prepared: Bool = false) async throws -> [[String?]] {
+        let work: @Sendable () async throws -> [[String?]] = { [self] in
+            if prepared, let statements, let statement = try await statements.statement(for: sql, on: connection) {
+                return try await execute(statement, parameters)
+            }
+            return try await query(sql, parameters)
+        }
+        guard let watchdog else { return try await work() }
+        return try await watchdog.bounded(timeout, work)
+    }
+
+    private func execute(_ statement: PreparedQuery, _ parameters: [String?]) async throws -> [[String?]] {
+        guard !connection.isClosed else { throw ConnectionClosed() }
+        let rows = try await statement.execute(parameters.map { $0.map(PostgresData.init(string:)) ?? .null }).get()
+        var result: [[String?]] = []
+        result.reserveCapacity(rows.count)
+        for row in rows {
+            var cells: [String?] = []
+            for cell in row {
+                cells.append(try cell.decode(String?.self))
+            }
+            result.append(cells)
+        }
+        return result
     }
 
     private func query(_ sql: String, _ parameters: [String?]) async throws -> [[String?]] {
@@ -157,7 +188,7 @@ package struct ServerSession: Sendable {
             do {
                 try await uploadTogether(batch, machine: machine)
                 return Array(repeating: .applied, count: batch.count)
-            } catch let error as PSQLError where Self.isBatchFault(error) {
+            } catch where Self.isBatchFault(error) {
                 // A change set of the batch is at fault (or one was applied before): find it.
             } catch is Refusal {
                 // A value of the batch does not fit its column: find its change set.
@@ -185,10 +216,10 @@ package struct ServerSession: Sendable {
         var parameters: [String?] = [machine.uuidString.lowercased(), Self.arrayLiteral(batch.map { String($0.number) })]
         func parameter(_ value: String) -> String {
             parameters.append(value)
-            return "$\(parameters.count)"
+            return "($\(parameters.count)::text)"
         }
         var clauses = [
-            "recorded AS (INSERT INTO \(ServerSchema.quote(schema.name))._skyros_uploads (machine, number) SELECT $1::uuid, unnest($2::bigint[]))"
+            "recorded AS (INSERT INTO \(ServerSchema.quote(schema.name))._skyros_uploads (machine, number) SELECT ($1::text)::uuid, unnest(($2::text)::bigint[]))"
         ]
         var checks: [String] = []
         for group in net.groups(schema: schema) {
@@ -214,7 +245,7 @@ package struct ServerSession: Sendable {
             case .update:
                 if group.columns.isEmpty {
                     // Only to-manys changed: the object must still be there.
-                    checks.append("(SELECT count(*) FROM \(qualified) WHERE \"_id\" = ANY(\(arrays[0])::uuid[])) = \(group.rows.count)")
+                    checks.append("(SELECT count(*) FROM \(qualified) WHERE \"_id\" = ANY(\(arrays[0])::uuid[])) = cardinality(\(arrays[0])::uuid[])")
                     continue
                 }
                 let assignments = group.columns.enumerated().map { "\(ServerSchema.quote($1.name)) = \($1.type.input("u.c\($0 + 1)"))" }
@@ -222,7 +253,7 @@ package struct ServerSession: Sendable {
                     \(label) AS (UPDATE \(qualified) AS t SET \(assignments.joined(separator: ", ")) FROM \(source) \
                     WHERE t."_id" = u.c0::uuid RETURNING 1)
                     """)
-                checks.append("(SELECT count(*) FROM \(label)) = \(group.rows.count)")
+                checks.append("(SELECT count(*) FROM \(label)) = cardinality(\(arrays[0])::uuid[])")
             case .none:
                 continue
             case .delete:
@@ -235,7 +266,8 @@ package struct ServerSession: Sendable {
             throw Refusal(reason: "the batch needs \(parameters.count) parameters")
         }
         let verdict = checks.isEmpty ? "1" : "1 / (CASE WHEN \(checks.joined(separator: " AND ")) THEN 1 ELSE 0 END)"
-        try await run("WITH \(clauses.joined(separator: ", ")) SELECT \(verdict)", parameters)
+        // Row counts are parameters too: batches of one shape share one prepared statement.
+        try await run("WITH \(clauses.joined(separator: ", ")) SELECT \(verdict)", parameters, prepared: true)
     }
 
     /// The most parameters one batch statement binds (PostgreSQL's limit is 65,535).
@@ -353,8 +385,8 @@ package struct ServerSession: Sendable {
     /// (SQLSTATE classes 21, 22, 23 and 27: a cardinality, a data exception, including the
     /// count check's division by zero, a constraint, a change a cascade made twice): the batch
     /// is split to find it. Anything else is the server's or the connection's, and thrown.
-    static func isBatchFault(_ error: PSQLError) -> Bool {
-        guard error.code == .server, let state = error.serverInfo?[.sqlState] else { return false }
+    static func isBatchFault(_ error: any Error) -> Bool {
+        guard let state = serverReport(error)?.state else { return false }
         return ["21", "22", "23", "27"].contains { state.hasPrefix($0) }
     }
 
@@ -388,7 +420,7 @@ package struct ServerSession: Sendable {
                     try await run("ROLLBACK TO SAVEPOINT change_set")
                     try await recordRejection(number, machine: machineText, refusal.reason, changes)
                     outcomes.append(.rejected(refusal.reason))
-                } catch let error as PSQLError where Self.isChangeSetsFault(error) {
+                } catch where Self.isChangeSetsFault(error) {
                     try await run("ROLLBACK TO SAVEPOINT change_set")
                     let reason = Self.describe(error)
                     try await recordRejection(number, machine: machineText, reason, changes)
@@ -488,20 +520,33 @@ package struct ServerSession: Sendable {
 
     /// Whether a server error is the change set's fault (a constraint, a value the column
     /// refuses): SQLSTATE classes 22 (data exception) and 23 (integrity constraint violation).
-    static func isChangeSetsFault(_ error: PSQLError) -> Bool {
-        guard error.code == .server, let state = error.serverInfo?[.sqlState] else { return false }
+    static func isChangeSetsFault(_ error: any Error) -> Bool {
+        guard let state = serverReport(error)?.state else { return false }
         return state.hasPrefix("22") || state.hasPrefix("23")
     }
 
     /// A server error in words: its message, detail and SQLSTATE.
     package static func describe(_ error: any Error) -> String {
-        guard let error = error as? PSQLError else { return "\(error)" }
-        if let info = error.serverInfo, let message = info[.message] {
+        if let report = serverReport(error), let message = report.message {
             var text = message
-            if let detail = info[.detail] { text += " (\(detail))" }
-            if let state = info[.sqlState] { text += " [SQLSTATE \(state)]" }
-            return text
+            if let detail = report.detail { text += " (\(detail))" }
+            return text + " [SQLSTATE \(report.state)]"
         }
-        return "\(error.code)"
+        if let error = error as? PSQLError { return "\(error.code)" }
+        return "\(error)"
+    }
+
+    /// The server's report of a failed statement (its SQLSTATE, message and detail), whichever
+    /// of postgres-nio's interfaces ran it: a prepared statement's failure comes as a
+    /// `PostgresError`, an unprepared one's as a `PSQLError`. Nil for anything but the
+    /// server's refusal (a lost connection, a timeout).
+    package static func serverReport(_ error: any Error) -> (state: String, message: String?, detail: String?)? {
+        if let error = error as? PSQLError, error.code == .server, let info = error.serverInfo, let state = info[.sqlState] {
+            return (state, info[.message], info[.detail])
+        }
+        if case .server(let report)? = error as? PostgresError, let state = report.fields[.sqlState] {
+            return (state, report.fields[.message], report.fields[.detail])
+        }
+        return nil
     }
 }

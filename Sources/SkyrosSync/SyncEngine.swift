@@ -39,7 +39,7 @@ package protocol SyncHost: AnyObject, Sendable {
 /// change sets in order, exactly once, and brings the server's checkpoints to the daemon.
 ///
 /// It runs on Swift concurrency beside the daemon's serve loop. Online it uploads what the
-/// daemon queued (woken by ``localCommitted()``) and reads a checkpoint when the server
+/// daemon queued (woken by ``localCommitted(_:through:)``) and reads a checkpoint when the server
 /// notifies a change (LISTEN/NOTIFY), or every ``Settings/pollInterval`` in case a
 /// notification was missed. When the server cannot be reached it is offline: saves go on
 /// locally, and it tries again with a growing delay (up to ``Settings/maximumRetryDelay``).
@@ -101,6 +101,16 @@ package final class SyncEngine: Sendable {
         var schemaChanged = false
         var stopping = false
         var tasks: [Task<Void, Never>] = []
+        /// The highest number the daemon queued, as it told (nil: not told yet; read the queue).
+        var queuedThrough: Int64?
+        /// The change sets the daemon handed over as it queued them, oldest first: uploaded
+        /// from memory when they follow the last upload, read from the queue otherwise.
+        var handed: [(number: Int64, changes: QueuedChangeSet)] = []
+        /// The transactions notified since the loop last looked (their ids, the payload of
+        /// a NOTIFY); `notifiedUnknown`: a wake-up that may stand for any change (a
+        /// notification without an id, the listener connected again, a connection closed).
+        var notified: Set<UInt64> = []
+        var notifiedUnknown = false
     }
 
     private let configuration: SyncConfiguration
@@ -119,10 +129,11 @@ package final class SyncEngine: Sendable {
     private let finished = DispatchSemaphore(value: 0)
 
     /// An engine for the store at `storePath` (read through a read-only connection of its
-    /// own), this machine's `machine` id, and the checkpoint the store last applied.
+    /// own), this machine's `machine` id, the checkpoint the store last applied, and the
+    /// highest number its queue ever had (`queuedThrough`; nil: unknown, read the queue).
     package init(
-        configuration: SyncConfiguration, schema: ServerSchema, machine: UUID, checkpoint: String?, storePath: String,
-        host: any SyncHost, settings: Settings = Settings(), log: @escaping @Sendable (String) -> Void
+        configuration: SyncConfiguration, schema: ServerSchema, machine: UUID, checkpoint: String?, queuedThrough: Int64? = nil,
+        storePath: String, host: any SyncHost, settings: Settings = Settings(), log: @escaping @Sendable (String) -> Void
     ) {
         self.configuration = configuration
         self.settings = settings
@@ -133,7 +144,7 @@ package final class SyncEngine: Sendable {
         var logger = Logger(label: "skyros.sync")
         logger.logLevel = .critical
         self.logger = logger
-        mutable = Mutex(Mutable(schema: schema))
+        mutable = Mutex(Mutable(schema: schema, queuedThrough: queuedThrough))
         cursor = Mutex(checkpoint)
     }
 
@@ -166,8 +177,35 @@ package final class SyncEngine: Sendable {
         _ = finished.wait(timeout: .now() + 5)
     }
 
-    /// A change set was queued: upload it.
-    package func localCommitted() { wakeup.signal() }
+    /// Change sets were queued, `through` the highest number so far: upload them. `handed`:
+    /// those change sets themselves, uploaded without reading them back from the queue (a
+    /// read that was a tenth of a change's way from one machine to the next).
+    package func localCommitted(_ handed: [(number: Int64, changes: QueuedChangeSet)] = [], through last: Int64) {
+        mutable.withLock { state in
+            state.queuedThrough = max(state.queuedThrough ?? 0, last)
+            state.handed += handed
+            // Held for a moment only: while the server cannot be reached, the queue has them.
+            if state.handed.count > Self.handedLimit { state.handed.removeAll() }
+        }
+        wakeup.signal()
+    }
+
+    /// The most change sets held in memory for the uploader.
+    static let handedLimit = 256
+
+    /// The change sets to upload after `uploaded`: those handed over when they follow it
+    /// without a gap and are all there is; nil to read the queue (or empty: nothing queued).
+    private func handedBatch(after uploaded: Int64) -> [(number: Int64, changes: QueuedChangeSet)]? {
+        mutable.withLock { state in
+            state.handed.removeAll { $0.number <= uploaded }
+            guard let known = state.queuedThrough else { return nil }
+            if known <= uploaded { return [] }
+            guard state.handed.first?.number == uploaded + 1, state.handed.last?.number == known,
+                state.handed.count == Int(known - uploaded), state.handed.count <= settings.uploadBatch
+            else { return nil }
+            return state.handed
+        }
+    }
 
     /// The group's store was migrated: the server's tables follow before the next upload.
     package func schemaChanged(_ schema: ServerSchema) {
@@ -215,13 +253,16 @@ package final class SyncEngine: Sendable {
         defer { Task { try? await connection.close() } }
         // A connection closed while the loop waits (the server restarted) wakes it: the next
         // statement fails at once and the engine goes offline, then connects again.
-        connection.closeFuture.whenComplete { [wakeup] _ in wakeup.signal() }
+        connection.closeFuture.whenComplete { [weak self] _ in self?.notify(nil) }
         let watchdog = Watchdog(connection, executor: executor)
         var schema = mutable.withLock { state in
             state.schemaChanged = false
             return state.schema
         }
-        var session = ServerSession(connection: connection, schema: schema, logger: logger, watchdog: watchdog, timeout: settings.statementTimeout)
+        let statements = PreparedStatements()
+        var session = ServerSession(
+            connection: connection, schema: schema, logger: logger, watchdog: watchdog, timeout: settings.statementTimeout,
+            statements: statements)
         try await prepare(session)
         let listener = listen(schema.channel)
         defer { listener.cancel() }
@@ -232,18 +273,27 @@ package final class SyncEngine: Sendable {
         setState(.online, nil)
         connected()
         var lastCompaction = ContinuousClock.now - settings.compactionInterval + .seconds(30)
+        // Whether the last wait ended with a signal (false: the poll interval passed, or the
+        // loop came round without waiting): then the checkpoint may not need reading.
+        var signaled = false
         while !isStopping {
+            var mustRead = !signaled
+            signaled = false
             if let changed = mutable.withLock({ state -> ServerSchema? in
                 defer { state.schemaChanged = false }
                 return state.schemaChanged ? state.schema : nil
             }) {
                 schema = changed
-                session = ServerSession(connection: connection, schema: schema, logger: logger, watchdog: watchdog, timeout: settings.statementTimeout)
+                session = ServerSession(
+                    connection: connection, schema: schema, logger: logger, watchdog: watchdog, timeout: settings.statementTimeout,
+                    statements: statements)
                 try await prepare(session)
+                mustRead = true
             }
             // Upstream: everything queued, in order.
             while !isStopping {
-                let batch = try Self.queued(queue, after: uploaded, limit: settings.uploadBatch, bytes: settings.uploadBatchBytes)
+                let batch = try handedBatch(after: uploaded)
+                    ?? Self.queued(queue, after: uploaded, limit: settings.uploadBatch, bytes: settings.uploadBatchBytes)
                 guard let last = batch.last?.number else { break }
                 let outcomes = try await session.upload(batch, machine: machine)
                 uploaded = last
@@ -254,6 +304,14 @@ package final class SyncEngine: Sendable {
                     }
                 }
                 await host?.uploaded(through: last)
+                // The write checkpoint: the checkpoint that includes this upload.
+                mustRead = true
+            }
+            // Woken by notifications of transactions the last checkpoint has already (this
+            // machine's own upload, read back right after it): nothing to read.
+            if !mustRead && notificationsSeen() {
+                signaled = await wakeup.wait(timeout: settings.pollInterval)
+                continue
             }
             // Downstream: the checkpoint after the last one applied.
             let previous = cursor.withLock { $0 }
@@ -276,7 +334,8 @@ package final class SyncEngine: Sendable {
             // An empty checkpoint moves the cursor in memory only: after a restart, reading
             // again from the one the store recorded finds the same nothing.
             guard checkpoint.uploadedThrough >= uploaded, let host else { continue }
-            switch isEmpty ? .applied : await host.apply(checkpoint) {
+            let result = isEmpty ? .applied : await host.apply(checkpoint)
+            switch result {
             case .applied:
                 setState(.online, nil)
                 cursor.withLock { $0 = checkpoint.snapshot }
@@ -297,8 +356,35 @@ package final class SyncEngine: Sendable {
                 lastCompaction = .now
                 try await session.compact(retention: configuration.retention)
             }
-            await wakeup.wait(timeout: settings.pollInterval)
+            signaled = await wakeup.wait(timeout: settings.pollInterval)
         }
+    }
+
+    /// Whether every transaction notified since the last call is in the checkpoint applied
+    /// last (false when none was notified, or one without its id). Forgets them.
+    private func notificationsSeen() -> Bool {
+        let (notified, unknown) = mutable.withLock { state in
+            defer {
+                state.notified = []
+                state.notifiedUnknown = false
+            }
+            return (state.notified, state.notifiedUnknown)
+        }
+        guard !unknown, !notified.isEmpty, let snapshot = cursor.withLock({ $0 }) else { return false }
+        return notified.allSatisfy { Checkpoint.isVisible($0, in: snapshot) == true }
+    }
+
+    /// A notification of the transaction `xid` (nil: of some change), or any other reason to
+    /// read the checkpoint: wakes the loop.
+    private func notify(_ xid: UInt64?) {
+        mutable.withLock { state in
+            if let xid, state.notified.count < 1_000 {
+                state.notified.insert(xid)
+            } else {
+                state.notifiedUnknown = true
+            }
+        }
+        wakeup.signal()
     }
 
     /// Creates or migrates the server's tables, or checks them when the role may not.
@@ -343,8 +429,11 @@ package final class SyncEngine: Sendable {
                     try await withThrowingTaskGroup(of: Void.self) { group in
                         group.addTask {
                             try await connection.listen(on: channel) { notifications in
-                                self.wakeup.signal()  // whatever happened while it was not listening
-                                for try await _ in notifications { self.wakeup.signal() }
+                                self.notify(nil)  // whatever happened while it was not listening
+                                for try await notification in notifications {
+                                    // The payload is the transaction's id (empty from a server set up by an older version).
+                                    self.notify(UInt64(notification.payload))
+                                }
                             }
                         }
                         group.addTask { [logger] in
@@ -414,18 +503,20 @@ package final class SyncEngine: Sendable {
     private func classify(_ error: any Error) -> (Status.State, String) {
         if let setup = error as? SetupNeeded { return (.error, setup.description) }
         if let timeout = error as? Watchdog.TimedOut { return (.offline, timeout.description) }
+        if let report = ServerSession.serverReport(error) {
+            // 28: authentication; 42: privileges, missing objects; 3D: no such database; 3F: no
+            // such schema; 23: a migration of the server's tables that its rows refuse (a
+            // change set's own refusals never get here: they are recorded as rejected).
+            let text = ServerSession.describe(error)
+            if ["28", "42", "3D", "3F", "23"].contains(where: { report.state.hasPrefix($0) }) {
+                return (.error, text)
+            }
+            return (.offline, text)
+        }
         if let error = error as? PSQLError {
             switch error.code {
             case .server:
-                let state = error.serverInfo?[.sqlState] ?? ""
-                let text = ServerSession.describe(error)
-                // 28: authentication; 42: privileges, missing objects; 3D: no such database; 3F: no
-                // such schema; 23: a migration of the server's tables that its rows refuse (a
-                // change set's own refusals never get here: they are recorded as rejected).
-                if ["28", "42", "3D", "3F", "23"].contains(where: { state.hasPrefix($0) }) {
-                    return (.error, text)
-                }
-                return (.offline, text)
+                return (.offline, ServerSession.describe(error))
             case .sslUnsupported:
                 return (.error, "the server does not offer TLS, which the sync URL requires (sslmode)")
             case .authMechanismRequiresPassword, .unsupportedAuthMechanism, .saslError:

@@ -26,12 +26,15 @@ final class Wakeup: Sendable {
 
     /// Returns at the next signal (at once when one came since the last wait), after `timeout`,
     /// or when the task is cancelled.
-    func wait(timeout: Duration) async {
+    ///
+    /// - Returns: true when a signal came (false: the timeout, or a cancellation).
+    @discardableResult
+    func wait(timeout: Duration) async -> Bool {
         if state.withLock({ state in
             defer { state.signaled = false }
             return state.signaled
-        }) { return }
-        await withTaskGroup(of: Void.self) { group in
+        }) { return true }
+        return await withTaskGroup(of: Bool.self) { group in
             group.addTask { [self] in
                 await withTaskCancellationHandler {
                     await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
@@ -52,10 +55,15 @@ final class Wakeup: Sendable {
                     }
                     waiter?.resume()
                 }
+                return !Task.isCancelled
             }
-            group.addTask { try? await Task.sleep(for: timeout) }
-            await group.next()
+            group.addTask {
+                try? await Task.sleep(for: timeout)
+                return false
+            }
+            let signaled = await group.next() ?? false
             group.cancelAll()
+            return signaled
         }
     }
 }

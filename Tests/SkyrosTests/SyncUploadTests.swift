@@ -21,7 +21,9 @@ struct SyncUploadTests {
         let connection: PostgresConnection
         let session: ServerSession
 
-        static func make() async throws -> Session {
+        /// - Parameter prepared: whether the session prepares its frequent statements (as the
+        ///   sync engine's do), whose failures postgres-nio reports with another error type.
+        static func make(prepared: Bool = false) async throws -> Session {
             let postgres = try PostgresServer.shared()
             let database = try postgres.createUniqueDatabase(prefix: "upload")
             let configuration = SyncConfiguration(
@@ -32,7 +34,9 @@ struct SyncUploadTests {
             let connection = try await PostgresConnection.connect(
                 on: MultiThreadedEventLoopGroup.singleton.any(), configuration: try configuration.connectionConfiguration(),
                 id: 1, logger: logger)
-            let session = ServerSession(connection: connection, schema: ServerSchema(testSchema, name: "g_up"), logger: logger)
+            let session = ServerSession(
+                connection: connection, schema: ServerSchema(testSchema, name: "g_up"), logger: logger,
+                statements: prepared ? PreparedStatements() : nil)
             try await session.ensureSchema()
             return Session(postgres: postgres, database: database, connection: connection, session: session)
         }
@@ -57,9 +61,10 @@ struct SyncUploadTests {
         return changes
     }
 
-    @Test("a batch goes as its net effect: inserts, later updates merged, made-and-deleted never sent, deletes; each change set recorded once")
-    func netEffect() async throws {
-        let server = try await Session.make()
+    @Test("a batch goes as its net effect: inserts, later updates merged, made-and-deleted never sent, deletes; each change set recorded once",
+          arguments: [false, true])
+    func netEffect(prepared: Bool) async throws {
+        let server = try await Session.make(prepared: prepared)
         defer { Task { await server.close() } }
         let machine = UUID()
         let ids = (0..<40).map { _ in UUID() }
@@ -91,9 +96,10 @@ struct SyncUploadTests {
         #expect(try server.psql("SELECT age FROM g_up.\"User\" WHERE handle = 'h0'") == "100")
     }
 
-    @Test("refused change sets in a batch are found and rejected alone, with their reasons; the others are applied")
-    func refusalsFound() async throws {
-        let server = try await Session.make()
+    @Test("refused change sets in a batch are found and rejected alone, with their reasons; the others are applied",
+          arguments: [false, true])
+    func refusalsFound(prepared: Bool) async throws {
+        let server = try await Session.make(prepared: prepared)
         defer { Task { await server.close() } }
         let machine = UUID()
         let taken = UUID()
@@ -127,9 +133,10 @@ struct SyncUploadTests {
         #expect(try server.psql("SELECT count(*) FROM g_up._skyros_uploads") == "64")
     }
 
-    @Test("a checkpoint in one statement: what psql changed since the previous one, gone objects, unreadable rows, refusals")
-    func checkpointInOneStatement() async throws {
-        let server = try await Session.make()
+    @Test("a checkpoint in one statement: what psql changed since the previous one, gone objects, unreadable rows, refusals",
+          arguments: [false, true])
+    func checkpointInOneStatement(prepared: Bool) async throws {
+        let server = try await Session.make(prepared: prepared)
         defer { Task { await server.close() } }
         let machine = UUID()
         let first = try await server.session.readCheckpoint(after: nil, machine: machine) { _ in nil }
@@ -162,6 +169,28 @@ struct SyncUploadTests {
         let bad = try #require(try await server.session.readChanges(after: none.snapshot, machine: machine))
         #expect(bad.objects[ObjectID(entityName: "Post", uuid: post)] == nil)
         #expect(bad.unreadable.count == 1)
+        if prepared {
+            // The read and the upload of one change set were prepared once, and used again.
+            #expect(server.session.statements?.count == 2)
+        }
+    }
+
+    @Test("a notified transaction is known to be in a checkpoint as the server knows it (pg_visible_in_snapshot)")
+    func visibilityAsTheServerSays() async throws {
+        let server = try await Session.make()
+        defer { Task { await server.close() } }
+        let snapshots = ["100:100:", "100:110:", "100:110:100,104,109", "5:9:5,7", "18446744073709551000:18446744073709551010:18446744073709551005"]
+        for snapshot in snapshots {
+            let numbers = snapshot.split(separator: ":").prefix(2).compactMap { UInt64($0) }
+            let candidates = [0, numbers[0] - 1, numbers[0], numbers[0] + 4, numbers[0] + 5, numbers[1] - 1, numbers[1], numbers[1] + 1]
+            for xid in candidates {
+                let server = try await server.session.run(
+                    "SELECT pg_visible_in_snapshot($1::xid8, $2::pg_snapshot)::text", [String(xid), snapshot]).first?[0]
+                #expect(Checkpoint.isVisible(xid, in: snapshot) == (server == "true"), "\(xid) in \(snapshot)")
+            }
+        }
+        #expect(Checkpoint.isVisible(1, in: "not a snapshot") == nil)
+        #expect(Checkpoint.isVisible(1, in: "1:2:x") == nil)
     }
 
     @Test("queued change sets: the binary form round-trips every kind of value; JSON queued before still reads; cut bytes are a typed error")
