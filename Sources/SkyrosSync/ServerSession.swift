@@ -179,24 +179,37 @@ package struct ServerSession: Sendable {
     /// (``uploadOneByOne(_:machine:)``): so a refusal costs a few statements, and finds its
     /// change set exactly.
     package func upload(_ batch: [(number: Int64, changes: QueuedChangeSet)], machine: UUID) async throws -> [UploadOutcome] {
+        try await uploadReportingTransactions(batch, machine: machine).outcomes
+    }
+
+    /// ``upload(_:machine:)``, with the ids of the server transactions that applied the
+    /// batch (nil when a part of it went one by one: not known).
+    package func uploadReportingTransactions(
+        _ batch: [(number: Int64, changes: QueuedChangeSet)], machine: UUID
+    ) async throws -> (outcomes: [UploadOutcome], transactions: [UInt64]?) {
         try await upload(batch[...], machine: machine)
     }
 
-    private func upload(_ batch: ArraySlice<(number: Int64, changes: QueuedChangeSet)>, machine: UUID) async throws -> [UploadOutcome] {
-        guard !batch.isEmpty else { return [] }
+    private func upload(
+        _ batch: ArraySlice<(number: Int64, changes: QueuedChangeSet)>, machine: UUID
+    ) async throws -> (outcomes: [UploadOutcome], transactions: [UInt64]?) {
+        guard !batch.isEmpty else { return ([], []) }
         if batch.allSatisfy({ !$0.changes.reset }) {
             do {
-                try await uploadTogether(batch, machine: machine)
-                return Array(repeating: .applied, count: batch.count)
+                let transaction = try await uploadTogether(batch, machine: machine)
+                return (Array(repeating: .applied, count: batch.count), transaction.map { [$0] })
             } catch where Self.isBatchFault(error) {
                 // A change set of the batch is at fault (or one was applied before): find it.
             } catch is Refusal {
                 // A value of the batch does not fit its column: find its change set.
             }
         }
-        if batch.count == 1 { return try await uploadOneByOne(Array(batch), machine: machine) }
+        if batch.count == 1 { return (try await uploadOneByOne(Array(batch), machine: machine), nil) }
         let middle = batch.startIndex + batch.count / 2
-        return try await upload(batch[..<middle], machine: machine) + upload(batch[middle...], machine: machine)
+        let first = try await upload(batch[..<middle], machine: machine)
+        let second = try await upload(batch[middle...], machine: machine)
+        let transactions = first.transactions.flatMap { first in second.transactions.map { first + $0 } }
+        return (first.outcomes + second.outcomes, transactions)
     }
 
     /// Applies a batch of change sets as one autocommitted statement: data-modifying `WITH`
@@ -208,7 +221,10 @@ package struct ServerSession: Sendable {
     /// object is missing on the server (its count is checked by a division by zero), when a
     /// constraint refuses a row (foreign keys are checked at its commit), or when a value
     /// does not fit its column.
-    private func uploadTogether(_ batch: ArraySlice<(number: Int64, changes: QueuedChangeSet)>, machine: UUID) async throws {
+    ///
+    /// - Returns: the id of the transaction that applied it.
+    @discardableResult
+    private func uploadTogether(_ batch: ArraySlice<(number: Int64, changes: QueuedChangeSet)>, machine: UUID) async throws -> UInt64? {
         var net = NetEffect()
         for (_, changes) in batch {
             guard net.add(changes, schema: schema) else { throw Refusal(reason: "an object is deleted and then inserted again in the batch") }
@@ -267,7 +283,9 @@ package struct ServerSession: Sendable {
         }
         let verdict = checks.isEmpty ? "1" : "1 / (CASE WHEN \(checks.joined(separator: " AND ")) THEN 1 ELSE 0 END)"
         // Row counts are parameters too: batches of one shape share one prepared statement.
-        try await run("WITH \(clauses.joined(separator: ", ")) SELECT \(verdict)", parameters, prepared: true)
+        let rows = try await run(
+            "WITH \(clauses.joined(separator: ", ")) SELECT (\(verdict))::text, pg_current_xact_id()::text", parameters, prepared: true)
+        return rows.first?[1].flatMap { UInt64($0) }
     }
 
     /// The most parameters one batch statement binds (PostgreSQL's limit is 65,535).

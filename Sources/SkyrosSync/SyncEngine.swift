@@ -111,6 +111,10 @@ package final class SyncEngine: Sendable {
         /// notification without an id, the listener connected again, a connection closed).
         var notified: Set<UInt64> = []
         var notifiedUnknown = false
+        /// The server transactions of this machine's uploads since the last checkpoint read,
+        /// and how many change sets they carried: a notification of one of them needs no read.
+        var ownTransactions: Set<UInt64> = []
+        var ownChangeSets = 0
     }
 
     private let configuration: SyncConfiguration
@@ -120,9 +124,9 @@ package final class SyncEngine: Sendable {
     private weak let host: (any SyncHost)?
     private let log: @Sendable (String) -> Void
     private let logger: Logger
-    private let wakeup = Wakeup()
     /// The thread the engine's tasks and connections run on.
     private let executor = SyncExecutor()
+    private let wakeup: Wakeup
     private let mutable: Mutex<Mutable>
     /// The last checkpoint applied (a `pg_snapshot` text).
     private let cursor: Mutex<String?>
@@ -145,6 +149,7 @@ package final class SyncEngine: Sendable {
         logger.logLevel = .critical
         self.logger = logger
         mutable = Mutex(Mutable(schema: schema, queuedThrough: queuedThrough))
+        wakeup = Wakeup(eventLoop: executor.eventLoop)
         cursor = Mutex(checkpoint)
     }
 
@@ -295,7 +300,7 @@ package final class SyncEngine: Sendable {
                 let batch = try handedBatch(after: uploaded)
                     ?? Self.queued(queue, after: uploaded, limit: settings.uploadBatch, bytes: settings.uploadBatchBytes)
                 guard let last = batch.last?.number else { break }
-                let outcomes = try await session.upload(batch, machine: machine)
+                let (outcomes, transactions) = try await session.uploadReportingTransactions(batch, machine: machine)
                 uploaded = last
                 mutable.withLock { $0.status.uploadedThrough = last }
                 for (index, outcome) in outcomes.enumerated() {
@@ -304,8 +309,17 @@ package final class SyncEngine: Sendable {
                     }
                 }
                 await host?.uploaded(through: last)
-                // The write checkpoint: the checkpoint that includes this upload.
-                mustRead = true
+                // This machine has what it uploaded: the checkpoint that brings it back is read
+                // with the next change another writer makes (or at the poll interval), not at
+                // once, unless the server refused some of it (the refusal is told now), or the
+                // uploads not read back grow past a batch.
+                let refused = outcomes.contains { if case .rejected = $0 { true } else { false } }
+                let backlog = mutable.withLock { state -> Int in
+                    state.ownChangeSets += batch.count
+                    if let transactions { state.ownTransactions.formUnion(transactions) }
+                    return state.ownChangeSets
+                }
+                if refused || transactions == nil || backlog >= settings.uploadBatch { mustRead = true }
             }
             // Woken by notifications of transactions the last checkpoint has already (this
             // machine's own upload, read back right after it): nothing to read.
@@ -339,6 +353,11 @@ package final class SyncEngine: Sendable {
             case .applied:
                 setState(.online, nil)
                 cursor.withLock { $0 = checkpoint.snapshot }
+                // The uploads this checkpoint brought back are read.
+                mutable.withLock { state in
+                    state.ownTransactions = state.ownTransactions.filter { Checkpoint.isVisible($0, in: checkpoint.snapshot) != true }
+                    if state.ownTransactions.isEmpty { state.ownChangeSets = 0 }
+                }
                 mutable.withLock {
                     $0.status.checkpoint = checkpoint.number
                     $0.status.lagMilliseconds = checkpoint.lagMilliseconds
@@ -360,18 +379,23 @@ package final class SyncEngine: Sendable {
         }
     }
 
-    /// Whether every transaction notified since the last call is in the checkpoint applied
-    /// last (false when none was notified, or one without its id). Forgets them.
+    /// Whether every transaction notified since the last call is this machine's own upload
+    /// or in the checkpoint applied last (false when one came without its id, or when
+    /// something else may have changed: the listener connected again, the connection closed).
+    /// True when none was notified: the wake-up was a local commit's, already uploaded.
+    /// Forgets them.
     private func notificationsSeen() -> Bool {
-        let (notified, unknown) = mutable.withLock { state in
+        let (notified, unknown, own) = mutable.withLock { state in
             defer {
                 state.notified = []
                 state.notifiedUnknown = false
             }
-            return (state.notified, state.notifiedUnknown)
+            return (state.notified, state.notifiedUnknown, state.ownTransactions)
         }
-        guard !unknown, !notified.isEmpty, let snapshot = cursor.withLock({ $0 }) else { return false }
-        return notified.allSatisfy { Checkpoint.isVisible($0, in: snapshot) == true }
+        guard !unknown else { return false }
+        guard !notified.isEmpty else { return true }
+        guard let snapshot = cursor.withLock({ $0 }) else { return false }
+        return notified.allSatisfy { own.contains($0) || Checkpoint.isVisible($0, in: snapshot) == true }
     }
 
     /// A notification of the transaction `xid` (nil: of some change), or any other reason to

@@ -1,27 +1,45 @@
 import Foundation
+import NIOCore
 import Synchronization
 
 /// A signal that wakes one waiting task: set from any thread (a local commit, a NOTIFY),
 /// awaited with a timeout by the sync loop. Signals while nobody waits are remembered (once).
-final class Wakeup: Sendable {
+///
+/// The timeout is a task scheduled on the engine's event loop, and a wait is one
+/// continuation: no child tasks to make and cancel at every wake-up (sync's latency is made
+/// of such steps).
+package final class Wakeup: Sendable {
     private struct State {
         var signaled = false
-        var waiter: CheckedContinuation<Void, Never>?
+        var waiter: CheckedContinuation<Bool, Never>?
+        /// Which wait the waiter is (a timer of an earlier wait finds another number).
+        var generation: UInt64 = 0
+        var timer: Scheduled<Void>?
     }
 
     private let state = Mutex(State())
+    private let eventLoop: any EventLoop
+
+    /// A signal whose waits time out on `eventLoop`.
+    package init(eventLoop: any EventLoop) {
+        self.eventLoop = eventLoop
+    }
 
     /// Wakes the waiter, or the next wait.
-    func signal() {
-        let waiter = state.withLock { state -> CheckedContinuation<Void, Never>? in
-            if let waiter = state.waiter {
-                state.waiter = nil
-                return waiter
+    package func signal() {
+        let (waiter, timer) = state.withLock { state -> (CheckedContinuation<Bool, Never>?, Scheduled<Void>?) in
+            guard let waiter = state.waiter else {
+                state.signaled = true
+                return (nil, nil)
             }
-            state.signaled = true
-            return nil
+            defer {
+                state.waiter = nil
+                state.timer = nil
+            }
+            return (waiter, state.timer)
         }
-        waiter?.resume()
+        timer?.cancel()
+        waiter?.resume(returning: true)
     }
 
     /// Returns at the next signal (at once when one came since the last wait), after `timeout`,
@@ -29,41 +47,59 @@ final class Wakeup: Sendable {
     ///
     /// - Returns: true when a signal came (false: the timeout, or a cancellation).
     @discardableResult
-    func wait(timeout: Duration) async -> Bool {
+    package func wait(timeout: Duration) async -> Bool {
         if state.withLock({ state in
             defer { state.signaled = false }
             return state.signaled
         }) { return true }
-        return await withTaskGroup(of: Bool.self) { group in
-            group.addTask { [self] in
-                await withTaskCancellationHandler {
-                    await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
-                        let resumeNow = state.withLock { state -> Bool in
-                            if state.signaled || Task.isCancelled {
-                                state.signaled = false
-                                return true
-                            }
-                            state.waiter = continuation
-                            return false
-                        }
-                        if resumeNow { continuation.resume() }
+        let components = timeout.components
+        let nanoseconds = components.seconds * 1_000_000_000 + components.attoseconds / 1_000_000_000
+        return await withTaskCancellationHandler {
+            await withCheckedContinuation { (continuation: CheckedContinuation<Bool, Never>) in
+                let generation = state.withLock { state -> UInt64? in
+                    if state.signaled {
+                        state.signaled = false
+                        return nil
                     }
-                } onCancel: {
-                    let waiter = state.withLock { state -> CheckedContinuation<Void, Never>? in
-                        defer { state.waiter = nil }
-                        return state.waiter
-                    }
-                    waiter?.resume()
+                    state.generation &+= 1
+                    state.waiter = continuation
+                    return state.generation
                 }
-                return !Task.isCancelled
+                guard let generation else {
+                    continuation.resume(returning: true)
+                    return
+                }
+                if Task.isCancelled {
+                    finish(generation, returning: false)
+                    return
+                }
+                let timer = eventLoop.scheduleTask(in: .nanoseconds(nanoseconds)) { [self] in
+                    finish(generation, returning: false)
+                }
+                let stale = state.withLock { state -> Bool in
+                    guard state.waiter != nil, state.generation == generation else { return true }
+                    state.timer = timer
+                    return false
+                }
+                if stale { timer.cancel() }
             }
-            group.addTask {
-                try? await Task.sleep(for: timeout)
-                return false
-            }
-            let signaled = await group.next() ?? false
-            group.cancelAll()
-            return signaled
+        } onCancel: {
+            let generation = state.withLock { $0.generation }
+            finish(generation, returning: false)
         }
+    }
+
+    /// Resumes the wait `generation` with `result`, if it still waits.
+    private func finish(_ generation: UInt64, returning result: Bool) {
+        let (waiter, timer) = state.withLock { state -> (CheckedContinuation<Bool, Never>?, Scheduled<Void>?) in
+            guard state.generation == generation, let waiter = state.waiter else { return (nil, nil) }
+            defer {
+                state.waiter = nil
+                state.timer = nil
+            }
+            return (waiter, state.timer)
+        }
+        timer?.cancel()
+        waiter?.resume(returning: result)
     }
 }

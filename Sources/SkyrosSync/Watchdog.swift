@@ -13,10 +13,10 @@ import Synchronization
 /// (a statement stuck on a dead connection is abandoned, not awaited).
 package final class Watchdog: Sendable {
     private let connection: PostgresConnection
-    /// Where the statement's task and its timer run (nil: the caller's default).
+    /// Where the statement's task runs (nil: the caller's default).
     let executor: (any TaskExecutor)?
 
-    /// Watches `connection`, running statements and timers on `executor`.
+    /// Watches `connection`, running statements on `executor`.
     init(_ connection: PostgresConnection, executor: (any TaskExecutor)? = nil) {
         self.connection = connection
         self.executor = executor
@@ -35,11 +35,13 @@ package final class Watchdog: Sendable {
                     outcome.finish(.failure(error))
                 }
             }
-            let timer = Task(executorPreference: executor) { [connection] in
-                try? await Task.sleep(for: limit)
-                guard !Task.isCancelled, outcome.finish(.failure(TimedOut(limit: limit))) else { return }
+            // The timer is a task of the connection's event loop (not a Swift task sleeping).
+            let components = limit.components
+            let nanoseconds = components.seconds * 1_000_000_000 + components.attoseconds / 1_000_000_000
+            let timer = connection.eventLoop.scheduleTask(in: .nanoseconds(nanoseconds)) { [connection] in
+                guard outcome.finish(.failure(TimedOut(limit: limit))) else { return }
                 work.cancel()
-                try? await connection.close()
+                Task { try? await connection.close() }
             }
             outcome.onFinish { timer.cancel() }
         }

@@ -175,6 +175,30 @@ struct SyncUploadTests {
         }
     }
 
+    @Test("the sync loop's wake-up: a signal before the wait is kept, a wait times out, a cancelled wait returns")
+    func wakeup() async throws {
+        let wakeup = Wakeup(eventLoop: MultiThreadedEventLoopGroup.singleton.next())
+        wakeup.signal()
+        #expect(await wakeup.wait(timeout: .seconds(10)))  // at once: the signal was kept
+        let started = ContinuousClock.now
+        #expect(await wakeup.wait(timeout: .milliseconds(50)) == false)
+        #expect(ContinuousClock.now - started >= .milliseconds(45))
+        // A signal from another thread while it waits.
+        Thread.detachNewThread {
+            usleep(20_000)
+            wakeup.signal()
+        }
+        #expect(await wakeup.wait(timeout: .seconds(10)))
+        let waiting = Task { await wakeup.wait(timeout: .seconds(10)) }
+        waiting.cancel()
+        #expect(await waiting.value == false)
+        // Signals are remembered once, not counted.
+        wakeup.signal()
+        wakeup.signal()
+        #expect(await wakeup.wait(timeout: .seconds(10)))
+        #expect(await wakeup.wait(timeout: .milliseconds(10)) == false)
+    }
+
     @Test("a notified transaction is known to be in a checkpoint as the server knows it (pg_visible_in_snapshot)")
     func visibilityAsTheServerSays() async throws {
         let server = try await Session.make()
