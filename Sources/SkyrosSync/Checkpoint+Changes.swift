@@ -16,36 +16,7 @@ extension ServerSession {
     /// - Returns: nil when `previous` is older than the log's horizon: the machine needs a
     ///   snapshot instead.
     package func readChanges(after previous: String, machine: UUID) async throws -> Checkpoint? {
-        let quoted = ServerSchema.quote(schema.name)
-        var parts = [
-            """
-            SELECT '0'::text, pg_current_snapshot()::text || '|' || pg_snapshot_xmin(pg_current_snapshot())::text, \
-            (SELECT coalesce(max(number), 0)::text FROM \(quoted)._skyros_uploads WHERE machine = ($2::text)::uuid) || '|' || \
-            (pg_snapshot_xmin(($1::text)::pg_snapshot) < (SELECT value FROM \(quoted)._skyros_meta WHERE key = 'horizon')::xid8)::text, \
-            (SELECT (extract(epoch FROM clock_timestamp() - max(at)) * 1000)::bigint::text FROM changed)
-            """,
-            "SELECT '1', entity, id::text, NULL FROM changed",
-        ]
-        for table in schema.tables {
-            let cells = table.columns.map { $0.type.output("t." + ServerSchema.quote($0.name)) + "::text" }
-            parts.append("""
-                SELECT '2', \(ServerSchema.literal(table.name)), t."_id"::text, ARRAY[\(cells.isEmpty ? "NULL" : cells.joined(separator: ", "))]::text[]::text \
-                FROM \(schema.qualified(table.name)) AS t WHERE t."_id" IN (SELECT id FROM changed WHERE entity = \(ServerSchema.literal(table.name)))
-                """)
-        }
-        parts.append("""
-            SELECT '3', number::text, rejected, objects::text FROM \(quoted)._skyros_uploads \
-            WHERE machine = ($2::text)::uuid AND rejected IS NOT NULL AND xid >= pg_snapshot_xmin(($1::text)::pg_snapshot) \
-            AND NOT pg_visible_in_snapshot(xid, ($1::text)::pg_snapshot)
-            """)
-        let sql = """
-            WITH changed AS (SELECT entity, id, max(at) AS at FROM \(quoted)._skyros_log \
-            WHERE xid >= pg_snapshot_xmin(($1::text)::pg_snapshot) AND xid < pg_snapshot_xmax(pg_current_snapshot()) \
-            AND NOT pg_visible_in_snapshot(xid, ($1::text)::pg_snapshot) \
-            GROUP BY entity, id) \
-            \(parts.joined(separator: " UNION ALL "))
-            """
-        let rows = try await run(sql, [previous, machine.uuidString.lowercased()], prepared: true)
+        let rows = try await run(changesSQL, [previous, machine.uuidString.lowercased()], prepared: true)
         guard let head = rows.first(where: { $0[0] == "0" }),
             let snapshotPart = head[1]?.split(separator: "|"), snapshotPart.count == 2,
             let uploadPart = head[2]?.split(separator: "|"), uploadPart.count == 2
@@ -91,6 +62,40 @@ extension ServerSession {
         }
         checkpoint.rejected.sort { $0.number < $1.number }
         return checkpoint
+    }
+
+    /// The statement of ``readChanges(after:machine:)`` for `schema` (made once per session:
+    /// it is the same for every read).
+    static func changesSQL(_ schema: ServerSchema) -> String {
+        let quoted = ServerSchema.quote(schema.name)
+        var parts = [
+            """
+            SELECT '0'::text, pg_current_snapshot()::text || '|' || pg_snapshot_xmin(pg_current_snapshot())::text, \
+            (SELECT coalesce(max(number), 0)::text FROM \(quoted)._skyros_uploads WHERE machine = ($2::text)::uuid) || '|' || \
+            (pg_snapshot_xmin(($1::text)::pg_snapshot) < (SELECT value FROM \(quoted)._skyros_meta WHERE key = 'horizon')::xid8)::text, \
+            (SELECT (extract(epoch FROM clock_timestamp() - max(at)) * 1000)::bigint::text FROM changed)
+            """,
+            "SELECT '1', entity, id::text, NULL FROM changed",
+        ]
+        for table in schema.tables {
+            let cells = table.columns.map { $0.type.output("t." + ServerSchema.quote($0.name)) + "::text" }
+            parts.append("""
+                SELECT '2', \(ServerSchema.literal(table.name)), t."_id"::text, ARRAY[\(cells.isEmpty ? "NULL" : cells.joined(separator: ", "))]::text[]::text \
+                FROM \(schema.qualified(table.name)) AS t WHERE t."_id" IN (SELECT id FROM changed WHERE entity = \(ServerSchema.literal(table.name)))
+                """)
+        }
+        parts.append("""
+            SELECT '3', number::text, rejected, objects::text FROM \(quoted)._skyros_uploads \
+            WHERE machine = ($2::text)::uuid AND rejected IS NOT NULL AND xid >= pg_snapshot_xmin(($1::text)::pg_snapshot) \
+            AND NOT pg_visible_in_snapshot(xid, ($1::text)::pg_snapshot)
+            """)
+        return """
+            WITH changed AS (SELECT entity, id, max(at) AS at FROM \(quoted)._skyros_log \
+            WHERE xid >= pg_snapshot_xmin(($1::text)::pg_snapshot) AND xid < pg_snapshot_xmax(pg_current_snapshot()) \
+            AND NOT pg_visible_in_snapshot(xid, ($1::text)::pg_snapshot) \
+            GROUP BY entity, id) \
+            \(parts.joined(separator: " UNION ALL "))
+            """
     }
 
     /// The elements of a one-dimensional PostgreSQL array's text (`{a,"b c",NULL,"q\"x"}`):

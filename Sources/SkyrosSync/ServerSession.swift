@@ -16,6 +16,8 @@ package struct ServerSession: Sendable {
     /// The connection's named prepared statements (nil: every statement is parsed and
     /// planned each time it runs).
     package let statements: PreparedStatements?
+    /// The checkpoint read's statement (``readChanges(after:machine:)``).
+    let changesSQL: String
 
     /// A session of `schema` on `connection`; with a `watchdog`, a statement that gets no
     /// answer within `timeout` drops the connection (and fails); with `statements`, the
@@ -30,6 +32,7 @@ package struct ServerSession: Sendable {
         self.watchdog = watchdog
         self.timeout = timeout
         self.statements = statements
+        changesSQL = Self.changesSQL(schema)
     }
 
     /// Runs one statement with text parameters and returns its rows, every cell as text.
