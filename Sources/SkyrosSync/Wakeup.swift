@@ -27,19 +27,7 @@ package final class Wakeup: Sendable {
 
     /// Wakes the waiter, or the next wait.
     package func signal() {
-        let (waiter, timer) = state.withLock { state -> (CheckedContinuation<Bool, Never>?, Scheduled<Void>?) in
-            guard let waiter = state.waiter else {
-                state.signaled = true
-                return (nil, nil)
-            }
-            defer {
-                state.waiter = nil
-                state.timer = nil
-            }
-            return (waiter, state.timer)
-        }
-        timer?.cancel()
-        waiter?.resume(returning: true)
+        resume(nil, returning: true)
     }
 
     /// Returns at the next signal (at once when one came since the last wait), after `timeout`,
@@ -91,8 +79,17 @@ package final class Wakeup: Sendable {
 
     /// Resumes the wait `generation` with `result`, if it still waits.
     private func finish(_ generation: UInt64, returning result: Bool) {
+        resume(generation, returning: result)
+    }
+
+    /// Resumes the waiter with `result`, when it is the wait `generation` (nil: any wait; with
+    /// nobody waiting, the signal is kept for the next wait).
+    private func resume(_ generation: UInt64?, returning result: Bool) {
         let (waiter, timer) = state.withLock { state -> (CheckedContinuation<Bool, Never>?, Scheduled<Void>?) in
-            guard state.generation == generation, let waiter = state.waiter else { return (nil, nil) }
+            guard let waiter = state.waiter, generation == nil || generation == state.generation else {
+                if generation == nil { state.signaled = true }
+                return (nil, nil)
+            }
             defer {
                 state.waiter = nil
                 state.timer = nil
