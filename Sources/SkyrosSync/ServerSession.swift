@@ -56,16 +56,7 @@ package struct ServerSession: Sendable {
     private func execute(_ statement: PreparedQuery, _ parameters: [String?]) async throws -> [[String?]] {
         guard !connection.isClosed else { throw ConnectionClosed() }
         let rows = try await statement.execute(parameters.map { $0.map(PostgresData.init(string:)) ?? .null }).get()
-        var result: [[String?]] = []
-        result.reserveCapacity(rows.count)
-        for row in rows {
-            var cells: [String?] = []
-            for cell in row {
-                cells.append(try cell.decode(String?.self))
-            }
-            result.append(cells)
-        }
-        return result
+        return try rows.map(Self.cells(of:))
     }
 
     private func query(_ sql: String, _ parameters: [String?]) async throws -> [[String?]] {
@@ -79,13 +70,14 @@ package struct ServerSession: Sendable {
         let rows = try await connection.query(PostgresQuery(unsafeSQL: sql, binds: bindings), logger: logger)
         var result: [[String?]] = []
         for try await row in rows {
-            var cells: [String?] = []
-            for cell in row {
-                cells.append(try cell.decode(String?.self))
-            }
-            result.append(cells)
+            result.append(try Self.cells(of: row))
         }
         return result
+    }
+
+    /// A row's cells, each as text (nil for NULL).
+    private static func cells(of row: PostgresRow) throws -> [String?] {
+        try row.map { try $0.decode(String?.self) }
     }
 
     /// The connection was closed, by the server (a restart, a cut) or by a timeout.

@@ -321,8 +321,8 @@ package final class SyncEngine: Sendable {
                 }
                 if refused || transactions == nil || backlog >= settings.uploadBatch { mustRead = true }
             }
-            // Woken by notifications of transactions the last checkpoint has already (this
-            // machine's own upload, read back right after it): nothing to read.
+            // Woken by notifications of this machine's own uploads, or of transactions the last
+            // checkpoint has already: nothing to read.
             if !mustRead && notificationsSeen() {
                 signaled = await wakeup.wait(timeout: settings.pollInterval)
                 continue
@@ -353,14 +353,12 @@ package final class SyncEngine: Sendable {
             case .applied:
                 setState(.online, nil)
                 cursor.withLock { $0 = checkpoint.snapshot }
-                // The uploads this checkpoint brought back are read.
                 mutable.withLock { state in
+                    state.status.checkpoint = checkpoint.number
+                    state.status.lagMilliseconds = checkpoint.lagMilliseconds
+                    // The uploads this checkpoint brought back are read.
                     state.ownTransactions = state.ownTransactions.filter { Checkpoint.isVisible($0, in: checkpoint.snapshot) != true }
                     if state.ownTransactions.isEmpty { state.ownChangeSets = 0 }
-                }
-                mutable.withLock {
-                    $0.status.checkpoint = checkpoint.number
-                    $0.status.lagMilliseconds = checkpoint.lagMilliseconds
                 }
                 for line in checkpoint.unreadable { log("sync: \(line)") }
             case .pendingUploads:

@@ -28,3 +28,11 @@ package final class SyncExecutor: TaskExecutor {
         eventLoop.execute { job.runSynchronously(on: self.asUnownedTaskExecutor()) }
     }
 }
+
+extension TimeAmount {
+    /// The same length of time as `duration` (to the nanosecond), for a timer of an event loop.
+    init(_ duration: Duration) {
+        let components = duration.components
+        self = .nanoseconds(components.seconds * 1_000_000_000 + components.attoseconds / 1_000_000_000)
+    }
+}

@@ -40,8 +40,6 @@ package final class Wakeup: Sendable {
             defer { state.signaled = false }
             return state.signaled
         }) { return true }
-        let components = timeout.components
-        let nanoseconds = components.seconds * 1_000_000_000 + components.attoseconds / 1_000_000_000
         return await withTaskCancellationHandler {
             await withCheckedContinuation { (continuation: CheckedContinuation<Bool, Never>) in
                 let generation = state.withLock { state -> UInt64? in
@@ -58,11 +56,11 @@ package final class Wakeup: Sendable {
                     return
                 }
                 if Task.isCancelled {
-                    finish(generation, returning: false)
+                    resume(generation, returning: false)
                     return
                 }
-                let timer = eventLoop.scheduleTask(in: .nanoseconds(nanoseconds)) { [self] in
-                    finish(generation, returning: false)
+                let timer = eventLoop.scheduleTask(in: TimeAmount(timeout)) { [self] in
+                    resume(generation, returning: false)
                 }
                 let stale = state.withLock { state -> Bool in
                     guard state.waiter != nil, state.generation == generation else { return true }
@@ -73,13 +71,8 @@ package final class Wakeup: Sendable {
             }
         } onCancel: {
             let generation = state.withLock { $0.generation }
-            finish(generation, returning: false)
+            resume(generation, returning: false)
         }
-    }
-
-    /// Resumes the wait `generation` with `result`, if it still waits.
-    private func finish(_ generation: UInt64, returning result: Bool) {
-        resume(generation, returning: result)
     }
 
     /// Resumes the waiter with `result`, when it is the wait `generation` (nil: any wait; with

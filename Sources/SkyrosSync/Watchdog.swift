@@ -36,9 +36,7 @@ package final class Watchdog: Sendable {
                 }
             }
             // The timer is a task of the connection's event loop (not a Swift task sleeping).
-            let components = limit.components
-            let nanoseconds = components.seconds * 1_000_000_000 + components.attoseconds / 1_000_000_000
-            let timer = connection.eventLoop.scheduleTask(in: .nanoseconds(nanoseconds)) { [connection] in
+            let timer = connection.eventLoop.scheduleTask(in: TimeAmount(limit)) { [connection] in
                 guard outcome.finish(.failure(TimedOut(limit: limit))) else { return }
                 work.cancel()
                 Task { try? await connection.close() }

@@ -31,6 +31,24 @@ struct SyncTests {
 
         @discardableResult
         func psql(_ sql: String) throws -> String { try postgres.psql(sql, database: database) }
+
+        /// Compacts the server's change log with no retention: every machine's checkpoint is
+        /// then past its horizon, and its next one a snapshot.
+        func compactLog() async throws {
+            var logger = Logger(label: "test")
+            logger.logLevel = .critical
+            let connection = try await PostgresConnection.connect(
+                on: MultiThreadedEventLoopGroup.singleton.any(), configuration: try configuration.connectionConfiguration(),
+                id: 3, logger: logger)
+            do {
+                try await ServerSession(connection: connection, schema: ServerSchema(testSchema, name: schema), logger: logger)
+                    .compact(retention: 0)
+            } catch {
+                try? await connection.close()
+                throw error
+            }
+            try await connection.close()
+        }
     }
 
     /// Waits until `condition` holds (polled every 20 ms), `seconds` at most.
@@ -264,14 +282,7 @@ struct SyncTests {
         try await insert("new", into: a)
         #expect(await eventually { try server.psql(#"SELECT count(*) FROM g_sync."User""#) == "2" })
         // Compact the log past B's checkpoint.
-        var logger = Logger(label: "test")
-        logger.logLevel = .critical
-        let connection = try await PostgresConnection.connect(
-            on: MultiThreadedEventLoopGroup.singleton.any(), configuration: try server.configuration.connectionConfiguration(),
-            id: 3, logger: logger)
-        try await ServerSession(connection: connection, schema: ServerSchema(testSchema, name: server.schema), logger: logger)
-            .compact(retention: 0)
-        try await connection.close()
+        try await server.compactLog()
         #expect(try server.psql("SELECT count(*) FROM g_sync._skyros_log") == "0")
 
         let restarted = try RunningDaemon(directory: directory, sync: server.configuration)
@@ -315,14 +326,7 @@ struct SyncTests {
         }
         try server.psql(#"UPDATE g_sync."User" SET age = 42 WHERE handle = 'u90'"#)
         try server.psql(#"INSERT INTO g_sync."Post" (title, author) VALUES ('by fe', '\#(id("fe"))')"#)
-        var logger = Logger(label: "test")
-        logger.logLevel = .critical
-        let connection = try await PostgresConnection.connect(
-            on: MultiThreadedEventLoopGroup.singleton.any(), configuration: try server.configuration.connectionConfiguration(),
-            id: 4, logger: logger)
-        try await ServerSession(connection: connection, schema: ServerSchema(testSchema, name: server.schema), logger: logger)
-            .compact(retention: 0)
-        try await connection.close()
+        try await server.compactLog()
         #expect(try server.psql("SELECT count(*) FROM g_sync._skyros_log") == "0")
 
         let restarted = try RunningDaemon(directory: directory, sync: server.configuration, syncSettings: settings)
