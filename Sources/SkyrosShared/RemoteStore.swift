@@ -331,3 +331,13 @@ public final class RemoteStore: PersistentStore, @unchecked Sendable {
     }
 }
 extension RemoteStore: BatchStore {}
+
+extension RemoteStore: SequencedObjectStore {
+    /// Sends a change set like ``save(_:)`` and returns the sequence the daemon gave it.
+    package func saveReturningSequence(_ changes: ChangeSet) throws -> UInt64? {
+        guard case .saved(let sequence) = try saveRequest({ .save(clientID: clientID, saveNumber: $0, changes: changes) }) else {
+            return nil
+        }
+        return sequence
+    }
+}

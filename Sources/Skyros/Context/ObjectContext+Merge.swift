@@ -20,11 +20,16 @@ extension ObjectContext {
                 if change.isReset {
                     forgetAllClean()
                     mergedRows.removeAll()
+                    ownWrites?.forgetSettled()
                     reload = true
                 } else if change.isRefresh {
                     for id in registry.keys { refreshIfClean(id) }
                     mergedRows.removeAll()
+                    ownWrites?.forgetSettled()
                     reload = true
+                } else if let ownWrites {
+                    merge(ownWrites.shielding(change), observed: observed, into: &merged)
+                    ownWrites.passed(change.sequence)
                 } else {
                     merge(change, observed: observed, into: &merged)
                 }
@@ -119,6 +124,8 @@ extension ObjectContext {
     public func save(_ changes: ChangeSet) throws {
         try performAndWait {
             try validateUniqueness(of: changes)
+            // The child's save being applied is its ledger's latest (it records, then saves).
+            defer { if let childWrites { coveredGeneration = childWrites.generation } }
             guard reference.isObserved else { return try apply(changes) }
             var deletedObjects: [ObjectID: any ManagedObject] = [:]
             for id in changes.deleted { if let object = lookup(id) { deletedObjects[id] = object } }

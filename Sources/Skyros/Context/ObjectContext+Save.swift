@@ -21,7 +21,17 @@ extension ObjectContext {
         if reference.isObserved && !unprocessedEdits.isEmpty { processPendingChanges() }
         try validateForSave()
         let changes = makeChangeSet()
-        try parent.save(changes)
+        let generation = ownWrites?.record(changes)
+        do {
+            if let store = parent as? SequencedObjectStore {
+                lastSavedSequence = try store.saveReturningSequence(changes)
+            } else {
+                try parent.save(changes)
+            }
+        } catch {
+            if let generation { ownWrites?.cancel(generation) }
+            throw error
+        }
         didSave(keepingObjects: keepingObjects, policy: changes.mergePolicy)
         announceOwnSave()
     }

@@ -97,6 +97,16 @@ public final class ObjectContext: ObjectStore, @unchecked Sendable, CustomString
     @exclusivity(unchecked) var applyingChildSave = 0
     /// The entities read since ``startTrackingReads()`` (for `observe`); nil when not tracking.
     @exclusivity(unchecked) var readEntities: Set<String>?
+    /// A shared stack's main context: the properties its saves changed that the daemon has not
+    /// passed yet, shielded from older changes of other processes merged after them.
+    package var ownWrites: OwnWrites?
+    /// A shared stack's root context: its child's ledger, to know which of its saves a change
+    /// set of the root carries (``coveredGeneration``).
+    package var childWrites: OwnWrites?
+    /// The generation of the child's last save applied here (queue-confined).
+    package internal(set) var coveredGeneration: UInt64 = 0
+    /// The sequence the store gave this context's last save, when it says (queue-confined).
+    package internal(set) var lastSavedSequence: UInt64?
 
     /// Makes a context whose parent is `parent` (a store or another context).
     public init(name: String, parent: any ObjectStore) {

@@ -125,6 +125,12 @@ open class Skyros: @unchecked Sendable {
     private static func makeContexts(_ store: any PersistentStore) -> Contexts {
         let root = ObjectContext(name: "root", parent: store)
         let main = ObjectContext(name: "main", parent: root)
+        if store is SequencedObjectStore {
+            // Another process's older change merged after a save must not undo it in main.
+            let ledger = OwnWrites()
+            main.ownWrites = ledger
+            root.childWrites = ledger
+        }
         return Contexts(root: root, main: main, scratch: ObjectContext(name: "scratch", parent: main))
     }
 
@@ -368,8 +374,11 @@ open class Skyros: @unchecked Sendable {
         // Under storeWins the store may keep its values for some updated objects: the main
         // context's copies are refreshed after the save.
         let refreshed = root.mergePolicy == .storeWins ? Array(root.updated.keys) : []
+        // The main context's saves this one carries (on the root's queue, like this function).
+        let covered = root.coveredGeneration
         do {
             try root.save()
+            stack.main.ownWrites?.settle(through: covered, sequence: root.lastSavedSequence)
             if !refreshed.isEmpty {
                 stack.main.perform { for id in refreshed { stack.main.refreshIfClean(id) } }
             }
@@ -378,6 +387,7 @@ open class Skyros: @unchecked Sendable {
             // A failed save keeps the pending changes: they say which objects it touched.
             let touched = root.makeChangeSet().allIDs
             root.rollback()
+            stack.main.ownWrites?.settle(through: covered, sequence: nil)
             stack.main.perform { stack.main.forgetRefusedSave(touching: touched) }
             return SkyrosError.wrap(error)
         }

@@ -1,0 +1,129 @@
+import Foundation
+import Synchronization
+
+/// A store that tells the position of each save in its sequence of change sets: the
+/// daemon's (`RemoteStore`), whose change events carry the same sequence numbers.
+package protocol SequencedObjectStore: ObjectStore {
+    /// Saves like ``ObjectStore/save(_:)`` and returns the sequence number the store gave the
+    /// change set (nil when it did not say).
+    func saveReturningSequence(_ changes: ChangeSet) throws -> UInt64?
+}
+
+/// The properties a shared stack's main context saved that the store has not passed yet,
+/// so that another process's change committed *before* them, whose event arrives after the
+/// main context took them, does not put an older value back (read-your-writes).
+///
+/// A save into the main context marks each property it updated with a generation; the root's
+/// save to the daemon then settles the marks it carried with the sequence the daemon gave it.
+/// Merging another process's change of sequence `s` skips a marked property whose save is not
+/// settled yet, or settled at a sequence after `s`; once the merges pass a mark's sequence,
+/// the mark goes. Found by the sync fault campaign's history checker (issue 35): a client
+/// read a value another client of its machine had saved before its own save, and kept reading
+/// it until the property changed again.
+package final class OwnWrites: Sendable {
+    private struct Mark {
+        var generation: UInt64
+        /// The daemon's sequence of the change set that carried it; nil until known.
+        var sequence: UInt64?
+    }
+
+    private struct State {
+        var generation: UInt64 = 0
+        var marks: [ObjectID: [Int: Mark]] = [:]
+    }
+
+    private let state = Mutex(State())
+
+    package init() {}
+
+    /// The generation of the last save recorded.
+    package var generation: UInt64 { state.withLock { $0.generation } }
+
+    /// Marks the properties a save updates (before it goes to the parent context).
+    /// - Returns: the save's generation.
+    @discardableResult
+    package func record(_ changes: ChangeSet) -> UInt64 {
+        state.withLock { state in
+            state.generation += 1
+            for update in changes.updated {
+                for index in update.changes.keys {
+                    state.marks[update.id, default: [:]][index] = Mark(generation: state.generation, sequence: nil)
+                }
+            }
+            return state.generation
+        }
+    }
+
+    /// The save of `generation` did not reach the parent context: its marks go.
+    package func cancel(_ generation: UInt64) {
+        state.withLock { state in
+            for (id, marks) in state.marks {
+                let kept = marks.filter { $0.value.generation != generation }
+                state.marks[id] = kept.isEmpty ? nil : kept
+            }
+        }
+    }
+
+    /// The saves through `generation` reached the store as the change set `sequence`; nil:
+    /// the store did not say, or the save failed (their marks go).
+    package func settle(through generation: UInt64, sequence: UInt64?) {
+        state.withLock { state in
+            for (id, marks) in state.marks {
+                var kept = marks
+                for (index, mark) in marks where mark.sequence == nil && mark.generation <= generation {
+                    if let sequence { kept[index]?.sequence = sequence } else { kept[index] = nil }
+                }
+                state.marks[id] = kept.isEmpty ? nil : kept
+            }
+        }
+    }
+
+    /// The property indexes of `id` that a change of sequence `sequence` must not overwrite.
+    package func shielded(_ id: ObjectID, at sequence: UInt64) -> Set<Int> {
+        state.withLock { state in
+            guard let marks = state.marks[id] else { return [] }
+            return Set(marks.compactMap { index, mark in
+                guard let saved = mark.sequence else { return index }
+                return saved > sequence ? index : nil
+            })
+        }
+    }
+
+    /// `change` without the values it must not overwrite here (see ``shielded(_:at:)``).
+    package func shielding(_ change: StoreChange) -> StoreChange {
+        guard !change.updated.isEmpty, state.withLock({ !$0.marks.isEmpty }) else { return change }
+        var change = change
+        for (id, update) in change.updated {
+            let shielded = shielded(id, at: change.sequence)
+            guard !shielded.isEmpty else { continue }
+            var kept = update
+            kept.values = update.values.filter { !shielded.contains($0.key) }
+            change.updated[id] = kept
+        }
+        return change
+    }
+
+    /// The merges reached `sequence`: the marks settled at or before it go.
+    package func passed(_ sequence: UInt64) {
+        state.withLock { state in
+            guard !state.marks.isEmpty else { return }
+            for (id, marks) in state.marks {
+                let kept = marks.filter { $0.value.sequence.map { $0 > sequence } ?? true }
+                state.marks[id] = kept.isEmpty ? nil : kept
+            }
+        }
+    }
+
+    /// Forgets the settled marks (the main context refreshes from the store, which has them).
+    package func forgetSettled() {
+        state.withLock { state in
+            for (id, marks) in state.marks {
+                let kept = marks.filter { $0.value.sequence == nil }
+                state.marks[id] = kept.isEmpty ? nil : kept
+            }
+        }
+    }
+
+    /// How many properties are marked (for tests).
+    package var count: Int { state.withLock { $0.marks.values.reduce(0) { $0 + $1.count } } }
+}
