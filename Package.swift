@@ -161,7 +161,11 @@ let package = Package(
         ),
         .target(
             name: "SkyrosTestModels",
-            dependencies: ["Skyros", "SkyrosDaemon", "SkyrosSync", "SkyrosWire", "SkyrosZeroMQ", "ZeroMQReference"],
+            dependencies: [
+                "Skyros", "SkyrosDaemon", "SkyrosShared", "SkyrosSync", "SkyrosWire", "SkyrosZeroMQ", "ZeroMQReference",
+                // The fault campaign reads each machine's store read-only (its checkpoint, queue, rejected log).
+                .product(name: "GRDB", package: "GRDB.swift"),
+            ],
             path: "Tests/SkyrosTestModels"
         ),
         .executableTarget(

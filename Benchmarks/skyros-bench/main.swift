@@ -8,6 +8,8 @@
 //     swift run -c release skyros-bench backup [--json] [--quick]   (1 GB store; --quick: 100 MB)
 //     swift run -c release skyros-bench sync [--json] [--quick] [--count N] [--rows M] [--machines K] [--samples S] [--only visibility|fleet|upload|initial] [--verbose]
 //         (PostgreSQL's server binaries needed: Debian's postgresql)
+//     swift build -c release && .build/release/skyros-bench sync-faults [--seed S] [--duration SECONDS] [--machines K] [--writers W] [--verbose]
+//         (the fault campaign and its history checker; as root, for the full-disk faults; exits 1 when it fails)
 //
 // Prints a table, or with --json one object per line:
 // {"name": …, "unit": …, "skyros": …, "baseline": …, "ratio": …} (ratio = skyros ÷ baseline).
@@ -47,10 +49,10 @@ if arguments.count == 2 && arguments[0] == "garbage-daemon" {
 let json = arguments.contains("--json")
 let quick = arguments.contains("--quick")
 // `profile-insert` and `profile-fetch` are hidden suites for profilers (Profile.swift).
-let suites = ["embedded", "shared", "contention", "observe", "backup", "migrate", "batch", "batch-reads", "sync", "profile-insert", "profile-fetch", "profile-shared", "profile-open", "profile-migrate", "profile-schema-json"]
+let suites = ["embedded", "shared", "contention", "observe", "backup", "migrate", "batch", "batch-reads", "sync", "sync-faults", "profile-insert", "profile-fetch", "profile-shared", "profile-open", "profile-migrate", "profile-schema-json"]
 guard let suite = arguments.first, suites.contains(suite) else {
     FileHandle.standardError.write(
-        Data("usage: skyros-bench embedded|shared|contention|observe|backup|migrate|batch|batch-reads|sync [--json] [--quick] [--only fetch|saves|iterate|import] [--garbage] [--count N] [--rows M] [--machines K]\n".utf8))
+        Data("usage: skyros-bench embedded|shared|contention|observe|backup|migrate|batch|batch-reads|sync|sync-faults [--json] [--quick] [--only fetch|saves|iterate|import] [--garbage] [--count N] [--rows M] [--machines K]\n".utf8))
     exit(64)
 }
 
@@ -68,7 +70,7 @@ if suite.hasPrefix("profile-") {
     case "profile-schema-json": try profile.schemaJSON()
     default: try profile.fetch()
     }
-} else if !json {
+} else if !json && suite != "sync-faults" {
     print("benchmark".padding(toLength: 52, withPad: " ", startingAt: 0), "unit".padding(toLength: 10, withPad: " ", startingAt: 0),
           "skyros".padding(toLength: 14, withPad: " ", startingAt: 0), "baseline".padding(toLength: 14, withPad: " ", startingAt: 0), "ratio")
 }
@@ -86,6 +88,13 @@ let report: (Row) -> Void = { row in
 /// The number after `flag` on the command line (`--count 1000`), else `default`.
 func option(_ flag: String, default value: Int) -> Int {
     Array(zip(arguments, arguments.dropFirst())).last(where: { $0.0 == flag }).flatMap { Int($0.1) } ?? value
+}
+if suite == "sync-faults" {
+    let seed = Array(zip(arguments, arguments.dropFirst())).last(where: { $0.0 == "--seed" }).flatMap { UInt64($0.1) } ?? 1
+    let passed = try SyncFaultsBenchmark.run(
+        seed: seed, duration: Double(option("--duration", default: quick ? 20 : 120)), machines: option("--machines", default: 3),
+        writers: option("--writers", default: 4), verbose: arguments.contains("--verbose"))
+    exit(passed ? 0 : 1)
 }
 if suite == "sync" {
     do {
