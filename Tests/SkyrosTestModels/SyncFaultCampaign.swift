@@ -87,6 +87,9 @@ public enum SyncFaultCampaign {
         /// Seconds from the end of the quiet period until every machine's queue was empty and
         /// its store equal to the server's; nil when that did not happen within a minute.
         public var convergenceSeconds: Double?
+        /// When the machines had not converged 10 s after the quiet period: each one's state
+        /// then, and the end of its daemon's log.
+        public var convergenceNotes: [String]
         /// Connections the proxies reset.
         public var resets: Int
 
@@ -120,6 +123,7 @@ public enum SyncFaultCampaign {
             for (kind, reason) in unavailable.sorted(by: { $0.key.rawValue < $1.key.rawValue }) {
                 lines.append("unavailable: \(kind.rawValue): \(reason)")
             }
+            lines += convergenceNotes
             lines.append(verdict.description)
             lines.append(passed ? "PASSED" : "FAILED")
             return lines.joined(separator: "\n")
@@ -290,8 +294,25 @@ private final class Campaign: Sendable {
         try? await Task.sleep(for: .seconds(3))
         let quietEnded = now
         var convergence: Double?
-        if await poll(seconds: 60, { try await self.converged(stacks) }) { convergence = now - quietEnded }
+        var notes: [String] = []
+        if await poll(seconds: 10, { try await self.converged(stacks) }) {
+            convergence = now - quietEnded
+        } else {
+            // Why not yet: the server, each machine's state, and the end of its daemon's log.
+            let probe = ContinuousClock.now
+            let answer = (try? postgres.psql("SELECT 1", database: database, timeout: .seconds(5))) ?? "no answer"
+            notes.append("server: running \(postgres.isRunning), SELECT 1 gave \(answer) in \(ContinuousClock.now - probe); its log ends:\n"
+                + PostgresServer.logTail(postgres.logFile, from: 0).split(separator: "\n").suffix(8).joined(separator: "\n"))
+            let server = (try? serverRows()) ?? [:]
+            for (index, machine) in machines.enumerated() {
+                let rows = (try? await rows(of: stacks[index][0])) ?? [:]
+                let different = Set(server.keys).union(rows.keys).filter { server[$0] != rows[$0] }.count
+                notes.append("machine \(index) at \(String(format: "%.1f", now - quietEnded)) s: \(machine.queued().map(String.init) ?? "?") queued, \(different) objects differ, checkpoint \(machine.checkpoint() ?? "?"), running \(machine.isRunning), sync \(machine.status()); its log ends:\n" + machine.logTail().split(separator: "\n").suffix(12).joined(separator: "\n"))
+            }
+            if await poll(seconds: 50, { try await self.converged(stacks) }) { convergence = now - quietEnded }
+        }
         say("convergence: \(convergence.map { String(format: "%.2f s", $0) } ?? "none in 60 s")")
+        for note in notes { say(note) }
 
         history.operations += state.withLock { $0.serverOperations }
         history.initialTokens = Set((0..<shared.count).flatMap { ["init-\($0)-f", "init-\($0)-l"] })
@@ -309,7 +330,8 @@ private final class Campaign: Sendable {
         if let diskUnavailable { unavailable[.diskFull] = diskUnavailable }
         return SyncFaultCampaign.Report(
             configuration: configuration, history: history, verdict: verdict, faults: faultCounts, unavailable: unavailable,
-            convergenceSeconds: convergence, resets: machines.reduce(0) { $0 + $1.proxy.statistics.resets })
+            convergenceSeconds: convergence, convergenceNotes: notes,
+            resets: machines.reduce(0) { $0 + $1.proxy.statistics.resets })
     }
 
     /// Polls `condition` every 100 ms until it holds, `seconds` at most.
@@ -667,10 +689,22 @@ private final class CampaignMachine: Sendable {
         return try? queue?.read(body)
     }
 
-    func checkpoint() -> Int64? {
+    func checkpoint() -> String? {
         withStore { database in
-            try String.fetchOne(database, sql: "SELECT value FROM skyros_metadata WHERE key = 'syncCheckpoint'").flatMap { Int64($0) }
+            try String.fetchOne(database, sql: "SELECT value FROM skyros_metadata WHERE key = 'syncCheckpoint'")
         } ?? nil
+    }
+
+    /// `skyros status --json`'s `sync` object (the tool is built next to skyrosd), for reports.
+    func status() -> String {
+        let tool = URL(fileURLWithPath: skyrosd).deletingLastPathComponent().appendingPathComponent("skyros").path
+        guard let result = try? PostgresServer.run(
+            [tool, "status", "--group", "g", "--groups-dir", groups, "--json"], environment: ProcessInfo.processInfo.environment,
+            outputDirectory: groups, timeout: .seconds(10)),
+            let object = try? JSONSerialization.jsonObject(with: Data(result.output.utf8)) as? [String: Any],
+            let sync = object["sync"]
+        else { return "?" }
+        return "\(sync)"
     }
 
     func queued() -> Int? {
@@ -690,7 +724,7 @@ private final class CampaignMachine: Sendable {
                 let objects = Set(text.split(separator: " ").compactMap { UUID(uuidString: String($0.split(separator: "/").last ?? "")) })
                 rejected.append((row["number"], row["reason"], objects))
             }
-            let checkpoint = try String.fetchOne(database, sql: "SELECT value FROM skyros_metadata WHERE key = 'syncCheckpoint'").flatMap { Int64($0) }
+            let checkpoint = try String.fetchOne(database, sql: "SELECT value FROM skyros_metadata WHERE key = 'syncCheckpoint'")
             return SyncHistory.Machine(id: id, rows: [:], queued: queued, lastNumber: last, rejected: rejected, checkpoint: checkpoint)
         } ?? SyncHistory.Machine(id: nil, rows: [:], queued: -1, lastNumber: 0, rejected: [], checkpoint: nil)
     }

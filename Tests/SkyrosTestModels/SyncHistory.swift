@@ -43,9 +43,10 @@ public struct SyncHistory: Sendable {
         public var property: String
         /// The value read; nil when the object was missing.
         public var value: String?
-        /// The machine's sync checkpoint when the value was read (read from its store just
-        /// before the read: the value is at this checkpoint or a later one).
-        public var checkpoint: Int64?
+        /// The machine's sync checkpoint (the server snapshot it last applied) when the value
+        /// was read, read from its store just before the read: the value is at this checkpoint
+        /// or a later one.
+        public var checkpoint: String?
     }
 
     /// One row of the server's audit table.
@@ -75,7 +76,7 @@ public struct SyncHistory: Sendable {
         /// Its rejected log: number, reason, and the objects of the change set.
         public var rejected: [(number: Int64, reason: String, objects: Set<UUID>)]
         /// Its checkpoint.
-        public var checkpoint: Int64?
+        public var checkpoint: String?
     }
 
     /// One `_skyros_uploads` row.
@@ -172,6 +173,7 @@ public struct SyncHistory: Sendable {
         // No lost write.
         var lost: [String] = []
         var madeAndDeleted = 0
+        var concurrent = 0
         var onServer = 0
         var superseded = 0
         var refused = 0
@@ -201,6 +203,14 @@ public struct SyncHistory: Sendable {
                         && later.start >= write.end && later.value.map { positionOf(object, property, $0) != nil } == true
                 }) {
                     superseded += 1
+                } else if writes.contains(where: { other in
+                    other.machine == write.machine && other.object == object && other.property == property
+                        && other.end > write.start && other.start < write.end && other.value != write.value
+                        && other.value.map { positionOf(object, property, $0) != nil } == true
+                }) {
+                    // A save of another client of the machine, at the same time: which one the
+                    // machine committed last is not known here; the other's value is the net effect.
+                    concurrent += 1
                 } else {
                     lost.append("client \(write.client) (machine \(write.machine)) wrote \(property) = \(value) on \(object) at \(String(format: "%.3f", write.end)) s: not on the server, not refused")
                 }
@@ -227,7 +237,7 @@ public struct SyncHistory: Sendable {
         }
         checks.append(.init(
             name: "no lost write", passed: lost.isEmpty,
-            detail: "\(writes.count) acknowledged saves: \(onServer) on the server, \(superseded) replaced in their upload batch by a later save of the same machine, \(madeAndDeleted) inserts deleted within their upload batch, \(refused) refused; \(machines.map(\.lastNumber).reduce(0, +)) change sets numbered by the machines, \(uploads.count) recorded by the server",
+            detail: "\(writes.count) acknowledged saves: \(onServer) on the server, \(superseded) replaced in their upload batch by a later save of the same machine, \(concurrent) by a concurrent one (order unknown), \(madeAndDeleted) inserts deleted within their upload batch, \(refused) refused; \(machines.map(\.lastNumber).reduce(0, +)) change sets numbered by the machines, \(uploads.count) recorded by the server",
             violations: Array(lost.prefix(10))))
 
         // Exactly once.
