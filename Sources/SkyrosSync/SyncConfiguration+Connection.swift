@@ -85,7 +85,9 @@ extension SyncConfiguration {
             }
             if targetSessionAttributes == .any { return (connection, server) }
             do {
-                guard let refusal = try await refusal(of: connection, logger: logger) else { return (connection, server) }
+                guard let refusal = try await refusal(of: connection, logger: logger) else {
+                    return (connection, server)
+                }
                 attempts.append(NoServerAvailable.Attempt(server: server, refusal: refusal))
             } catch {
                 attempts.append(NoServerAvailable.Attempt(server: server, error: error))
@@ -159,15 +161,16 @@ extension SyncConfiguration {
 
         /// ``description(reasons:)`` with each attempt's ``Attempt/refusal``, or its error in words.
         package var description: String {
-            description(reasons: attempts.map { attempt in
-                if let refusal = attempt.refusal { return refusal }
-                guard let error = attempt.error else { return "not used" }
-                if ServerSession.serverReport(error) != nil { return ServerSession.describe(error) }
-                if let error = error as? PSQLError {
-                    return "cannot reach the server (\(error.underlying.map { "\($0)" } ?? "\(error.code)"))"
-                }
-                return "\(error)"
-            })
+            description(
+                reasons: attempts.map { attempt in
+                    if let refusal = attempt.refusal { return refusal }
+                    guard let error = attempt.error else { return "not used" }
+                    if ServerSession.serverReport(error) != nil { return ServerSession.describe(error) }
+                    if let error = error as? PSQLError {
+                        return "cannot reach the server (\(error.underlying.map { "\($0)" } ?? "\(error.code)"))"
+                    }
+                    return "\(error)"
+                })
         }
     }
 }

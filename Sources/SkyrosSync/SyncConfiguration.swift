@@ -51,7 +51,9 @@ package struct SyncConfiguration: Sendable, Equatable {
 
         /// The server as a URL writes it: `host:port`, `[::1]:port`, `%2Fvar%2Frun%2Fpostgresql:port`.
         package var description: String {
-            let shown = socketPath != nil ? host.replacingOccurrences(of: "/", with: "%2F") : host.contains(":") ? "[\(host)]" : host
+            let shown =
+                socketPath != nil
+                ? host.replacingOccurrences(of: "/", with: "%2F") : host.contains(":") ? "[\(host)]" : host
             return "\(shown):\(port)"
         }
     }
@@ -189,7 +191,9 @@ package struct SyncConfiguration: Sendable, Equatable {
     package var redacted: String {
         let hosts = servers.map(\.description).joined(separator: ",")
         var details = ["schema \(schema)", "sslmode=\(tls.rawValue)"]
-        if targetSessionAttributes != .any { details.append("target_session_attrs=\(targetSessionAttributes.rawValue)") }
+        if targetSessionAttributes != .any {
+            details.append("target_session_attrs=\(targetSessionAttributes.rawValue)")
+        }
         if let rootCertificate { details.append("sslrootcert=\(rootCertificate)") }
         if retention != Self.defaultRetention { details.append("retention \(Self.seconds(retention)) s") }
         details.append(passwordSource.map { "password from \($0)" } ?? "no password")
@@ -441,8 +445,8 @@ extension SyncConfiguration {
         let entries = text.split(separator: ",", omittingEmptySubsequences: false)
         guard entries.count == 1 || entries.count == servers.count else {
             throw invalid(
-                "the sync URL's port= has \(entries.count) ports for \(servers.count) host\(servers.count == 1 ? "" : "s"): "
-                    + "give one port for every host, or one per host in the hosts' order")
+                "the sync URL's port= has \(entries.count) ports for \(servers.count) "
+                    + "host\(servers.count == 1 ? "" : "s"): give one port for every host, or one per host in the hosts' order")
         }
         for index in servers.indices {
             let entry = entries.count == 1 ? entries[0] : entries[index]
@@ -640,7 +644,8 @@ extension SyncConfiguration {
                     }
                     if ["host", "port"].contains(key) {
                         throw invalid(
-                            "\(place): hosts and ports go in the url (url = postgresql://user@host1:port1,host2:port2/db)")
+                            "\(place): hosts and ports go in the url "
+                                + "(url = postgresql://user@host1:port1,host2:port2/db)")
                     }
                     if ["sslmode", "sslrootcert", "target_session_attrs"].contains(key) {
                         throw invalid(

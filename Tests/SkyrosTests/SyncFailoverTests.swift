@@ -59,8 +59,8 @@ struct SyncFailoverTests {
             database: String = "postgres"
         ) async throws -> SyncConfiguration.Server {
             let configuration = SyncConfiguration(
-                servers: servers, targetSessionAttributes: target, username: "postgres", database: database, schema: "s",
-                tls: .disable)
+                servers: servers, targetSessionAttributes: target, username: "postgres", database: database,
+                schema: "s", tls: .disable)
             let (connection, server) = try await configuration.connect(
                 on: MultiThreadedEventLoopGroup.singleton.any(), id: 1, logger: quiet)
             try await connection.close()
@@ -85,8 +85,13 @@ struct SyncFailoverTests {
         } catch let failure as SyncConfiguration.NoServerAvailable {
             #expect(failure.attempts.map(\.server) == [closed, first, second])
             let message = failure.description
-            #expect(message.hasPrefix("no server of the sync URL could be used (target_session_attrs=read-write): 127.0.0.1:1: cannot reach the server ("), "\(message)")
-            #expect(message.contains("; 127.0.0.1:\(primary.port): read-only (transaction_read_only is on); "), "\(message)")
+            #expect(
+                message.hasPrefix(
+                    "no server of the sync URL could be used (target_session_attrs=read-write): 127.0.0.1:1: cannot reach the server ("
+                ), "\(message)")
+            #expect(
+                message.contains("; 127.0.0.1:\(primary.port): read-only (transaction_read_only is on); "), "\(message)"
+            )
             #expect(message.hasSuffix("; 127.0.0.1:\(standby.port): a standby (in recovery), read-only"), "\(message)")
         }
         // One server, any: postgres-nio's own error, as the engine always classified it.
@@ -115,7 +120,8 @@ struct SyncFailoverTests {
         let a = try Skyros(sharedStack: testSchema, container: machineA.container.url)
         let b = try Skyros(sharedStack: testSchema, container: machineB.container.url)
         let onServer = { (server: PostgresServer) in
-            try server.psql(#"SELECT coalesce(string_agg(handle, ',' ORDER BY handle), '') FROM g_sync."User""#, database: database)
+            try server.psql(
+                #"SELECT coalesce(string_agg(handle, ',' ORDER BY handle), '') FROM g_sync."User""#, database: database)
         }
 
         // Both machines save continuously, from before the failover to after it.
@@ -134,7 +140,8 @@ struct SyncFailoverTests {
                 database: database)
             return counts.split(separator: ",").allSatisfy { (Int($0) ?? 0) >= 20 }
         }
-        try #require(uploading, "the machines' saves did not reach the primary; A: \(logs[0].value), B: \(logs[1].value)")
+        try #require(
+            uploading, "the machines' saves did not reach the primary; A: \(logs[0].value), B: \(logs[1].value)")
         #expect(try standby.psql(#"SELECT count(*) > 0 FROM g_sync."User""#, database: database) == "t")
 
         // The standby stops taking the primary's log: every commit on the primary now waits for
@@ -186,7 +193,10 @@ struct SyncFailoverTests {
         }
         // A few more saves on the new primary, then the writers stop.
         let savedAtPromotion = saved.map(\.value)
-        #expect(await sync.eventually { saved[0].value >= savedAtPromotion[0] + 10 && saved[1].value >= savedAtPromotion[1] + 10 })
+        #expect(
+            await sync.eventually {
+                saved[0].value >= savedAtPromotion[0] + 10 && saved[1].value >= savedAtPromotion[1] + 10
+            })
         stop.withValue { $0 = true }
         for task in writers { try await task.value }
         let counts = saved.map(\.value)
@@ -221,7 +231,8 @@ struct SyncFailoverTests {
                 database: database)
             #expect(records == "\(counts[index]),0,\(counts[index])", "machine \(index): saved \(counts[index])")
         }
-        #expect(try standby.psql("SELECT count(DISTINCT machine) FROM g_sync._skyros_uploads", database: database) == "2")
+        #expect(
+            try standby.psql("SELECT count(DISTINCT machine) FROM g_sync._skyros_uploads", database: database) == "2")
         #expect(ContinuousClock.now - started < .seconds(60))
     }
 }
