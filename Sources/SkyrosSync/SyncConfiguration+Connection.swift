@@ -98,9 +98,13 @@ extension SyncConfiguration {
     }
 
     /// Why a new session does not give what ``targetSessionAttributes`` asks (nil: it does):
-    /// libpq's checks, in one statement bounded by ``connectTimeout``.
+    /// libpq's checks, in one statement bounded by ``connectTimeout``. The statement's task runs
+    /// on the connection's event loop, as the bound's timer does: a caller on Swift's
+    /// cooperative pool, which a process embedding the daemon may keep busy for seconds (as a
+    /// test run does), cannot make a prompt answer miss its bound.
     private func refusal(of connection: PostgresConnection, logger: Logger) async throws -> String? {
-        let (inRecovery, readOnly) = try await Watchdog(connection).bounded(Self.connectTimeout) {
+        let watchdog = Watchdog(connection, executor: SyncExecutor(eventLoop: connection.eventLoop))
+        let (inRecovery, readOnly) = try await watchdog.bounded(Self.connectTimeout) {
             let rows = try await connection.query(
                 "SELECT pg_is_in_recovery(), current_setting('transaction_read_only')", logger: logger)
             for try await (recovery, readOnly) in rows.decode((Bool, String).self) { return (recovery, readOnly) }
