@@ -145,8 +145,9 @@ struct SyncFailoverTests {
         #expect(try standby.psql(#"SELECT count(*) > 0 FROM g_sync."User""#, database: database) == "t")
 
         // The standby stops taking the primary's log: every commit on the primary now waits for
-        // it (synchronous replication), and the next uploads of both machines are in flight,
-        // committed on the primary but unacknowledged, when it is killed.
+        // it (synchronous replication), and the next uploads of both machines are in flight when
+        // the primary is killed: one committed there and waiting for the standby, its reply never
+        // sent; the other behind it.
         let receiver = try #require(try standby.walReceiverProcess())
         kill(receiver, SIGSTOP)
         var receiverStopped = true
@@ -157,7 +158,7 @@ struct SyncFailoverTests {
             SELECT count(*) FILTER (WHERE wait_event = 'SyncRep') || ',' || count(*) FROM pg_stat_activity
             WHERE state = 'active' AND wait_event IS NOT NULL AND query LIKE '%_skyros_uploads%'
             """
-        let waiting = await sync.eventually(seconds: 8) {
+        let waiting = await sync.eventually(seconds: 15) {
             let counts = try primary.psql(inFlight).split(separator: ",").compactMap { Int($0) }
             return counts.count == 2 && counts[0] >= 1 && counts[1] >= 2
         }
