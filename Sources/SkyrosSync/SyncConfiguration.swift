@@ -19,7 +19,58 @@ import Skyros
 /// name; an IPv6 address goes in brackets (`[::1]`); a host that is a directory,
 /// percent-encoded (`%2Fvar%2Frun%2Fpostgresql`), is the directory of PostgreSQL's Unix
 /// socket (peer authentication, no TLS).
+///
+/// Several servers (a primary and its standbys) are written as libpq writes them, and tried
+/// in order until one accepts the session ``targetSessionAttributes`` asks for (see
+/// ``connect(on:id:logger:)``):
+///
+/// ```
+/// postgresql://user@db1:5432,db2:5433/database?target_session_attrs=read-write
+/// ```
 package struct SyncConfiguration: Sendable, Equatable {
+    /// One server of a configuration: a host name or address and a port, or the directory of
+    /// a Unix socket.
+    package struct Server: Sendable, Equatable, CustomStringConvertible {
+        /// The host name or address (`127.0.0.1`, `::1` without brackets), or the directory of
+        /// the server's Unix socket when it starts with `/` (see ``socketPath``).
+        package var host: String
+        /// The port (5432 by default); with a Unix socket, the number in its file name.
+        package var port: Int
+
+        /// A server at `host` and `port`.
+        package init(host: String, port: Int = SyncConfiguration.defaultPort) {
+            self.host = host
+            self.port = port
+        }
+
+        /// The path of the server's Unix socket when ``host`` is a directory (libpq's
+        /// `<directory>/.s.PGSQL.<port>`); nil for a TCP connection.
+        package var socketPath: String? {
+            host.hasPrefix("/") ? "\(host.hasSuffix("/") ? String(host.dropLast()) : host)/.s.PGSQL.\(port)" : nil
+        }
+
+        /// The server as a URL writes it: `host:port`, `[::1]:port`, `%2Fvar%2Frun%2Fpostgresql:port`.
+        package var description: String {
+            let shown =
+                socketPath != nil
+                ? host.replacingOccurrences(of: "/", with: "%2F") : host.contains(":") ? "[\(host)]" : host
+            return "\(shown):\(port)"
+        }
+    }
+
+    /// Which session a server must give to be used (the URL's `target_session_attrs`, libpq's
+    /// parameter, restricted to the values a daemon that writes can use).
+    package enum TargetSessionAttributes: String, Sendable, Equatable, CaseIterable {
+        /// Any server that accepts the connection (libpq's default; the default with one host).
+        case any
+        /// A server whose sessions may write (`transaction_read_only` is off): a primary, not a
+        /// standby nor a server made read-only by `default_transaction_read_only`. The default
+        /// with several hosts, since the daemon uploads.
+        case readWrite = "read-write"
+        /// A server that is not in recovery (`pg_is_in_recovery()` is false): a primary.
+        case primary
+    }
+
     /// How the connection is encrypted (the URL's `sslmode`).
     package enum TLSMode: String, Sendable, Equatable, CaseIterable {
         /// No TLS (`sslmode=disable`).
@@ -39,11 +90,15 @@ package struct SyncConfiguration: Sendable, Equatable {
         package var verifiesCertificate: Bool { self == .verifyCA || self == .verifyFull }
     }
 
-    /// The server's host name or address (`127.0.0.1`, `::1` without brackets), or the
-    /// directory of its Unix socket when it starts with `/` (see ``socketPath``).
-    package var host: String
-    /// The server's port (5432 by default); with a Unix socket, the number in its file name.
-    package var port: Int
+    /// The servers, tried in order (at least one).
+    package var servers: [Server]
+    /// Which session a server must give to be used: ``TargetSessionAttributes/any`` with one
+    /// server and ``TargetSessionAttributes/readWrite`` with several, unless the URL says.
+    package var targetSessionAttributes: TargetSessionAttributes
+    /// The first server's host name or address, or its Unix socket directory (see ``Server/host``).
+    package var host: String { servers[0].host }
+    /// The first server's port.
+    package var port: Int { servers[0].port }
     /// The role the daemon logs in as.
     package var username: String
     /// The role's password, when the server asks for one (never logged).
@@ -81,14 +136,32 @@ package struct SyncConfiguration: Sendable, Equatable {
     /// How often an idle connection checks the server is still there (`SELECT 1`).
     package static let keepAliveFrequency: Duration = .seconds(30)
 
-    /// A configuration; see the properties.
+    /// A configuration of one server; see the properties.
     package init(
         host: String, port: Int = 5432, username: String, password: String? = nil, database: String, schema: String,
         tls: TLSMode = .prefer, rootCertificate: String? = nil, retention: TimeInterval = 7 * 86_400,
         source: String? = nil, passwordSource: String? = nil, warnings: [String] = []
     ) {
-        self.host = host
-        self.port = port
+        self.init(
+            servers: [Server(host: host, port: port)], username: username, password: password, database: database,
+            schema: schema, tls: tls, rootCertificate: rootCertificate, retention: retention, source: source,
+            passwordSource: passwordSource, warnings: warnings)
+    }
+
+    /// A configuration of several servers, tried in order; see the properties.
+    ///
+    /// - Parameter targetSessionAttributes: nil: ``TargetSessionAttributes/any`` with one
+    ///   server, ``TargetSessionAttributes/readWrite`` with several.
+    /// - Precondition: `servers` is not empty.
+    package init(
+        servers: [Server], targetSessionAttributes: TargetSessionAttributes? = nil, username: String,
+        password: String? = nil, database: String, schema: String, tls: TLSMode = .prefer,
+        rootCertificate: String? = nil, retention: TimeInterval = 7 * 86_400, source: String? = nil,
+        passwordSource: String? = nil, warnings: [String] = []
+    ) {
+        precondition(!servers.isEmpty, "a sync configuration names at least one server")
+        self.servers = servers
+        self.targetSessionAttributes = targetSessionAttributes ?? (servers.count > 1 ? .readWrite : .any)
         self.username = username
         self.password = password
         self.database = database
@@ -107,24 +180,25 @@ package struct SyncConfiguration: Sendable, Equatable {
         String(group.lowercased().map { ($0.isASCII && ($0.isLetter || $0.isNumber)) || $0 == "_" ? $0 : "_" })
     }
 
-    /// The path of the server's Unix socket when ``host`` is a directory (libpq's
-    /// `<directory>/.s.PGSQL.<port>`); nil for a TCP connection.
-    package var socketPath: String? {
-        host.hasPrefix("/") ? "\(host.hasSuffix("/") ? String(host.dropLast()) : host)/.s.PGSQL.\(port)" : nil
-    }
+    /// The path of the first server's Unix socket when its host is a directory (libpq's
+    /// `<directory>/.s.PGSQL.<port>`); nil for a TCP connection. See ``Server/socketPath``.
+    package var socketPath: String? { servers[0].socketPath }
 
     /// The server as a log shows it, never the password:
-    /// `postgresql://user@host:port/db (schema s, sslmode=prefer, password from SKYROS_SYNC_PASSWORD, from --sync)`.
+    /// `postgresql://user@host:port/db (schema s, sslmode=prefer, password from SKYROS_SYNC_PASSWORD, from --sync)`;
+    /// several servers as `host1:port1,host2:port2`, with `target_session_attrs=…` among the
+    /// details unless it is `any`.
     package var redacted: String {
-        let host =
-            socketPath != nil
-            ? host.replacingOccurrences(of: "/", with: "%2F") : host.contains(":") ? "[\(host)]" : host
+        let hosts = servers.map(\.description).joined(separator: ",")
         var details = ["schema \(schema)", "sslmode=\(tls.rawValue)"]
+        if targetSessionAttributes != .any {
+            details.append("target_session_attrs=\(targetSessionAttributes.rawValue)")
+        }
         if let rootCertificate { details.append("sslrootcert=\(rootCertificate)") }
         if retention != Self.defaultRetention { details.append("retention \(Self.seconds(retention)) s") }
         details.append(passwordSource.map { "password from \($0)" } ?? "no password")
         if let source { details.append("from \(source)") }
-        return "postgresql://\(username)@\(host):\(port)/\(database) (\(details.joined(separator: ", ")))"
+        return "postgresql://\(username)@\(hosts)/\(database) (\(details.joined(separator: ", ")))"
     }
 
     /// A number of seconds without a useless `.0`.
@@ -143,7 +217,8 @@ extension SyncConfiguration: CustomStringConvertible, CustomReflectable {
         Mirror(
             self,
             children: [
-                "host": host, "port": port, "username": username,
+                "servers": servers.map(\.description), "targetSessionAttributes": targetSessionAttributes,
+                "username": username,
                 "password": password == nil ? "nil" : "<redacted>", "database": database, "schema": schema,
                 "tls": tls, "rootCertificate": rootCertificate as Any, "retention": retention,
                 "source": source as Any, "passwordSource": passwordSource as Any, "warnings": warnings,
@@ -167,12 +242,13 @@ extension SyncConfiguration {
 
 extension SyncConfiguration {
     /// The query keys a sync URL may carry.
-    package static let urlKeys = ["sslmode", "sslrootcert", "schema", "retention"]
+    package static let urlKeys = ["sslmode", "sslrootcert", "schema", "retention", "target_session_attrs", "port"]
 
     /// What a sync URL says, before the group and the other sources fill in the rest.
     struct ParsedURL {
-        var host: String
-        var port: Int
+        var servers: [Server]
+        /// As the query gives it (nil: the default for the number of servers).
+        var targetSessionAttributes: TargetSessionAttributes?
         var username: String
         var database: String
         var tls: TLSMode
@@ -183,14 +259,16 @@ extension SyncConfiguration {
 
     /// The configuration a sync URL describes:
     /// `postgresql://user@host:port/db?sslmode=…&sslrootcert=…&schema=…&retention=SECONDS`
-    /// (also `postgres://`; see ``SyncConfiguration``).
+    /// (also `postgres://`; see ``SyncConfiguration``), or with several servers
+    /// `postgresql://user@host1:port1,host2:port2/db?target_session_attrs=read-write`.
     ///
     /// - Parameters:
     ///   - url: The URL. It must name the user and carry no password.
     ///   - group: The application group, whose ``schemaName(forGroup:)`` is the schema when
     ///     the URL has no `schema=`.
     /// - Throws: ``SkyrosError/Code/syncConfiguration`` naming the problem (never echoing a
-    ///   password): not a PostgreSQL URL, a password, no user, a bad host or port, an unknown
+    ///   password): not a PostgreSQL URL, a password, no user, a bad host or port (or an empty
+    ///   entry in a list of hosts, a `port=` list that does not match the hosts), an unknown
     ///   query key or a bad value, no schema (no `schema=` and no group) or an invalid one.
     package static func parse(url: String, group: String? = nil) throws -> SyncConfiguration {
         let parsed = try parseURL(url)
@@ -203,9 +281,9 @@ extension SyncConfiguration {
             throw invalid("the sync URL names no schema: add schema=NAME to its query")
         }
         return SyncConfiguration(
-            host: parsed.host, port: parsed.port, username: parsed.username, database: parsed.database,
-            schema: schema, tls: parsed.tls, rootCertificate: parsed.rootCertificate,
-            retention: parsed.retention ?? defaultRetention)
+            servers: parsed.servers, targetSessionAttributes: parsed.targetSessionAttributes,
+            username: parsed.username, database: parsed.database, schema: schema, tls: parsed.tls,
+            rootCertificate: parsed.rootCertificate, retention: parsed.retention ?? defaultRetention)
     }
 
     /// The schema derived from a group id, checked like a configured one.
@@ -290,7 +368,7 @@ extension SyncConfiguration {
                     ? "the sync URL names no user: give the role as \(example)"
                     : "the user name in the sync URL has a malformed percent-encoding (%XX)")
         }
-        let (host, port) = try parseHostPort(authority[authority.index(after: at)...])
+        let hosts = try parseHosts(authority[authority.index(after: at)...])
 
         var pathAndQuery = rest[authorityEnd...]
         if pathAndQuery.contains("#") {
@@ -311,27 +389,83 @@ extension SyncConfiguration {
             }
             if !decoded.isEmpty { database = decoded }
         }
-        var parsed = ParsedURL(host: host, port: port, username: username, database: database, tls: .prefer)
+        var parsed = ParsedURL(
+            servers: hosts.map { Server(host: $0.host, port: $0.port ?? defaultPort) }, username: username,
+            database: database, tls: .prefer)
         if let queryStart {
             pathAndQuery = pathAndQuery[pathAndQuery.index(after: queryStart)...]
-            try parseQuery(pathAndQuery, into: &parsed)
+            if let ports = try parseQuery(pathAndQuery, into: &parsed) {
+                try apply(ports: ports, explicit: hosts.map { $0.port != nil }, to: &parsed.servers)
+            }
         }
         if parsed.rootCertificate != nil, !parsed.tls.verifiesCertificate {
             throw invalid(
                 "the sync URL gives sslrootcert but sslmode=\(parsed.tls.rawValue), which checks no certificate: "
                     + "add sslmode=verify-full (or verify-ca), or remove sslrootcert")
         }
-        if host.hasPrefix("/"), parsed.tls != .prefer, parsed.tls != .disable {
+        let sockets = parsed.servers.filter { $0.socketPath != nil }
+        if !sockets.isEmpty, parsed.tls != .prefer, parsed.tls != .disable {
             throw invalid(
-                "the sync URL's host is a Unix socket directory, where there is no TLS: "
-                    + "remove sslmode=\(parsed.tls.rawValue), or give a host name or address")
+                "the sync URL's host\(parsed.servers.count > 1 ? " \(sockets[0])" : "") is a Unix socket directory, "
+                    + "where there is no TLS: remove sslmode=\(parsed.tls.rawValue), or give a host name or address")
         }
-        if host.hasPrefix("/") { parsed.tls = .disable }
+        if sockets.count == parsed.servers.count { parsed.tls = .disable }
         return parsed
     }
 
-    /// The host and port of a URL's authority (what follows the `@`).
-    static func parseHostPort(_ text: Substring) throws -> (host: String, port: Int) {
+    /// The servers of a URL's authority (what follows the `@`): one host, or a list as libpq
+    /// writes it, `host1:port1,host2,[::1]:port3`; a port is nil where the URL gives none.
+    static func parseHosts(_ text: Substring) throws -> [(host: String, port: Int?)] {
+        let entries = text.split(separator: ",", omittingEmptySubsequences: false)
+        guard entries.count > 1 else { return [try parseHostPort(text)] }
+        return try entries.enumerated().map { item throws -> (host: String, port: Int?) in
+            let (index, entry) = item
+            let place = "host \(index + 1) of \(entries.count)"
+            guard !entry.isEmpty else {
+                throw invalid(
+                    "the sync URL's list of hosts has an empty entry (\(place)): write host1:port1,host2:port2 "
+                        + "with no empty entry and no space")
+            }
+            do {
+                return try parseHostPort(entry)
+            } catch let error as SkyrosError {
+                throw invalid("the sync URL's \(place): \(error.message)")
+            }
+        }
+    }
+
+    /// The URL's `port=` list (libpq's: one port for every host, or one per host, an empty
+    /// entry standing for 5432), into `servers`; `explicit` tells which hosts gave their own.
+    static func apply(ports text: String, explicit: [Bool], to servers: inout [Server]) throws {
+        if explicit.contains(true) {
+            throw invalid(
+                "the sync URL gives ports both after its hosts and in port=: give each port once, "
+                    + "after its host (host1:port1,host2:port2) or in port= (port=port1,port2)")
+        }
+        let entries = text.split(separator: ",", omittingEmptySubsequences: false)
+        guard entries.count == 1 || entries.count == servers.count else {
+            throw invalid(
+                "the sync URL's port= has \(entries.count) ports for \(servers.count) "
+                    + "host\(servers.count == 1 ? "" : "s"): give one port for every host, or one per host in the hosts' order")
+        }
+        for index in servers.indices {
+            let entry = entries.count == 1 ? entries[0] : entries[index]
+            servers[index].port = entry.isEmpty ? defaultPort : try checkedPort(entry, from: "port= of the sync URL")
+        }
+    }
+
+    /// A port number from 1 to 65535, or the error that says why `text` is not one.
+    static func checkedPort(_ text: Substring, from source: String) throws -> Int {
+        guard !text.isEmpty, text.count <= 5, text.allSatisfy({ $0.isASCII && $0.isNumber }),
+            let number = Int(text), (1...65_535).contains(number)
+        else {
+            throw invalid("the \(source), '\(text)', is not a number from 1 to 65535")
+        }
+        return number
+    }
+
+    /// A host and its port (nil when it has none), one server of a URL's authority.
+    static func parseHostPort(_ text: Substring) throws -> (host: String, port: Int?) {
         let host: Substring
         let portText: Substring?
         if text.hasPrefix("[") {
@@ -372,9 +506,6 @@ extension SyncConfiguration {
                 "the sync URL names no host: give a host name or address (postgresql://user@host/db), "
                     + "or a Unix socket directory percent-encoded (postgresql://user@%2Fvar%2Frun%2Fpostgresql/db)")
         }
-        if host.contains(",") {
-            throw invalid("the sync URL names several hosts: give one (a failover address or a proxy in front of them)")
-        }
         guard let decodedHost = host.removingPercentEncoding, !decodedHost.isEmpty else {
             throw invalid("the host in the sync URL has a malformed percent-encoding (%XX)")
         }
@@ -383,20 +514,13 @@ extension SyncConfiguration {
                 "the sync URL's host has a '/': a Unix socket directory is an absolute path (%2Fvar%2Frun%2Fpostgresql)"
             )
         }
-        var port = defaultPort
-        if let portText {
-            guard !portText.isEmpty, portText.count <= 5, portText.allSatisfy({ $0.isASCII && $0.isNumber }),
-                let number = Int(portText), (1...65_535).contains(number)
-            else {
-                throw invalid("the port of the sync URL, '\(portText)', is not a number from 1 to 65535")
-            }
-            port = number
-        }
-        return (decodedHost, port)
+        return (decodedHost, try portText.map { try checkedPort($0, from: "port of the sync URL") })
     }
 
-    /// The query of a sync URL (`key=value&…`), into `parsed`.
-    static func parseQuery(_ query: Substring, into parsed: inout ParsedURL) throws {
+    /// The query of a sync URL (`key=value&…`), into `parsed`; returns its `port=` list, for
+    /// the caller to match with the hosts.
+    static func parseQuery(_ query: Substring, into parsed: inout ParsedURL) throws -> String? {
+        var ports: String?
         var seen: Set<String> = []
         for item in query.split(separator: "&", omittingEmptySubsequences: true) {
             guard let equals = item.firstIndex(of: "=") else {
@@ -431,7 +555,18 @@ extension SyncConfiguration {
                 parsed.schema = try checkedSchema(value, from: "the sync URL's schema=")
             case "retention":
                 parsed.retention = try checkedRetention(value, from: "the sync URL's retention=")
-            case "user", "dbname", "host", "port":
+            case "target_session_attrs":
+                guard let attributes = TargetSessionAttributes(rawValue: value) else {
+                    let known = TargetSessionAttributes.allCases.map(\.rawValue).joined(separator: ", ")
+                    let why =
+                        ["read-only", "standby", "prefer-standby"].contains(value)
+                        ? ", since the daemon writes to the server (a standby cannot take its uploads)" : ""
+                    throw invalid("the sync URL's target_session_attrs=\(value) is not one of \(known)\(why)")
+                }
+                parsed.targetSessionAttributes = attributes
+            case "port":
+                ports = value
+            case "user", "dbname", "host":
                 throw invalid(
                     "the sync URL's query gives \(key), which goes in the URL itself: postgresql://user@host:port/dbname"
                 )
@@ -444,6 +579,7 @@ extension SyncConfiguration {
                         + urlKeys.joined(separator: ", "))
             }
         }
+        return ports
     }
 }
 
@@ -462,6 +598,9 @@ extension SyncConfiguration {
     /// url = postgresql://skyros@db.example.com/skyros?sslmode=verify-full
     /// password-file = /etc/skyros/todo.password
     /// ```
+    ///
+    /// Several servers (a primary and its standbys) go in the URL, as libpq writes them:
+    /// `url = postgresql://skyros@db1.example.com,db2.example.com/skyros?target_session_attrs=read-write`.
     package struct File: Sendable, Equatable {
         /// The keys a `sync.conf` may have.
         package static let keys = ["url", "schema", "password-file", "retention"]
@@ -503,7 +642,12 @@ extension SyncConfiguration {
                         throw invalid(
                             "\(place): sync.conf holds no password itself: \(passwordAdvice); remove this line")
                     }
-                    if ["sslmode", "sslrootcert"].contains(key) {
+                    if ["host", "port"].contains(key) {
+                        throw invalid(
+                            "\(place): hosts and ports go in the url "
+                                + "(url = postgresql://user@host1:port1,host2:port2/db)")
+                    }
+                    if ["sslmode", "sslrootcert", "target_session_attrs"].contains(key) {
                         throw invalid(
                             "\(place): \(key) goes in the url's query (url = postgresql://user@host/db?\(key)=…)")
                     }
@@ -624,8 +768,9 @@ extension SyncConfiguration {
             throw invalid("\(given.source): \(error.message)")
         }
         var configuration = SyncConfiguration(
-            host: parsed.host, port: parsed.port, username: parsed.username, database: parsed.database, schema: "",
-            tls: parsed.tls, rootCertificate: parsed.rootCertificate,
+            servers: parsed.servers, targetSessionAttributes: parsed.targetSessionAttributes,
+            username: parsed.username, database: parsed.database, schema: "", tls: parsed.tls,
+            rootCertificate: parsed.rootCertificate,
             retention: parsed.retention ?? file?.retention ?? defaultRetention, source: given.source)
         if let schema {
             configuration.schema = try checkedSchema(schema, from: "--sync-schema")
@@ -679,8 +824,8 @@ extension SyncConfiguration {
 // MARK: - postgres-nio
 
 extension SyncConfiguration {
-    /// The configuration of a postgres-nio client for this server: host and port (or the
-    /// Unix socket), role, password, database; TLS as ``tls`` says (`prefer` and `require`
+    /// The configuration of a postgres-nio client (a pool) for the first server: host and
+    /// port (or the Unix socket), role, password, database; TLS as ``tls`` says (`prefer` and `require`
     /// without checking the certificate, `verify-ca` against the CA, `verify-full` against the
     /// CA and the host name or IP address; the CA is ``rootCertificate`` or the system's); a
     /// short connect timeout (``connectTimeout``) and a keep-alive query on idle connections

@@ -254,7 +254,7 @@ package final class SyncEngine: Sendable {
 
     /// One connection's life: prepare the schema, then upload and download until it fails.
     private func session(_ queue: DatabaseQueue, connected: () -> Void) async throws {
-        let connection = try await connect()
+        let (connection, server) = try await connect()
         defer { Task { try? await connection.close() } }
         // A connection closed while the loop waits (the server restarted) wakes it: the next
         // statement fails at once and the engine goes offline, then connects again.
@@ -276,6 +276,7 @@ package final class SyncEngine: Sendable {
             [machine.uuidString.lowercased()]).first?.first??.description ?? "0") ?? 0
         mutable.withLock { $0.status.uploadedThrough = uploaded }
         setState(.online, nil)
+        if configuration.servers.count > 1 { log("sync: connected to \(server)") }
         connected()
         var lastCompaction = ContinuousClock.now - settings.compactionInterval + .seconds(30)
         // Whether the last wait ended with a signal (false: the poll interval passed, or the
@@ -444,7 +445,7 @@ package final class SyncEngine: Sendable {
         Task(executorPreference: executor) { [self] in
             while !Task.isCancelled {
                 do {
-                    let connection = try await connect()
+                    let connection = try await connect().connection
                     defer { Task { try? await connection.close() } }
                     let watchdog = Watchdog(connection, executor: executor)
                                 let ping = settings.statementTimeout
@@ -474,10 +475,11 @@ package final class SyncEngine: Sendable {
         }
     }
 
-    private func connect() async throws -> PostgresConnection {
-        try await PostgresConnection.connect(
-            on: executor.eventLoop, configuration: try configuration.connectionConfiguration(),
-            id: Int.random(in: 1...Int.max), logger: logger)
+    /// A connection to the configuration's first server that qualifies, in order (see
+    /// ``SyncConfiguration/connect(on:id:logger:)``): every connection, after any failure,
+    /// starts again at the first server, so both of the engine's find the primary of the moment.
+    private func connect() async throws -> (connection: PostgresConnection, server: SyncConfiguration.Server) {
+        try await configuration.connect(on: executor.eventLoop, id: Int.random(in: 1...Int.max), logger: logger)
     }
 
     /// Queued change sets after `number`, oldest first: at most `limit`, and no more than
@@ -524,6 +526,13 @@ package final class SyncEngine: Sendable {
     /// must fix (authentication, permissions, tables), with its message.
     private func classify(_ error: any Error) -> (Status.State, String) {
         if let setup = error as? SetupNeeded { return (.error, setup.description) }
+        if let failure = error as? SyncConfiguration.NoServerAvailable {
+            // Each server's reason in the engine's words; an error only when every server
+            // refused for something an operator must fix (a wrong password everywhere).
+            let verdicts = failure.attempts.map { $0.error.map(classify) ?? (.offline, $0.refusal ?? "not used") }
+            let message = failure.description(reasons: verdicts.map(\.1))
+            return (verdicts.allSatisfy { $0.0 == .error } ? .error : .offline, message)
+        }
         if let timeout = error as? Watchdog.TimedOut { return (.offline, timeout.description) }
         if let report = ServerSession.serverReport(error) {
             // 28: authentication; 42: privileges, missing objects; 3D: no such database; 3F: no

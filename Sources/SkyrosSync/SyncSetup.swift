@@ -15,9 +15,8 @@ package enum SyncSetup {
     ) async throws {
         var logger = Logger(label: "skyros.sync.setup")
         logger.logLevel = .critical
-        let connection = try await PostgresConnection.connect(
-            on: MultiThreadedEventLoopGroup.singleton.any(), configuration: try configuration.connectionConfiguration(),
-            id: 1, logger: logger)
+        let (connection, _) = try await configuration.connect(
+            on: MultiThreadedEventLoopGroup.singleton.any(), id: 1, logger: logger)
         do {
             let server = ServerSchema(schema, name: configuration.schema)
             try await ServerSession(connection: connection, schema: server, logger: logger).ensureSchema()

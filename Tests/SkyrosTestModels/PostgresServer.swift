@@ -85,8 +85,16 @@ public final class PostgresServer: Sendable {
     ///   - startTimeout: how long a start may take before it fails.
     /// - Throws: ``PostgresServerError`` when the binaries are missing, `initdb` fails, or the
     ///   server does not get ready in time; nothing is left behind.
-    public init(
+    public convenience init(
         password: String? = nil, settings: [String: String] = [:], startTimeout: Duration = .seconds(30)
+    ) throws {
+        try self.init(password: password, settings: settings, startTimeout: startTimeout) { try $0.initialize() }
+    }
+
+    /// Makes a server whose cluster `makeCluster` puts in its data directory (`initdb`, or a
+    /// base backup of another server), and starts it.
+    private init(
+        password: String?, settings: [String: String], startTimeout: Duration, makeCluster: (Cluster) throws -> Void
     ) throws {
         Self.sweepOnce()
         let bin = try Self.locateBinaries()
@@ -116,7 +124,7 @@ public final class PostgresServer: Sendable {
             if setpriv != nil, chown(directory, Self.unprivilegedID, Self.unprivilegedID) != 0 {
                 throw PostgresServerError.failed("chown \(directory): \(String(cString: strerror(errno)))")
             }
-            try cluster.initialize()
+            try makeCluster(cluster)
             var attempt = 0
             while true {
                 attempt += 1
@@ -308,6 +316,73 @@ public final class PostgresServer: Sendable {
             Self.killTree(pid)
             Self.registry.withLock { $0[directory] = -1 }
         }
+    }
+
+    // MARK: Replication
+
+    /// Makes a streaming standby of this server, as an operator would: a base backup of its
+    /// cluster (`pg_basebackup -R -X stream`, as the server's user, over this server's Unix
+    /// socket with the superuser, whom the `local replication` line `initdb` writes in
+    /// `pg_hba.conf` trusts) in a directory of its own, started on a free port with this
+    /// server's password and settings. It is a hot standby: it answers reads, refuses writes,
+    /// and follows this server until ``promote(timeout:)``. This server needs nothing set for
+    /// it: `wal_level` is `replica` and `max_wal_senders` 10 by default.
+    ///
+    /// ```swift
+    /// let primary = try PostgresServer()
+    /// let standby = try primary.makeStandby()
+    /// primary.kill()
+    /// try standby.promote()
+    /// ```
+    ///
+    /// - Parameters:
+    ///   - synchronous: makes this server's replication synchronous (`synchronous_standby_names
+    ///     = '*'` and `synchronous_commit = on`, by `ALTER SYSTEM` and a reload): a commit
+    ///     returns only once the standby has flushed it to disk, so a failover to the standby
+    ///     loses no commit a client was told of. Set after the base backup, so that the
+    ///     standby does not copy it (promoted, it would wait for a standby of its own), and the
+    ///     call returns once the standby is `sync` in `pg_stat_replication`. (A `-c` setting of
+    ///     the same name in ``settings`` would override it.) False: asynchronous.
+    ///   - timeout: how long the base backup, the standby's start and (synchronous) its
+    ///     catching up may each take.
+    /// - Throws: ``PostgresServerError`` when `pg_basebackup` is missing or fails, or the standby
+    ///   does not start or become synchronous in time; nothing is left running.
+    public func makeStandby(synchronous: Bool = true, timeout: Duration = .seconds(60)) throws -> PostgresServer {
+        let source = (socketDirectory: socketDirectory, port: port)
+        let standby = try PostgresServer(password: password, settings: settings, startTimeout: timeout) { cluster in
+            try cluster.baseBackup(socketDirectory: source.socketDirectory, port: source.port, timeout: timeout)
+        }
+        guard synchronous else { return standby }
+        try psql("ALTER SYSTEM SET synchronous_standby_names = '*'")
+        try psql("ALTER SYSTEM SET synchronous_commit = on")
+        try psql("SELECT pg_reload_conf()")
+        let deadline = ContinuousClock.now + timeout
+        while try psql("SELECT string_agg(sync_state, ',') FROM pg_stat_replication") != "sync" {
+            guard ContinuousClock.now < deadline else {
+                throw PostgresServerError.timedOut("the standby on port \(standby.port) was not synchronous within \(timeout)")
+            }
+            usleep(20_000)
+        }
+        return standby
+    }
+
+    /// Promotes a standby (see ``makeStandby(synchronous:timeout:)``) to a primary that takes
+    /// writes, with `SELECT pg_promote(true, …)`, and returns once it does: it replays the
+    /// write-ahead log it received, leaves recovery, and starts a new timeline. Does nothing
+    /// to a server that is not a standby.
+    /// - Throws: ``PostgresServerError`` when it is not promoted within `timeout`.
+    public func promote(timeout: Duration = .seconds(30)) throws {
+        guard try psql("SELECT pg_is_in_recovery()") == "t" else { return }
+        let seconds = max(1, timeout.components.seconds)
+        guard try psql("SELECT pg_promote(true, \(seconds))", timeout: timeout + .seconds(10)) == "t" else {
+            throw PostgresServerError.timedOut("the standby on port \(port) was not promoted within \(timeout)")
+        }
+    }
+
+    /// The pid of a standby's WAL receiver, the process that streams the primary's log
+    /// (`pg_stat_wal_receiver`), or nil when none runs.
+    public func walReceiverProcess() throws -> pid_t? {
+        pid_t(try psql("SELECT pid FROM pg_stat_wal_receiver"))
     }
 
     // MARK: Binaries
@@ -655,6 +730,29 @@ private struct Cluster: Sendable {
         guard result.status == 0 else {
             throw PostgresServerError.commandFailed(
                 command: "initdb", status: PostgresServer.describe(result.status), output: result.output + result.error)
+        }
+    }
+
+    /// Copies the cluster served on `port` through the Unix socket in `socketDirectory` into
+    /// ``dataDirectory`` as its streaming standby: `pg_basebackup -R` (`standby.signal`, and
+    /// `primary_conninfo` naming that socket and port), with the log it needs streamed along
+    /// (`-X stream`), after a fast checkpoint.
+    func baseBackup(socketDirectory source: String, port: Int, timeout: Duration) throws {
+        let program = binDirectory + "/pg_basebackup"
+        guard FileManager.default.isExecutableFile(atPath: program) else {
+            throw PostgresServerError.notInstalled("\(program) is missing (Debian package postgresql-client)")
+        }
+        let arguments = [
+            program, "-D", dataDirectory, "-h", source, "-p", String(port), "-U", superuser, "-w", "-R", "-X", "stream",
+            "-c", "fast", "--no-sync",
+        ]
+        let result = try PostgresServer.run(
+            asServerUser(arguments), environment: PostgresServer.environment, directory: directory, outputDirectory: directory,
+            timeout: timeout)
+        try? Data((result.output + result.error).utf8).write(to: URL(fileURLWithPath: logFile))
+        guard result.status == 0 else {
+            throw PostgresServerError.commandFailed(
+                command: "pg_basebackup", status: PostgresServer.describe(result.status), output: result.output + result.error)
         }
     }
 

@@ -147,7 +147,23 @@ struct SyncConfigurationTests {
             Bad(url: "postgresql://u@[::1/db", says: ["no ']' closes"]),
             Bad(url: "postgresql://u@[::1]x/db", says: ["only ':PORT' may follow"]),
             Bad(url: "postgresql://u@[example.com]/db", says: ["not an IPv6 address"]),
-            Bad(url: "postgresql://u@h1,h2/db", says: ["several hosts"]),
+            Bad(url: "postgresql://u@h1,,h2/db", says: ["empty entry (host 2 of 3)", "host1:port1,host2:port2"]),
+            Bad(url: "postgresql://u@h1,/db", says: ["empty entry (host 2 of 2)"]),
+            Bad(url: "postgresql://u@,h2/db", says: ["empty entry (host 1 of 2)"]),
+            Bad(url: "postgresql://u@h1,h2:0/db", says: ["host 2 of 2", "'0'", "1 to 65535"]),
+            Bad(url: "postgresql://u@h1,::1/db", says: ["host 2 of 2", "[::1]"]),
+            Bad(url: "postgresql://u@h1:5433,h2/db?port=5434", says: ["ports both after its hosts and in port="]),
+            Bad(url: "postgresql://u@h1,h2,h3/db?port=1,2", says: ["port= has 2 ports for 3 hosts"]),
+            Bad(url: "postgresql://u@h1,h2/db?port=1,x", says: ["port= of the sync URL, 'x'", "1 to 65535"]),
+            Bad(
+                url: "postgresql://u@h1,h2/db?target_session_attrs=read-only",
+                says: ["target_session_attrs=read-only is not one of any, read-write, primary", "the daemon writes"]),
+            Bad(
+                url: "postgresql://u@h1,h2/db?target_session_attrs=rw",
+                says: ["target_session_attrs=rw is not one of any, read-write, primary"]),
+            Bad(
+                url: "postgresql://u@h1,%2Ftmp%2Fpg/db?sslmode=require",
+                says: ["host %2Ftmp%2Fpg:5432 is a Unix socket directory", "sslmode=require"]),
             Bad(url: "postgresql://u@h/db/more", says: ["more than a database name"]),
             Bad(url: "postgresql://u@h/db#x", says: ["fragment"]),
             Bad(url: "postgresql://u@h/db%zz", says: ["database name", "percent-encoding"]),
@@ -162,7 +178,7 @@ struct SyncConfigurationTests {
             Bad(
                 url: "postgresql://u@h/db?application_name=x",
                 says: ["unknown key 'application_name'", "sslmode, sslrootcert, schema, retention"]),
-            Bad(url: "postgresql://u@h/db?port=5433", says: ["gives port", "postgresql://user@host:port/dbname"]),
+            Bad(url: "postgresql://u@h/db?host=h2", says: ["gives host", "postgresql://user@host:port/dbname"]),
             Bad(url: "postgresql://u@h/db?schema=Todo", says: ["schema name 'Todo'", "[a-z_][a-z0-9_]{0,62}"]),
             Bad(url: "postgresql://u@h/db?schema=1x", says: ["'1x'", "does not start with"]),
             Bad(url: "postgresql://u@h/db?schema=a-b", says: ["'a-b'", "outside [a-z0-9_]"]),
@@ -174,6 +190,88 @@ struct SyncConfigurationTests {
         ])
     func refuses(_ bad: Bad) {
         expectRefused(bad.says) { try SyncConfiguration.parse(url: bad.url, group: "g") }
+    }
+
+    /// A URL of several hosts and the servers and target it gives.
+    struct Hosts: Sendable, CustomTestStringConvertible {
+        let url: String
+        let servers: [String]
+        let target: SyncConfiguration.TargetSessionAttributes
+        var testDescription: String { url }
+    }
+
+    @Test(
+        "several hosts as libpq writes them: in order, each with its port, 5432 or the port= list; read-write unless target_session_attrs says",
+        arguments: [
+            Hosts(url: "postgresql://u@h1:5433,h2/db", servers: ["h1:5433", "h2:5432"], target: .readWrite),
+            Hosts(
+                url: "postgresql://u@127.0.0.1:6001,127.0.0.1:6002/db?target_session_attrs=read-write",
+                servers: ["127.0.0.1:6001", "127.0.0.1:6002"], target: .readWrite),
+            Hosts(url: "postgresql://u@h1,h2,h3/db?target_session_attrs=any", servers: ["h1:5432", "h2:5432", "h3:5432"], target: .any),
+            Hosts(url: "postgres://u@[::1]:5433,[2001:db8::7]/db?target_session_attrs=primary", servers: ["[::1]:5433", "[2001:db8::7]:5432"], target: .primary),
+            Hosts(url: "postgresql://u@%2Ftmp%2Fpg,db.example.com:5444/db", servers: ["%2Ftmp%2Fpg:5432", "db.example.com:5444"], target: .readWrite),
+            Hosts(url: "postgresql://u@h1,h2/db?port=6000", servers: ["h1:6000", "h2:6000"], target: .readWrite),
+            Hosts(url: "postgresql://u@h1,h2,h3/db?port=6001,,6003", servers: ["h1:6001", "h2:5432", "h3:6003"], target: .readWrite),
+            Hosts(url: "postgresql://u@h/db?port=6000", servers: ["h:6000"], target: .any),
+            Hosts(url: "postgresql://u@h/db?target_session_attrs=read-write", servers: ["h:5432"], target: .readWrite),
+            Hosts(url: "postgresql://u@h/db", servers: ["h:5432"], target: .any),
+        ])
+    func severalHosts(_ test: Hosts) throws {
+        let configuration = try SyncConfiguration.parse(url: test.url, group: "g")
+        #expect(configuration.servers.map(\.description) == test.servers)
+        #expect(configuration.targetSessionAttributes == test.target)
+        #expect(configuration.host == configuration.servers[0].host)
+        #expect(configuration.port == configuration.servers[0].port)
+        #expect(configuration.database == "db")
+        for server in configuration.servers {
+            let connection = try configuration.connectionConfiguration(to: server)
+            #expect(connection.host == (server.socketPath == nil ? server.host : nil))
+            #expect(connection.port == (server.socketPath == nil ? server.port : nil))
+            #expect(connection.unixSocketPath == server.socketPath)
+            #expect(connection.options.connectTimeout == .seconds(5))
+        }
+    }
+
+    @Test("a list mixing a Unix socket and TCP keeps sslmode for the TCP hosts; only sockets: no TLS")
+    func socketsInAList() throws {
+        let mixed = try SyncConfiguration.parse(url: "postgresql://u@%2Ftmp%2Fpg,h2/db", group: "g")
+        #expect(mixed.tls == .prefer)
+        #expect(mixed.servers[0].socketPath == "/tmp/pg/.s.PGSQL.5432")
+        #expect(mixed.servers[1].socketPath == nil)
+        let sockets = try SyncConfiguration.parse(url: "postgresql://u@%2Ftmp%2Fa,%2Ftmp%2Fb:5433/db", group: "g")
+        #expect(sockets.tls == .disable)
+        #expect(sockets.servers.map(\.socketPath) == ["/tmp/a/.s.PGSQL.5432", "/tmp/b/.s.PGSQL.5433"])
+    }
+
+    @Test("a configuration made in code: read-write with several servers unless told, any with one")
+    func targetDefaults() {
+        let servers = [SyncConfiguration.Server(host: "h1"), SyncConfiguration.Server(host: "h2", port: 5433)]
+        #expect(SyncConfiguration(servers: servers, username: "u", database: "d", schema: "s").targetSessionAttributes == .readWrite)
+        #expect(
+            SyncConfiguration(servers: servers, targetSessionAttributes: .primary, username: "u", database: "d", schema: "s")
+                .targetSessionAttributes == .primary)
+        #expect(SyncConfiguration(host: "h", username: "u", database: "d", schema: "s").targetSessionAttributes == .any)
+        #expect(SyncConfiguration(servers: [servers[1]], username: "u", database: "d", schema: "s").servers == [servers[1]])
+    }
+
+    @Test("none of several servers available: the message names each server and why, in order")
+    func noServerAvailable() {
+        struct Unreachable: Error, CustomStringConvertible {
+            var description: String { "connection refused" }
+        }
+        let failure = SyncConfiguration.NoServerAvailable(
+            attempts: [
+                .init(server: .init(host: "10.0.0.1"), error: Unreachable()),
+                .init(server: .init(host: "::1", port: 5433), refusal: "a standby (in recovery), read-only"),
+            ],
+            target: .readWrite)
+        #expect(
+            failure.description
+                == "no server of the sync URL could be used (target_session_attrs=read-write): "
+                + "10.0.0.1:5432: connection refused; [::1]:5433: a standby (in recovery), read-only")
+        #expect(
+            failure.description(reasons: ["down", "standby"])
+                == "no server of the sync URL could be used (target_session_attrs=read-write): 10.0.0.1:5432: down; [::1]:5433: standby")
     }
 
     @Test("a schema name of 63 characters is accepted, 64 is refused")
@@ -254,6 +352,27 @@ struct SyncConfigurationTests {
         #expect(dumped.contains("<redacted>"))
         let ipv6 = SyncConfiguration(host: "::1", username: "u", database: "d", schema: "s", retention: 60)
         #expect(ipv6.redacted == "postgresql://u@[::1]:5432/d (schema s, sslmode=prefer, retention 60 s, no password)")
+    }
+
+    @Test("several servers: redacted lists them as the URL does, with target_session_attrs, and never the password")
+    func redactedServers() throws {
+        var configuration = try SyncConfiguration.parse(
+            url: "postgresql://alice@db1.example.com,[::1]:5433,%2Fvar%2Frun%2Fpostgresql/app?sslmode=disable",
+            group: "com.example.todo")
+        configuration.password = "hunter2-very-secret"
+        #expect(
+            configuration.redacted
+                == "postgresql://alice@db1.example.com:5432,[::1]:5433,%2Fvar%2Frun%2Fpostgresql:5432/app "
+                + "(schema com_example_todo, sslmode=disable, target_session_attrs=read-write, no password)")
+        configuration.targetSessionAttributes = .any
+        #expect(!configuration.redacted.contains("target_session_attrs"))
+        var dumped = ""
+        dump(configuration, to: &dumped)
+        #expect(dumped.contains("db1.example.com:5432"), "\(dumped)")
+        #expect(dumped.contains("<redacted>"))
+        for text in [configuration.redacted, "\(configuration)", String(reflecting: configuration), dumped] {
+            #expect(!text.contains("hunter2"), "\(text)")
+        }
     }
 
     // MARK: postgres-nio
@@ -337,6 +456,12 @@ struct SyncConfigurationTests {
         expectRefused(["line 1: sslmode goes in the url's query", "?sslmode="]) {
             try SyncConfiguration.File(parsing: "sslmode = require", path: "/c/sync.conf")
         }
+        expectRefused(["line 1: target_session_attrs goes in the url's query", "?target_session_attrs="]) {
+            try SyncConfiguration.File(parsing: "target_session_attrs = read-write", path: "/c/sync.conf")
+        }
+        expectRefused(["line 1: hosts and ports go in the url", "host1:port1,host2:port2"]) {
+            try SyncConfiguration.File(parsing: "host = db2", path: "/c/sync.conf")
+        }
         let unknown = expectRefused(["line 1", "unknown key"]) {
             try SyncConfiguration.File(parsing: "pass word = topsecret", path: "/c/sync.conf")
         }
@@ -388,6 +513,21 @@ struct SyncConfigurationTests {
         #expect(conf.host == "from-file")
         #expect(conf.source == directory.file("sync.conf").path)
         #expect(conf.redacted.hasSuffix("from \(directory.file("sync.conf").path))"))
+    }
+
+    @Test("sync.conf's url may list several servers, with target_session_attrs; a bad list is refused naming the file")
+    func fileWithSeveralServers() throws {
+        let directory = try container(
+            conf: "url = postgresql://u@db1:5433,db2/db?target_session_attrs=primary\n")
+        let configuration = try #require(
+            try SyncConfiguration.resolve(group: "g", container: directory.url, url: nil, passwordFile: nil, environment: [:]))
+        #expect(configuration.servers == [.init(host: "db1", port: 5433), .init(host: "db2", port: 5432)])
+        #expect(configuration.targetSessionAttributes == .primary)
+        #expect(configuration.source == directory.file("sync.conf").path)
+        let bad = try container(conf: "url = postgresql://u@db1,,db2/db\n")
+        expectRefused(["\(bad.file("sync.conf").path): the sync URL's list of hosts has an empty entry"]) {
+            try SyncConfiguration.resolve(group: "g", container: bad.url, url: nil, passwordFile: nil, environment: [:])
+        }
     }
 
     @Test("a bad URL's message says where it came from")
