@@ -11,15 +11,32 @@ import Synchronization
 ///
 /// The statement runs in a task of its own, which the caller stops waiting for at the limit
 /// (a statement stuck on a dead connection is abandoned, not awaited).
+///
+/// A statement waiting when the connection closes (the server ended it, the network reset it)
+/// fails at once with ``ServerSession/ConnectionClosed``: postgres-nio 1.33.2 may leave it
+/// waiting, and the sync fault campaign saw a statement in flight across a PostgreSQL restart
+/// behind a healed black hole wait the whole limit (10 s) before the engine went on.
 package final class Watchdog: Sendable {
     private let connection: PostgresConnection
     /// Where the statement's task runs (nil: the caller's default).
     let executor: (any TaskExecutor)?
+    /// What fails each waiting statement when the connection closes, by statement.
+    private let waiting = Mutex<(next: Int, closed: Bool, failing: [Int: @Sendable () -> Void])>((0, false, [:]))
 
     /// Watches `connection`, running statements on `executor`.
     init(_ connection: PostgresConnection, executor: (any TaskExecutor)? = nil) {
         self.connection = connection
         self.executor = executor
+        connection.closeFuture.whenComplete { [weak self] _ in self?.connectionClosed() }
+    }
+
+    private func connectionClosed() {
+        let failing = waiting.withLock { waiting in
+            waiting.closed = true
+            defer { waiting.failing = [:] }
+            return Array(waiting.failing.values)
+        }
+        for fail in failing { fail() }
     }
 
     /// Runs `body`, failing with ``TimedOut`` (and closing the connection) when it does not
@@ -41,7 +58,21 @@ package final class Watchdog: Sendable {
                 work.cancel()
                 Task { try? await connection.close() }
             }
-            outcome.onFinish { timer.cancel() }
+            // The connection closing ends the wait too (at once when it is closed already).
+            let fail: @Sendable () -> Void = {
+                guard outcome.finish(.failure(ServerSession.ConnectionClosed())) else { return }
+                work.cancel()
+            }
+            let (key, closed) = waiting.withLock { waiting -> (Int, Bool) in
+                waiting.next += 1
+                if !waiting.closed { waiting.failing[waiting.next] = fail }
+                return (waiting.next, waiting.closed)
+            }
+            if closed { fail() }
+            outcome.onFinish { [weak self] in
+                timer.cancel()
+                _ = self?.waiting.withLock { $0.failing.removeValue(forKey: key) }
+            }
         }
     }
 

@@ -244,6 +244,11 @@ private final class Campaign: Sendable {
         for machine in machines { machine.stop() }
         try? postgres.stop(mode: .immediate)
         disk?.remove()
+        if let keep = ProcessInfo.processInfo.environment["SKYROS_CAMPAIGN_KEEP_LOGS"] {
+            // The daemons' logs, for a post-mortem.
+            for machine in machines { try? FileManager.default.copyItem(atPath: machine.logFile, toPath: keep + "/skyrosd-\(machine.index).log") }
+            try? FileManager.default.copyItem(atPath: postgres.logFile, toPath: keep + "/postgres.log")
+        }
         try? FileManager.default.removeItem(atPath: directory)
     }
 
