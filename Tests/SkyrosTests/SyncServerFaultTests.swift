@@ -146,18 +146,17 @@ struct SyncServerFaultTests {
     @Test("the change log truncated on the server: the horizon moves, and a machine that was away re-syncs from a snapshot, deletions included")
     func truncatedLog() async throws {
         let server = try SyncTests.Server()
-        let directory = "/tmp/skd-\(getpid())-\(UInt32.random(in: 0...UInt32.max))"
-        defer { try? FileManager.default.removeItem(atPath: directory) }
         let machineA = try RunningDaemon(sync: server.configuration)
         let a = try Skyros(sharedStack: testSchema, container: machineA.container.url)
-        var machineB: RunningDaemon? = try RunningDaemon(directory: directory, sync: server.configuration)
-        var b: Skyros? = try Skyros(sharedStack: testSchema, container: machineB!.container.url)
+        // Kept to the end: a RunningDaemon's deinit removes its directory, and B must come
+        // back with its store (and its checkpoint), not as a new machine.
+        let machineB = try RunningDaemon(sync: server.configuration)
+        var b: Skyros? = try Skyros(sharedStack: testSchema, container: machineB.container.url)
         try await sync.insert("kept", into: a)
         try await sync.insert("doomed", into: a)
         #expect(await sync.eventually { try await sync.handles(b!) == ["doomed", "kept"] })
         b = nil
-        machineB?.shutDown()
-        machineB = nil
+        machineB.shutDown()
 
         let horizon = { UInt64(try server.psql("SELECT value FROM g_sync._skyros_meta WHERE key = 'horizon'")) ?? 0 }
         let before = try horizon()
@@ -166,7 +165,7 @@ struct SyncServerFaultTests {
         #expect(try horizon() > before)
         #expect(await sync.eventually { try await sync.handles(a) == ["kept"] })
 
-        let restarted = try RunningDaemon(directory: directory, sync: server.configuration)
+        let restarted = try RunningDaemon(directory: machineB.directory, sync: server.configuration)
         let again = try Skyros(sharedStack: testSchema, container: restarted.container.url)
         #expect(await sync.eventually { try await sync.handles(again) == ["kept"] })
         try await sync.insert("after", into: again)
@@ -176,13 +175,18 @@ struct SyncServerFaultTests {
     @Test("a column dropped on the server: error naming it and --sync-setup, saves queued; set up again, each uploaded once, every machine converges to the server")
     func droppedColumn() async throws {
         let group = try await Group()
+        // Carl is not touched after the drop: only a re-read of every row brings him the
+        // server's value.
         let ann = try await group.a.write { context in
+            let carl = User.create(in: context)
+            carl.handle = "carl"
+            carl.lastname = "Jones"
             let user = User.create(in: context)
             user.handle = "ann"
             user.lastname = "Smith"
             return user.objectID
         }
-        await expectConverged(group, to: "ann::Smith")
+        await expectConverged(group, to: "ann::Smith,carl::Jones")
 
         try group.roles.psql(#"ALTER TABLE g_fault."User" DROP COLUMN lastname"#)
         try await group.a.write { context in try #require(context.object(with: ann, as: User.self)).firstname = "Ann" }
@@ -191,13 +195,13 @@ struct SyncServerFaultTests {
         let refused = await expectState("error", group.machines.0, of: group) { $0.contains("--sync-setup") }
         #expect(refused.contains("g_fault.User.lastname"), "\(refused)")
         #expect(refused.contains("--sync-setup"), "\(refused)")
-        #expect(try await users(group.a) == "ann:Ann:Smith,bob::")  // saved locally all the same
+        #expect(try await users(group.a) == "ann:Ann:Smith,bob::,carl::Jones")  // saved locally all the same
         #expect((try sync.syncStatus(group.machines.0)["uploadQueue"] as? Int ?? 0) >= 1)
 
         // The operator runs --sync-setup: the column comes back with its default, the horizon
         // moves past the repair, and every machine re-reads the server's values.
         try await group.roles.setUp(schema: group.schema, models: testSchema)
-        await expectConverged(group, to: "ann:Ann:,bob::")
+        await expectConverged(group, to: "ann:Ann:,bob::,carl::")
         _ = await expectState("online", group.machines.0, of: group)
         #expect(try group.uploads() == "3 0")
     }
