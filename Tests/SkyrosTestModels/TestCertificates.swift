@@ -5,7 +5,7 @@ import Glibc
 #endif
 
 /// Certificates for testing TLS with a real PostgreSQL: a certificate authority made for the
-/// test, a server certificate it signs for `127.0.0.1` and `localhost`, and a second CA that
+/// test, a server certificate it signs for `127.0.0.1` and `localhost` (or other names), and a second CA that
 /// signed nothing (a client that trusts only it must refuse the server). Made with the
 /// `openssl` command line (Debian's `openssl` package) in a temporary directory, removed with
 /// this value, even when a test fails.
@@ -26,7 +26,7 @@ public final class TestCertificates: Sendable {
     public var authority: String { directory + "/ca.crt" }
     /// Another CA's certificate (PEM), which signed nothing the server has.
     public var otherAuthority: String { directory + "/other-ca.crt" }
-    /// The server's certificate (PEM), for `127.0.0.1` and `localhost`.
+    /// The server's certificate (PEM), for `127.0.0.1` and `localhost` unless told otherwise.
     public var serverCertificate: String { directory + "/server.crt" }
     /// The server's private key (PEM), mode 0600, owned by the server's user.
     public var serverKey: String { directory + "/server.key" }
@@ -39,10 +39,12 @@ public final class TestCertificates: Sendable {
 
     /// Makes the two CAs and the server's key and certificate (elliptic-curve P-256 keys,
     /// valid for two days).
+    /// - Parameter serverNames: the names the server's certificate holds, as openssl's
+    ///   `subjectAltName` entries (a certificate for another host: `["DNS:db.example.com"]`).
     /// - Throws: ``PostgresServerError/notInstalled(_:)`` without `openssl`,
     ///   ``PostgresServerError/commandFailed(command:status:output:)`` when a command fails;
     ///   nothing is left behind.
-    public init() throws {
+    public init(serverNames: [String] = ["IP:127.0.0.1", "DNS:localhost"]) throws {
         guard let openssl = PostgresServer.which("openssl") else {
             throw PostgresServerError.notInstalled("openssl (Debian package openssl) is needed to make the tests' certificates")
         }
@@ -53,7 +55,7 @@ public final class TestCertificates: Sendable {
         chmod(directory, 0o755)  // the server's user reads the certificate and key here
         self.directory = directory
         do {
-            try Self.make(in: directory, openssl: openssl)
+            try Self.make(in: directory, openssl: openssl, serverNames: serverNames)
         } catch {
             try? FileManager.default.removeItem(atPath: directory)
             throw error
@@ -64,7 +66,7 @@ public final class TestCertificates: Sendable {
         try? FileManager.default.removeItem(atPath: directory)
     }
 
-    private static func make(in directory: String, openssl: String) throws {
+    private static func make(in directory: String, openssl: String, serverNames: [String]) throws {
         func run(_ arguments: [String]) throws {
             let result = try PostgresServer.run(
                 [openssl] + arguments, environment: PostgresServer.environment, directory: directory, outputDirectory: directory,
@@ -85,7 +87,7 @@ public final class TestCertificates: Sendable {
         }
         try run(["req", "-new"] + key + ["-keyout", "server.key", "-out", "server.csr", "-subj", "/CN=localhost"])
         let extensions = """
-            subjectAltName = IP:127.0.0.1, DNS:localhost
+            subjectAltName = \(serverNames.joined(separator: ", "))
             basicConstraints = CA:FALSE
             keyUsage = critical, digitalSignature, keyEncipherment
             extendedKeyUsage = serverAuth

@@ -162,6 +162,31 @@ struct SyncSecurityTests {
         #expect(try postgres.psql(#"SELECT string_agg(handle, ',') FROM g_tls."User""#, database: database) == "over-tls")
     }
 
+    @Test("a certificate of the test's CA for another host: verify-ca syncs, verify-full is in error saying the certificate does not name the host")
+    func verifyFullChecksTheHost() async throws {
+        let certificates = try TestCertificates(serverNames: ["DNS:db.example.com"])
+        let postgres = try PostgresServer(settings: certificates.serverSettings)
+        let database = try postgres.createUniqueDatabase(prefix: "tls")
+        let machineA = try RunningDaemon(
+            sync: tlsConfiguration(postgres, database: database, .verifyCA, rootCertificate: certificates.authority))
+        let a = try Skyros(sharedStack: testSchema, container: machineA.container.url)
+        try await sync.insert("ca-only", into: a)
+        #expect(await sync.eventually {
+            try postgres.psql(#"SELECT count(*) FROM g_tls."User""#, database: database) == "1"
+        })
+
+        let machineB = try RunningDaemon(
+            sync: tlsConfiguration(postgres, database: database, .verifyFull, rootCertificate: certificates.authority))
+        let b = try Skyros(sharedStack: testSchema, container: machineB.container.url)
+        try await sync.insert("strict", into: b)
+        let refused = await reaches("error", machineB)
+        #expect(refused.ok, "B: \(refused.state): \(refused.message)")
+        #expect(refused.message.contains("it does not name the host"), "\(refused.message)")
+        #expect(refused.message.contains("name the host 127.0.0.1"), "\(refused.message)")
+        #expect(try sync.syncStatus(machineB)["uploadQueue"] as? Int == 1)
+        #expect(try postgres.psql(#"SELECT string_agg(handle, ',') FROM g_tls."User""#, database: database) == "ca-only")
+    }
+
     @Test("a server that accepts only TLS (hostssl): sslmode=require syncs; sslmode=disable is in error with advice, keeps its queue, and uploads it once when pg_hba.conf lets it in")
     func hostsslOnly() async throws {
         let certificates = try TestCertificates()
