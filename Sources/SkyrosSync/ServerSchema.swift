@@ -194,7 +194,9 @@ package struct ServerSchema: Sendable {
 
     /// The statements that bring the server to this schema, given what it has (``Existing``;
     /// empty for a new server): tables created, columns added or renamed (`originalName`),
-    /// never dropped; constraints, indexes and triggers created when missing. None when the
+    /// never dropped; constraints, indexes and triggers created when missing; the horizon moved
+    /// when a table or column is made again on a server already at this version (a repair:
+    /// every machine re-reads a snapshot). None when the
     /// server has everything: a daemon that starts takes no lock on the group's tables. Throws ``SkyrosError/Code/migrationFailed`` for a change it cannot make
     /// additively (a non-optional column without a default added to a table that has rows is
     /// left to the server, which refuses it in the same words).
@@ -202,7 +204,7 @@ package struct ServerSchema: Sendable {
         let existing = found.columns
         let constraints = found.constraints
         var statements: [String] = []
-        /// Whether a table or column is created (not renamed).
+        // Whether a table or column is created (not renamed).
         var repaired = false
         for table in tables {
             let qualified = qualified(table.name)
