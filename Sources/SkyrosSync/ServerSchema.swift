@@ -138,7 +138,12 @@ package struct ServerSchema: Sendable {
             rejected text, objects jsonb, PRIMARY KEY (machine, number))
             """,
             "CREATE TABLE IF NOT EXISTS \(schema)._skyros_meta (key text PRIMARY KEY, value text NOT NULL)",
-            "INSERT INTO \(schema)._skyros_meta (key, value) VALUES ('horizon', '0') ON CONFLICT DO NOTHING",
+            // The horizon starts at the schema's creation: a machine whose last checkpoint is
+            // older (it synced with a schema since dropped and made again) reads a snapshot.
+            """
+            INSERT INTO \(schema)._skyros_meta (key, value) \
+            VALUES ('horizon', pg_snapshot_xmax(pg_current_snapshot())::text) ON CONFLICT DO NOTHING
+            """,
             // One statement-level trigger per kind of change, with its transition table: a
             // multi-row INSERT of 1,000 rows logs them in one set-based INSERT (a row-level
             // trigger would run 1,000 times), and notifies once.
@@ -159,12 +164,39 @@ package struct ServerSchema: Sendable {
               RETURN NULL;
             END $$
             """,
+            // TRUNCATE fires no row trigger and has no transition table: before a group table
+            // is truncated, every row it has is logged (as a DELETE would), so that machines
+            // delete them too; truncating the log itself loses what machines have not read
+            // yet, so it moves the horizon past the truncation: every machine re-reads a
+            // snapshot.
+            """
+            CREATE OR REPLACE FUNCTION \(schema)._skyros_truncated() RETURNS trigger LANGUAGE plpgsql AS $$
+            DECLARE
+              logged bigint;
+            BEGIN
+              IF TG_TABLE_NAME = '_skyros_log' THEN
+                UPDATE \(schema)._skyros_meta SET value = pg_snapshot_xmax(pg_current_snapshot())::text
+                  WHERE key = 'horizon' AND value::xid8 < pg_snapshot_xmax(pg_current_snapshot());
+                logged := 1;
+              ELSE
+                EXECUTE format('INSERT INTO \(schema.replacingOccurrences(of: "'", with: "''"))._skyros_log (entity, id) SELECT $1, "_id" FROM %I.%I',
+                  TG_TABLE_SCHEMA, TG_TABLE_NAME) USING TG_TABLE_NAME;
+                GET DIAGNOSTICS logged = ROW_COUNT;
+              END IF;
+              IF logged > 0 THEN
+                PERFORM pg_notify(\(Self.literal(channel)), pg_current_xact_id()::text);
+              END IF;
+              RETURN NULL;
+            END $$
+            """,
         ]
     }
 
     /// The statements that bring the server to this schema, given what it has (``Existing``;
     /// empty for a new server): tables created, columns added or renamed (`originalName`),
-    /// never dropped; constraints, indexes and triggers created when missing. None when the
+    /// never dropped; constraints, indexes and triggers created when missing; the horizon moved
+    /// when a table or column is made again on a server already at this version (a repair:
+    /// every machine re-reads a snapshot). None when the
     /// server has everything: a daemon that starts takes no lock on the group's tables. Throws ``SkyrosError/Code/migrationFailed`` for a change it cannot make
     /// additively (a non-optional column without a default added to a table that has rows is
     /// left to the server, which refuses it in the same words).
@@ -172,6 +204,8 @@ package struct ServerSchema: Sendable {
         let existing = found.columns
         let constraints = found.constraints
         var statements: [String] = []
+        // Whether a table or column is created (not renamed).
+        var repaired = false
         for table in tables {
             let qualified = qualified(table.name)
             var have = existing[table.name] ?? []
@@ -180,6 +214,7 @@ package struct ServerSchema: Sendable {
                 have = old
             }
             if have.isEmpty {
+                repaired = true
                 let columns = ["\"_id\" uuid PRIMARY KEY DEFAULT gen_random_uuid()"] + table.columns.map(columnSQL)
                 statements.append("CREATE TABLE IF NOT EXISTS \(qualified) (\(columns.joined(separator: ", ")))")
             } else {
@@ -188,6 +223,7 @@ package struct ServerSchema: Sendable {
                         statements.append(
                             "ALTER TABLE \(qualified) RENAME COLUMN \(Self.quote(original)) TO \(Self.quote(column.name))")
                     } else {
+                        repaired = true
                         statements.append("ALTER TABLE \(qualified) ADD COLUMN IF NOT EXISTS \(columnSQL(column))")
                     }
                 }
@@ -231,7 +267,23 @@ package struct ServerSchema: Sendable {
                     """)
             }
         }
+        for table in tables.map(\.name) + ["_skyros_log"] where !found.triggers.contains("\(table)._skyros_truncated") {
+            statements.append("""
+                CREATE OR REPLACE TRIGGER _skyros_truncated BEFORE TRUNCATE ON \(qualified(table)) \
+                FOR EACH STATEMENT EXECUTE FUNCTION \(Self.quote(name))._skyros_truncated()
+                """)
+        }
         guard !statements.isEmpty || found.schemaVersion < version else { return [] }
+        // A table or column of this schema version missing on a server already set up for it
+        // was dropped there: what the server had in it is gone, and no log row says so. The
+        // horizon moves past this repair, so that every machine re-reads a snapshot and
+        // converges to the server's (default) values.
+        if found.schemaVersion >= version, repaired {
+            statements.append("""
+                UPDATE \(Self.quote(name))._skyros_meta SET value = pg_snapshot_xmax(pg_current_snapshot())::text \
+                WHERE key = 'horizon' AND value::xid8 < pg_snapshot_xmax(pg_current_snapshot())
+                """)
+        }
         statements.append("""
             INSERT INTO \(Self.quote(name))._skyros_meta (key, value) VALUES ('schemaVersion', \(Self.literal(String(version)))) \
             ON CONFLICT (key) DO UPDATE SET value = greatest(EXCLUDED.value::bigint, \(Self.quote(name))._skyros_meta.value::bigint)::text

@@ -147,6 +147,14 @@ package struct ServerSession: Sendable {
         return missing
     }
 
+    /// Whether the schema exists and this connection's role has no `USAGE` on it (so its
+    /// tables look missing: another group's schema, say).
+    package func schemaExistsWithoutUsage() async throws -> Bool {
+        let rows = try await run(
+            "SELECT (NOT has_schema_privilege(oid, 'USAGE'))::text FROM pg_namespace WHERE nspname = $1", [schema.name])
+        return rows.first?.first == "true"
+    }
+
     // MARK: - Upstream
 
     /// What the server did with an uploaded change set.

@@ -3,6 +3,7 @@ import GRDB
 import Logging
 import NIOCore
 import NIOPosix
+import NIOSSL
 import PostgresNIO
 import Skyros
 import Synchronization
@@ -278,7 +279,8 @@ package final class SyncEngine: Sendable {
         setState(.online, nil)
         if configuration.servers.count > 1 { log("sync: connected to \(server)") }
         connected()
-        var lastCompaction = ContinuousClock.now - settings.compactionInterval + .seconds(30)
+        // The first compaction 30 s after connecting (or one interval, when shorter).
+        var lastCompaction = ContinuousClock.now - settings.compactionInterval + min(.seconds(30), settings.compactionInterval)
         // Whether the last wait ended with a signal (false: the poll interval passed, or the
         // loop came round without waiting): then the checkpoint may not need reading.
         var signaled = false
@@ -422,7 +424,23 @@ package final class SyncEngine: Sendable {
         }
         let missing = try await session.missingTablesAndColumns()
         guard missing.isEmpty else {
+            // Tables this role may not even see (another group's schema) are not missing.
+            if try await session.schemaExistsWithoutUsage() {
+                throw NoSchemaUsage(role: configuration.username, schema: session.schema.name)
+            }
             throw SetupNeeded(missing: missing, schema: session.schema.name)
+        }
+    }
+
+    /// The schema exists, and this daemon's role may not use it.
+    struct NoSchemaUsage: Error, CustomStringConvertible {
+        var role: String
+        var schema: String
+        var description: String {
+            """
+            the role \(role) may not use the schema \(schema) (no USAGE privilege) [SQLSTATE 42501]: check the sync \
+            schema (--sync-schema, schema=), or grant the role the group's privileges (docs/SYNC.md, Security)
+            """
         }
     }
 
@@ -522,6 +540,25 @@ package final class SyncEngine: Sendable {
         host?.syncStateChanged(changed)
     }
 
+    /// Why the TLS handshake refused the server's certificate (not trusted, expired, not
+    /// naming the host), in a few words, or nil for any other error.
+    static func certificateRefusal(_ error: any Error) -> String? {
+        var candidate: (any Error)? = error
+        while let current = candidate {
+            if let extra = current as? NIOSSLExtraError, extra == .failedToValidateHostname {
+                return "it does not name the host"
+            }
+            if let ssl = current as? NIOSSLError {
+                if case .noCertificateToValidate = ssl { return "the server sent no certificate" }
+                // BoringSSL's reason, without the source file it names.
+                guard "\(ssl)".contains("CERTIFICATE_VERIFY_FAILED") else { return nil }
+                return "CERTIFICATE_VERIFY_FAILED: not signed by a CA the daemon trusts, expired, or not yet valid"
+            }
+            candidate = (current as? PSQLError)?.underlying
+        }
+        return nil
+    }
+
     /// Whether an error means offline (the network, the server down) or an error an operator
     /// must fix (authentication, permissions, tables), with its message.
     private func classify(_ error: any Error) -> (Status.State, String) {
@@ -533,12 +570,27 @@ package final class SyncEngine: Sendable {
             let message = failure.description(reasons: verdicts.map(\.1))
             return (verdicts.allSatisfy { $0.0 == .error } ? .error : .offline, message)
         }
+        if let usage = error as? NoSchemaUsage { return (.error, usage.description) }
+        if let certificate = Self.certificateRefusal(error) {
+            let roots = configuration.rootCertificate.map { "the CA certificate \($0) (sslrootcert)" } ?? "the system's CA certificates"
+            return (.error, """
+                the server's TLS certificate was not accepted (sslmode=\(configuration.tls.rawValue)): \(certificate); \
+                it must be signed by \(roots)\(configuration.tls == .verifyFull ? " and name the host \(configuration.host)" : "")
+                """)
+        }
         if let timeout = error as? Watchdog.TimedOut { return (.offline, timeout.description) }
         if let report = ServerSession.serverReport(error) {
             // 28: authentication; 42: privileges, missing objects; 3D: no such database; 3F: no
             // such schema; 23: a migration of the server's tables that its rows refuse (a
             // change set's own refusals never get here: they are recorded as rejected).
             let text = ServerSession.describe(error)
+            if report.state == "28000", report.message?.contains("no encryption") == true {
+                // pg_hba.conf has only hostssl lines for us.
+                return (.error, """
+                    \(text): the server accepts this connection only over TLS; set sslmode=verify-full (with sslrootcert) \
+                    or sslmode=require in the sync URL
+                    """)
+            }
             if ["28", "42", "3D", "3F", "23"].contains(where: { report.state.hasPrefix($0) }) {
                 return (.error, text)
             }

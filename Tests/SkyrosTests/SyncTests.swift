@@ -269,14 +269,13 @@ struct SyncTests {
         defer { try? FileManager.default.removeItem(atPath: directory) }
         let machineA = try RunningDaemon(sync: server.configuration)
         let a = try Skyros(sharedStack: testSchema, container: machineA.container.url)
-        var machineB: RunningDaemon? = try RunningDaemon(directory: directory, sync: server.configuration)
-        var b: Skyros? = try Skyros(sharedStack: testSchema, container: machineB!.container.url)
+        let machineB = try RunningDaemon(directory: directory, sync: server.configuration)
+        var b: Skyros? = try Skyros(sharedStack: testSchema, container: machineB.container.url)
         try await insert("kept", into: a)
         try await insert("doomed", into: a)
         #expect(await eventually { try await handles(b!) == ["doomed", "kept"] })
         b = nil
-        machineB?.shutDown()
-        machineB = nil
+        machineB.shutDown()  // kept (not released): a RunningDaemon's deinit removes its directory, the store with it
 
         try await a.write { context in try User.all(in: context).first { $0.handle == "doomed" }!.delete(in: context) }
         try await insert("new", into: a)
@@ -307,16 +306,15 @@ struct SyncTests {
         try server.psql(#"INSERT INTO g_sync."Post" (title, author) VALUES ('by 10', '\#(id("10"))'), ('by 80', '\#(id("80"))')"#)
 
         // A new machine: its first checkpoint is a snapshot of 12 users in 4 pages, 2 posts.
-        var machineB: RunningDaemon? = try RunningDaemon(directory: directory, sync: server.configuration, syncSettings: settings)
-        var b: Skyros? = try Skyros(sharedStack: testSchema, container: machineB!.container.url)
+        let machineB = try RunningDaemon(directory: directory, sync: server.configuration, syncSettings: settings)
+        var b: Skyros? = try Skyros(sharedStack: testSchema, container: machineB.container.url)
         #expect(await eventually { try await handles(b!) == prefixes.map { "u\($0)" } })
         let posts = { (stack: Skyros) in
             try await stack.read { context in try Post.all(in: context).map { "\($0.title) \($0.author?.handle ?? "-")" }.sorted() }
         }
         #expect(try await posts(b!) == ["by 10 u10", "by 80 u80"])
         b = nil
-        machineB?.shutDown()
-        machineB = nil
+        machineB.shutDown()  // kept (not released): a RunningDaemon's deinit removes its directory, the store with it
 
         // While B is away: deletions in the first, a middle and the last page, new users between
         // them, an update, a post of a new user; then the log is compacted past B's checkpoint.
