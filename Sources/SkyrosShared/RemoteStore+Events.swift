@@ -82,6 +82,7 @@ extension RemoteStore {
                     self.noteSchemaChange(in: received)
                     let changeSets = received.count { $0.isChangeSet }
                     self.state.withLock { $0.receivedEvents += changeSets }
+                    self.ownChangeSetsNumbered(in: received)
                     self.perform { $0.received(received) }
                 } catch {
                     continue
@@ -145,6 +146,7 @@ extension RemoteStore {
                 do {
                     guard case .changes(let events, let more) = try request(.changesSince(after, limit: 0)) else { break }
                     noteSchemaChange(in: events)  // missed on the event socket
+                    ownChangeSetsNumbered(in: events)
                     actions += state.withLock { $0.sequencer.page(events, more: more) }
                 } catch let error as SkyrosError where error.code == .historyExpired {
                     actions += state.withLock { $0.sequencer.historyExpired() }
@@ -174,6 +176,13 @@ extension RemoteStore {
         }
         wakeEventThread()
         return actions
+    }
+
+    /// This client's own change sets among `events`, told to the main context's ledger before
+    /// the sequencer merges what follows them (their reply may come later than their event).
+    func ownChangeSetsNumbered(in events: [ChangeEvent]) {
+        guard let ownWrites = state.withLock({ $0.ownWrites }) else { return }
+        for event in events where event.isChangeSet && event.authorID == clientID { ownWrites.numbered(event.sequence) }
     }
 
     /// Hands actions decided off the event thread to it.

@@ -138,7 +138,9 @@ extension RemoteStore {
         defer { queue(state.withLock { $0.sequencer.saveAnswered(sequence: saved) }) }
         let reply = try request(body, on: &connection)
         switch reply {
-        case .saved(let sequence): saved = sequence
+        case .saved(let sequence):
+            saved = sequence
+            state.withLock { $0.ownWrites }?.numbered(sequence)
         case .batchDone(_, let event): saved = event.sequence
         default: throw unexpected()
         }

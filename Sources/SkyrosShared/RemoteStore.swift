@@ -74,6 +74,8 @@ public final class RemoteStore: PersistentStore, @unchecked Sendable {
     struct State {
         var onChange: (@Sendable ([StoreChange]) -> Void)?
         var onRestart: (@Sendable () -> Void)?
+        /// The shared stack's ledger of its main context's saves.
+        var ownWrites: OwnWrites?
         var onSaveResolved: (@Sendable (ResolvedSave) -> Void)?
         var onSyncRejected: (@Sendable ([SkyrosError]) -> Void)?
         /// The store is going away: the event thread stops.
@@ -333,6 +335,13 @@ public final class RemoteStore: PersistentStore, @unchecked Sendable {
 extension RemoteStore: BatchStore {}
 
 extension RemoteStore: SequencedObjectStore {
+    /// The main context's ledger of its saves (see ``OwnWrites``), told each of this client's
+    /// change sets as soon as the daemon numbers it.
+    package var ownWrites: OwnWrites? {
+        get { state.withLock { $0.ownWrites } }
+        set { state.withLock { $0.ownWrites = newValue } }
+    }
+
     /// Sends a change set like ``save(_:)`` and returns the sequence the daemon gave it.
     package func saveReturningSequence(_ changes: ChangeSet) throws -> UInt64? {
         guard case .saved(let sequence) = try saveRequest({ .save(clientID: clientID, saveNumber: $0, changes: changes) }) else {

@@ -77,6 +77,30 @@ struct SharedStackTests {
         #expect(firstname() == "newer")
     }
 
+    @Test("the ledger of own saves: a save numbered by the daemon before another process's newer change does not shield from it; one not numbered yet does")
+    func ownWritesLedger() throws {
+        let ledger = OwnWrites()
+        let id = ObjectID(entityName: "User", uuid: UUID())
+        let generation = ledger.record(ChangeSet(updated: [ChangeSet.Update(id: id, changes: [0: .text("mine")], baseVersion: 1)]))
+        // Applied in main, not sent yet: any change merged meanwhile is older.
+        #expect(ledger.shielded(id, at: 100) == [0])
+        ledger.sending(through: generation)
+        // Numbered 7 (by its reply, or its own event seen first): a change numbered 8 is newer
+        // and goes through, one numbered 6 is older and does not. (Before the ledger was told
+        // at once, a newer change merged between the daemon's reply and the end of the root's
+        // save was shielded too, and the main context kept the older value: the campaign saw a
+        // machine's client diverge from its store for good.)
+        ledger.numbered(7)
+        #expect(ledger.shielded(id, at: 8).isEmpty)
+        #expect(ledger.shielded(id, at: 6) == [0])
+        // A late event of an earlier save does not renumber it.
+        ledger.numbered(5)
+        #expect(ledger.shielded(id, at: 6) == [0])
+        ledger.settle(through: generation, sequence: 7)
+        ledger.passed(8)
+        #expect(ledger.count == 0)
+    }
+
     @Test("releasing a shared stack stops its event thread at once (it waited 2 seconds for it before)")
     func releasePromptly() throws {
         let daemon = try RunningDaemon()

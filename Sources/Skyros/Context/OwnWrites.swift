@@ -7,6 +7,10 @@ package protocol SequencedObjectStore: ObjectStore {
     /// Saves like ``ObjectStore/save(_:)`` and returns the sequence number the store gave the
     /// change set (nil when it did not say).
     func saveReturningSequence(_ changes: ChangeSet) throws -> UInt64?
+    /// The ledger of the main context saving into it, told each of this client's change sets
+    /// as soon as the store numbers it (``OwnWrites/numbered(_:)``): before any later change
+    /// of another process is merged.
+    var ownWrites: OwnWrites? { get set }
 }
 
 /// The properties a shared stack's main context saved that the store has not passed yet,
@@ -30,6 +34,10 @@ package final class OwnWrites: Sendable {
     private struct State {
         var generation: UInt64 = 0
         var marks: [ObjectID: [Int: Mark]] = [:]
+        /// The generations the root's save in flight carries (nil: none in flight).
+        var inFlight: UInt64?
+        /// The last sequence a save was numbered.
+        var lastNumbered: UInt64 = 0
     }
 
     private let state = Mutex(State())
@@ -64,17 +72,40 @@ package final class OwnWrites: Sendable {
         }
     }
 
+    /// The root's save carrying the main context's saves through `generation` goes to the store.
+    package func sending(through generation: UInt64) {
+        state.withLock { $0.inFlight = generation }
+    }
+
+    /// The store numbered this client's change set `sequence` (its reply, or its event seen
+    /// first on the event stream): the save in flight is settled at once, so that a later
+    /// change of another process, merged next, is not taken for an older one. A number not
+    /// after the last one (a late event of an earlier save) is ignored.
+    package func numbered(_ sequence: UInt64) {
+        state.withLock { state in
+            guard let generation = state.inFlight, sequence > state.lastNumbered else { return }
+            state.lastNumbered = sequence
+            Self.settle(&state, through: generation, sequence: sequence)
+        }
+    }
+
     /// The saves through `generation` reached the store as the change set `sequence`; nil:
     /// the store did not say, or the save failed (their marks go).
     package func settle(through generation: UInt64, sequence: UInt64?) {
         state.withLock { state in
-            for (id, marks) in state.marks {
-                var kept = marks
-                for (index, mark) in marks where mark.sequence == nil && mark.generation <= generation {
-                    if let sequence { kept[index]?.sequence = sequence } else { kept[index] = nil }
-                }
-                state.marks[id] = kept.isEmpty ? nil : kept
+            state.inFlight = nil
+            if let sequence { state.lastNumbered = max(state.lastNumbered, sequence) }
+            Self.settle(&state, through: generation, sequence: sequence)
+        }
+    }
+
+    private static func settle(_ state: inout State, through generation: UInt64, sequence: UInt64?) {
+        for (id, marks) in state.marks {
+            var kept = marks
+            for (index, mark) in marks where mark.sequence == nil && mark.generation <= generation {
+                if let sequence { kept[index]?.sequence = sequence } else { kept[index] = nil }
             }
+            state.marks[id] = kept.isEmpty ? nil : kept
         }
     }
 

@@ -125,11 +125,12 @@ open class Skyros: @unchecked Sendable {
     private static func makeContexts(_ store: any PersistentStore) -> Contexts {
         let root = ObjectContext(name: "root", parent: store)
         let main = ObjectContext(name: "main", parent: root)
-        if store is SequencedObjectStore {
+        if let sequenced = store as? SequencedObjectStore {
             // Another process's older change merged after a save must not undo it in main.
             let ledger = OwnWrites()
             main.ownWrites = ledger
             root.childWrites = ledger
+            sequenced.ownWrites = ledger
         }
         return Contexts(root: root, main: main, scratch: ObjectContext(name: "scratch", parent: main))
     }
@@ -376,6 +377,7 @@ open class Skyros: @unchecked Sendable {
         let refreshed = root.mergePolicy == .storeWins ? Array(root.updated.keys) : []
         // The main context's saves this one carries (on the root's queue, like this function).
         let covered = root.coveredGeneration
+        stack.main.ownWrites?.sending(through: covered)
         do {
             try root.save()
             stack.main.ownWrites?.settle(through: covered, sequence: root.lastSavedSequence)
