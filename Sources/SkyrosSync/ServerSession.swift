@@ -190,7 +190,31 @@ package struct ServerSession: Sendable {
     package func uploadReportingTransactions(
         _ batch: [(number: Int64, changes: QueuedChangeSet)], machine: UUID
     ) async throws -> (outcomes: [UploadOutcome], transactions: [UInt64]?) {
-        try await upload(batch[...], machine: machine)
+        var attempt = 0
+        while true {
+            do {
+                return try await upload(batch[...], machine: machine)
+            } catch where Self.isTransientConflict(error) && attempt < Self.conflictRetries {
+                // Another machine's upload deadlocked with this one (unique values inserted in
+                // opposite orders, say): the server rolled this one back; sent again after a
+                // moment, it goes through, without going offline and connecting again. (The
+                // sync fault campaign saw machines updating the same objects deadlock over and
+                // over, each time going offline, their queues growing.)
+                attempt += 1
+                try await Task.sleep(for: .milliseconds(Int.random(in: 2...20) * attempt))
+            }
+        }
+    }
+
+    /// How many times an upload that deadlocked or failed to serialize is sent again before
+    /// the error goes up (and the engine offline).
+    static let conflictRetries = 8
+
+    /// A deadlock (40P01) or a serialization failure (40001): nothing was applied, and the same
+    /// statement may succeed at once.
+    static func isTransientConflict(_ error: any Error) -> Bool {
+        guard let state = serverReport(error)?.state else { return false }
+        return state == "40P01" || state == "40001"
     }
 
     private func upload(
@@ -268,9 +292,16 @@ package struct ServerSession: Sendable {
                     continue
                 }
                 let assignments = group.columns.enumerated().map { "\(ServerSchema.quote($1.name)) = \($1.type.input("u.c\($0 + 1)"))" }
+                // The rows are locked first, in the order of their ids (a one-time filter,
+                // evaluated before the update touches a row): two machines updating the same
+                // objects take their locks in the same order instead of deadlocking.
+                let lockInOrder = """
+                    (SELECT count(*) FROM (SELECT 1 FROM \(qualified) WHERE "_id" = ANY(\(arrays[0])::uuid[]) \
+                    ORDER BY "_id" FOR UPDATE) AS locked) >= 0
+                    """
                 clauses.append("""
                     \(label) AS (UPDATE \(qualified) AS t SET \(assignments.joined(separator: ", ")) FROM \(source) \
-                    WHERE t."_id" = u.c0::uuid RETURNING 1)
+                    WHERE t."_id" = u.c0::uuid AND \(lockInOrder) RETURNING 1)
                     """)
                 checks.append("(SELECT count(*) FROM \(label)) = cardinality(\(arrays[0])::uuid[])")
             case .none:

@@ -169,6 +169,10 @@ public struct SyncHistory: Sendable {
             if !onServer { rejectedTokens.insert(value) }
         }
         let deletedBy = Set(writes.filter { $0.kind == .delete }.compactMap(\.object))
+        // The acknowledged updates of each machine, object and property.
+        let sameProperty = Dictionary(
+            grouping: writes.filter { $0.kind == .update && $0.object != nil && $0.property != nil },
+            by: { "\($0.machine)/\($0.object!)/\($0.property!)" })
 
         // No lost write.
         var lost: [String] = []
@@ -198,14 +202,12 @@ public struct SyncHistory: Sendable {
                     onServer += 1
                 } else if deleted.contains(object) {
                     onServer += 1
-                } else if writes.contains(where: { later in
-                    later.machine == write.machine && later.object == object && later.property == property
-                        && later.start >= write.end && later.value.map { positionOf(object, property, $0) != nil } == true
+                } else if sameProperty["\(write.machine)/\(object)/\(property)", default: []].contains(where: { later in
+                    later.start >= write.end && later.value.map { positionOf(object, property, $0) != nil } == true
                 }) {
                     superseded += 1
-                } else if writes.contains(where: { other in
-                    other.machine == write.machine && other.object == object && other.property == property
-                        && other.end > write.start && other.start < write.end && other.value != write.value
+                } else if sameProperty["\(write.machine)/\(object)/\(property)", default: []].contains(where: { other in
+                    other.end > write.start && other.start < write.end && other.value != write.value
                         && other.value.map { positionOf(object, property, $0) != nil } == true
                 }) {
                     // A save of another client of the machine, at the same time: which one the

@@ -16,22 +16,14 @@ struct SyncServerFaultTests {
     static let daemonPassword = "daemon secret"
 
     /// A daemon's sync state and message, from `skyros status --json`.
-    func state(_ daemon: RunningDaemon) -> (state: String, message: String) {
-        let status = (try? sync.syncStatus(daemon)) ?? [:]
-        return (status["state"] as? String ?? "?", status["message"] as? String ?? "")
-    }
+    func state(_ daemon: RunningDaemon) -> (state: String, message: String) { sync.syncState(daemon) }
 
     /// Waits until `daemon` is in `expected` state with a message that `matches` (45 s at
     /// most), and returns its last status.
     func reaches(
         _ expected: String, _ daemon: RunningDaemon, seconds: Double = 45, where matches: (String) -> Bool = { _ in true }
     ) async -> (ok: Bool, state: String, message: String) {
-        var last = ("?", "")
-        let ok = await sync.eventually(seconds: seconds) {
-            last = state(daemon)
-            return last.0 == expected && matches(last.1)
-        }
-        return (ok, last.0, last.1)
+        await sync.reaches(expected, daemon, seconds: seconds, where: matches)
     }
 
     /// A server of the test's own (roles are the cluster's) with the group's schema set up by

@@ -69,6 +69,25 @@ struct SyncTests {
         return object?["sync"] as? [String: Any] ?? [:]
     }
 
+    /// A daemon's sync state and message, from `skyros status --json`.
+    func syncState(_ daemon: RunningDaemon) -> (state: String, message: String) {
+        let status = (try? syncStatus(daemon)) ?? [:]
+        return (status["state"] as? String ?? "?", status["message"] as? String ?? "")
+    }
+
+    /// Waits until `daemon` is in `expected` state with a message that `matches` (45 s at
+    /// most), and returns its last status.
+    func reaches(
+        _ expected: String, _ daemon: RunningDaemon, seconds: Double = 45, where matches: (String) -> Bool = { _ in true }
+    ) async -> (ok: Bool, state: String, message: String) {
+        var last = ("?", "")
+        let ok = await eventually(seconds: seconds) {
+            last = syncState(daemon)
+            return last.0 == expected && matches(last.1)
+        }
+        return (ok, last.0, last.1)
+    }
+
     /// Inserts a user with a handle and returns its id.
     @discardableResult
     func insert(_ handle: String, into stack: Skyros) async throws -> ObjectID {
