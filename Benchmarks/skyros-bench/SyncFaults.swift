@@ -22,6 +22,19 @@ enum SyncFaultsBenchmark {
                 fflush(nil)
             }
         }
+        // Ctrl-C or a kill: the daemons and the full-disk volume go too (and the server, at exit).
+        signal(SIGINT, SIG_IGN)
+        signal(SIGTERM, SIG_IGN)
+        let interruptions = [SIGINT, SIGTERM].map { number in
+            let source = DispatchSource.makeSignalSource(signal: number, queue: .global())
+            source.setEventHandler {
+                SyncFaultCampaign.cleanUpAfterInterruption()
+                exit(130)
+            }
+            source.resume()
+            return source
+        }
+        defer { interruptions.forEach { $0.cancel() } }
         let result = Mutex<Result<SyncFaultCampaign.Report, any Error>?>(nil)
         let done = DispatchSemaphore(value: 0)
         Task {

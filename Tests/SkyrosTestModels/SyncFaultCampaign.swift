@@ -130,6 +130,23 @@ public enum SyncFaultCampaign {
         }
     }
 
+    /// Stops what running campaigns started that an exit would leave behind (their daemons, by
+    /// pid, their full-disk volumes and their directories), for a program interrupted by a signal; PostgreSQL
+    /// servers are stopped by the exit itself (``PostgresServer``). Safe to call from a signal
+    /// source's handler.
+    public static func cleanUpAfterInterruption() {
+        let (pids, mounts, directories) = running.withLock { ($0.pids, $0.mounts, $0.directories) }
+        for pid in pids {
+            kill(pid, SIGKILL)
+            _ = PostgresServer.waitForExit(pid, timeout: .seconds(5))
+        }
+        for mount in mounts { umount2(mount, Int32(MNT_DETACH)) }
+        for directory in directories { try? FileManager.default.removeItem(atPath: directory) }
+    }
+
+    /// The daemons and volumes of the campaigns running in this process.
+    static let running = Mutex<(pids: Set<pid_t>, mounts: Set<String>, directories: Set<String>)>(([], [], []))
+
     /// Runs a campaign and returns its report (whether it passed is the report's to say).
     /// - Throws: when the campaign cannot be set up (PostgreSQL missing, a daemon that does not
     ///   start), not when a guarantee fails.
@@ -184,60 +201,68 @@ private final class Campaign: Sendable {
         }
         directory = "/tmp/skfc-\(getpid())-\(UInt32.random(in: 0...UInt32.max))"
         try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
-        let postgres = try PostgresServer()
-        self.postgres = postgres
-        database = try postgres.createUniqueDatabase(prefix: "campaign")
-        let sync = SyncConfiguration(
-            host: postgres.host, port: postgres.port, username: postgres.superuser, database: database, schema: schemaName,
-            tls: .disable)
-        try await SyncSetup.run(sync, schema: testSchema, log: { _ in })
-        // The audit: every insert, update and delete of a User, in the order they happened.
-        try postgres.psql(
-            """
-            CREATE TABLE public.campaign_audit (seq bigserial PRIMARY KEY, op char(1) NOT NULL, id uuid NOT NULL,
-                handle text, firstname text, lastname text);
-            CREATE FUNCTION public.campaign_audit() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN
-                IF TG_OP = 'DELETE' THEN
-                    INSERT INTO public.campaign_audit (op, id, handle, firstname, lastname)
-                        VALUES ('D', OLD."_id", OLD.handle, OLD.firstname, OLD.lastname);
-                    RETURN OLD;
-                END IF;
-                INSERT INTO public.campaign_audit (op, id, handle, firstname, lastname)
-                    VALUES (left(TG_OP, 1), NEW."_id", NEW.handle, NEW.firstname, NEW.lastname);
-                RETURN NEW;
-            END $$;
-            CREATE TRIGGER campaign_audit AFTER INSERT OR UPDATE OR DELETE ON \(schemaName)."User"
-                FOR EACH ROW EXECUTE FUNCTION public.campaign_audit();
-            """, database: database)
-        // The shared objects, made on the server before any machine starts (each machine's
-        // first checkpoint brings them).
-        var generator = SeededGenerator(seed: configuration.seed)
-        var shared: [UUID] = []
-        for index in 0..<6 {
-            let id = UUID(uuid: (0, 0, 0, 0, 0, 0, 0x40, 0, 0x80, 0, 0, 0, 0, 0, UInt8(index), UInt8(generator.next() & 0xff)))
-            shared.append(id)
-            try postgres.psql(
-                #"INSERT INTO \#(schemaName)."User" ("_id", handle, firstname, lastname) VALUES ('\#(id)', 'shared-\#(index)', 'init-\#(index)-f', 'init-\#(index)-l')"#,
-                database: database)
-        }
-        self.shared = shared
+        SyncFaultCampaign.running.withLock { [directory] in _ = $0.directories.insert(directory) }
         do {
-            disk = try CampaignDisk(directory: directory + "/space", postgres: postgres, database: database)
-            diskUnavailable = nil
+            let postgres = try PostgresServer()
+            self.postgres = postgres
+            database = try postgres.createUniqueDatabase(prefix: "campaign")
+            let sync = SyncConfiguration(
+                host: postgres.host, port: postgres.port, username: postgres.superuser, database: database, schema: schemaName,
+                tls: .disable)
+            try await SyncSetup.run(sync, schema: testSchema, log: { _ in })
+            // The audit: every insert, update and delete of a User, in the order they happened.
+            try postgres.psql(
+                """
+                CREATE TABLE public.campaign_audit (seq bigserial PRIMARY KEY, op char(1) NOT NULL, id uuid NOT NULL,
+                    handle text, firstname text, lastname text);
+                CREATE FUNCTION public.campaign_audit() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN
+                    IF TG_OP = 'DELETE' THEN
+                        INSERT INTO public.campaign_audit (op, id, handle, firstname, lastname)
+                            VALUES ('D', OLD."_id", OLD.handle, OLD.firstname, OLD.lastname);
+                        RETURN OLD;
+                    END IF;
+                    INSERT INTO public.campaign_audit (op, id, handle, firstname, lastname)
+                        VALUES (left(TG_OP, 1), NEW."_id", NEW.handle, NEW.firstname, NEW.lastname);
+                    RETURN NEW;
+                END $$;
+                CREATE TRIGGER campaign_audit AFTER INSERT OR UPDATE OR DELETE ON \(schemaName)."User"
+                    FOR EACH ROW EXECUTE FUNCTION public.campaign_audit();
+                """, database: database)
+            // The shared objects, made on the server before any machine starts (each machine's
+            // first checkpoint brings them).
+            var generator = SeededGenerator(seed: configuration.seed)
+            var shared: [UUID] = []
+            for index in 0..<6 {
+                let id = UUID(uuid: (0, 0, 0, 0, 0, 0, 0x40, 0, 0x80, 0, 0, 0, 0, 0, UInt8(index), UInt8(generator.next() & 0xff)))
+                shared.append(id)
+                try postgres.psql(
+                    #"INSERT INTO \#(schemaName)."User" ("_id", handle, firstname, lastname) VALUES ('\#(id)', 'shared-\#(index)', 'init-\#(index)-f', 'init-\#(index)-l')"#,
+                    database: database)
+            }
+            self.shared = shared
+            do {
+                disk = try CampaignDisk(directory: directory + "/space", postgres: postgres, database: database)
+                diskUnavailable = nil
+            } catch {
+                disk = nil
+                diskUnavailable = "\(error)"
+            }
+            var machines: [CampaignMachine] = []
+            for index in 0..<configuration.machines {
+                let proxy = try FaultProxy(upstreamPort: postgres.port)
+                let url = "postgresql://postgres@127.0.0.1:\(proxy.port)/\(database)?sslmode=disable"
+                let machine = try CampaignMachine(
+                    index: index, directory: directory + "/m\(index)", skyrosd: configuration.skyrosd,
+                    arguments: ["--sync", url, "--sync-schema", schemaName], proxy: proxy)
+                machines.append(machine)
+            }
+            self.machines = machines
         } catch {
-            disk = nil
-            diskUnavailable = "\(error)"
+            // What was started stops with its owner (the machines' daemons, the server, the volume).
+            try? FileManager.default.removeItem(atPath: directory)
+            SyncFaultCampaign.running.withLock { [directory] in _ = $0.directories.remove(directory) }
+            throw error
         }
-        var machines: [CampaignMachine] = []
-        for index in 0..<configuration.machines {
-            let proxy = try FaultProxy(upstreamPort: postgres.port)
-            let url = "postgresql://postgres@127.0.0.1:\(proxy.port)/\(database)?sslmode=disable"
-            let machine = try CampaignMachine(
-                index: index, directory: directory + "/m\(index)", skyrosd: configuration.skyrosd,
-                arguments: ["--sync", url, "--sync-schema", schemaName], proxy: proxy)
-            machines.append(machine)
-        }
-        self.machines = machines
     }
 
     deinit {
@@ -250,6 +275,7 @@ private final class Campaign: Sendable {
             try? FileManager.default.copyItem(atPath: postgres.logFile, toPath: keep + "/postgres.log")
         }
         try? FileManager.default.removeItem(atPath: directory)
+        SyncFaultCampaign.running.withLock { [directory] in _ = $0.directories.remove(directory) }
     }
 
     var now: Double {
@@ -633,6 +659,8 @@ private final class CampaignMachine: Sendable {
         try start()
     }
 
+    deinit { stop() }
+
     var logFile: String { groups + "/skyrosd.log" }
 
     var isRunning: Bool { process.withLock { $0 } != nil }
@@ -658,6 +686,7 @@ private final class CampaignMachine: Sendable {
                 throw PostgresServerError.timedOut("skyrosd of machine \(index) was not ready in 20 s: \(logTail())")
             }
             pid = child
+            SyncFaultCampaign.running.withLock { _ = $0.pids.insert(child) }
         }
     }
 
@@ -667,6 +696,7 @@ private final class CampaignMachine: Sendable {
             guard let child = pid else { return }
             Glibc.kill(child, SIGKILL)
             _ = PostgresServer.waitForExit(child, timeout: .seconds(10))
+            SyncFaultCampaign.running.withLock { _ = $0.pids.remove(child) }
             pid = nil
         }
     }
@@ -749,6 +779,7 @@ private final class CampaignDisk: Sendable {
             throw PostgresServerError.failed("mount -t tmpfs: \(String(cString: strerror(errno)))")
         }
         mountPoint = directory
+        SyncFaultCampaign.running.withLock { _ = $0.mounts.insert(directory) }
         if geteuid() == 0 { chown(directory, PostgresServer.unprivilegedID, PostgresServer.unprivilegedID) }
         let space = directory + "/pg"
         mkdir(space, 0o700)
@@ -763,6 +794,8 @@ private final class CampaignDisk: Sendable {
             ALTER INDEX ALL IN TABLESPACE pg_default SET TABLESPACE campaign_space;
             """, database: database)
     }
+
+    deinit { remove() }
 
     /// Writes the ballast until the volume has no space left.
     func fill() {
@@ -779,6 +812,7 @@ private final class CampaignDisk: Sendable {
     func remove() {
         free()
         umount2(mountPoint, Int32(MNT_DETACH))
+        SyncFaultCampaign.running.withLock { _ = $0.mounts.remove(mountPoint) }
     }
 }
 
