@@ -201,13 +201,13 @@ package final class SyncEngine: Sendable {
 
     /// The change sets to upload after `uploaded`: those handed over when they follow it
     /// without a gap and are all there is; nil to read the queue (or empty: nothing queued).
-    private func handedBatch(after uploaded: Int64) -> [(number: Int64, changes: QueuedChangeSet)]? {
+    private func handedBatch(after uploaded: Int64, limit: Int) -> [(number: Int64, changes: QueuedChangeSet)]? {
         mutable.withLock { state in
             state.handed.removeAll { $0.number <= uploaded }
             guard let known = state.queuedThrough else { return nil }
             if known <= uploaded { return [] }
             guard state.handed.first?.number == uploaded + 1, state.handed.last?.number == known,
-                state.handed.count == Int(known - uploaded), state.handed.count <= settings.uploadBatch
+                state.handed.count == Int(known - uploaded), state.handed.count <= limit
             else { return nil }
             return state.handed
         }
@@ -280,6 +280,7 @@ package final class SyncEngine: Sendable {
         if configuration.servers.count > 1 { log("sync: connected to \(server)") }
         connected()
         // The first compaction 30 s after connecting (or one interval, when shorter).
+        var batchLimit = settings.uploadBatch
         var lastCompaction = ContinuousClock.now - settings.compactionInterval + min(.seconds(30), settings.compactionInterval)
         // Whether the last wait ended with a signal (false: the poll interval passed, or the
         // loop came round without waiting): then the checkpoint may not need reading.
@@ -300,10 +301,20 @@ package final class SyncEngine: Sendable {
             }
             // Upstream: everything queued, in order.
             while !isStopping {
-                let batch = try handedBatch(after: uploaded)
-                    ?? Self.queued(queue, after: uploaded, limit: settings.uploadBatch, bytes: settings.uploadBatchBytes)
+                let batch = try handedBatch(after: uploaded, limit: batchLimit)
+                    ?? Self.queued(queue, after: uploaded, limit: batchLimit, bytes: settings.uploadBatchBytes)
                 guard let last = batch.last?.number else { break }
                 let (outcomes, transactions) = try await session.uploadReportingTransactions(batch, machine: machine)
+                // A batch with a refusal costs two statements per halving to find it: while
+                // refusals come, batches get smaller (a quarter, down to 16), and they grow back
+                // (twice as large) with each batch that has none. (The fault campaign, whose
+                // writers take unique values from a small pool, saw batches of 1,000 with dozens
+                // of refusals each take seconds, and the queues grow without end.)
+                if outcomes.contains(where: { if case .rejected = $0 { true } else { false } }) {
+                    batchLimit = max(16, batchLimit / 4)
+                } else {
+                    batchLimit = min(settings.uploadBatch, batchLimit * 2)
+                }
                 uploaded = last
                 mutable.withLock { $0.status.uploadedThrough = last }
                 for (index, outcome) in outcomes.enumerated() {
