@@ -190,16 +190,23 @@ package struct ServerSession: Sendable {
     package func uploadReportingTransactions(
         _ batch: [(number: Int64, changes: QueuedChangeSet)], machine: UUID
     ) async throws -> (outcomes: [UploadOutcome], transactions: [UInt64]?) {
+        try await upload(batch[...], machine: machine)
+    }
+
+    /// Runs one statement (or transaction) of an upload, sending it again when the server
+    /// rolled it back for a deadlock or a serialization failure. Another machine's upload
+    /// deadlocked with this one (unique values inserted in opposite orders, say): sent again
+    /// after a moment, it goes through, without going offline and connecting again. Only the
+    /// part that failed is sent again: halves of a split batch already committed are not.
+    /// (The sync fault campaign saw machines updating the same objects deadlock over and over,
+    /// each time going offline, their queues growing; and, when the whole batch was sent again,
+    /// its committed half refused as recorded before and split down to single change sets.)
+    private func retryingConflicts<T>(_ body: () async throws -> T) async throws -> T {
         var attempt = 0
         while true {
             do {
-                return try await upload(batch[...], machine: machine)
+                return try await body()
             } catch where Self.isTransientConflict(error) && attempt < Self.conflictRetries {
-                // Another machine's upload deadlocked with this one (unique values inserted in
-                // opposite orders, say): the server rolled this one back; sent again after a
-                // moment, it goes through, without going offline and connecting again. (The
-                // sync fault campaign saw machines updating the same objects deadlock over and
-                // over, each time going offline, their queues growing.)
                 attempt += 1
                 try await Task.sleep(for: .milliseconds(Int.random(in: 2...20) * attempt))
             }
@@ -223,7 +230,7 @@ package struct ServerSession: Sendable {
         guard !batch.isEmpty else { return ([], []) }
         if batch.allSatisfy({ !$0.changes.reset }) {
             do {
-                let transaction = try await uploadTogether(batch, machine: machine)
+                let transaction = try await retryingConflicts { try await uploadTogether(batch, machine: machine) }
                 return (Array(repeating: .applied, count: batch.count), transaction.map { [$0] })
             } catch where Self.isBatchFault(error) {
                 // A change set of the batch is at fault (or one was applied before): find it.
@@ -231,7 +238,9 @@ package struct ServerSession: Sendable {
                 // A value of the batch does not fit its column: find its change set.
             }
         }
-        if batch.count == 1 { return (try await uploadOneByOne(Array(batch), machine: machine), nil) }
+        if batch.count == 1 {
+            return (try await retryingConflicts { try await uploadOneByOne(Array(batch), machine: machine) }, nil)
+        }
         let middle = batch.startIndex + batch.count / 2
         let first = try await upload(batch[..<middle], machine: machine)
         let second = try await upload(batch[middle...], machine: machine)
