@@ -17,17 +17,6 @@ struct SyncSecurityTests {
     let sync = SyncTests()
     static let daemonPassword = "daemon secret"
 
-    /// A daemon's sync state and message, from `skyros status --json`.
-    func state(_ daemon: RunningDaemon) -> (state: String, message: String) { sync.syncState(daemon) }
-
-    /// Waits until `daemon` is in `expected` state with a message that `matches` (45 s at
-    /// most), and returns its last status.
-    func reaches(
-        _ expected: String, _ daemon: RunningDaemon, seconds: Double = 45, where matches: (String) -> Bool = { _ in true }
-    ) async -> (ok: Bool, state: String, message: String) {
-        await sync.reaches(expected, daemon, seconds: seconds, where: matches)
-    }
-
     /// The SQLSTATE with which the server refuses `sql` run as `configuration`'s role on a
     /// connection of its own (nil: it did not refuse).
     func refusal(_ sql: String, as configuration: SyncConfiguration) async throws -> String? {
@@ -88,21 +77,21 @@ struct SyncSecurityTests {
         let compacted = await sync.eventually(seconds: 20) {
             try roles.psql("SELECT count(*) FROM g_sec._skyros_log") == "0"
         }
-        #expect(compacted, "log: \((try? roles.psql("SELECT count(*) FROM g_sec._skyros_log")) ?? "?"), A: \(state(machineA))")
+        #expect(compacted, "log: \((try? roles.psql("SELECT count(*) FROM g_sec._skyros_log")) ?? "?"), A: \(sync.syncState(machineA))")
         #expect(try horizon() > horizonAtSetup)
-        #expect(state(machineA).state == "online")
+        #expect(sync.syncState(machineA).state == "online")
 
         // Without DELETE on the log, the next compaction is refused: error, with the server's words.
         try roles.psql("REVOKE DELETE ON g_sec._skyros_log FROM skyros_daemon")
         try await sync.insert("carl", into: a)
-        let refused = await reaches("error", machineA)
+        let refused = await sync.reaches("error", machineA)
         #expect(refused.ok, "A: \(refused.state): \(refused.message)")
         #expect(refused.message == "permission denied for table _skyros_log [SQLSTATE 42501]", "\(refused.message)")
         #expect(try await sync.handles(a) == ["bob", "carl"])  // the apps go on
         // Granted again, it goes back online by itself and nothing was lost.
         try roles.psql("GRANT DELETE ON g_sec._skyros_log TO skyros_daemon")
         #expect(await sync.eventually { try await sync.handles(b) == ["bob", "carl"] })
-        #expect(await reaches("online", machineA).ok)
+        #expect(await sync.reaches("online", machineA).ok)
         #expect(try roles.psql("SELECT count(*) FROM g_sec._skyros_uploads WHERE rejected IS NULL") == "5")
     }
 
@@ -128,7 +117,7 @@ struct SyncSecurityTests {
         #expect(await sync.eventually {
             try postgres.psql(#"SELECT count(*) FROM g_tls."User""#, database: database) == "1"
         })
-        #expect(state(machineA).state == "online")
+        #expect(sync.syncState(machineA).state == "online")
         // Its connections are encrypted (psql itself comes through the Unix socket).
         let encrypted = try postgres.psql(
             "SELECT count(*) FROM pg_stat_ssl s JOIN pg_stat_activity a USING (pid) WHERE a.datname = '\(database)' AND s.ssl",
@@ -139,13 +128,13 @@ struct SyncSecurityTests {
             sync: tlsConfiguration(postgres, database: database, .verifyFull, rootCertificate: certificates.authority, host: "localhost"))
         let c = try Skyros(sharedStack: testSchema, container: machineC.container.url)
         #expect(await sync.eventually { try await sync.handles(c) == ["over-tls"] })
-        #expect(state(machineC).state == "online")
+        #expect(sync.syncState(machineC).state == "online")
 
         let machineB = try RunningDaemon(
             sync: tlsConfiguration(postgres, database: database, .verifyFull, rootCertificate: certificates.otherAuthority))
         let b = try Skyros(sharedStack: testSchema, container: machineB.container.url)
         try await sync.insert("untrusting", into: b)
-        let refused = await reaches("error", machineB)
+        let refused = await sync.reaches("error", machineB)
         #expect(refused.ok, "B: \(refused.state): \(refused.message)")
         #expect(refused.message.contains("certificate"), "\(refused.message)")
         #expect(refused.message.contains(certificates.otherAuthority), "\(refused.message)")
@@ -171,7 +160,7 @@ struct SyncSecurityTests {
             sync: tlsConfiguration(postgres, database: database, .verifyFull, rootCertificate: certificates.authority))
         let b = try Skyros(sharedStack: testSchema, container: machineB.container.url)
         try await sync.insert("strict", into: b)
-        let refused = await reaches("error", machineB)
+        let refused = await sync.reaches("error", machineB)
         #expect(refused.ok, "B: \(refused.state): \(refused.message)")
         #expect(refused.message.contains("it does not name the host"), "\(refused.message)")
         #expect(refused.message.contains("name the host 127.0.0.1"), "\(refused.message)")
@@ -195,7 +184,7 @@ struct SyncSecurityTests {
         let machineA = try RunningDaemon(sync: tlsConfiguration(postgres, database: database, .disable))
         let a = try Skyros(sharedStack: testSchema, container: machineA.container.url)
         try await sync.insert("a", into: a)
-        let refused = await reaches("error", machineA)
+        let refused = await sync.reaches("error", machineA)
         #expect(refused.ok, "A: \(refused.state): \(refused.message)")
         #expect(refused.message.contains("no encryption"), "\(refused.message)")
         #expect(refused.message.contains("sslmode=verify-full"), "\(refused.message)")
@@ -211,7 +200,7 @@ struct SyncSecurityTests {
             let onB = try await sync.handles(b)
             return onA == ["a", "b"] && onB == ["a", "b"]
         })
-        #expect(await reaches("online", machineA).ok)
+        #expect(await sync.reaches("online", machineA).ok)
         #expect(try postgres.psql("SELECT count(*) FROM g_tls._skyros_uploads", database: database) == "2")
     }
 
@@ -245,7 +234,7 @@ struct SyncSecurityTests {
         let machine = try RunningDaemon(sync: x("g_y"))
         let stack = try Skyros(sharedStack: testSchema, container: machine.container.url)
         try await sync.insert("intruder", into: stack)
-        let refused = await reaches("error", machine)
+        let refused = await sync.reaches("error", machine)
         #expect(refused.ok, "\(refused.state): \(refused.message)")
         #expect(refused.message.contains("skyros_x may not use the schema g_y"), "\(refused.message)")
         #expect(refused.message.contains("42501"), "\(refused.message)")

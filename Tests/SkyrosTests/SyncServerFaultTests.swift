@@ -15,17 +15,6 @@ struct SyncServerFaultTests {
     let sync = SyncTests()
     static let daemonPassword = "daemon secret"
 
-    /// A daemon's sync state and message, from `skyros status --json`.
-    func state(_ daemon: RunningDaemon) -> (state: String, message: String) { sync.syncState(daemon) }
-
-    /// Waits until `daemon` is in `expected` state with a message that `matches` (45 s at
-    /// most), and returns its last status.
-    func reaches(
-        _ expected: String, _ daemon: RunningDaemon, seconds: Double = 45, where matches: (String) -> Bool = { _ in true }
-    ) async -> (ok: Bool, state: String, message: String) {
-        await sync.reaches(expected, daemon, seconds: seconds, where: matches)
-    }
-
     /// A server of the test's own (roles are the cluster's) with the group's schema set up by
     /// an owner, and two machines whose daemons have a DML-only role (docs/SYNC.md "Security"),
     /// as a server whose operator may break it should have.
@@ -87,7 +76,7 @@ struct SyncServerFaultTests {
         _ expected: String, _ daemon: RunningDaemon, of group: Group, where matches: (String) -> Bool = { _ in true },
         sourceLocation: SourceLocation = #_sourceLocation
     ) async -> String {
-        let result = await reaches(expected, daemon, where: matches)
+        let result = await sync.reaches(expected, daemon, where: matches)
         if !result.ok {
             let states = await describe(group)
             Issue.record("not \(expected): \(result.state) \(result.message); \(states)", sourceLocation: sourceLocation)
@@ -99,7 +88,7 @@ struct SyncServerFaultTests {
     func describe(_ group: Group) async -> String {
         let onA = (try? await users(group.a)) ?? "?"
         let onB = (try? await users(group.b)) ?? "?"
-        return "server: \((try? group.onServer()) ?? "?"); A: \(onA) \(state(group.machines.0)); B: \(onB) \(state(group.machines.1))"
+        return "server: \((try? group.onServer()) ?? "?"); A: \(onA) \(sync.syncState(group.machines.0)); B: \(onB) \(sync.syncState(group.machines.1))"
     }
 
     @Test("a group table truncated on the server (TRUNCATE … CASCADE): every machine deletes its rows, and goes on syncing")
@@ -129,8 +118,8 @@ struct SyncServerFaultTests {
             let postsOnB = try await posts(b)
             return onA.isEmpty && onB.isEmpty && postsOnA == 0 && postsOnB == 0
         })
-        #expect(state(machines.0).state == "online")
-        #expect(state(machines.1).state == "online")
+        #expect(sync.syncState(machines.0).state == "online")
+        #expect(sync.syncState(machines.1).state == "online")
         try await sync.insert("after", into: b)
         #expect(await sync.eventually { try await sync.handles(a) == ["after"] })
     }
