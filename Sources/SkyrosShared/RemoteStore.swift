@@ -310,7 +310,7 @@ public final class RemoteStore: PersistentStore, @unchecked Sendable {
 
     /// Sends a change set; returns once the daemon has made it durable.
     public func save(_ changes: ChangeSet) throws {
-        try saveRequest { .save(clientID: clientID, saveNumber: $0, changes: changes) }
+        _ = try saveReturningSequence(changes)
     }
 
     /// Empties the group's store (every client's objects), exactly once like a save.

@@ -64,12 +64,7 @@ package final class OwnWrites: Sendable {
 
     /// The save of `generation` did not reach the parent context: its marks go.
     package func cancel(_ generation: UInt64) {
-        state.withLock { state in
-            for (id, marks) in state.marks {
-                let kept = marks.filter { $0.value.generation != generation }
-                state.marks[id] = kept.isEmpty ? nil : kept
-            }
-        }
+        state.withLock { Self.removeMarks(&$0) { $0.generation == generation } }
     }
 
     /// The root's save carrying the main context's saves through `generation` goes to the store.
@@ -100,12 +95,19 @@ package final class OwnWrites: Sendable {
     }
 
     private static func settle(_ state: inout State, through generation: UInt64, sequence: UInt64?) {
+        let carried = { (mark: Mark) in mark.sequence == nil && mark.generation <= generation }
+        guard let sequence else { return removeMarks(&state, where: carried) }
         for (id, marks) in state.marks {
-            var kept = marks
-            for (index, mark) in marks where mark.sequence == nil && mark.generation <= generation {
-                if let sequence { kept[index]?.sequence = sequence } else { kept[index] = nil }
-            }
-            state.marks[id] = kept.isEmpty ? nil : kept
+            for (index, mark) in marks where carried(mark) { state.marks[id]?[index]?.sequence = sequence }
+        }
+    }
+
+    /// Removes the marks `remove` picks, and the objects left with none.
+    private static func removeMarks(_ state: inout State, where remove: (Mark) -> Bool) {
+        guard !state.marks.isEmpty else { return }
+        for (id, marks) in state.marks {
+            let kept = marks.filter { !remove($0.value) }
+            if kept.count != marks.count { state.marks[id] = kept.isEmpty ? nil : kept }
         }
     }
 
@@ -136,23 +138,12 @@ package final class OwnWrites: Sendable {
 
     /// The merges reached `sequence`: the marks settled at or before it go.
     package func passed(_ sequence: UInt64) {
-        state.withLock { state in
-            guard !state.marks.isEmpty else { return }
-            for (id, marks) in state.marks {
-                let kept = marks.filter { $0.value.sequence.map { $0 > sequence } ?? true }
-                state.marks[id] = kept.isEmpty ? nil : kept
-            }
-        }
+        state.withLock { Self.removeMarks(&$0) { mark in mark.sequence.map { $0 <= sequence } ?? false } }
     }
 
     /// Forgets the settled marks (the main context refreshes from the store, which has them).
     package func forgetSettled() {
-        state.withLock { state in
-            for (id, marks) in state.marks {
-                let kept = marks.filter { $0.value.sequence == nil }
-                state.marks[id] = kept.isEmpty ? nil : kept
-            }
-        }
+        state.withLock { Self.removeMarks(&$0) { $0.sequence != nil } }
     }
 
     /// How many properties are marked (for tests).
