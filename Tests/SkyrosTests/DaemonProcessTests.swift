@@ -392,10 +392,28 @@ struct DaemonProcessTests {
 /// another test must not inherit it open for writing, or executing the copy fails with
 /// "Text file busy".
 func copyExecutable(_ source: String, to destination: String) throws {
+    // Written whole under another name, flushed and closed, then renamed into place: whoever
+    // runs `destination` can never find a partly written file (which `execvp` hands to `sh`).
     let bytes = try Data(contentsOf: URL(fileURLWithPath: source))
-    let fd = open(destination, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0o755)
+    let partial = destination + ".partial"
+    let fd = open(partial, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0o755)
     guard fd >= 0 else { throw POSIXError(POSIXErrorCode(rawValue: errno) ?? .EIO) }
-    defer { close(fd) }
-    let written = bytes.withUnsafeBytes { write(fd, $0.baseAddress, $0.count) }
-    guard written == bytes.count else { throw POSIXError(.EIO) }
+    var offset = 0
+    let failure: Int32? = bytes.withUnsafeBytes { buffer in
+        while offset < buffer.count {
+            let written = write(fd, buffer.baseAddress! + offset, buffer.count - offset)
+            if written < 0 {
+                if errno == EINTR { continue }
+                return errno
+            }
+            offset += written
+        }
+        return fsync(fd) == 0 ? nil : errno
+    }
+    close(fd)
+    if let failure {
+        unlink(partial)
+        throw POSIXError(POSIXErrorCode(rawValue: failure) ?? .EIO)
+    }
+    guard rename(partial, destination) == 0 else { throw POSIXError(POSIXErrorCode(rawValue: errno) ?? .EIO) }
 }
