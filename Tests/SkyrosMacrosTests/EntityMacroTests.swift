@@ -1,4 +1,4 @@
-import SkyrosMacros
+import SkyrosMacrosCore
 import SwiftSyntaxMacroExpansion
 import SwiftSyntaxMacros
 import SwiftSyntaxMacrosGenericTestSupport
