@@ -228,18 +228,32 @@ package struct ServerSession: Sendable {
         _ batch: ArraySlice<(number: Int64, changes: QueuedChangeSet)>, machine: UUID
     ) async throws -> (outcomes: [UploadOutcome], transactions: [UInt64]?) {
         guard !batch.isEmpty else { return ([], []) }
+        var culprit: Int?
         if batch.allSatisfy({ !$0.changes.reset }) {
             do {
                 let transaction = try await retryingConflicts { try await uploadTogether(batch, machine: machine) }
                 return (Array(repeating: .applied, count: batch.count), transaction.map { [$0] })
             } catch where Self.isBatchFault(error) {
                 // A change set of the batch is at fault (or one was applied before): find it.
+                culprit = Self.culprit(of: error, in: batch, schema: schema)
             } catch is Refusal {
                 // A value of the batch does not fit its column: find its change set.
             }
         }
         if batch.count == 1 {
             return (try await retryingConflicts { try await uploadOneByOne(Array(batch), machine: machine) }, nil)
+        }
+        if let culprit {
+            // The change set the server named goes alone, between what comes before and after
+            // it: three statements, where halving to it took two for each halving.
+            var outcomes: [UploadOutcome] = []
+            var transactions: [UInt64]? = []
+            for part in [batch[..<culprit], batch[culprit...culprit], batch[(culprit + 1)...]] where !part.isEmpty {
+                let result = try await upload(part, machine: machine)
+                outcomes += result.outcomes
+                transactions = transactions.flatMap { known in result.transactions.map { known + $0 } }
+            }
+            return (outcomes, transactions)
         }
         let middle = batch.startIndex + batch.count / 2
         let first = try await upload(batch[..<middle], machine: machine)
@@ -274,8 +288,17 @@ package struct ServerSession: Sendable {
             "recorded AS (INSERT INTO \(ServerSchema.quote(schema.name))._skyros_uploads (machine, number) SELECT ($1::text)::uuid, unnest(($2::text)::bigint[]))"
         ]
         var checks: [String] = []
-        for group in net.groups(schema: schema) {
+        for var group in net.groups(schema: schema) {
             let table = group.table
+            if group.kind == .insert, let key = group.columns.first(where: \.isUnique) {
+                // Rows with a unique value go in in the order of that value: two machines
+                // inserting the same values wait for each other, and the second is refused,
+                // where inserting them in opposite orders deadlocked (each waiting for the
+                // other's uncommitted entry), a second lost each time to the server's
+                // deadlock_timeout (the fault campaign's writers draw handles from one pool).
+                let keys = try group.rows.map { try text($0.values[key.name] ?? .null, key, $0.entity, $0.id) }
+                group.rows = zip(keys, group.rows).sorted { ($0.0 ?? "", $0.1.id.uuidString) < ($1.0 ?? "", $1.1.id.uuidString) }.map(\.1)
+            }
             let qualified = schema.qualified(table.name)
             var arrays = [parameter(Self.arrayLiteral(group.rows.map { $0.id.uuidString.lowercased() }))]
             for column in group.columns {
@@ -326,9 +349,24 @@ package struct ServerSession: Sendable {
         }
         let verdict = checks.isEmpty ? "1" : "1 / (CASE WHEN \(checks.joined(separator: " AND ")) THEN 1 ELSE 0 END)"
         // Row counts are parameters too: batches of one shape share one prepared statement.
+        // The group's upload lock comes first (the FROM clause is read before the verdict
+        // runs the updates, and the other clauses run after it).
         let rows = try await run(
-            "WITH \(clauses.joined(separator: ", ")) SELECT (\(verdict))::text, pg_current_xact_id()::text", parameters, prepared: true)
+            "WITH \(clauses.joined(separator: ", ")) SELECT (\(verdict))::text, pg_current_xact_id()::text FROM (SELECT \(uploadLock)) AS serialized",
+            parameters, prepared: true)
         return rows.first?[1].flatMap { UInt64($0) }
+    }
+
+    /// The group's upload lock, held until the transaction ends: one machine's upload at a
+    /// time. Uploads of one group touch the same rows (the objects every machine edits, the
+    /// entries of unique indexes) in orders no statement can fix beforehand (data-modifying
+    /// `WITH` clauses run in an order PostgreSQL does not promise), and every deadlock cost a
+    /// second (the server's `deadlock_timeout`) before it was found: the fault campaign's
+    /// machines, draining their queues together after a partition, spent most of their time
+    /// deadlocked. Taken in turn they do not wait for each other any longer than the
+    /// statement takes. Another group's uploads (another schema) take another lock.
+    private var uploadLock: String {
+        "pg_advisory_xact_lock(hashtext('skyros upload ' || \(ServerSchema.literal(schema.name))))"
     }
 
     /// The most parameters one batch statement binds (PostgreSQL's limit is 65,535).
@@ -442,6 +480,36 @@ package struct ServerSession: Sendable {
         return String(decoding: literal, as: UTF8.self)
     }
 
+    /// The position in `batch` of the change set a unique violation names: the first that
+    /// inserts or updates a row with the value the server's detail quotes
+    /// (`Key (handle)=(dup-3) already exists.`) in a unique column of that name. Nil for
+    /// anything else (another error, a key of several columns, a value not found): the batch
+    /// is halved instead.
+    package static func culprit(
+        of error: any Error, in batch: ArraySlice<(number: Int64, changes: QueuedChangeSet)>, schema: ServerSchema
+    ) -> Int? {
+        guard let report = serverReport(error), report.state == "23505", let detail = report.detail,
+            detail.hasPrefix("Key ("), let closing = detail.range(of: ")=("),
+            let end = detail.range(of: ") already exists", options: .backwards), closing.upperBound <= end.lowerBound
+        else { return nil }
+        let column = String(detail[detail.index(detail.startIndex, offsetBy: 5)..<closing.lowerBound])
+        let value = String(detail[closing.upperBound..<end.lowerBound])
+        guard !column.contains(",") else { return nil }
+        let unique = schema.tables.compactMap { table in
+            table.columns.first { $0.name == column && $0.isUnique }.map { (table.name, $0) }
+        }
+        guard !unique.isEmpty else { return nil }
+        for (position, (_, changes)) in zip(batch.indices, batch) {
+            for row in changes.inserted + changes.updated {
+                for (table, key) in unique where row.entity == table {
+                    guard let written = row.values[column] else { continue }
+                    if (try? key.type.serverText(written, typeName: key.typeName)) == value { return position }
+                }
+            }
+        }
+        return nil
+    }
+
     /// Whether the server refused a batch statement for something one of its change sets did
     /// (SQLSTATE classes 21, 22, 23 and 27: a cardinality, a data exception, including the
     /// count check's division by zero, a constraint, a change a cascade made twice): the batch
@@ -459,6 +527,7 @@ package struct ServerSession: Sendable {
         let machineText = machine.uuidString.lowercased()
         try await run("BEGIN")
         do {
+            _ = try await run("SELECT '1' FROM (SELECT \(uploadLock)) AS serialized")
             for (number, changes) in batch {
                 try await run("SAVEPOINT change_set")
                 do {

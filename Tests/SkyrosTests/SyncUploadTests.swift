@@ -133,6 +133,48 @@ struct SyncUploadTests {
         #expect(try server.psql("SELECT count(*) FROM g_up._skyros_uploads") == "64")
     }
 
+    @Test("a unique violation names its change set: the first of the batch writing that value to a unique column of that name")
+    func uniqueViolationNamesItsChangeSet() async throws {
+        let server = try await Session.make()
+        defer { Task { await server.close() } }
+        let taken = UUID()
+        try server.psql("""
+            INSERT INTO g_up."User" ("_id", firstname, lastname, age, handle) VALUES ('\(taken.uuidString)', 'a', 'b', 1, 'taken');
+            """)
+        // The server's own refusal of the value, as an upload statement gets it.
+        var refusal: (any Error)?
+        do {
+            _ = try await server.connection.query(
+                #"INSERT INTO g_up."User" ("_id", firstname, lastname, age, handle) VALUES (gen_random_uuid(), 'a', 'b', 1, 'taken')"#,
+                logger: Logger(label: "test"))
+        } catch {
+            refusal = error
+        }
+        let error = try #require(refusal)
+        #expect(ServerSession.serverReport(error)?.detail == "Key (handle)=(taken) already exists.")
+        let schema = ServerSchema(testSchema, name: "g_up")
+        var batch: Batch = (1...40).map { (Int64($0), Self.change(inserted: [Self.user(UUID(), handle: "u\($0)")])) }
+        // The 31st takes the value by an update; the 35th by an insert: the first is named.
+        batch[30] = (31, Self.change(updated: [QueuedChangeSet.Row(entity: "User", id: UUID(), values: ["handle": .text("taken")])]))
+        batch[34] = (35, Self.change(inserted: [Self.user(UUID(), handle: "taken")]))
+        #expect(ServerSession.culprit(of: error, in: batch[...], schema: schema) == 30)
+        // In a slice, a position of the batch (as the uploader splits it).
+        #expect(ServerSession.culprit(of: error, in: batch[32...], schema: schema) == 34)
+        // No change set writes the value, or another error: none named (the batch is halved).
+        #expect(ServerSession.culprit(of: error, in: batch[..<30], schema: schema) == nil)
+        struct Other: Error {}
+        #expect(ServerSession.culprit(of: Other(), in: batch[...], schema: schema) == nil)
+        // And the upload finds it: 31 and 35 refused, the others applied.
+        let outcomes = try await server.session.upload(batch, machine: UUID())
+        for (index, outcome) in outcomes.enumerated() {
+            if index == 30 || index == 34 {
+                guard case .rejected = outcome else { Issue.record("\(index + 1) was \(outcome)"); continue }
+            } else {
+                #expect(outcome == .applied, "change set \(index + 1)")
+            }
+        }
+    }
+
     @Test("a checkpoint in one statement: what psql changed since the previous one, gone objects, unreadable rows, refusals",
           arguments: [false, true])
     func checkpointInOneStatement(prepared: Bool) async throws {
