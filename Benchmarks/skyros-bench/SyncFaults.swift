@@ -7,15 +7,15 @@ import SkyrosTestModels
 /// daemons and the server, checked by the history checker. Not a speed benchmark: it prints
 /// the campaign's report and exits 1 when a guarantee failed.
 ///
-///     swift build -c release && .build/release/skyros-bench sync-faults --seed 7 --duration 120 --machines 3 --writers 4 [--verbose]
+///     swift build -c release && .build/release/skyros-bench sync-faults --seed 7 --duration 120 --machines 3 --writers 4 [--rate 10] [--verbose]
 enum SyncFaultsBenchmark {
     /// Runs the campaign; true when it passed.
-    static func run(seed: UInt64, duration: Double, machines: Int, writers: Int, verbose: Bool) throws -> Bool {
+    static func run(seed: UInt64, duration: Double, machines: Int, writers: Int, rate: Double, verbose: Bool) throws -> Bool {
         // skyrosd is a product of the same package, built next to this executable.
         let skyrosd = URL(fileURLWithPath: "/proc/self/exe").resolvingSymlinksInPath().deletingLastPathComponent()
             .appendingPathComponent("skyrosd").path
         var configuration = SyncFaultCampaign.Configuration(
-            seed: seed, duration: duration, machines: machines, writersPerMachine: writers, skyrosd: skyrosd)
+            seed: seed, duration: duration, machines: machines, writersPerMachine: writers, rate: rate, skyrosd: skyrosd)
         if verbose {
             configuration.log = { @Sendable line in
                 print(line)

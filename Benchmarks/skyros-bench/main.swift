@@ -8,7 +8,7 @@
 //     swift run -c release skyros-bench backup [--json] [--quick]   (1 GB store; --quick: 100 MB)
 //     swift run -c release skyros-bench sync [--json] [--quick] [--count N] [--rows M] [--machines K] [--samples S] [--only visibility|fleet|upload|initial] [--verbose]
 //         (PostgreSQL's server binaries needed: Debian's postgresql)
-//     swift build -c release && .build/release/skyros-bench sync-faults [--seed S] [--duration SECONDS] [--machines K] [--writers W] [--verbose]
+//     swift build -c release && .build/release/skyros-bench sync-faults [--seed S] [--duration SECONDS] [--machines K] [--writers W] [--rate OPS] [--verbose]
 //         (the fault campaign and its history checker; as root, for the full-disk faults; exits 1 when it fails)
 //
 // Prints a table, or with --json one object per line:
@@ -93,7 +93,9 @@ if suite == "sync-faults" {
     let seed = Array(zip(arguments, arguments.dropFirst())).last(where: { $0.0 == "--seed" }).flatMap { UInt64($0.1) } ?? 1
     let passed = try SyncFaultsBenchmark.run(
         seed: seed, duration: Double(option("--duration", default: quick ? 20 : 120)), machines: option("--machines", default: 3),
-        writers: option("--writers", default: 4), verbose: arguments.contains("--verbose"))
+        writers: option("--writers", default: 4),
+        rate: Array(zip(arguments, arguments.dropFirst())).last(where: { $0.0 == "--rate" }).flatMap { Double($0.1) } ?? 10,
+        verbose: arguments.contains("--verbose"))
     exit(passed ? 0 : 1)
 }
 if suite == "sync" {
