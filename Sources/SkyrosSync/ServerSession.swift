@@ -213,15 +213,36 @@ package struct ServerSession: Sendable {
         }
     }
 
+    /// Bounds what this session's statements wait for on the server, below the engine's own
+    /// statement bound (whose expiry closes the connection): a lock (the group's upload lock,
+    /// a row) is waited for half of it at most, then the statement fails with `55P03` and is
+    /// sent again (``isTransientConflict(_:)``); a transaction left open by a client that went
+    /// silent is ended after the whole bound, so its locks go; and a statement still running
+    /// for a client whose connection closed is stopped within a second (PostgreSQL 14 and
+    /// later), instead of taking the upload lock, or committing, for nobody.
+    package func limitWaits(statementTimeout: Duration) async throws {
+        let milliseconds = { (duration: Duration) in
+            String(max(1, duration.components.seconds * 1_000 + duration.components.attoseconds / 1_000_000_000_000_000))
+        }
+        _ = try await run(
+            """
+            SELECT set_config('lock_timeout', $1, false), set_config('idle_in_transaction_session_timeout', $2, false),
+                   CASE WHEN current_setting('server_version_num')::int >= 140000
+                        THEN set_config('client_connection_check_interval', '1000', false) END
+            """,
+            [milliseconds(statementTimeout / 2), milliseconds(statementTimeout)])
+    }
+
     /// How many times an upload that deadlocked or failed to serialize is sent again before
     /// the error goes up (and the engine offline).
     static let conflictRetries = 8
 
-    /// A deadlock (40P01) or a serialization failure (40001): nothing was applied, and the same
-    /// statement may succeed at once.
+    /// A deadlock (40P01), a serialization failure (40001) or a lock not had in time (55P03,
+    /// ``limitWaits(statementTimeout:)``): nothing was applied, and the same statement may
+    /// succeed at once.
     static func isTransientConflict(_ error: any Error) -> Bool {
         guard let state = serverReport(error)?.state else { return false }
-        return state == "40P01" || state == "40001"
+        return state == "40P01" || state == "40001" || state == "55P03"
     }
 
     private func upload(
@@ -245,10 +266,17 @@ package struct ServerSession: Sendable {
         }
         if let culprit {
             // The change set the server named goes alone, between what comes before and after
-            // it: three statements, where halving to it took two for each halving.
+            // it, where halving down to it took two statements per halving (about twenty in a
+            // batch of 1,000).
             var outcomes: [UploadOutcome] = []
             var transactions: [UInt64]? = []
             for part in [batch[..<culprit], batch[culprit...culprit], batch[(culprit + 1)...]] where !part.isEmpty {
+                if part.startIndex == culprit {
+                    // It failed together once: straight to its own transaction.
+                    outcomes += try await retryingConflicts { try await uploadOneByOne(Array(part), machine: machine) }
+                    transactions = nil
+                    continue
+                }
                 let result = try await upload(part, machine: machine)
                 outcomes += result.outcomes
                 transactions = transactions.flatMap { known in result.transactions.map { known + $0 } }
@@ -288,17 +316,8 @@ package struct ServerSession: Sendable {
             "recorded AS (INSERT INTO \(ServerSchema.quote(schema.name))._skyros_uploads (machine, number) SELECT ($1::text)::uuid, unnest(($2::text)::bigint[]))"
         ]
         var checks: [String] = []
-        for var group in net.groups(schema: schema) {
+        for group in net.groups(schema: schema) {
             let table = group.table
-            if group.kind == .insert, let key = group.columns.first(where: \.isUnique) {
-                // Rows with a unique value go in in the order of that value: two machines
-                // inserting the same values wait for each other, and the second is refused,
-                // where inserting them in opposite orders deadlocked (each waiting for the
-                // other's uncommitted entry), a second lost each time to the server's
-                // deadlock_timeout (the fault campaign's writers draw handles from one pool).
-                let keys = try group.rows.map { try text($0.values[key.name] ?? .null, key, $0.entity, $0.id) }
-                group.rows = zip(keys, group.rows).sorted { ($0.0 ?? "", $0.1.id.uuidString) < ($1.0 ?? "", $1.1.id.uuidString) }.map(\.1)
-            }
             let qualified = schema.qualified(table.name)
             var arrays = [parameter(Self.arrayLiteral(group.rows.map { $0.id.uuidString.lowercased() }))]
             for column in group.columns {
@@ -320,7 +339,10 @@ package struct ServerSession: Sendable {
             case .update:
                 if group.columns.isEmpty {
                     // Only to-manys changed: the object must still be there.
-                    checks.append("(SELECT count(*) FROM \(qualified) WHERE \"_id\" = ANY(\(arrays[0])::uuid[])) = cardinality(\(arrays[0])::uuid[])")
+                    // Locked (FOR KEY SHARE), so that the rows are read as they are now, not
+                    // as the statement's snapshot had them: an object another upload deleted
+                    // while this one waited for the upload lock is not counted.
+                    checks.append("(SELECT count(*) FROM (SELECT 1 FROM \(qualified) WHERE \"_id\" = ANY(\(arrays[0])::uuid[]) FOR KEY SHARE) AS present) = cardinality(\(arrays[0])::uuid[])")
                     continue
                 }
                 let assignments = group.columns.enumerated().map { "\(ServerSchema.quote($1.name)) = \($1.type.input("u.c\($0 + 1)"))" }
@@ -492,9 +514,14 @@ package struct ServerSession: Sendable {
             detail.hasPrefix("Key ("), let closing = detail.range(of: ")=("),
             let end = detail.range(of: ") already exists", options: .backwards), closing.upperBound <= end.lowerBound
         else { return nil }
-        let column = String(detail[detail.index(detail.startIndex, offsetBy: 5)..<closing.lowerBound])
+        var column = String(detail[detail.index(detail.startIndex, offsetBy: 5)..<closing.lowerBound])
         let value = String(detail[closing.upperBound..<end.lowerBound])
-        guard !column.contains(",") else { return nil }
+        // A name PostgreSQL quotes (`Key ("firstName")=…`: capitals, a reserved word).
+        if column.count >= 2, column.hasPrefix("\""), column.hasSuffix("\"") {
+            column = String(column.dropFirst().dropLast()).replacingOccurrences(of: "\"\"", with: "\"")
+        } else if column.contains(",") || column.contains("\"") {
+            return nil  // several columns
+        }
         let unique = schema.tables.compactMap { table in
             table.columns.first { $0.name == column && $0.isUnique }.map { (table.name, $0) }
         }

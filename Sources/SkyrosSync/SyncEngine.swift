@@ -269,6 +269,7 @@ package final class SyncEngine: Sendable {
         var session = ServerSession(
             connection: connection, schema: schema, logger: logger, watchdog: watchdog, timeout: settings.statementTimeout,
             statements: statements)
+        try await session.limitWaits(statementTimeout: settings.statementTimeout)
         try await prepare(session)
         let listener = listen(schema.channel)
         defer { listener.cancel() }

@@ -3,7 +3,8 @@ import SkyrosTestModels
 import Testing
 
 /// The sync fault campaign (issue 35, docs/SYNC.md "Testing"), 20 seconds of it: three
-/// `skyrosd` machines, four writers each, and every kind of fault at least five times; the
+/// `skyrosd` machines, four writers each (paced at the campaign's default 10 operations a
+/// second each, like the long runs), and every kind of fault at least five times; the
 /// history checker must pass and every machine converge within 10 s of the quiet period.
 /// `skyros-bench sync-faults` runs the long campaigns.
 @Suite("Sync fault campaign", .timeLimit(.minutes(4)))

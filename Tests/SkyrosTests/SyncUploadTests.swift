@@ -138,8 +138,10 @@ struct SyncUploadTests {
         let server = try await Session.make()
         defer { Task { await server.close() } }
         let taken = UUID()
+        let other = UUID()
         try server.psql("""
             INSERT INTO g_up."User" ("_id", firstname, lastname, age, handle) VALUES ('\(taken.uuidString)', 'a', 'b', 1, 'taken');
+            INSERT INTO g_up."User" ("_id", firstname, lastname, age, handle) VALUES ('\(other.uuidString)', 'a', 'b', 1, 'other');
             """)
         // The server's own refusal of the value, as an upload statement gets it.
         var refusal: (any Error)?
@@ -154,8 +156,9 @@ struct SyncUploadTests {
         #expect(ServerSession.serverReport(error)?.detail == "Key (handle)=(taken) already exists.")
         let schema = ServerSchema(testSchema, name: "g_up")
         var batch: Batch = (1...40).map { (Int64($0), Self.change(inserted: [Self.user(UUID(), handle: "u\($0)")])) }
-        // The 31st takes the value by an update; the 35th by an insert: the first is named.
-        batch[30] = (31, Self.change(updated: [QueuedChangeSet.Row(entity: "User", id: UUID(), values: ["handle": .text("taken")])]))
+        // The 31st takes the value by an update (of an object the server has); the 35th by an
+        // insert: the first is named.
+        batch[30] = (31, Self.change(updated: [QueuedChangeSet.Row(entity: "User", id: other, values: ["handle": .text("taken")])]))
         batch[34] = (35, Self.change(inserted: [Self.user(UUID(), handle: "taken")]))
         #expect(ServerSession.culprit(of: error, in: batch[...], schema: schema) == 30)
         // In a slice, a position of the batch (as the uploader splits it).
@@ -168,11 +171,36 @@ struct SyncUploadTests {
         let outcomes = try await server.session.upload(batch, machine: UUID())
         for (index, outcome) in outcomes.enumerated() {
             if index == 30 || index == 34 {
-                guard case .rejected = outcome else { Issue.record("\(index + 1) was \(outcome)"); continue }
+                guard case .rejected(let reason) = outcome else { Issue.record("\(index + 1) was \(outcome)"); continue }
+                #expect(reason.contains("23505") && reason.contains("(handle)=(taken)"), "\(index + 1): \(reason)")
             } else {
                 #expect(outcome == .applied, "change set \(index + 1)")
             }
         }
+    }
+
+    @Test("a unique violation on a quoted column (a capital in its name) names its change set too")
+    func quotedColumnNamed() async throws {
+        // A schema of its own, whose unique property's column PostgreSQL quotes in its detail.
+        let server = try await Session.make()
+        defer { Task { await server.close() } }
+        try server.psql(#"CREATE TABLE g_up.quoted ("_id" uuid PRIMARY KEY, "userName" text UNIQUE); INSERT INTO g_up.quoted VALUES (gen_random_uuid(), 'x')"#)
+        var refusal: (any Error)?
+        do {
+            _ = try await server.connection.query(#"INSERT INTO g_up.quoted VALUES (gen_random_uuid(), 'x')"#, logger: Logger(label: "test"))
+        } catch {
+            refusal = error
+        }
+        let error = try #require(refusal)
+        #expect(ServerSession.serverReport(error)?.detail == #"Key ("userName")=(x) already exists."#)
+        let schema = ServerSchema(Schema([QuotedUnique.self]), name: "g_up")
+        var batch: Batch = []
+        for (number, name) in ["a", "b", "x", "c"].enumerated() {
+            var changes = QueuedChangeSet()
+            changes.inserted = [QueuedChangeSet.Row(entity: "QuotedUnique", id: UUID(), values: ["userName": .text(name)])]
+            batch.append((Int64(number + 1), changes))
+        }
+        #expect(ServerSession.culprit(of: error, in: batch[...], schema: schema) == 2)
     }
 
     @Test("a checkpoint in one statement: what psql changed since the previous one, gone objects, unreadable rows, refusals",
@@ -302,4 +330,9 @@ struct SyncUploadTests {
         #expect(ServerSession.arrayElements("{\"unterminated}") == nil)
         #expect(ServerSession.arrayElements("not an array") == nil)
     }
+}
+
+/// An entity whose unique attribute's column PostgreSQL quotes (a capital in its name).
+@Entity final class QuotedUnique {
+    @Attribute(.unique) var userName: String = ""
 }
