@@ -4,50 +4,10 @@ import GRDBSQLite
 import Skyros
 
 /// A hand-written GRDB record of the store's `Item` table, as GRDB's documentation writes
-/// one: every column read by name in `init(row:)`.
-struct GRDBItem: FetchableRecord, TableRecord {
-    static let databaseTableName = "Item"
-    var id: UUID
-    var name: String
-    var value: Int
-    var score: Double
-    var flag: Bool
-    var created: Date
-
-    init(row: GRDB.Row) throws {
-        id = row["_id"]
-        name = row["name"]
-        value = row["value"]
-        score = row["score"]
-        flag = row["flag"]
-        created = row["created"]
-    }
-}
-
-/// The same record reading its columns by position from an explicit column list: GRDB's
-/// fastest hand-written form (`SKYROS_BENCH_VERBOSE=1` prints the iteration against it).
-struct GRDBItemByPosition: FetchableRecord {
-    static let sql = "SELECT \"_id\", name, value, score, flag, created FROM \"Item\""
-    var id: UUID
-    var name: String
-    var value: Int
-    var score: Double
-    var flag: Bool
-    var created: Date
-
-    init(row: GRDB.Row) throws {
-        id = row[0]
-        name = row[1]
-        value = row[2]
-        score = row[3]
-        flag = row[4]
-        created = row[5]
-    }
-}
-
-/// The hand-written record again, persistable: GRDB's record update writes the columns it is
-/// told (`update(_:columns:)`), as a Skyros save writes the properties that changed.
-struct GRDBItemRecord: FetchableRecord, PersistableRecord {
+/// one: every column read by name in `init(row:)`; persistable, for the update row (GRDB's
+/// record update writes the columns it is told, `update(_:columns:)`, as a Skyros save writes
+/// the properties that changed).
+struct GRDBItem: FetchableRecord, PersistableRecord {
     static let databaseTableName = "Item"
     var id: UUID
     var name: String
@@ -73,9 +33,27 @@ struct GRDBItemRecord: FetchableRecord, PersistableRecord {
         container["flag"] = flag
         container["created"] = created
     }
+}
 
-    static var databaseSelection: [any SQLSelectable] { [Column("_id"), Column("name"), Column("value"), Column("score"), Column("flag"), Column("created")] }
-    static var databasePrimaryKey: [Column] { [Column("_id")] }
+/// The same record reading its columns by position from an explicit column list: GRDB's
+/// fastest hand-written form (`SKYROS_BENCH_VERBOSE=1` prints the iteration against it).
+struct GRDBItemByPosition: FetchableRecord {
+    static let sql = "SELECT \"_id\", name, value, score, flag, created FROM \"Item\""
+    var id: UUID
+    var name: String
+    var value: Int
+    var score: Double
+    var flag: Bool
+    var created: Date
+
+    init(row: GRDB.Row) throws {
+        id = row[0]
+        name = row[1]
+        value = row[2]
+        score = row[3]
+        flag = row[4]
+        created = row[5]
+    }
 }
 
 extension BatchBenchmark {
@@ -231,7 +209,7 @@ extension BatchBenchmark {
             changed = 0
             grdbSave.append(try Clock.seconds {
                 try pool.write { db in
-                    for var item in try GRDBItemRecord.filter(Column("value") == grdbValue).fetchAll(db) {
+                    for var item in try GRDBItem.filter(Column("value") == grdbValue).fetchAll(db) {
                         item.score = score
                         try item.update(db, columns: [Column("score")])
                         changed += 1
@@ -248,7 +226,7 @@ extension BatchBenchmark {
             precondition(updated == perValue, "batchUpdate changed \(updated) rows")
             grdbBatch.append(try Clock.seconds {
                 updated = try pool.write { db in
-                    try GRDBItemRecord.filter(Column("value") == grdbBatchValue).updateAll(db, Column("score").set(to: score))
+                    try GRDBItem.filter(Column("value") == grdbBatchValue).updateAll(db, Column("score").set(to: score))
                 }
             })
             precondition(updated == perValue, "updateAll changed \(updated) rows")
