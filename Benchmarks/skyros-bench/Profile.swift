@@ -97,6 +97,7 @@ struct Profile {
         let store = try Skyros(sqliteStack: benchSchema, at: url, durability: .normal, savesOnStop: false)
         let rounds = min(rounds ?? 5, 24)
         var fetch = Double.infinity, change = Double.infinity, write = Double.infinity, storeSave = Double.infinity
+        var load = Double.infinity
         for round in 0..<rounds {
             let base = 4 * round
             let (fetchValue, changeValue, writeValue, storeValue) = (base, base + 1, base + 2, base + 3)
@@ -131,9 +132,12 @@ struct Profile {
             var changes = ChangeSet()
             changes.updated = ids.map { ChangeSet.Update(id: $0, changes: [scoreIndex: .real(score)], baseVersion: 0) }
             storeSave = min(storeSave, try Clock.seconds { try sqlite.save(changes) })
+            // What each context level pays to load objects it does not hold: the rows by identifier.
+            load = min(load, try Clock.seconds { _ = try sqlite.snapshots(for: ids).count })
         }
         for (name, seconds) in [("fetch 10,000 by the indexed attribute", fetch), ("fetch and change, no save", change),
-                                ("fetch, change and save (writeAndWait)", write), ("SQLiteStore.save of 10,000 updates", storeSave)] {
+                                ("fetch, change and save (writeAndWait)", write), ("SQLiteStore.save of 10,000 updates", storeSave),
+                                ("SQLiteStore.snapshots(for: 10,000 identifiers)", load)] {
             print("\(name): \(Int(seconds * 1e3)) ms, \(Int(seconds / 1e4 * 1e9)) ns per object")
         }
     }
