@@ -25,15 +25,6 @@ extension ObjectContext {
         do {
             if let store = parent as? SequencedObjectStore {
                 lastSavedSequence = try store.saveReturningSequence(changes)
-            } else if let root = parent as? ObjectContext, !root.parentIsContext, !updated.isEmpty {
-                // A root only passes the changes on to its store: the objects it does not hold
-                // it takes from here, instead of reading each one back from the store.
-                var known: [ObjectID: Snapshot] = [:]
-                known.reserveCapacity(updated.count)
-                for (id, object) in updated {
-                    known[id] = Snapshot(id: id, values: object.skyrosStorage.values, version: object.skyrosStorage.version)
-                }
-                try root.save(changes, childValues: known)
             } else {
                 try parent.save(changes)
             }
