@@ -97,6 +97,8 @@ if suite == "sync-faults" {
         writers: option("--writers", default: 4),
         rate: Array(zip(arguments, arguments.dropFirst())).last(where: { $0.0 == "--rate" }).flatMap { Double($0.1) } ?? 10,
         verbose: arguments.contains("--verbose"))
+    // exit() runs no defer: the (empty) working directory goes first.
+    try? FileManager.default.removeItem(at: directory)
     exit(passed ? 0 : 1)
 }
 if suite == "sync" {
