@@ -265,23 +265,14 @@ package struct ServerSession: Sendable {
             return (try await retryingConflicts { try await uploadOneByOne(Array(batch), machine: machine) }, nil)
         }
         if let culprit {
-            // The change set the server named goes alone, between what comes before and after
-            // it, where halving down to it took two statements per halving (about twenty in a
-            // batch of 1,000).
-            var outcomes: [UploadOutcome] = []
-            var transactions: [UInt64]? = []
-            for part in [batch[..<culprit], batch[culprit...culprit], batch[(culprit + 1)...]] where !part.isEmpty {
-                if part.startIndex == culprit {
-                    // It failed together once: straight to its own transaction.
-                    outcomes += try await retryingConflicts { try await uploadOneByOne(Array(part), machine: machine) }
-                    transactions = nil
-                    continue
-                }
-                let result = try await upload(part, machine: machine)
-                outcomes += result.outcomes
-                transactions = transactions.flatMap { known in result.transactions.map { known + $0 } }
-            }
-            return (outcomes, transactions)
+            // The change set the server named goes straight to its own transaction (it failed
+            // together once), between what comes before and after it, where halving down to it
+            // took two statements per halving (about twenty in a batch of 1,000). Its
+            // transaction's id is not known, so neither is the batch's.
+            let before = try await upload(batch[..<culprit], machine: machine)
+            let alone = try await retryingConflicts { try await uploadOneByOne([batch[culprit]], machine: machine) }
+            let after = try await upload(batch[(culprit + 1)...], machine: machine)
+            return (before.outcomes + alone + after.outcomes, nil)
         }
         let middle = batch.startIndex + batch.count / 2
         let first = try await upload(batch[..<middle], machine: machine)
