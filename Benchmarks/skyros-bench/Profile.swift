@@ -135,6 +135,29 @@ struct Profile {
             // What each context level pays to load objects it does not hold: the rows by identifier.
             load = min(load, try Clock.seconds { _ = try sqlite.snapshots(for: ids).count })
         }
+        // Each level of a save on its own: contexts made by hand over the same store.
+        var scratchSave = Double.infinity, mainSave = Double.infinity, rootSave = Double.infinity
+        if let sqlite = store.store as? SQLiteStore {
+            for round in 0..<rounds {
+                let root = ObjectContext(name: "root", parent: sqlite)
+                let main = ObjectContext(name: "main", parent: root)
+                let scratch = ObjectContext(name: "scratch", parent: main)
+                let value = 4 * rounds + round
+                let score = Double(round) + 0.25
+                try scratch.performAndWait {
+                    for item in try scratch.fetch(FetchDescriptor<Item>(predicate: #Predicate { $0.value == value })) {
+                        item.score = score
+                    }
+                    scratchSave = min(scratchSave, try Clock.seconds { try scratch.save() })
+                }
+                try main.performAndWait { mainSave = min(mainSave, try Clock.seconds { try main.save() }) }
+                try root.performAndWait { rootSave = min(rootSave, try Clock.seconds { try root.save() }) }
+            }
+        }
+        for (name, seconds) in [("scratch.save (into main)", scratchSave), ("main.save (into root)", mainSave),
+                                ("root.save (into the store)", rootSave)] {
+            print("\(name): \(Int(seconds * 1e3)) ms")
+        }
         for (name, seconds) in [("fetch 10,000 by the indexed attribute", fetch), ("fetch and change, no save", change),
                                 ("fetch, change and save (writeAndWait)", write), ("SQLiteStore.save of 10,000 updates", storeSave),
                                 ("SQLiteStore.snapshots(for: 10,000 identifiers)", load)] {

@@ -254,4 +254,63 @@ struct ContextTests {
             #expect(player.team == nil)
         }
     }
+
+    @Test("a root context takes its child's values of the objects a save updates, never a fault's placeholders")
+    func rootTakesChildValues() throws {
+        let (store, root, main) = try makeStack()
+        let (personID, passportID) = try main.performAndWait {
+            let person = Person.create(in: main)
+            person.name = "P"
+            let passport = Passport.create(in: main)
+            passport.number = "Q1"
+            person.passport = passport
+            try main.save()
+            return (person.objectID, passport.objectID)
+        }
+        try root.performAndWait { try root.save() }
+        // A fresh child of the root reads the person only: deleting it nullifies the holder
+        // of its passport, a fault here, which so has a pending change and no values.
+        let child = ObjectContext(name: "child", parent: root)
+        try child.performAndWait {
+            let person = try #require(child.object(with: personID, as: Person.self))
+            child.delete(person)
+            try child.save()
+        }
+        // The root holds the passport, read from the store: the child faults it from there.
+        #expect(root.performAndWait { root.updatedObjects.map(\.objectID) } == [passportID])
+        #expect(child.performAndWait { child.object(with: passportID, as: Passport.self)?.number } == "Q1")
+        try root.performAndWait { try root.save() }
+        let stored = try #require(try store.snapshots(for: [passportID]).first)
+        let number = try #require(testSchema.entity(named: "Passport")?.property(named: "number")?.index)
+        #expect(stored.values[number] == .text("Q1"))
+        #expect(try store.snapshots(for: [personID]).isEmpty)
+    }
+
+    @Test("an update of an object the store no longer has is dropped at the root's save, and the rest of the save is stored")
+    func updateOfObjectGoneFromStore() throws {
+        let (store, root, main) = try makeStack()
+        let (gone, kept) = try main.performAndWait {
+            makeUsers([("A", "X"), ("B", "Y")], in: main)
+            try main.save()
+            let users = try User.all(in: main).sorted { $0.firstname < $1.firstname }
+            return (users[0].objectID, users[1].objectID)
+        }
+        try root.performAndWait { try root.save() }
+        // Another writer deletes one of them from the store; the main context still holds it.
+        var deletion = ChangeSet()
+        deletion.deleted = [gone]
+        try store.save(deletion)
+        try main.performAndWait {
+            try #require(main.object(with: gone, as: User.self)).age = 5
+            try #require(main.object(with: kept, as: User.self)).age = 6
+            makeUsers([("C", "Z")], in: main)
+            try main.save()
+        }
+        try root.performAndWait { try root.save() }
+        let age = try #require(testSchema.entity(named: "User")?.property(named: "age")?.index)
+        #expect(try store.snapshots(for: [kept]).first?.values[age] == .integer(6))
+        #expect(try store.snapshots(for: [gone]).isEmpty)
+        #expect(try store.count(StoreRequest(entityName: "User")) == 2)
+        #expect(root.performAndWait { root.hasChanges } == false)
+    }
 }

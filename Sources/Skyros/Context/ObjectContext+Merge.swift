@@ -122,21 +122,30 @@ extension ObjectContext {
     /// Applies a child context's change set to this context, atomically: unique attributes
     /// are checked first, and nothing is applied if they fail.
     public func save(_ changes: ChangeSet) throws {
+        try save(changes, childValues: [:])
+    }
+
+    /// ``save(_:)``, with the child's values of the objects it updated (`childValues`, at the
+    /// version it holds them). A root context makes the ones it does not hold from them
+    /// instead of reading them from its store, since it only passes the changed properties
+    /// on; until its save, what it shows of them is its child's view. They are kept in
+    /// ``unverifiedUpdates``: when the store says one no longer exists, its update is dropped.
+    func save(_ changes: ChangeSet, childValues: [ObjectID: Snapshot]) throws {
         try performAndWait {
             try validateUniqueness(of: changes)
             // The child's save being applied is its ledger's latest (it records, then saves).
             defer { if let childWrites { coveredGeneration = childWrites.generation } }
-            guard reference.isObserved else { return try apply(changes) }
+            guard reference.isObserved else { return try apply(changes, childValues: childValues) }
             var deletedObjects: [ObjectID: any ManagedObject] = [:]
             for id in changes.deleted { if let object = lookup(id) { deletedObjects[id] = object } }
             applyingChildSave += 1
             defer { applyingChildSave -= 1 }
-            try apply(changes)
+            try apply(changes, childValues: childValues)
             announce(self.changes(appliedFrom: changes, deletedObjects: deletedObjects))
         }
     }
 
-    func apply(_ changes: ChangeSet) throws {
+    func apply(_ changes: ChangeSet, childValues: [ObjectID: Snapshot] = [:]) throws {
         // Load the objects updated here that are not registered, in one round trip.
         var loaded: [ObjectID: any ManagedObject] = [:]  // updated objects not in this context yet
         var missing = changes.updated.map(\.id).filter { id in
@@ -154,6 +163,15 @@ extension ObjectContext {
                 return false
             }
             for id in changes.deleted { mergedRows.remove(id) }
+        }
+        if !missing.isEmpty && !childValues.isEmpty && !parentIsContext {
+            missing = missing.filter { id in
+                guard let known = childValues[id], lookup(id) == nil, let entity = schema.entity(named: id.entityName)
+                else { return true }
+                loaded[id] = makeObject(id, of: entity, values: known.values, version: known.version)
+                unverifiedUpdates.insert(id)
+                return false
+            }
         }
         if !missing.isEmpty {
             for snapshot in try parent.snapshots(for: missing) {

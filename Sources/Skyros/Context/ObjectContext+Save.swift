@@ -20,13 +20,18 @@ extension ObjectContext {
         // first, so the save itself is news only to .onSave monitors.
         if reference.isObserved && !unprocessedEdits.isEmpty { processPendingChanges() }
         try validateForSave()
-        let changes = makeChangeSet()
+        var changes = makeChangeSet()
         let generation = ownWrites?.record(changes)
         do {
-            if let store = parent as? SequencedObjectStore {
-                lastSavedSequence = try store.saveReturningSequence(changes)
-            } else {
-                try parent.save(changes)
+            do {
+                try send(changes)
+            } catch let error as SkyrosError where error.code == .objectNotFound && !unverifiedUpdates.isEmpty {
+                // Objects this root took from its child and never read from the store: one of
+                // them may have been deleted by another process meanwhile. Their updates are
+                // dropped (as they are when the store is read first), the rest sent again.
+                guard try dropUpdatesOfMissingObjects() else { throw error }
+                changes = makeChangeSet()
+                if changes.isEmpty { lastSavedSequence = nil } else { try send(changes) }
             }
         } catch {
             if let generation { ownWrites?.cancel(generation) }
@@ -34,6 +39,49 @@ extension ObjectContext {
         }
         didSave(keepingObjects: keepingObjects, policy: changes.mergePolicy)
         announceOwnSave()
+    }
+
+    /// One level toward the store: into the parent context or the store. A main context over
+    /// a root context hands it its own values of the objects it updated, so that the root,
+    /// which only passes the changed properties on, does not read each one back from its store
+    /// (through a daemon, a request).
+    private func send(_ changes: ChangeSet) throws {
+        if let store = parent as? SequencedObjectStore {
+            lastSavedSequence = try store.saveReturningSequence(changes)
+        } else if let root = parent as? ObjectContext, !root.parentIsContext, !updated.isEmpty {
+            var known: [ObjectID: Snapshot] = [:]
+            known.reserveCapacity(updated.count)
+            for (id, object) in updated {
+                let storage = object.skyrosStorage
+                // A fault's values are placeholders (a fault can carry a pending change: a
+                // to-one nullified by a delete): the root reads those from the store.
+                guard !storage.isFault && !storage.isDeleted else { continue }
+                known[id] = Snapshot(id: id, values: storage.values, version: storage.version)
+            }
+            try root.save(changes, childValues: known)
+        } else {
+            try parent.save(changes)
+        }
+    }
+
+    /// After the store said an object of a save does not exist: drops the updates of the
+    /// objects taken from the child (``unverifiedUpdates``) that the store no longer has.
+    /// False when every one of them exists (the error is about something else).
+    private func dropUpdatesOfMissingObjects() throws -> Bool {
+        let candidates = unverifiedUpdates.filter { updated[$0] != nil }
+        unverifiedUpdates = []
+        guard !candidates.isEmpty else { return false }
+        let existing = Set(try parent.snapshots(for: Array(candidates)).map(\.id))
+        var dropped = false
+        for id in candidates where !existing.contains(id) {
+            guard let object = updated.removeValue(forKey: id) else { continue }
+            adjustPending(object.skyrosStorage.entity, -1)
+            object.skyrosStorage.changed = []
+            if registry[id]?.object === object { registry[id] = nil }
+            object.skyrosStorage.context = nil
+            dropped = true
+        }
+        return dropped
     }
 
     func makeChangeSet() -> ChangeSet {

@@ -80,6 +80,9 @@ public final class ObjectContext: ObjectStore, @unchecked Sendable, CustomString
     /// through toward the store).
     @exclusivity(unchecked) var insertedRows = PendingList<StoredValues>()
     @exclusivity(unchecked) var updated: [ObjectID: any ManagedObject] = [:]
+    /// A root context's updated objects made from its child's values, not read from the
+    /// store (see ``save(_:childValues:)``): the store may no longer have one of them.
+    @exclusivity(unchecked) var unverifiedUpdates: Set<ObjectID> = []
     @exclusivity(unchecked) var deleted: [ObjectID: any ManagedObject] = [:]
     /// The entity of the last insert, known to be of this context's schema.
     @exclusivity(unchecked) var lastInsertedEntity: ObjectIdentifier?
@@ -299,7 +302,7 @@ public final class ObjectContext: ObjectStore, @unchecked Sendable, CustomString
 
     // MARK: - Pending state
 
-    private func adjustPending(_ entity: EntityDescription, _ delta: Int) {
+    func adjustPending(_ entity: EntityDescription, _ delta: Int) {
         pendingCountByEntity[ObjectIdentifier(entity), default: 0] += delta
     }
 
@@ -512,6 +515,7 @@ public final class ObjectContext: ObjectStore, @unchecked Sendable, CustomString
         inserted.removeAll()
         insertedRows.removeAll()
         if !updated.isEmpty { updated = [:] }
+        if !unverifiedUpdates.isEmpty { unverifiedUpdates = [] }
         if !deleted.isEmpty { deleted = [:] }
         if !pendingCountByEntity.isEmpty { pendingCountByEntity = [:] }
     }

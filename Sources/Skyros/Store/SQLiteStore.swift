@@ -247,16 +247,36 @@ public final class SQLiteStore: ObjectStore, @unchecked Sendable {
     /// - Throws: ``SkyrosError/Code/unknownEntity`` for an identifier of an entity not in the
     ///   schema, ``SkyrosError/Code/storeFailure``.
     public func snapshots(for ids: [ObjectID]) throws -> [Snapshot] {
+        guard !ids.isEmpty else { return [] }
+        // The identifiers in key order, each looked up by one prepared statement, all in one
+        // read: a run of neighbouring seeks, with no SQL to build nor IN list to sort.
+        let sorted = Self.inKeyOrder(ids)
         var result: [Snapshot] = []
-        for (entityName, group) in Dictionary(grouping: ids, by: \.entityName) {
+        result.reserveCapacity(ids.count)
+        var arena = StoredValues.Arena()
+        try read { db in
             var start = 0
-            while start < group.count {
-                let chunk = group[start..<min(start + 500, group.count)]
-                start += 500
-                let request = StoreRequest(
-                    entityName: entityName,
-                    predicate: .isIn(.property(scope: 0, path: [PredicateNode.idProperty]), chunk.map { $0.uuid.storedValue }))
-                result += try fetchSnapshots(request)
+            while start < sorted.count {
+                let table = try tableInfo(sorted[start].entityName)
+                var end = start + 1
+                while end < sorted.count && sorted[end].entityName == table.entity.name { end += 1 }
+                let reader = RowReader(table)
+                let raw = try db.cachedStatement(
+                    sql: "SELECT \(table.selectList) FROM \(SQLBuilder.quote(table.entity.name)) AS t0 WHERE t0.\"_id\" = ?"
+                ).sqliteStatement
+                defer { sqlite3_reset(raw) }
+                for id in sorted[start..<end] {
+                    sqlite3_reset(raw)
+                    Self.bind(raw, 1, id.uuid)
+                    switch sqlite3_step(raw) {
+                    case SQLITE_ROW:
+                        let (_, values, version) = reader.read(raw, &arena)
+                        result.append(Snapshot(id: id, values: values, version: version))
+                    case SQLITE_DONE: continue
+                    default: throw Self.lastError(db, sql: "SELECT … WHERE _id = ? (\(table.entity.name))")
+                    }
+                }
+                start = end
             }
         }
         return result
