@@ -1,4 +1,5 @@
 import Foundation
+import GRDB
 import GRDBSQLite
 import Skyros
 
@@ -163,6 +164,52 @@ struct Profile {
                                 ("SQLiteStore.snapshots(for: 10,000 identifiers)", load)] {
             print("\(name): \(Int(seconds * 1e3)) ms, \(Int(seconds / 1e4 * 1e9)) ns per object")
         }
+    }
+
+    /// The `batch-reads` iteration alone, for instruction counts (`perf stat -e instructions`,
+    /// callgrind): `SKYROS_PROFILE_SIDE` = `skyros` iterates 1M objects with
+    /// `fetch(_:batchSize:)`, `grdb` with GRDB's positional record, `none` only fills the store
+    /// (subtract it). `SKYROS_PROFILE_ROWS` sets the rows (default 1M).
+    func iterate() throws {
+        let rows = Int(ProcessInfo.processInfo.environment["SKYROS_PROFILE_ROWS"] ?? "") ?? 1_000_000
+        let side = ProcessInfo.processInfo.environment["SKYROS_PROFILE_SIDE"] ?? "skyros"
+        let url = directory.appendingPathComponent("iterate.sqlite")
+        try RawSQLite.fillStore(at: url, rows: rows)
+        let rounds = rounds ?? 3
+        var sum = 0.0
+        var best = Double.infinity
+        switch side {
+        case "skyros":
+            let store = try Skyros(sqliteStack: benchSchema, at: url, durability: .normal, savesOnStop: false)
+            for _ in 0..<rounds {
+                best = min(best, try Clock.seconds {
+                    sum += try store.read { context in
+                        var sum = 0.0
+                        for item in try context.fetch(FetchDescriptor<Item>(), batchSize: 1_000) {
+                            sum += BatchBenchmark.checksum(item.name, item.value, item.flag, item.score, item.created)
+                        }
+                        return sum
+                    }
+                })
+            }
+        case "grdb":
+            let pool = try DatabasePool(path: url.path)
+            for _ in 0..<rounds {
+                best = min(best, try Clock.seconds {
+                    sum += try pool.read { db in
+                        var sum = 0.0
+                        let items = try GRDBItemByPosition.fetchCursor(db, sql: GRDBItemByPosition.sql)
+                        while let item = try items.next() {
+                            sum += BatchBenchmark.checksum(item.name, item.value, item.flag, item.score, item.created)
+                        }
+                        return sum
+                    }
+                })
+            }
+        default:
+            break
+        }
+        print("\(side): best of \(rounds) \(Int(best * 1e3)) ms, \(Int(best / Double(rows) * 1e9)) ns per object (checksum \(sum))")
     }
 
     /// "Fetch all" of `count` stored objects, stage by stage: with every attribute read, with

@@ -49,7 +49,7 @@ if arguments.count == 2 && arguments[0] == "garbage-daemon" {
 let json = arguments.contains("--json")
 let quick = arguments.contains("--quick")
 // `profile-insert` and `profile-fetch` are hidden suites for profilers (Profile.swift).
-let suites = ["embedded", "shared", "contention", "observe", "backup", "migrate", "batch", "batch-reads", "sync", "sync-faults", "profile-insert", "profile-fetch", "profile-update", "profile-shared", "profile-open", "profile-migrate", "profile-schema-json"]
+let suites = ["embedded", "shared", "contention", "observe", "backup", "migrate", "batch", "batch-reads", "sync", "sync-faults", "profile-insert", "profile-fetch", "profile-update", "profile-iterate", "profile-shared", "profile-open", "profile-migrate", "profile-schema-json"]
 guard let suite = arguments.first, suites.contains(suite) else {
     FileHandle.standardError.write(
         Data("usage: skyros-bench embedded|shared|contention|observe|backup|migrate|batch|batch-reads|sync|sync-faults [--json] [--quick] [--only fetch|saves|iterate|import] [--garbage] [--count N] [--rows M] [--machines K]\n".utf8))
@@ -66,6 +66,7 @@ if suite.hasPrefix("profile-") {
     case "profile-insert": try profile.insert()
     case "profile-shared": try profile.shared()
     case "profile-update": try profile.update()
+    case "profile-iterate": try profile.iterate()
     case "profile-open": try profile.open()
     case "profile-migrate": try profile.migrate()
     case "profile-schema-json": try profile.schemaJSON()

@@ -313,4 +313,32 @@ struct ContextTests {
         #expect(try store.count(StoreRequest(entityName: "User")) == 2)
         #expect(root.performAndWait { root.hasChanges } == false)
     }
+
+    @Test("a root's uniqueness check does not take the values its child handed it for properties the save did not change as pending")
+    func rootUniquenessIgnoresChildViews() throws {
+        let (store, root, main) = try makeStack()
+        let id = try main.performAndWait {
+            let user = User.create(in: main)
+            user.handle = "a"
+            try main.save()
+            return user.objectID
+        }
+        try root.performAndWait { try root.save() }
+        try main.performAndWait { _ = try #require(try User.first(in: main)).age }  // held, read at version 1
+        // Another writer moves the handle on in the store; the main context has not seen it.
+        let handle = try #require(testSchema.entity(named: "User")?.property(named: "handle")?.index)
+        var moved = ChangeSet()
+        moved.updated = [ChangeSet.Update(id: id, changes: [handle: .text("b")], baseVersion: 1)]
+        try store.save(moved)
+        try main.performAndWait {
+            try #require(main.object(with: id, as: User.self)).age = 3
+            try main.save()
+            // The root holds the user with the main context's (old) handle; "a" is free in the store.
+            User.create(in: main).handle = "a"
+            try main.save()
+        }
+        try root.performAndWait { try root.save() }
+        #expect(try store.count(StoreRequest(entityName: "User")) == 2)
+        #expect(try store.snapshots(for: [id]).first?.values[handle] == .text("b"))
+    }
 }

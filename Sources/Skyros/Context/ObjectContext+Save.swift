@@ -54,8 +54,10 @@ extension ObjectContext {
             for (id, object) in updated {
                 let storage = object.skyrosStorage
                 // A fault's values are placeholders (a fault can carry a pending change: a
-                // to-one nullified by a delete): the root reads those from the store.
-                guard !storage.isFault && !storage.isDeleted else { continue }
+                // to-one nullified by a delete), and an object read at no known version (0:
+                // through a parent where it was still a pending insert) would take the store's
+                // conflict check away: the root reads those from the store.
+                guard !storage.isFault && !storage.isDeleted && storage.version > 0 else { continue }
                 known[id] = Snapshot(id: id, values: storage.values, version: storage.version)
             }
             try root.save(changes, childValues: known)
@@ -226,7 +228,7 @@ extension ObjectContext {
                     let request = StoreRequest(
                         entityName: entityName,
                         predicate: .isIn(.property(scope: 0, path: [property.name]), chunk.map(\.1)))
-                    for row in try pendingSnapshots(request) where !touched.contains(row.id) {
+                    for row in try pendingSnapshots(request, property: index) where !touched.contains(row.id) {
                         let value = row.values[index]
                         throw duplicate(entity, property, value, seen[value] ?? row.id, row.id)
                     }
@@ -236,12 +238,21 @@ extension ObjectContext {
     }
 
     /// The pending objects matching a request in this context and the contexts above it,
-    /// each seen as the lowest context that has it (never the store's rows).
-    func pendingSnapshots(_ request: StoreRequest) throws -> [Snapshot] {
+    /// each seen as the lowest context that has it (never the store's rows); `index` is the
+    /// unique attribute the request tests.
+    func pendingSnapshots(_ request: StoreRequest, property index: Int) throws -> [Snapshot] {
         var rows = try mergedSnapshots(request, localOnly: true)
+        if !unverifiedUpdates.isEmpty {
+            // Objects a root took from its child's values: where the save did not change the
+            // property, the value is the child's view of it, not a pending change (the store
+            // may have a newer one, and has the last word).
+            rows.removeAll { row in
+                unverifiedUpdates.contains(row.id) && updated[row.id]?.skyrosStorage.changed.contains(index) != true
+            }
+        }
         if let parent = parent as? ObjectContext {
             let known = Set(pendingStorages(of: request.entityName).map(\.objectID))
-            rows += try parent.performAndWait { try parent.pendingSnapshots(request) }.filter { !known.contains($0.id) }
+            rows += try parent.performAndWait { try parent.pendingSnapshots(request, property: index) }.filter { !known.contains($0.id) }
         }
         return rows
     }

@@ -100,11 +100,17 @@ struct Registry {
     /// a batch left behind by an iteration. Without a hash-table operation when nothing
     /// looked an object up by identifier meanwhile.
     mutating func releaseUnused(since mark: Mark, ids: [ObjectID]) {
-        if mark.generation == generation && mark.position <= unindexed.count {
+        if isCurrent(mark) {
             unindexed.removeSubrange(Self.keepUsed(&unindexed, from: mark.position)...)
             return
         }
         releaseUnused(ids)
+    }
+
+    /// Whether the entries added since `mark` are still where it says (nothing was indexed
+    /// since): then ``releaseUnused(since:ids:)`` needs no identifiers.
+    func isCurrent(_ mark: Mark) -> Bool {
+        mark.generation == generation && mark.position <= unindexed.count
     }
 
     /// Moves the entries of `entries[start...]` that something besides the registry holds, or

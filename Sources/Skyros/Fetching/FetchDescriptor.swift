@@ -143,7 +143,8 @@ final class BatchIteration {
     @exclusivity(unchecked) var nextIdentifier = 0
     @exclusivity(unchecked) var batch: [AnyObject] = []
     @exclusivity(unchecked) var position = 0
-    /// The objects the current batch registered, and where their entries start.
+    /// The objects a batch by identifier registered (a cursor's batch notes where its
+    /// entries start instead, and finds its objects in `batch` if they were indexed since).
     @exclusivity(unchecked) var madeIDs: [ObjectID] = []
     @exclusivity(unchecked) var mark: Registry.Mark?
 
@@ -186,14 +187,19 @@ final class BatchIteration {
     /// Lets go of the current batch: the objects it registered leave the context unless
     /// something else holds them or they have changes.
     private func releaseBatch() {
-        batch.removeAll(keepingCapacity: true)
-        position = 0
         if let mark {
-            context.registry.releaseUnused(since: mark, ids: madeIDs)
+            // Identifiers only when the registry was indexed meanwhile: then the batch's objects
+            // (some may have been registered before it: released too if nothing holds them, as
+            // a pruning of the registry would).
+            let ids = context.registry.isCurrent(mark) ? [] : batch.map { ($0 as! any ManagedObject).objectID }
+            batch.removeAll(keepingCapacity: true)
+            context.registry.releaseUnused(since: mark, ids: ids)
             self.mark = nil
-        } else if !madeIDs.isEmpty {
-            context.registry.releaseUnused(madeIDs)
+        } else {
+            batch.removeAll(keepingCapacity: true)
+            if !madeIDs.isEmpty { context.registry.releaseUnused(madeIDs) }
         }
+        position = 0
         madeIDs.removeAll(keepingCapacity: true)
     }
 
@@ -212,7 +218,6 @@ final class BatchIteration {
             }
             let object = context.makeObject(id, of: entity, values: values, version: version, exposed: true)
             context.registry.addNew(ObjectContext.Entry(object))
-            madeIDs.append(id)
             batch.append(object)
         }
         if !more { source = nil }
@@ -255,14 +260,7 @@ final class BatchIteration {
         // Left early (a `break`): the statement ends now, and the last batch leaves the
         // context unless held (only on the context's queue, where its registry may be touched).
         if case .cursor(let cursor)? = source { cursor.close() }
-        if context.isPerformingOnCurrentThread {
-            batch.removeAll()
-            if let mark {
-                context.registry.releaseUnused(since: mark, ids: madeIDs)
-            } else {
-                context.registry.releaseUnused(madeIDs)
-            }
-        }
+        if context.isPerformingOnCurrentThread { releaseBatch() }
     }
 }
 
