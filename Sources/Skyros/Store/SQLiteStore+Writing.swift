@@ -65,8 +65,13 @@ extension SQLiteStore {
         var conflicts: [MergeConflict] = []
         var applied: [AppliedUpdate] = []
         applied.reserveCapacity(changes.updated.count)
+        // The UPDATE of each shape (entity, columns changed), made once per change set: a save
+        // of one property of many objects builds one SQL string, not one per object.
+        var updateStatements: [UpdateShape: OpaquePointer] = [:]
+        var updatedTable: TableInfo?
         for update in Self.inKeyOrder(changes.updated) {
-            let table = try tableInfo(update.id.entityName)
+            if updatedTable?.entity.name != update.id.entityName { updatedTable = try tableInfo(update.id.entityName) }
+            guard let table = updatedTable else { continue }
             let indexes = update.changes.keys.sorted().filter { table.entity.properties[$0].hasColumn }
             let check = changes.mergePolicy != .saverWins && update.baseVersion > 0
             if indexes.isEmpty || check {
@@ -84,18 +89,25 @@ extension SQLiteStore {
                     continue
                 }
             }
-            let assignments = indexes.map { "\(SQLBuilder.quote(table.entity.properties[$0].name)) = ?" } + ["\"_version\" = \"_version\" + 1"]
-            let statement = try db.cachedStatement(
-                sql: "UPDATE \(SQLBuilder.quote(table.entity.name)) SET \(assignments.joined(separator: ", ")) WHERE \"_id\" = ? RETURNING \"_version\"")
-            let raw = statement.sqliteStatement
-            sqlite3_reset(raw)
-            var values: [Int: StoredValue] = [:]
-            for (position, index) in indexes.enumerated() {
-                let value = update.changes[index] ?? .null
-                values[index] = value
-                Self.bind(raw, Int32(position + 1), value)
+            let shape = UpdateShape(entityName: table.entity.name, indexes: indexes)
+            let raw: OpaquePointer
+            if let known = updateStatements[shape] {
+                raw = known
+            } else {
+                let assignments = indexes.map { "\(SQLBuilder.quote(table.entity.properties[$0].name)) = ?" } + ["\"_version\" = \"_version\" + 1"]
+                raw = try db.cachedStatement(
+                    sql: "UPDATE \(SQLBuilder.quote(table.entity.name)) SET \(assignments.joined(separator: ", ")) WHERE \"_id\" = ? RETURNING \"_version\""
+                ).sqliteStatement
+                updateStatements[shape] = raw
             }
-            Self.bind(raw, Int32(indexes.count + 1), update.id.uuid.storedValue)
+            sqlite3_reset(raw)
+            for (position, index) in indexes.enumerated() {
+                Self.bind(raw, Int32(position + 1), update.changes[index] ?? .null)
+            }
+            Self.bind(raw, Int32(indexes.count + 1), update.id.uuid)
+            // The values written: usually every change (properties with a column).
+            let values = indexes.count == update.changes.count
+                ? update.changes : update.changes.filter { table.entity.properties[$0.key].hasColumn }
             let version: Int64?
             do {
                 version = try Self.stepReturning(db, raw)
@@ -126,6 +138,12 @@ extension SQLiteStore {
             try Self.stepDone(db, raw)
         }
         return (changes, applied)
+    }
+
+    /// What an UPDATE statement depends on: the table and the columns it sets.
+    private struct UpdateShape: Hashable {
+        var entityName: String
+        var indexes: [Int]
     }
 
     /// A large change set's updates in the order of the tables' primary key (the bytes of the
