@@ -4,8 +4,8 @@ import GRDBSQLite
 import Skyros
 
 /// Hidden suites to run under a profiler (`perf record`, `valgrind --tool=callgrind`):
-/// `skyros-bench profile-insert`, `profile-fetch`, `profile-shared`, `profile-open`,
-/// `profile-migrate` and `profile-schema-json`. They print rates or times, not benchmark rows. `SKYROS_PROFILE_ROUNDS` sets how many times each step runs.
+/// `skyros-bench profile-insert`, `profile-fetch`, `profile-update`, `profile-iterate`,
+/// `profile-shared`, `profile-open`, `profile-migrate` and `profile-schema-json`. They print rates or times, not benchmark rows. `SKYROS_PROFILE_ROUNDS` sets how many times each step runs.
 struct Profile {
     let directory: URL
     var rounds: Int? { Int(ProcessInfo.processInfo.environment["SKYROS_PROFILE_ROUNDS"] ?? "") }
@@ -207,7 +207,8 @@ struct Profile {
                 })
             }
         default:
-            break
+            print("\(side): the store filled, nothing iterated")
+            return
         }
         print("\(side): best of \(rounds) \(Int(best * 1e3)) ms, \(Int(best / Double(rows) * 1e9)) ns per object (checksum \(sum))")
     }

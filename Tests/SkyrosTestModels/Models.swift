@@ -116,3 +116,28 @@ public final class Tag: ManagedObject {
 public let testSchema = Schema([
     User.self, Post.self, Team.self, Player.self, Badge.self, Sample.self, Tag.self, Person.self, Passport.self,
 ])
+
+/// Validation rules, keyed on names no other test uses: a name starting with "INVALID" is
+/// refused (a property rule), "REFUSED" cannot be inserted, "FROZEN" cannot be updated into,
+/// "UNDELETABLE" cannot be deleted (object rules).
+extension Player: ValidatingObject {
+    public enum Rule: Error, Equatable {
+        case invalidName(String), refused, frozen, undeletable
+    }
+
+    public func validateValue(forKey key: String) throws {
+        if key == "name" && name.hasPrefix("INVALID") { throw Rule.invalidName(name) }
+    }
+
+    public func validateForInsert() throws {
+        if name == "REFUSED" { throw Rule.refused }
+    }
+
+    public func validateForUpdate() throws {
+        if name == "FROZEN" { throw Rule.frozen }
+    }
+
+    public func validateForDelete() throws {
+        if name == "UNDELETABLE" { throw Rule.undeletable }
+    }
+}

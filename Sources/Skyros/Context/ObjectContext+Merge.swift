@@ -219,6 +219,8 @@ extension ObjectContext {
             if updated[update.id] == nil && !storage.isInserted {
                 updated[update.id] = object
                 pendingCountByEntity[ObjectIdentifier(storage.entity), default: 0] += 1
+                // The child ran its validation rules; a change of this context's own keeps it unvalidated.
+                storage.changesValidated = true
                 // The changes were made on the child's version: that is what the store checks.
                 if update.baseVersion > 0 { storage.version = update.baseVersion }
             } else if update.baseVersion > 0 && storage.version > 0 {
@@ -237,6 +239,7 @@ extension ObjectContext {
             let object = try lookup(id) ?? makeObject(id, of: try schema.requireEntity(id.entityName), values: nil)
             if object.skyrosStorage.isDeleted { continue }
             markDeleted(object)
+            object.skyrosStorage.changesValidated = true  // by the child
             if inserted[id] == nil && deleted[id] == nil { registry[id] = nil }
         }
     }

@@ -160,6 +160,8 @@ extension ObjectContext {
                 }
             }
         }
+        // The model's own rules, when its classes have any.
+        if schema.hasValidatingEntities { try runValidationRules() }
     }
 
     /// The checks of an inserted or updated object: values that could not be stored, required

@@ -201,6 +201,7 @@ public final class ObjectContext: ObjectStore, @unchecked Sendable, CustomString
         }
         let object = makeObject(id, of: entity, values: values)
         object.skyrosStorage.isInserted = true
+        object.skyrosStorage.changesValidated = true  // a child's insert, validated there
         inserted.appendNew(id, object)  // a row is never also an inserted object
         return object
     }
@@ -402,6 +403,7 @@ public final class ObjectContext: ObjectStore, @unchecked Sendable, CustomString
         let storage = object.skyrosStorage
         precondition(storage.context === self, "Skyros: deleting \(storage.objectID) in a context it does not belong to")
         guard !storage.isDeleted else { return }
+        storage.changesValidated = false
         if storage.isFault && (!storage.entity.relationships.isEmpty || reference.isObserved) { fulfill(storage) }
         var toCascade: [any ManagedObject] = []
         for property in storage.entity.relationships {

@@ -62,6 +62,9 @@ public struct SkyrosError: Error, Sendable, CustomStringConvertible {
         /// A save under the ``MergePolicy/error`` policy updated objects that changed in the
         /// store since they were read; ``SkyrosError/conflicts`` lists them. Nothing was saved.
         public static let mergeConflict = Code(rawValue: "mergeConflict")
+        /// A validation rule of the model refused the save (see ``ValidatingObject``);
+        /// ``SkyrosError/validationFailures`` lists every failure. Nothing was saved.
+        public static let validationFailed = Code(rawValue: "validationFailed")
     }
 
     /// What went wrong, as a matchable code.
@@ -75,6 +78,9 @@ public struct SkyrosError: Error, Sendable, CustomStringConvertible {
     /// The objects the error is about, when it names some: for ``Code/syncRejected``, the
     /// objects of the change set the sync server refused.
     public var objectIDs: [ObjectID] = []
+    /// For ``Code/validationFailed``: every rule that refused the save, with its object and
+    /// property (Core Data's detailed errors).
+    public var validationFailures: [ValidationFailure] = []
 
     /// An error with a code, a message for people, the error that caused it, and for
     /// ``Code/mergeConflict`` the conflicting objects.

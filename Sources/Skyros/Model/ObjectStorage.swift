@@ -31,6 +31,9 @@ public final class ObjectStorage {
     /// The object's version in the store when its values were read (0: unknown, or not
     /// saved yet); updates carry it so that the store can detect conflicts.
     @exclusivity(unchecked) var version: Int64 = 0
+    /// Whether the object's pending change came from a child context's save (which ran its
+    /// validation rules): this context does not run them again. A change made here clears it.
+    @exclusivity(unchecked) var changesValidated = false
     /// Properties changed since the last save (indexes).
     @exclusivity(unchecked) var changed = Set<Int>()  // not `[]`: a literal goes through its initializer for every object made
     /// Values that could not be encoded, reported at save.
@@ -189,6 +192,7 @@ public final class ObjectStorage {
     /// Records a change. Inserted objects are saved whole, so only updates track properties.
     func markChanged(_ index: Int) {
         guard !isDeleted else { return }
+        changesValidated = false
         if let reference = contextReference, reference.isObserved { reference.context?.noteEdit(self, property: index) }
         guard !isInserted else { return }
         if changed.insert(index).inserted, changed.count == 1 { context?.didUpdate(self) }

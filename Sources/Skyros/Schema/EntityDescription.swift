@@ -15,6 +15,8 @@ public final class EntityDescription: @unchecked Sendable, CustomStringConvertib
     public let properties: [PropertyDescription]
     /// Multi-column indexes declared on the entity, as lists of property names.
     public let indexes: [[String]]
+    /// Whether the class has validation rules of its own (``ValidatingObject``).
+    public let isValidating: Bool
     let propertiesByName: [String: PropertyDescription]
     @usableFromInline let codecs: [AnyAttributeCodec]
     let uniqueProperties: [PropertyDescription]
@@ -51,6 +53,7 @@ public final class EntityDescription: @unchecked Sendable, CustomStringConvertib
         self.requiredToOneProperties = toOneProperties.filter(\.isRequired)
         self.relationships = properties.filter(\.isRelationship)
         self.indexes = indexes
+        self.isValidating = type is any ValidatingObject.Type
     }
 
     /// The property with this name.

@@ -23,6 +23,8 @@ public final class Schema: Sendable {
     public let fingerprint: String
     /// Whether any entity has a unique attribute (otherwise saves have nothing to check).
     let hasUniqueAttributes: Bool
+    /// Whether any entity's class has validation rules (``ValidatingObject``).
+    let hasValidatingEntities: Bool
     /// The version of the model, 1 or more: the application raises it when it changes its
     /// entities. Not part of the ``fingerprint``; a shared stack's hello carries it.
     public let version: Int
@@ -47,6 +49,7 @@ public final class Schema: Sendable {
         }
         self.entitiesByName = byName
         hasUniqueAttributes = entities.contains { !$0.uniqueProperties.isEmpty }
+        hasValidatingEntities = entities.contains(where: \.isValidating)
         var inverses: [String: [Int: PropertyDescription]] = [:]
         for entity in entities {
             for index in entity.indexes {
