@@ -341,4 +341,36 @@ struct ContextTests {
         #expect(try store.count(StoreRequest(entityName: "User")) == 2)
         #expect(try store.snapshots(for: [id]).first?.values[handle] == .text("b"))
     }
+
+    @Test("a fault with a pending change keeps it when it is read: a one-to-one taken from a person the context never read stays taken")
+    func faultKeepsPendingChange() throws {
+        let (store, root, main) = try makeStack()
+        let (first, second, passportID) = try main.performAndWait {
+            let first = Person.create(in: main)
+            first.name = "first"
+            let second = Person.create(in: main)
+            second.name = "second"
+            let passport = Passport.create(in: main)
+            passport.number = "A"
+            first.passport = passport
+            try main.save()
+            return (first.objectID, second.objectID, passport.objectID)
+        }
+        try root.performAndWait { try root.save() }
+        let child = ObjectContext(name: "child", parent: root)
+        try child.performAndWait {
+            let passport = try #require(child.object(with: passportID, as: Passport.self))
+            let taker = try #require(child.object(with: second, as: Person.self))
+            // The first person, never read here, is a fault: its passport is cleared on the fault.
+            taker.passport = passport
+            let previous = try #require(child.object(with: first, as: Person.self))
+            #expect(previous.name == "first")  // reading it fills the fault
+            #expect(previous.passport == nil)
+            try child.save()
+        }
+        try root.performAndWait { try root.save() }
+        let column = try #require(testSchema.entity(named: "Person")?.property(named: "passport")?.index)
+        #expect(try store.snapshots(for: [first]).first?.values[column] == .null)
+        #expect(try store.snapshots(for: [second]).first?.values[column] == passportID.uuid.storedValue)
+    }
 }

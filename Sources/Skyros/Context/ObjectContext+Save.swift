@@ -6,8 +6,9 @@ extension ObjectContext {
     ///
     /// Validation failures throw a typed ``SkyrosError`` (``SkyrosError/Code/deleteDenied``,
     /// ``SkyrosError/Code/missingRequiredRelationship``, ``SkyrosError/Code/valueNotStorable``,
-    /// ``SkyrosError/Code/uniqueConstraintViolation``) and change nothing: the context keeps
-    /// its pending changes, the parent is as it was.
+    /// ``SkyrosError/Code/uniqueConstraintViolation``, and for the model's own rules
+    /// ``SkyrosError/Code/validationFailed``: see ``ValidatingObject``) and change nothing: the
+    /// context keeps its pending changes, the parent is as it was.
     public func save() throws {
         try save(keepingObjects: true)
     }

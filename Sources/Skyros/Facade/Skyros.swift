@@ -294,8 +294,8 @@ open class Skyros: @unchecked Sendable {
     /// ``completionQueue``): its changes reach the root context behind their saves, on the
     /// root's queue. Errors also go to ``handleError(_:)``, on ``completionQueue``.
     /// - Throws: the block's error (nothing of it is saved), or the save's
-    ///   (``SkyrosError/Code/uniqueConstraintViolation``, ``SkyrosError/Code/daemonUnavailable``, …),
-    ///   after which nothing of the write is stored.
+    ///   (``SkyrosError/Code/uniqueConstraintViolation``, ``SkyrosError/Code/validationFailed``,
+    ///   ``SkyrosError/Code/daemonUnavailable``, …), after which nothing of the write is stored.
     public func writeAndWait(_ changes: (ObjectContext) throws -> Void) throws {
         let stack = current
         let scratch = scratchContext(stack)

@@ -28,12 +28,12 @@ public final class ObjectStorage {
     @exclusivity(unchecked) var isDeleted = false
     /// Whether user code may hold the object (then it stays registered after a save).
     @exclusivity(unchecked) var isExposed = false
-    /// The object's version in the store when its values were read (0: unknown, or not
-    /// saved yet); updates carry it so that the store can detect conflicts.
-    @exclusivity(unchecked) var version: Int64 = 0
     /// Whether the object's pending change came from a child context's save (which ran its
     /// validation rules): this context does not run them again. A change made here clears it.
     @exclusivity(unchecked) var changesValidated = false
+    /// The object's version in the store when its values were read (0: unknown, or not
+    /// saved yet); updates carry it so that the store can detect conflicts.
+    @exclusivity(unchecked) var version: Int64 = 0
     /// Properties changed since the last save (indexes).
     @exclusivity(unchecked) var changed = Set<Int>()  // not `[]`: a literal goes through its initializer for every object made
     /// Values that could not be encoded, reported at save.
@@ -152,8 +152,17 @@ public final class ObjectStorage {
 
     /// Gives the object the values and version of its row, read from the parent: a fault
     /// is fulfilled, a refreshed object is up to date again.
+    /// A fault can carry pending changes (a to-one set or cleared on it by the other side of a
+    /// one-to-one, or by a delete's nullify, without its values being read): they stay over
+    /// the row's values.
     func fill(_ values: StoredValues, version: Int64) {
-        self.values = values
+        if changed.isEmpty {
+            self.values = values
+        } else {
+            var merged = values
+            for index in changed { merged[index] = self.values[index] }
+            self.values = merged
+        }
         self.version = version
         isFault = false
     }

@@ -33,6 +33,24 @@ import Foundation
 /// failure (the object, the property, the error thrown), and nothing is saved: the context
 /// keeps its changes. On a shared stack the rules run in the saving process; the daemon never
 /// sees a change set that failed them.
+///
+/// Where this differs from Core Data:
+/// - A change is validated once, in the context where it was made; a parent context does not
+///   run the rules again when a child saves into it (Core Data validates at every level). A
+///   rule spanning several objects changed by different writes sees each write alone.
+/// - ``validateValue(forKey:)`` reads the value from the object (there is no proposed value to
+///   replace); an update checks the properties it changed, not every property; there is no
+///   `super` to call.
+/// - A to-many relationship is derived from the to-one on its other side: adding an object to
+///   it changes that object (whose rules run), not the relationship's owner.
+/// - ``validateForDelete()`` runs after the delete rules were applied: the object's to-many
+///   relationships read empty by then. "Cannot be deleted while it has …" is a `.deny` delete
+///   rule (``SkyrosError/Code/deleteDenied``).
+/// - A built-in check that fails throws its own code before any rule runs.
+/// - Batch operations (`batchUpdate`, `batchDelete`) change rows without objects: no rule runs.
+///
+/// Rules must not change, insert or delete objects: what they change is saved without being
+/// checked (Core Data gives the same warning).
 public protocol ValidatingObject: ManagedObject {
     /// Checks the value of one property (by name) as the object holds it now; throws to
     /// refuse the save.
