@@ -117,10 +117,12 @@ struct ContentionBenchmark {
         let go = directory.appendingPathComponent("go-\(role)-\(count)").path
         var cpuBefore = (0.0, 0.0)
         let outputs = try FloodBenchmark.launch(Array(repeating: role, count: count), target: target, go: go, seconds: seconds) {
-            cpuBefore = (cpuSeconds(RUSAGE_SELF.rawValue), cpuSeconds(RUSAGE_CHILDREN.rawValue))
+            cpuBefore = (Self.cpuSeconds(RUSAGE_SELF.rawValue), Self.cpuSeconds(RUSAGE_CHILDREN.rawValue))
         }
         var result = Result(rate: 0, latencies: [])
+        var loopCPU = 0.0
         for output in outputs {
+            loopCPU += FloodBenchmark.numbers(after: "CPU ", in: output).first ?? 0
             // A client that reports nothing fails the run: dropping it would flatter the rate.
             let numbers = try FloodBenchmark.reported(after: "RESULT ", in: output, by: role)
             let saves = numbers[0]
@@ -129,10 +131,10 @@ struct ContentionBenchmark {
         }
         if ProcessInfo.processInfo.environment["SKYROS_BENCH_CPU"] != nil {
             let saves = result.rate * seconds
-            let daemon = (cpuSeconds(RUSAGE_SELF.rawValue) - cpuBefore.0) / saves * 1e6
-            let clients = (cpuSeconds(RUSAGE_CHILDREN.rawValue) - cpuBefore.1) / saves * 1e6
+            let daemon = (Self.cpuSeconds(RUSAGE_SELF.rawValue) - cpuBefore.0) / saves * 1e6
+            let clients = (Self.cpuSeconds(RUSAGE_CHILDREN.rawValue) - cpuBefore.1) / saves * 1e6
             FileHandle.standardError.write(Data(
-                "\(role) ×\(count): CPU per save: this process \(Int(daemon)) µs, clients \(Int(clients)) µs\n".utf8))
+                "\(role) ×\(count): CPU per save: this process \(Int(daemon)) µs, clients \(Int(clients)) µs (\(Int(loopCPU / saves * 1e6)) µs in the loop, without start-up)\n".utf8))
         }
         return result
     }
@@ -141,7 +143,7 @@ struct ContentionBenchmark {
         samples.isEmpty ? 0 : samples.reduce(0, +) / Double(samples.count)
     }
 
-    private func cpuSeconds(_ who: __rusage_who_t) -> Double {
+    private static func cpuSeconds(_ who: __rusage_who_t) -> Double {
         var usage = rusage()
         getrusage(who, &usage)
         return Double(usage.ru_utime.tv_sec + usage.ru_stime.tv_sec)
@@ -160,6 +162,7 @@ struct ContentionBenchmark {
         print("READY")
         fflush(nil)
         waitForGo(go)
+        let cpuAtGo = processCPUSeconds()
         var latencies: [Double] = []
         let end = Clock.now() + UInt64(seconds * 1e9)
         var index = 0
@@ -169,8 +172,14 @@ struct ContentionBenchmark {
             latencies.append(Double(Clock.now() - start) / 1000)
             index += 1
         }
+        // The processor time of the loop alone (all threads: the event thread's merges too),
+        // without the process's start-up (SKYROS_BENCH_CPU's "in the loop" figure).
+        print("CPU \(processCPUSeconds() - cpuAtGo)")
         print("RESULT \(latencies.count) " + latencies.map { String(Int($0)) }.joined(separator: " "))
     }
+
+    /// This process's user and system time so far, every thread, in seconds.
+    static func processCPUSeconds() -> Double { cpuSeconds(RUSAGE_SELF.rawValue) }
 
     /// A client of the daemon: one-object writes, each waited for with `writeAndWait` (the
     /// API for a thread that waits for durability); with SKYROS_BENCH_WRITESYNC set, with
