@@ -187,19 +187,19 @@ final class BatchIteration {
     /// Lets go of the current batch: the objects it registered leave the context unless
     /// something else holds them or they have changes.
     private func releaseBatch() {
+        // A cursor's batch needs identifiers only when the registry was indexed meanwhile: then
+        // the batch's objects (some may have been registered before it: released too if nothing
+        // holds them, as a pruning of the registry would).
+        var ids: [ObjectID] = []
+        if let mark, !context.registry.isCurrent(mark) { ids = batch.map { ($0 as! any ManagedObject).objectID } }
+        batch.removeAll(keepingCapacity: true)
+        position = 0
         if let mark {
-            // Identifiers only when the registry was indexed meanwhile: then the batch's objects
-            // (some may have been registered before it: released too if nothing holds them, as
-            // a pruning of the registry would).
-            let ids = context.registry.isCurrent(mark) ? [] : batch.map { ($0 as! any ManagedObject).objectID }
-            batch.removeAll(keepingCapacity: true)
             context.registry.releaseUnused(since: mark, ids: ids)
             self.mark = nil
-        } else {
-            batch.removeAll(keepingCapacity: true)
-            if !madeIDs.isEmpty { context.registry.releaseUnused(madeIDs) }
+        } else if !madeIDs.isEmpty {
+            context.registry.releaseUnused(madeIDs)
         }
-        position = 0
         madeIDs.removeAll(keepingCapacity: true)
     }
 

@@ -106,15 +106,22 @@ extension ObjectContext {
         func check(_ object: any ManagedObject, _ property: String?, _ rule: () throws -> Void) {
             do { try rule() } catch { failures.append(ValidationFailure(objectID: object.objectID, property: property, error: error)) }
         }
-        for object in inserted.values {
+        /// The object's rules, when its entity has some and its change was made here.
+        func rules(_ object: any ManagedObject) -> (any ValidatingObject)? {
             let storage = object.skyrosStorage
-            guard storage.entity.isValidating, !storage.changesValidated, let rules = object as? any ValidatingObject else { continue }
-            for property in storage.entity.properties { check(object, property.name) { try rules.validateValue(forKey: property.name) } }
+            guard storage.entity.isValidating, !storage.changesValidated else { return nil }
+            return object as? any ValidatingObject
+        }
+        for object in inserted.values {
+            guard let rules = rules(object) else { continue }
+            for property in object.skyrosStorage.entity.properties {
+                check(object, property.name) { try rules.validateValue(forKey: property.name) }
+            }
             check(object, nil) { try rules.validateForInsert() }
         }
         for object in updated.values {
+            guard let rules = rules(object) else { continue }
             let storage = object.skyrosStorage
-            guard storage.entity.isValidating, !storage.changesValidated, let rules = object as? any ValidatingObject else { continue }
             for index in storage.changed.sorted() {
                 let name = storage.entity.properties[index].name
                 check(object, name) { try rules.validateValue(forKey: name) }
@@ -122,8 +129,7 @@ extension ObjectContext {
             check(object, nil) { try rules.validateForUpdate() }
         }
         for object in deleted.values {
-            let storage = object.skyrosStorage
-            guard storage.entity.isValidating, !storage.changesValidated, let rules = object as? any ValidatingObject else { continue }
+            guard let rules = rules(object) else { continue }
             check(object, nil) { try rules.validateForDelete() }
         }
         guard !failures.isEmpty else { return }
