@@ -14,6 +14,8 @@
 //   `digest-<index>`.
 // - `watcher <container> <name>`: holds every Tag in its main context, prints "READY", waits
 //   for `check-<name>` and writes what it holds to `digest-<name>`.
+// - `rename-user <container> <handle> <firstname>`: sets that user's firstname through the
+//   daemon, prints "RENAMED" once it is durable.
 // - `big-save <container> <count>`: prints "SAVING" and saves <count> users in one change set.
 // - `read-flood <container>`: prints "READY", then fetches every user in a loop until the
 //   file `stop-flood` appears in the container (60 s at most); prints "READS <n>".
@@ -149,6 +151,16 @@ case "write-via-shared":
     // Inserts one user through the daemon and exits once it is durable.
     let store = try Skyros(sharedStack: testSchema, container: URL(fileURLWithPath: arguments[2]))
     try await store.write { context in User.create(in: context).handle = "control" }
+case "rename-user":
+    // `rename-user <container> <handle> <firstname>`: sets the firstname of the user with that
+    // handle through the daemon and exits once it is durable.
+    let store = try Skyros(sharedStack: testSchema, container: URL(fileURLWithPath: arguments[2]))
+    let handle = arguments[3]
+    let firstname = arguments[4]
+    try store.writeAndWait { context in
+        try User.first(where: #Predicate { $0.handle == handle }, in: context)?.firstname = firstname
+    }
+    print("RENAMED")
 case "shared-read":
     // Reads only: counts, fetches and faults, then exits.
     let store = try Skyros(sharedStack: testSchema, container: URL(fileURLWithPath: arguments[2]))

@@ -207,6 +207,8 @@ extension ObjectContext {
             added += 1
         }
         if let entity, added > 0 { pendingCountByEntity[ObjectIdentifier(entity), default: 0] += added }
+        let undo = reference.undoManager != nil
+        if undo { recordChildInserts(changes.inserted.map(\.id)) }
         for update in changes.updated {
             if var values = insertedRows[update.id] {
                 for (index, value) in update.changes { values[index] = value }
@@ -227,6 +229,7 @@ extension ObjectContext {
                 storage.version = min(storage.version, update.baseVersion)
             }
             for (index, value) in update.changes {
+                if undo { recordValueChange(storage, index: index, newValue: value, object: object) }
                 storage.values[index] = value
                 if !storage.isInserted { storage.changed.insert(index) }
             }

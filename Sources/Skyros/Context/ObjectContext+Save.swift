@@ -136,6 +136,7 @@ extension ObjectContext {
             object.skyrosStorage.context = nil
         }
         clearPendingChanges()
+        saveGeneration &+= 1
     }
 
     // MARK: - Validation

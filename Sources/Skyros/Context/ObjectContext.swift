@@ -87,6 +87,9 @@ public final class ObjectContext: ObjectStore, @unchecked Sendable, CustomString
     /// The entity of the last insert, known to be of this context's schema.
     @exclusivity(unchecked) var lastInsertedEntity: ObjectIdentifier?
     @exclusivity(unchecked) var pendingCountByEntity: [ObjectIdentifier: Int] = [:]
+    /// The number of this context's saves: an undo step recorded before the last one is
+    /// saved already (see ``UndoManager``).
+    @exclusivity(unchecked) var saveGeneration: UInt64 = 0
 
     // Observation (queue-confined; see ObjectContext+Changes.swift).
     /// The did-change observers, in registration order.
@@ -145,6 +148,7 @@ public final class ObjectContext: ObjectStore, @unchecked Sendable, CustomString
             PerformingContexts.push(self)
             defer {
                 if reference.isObserved && !unprocessedEdits.isEmpty { processPendingChanges() }
+                if let undo = reference.undoManager { undo.endOfBlock() }
                 PerformingContexts.pop()
             }
             do { result = try block() } catch { failure = error }
@@ -159,6 +163,7 @@ public final class ObjectContext: ObjectStore, @unchecked Sendable, CustomString
             PerformingContexts.push(self)
             defer {
                 if reference.isObserved && !unprocessedEdits.isEmpty { processPendingChanges() }
+                if let undo = reference.undoManager { undo.endOfBlock() }
                 PerformingContexts.pop()
             }
             block()
@@ -321,6 +326,7 @@ public final class ObjectContext: ObjectStore, @unchecked Sendable, CustomString
 
     func markInserted(_ object: any ManagedObject) {
         let storage = object.skyrosStorage
+        if reference.undoManager != nil { recordMembership(object, from: .gone, to: .inserted) }
         storage.isInserted = true
         inserted.appendNew(storage.objectID, object)  // a new object: its identifier is new
         adjustPending(storage.entity, 1)
@@ -330,6 +336,12 @@ public final class ObjectContext: ObjectStore, @unchecked Sendable, CustomString
     func markDeleted(_ object: any ManagedObject) {
         let storage = object.skyrosStorage
         let id = storage.objectID
+        if reference.undoManager != nil {
+            // Undoing the deletion once it is saved inserts the object again: it needs its values.
+            if storage.isFault { fulfill(storage) }
+            let state = membership(of: storage)
+            recordMembership(object, from: state, to: storage.isInserted ? .gone : .deleted)
+        }
         if reference.isObserved { noteEdit(id, object: object, deleted: true) }
         if updated.removeValue(forKey: id) != nil { adjustPending(storage.entity, -1) }
         if storage.isInserted {
@@ -488,6 +500,7 @@ public final class ObjectContext: ObjectStore, @unchecked Sendable, CustomString
         registry = Registry()
         mergedRows.removeAll()
         clearPendingChanges()
+        reference.undoManager?.removeAllActions()
         announceReload()
     }
 
@@ -507,6 +520,7 @@ public final class ObjectContext: ObjectStore, @unchecked Sendable, CustomString
             storage.isFault = true
         }
         clearPendingChanges()
+        reference.undoManager?.removeAllActions()
         announceReload()
     }
 

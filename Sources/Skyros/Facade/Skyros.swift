@@ -312,6 +312,32 @@ open class Skyros: @unchecked Sendable {
         }
     }
 
+    /// Saves the changes made in the main context itself — edits made there directly, an
+    /// ``UndoManager/undo()`` or ``UndoManager/redo()`` — all the way to the store, and
+    /// returns once they are durable: ``writeAndWait(_:)`` without a scratch context.
+    ///
+    /// ```swift
+    /// store.mainContext.undoManager?.undo()
+    /// try store.saveMainContext()
+    /// ```
+    ///
+    /// Does nothing when the main context has no changes (writes save their own). On failure
+    /// the main context's changes are discarded (and its undo steps with them, as a rollback
+    /// does) and nothing of them is stored.
+    /// - Throws: the save's error (``SkyrosError/Code/validationFailed``,
+    ///   ``SkyrosError/Code/uniqueConstraintViolation``, ``SkyrosError/Code/daemonUnavailable``, …).
+    public func saveMainContext() throws {
+        let stack = current
+        inFlight.enter()
+        defer { inFlight.leave() }
+        var failure = saveMain(stack)
+        if failure == nil { failure = stack.root.performAndWait { saveRoot(stack) } }
+        if let failure {
+            completionQueue.async { [self] in handleError(failure) }
+            throw failure
+        }
+    }
+
     private final class ResultBox<T>: @unchecked Sendable {
         var value: T?
     }

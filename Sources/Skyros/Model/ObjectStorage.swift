@@ -91,6 +91,9 @@ public final class ObjectStorage {
 
     @usableFromInline
     func recordValueError(_ error: any Error, at index: Int) {
+        if let reference = contextReference, reference.undoManager != nil, !isDeleted {
+            reference.context?.recordValueChange(self, index: index, newValue: values[index])
+        }
         valueErrors[index] = entity.valueError(error, at: index)
         markChanged(index)
     }
@@ -194,6 +197,9 @@ public final class ObjectStorage {
 
     @usableFromInline
     func setStored(_ stored: StoredValue, at index: Int) {
+        if let reference = contextReference, reference.undoManager != nil, !isDeleted {
+            reference.context?.recordValueChange(self, index: index, newValue: stored)
+        }
         values[index] = stored
         markChanged(index)
     }
@@ -216,6 +222,8 @@ final class ContextReference {
     weak var context: ObjectContext?
     /// Whether the context has did-change observers (then edits are recorded for them).
     var isObserved = false
+    /// The context's undo manager, if any (then changes are recorded for it).
+    var undoManager: UndoManager?
 }
 
 /// `SKYROS_CONCURRENCY_DEBUG=1`: trap when a managed object is touched off its context's queue.
