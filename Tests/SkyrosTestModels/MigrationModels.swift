@@ -131,3 +131,17 @@ public enum MigrationModels {
         }
     }
 }
+
+// MARK: - Before a many-to-many
+
+/// `Article` and `Keyword` of `linkSchema`, before their many-to-many relationship.
+@Entity(name: "Article") public final class ArticleV1 {
+    public var title: String = ""
+}
+
+@Entity(name: "Keyword") public final class KeywordV1 {
+    @Attribute(.unique) public var name: String = ""
+}
+
+/// `linkSchema`'s entities at version 1: no relationship yet.
+public let unlinkedSchema = Schema([ArticleV1.self, KeywordV1.self, Playlist.self, Song.self], version: 1)

@@ -141,3 +141,30 @@ extension Player: ValidatingObject {
         if name == "UNDELETABLE" { throw Rule.undeletable }
     }
 }
+
+// MARK: - Many-to-many
+
+/// A many-to-many with nullify on both sides; the inverse named on one side (SwiftData's way).
+@Entity public final class Article {
+    public var title: String = ""
+    @Relationship(inverse: \Keyword.articles) public var keywords: [Keyword] = []
+}
+
+@Entity public final class Keyword {
+    @Attribute(.unique) public var name: String = ""
+    public var articles: [Article] = []
+}
+
+/// A many-to-many with cascade on one side and deny on the other.
+@Entity public final class Playlist {
+    public var name: String = ""
+    @Relationship(deleteRule: .cascade, inverse: \Song.playlists) public var songs: [Song] = []
+}
+
+@Entity public final class Song {
+    public var title: String = ""
+    @Relationship(deleteRule: .deny) public var playlists: [Playlist] = []
+}
+
+/// The schema of the many-to-many tests.
+public let linkSchema = Schema([Article.self, Keyword.self, Playlist.self, Song.self])

@@ -188,6 +188,66 @@ struct UndoTests {
         }
     }
 
+    @Test("a one-to-one moved off an object never read comes back whole: the unread side's old value is its stored one, not a fault's placeholder", arguments: [StoreKind.sqlite, .shared])
+    func oneToOneOffAFault(kind: StoreKind) throws {
+        let stack = try TestStack(kind)
+        try stack.store.writeAndWait { context in
+            let person = Person.create(in: context)
+            person.name = "holder"
+            let first = Passport.create(in: context)
+            first.number = "A"
+            person.passport = first
+            Passport.create(in: context).number = "B"
+        }
+        let main = stack.store.mainContext
+        main.performAndWait { main.reset() }  // passport A is only ever a fault here
+        let undo = UndoManager()
+        main.undoManager = undo
+        try main.performAndWait {
+            let person = try #require(try Person.first(in: main))
+            person.passport = try Passport.first(where: #Predicate { $0.number == "B" }, in: main)
+        }
+        try stack.store.saveMainContext()
+        undo.undo()
+        try stack.store.saveMainContext()
+        let fresh = ObjectContext(name: "fresh", parent: stack.store.store)
+        try fresh.performAndWait { () throws in
+            let holders = try Passport.all(in: fresh).map { "\($0.number)=\($0.holder?.name ?? "-")" }.sorted()
+            #expect(holders == ["A=holder", "B=-"])
+            #expect(try Person.first(in: fresh)?.passport?.number == "A")
+        }
+    }
+
+    @Test("undoing an unsaved edit shows what another process saved meanwhile, not the value from before the edit")
+    func undoToSavedTakesMergedValue() async throws {
+        let (stack, undo) = try undoableStack(.shared)
+        let container = try #require(stack.daemon).container.url
+        try stack.store.writeAndWait { context in
+            let user = User.create(in: context)
+            user.handle = "ada"
+            user.firstname = "Ada"
+        }
+        let main = stack.store.mainContext
+        try main.performAndWait { try #require(try User.first(in: main)).firstname = "Pending" }
+        let changes = stack.store.changes
+        let child = try ChildProcess(["rename-user", container.path, "ada", "Theirs"])
+        #expect(child.wait(seconds: 30) == .exited(0))
+        let merged = Task {
+            for await change in changes where !change.updated.isEmpty { return true }
+            return false
+        }
+        let timeout = Task {
+            try? await Task.sleep(for: .seconds(10))
+            merged.cancel()
+        }
+        #expect(await merged.value)
+        timeout.cancel()
+        #expect(try mainUsers(stack) == ["Pending  0"], "an unsaved edit stays over a merged change")
+        undo.undo()
+        #expect(try mainUsers(stack) == ["Theirs  0"])
+        main.performAndWait { #expect(!main.hasChanges) }
+    }
+
     @Test("explicit groups, limits, names, and what empties the stacks")
     func groupingAndLimits() throws {
         let (stack, undo) = try undoableStack(.inMemory)

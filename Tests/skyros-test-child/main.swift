@@ -16,6 +16,8 @@
 //   for `check-<name>` and writes what it holds to `digest-<name>`.
 // - `rename-user <container> <handle> <firstname>`: sets that user's firstname through the
 //   daemon, prints "RENAMED" once it is durable.
+// - `link-keywords <container> <article> [+keyword|-keyword]…`: links and unlinks keywords
+//   of an article of `linkSchema` in one write through the daemon; prints "LINKED".
 // - `big-save <container> <count>`: prints "SAVING" and saves <count> users in one change set.
 // - `read-flood <container>`: prints "READY", then fetches every user in a loop until the
 //   file `stop-flood` appears in the container (60 s at most); prints "READS <n>".
@@ -161,6 +163,22 @@ case "rename-user":
         try User.first(where: #Predicate { $0.handle == handle }, in: context)?.firstname = firstname
     }
     print("RENAMED")
+case "link-keywords":
+    // `link-keywords <container> <article> [+keyword|-keyword]…`: links (+) and unlinks (-)
+    // keywords of the article with that title (linkSchema) in one write through the daemon.
+    let store = try Skyros(sharedStack: linkSchema, container: URL(fileURLWithPath: arguments[2]))
+    let title = arguments[3]
+    try store.writeAndWait { context in
+        guard let article = try Article.first(where: #Predicate { $0.title == title }, in: context) else { return }
+        var keywords = article.keywords
+        for edit in arguments.dropFirst(4) {
+            let name = String(edit.dropFirst())
+            guard let keyword = try Keyword.first(where: #Predicate { $0.name == name }, in: context) else { continue }
+            if edit.hasPrefix("+") { keywords.append(keyword) } else { keywords.removeAll { $0 === keyword } }
+        }
+        article.keywords = keywords
+    }
+    print("LINKED")
 case "shared-read":
     // Reads only: counts, fetches and faults, then exits.
     let store = try Skyros(sharedStack: testSchema, container: URL(fileURLWithPath: arguments[2]))

@@ -109,6 +109,8 @@ extension ObjectContext {
     /// refused it: they are ahead of the store (objects with changes here keep them). What
     /// observers were shown of that save is not in the store: they start over.
     func forgetRefusedSave(touching ids: [ObjectID]) {
+        // Undo steps may name objects as saved that the store never had (or still has).
+        recorder?.removeAllActions()
         for id in ids {
             guard let object = lookup(id), !object.hasChanges else { continue }
             registry[id] = nil
@@ -189,11 +191,13 @@ extension ObjectContext {
         let fresh = insertedRows.isEmpty
         var entity: EntityDescription?
         var added = 0
+        let relinks = !deleted.isEmpty && !schema.linkEntityNames.isEmpty
         for snapshot in changes.inserted {
             if let existing = inserted[snapshot.id] {  // no lookup (nor index) while nothing is inserted here
                 existing.skyrosStorage.values = snapshot.values
                 continue
             }
+            if relinks && withdrawRemovedLink(snapshot.id) { continue }
             if entity?.name != snapshot.id.entityName {
                 if let entity, added > 0 { pendingCountByEntity[ObjectIdentifier(entity), default: 0] += added }
                 added = 0
@@ -207,7 +211,7 @@ extension ObjectContext {
             added += 1
         }
         if let entity, added > 0 { pendingCountByEntity[ObjectIdentifier(entity), default: 0] += added }
-        let undo = reference.undoManager != nil
+        let undo = recorder?.isRecording == true
         if undo { recordChildInserts(changes.inserted.map(\.id)) }
         for update in changes.updated {
             if var values = insertedRows[update.id] {
@@ -234,12 +238,24 @@ extension ObjectContext {
                 if !storage.isInserted { storage.changed.insert(index) }
             }
         }
+        // Undoing a deletion once it is saved inserts the object again: recorded, the objects
+        // deleted that this context has not read are read first, in one request.
+        var deletedRows: [ObjectID: Snapshot] = [:]
+        if undo && !changes.deleted.isEmpty {
+            let unread = changes.deleted.filter { id in lookup(id)?.skyrosStorage.isFault ?? (insertedRows[id] == nil) }
+            if !unread.isEmpty { for row in try parent.snapshots(for: unread) { deletedRows[row.id] = row } }
+        }
         for id in changes.deleted {
             if insertedRows.removeValue(forKey: id) != nil, let entity = schema.entity(named: id.entityName) {
                 pendingCountByEntity[ObjectIdentifier(entity), default: 0] -= 1
                 continue
             }
-            let object = try lookup(id) ?? makeObject(id, of: try schema.requireEntity(id.entityName), values: nil)
+            if let row = deletedRows[id], let storage = lookup(id)?.skyrosStorage, storage.isFault {
+                storage.fill(row.values, version: row.version)
+            }
+            let object = try lookup(id) ?? makeObject(
+                id, of: try schema.requireEntity(id.entityName), values: deletedRows[id]?.values,
+                version: deletedRows[id]?.version ?? 0)
             if object.skyrosStorage.isDeleted { continue }
             markDeleted(object)
             object.skyrosStorage.changesValidated = true  // by the child

@@ -6,7 +6,7 @@ extension ObjectContext {
     /// The context's undo manager: nil (the default) records nothing. Setting one makes the
     /// changes from then on undoable; a manager serves one context. Thread-safe.
     public var undoManager: UndoManager? {
-        get { performAndWait { reference.undoManager } }
+        get { performAndWait { recorder } }
         set {
             performAndWait {
                 if let newValue {
@@ -15,11 +15,12 @@ extension ObjectContext {
                         "Skyros: an UndoManager serves one context; make another for \(name)")
                     newValue.context = self
                 }
-                if let old = reference.undoManager, old !== newValue {
+                if let old = recorder, old !== newValue {
                     old.removeAllActions()
                     old.context = nil
                 }
-                reference.undoManager = newValue
+                recorder = newValue
+                reference.isUndoable = newValue != nil
             }
         }
     }
@@ -31,9 +32,14 @@ extension ObjectContext {
     func recordValueChange(
         _ storage: ObjectStorage, index: Int, newValue: StoredValue, object known: (any ManagedObject)? = nil
     ) {
-        guard let undo = reference.undoManager, undo.isRecording, !storage.isDeleted,
+        guard let undo = recorder, undo.isRecording, !storage.isDeleted,
             let object = known ?? lookup(storage.objectID), object.skyrosStorage === storage
         else { return }
+        // A fault's values are placeholders, not what an undo should put back.
+        if storage.isFault {
+            fulfill(storage)
+            guard storage.context === self else { return }
+        }
         if registry[storage.objectID] == nil && !storage.isInserted { register(object) }
         undo.record(.value(
             object, index: index, value: storage.values[index], error: storage.valueErrors[index],
@@ -42,7 +48,7 @@ extension ObjectContext {
 
     /// Before an object goes from `state` to `next` (inserted, deleted, restored): records the way back.
     func recordMembership(_ object: any ManagedObject, from state: Membership, to next: Membership) {
-        guard let undo = reference.undoManager, undo.isRecording else { return }
+        guard let undo = recorder, undo.isRecording else { return }
         undo.record(.membership(object, state: state, expected: next, generation: saveGeneration))
     }
 
@@ -88,7 +94,7 @@ extension ObjectContext {
         guard storage.context === self, !storage.isDeleted, index < storage.values.count,
             StoredValue.isIdentical(storage.values[index], expected)
         else { return }
-        reference.undoManager?.record(.value(
+        recorder?.record(.value(
             current, index: index, value: storage.values[index], error: storage.valueErrors[index],
             changed: storage.changed.contains(index), expected: value, generation: saveGeneration))
         storage.values[index] = value
@@ -97,6 +103,35 @@ extension ObjectContext {
             storage.markChanged(index)
         } else {
             unmarkChanged(storage, index)
+            undoneToSaved?[storage.objectID] = current
+        }
+    }
+
+    /// Before an undo or redo step: starts collecting the objects it brings back to their
+    /// saved state.
+    func beginUndoStep() { undoneToSaved = [:] }
+
+    /// After an undo or redo step: the objects it brought back to their saved state take the
+    /// parent's current values for the properties they have no pending change of. While they
+    /// had pending changes, other processes' changes of those properties were not merged
+    /// into them (see ``takeValues(_:of:)``): the values the step put back may be older.
+    func endUndoStep() {
+        guard let objects = undoneToSaved else { return }
+        undoneToSaved = nil
+        let ids = objects.compactMap { id, object -> ObjectID? in
+            let storage = object.skyrosStorage
+            return storage.context === self && !storage.isInserted && !storage.isDeleted && !storage.isFault ? id : nil
+        }
+        guard !ids.isEmpty, let snapshots = try? parent.snapshots(for: ids) else { return }
+        for snapshot in snapshots {
+            guard let storage = objects[snapshot.id]?.skyrosStorage else { continue }
+            for index in storage.values.indices
+            where index < snapshot.values.count && !storage.changed.contains(index)
+                && storage.entity.properties[index].hasColumn
+            {
+                storage.values[index] = snapshot.values[index]
+            }
+            if storage.changed.isEmpty { storage.version = snapshot.version }
         }
     }
 
@@ -135,7 +170,7 @@ extension ObjectContext {
             storage.changed = []
             markInserted(object)
             register(object)
-            if reference.isObserved { noteRestored(id, object) }
+            if reference.isObserved { noteRestored(id, object, reinserted: true) }
         case (false, _):  // a pending insert withdrawn, or a deletion
             markDeleted(object)
             if !inStore, registry[id]?.object === object { registry[id] = nil }
@@ -143,7 +178,7 @@ extension ObjectContext {
     }
 
     /// Withdraws a pending deletion: the object is back with the pending changes it had.
-    private func restoreDeleted(_ object: any ManagedObject, changed: Set<Int>) {
+    func restoreDeleted(_ object: any ManagedObject, changed: Set<Int>) {
         let storage = object.skyrosStorage
         let id = storage.objectID
         guard deleted.removeValue(forKey: id) != nil else { return }
@@ -156,20 +191,24 @@ extension ObjectContext {
             adjustPending(storage.entity, 1)
         }
         if registry[id] == nil { register(object) }
-        if reference.isObserved { noteRestored(id, object) }
+        if reference.isObserved { noteRestored(id, object, reinserted: false) }
+        undoneToSaved?[id] = object
     }
 
-    /// An object whose deletion was undone: observers see it inserted again.
-    private func noteRestored(_ id: ObjectID, _ object: any ManagedObject) {
+    /// An object whose deletion was undone. Observers that were told of the deletion see it
+    /// inserted again; for those that were not (edits not processed yet), nothing happened.
+    /// The next save announces an insert only when the object is inserted again
+    /// (`reinserted`: its deletion was saved), not for a withdrawn pending deletion.
+    private func noteRestored(_ id: ObjectID, _ object: any ManagedObject, reinserted: Bool) {
         guard applyingChildSave == 0 else { return }
-        func restored(_ edit: LocalEdit?) -> LocalEdit {
-            var edit = edit ?? LocalEdit()
-            edit.object = object
-            edit.deleted = false
-            edit.inserted = true
-            return edit
-        }
-        unprocessedEdits[id] = restored(unprocessedEdits[id])
-        unsavedEdits[id] = restored(unsavedEdits[id])
+        var unprocessed = unprocessedEdits[id] ?? LocalEdit()
+        unprocessed.object = object
+        if unprocessed.deleted { unprocessed.deleted = false } else { unprocessed.inserted = true }
+        unprocessedEdits[id] = unprocessed
+        var unsaved = unsavedEdits[id] ?? LocalEdit()
+        unsaved.object = object
+        unsaved.deleted = false
+        unsaved.inserted = reinserted
+        unsavedEdits[id] = unsaved
     }
 }

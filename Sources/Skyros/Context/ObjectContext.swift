@@ -87,6 +87,10 @@ public final class ObjectContext: ObjectStore, @unchecked Sendable, CustomString
     /// The entity of the last insert, known to be of this context's schema.
     @exclusivity(unchecked) var lastInsertedEntity: ObjectIdentifier?
     @exclusivity(unchecked) var pendingCountByEntity: [ObjectIdentifier: Int] = [:]
+    /// The context's undo manager (``undoManager``), held here: its steps hold objects.
+    @exclusivity(unchecked) var recorder: UndoManager?
+    /// During an undo or redo step: the objects it brought back to their saved state.
+    @exclusivity(unchecked) var undoneToSaved: [ObjectID: any ManagedObject]?
     /// The number of this context's saves: an undo step recorded before the last one is
     /// saved already (see ``UndoManager``).
     @exclusivity(unchecked) var saveGeneration: UInt64 = 0
@@ -148,7 +152,7 @@ public final class ObjectContext: ObjectStore, @unchecked Sendable, CustomString
             PerformingContexts.push(self)
             defer {
                 if reference.isObserved && !unprocessedEdits.isEmpty { processPendingChanges() }
-                if let undo = reference.undoManager { undo.endOfBlock() }
+                if let recorder { recorder.endOfBlock() }
                 PerformingContexts.pop()
             }
             do { result = try block() } catch { failure = error }
@@ -163,7 +167,7 @@ public final class ObjectContext: ObjectStore, @unchecked Sendable, CustomString
             PerformingContexts.push(self)
             defer {
                 if reference.isObserved && !unprocessedEdits.isEmpty { processPendingChanges() }
-                if let undo = reference.undoManager { undo.endOfBlock() }
+                if let recorder { recorder.endOfBlock() }
                 PerformingContexts.pop()
             }
             block()
@@ -315,7 +319,8 @@ public final class ObjectContext: ObjectStore, @unchecked Sendable, CustomString
     @usableFromInline
     func hasPendingChanges(of entityName: String) -> Bool {
         guard hasChanges, let entity = schema.entity(named: entityName) else { return false }
-        return (pendingCountByEntity[ObjectIdentifier(entity)] ?? 0) > 0
+        if (pendingCountByEntity[ObjectIdentifier(entity)] ?? 0) > 0 { return true }
+        return !schema.links.isEmpty && hasPendingLinks(of: entityName)
     }
 
     func didUpdate(_ storage: ObjectStorage) {
@@ -326,7 +331,7 @@ public final class ObjectContext: ObjectStore, @unchecked Sendable, CustomString
 
     func markInserted(_ object: any ManagedObject) {
         let storage = object.skyrosStorage
-        if reference.undoManager != nil { recordMembership(object, from: .gone, to: .inserted) }
+        if let recorder, recorder.isRecording { recordMembership(object, from: .gone, to: .inserted) }
         storage.isInserted = true
         inserted.appendNew(storage.objectID, object)  // a new object: its identifier is new
         adjustPending(storage.entity, 1)
@@ -336,7 +341,7 @@ public final class ObjectContext: ObjectStore, @unchecked Sendable, CustomString
     func markDeleted(_ object: any ManagedObject) {
         let storage = object.skyrosStorage
         let id = storage.objectID
-        if reference.undoManager != nil {
+        if let recorder, recorder.isRecording {
             // Undoing the deletion once it is saved inserts the object again: it needs its values.
             if storage.isFault { fulfill(storage) }
             let state = membership(of: storage)
@@ -365,6 +370,7 @@ public final class ObjectContext: ObjectStore, @unchecked Sendable, CustomString
         for dictionary in [updated, deleted] {
             for (id, object) in dictionary where id.entityName == entityName { result.append(object.skyrosStorage) }
         }
+        if !schema.links.isEmpty { result += linkEndpoints(of: entityName, besides: result) }
         return result
     }
 
@@ -419,6 +425,10 @@ public final class ObjectContext: ObjectStore, @unchecked Sendable, CustomString
         if storage.isFault && (!storage.entity.relationships.isEmpty || reference.isObserved) { fulfill(storage) }
         var toCascade: [any ManagedObject] = []
         for property in storage.entity.relationships {
+            if let route = schema.linkRoute(of: property, in: storage.entity) {
+                toCascade += deleteLinks(of: storage, property, route)
+                continue
+            }
             let inverse = schema.inverse(of: property, in: storage.entity)
             switch property.kind {
             case .toMany:
@@ -471,6 +481,7 @@ public final class ObjectContext: ObjectStore, @unchecked Sendable, CustomString
     /// Sets a to-many by setting the inverse to-one of the objects added and removed.
     func setToMany(_ storage: ObjectStorage, index: Int, to targets: [ObjectStorage]) throws {
         let property = storage.entity.properties[index]
+        if let route = schema.linkRoute(of: property, in: storage.entity) { return try setLinks(storage, route, to: targets) }
         guard let inverse = schema.inverse(of: property, in: storage.entity) else { return }
         let current = try relatedObjects(of: storage, index: index)
         let newIDs = Set(targets.map(\.objectID))
@@ -483,6 +494,9 @@ public final class ObjectContext: ObjectStore, @unchecked Sendable, CustomString
     /// The objects of a to-many relationship, as this context sees them, by creation order.
     func relatedObjects(of storage: ObjectStorage, index: Int) throws -> [any ManagedObject] {
         let property = storage.entity.properties[index]
+        if let route = schema.linkRoute(of: property, in: storage.entity) {
+            return try linkedObjects(of: storage, route, destination: property.destinationName!)
+        }
         guard let inverse = schema.inverse(of: property, in: storage.entity) else { return [] }
         let request = StoreRequest(
             entityName: property.destinationName!, predicate: .equals(inverse.name, storage.objectID.uuid.storedValue))
@@ -500,7 +514,7 @@ public final class ObjectContext: ObjectStore, @unchecked Sendable, CustomString
         registry = Registry()
         mergedRows.removeAll()
         clearPendingChanges()
-        reference.undoManager?.removeAllActions()
+        recorder?.removeAllActions()
         announceReload()
     }
 
@@ -520,7 +534,7 @@ public final class ObjectContext: ObjectStore, @unchecked Sendable, CustomString
             storage.isFault = true
         }
         clearPendingChanges()
-        reference.undoManager?.removeAllActions()
+        recorder?.removeAllActions()
         announceReload()
     }
 

@@ -56,6 +56,8 @@ public final class UndoManager: @unchecked Sendable {
     private var _levelsOfUndo = 0
     private var undoing = false
     private var redoing = false
+    /// Set by ``removeAllActions()`` during an undo or redo: its inverse is not kept.
+    private var discarded = false
     private weak var _context: ObjectContext?
 
     /// The context it records for (set by ``ObjectContext/undoManager``).
@@ -124,6 +126,7 @@ public final class UndoManager: @unchecked Sendable {
     /// whatever blocks of the context they are made in. A step being recorded is closed first.
     public func beginUndoGrouping() {
         lock.withLock {
+            guard !undoing && !redoing else { return }  // from another thread, during a step: ignored
             if explicitLevel == 0 { closeOpenGroup() }
             explicitLevel += 1
         }
@@ -133,7 +136,7 @@ public final class UndoManager: @unchecked Sendable {
     /// Without an open group it does nothing.
     public func endUndoGrouping() {
         lock.withLock {
-            guard explicitLevel > 0 else { return }
+            guard explicitLevel > 0, !undoing && !redoing else { return }
             explicitLevel -= 1
             if explicitLevel == 0 { closeOpenGroup() }
         }
@@ -151,8 +154,8 @@ public final class UndoManager: @unchecked Sendable {
         lock.withLock {
             undoStack = []
             redoStack = []
-            open = nil
             explicitLevel = 0
+            if undoing || redoing { discarded = true } else { open = nil }
         }
     }
 
@@ -183,10 +186,13 @@ public final class UndoManager: @unchecked Sendable {
                 return step
             }
             guard let step else { return }
+            context.beginUndoStep()
             for action in step.actions.reversed() { context.performUndo(action) }
+            context.endUndoStep()
             lock.withLock {
-                let inverse = open ?? Group(name: step.name)
+                let inverse = discarded ? Group() : open ?? Group(name: step.name)
                 open = nil
+                discarded = false
                 if redo {
                     redoing = false
                     if !inverse.actions.isEmpty { undoStack.append(inverse) }

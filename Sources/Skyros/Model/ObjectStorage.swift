@@ -81,9 +81,7 @@ public final class ObjectStorage {
         willAccess(index)
         let codec = unsafeDowncast(entity.codecs[index], to: AttributeCodec<Value>.self)
         do {
-            let stored = try codec.encode(value)
-            if !valueErrors.isEmpty { valueErrors[index] = nil }
-            setStored(stored, at: index)
+            setStored(try codec.encode(value), at: index)  // which clears the index's value error
         } catch {
             recordValueError(error, at: index)
         }
@@ -91,7 +89,7 @@ public final class ObjectStorage {
 
     @usableFromInline
     func recordValueError(_ error: any Error, at index: Int) {
-        if let reference = contextReference, reference.undoManager != nil, !isDeleted {
+        if let reference = contextReference, reference.isUndoable, !isDeleted {
             reference.context?.recordValueChange(self, index: index, newValue: values[index])
         }
         valueErrors[index] = entity.valueError(error, at: index)
@@ -197,9 +195,10 @@ public final class ObjectStorage {
 
     @usableFromInline
     func setStored(_ stored: StoredValue, at index: Int) {
-        if let reference = contextReference, reference.undoManager != nil, !isDeleted {
+        if let reference = contextReference, reference.isUndoable, !isDeleted {
             reference.context?.recordValueChange(self, index: index, newValue: stored)
         }
+        if !valueErrors.isEmpty { valueErrors[index] = nil }
         values[index] = stored
         markChanged(index)
     }
@@ -222,8 +221,9 @@ final class ContextReference {
     weak var context: ObjectContext?
     /// Whether the context has did-change observers (then edits are recorded for them).
     var isObserved = false
-    /// The context's undo manager, if any (then changes are recorded for it).
-    var undoManager: UndoManager?
+    /// Whether the context has an undo manager (then changes are recorded for it; the context
+    /// holds the manager, whose steps hold objects, which hold this: no reference back).
+    var isUndoable = false
 }
 
 /// `SKYROS_CONCURRENCY_DEBUG=1`: trap when a managed object is touched off its context's queue.

@@ -39,7 +39,8 @@ public final class PropertyDescription: @unchecked Sendable, CustomStringConvert
         case attribute
         /// A reference to one object (or none), in a column holding the destination's identifier.
         case toOne
-        /// The objects whose inverse to-one points here; no column of its own.
+        /// The objects whose inverse to-one points here, or (a many-to-many) those linked to
+        /// this one; no column of its own.
         case toMany
 
         /// `attribute`, `toOne` or `toMany`: the kind's name in a schema description and its
@@ -157,7 +158,10 @@ public final class PropertyDescription: @unchecked Sendable, CustomStringConvert
     }
 
     /// Describes a to-many relationship, `var posts: [Post]`. Its inverse is a to-one of the
-    /// destination; when `inverse` is nil it is found by type.
+    /// destination (when `inverse` is nil it is found by type), or a to-many of the destination:
+    /// a many-to-many, whose links are the rows of a link entity the schema adds
+    /// (``Schema/linkEntityName(ownerEntity:property:)``). Name the inverse on one side of a
+    /// many-to-many (`@Relationship(inverse: \Tag.posts) var tags: [Tag]`); the other side finds it.
     public static func toMany<Root: ManagedObject, Destination: ManagedObject>(
         _ name: String, _ keyPath: KeyPath<Root, [Destination]>,
         deleteRule: DeleteRule = .nullify, inverse: PartialKeyPath<Destination>? = nil, originalName: String? = nil

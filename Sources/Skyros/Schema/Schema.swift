@@ -11,11 +11,16 @@ import Foundation
 /// the entity and the relationship). The ``fingerprint`` is a stable hash of the
 /// declarations: the same declarations give the same fingerprint in every process and run.
 public final class Schema: Sendable {
-    /// The entities, in the order given.
+    /// The entities, in the order given, followed by the link entity of each many-to-many
+    /// relationship (see ``linkEntityName(ownerEntity:property:)``).
     public let entities: [EntityDescription]
     let entitiesByName: [String: EntityDescription]
     /// For each entity and relationship index: the inverse property, if any.
     let inverses: [String: [Int: PropertyDescription]]
+    /// For each entity and many-to-many relationship index: where its links are.
+    let links: [String: [Int: LinkRoute]]
+    /// The names of the link entities.
+    let linkEntityNames: Set<String>
     /// The problems found in the declarations; empty for a valid schema.
     public let validationErrors: [String]
     /// A stable hash of the declarations (entity and property names, types, options,
@@ -40,14 +45,12 @@ public final class Schema: Sendable {
 
     init(entities: [EntityDescription], version: Int = 1) {
         self.version = max(1, version)
-        self.entities = entities
         var byName: [String: EntityDescription] = [:]
         var errors: [String] = []
         for entity in entities {
             if byName[entity.name] != nil { errors.append("entity \(entity.name) is declared twice") }
             byName[entity.name] = entity
         }
-        self.entitiesByName = byName
         hasUniqueAttributes = entities.contains { !$0.uniqueProperties.isEmpty }
         hasValidatingEntities = entities.contains(where: \.isValidating)
         var inverses: [String: [Int: PropertyDescription]] = [:]
@@ -75,9 +78,109 @@ public final class Schema: Sendable {
                 }
             }
         }
+        // Many-to-many relationships: each pair's links are the rows of a link entity, made
+        // here (or found, in a schema rebuilt from a description, which lists it).
+        var allEntities = entities
+        var links: [String: [Int: LinkRoute]] = [:]
+        var linkEntityNames = Set<String>()
+        for entity in entities {
+            for property in entity.relationships where property.kind == .toMany {
+                guard let inverse = inverses[entity.name]?[property.index], inverse.kind == .toMany,
+                    let destination = byName[property.destinationName!]
+                else { continue }
+                let label = "\(entity.name).\(property.name)"
+                let otherLabel = "\(destination.name).\(inverse.name)"
+                if inverse === property {
+                    errors.append("\(label): a many-to-many relationship that is its own inverse is not supported yet")
+                    continue
+                }
+                let isOwner = label < otherLabel
+                let (ownerEntity, ownerProperty, otherEntity) = isOwner
+                    ? (entity, property, destination) : (destination, inverse, entity)
+                let name = Schema.linkEntityName(ownerEntity: ownerEntity.name, property: ownerProperty.name)
+                let link: EntityDescription
+                if let found = byName[name] ?? allEntities.first(where: { $0.name == name }) {
+                    guard Schema.isLinkEntity(found, source: ownerEntity.name, target: otherEntity.name) else {
+                        errors.append("\(label): the entity \(name) is not the link entity of this many-to-many relationship")
+                        continue
+                    }
+                    link = found
+                } else {
+                    link = Schema.makeLinkEntity(name, source: ownerEntity.name, target: otherEntity.name)
+                    allEntities.append(link)
+                }
+                linkEntityNames.insert(name)
+                links[entity.name, default: [:]][property.index] = LinkRoute(
+                    entity: link, own: isOwner ? 0 : 1, other: isOwner ? 1 : 0)
+            }
+        }
+        for entity in entities where entity.name.hasPrefix("_") && !linkEntityNames.contains(entity.name) {
+            errors.append("\(entity.name): entity names may not start with '_' (kept for link entities)")
+        }
+        self.entities = allEntities
+        self.entitiesByName = Dictionary(allEntities.map { ($0.name, $0) }, uniquingKeysWith: { a, _ in a })
+        self.links = links
+        self.linkEntityNames = linkEntityNames
         self.inverses = inverses
         self.validationErrors = errors
-        self.fingerprint = Schema.fingerprint(of: entities, inverses: inverses)
+        self.fingerprint = Schema.fingerprint(of: allEntities, inverses: inverses)
+    }
+
+    // MARK: - Many-to-many
+
+    /// Where a many-to-many relationship's links are: its link entity, and which of the link
+    /// entity's two to-ones points to this side's object (`own`) and to the other side's (`other`).
+    struct LinkRoute: Sendable {
+        let entity: EntityDescription
+        let own: Int
+        let other: Int
+    }
+
+    /// The name of the link entity of a many-to-many relationship: `_<Entity>_<property>`, named
+    /// after the side whose `Entity.property` comes first in code-point order (the owner).
+    public static func linkEntityName(ownerEntity: String, property: String) -> String {
+        "_\(ownerEntity)_\(property)"
+    }
+
+    /// A link entity: two to-ones, `source` to the owner's entity and `target` to the other side's.
+    static func makeLinkEntity(_ name: String, source: String, target: String) -> EntityDescription {
+        func side(_ name: String, _ destination: String) -> PropertyDescription {
+            PropertyDescription(
+                name: name, kind: .toOne, keyPath: \DynamicObject.skyrosStorage, codec: AttributeCodecs.codec(for: UUID?.self)!,
+                makeDefault: { .null }, isIndexed: true, destinationName: destination)
+        }
+        return EntityDescription(DynamicObject.self, name: name, properties: [side("source", source), side("target", target)])
+    }
+
+    /// Whether an entity (of a schema rebuilt from a description) has a link entity's shape.
+    static func isLinkEntity(_ entity: EntityDescription, source: String, target: String) -> Bool {
+        entity.properties.count == 2 && entity.properties.allSatisfy { $0.kind == .toOne }
+            && entity.properties[0].name == "source" && entity.properties[0].destinationName == source
+            && entity.properties[1].name == "target" && entity.properties[1].destinationName == target
+    }
+
+    /// Where the links of a many-to-many relationship are; nil for any other property.
+    func linkRoute(of property: PropertyDescription, in entity: EntityDescription) -> LinkRoute? {
+        links.isEmpty ? nil : links[entity.name]?[property.index]
+    }
+
+    /// Whether the entity holds the links of a many-to-many relationship.
+    func isLinkEntity(_ name: String) -> Bool { !linkEntityNames.isEmpty && linkEntityNames.contains(name) }
+
+    /// The identifier of the link between two objects: derived from the pair (a name-based
+    /// UUID of the relationship's link entity and both identifiers), so that the pair is the
+    /// key, every process makes the same identifier for it, and adding it twice is one link.
+    static func linkID(_ link: EntityDescription, source: UUID, target: UUID) -> ObjectID {
+        var bytes = Array(link.name.utf8)
+        withUnsafeBytes(of: source.uuid) { bytes += $0 }
+        withUnsafeBytes(of: target.uuid) { bytes += $0 }
+        var digest = StableHash.bytes128(bytes)
+        digest[6] = (digest[6] & 0x0F) | 0x80  // version 8: custom
+        digest[8] = (digest[8] & 0x3F) | 0x80  // RFC 4122 variant
+        let uuid = UUID(uuid: (
+            digest[0], digest[1], digest[2], digest[3], digest[4], digest[5], digest[6], digest[7],
+            digest[8], digest[9], digest[10], digest[11], digest[12], digest[13], digest[14], digest[15]))
+        return ObjectID(entityName: link.name, uuid: uuid)
     }
 
     /// Throws ``SkyrosError/Code/invalidSchema`` listing every problem of the declarations.
@@ -143,9 +246,6 @@ public final class Schema: Sendable {
             if toMany.count == 1, pointingBack.filter({ $0.kind == .toOne }).isEmpty { inverse = toMany[0] }
         }
         if let inverse {
-            if property.kind == .toMany && inverse.kind == .toMany {
-                return .failure("many-to-many relationships are not supported yet")
-            }
             if inverse.inverseName == nil, let back = inverse.inverseKeyPath, back != property.keyPath {
                 return .failure("its inverse \(destination.name).\(inverse.name) names another inverse")
             }
@@ -191,13 +291,24 @@ public final class Schema: Sendable {
 
 /// A process-independent 128-bit hash (two FNV-1a 64-bit lanes with different offsets).
 enum StableHash {
-    static func hex128(_ bytes: [UInt8]) -> String {
+    /// The two lanes' 16 bytes, big-endian.
+    static func bytes128(_ bytes: [UInt8]) -> [UInt8] {
+        let (a, b) = lanes(bytes)
+        return withUnsafeBytes(of: a.bigEndian) { Array($0) } + withUnsafeBytes(of: b.bigEndian) { Array($0) }
+    }
+
+    static func lanes(_ bytes: [UInt8]) -> (UInt64, UInt64) {
         var a: UInt64 = 0xcbf2_9ce4_8422_2325
         var b: UInt64 = 0x6c62_272e_07bb_0142
         for byte in bytes {
             a = (a ^ UInt64(byte)) &* 0x0000_0100_0000_01B3
             b = (b ^ UInt64(byte ^ 0x5A)) &* 0x0000_0100_0000_01B3
         }
+        return (a, b)
+    }
+
+    static func hex128(_ bytes: [UInt8]) -> String {
+        let (a, b) = lanes(bytes)
         func hex16(_ lane: UInt64) -> String {
             let digits = String(lane, radix: 16)
             return String(repeating: "0", count: 16 - digits.count) + digits

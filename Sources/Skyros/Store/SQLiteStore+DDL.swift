@@ -34,7 +34,9 @@ extension SQLiteStore {
 
     /// The ON DELETE action of a to-one's foreign key: its inverse's delete rule.
     static func deleteAction(_ property: PropertyDescription, of entity: EntityDescription, in schema: Schema) -> String {
-        switch schema.inverse(of: property, in: entity)?.deleteRule {
+        // A link of a many-to-many relationship goes with either of its objects.
+        if schema.isLinkEntity(entity.name) { return "CASCADE" }
+        return switch schema.inverse(of: property, in: entity)?.deleteRule {
         case .cascade: "CASCADE"
         case .deny: "NO ACTION"
         default: "SET NULL"

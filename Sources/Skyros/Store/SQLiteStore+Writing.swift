@@ -126,8 +126,9 @@ extension SQLiteStore {
         }
         // Every deleted object must exist before any is deleted: a cascade of an earlier
         // delete may remove a later one, which is no error.
-        for id in changes.deleted where try Self.version(of: id, try tableInfo(id.entityName), db) == nil {
-            throw Self.notFound(id)
+        // A link of a many-to-many relationship removed by two savers is no error either.
+        for id in changes.deleted where !schema.isLinkEntity(id.entityName) {
+            if try Self.version(of: id, try tableInfo(id.entityName), db) == nil { throw Self.notFound(id) }
         }
         for id in changes.deleted {
             let table = try tableInfo(id.entityName)

@@ -36,7 +36,7 @@ struct TestStack {
     let url: URL?
     let daemon: RunningDaemon?
 
-    init(_ kind: StoreKind, allowsConcurrentWritings: Bool = false) throws {
+    init(_ kind: StoreKind, schema testSchema: Schema = testSchema, allowsConcurrentWritings: Bool = false) throws {
         directory = try TemporaryDirectory()
         daemon = kind == .shared ? try RunningDaemon() : nil
         switch kind {

@@ -1,0 +1,114 @@
+import Foundation
+
+/// Many-to-many relationships: each link between two objects is an object of the
+/// relationship's link entity (see ``Schema/linkEntityName(ownerEntity:property:)``), whose
+/// identifier is derived from the pair. Both sides read the same links, so they are in step at
+/// once; adding or removing a link is inserting or deleting its object, which every context,
+/// the store, the daemon and sync already know how to carry.
+extension ObjectContext {
+    /// The link objects of one side of a many-to-many relationship, as this context sees them.
+    func linkObjects(of storage: ObjectStorage, _ route: Schema.LinkRoute) throws -> [any ManagedObject] {
+        let request = StoreRequest(
+            entityName: route.entity.name,
+            predicate: .equals(route.entity.properties[route.own].name, storage.objectID.uuid.storedValue))
+        return try fetchObjects(request, localOnly: storage.isInserted)
+    }
+
+    /// The objects at the other end of a many-to-many relationship, by creation order (their
+    /// identifiers' order), loaded in one request for those the context does not hold.
+    func linkedObjects(of storage: ObjectStorage, _ route: Schema.LinkRoute, destination: String) throws
+        -> [any ManagedObject]
+    {
+        let links = try linkObjects(of: storage, route)
+        guard !links.isEmpty else { return [] }
+        let ids = links.compactMap { link in
+            UUID(storedValue: link.skyrosStorage.values[route.other]).map { ObjectID(entityName: destination, uuid: $0) }
+        }
+        return loadedObjects(ids).sorted { $0.objectID.uuid < $1.objectID.uuid }
+    }
+
+    /// Sets one side of a many-to-many relationship: links to objects no longer in `targets`
+    /// are deleted, links to new ones inserted (or, when this context deleted them, restored).
+    func setLinks(_ storage: ObjectStorage, _ route: Schema.LinkRoute, to targets: [ObjectStorage]) throws {
+        let links = try linkObjects(of: storage, route)
+        let wanted = Set(targets.map(\.objectID.uuid))
+        var present = Set<UUID>()
+        for link in links {
+            guard let other = UUID(storedValue: link.skyrosStorage.values[route.other]) else { continue }
+            if wanted.contains(other) { present.insert(other) } else { delete(link) }
+        }
+        for target in targets where !present.contains(target.objectID.uuid) {
+            present.insert(target.objectID.uuid)
+            addLink(storage, route, to: target)
+        }
+    }
+
+    /// Links two objects (known not to be linked in this context).
+    func addLink(_ storage: ObjectStorage, _ route: Schema.LinkRoute, to target: ObjectStorage) {
+        let (source, destination) = route.own == 0
+            ? (storage.objectID.uuid, target.objectID.uuid) : (target.objectID.uuid, storage.objectID.uuid)
+        let id = Schema.linkID(route.entity, source: source, target: destination)
+        if let removed = deleted[id] {
+            // Removed here before this save: the removal is withdrawn.
+            restoreDeleted(removed, changed: [])
+            return
+        }
+        if let old = registry[id]?.object, old.skyrosStorage.isDeleted || old.skyrosStorage.context == nil {
+            registry[id] = nil  // a link removed and saved earlier: a new object for it
+        }
+        var values = StoredValues(repeating: .null, count: 2)
+        values[0] = source.storedValue
+        values[1] = destination.storedValue
+        let link = makeObject(id, of: route.entity, values: values, exposed: true)
+        markInserted(link)
+    }
+
+    /// A child's save inserting a link this context has removed and not saved: the removal is
+    /// withdrawn (the link is in the store: inserting it again and deleting it would remove it).
+    func withdrawRemovedLink(_ id: ObjectID) -> Bool {
+        guard schema.isLinkEntity(id.entityName), let removed = deleted[id] else { return false }
+        restoreDeleted(removed, changed: [])
+        return true
+    }
+
+    /// What deleting an object does to its side of a many-to-many relationship: its links go
+    /// (nullify and cascade), and under cascade the objects at the other end too. Under deny
+    /// nothing happens here: the save refuses while links remain.
+    func deleteLinks(of storage: ObjectStorage, _ property: PropertyDescription, _ route: Schema.LinkRoute)
+        -> [any ManagedObject]
+    {
+        guard property.deleteRule != .deny else { return [] }
+        var cascade: [any ManagedObject] = []
+        if property.deleteRule == .cascade, let related = try? linkedObjects(of: storage, route, destination: property.destinationName!) {
+            cascade = related
+        }
+        for link in (try? linkObjects(of: storage, route)) ?? [] { delete(link) }
+        return cascade
+    }
+
+    /// Whether links of the entity's many-to-many relationships were added or removed here.
+    func hasPendingLinks(of entityName: String) -> Bool {
+        guard let routes = schema.links[entityName] else { return false }
+        return routes.values.contains { route in (pendingCountByEntity[ObjectIdentifier(route.entity)] ?? 0) > 0 }
+    }
+
+    /// The objects of an entity at this end of the links added or removed here, besides those
+    /// already pending: a fetch evaluates them in memory (a predicate through the relationship
+    /// must see the links as this context has them, not as the parent does).
+    func linkEndpoints(of entityName: String, besides pending: [ObjectStorage]) -> [ObjectStorage] {
+        guard hasPendingLinks(of: entityName), let routes = schema.links[entityName] else { return [] }
+        var seen = Set(pending.map(\.objectID))
+        var result: [ObjectStorage] = []
+        for route in routes.values {
+            for link in pendingStorages(of: route.entity.name) {
+                guard let uuid = UUID(storedValue: link.values[route.own]) else { continue }
+                let id = ObjectID(entityName: entityName, uuid: uuid)
+                guard seen.insert(id).inserted, let object = registeredOrFault(id) else { continue }
+                let storage = object.skyrosStorage
+                if storage.isFault { fulfill(storage) }
+                if storage.context === self && !storage.isDeleted { result.append(storage) }
+            }
+        }
+        return result
+    }
+}
