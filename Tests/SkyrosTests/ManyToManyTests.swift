@@ -218,6 +218,35 @@ struct ManyToManyTests {
         #expect(try Self.graph(fresh) == "[\"kept:old\"] [\"old:kept\"]")
     }
 
+    @Test("a controller whose predicate goes through a many-to-many follows the links; observers see them as updates of both sides", arguments: StoreKind.allCases)
+    func controllerFollowsLinks(kind: StoreKind) throws {
+        let stack = try stack(kind)
+        try stack.store.writeAndWait { context in
+            Keyword.create(in: context).name = "swift"
+            for title in ["a", "b"] { Article.create(in: context).title = title }
+        }
+        let main = stack.store.mainContext
+        let controller = FetchedResultsController<Article>(
+            fetch: FetchDescriptor(predicate: #Predicate { $0.keywords.contains { $0.name == "swift" } }, sortBy: [SortDescriptor(\.title)]),
+            context: main)
+        try controller.performFetch()
+        let seen = LockedChanges()
+        let observation = main.addChangeObserver { seen.append($0) }
+        func titles() -> [String] { main.performAndWait { controller.fetchedObjects.map(\.title) } }
+        #expect(titles() == [])
+        try stack.store.writeAndWait { context in try article("b", in: context).keywords = [try keyword("swift", in: context)] }
+        #expect(titles() == ["b"])
+        let change = try #require(seen.all.last)
+        #expect(change.inserted.isEmpty && change.deleted.isEmpty, "links are not objects for observers")
+        let names = change.updatedProperties.values.map { $0.sorted() }.sorted { $0.description < $1.description }
+        #expect(names == [["articles"], ["keywords"]])
+        try stack.store.writeAndWait { context in
+            try keyword("swift", in: context).articles = [try article("a", in: context)]
+        }
+        #expect(titles() == ["a"])
+        withExtendedLifetime(observation) {}
+    }
+
     @Test("links undo and redo on both sides")
     func undoLinks() throws {
         let stack = try stack(.sqlite)
@@ -249,6 +278,11 @@ struct ManyToManyTests {
             article.title = "a"
             article.keywords = [try keyword("k1", in: context)]
         }
+        let main = stack.store.mainContext
+        let controller = FetchedResultsController<Article>(
+            fetch: FetchDescriptor(predicate: #Predicate { $0.keywords.contains { $0.name == "k2" } }), context: main)
+        try controller.performFetch()
+        #expect(main.performAndWait { controller.fetchedObjects.isEmpty })
         let changes = stack.store.changes
         // The other process adds k2 and removes k1, on its own view of the article.
         let child = try ChildProcess(["link-keywords", container.path, "a", "+k2", "-k1"])
@@ -264,6 +298,7 @@ struct ManyToManyTests {
         #expect(await merged.value)
         timeout.cancel()
         #expect(try Self.graph(stack.store.mainContext) == "[\"a:k2\"] [\"k1:\", \"k2:a\", \"k3:\"]")
+        #expect(main.performAndWait { controller.fetchedObjects.map(\.title) } == ["a"], "the other process's link, in this one's controller")
         // This process, which read k1 linked and k2 not, adds k3: the other's edits stay.
         try stack.store.writeAndWait { context in
             let article = try article("a", in: context)

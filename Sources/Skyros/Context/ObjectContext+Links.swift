@@ -111,4 +111,41 @@ extension ObjectContext {
         }
         return result
     }
+
+    /// What observers see of links: not objects of a link entity, but an update of the
+    /// relationship on both linked objects (for links removed by another process, when this
+    /// context held them: their identifiers alone do not say which objects they linked).
+    func linksAsUpdates(_ changes: ContextChanges) -> ContextChanges {
+        var result = changes
+        var links: [any ManagedObject] = []
+        result.inserted.removeAll { object in
+            guard schema.isLinkEntity(object.objectID.entityName) else { return false }
+            links.append(object)
+            return true
+        }
+        result.deleted.removeAll { id in
+            guard schema.isLinkEntity(id.entityName) else { return false }
+            if let object = result.deletedObjects.removeValue(forKey: id) { links.append(object) }
+            return true
+        }
+        for id in result.updatedProperties.keys where schema.isLinkEntity(id.entityName) { result.updatedProperties[id] = nil }
+        result.updated.removeAll { schema.isLinkEntity($0.objectID.entityName) }
+        guard !links.isEmpty else { return result }
+        var listed = Set(result.updated.map(\.objectID))
+        let deleted = Set(result.deleted)
+        for link in links {
+            let values = link.skyrosStorage.values
+            for end in schema.linkEnds[link.objectID.entityName] ?? [] where end.own < values.count {
+                guard let uuid = UUID(storedValue: values[end.own]) else { continue }
+                let id = ObjectID(entityName: end.entity, uuid: uuid)
+                if deleted.contains(id) { continue }
+                result.updatedProperties[id, default: []].insert(end.property)
+                if !listed.contains(id), let object = registry[id]?.object, !object.skyrosStorage.isDeleted {
+                    listed.insert(id)
+                    result.updated.append(object)
+                }
+            }
+        }
+        return result
+    }
 }

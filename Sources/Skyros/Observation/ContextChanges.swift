@@ -196,6 +196,7 @@ extension ObjectContext {
     }
 
     func announce(_ changes: ContextChanges) {
+        let changes = schema.linkEntityNames.isEmpty ? changes : linksAsUpdates(changes)
         guard !changes.isEmpty else { return }
         for observer in changeObservers { observer.handler(changes) }
     }

@@ -21,6 +21,9 @@ public final class Schema: Sendable {
     let links: [String: [Int: LinkRoute]]
     /// The names of the link entities.
     let linkEntityNames: Set<String>
+    /// For each link entity: the relationships whose links it holds (entity, property name,
+    /// and which of the link's to-ones points to that entity's object).
+    let linkEnds: [String: [(entity: String, property: String, own: Int)]]
     /// The problems found in the declarations; empty for a valid schema.
     public let validationErrors: [String]
     /// A stable hash of the declarations (entity and property names, types, options,
@@ -121,6 +124,14 @@ public final class Schema: Sendable {
         self.entitiesByName = Dictionary(allEntities.map { ($0.name, $0) }, uniquingKeysWith: { a, _ in a })
         self.links = links
         self.linkEntityNames = linkEntityNames
+        var linkEnds: [String: [(entity: String, property: String, own: Int)]] = [:]
+        for (entityName, routes) in links {
+            guard let entity = byName[entityName] else { continue }
+            for (index, route) in routes {
+                linkEnds[route.entity.name, default: []].append((entityName, entity.properties[index].name, route.own))
+            }
+        }
+        self.linkEnds = linkEnds
         self.inverses = inverses
         self.validationErrors = errors
         self.fingerprint = Schema.fingerprint(of: allEntities, inverses: inverses)
