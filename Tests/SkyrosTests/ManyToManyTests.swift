@@ -247,6 +247,38 @@ struct ManyToManyTests {
         withExtendedLifetime(observation) {}
     }
 
+    @Test("skyros dump lists links as rows of the link entity, and skyros import brings them back")
+    func dumpAndImport() throws {
+        let directory = try TemporaryDirectory()
+        let source = directory.file("source.sqlite")
+        do {
+            let store = try Skyros(sqliteStack: linkSchema, at: source, savesOnStop: false)
+            try store.writeAndWait { context in
+                let keywords = ["x", "y"].map { name -> Keyword in
+                    let keyword = Keyword.create(in: context)
+                    keyword.name = name
+                    return keyword
+                }
+                let article = Article.create(in: context)
+                article.title = "a"
+                article.keywords = keywords
+            }
+        }
+        let dump = try OperatingToolTests.run(["dump", "--store", source.path])
+        #expect(dump.status == 0, "\(dump.stderr)")
+        let links = dump.jsonLines.filter { $0["entity"] as? String == "_Article_keywords" }
+        #expect(links.count == 2)
+        #expect(links.allSatisfy { (($0["values"] as? [String: Any])?["source"] as? String)?.hasPrefix("Article/") == true })
+        let file = directory.file("dump.jsonl").path
+        try dump.stdout.write(toFile: file, atomically: true, encoding: .utf8)
+        let copy = directory.file("copy.sqlite")
+        try SQLiteStore(schema: linkSchema, url: copy).close()
+        let imported = try OperatingToolTests.run(["import", file, "--store", copy.path])
+        #expect(imported.status == 0, "\(imported.stderr)")
+        let store = try Skyros(sqliteStack: linkSchema, at: copy, savesOnStop: false)
+        #expect(try Self.graph(store.mainContext) == "[\"a:x,y\"] [\"x:a\", \"y:a\"]")
+    }
+
     @Test("links undo and redo on both sides")
     func undoLinks() throws {
         let stack = try stack(.sqlite)

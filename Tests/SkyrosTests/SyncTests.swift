@@ -165,6 +165,43 @@ struct SyncTests {
         })
     }
 
+    @Test("many-to-many links sync: a link table on the server, links made on A seen on B, removed on B gone from A")
+    func manyToManyLinks() async throws {
+        let server = try Server()
+        let machines = (try RunningDaemon(sync: server.configuration), try RunningDaemon(sync: server.configuration))
+        defer { withExtendedLifetime(machines) {} }
+        let a = try Skyros(sharedStack: linkSchema, container: machines.0.container.url)
+        let b = try Skyros(sharedStack: linkSchema, container: machines.1.container.url)
+        func graph(_ stack: Skyros) async throws -> String {
+            try await stack.read { context in
+                try Article.all(in: context).map { "\($0.title):\($0.keywords.map(\.name).joined(separator: ","))" }.sorted()
+                    .joined(separator: " ")
+            }
+        }
+        _ = try await graph(b)  // B's daemon syncs once its first client said hello
+        try await a.write { context in
+            let swift = Keyword.create(in: context)
+            swift.name = "swift"
+            let linux = Keyword.create(in: context)
+            linux.name = "linux"
+            let article = Article.create(in: context)
+            article.title = "post"
+            article.keywords = [swift, linux]
+        }
+        let onB = await eventually { try await graph(b) == "post:swift,linux" }
+        let seenOnB = (try? await graph(b)) ?? "?"
+        #expect(onB, "B: \(seenOnB)")
+        #expect(try server.psql(#"SELECT count(*) FROM g_sync."_Article_keywords""#) == "2")
+        try await b.write { context in
+            let article = try #require(try Article.first(in: context))
+            article.keywords = article.keywords.filter { $0.name != "swift" }
+        }
+        let onA = await eventually { try await graph(a) == "post:linux" }
+        let seenOnA = (try? await graph(a)) ?? "?"
+        #expect(onA, "A: \(seenOnA)")
+        #expect(try server.psql(#"SELECT count(*) FROM g_sync."_Article_keywords""#) == "1")
+    }
+
     @Test("offline: saves go on and are queued (status says so); after PostgreSQL restarts, A = B = server, each save once")
     func offline() async throws {
         let postgres = try PostgresServer()
