@@ -49,10 +49,10 @@ if arguments.count == 2 && arguments[0] == "garbage-daemon" {
 let json = arguments.contains("--json")
 let quick = arguments.contains("--quick")
 // `profile-insert` and `profile-fetch` are hidden suites for profilers (Profile.swift).
-let suites = ["embedded", "shared", "contention", "observe", "backup", "migrate", "batch", "batch-reads", "sync", "sync-faults", "profile-insert", "profile-fetch", "profile-update", "profile-iterate", "profile-shared", "profile-open", "profile-migrate", "profile-schema-json"]
+let suites = ["embedded", "model", "shared", "contention", "observe", "backup", "migrate", "batch", "batch-reads", "sync", "sync-faults", "profile-insert", "profile-fetch", "profile-update", "profile-iterate", "profile-shared", "profile-open", "profile-migrate", "profile-schema-json"]
 guard let suite = arguments.first, suites.contains(suite) else {
     FileHandle.standardError.write(
-        Data("usage: skyros-bench embedded|shared|contention|observe|backup|migrate|batch|batch-reads|sync|sync-faults [--json] [--quick] [--only fetch|saves|iterate|import] [--garbage] [--count N] [--rows M] [--machines K]\n".utf8))
+        Data("usage: skyros-bench embedded|model|shared|contention|observe|backup|migrate|batch|batch-reads|sync|sync-faults [--json] [--quick] [--only fetch|saves|iterate|import] [--garbage] [--count N] [--rows M] [--machines K]\n".utf8))
     exit(64)
 }
 
@@ -140,6 +140,8 @@ if suite == "sync" {
     } else {
         try batch.run(report: report)
     }
+} else if suite == "model" {
+    try ModelBenchmark(directory: directory, posts: quick ? 10_000 : 100_000, rounds: quick ? 3 : 5).run(report: report)
 } else if suite == "observe" {
     try ObserveBenchmark(directory: directory, sizes: quick ? [10_000] : [10_000, 100_000], samples: quick ? 200 : 1_000)
         .run(report: report)

@@ -6,12 +6,61 @@ import Foundation
 /// once; adding or removing a link is inserting or deleting its object, which every context,
 /// the store, the daemon and sync already know how to carry.
 extension ObjectContext {
-    /// The link objects of one side of a many-to-many relationship, as this context sees them.
+    /// The link objects of one side of a many-to-many relationship, as this context sees them:
+    /// the parent's, less those deleted here, and those inserted here. The links pending here
+    /// are found through ``pendingLinkIndex`` (linking each of 100,000 objects in one write
+    /// must not go through every link made before it).
     func linkObjects(of storage: ObjectStorage, _ route: Schema.LinkRoute) throws -> [any ManagedObject] {
+        let own = storage.objectID.uuid
+        var result: [any ManagedObject] = []
+        var pendingIDs = Set<ObjectID>()
+        if (pendingCountByEntity[ObjectIdentifier(route.entity)] ?? 0) > 0 {
+            if pendingLinkIndex == nil { buildPendingLinkIndex() }
+            for id in Set(pendingLinkIndex?[route.entity.name]?[own] ?? []) {
+                if let link = inserted[id] ?? promoteRow(id) {
+                    pendingIDs.insert(id)
+                    if UUID(storedValue: link.skyrosStorage.values[route.own]) == own { result.append(link) }
+                } else if deleted[id] != nil {
+                    pendingIDs.insert(id)
+                }
+            }
+        }
+        guard !storage.isInserted else { return result }
         let request = StoreRequest(
-            entityName: route.entity.name,
-            predicate: .equals(route.entity.properties[route.own].name, storage.objectID.uuid.storedValue))
-        return try fetchObjects(request, localOnly: storage.isInserted)
+            entityName: route.entity.name, predicate: .equals(route.entity.properties[route.own].name, own.storedValue))
+        try streamObjects(request) { link in
+            if pendingIDs.isEmpty || !pendingIDs.contains(link.objectID) { result.append(link) }
+        }
+        return result
+    }
+
+    /// Indexes the links pending here (inserted objects and rows, deleted objects) by both of
+    /// their objects; kept up to date from then on until the pending changes are cleared.
+    func buildPendingLinkIndex() {
+        var index: [String: [UUID: [ObjectID]]] = [:]
+        func add(_ id: ObjectID, _ values: StoredValues) {
+            for position in 0..<min(2, values.count) {
+                if let uuid = UUID(storedValue: values[position]) { index[id.entityName, default: [:]][uuid, default: []].append(id) }
+            }
+        }
+        inserted.forEach { id, object in if schema.isLinkEntity(id.entityName) { add(id, object.skyrosStorage.values) } }
+        insertedRows.forEach { id, values in if schema.isLinkEntity(id.entityName) { add(id, values) } }
+        for (id, object) in deleted where schema.isLinkEntity(id.entityName) {
+            let storage = object.skyrosStorage
+            if storage.isFault { fulfill(storage) }
+            add(id, storage.values)
+        }
+        pendingLinkIndex = index
+    }
+
+    /// Adds a link just inserted or deleted here to ``pendingLinkIndex``, when it is built.
+    func indexPendingLink(_ id: ObjectID, _ values: StoredValues) {
+        guard pendingLinkIndex != nil else { return }
+        for position in 0..<min(2, values.count) {
+            if let uuid = UUID(storedValue: values[position]) {
+                pendingLinkIndex![id.entityName, default: [:]][uuid, default: []].append(id)
+            }
+        }
     }
 
     /// The objects at the other end of a many-to-many relationship, by creation order (their

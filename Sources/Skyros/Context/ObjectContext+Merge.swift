@@ -208,6 +208,9 @@ extension ObjectContext {
             } else if insertedRows.updateValue(snapshot.values, forKey: snapshot.id) != nil {
                 continue
             }
+            if pendingLinkIndex != nil && schema.isLinkEntity(snapshot.id.entityName) {
+                indexPendingLink(snapshot.id, snapshot.values)
+            }
             added += 1
         }
         if let entity, added > 0 { pendingCountByEntity[ObjectIdentifier(entity), default: 0] += added }

@@ -91,6 +91,9 @@ public final class ObjectContext: ObjectStore, @unchecked Sendable, CustomString
     @exclusivity(unchecked) var recorder: UndoManager?
     /// During an undo or redo step: the objects it brought back to their saved state.
     @exclusivity(unchecked) var undoneToSaved: [ObjectID: any ManagedObject]?
+    /// The links of many-to-many relationships pending here, by link entity and by the
+    /// identifier of either of their objects (built on first use, see ``linkObjects(of:_:)``).
+    @exclusivity(unchecked) var pendingLinkIndex: [String: [UUID: [ObjectID]]]?
     /// The number of this context's saves: an undo step recorded before the last one is
     /// saved already (see ``UndoManager``).
     @exclusivity(unchecked) var saveGeneration: UInt64 = 0
@@ -335,6 +338,9 @@ public final class ObjectContext: ObjectStore, @unchecked Sendable, CustomString
         storage.isInserted = true
         inserted.appendNew(storage.objectID, object)  // a new object: its identifier is new
         adjustPending(storage.entity, 1)
+        if pendingLinkIndex != nil && schema.isLinkEntity(storage.objectID.entityName) {
+            indexPendingLink(storage.objectID, storage.values)
+        }
         if reference.isObserved { noteEdit(storage.objectID, object: object, inserted: true) }
     }
 
@@ -356,6 +362,10 @@ public final class ObjectContext: ObjectStore, @unchecked Sendable, CustomString
         } else {
             deleted[id] = object
             adjustPending(storage.entity, 1)
+            if pendingLinkIndex != nil && schema.isLinkEntity(id.entityName) {
+                if storage.isFault { fulfill(storage) }
+                indexPendingLink(id, storage.values)
+            }
         }
         storage.isDeleted = true
         storage.changed = []
@@ -548,6 +558,7 @@ public final class ObjectContext: ObjectStore, @unchecked Sendable, CustomString
         if !unverifiedUpdates.isEmpty { unverifiedUpdates = [] }
         if !deleted.isEmpty { deleted = [:] }
         if !pendingCountByEntity.isEmpty { pendingCountByEntity = [:] }
+        pendingLinkIndex = nil
     }
 
     /// Turns an object back into a fault, discarding its pending changes unless

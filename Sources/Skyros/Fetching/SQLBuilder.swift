@@ -95,10 +95,24 @@ struct SQLBuilder {
             }
             return "(\(lhs) IN (\(placeholders.joined(separator: ","))))"
         case .anyMatch(let scope, let path, let variable, let test):
+            if let (outer, route, destination) = try manyToMany(scope: scope, path: path) {
+                // Driven from the link table: the destination's condition (its indexes), then the
+                // links by their index on that side, then this side's ids.
+                let (link, inner) = (newAlias(), newAlias())
+                scopes[variable] = (inner, destination)
+                let own = Self.quote(route.entity.properties[route.own].name)
+                let other = Self.quote(route.entity.properties[route.other].name)
+                return "\(outer).\"_id\" IN (SELECT \(link).\(own) FROM \(Self.quote(route.entity.name)) \(link) JOIN \(Self.quote(destination.name)) \(inner) ON \(inner).\"_id\" = \(link).\(other) WHERE \(try expression(test)))"
+            }
             let (alias, destination, join) = try toMany(scope: scope, path: path)
             scopes[variable] = (alias, destination)
             return "EXISTS (SELECT 1 FROM \(Self.quote(destination.name)) \(alias) WHERE \(join) AND \(try expression(test)))"
         case .count(let scope, let path):
+            if let (outer, route, _) = try manyToMany(scope: scope, path: path) {
+                // One link per object at the other end (deleting either object deletes the link).
+                let own = Self.quote(route.entity.properties[route.own].name)
+                return "(SELECT COUNT(*) FROM \(Self.quote(route.entity.name)) WHERE \(own) = \(outer).\"_id\")"
+            }
             let (alias, destination, join) = try toMany(scope: scope, path: path)
             return "(SELECT COUNT(*) FROM \(Self.quote(destination.name)) \(alias) WHERE \(join))"
         }
@@ -123,6 +137,17 @@ struct SQLBuilder {
         let value = try column(alias: inner, entity: destination, path: path.dropFirst())
         return
             "(SELECT \(value) FROM \(Self.quote(destination.name)) \(inner) WHERE \(inner).\"_id\" = \(alias).\(Self.quote(property.name)))"
+    }
+
+    /// A many-to-many path: this side's alias, where the links are, and the destination.
+    private func manyToMany(scope: Int, path: [String]) throws -> (String, Schema.LinkRoute, EntityDescription)? {
+        guard let (alias, entity) = scopes[scope], path.count == 1, let property = entity.property(named: path[0]),
+            let route = schema.linkRoute(of: property, in: entity)
+        else { return nil }
+        guard let destination = schema.entity(named: property.destinationName!) else {
+            throw invalid("\(path.joined(separator: ".")) is not a to-many relationship")
+        }
+        return (alias, route, destination)
     }
 
     private mutating func toMany(scope: Int, path: [String]) throws -> (String, EntityDescription, String) {

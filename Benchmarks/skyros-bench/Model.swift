@@ -1,0 +1,135 @@
+import Foundation
+import GRDBSQLite
+import Skyros
+
+/// A many-to-many: posts and tags (the link table `_Post_tags`).
+@Entity final class Post {
+    var title: String = ""
+    @Relationship(inverse: \Tag.posts) var tags: [Tag] = []
+}
+
+@Entity final class Tag {
+    @Attribute(.indexed) var name: String = ""
+    var posts: [Post] = []
+}
+
+let modelSchema = Schema([Post.self, Tag.self])
+
+/// `skyros-bench model`: the object model's relationships against hand-written SQL on the
+/// same tables (the SQLite C API, prepared statements, one transaction), in the same run.
+///
+/// - Link each of `posts` posts to 10 of 100 tags and save (`post.tags = […]` per post, one
+///   write), against INSERTs into the link table.
+/// - Fetch the posts having a given tag (1 % of the links), against the hand-written join.
+struct ModelBenchmark {
+    let directory: URL
+    let posts: Int
+    let rounds: Int
+    static let tagCount = 100
+    static let tagsPerPost = 10
+
+    /// A store file of the model with `posts` posts and 100 tags, and no link.
+    func populated(_ name: String) throws -> URL {
+        let url = directory.appendingPathComponent(name)
+        let store = try Skyros(sqliteStack: modelSchema, at: url, savesOnStop: false)
+        try store.writeAndWait { context in
+            for index in 0..<Self.tagCount { Tag.create(in: context).name = "tag-\(index)" }
+            for index in 0..<posts { Post.create(in: context).title = "post \(index)" }
+        }
+        return url
+    }
+
+    /// The tags of post number `index`: 10 of the 100, spread so that each tag has 1 % of the links.
+    static func tagIndexes(_ index: Int) -> [Int] { (0..<tagsPerPost).map { (index + $0 * 10) % tagCount } }
+
+    func run(report: (Row) -> Void) throws {
+        let skyrosURL = try populated("model-skyros.sqlite")
+        let rawURL = try populated("model-raw.sqlite")
+        let links = posts * Self.tagsPerPost
+
+        // Link: the Skyros write, then the same links inserted by hand.
+        let store = try Skyros(sqliteStack: modelSchema, at: skyrosURL, savesOnStop: false)
+        let skyrosLink = try Clock.seconds {
+            try store.writeAndWait { context in
+                let tags = try Tag.all(sortedBy: [SortDescriptor(\.name)], in: context)
+                let byName = Dictionary(uniqueKeysWithValues: tags.map { ($0.name, $0) })
+                for (index, post) in try Post.all(in: context).enumerated() {
+                    post.tags = Self.tagIndexes(index).map { byName["tag-\($0)"]! }
+                }
+            }
+        }
+        let raw = RawSQLite(path: rawURL.path)
+        let rawLink = Clock.seconds {
+            raw.execute("BEGIN IMMEDIATE")
+            var tags: [String: Data] = [:]
+            let selectTags = raw.prepare("SELECT \"_id\", \"name\" FROM \"Tag\"")
+            while sqlite3_step(selectTags) == SQLITE_ROW {
+                tags[String(cString: sqlite3_column_text(selectTags, 1))] = Data(
+                    bytes: sqlite3_column_blob(selectTags, 0), count: Int(sqlite3_column_bytes(selectTags, 0)))
+            }
+            sqlite3_finalize(selectTags)
+            let tagIDs = (0..<Self.tagCount).map { tags["tag-\($0)"]! }
+            let selectPosts = raw.prepare("SELECT \"_id\" FROM \"Post\"")
+            let insert = raw.prepare("INSERT INTO \"_Post_tags\" (\"_id\", \"source\", \"target\") VALUES (?, ?, ?)")
+            var index = 0
+            while sqlite3_step(selectPosts) == SQLITE_ROW {
+                let post = sqlite3_column_blob(selectPosts, 0)
+                let length = sqlite3_column_bytes(selectPosts, 0)
+                for tag in Self.tagIndexes(index) {
+                    sqlite3_reset(insert)
+                    var id = UUID().uuid
+                    withUnsafeBytes(of: &id) { _ = sqlite3_bind_blob(insert, 1, $0.baseAddress, 16, SQLITE_TRANSIENT) }
+                    sqlite3_bind_blob(insert, 2, post, length, SQLITE_TRANSIENT)
+                    tagIDs[tag].withUnsafeBytes { _ = sqlite3_bind_blob(insert, 3, $0.baseAddress, 16, SQLITE_TRANSIENT) }
+                    raw.step(insert)
+                }
+                index += 1
+            }
+            sqlite3_finalize(selectPosts)
+            sqlite3_finalize(insert)
+            raw.execute("COMMIT")
+        }
+        let linked = try store.store.count(StoreRequest(entityName: "_Post_tags"))
+        precondition(linked == links, "Skyros stored \(linked) links of \(links)")
+        report(Row(
+            name: "link \(posts / 1_000)k posts to 10 tags each, one save (vs SQL)", unit: "links/s",
+            skyros: Double(links) / skyrosLink, baseline: Double(links) / rawLink))
+
+        // Fetch the posts of one tag: 1 % of the links, a different tag each round.
+        var skyrosFetch: [Double] = [], rawFetch: [Double] = []
+        let join = raw.prepare(
+            "SELECT p.\"_id\", p.\"_version\", p.\"title\" FROM \"Post\" p JOIN \"_Post_tags\" l ON l.\"source\" = p.\"_id\" JOIN \"Tag\" t ON t.\"_id\" = l.\"target\" WHERE t.\"name\" = ?"
+        )
+        defer { sqlite3_finalize(join) }
+        for round in 0..<rounds {
+            let name = "tag-\(round * 7 % Self.tagCount)"
+            let reader = ObjectContext(name: "reader", parent: store.rootContext)
+            var found = 0
+            skyrosFetch.append(try Clock.seconds {
+                found = try reader.performAndWait {
+                    try reader.fetch(FetchDescriptor<Post>(predicate: #Predicate { $0.tags.contains { $0.name == name } }))
+                        .reduce(0) { count, post in count + (post.title.isEmpty ? 0 : 1) }
+                }
+            })
+            precondition(found == links / Self.tagCount, "Skyros found \(found) posts")
+            found = 0
+            rawFetch.append(Clock.seconds {
+                sqlite3_reset(join)
+                sqlite3_bind_text(join, 1, name, -1, SQLITE_TRANSIENT)
+                while sqlite3_step(join) == SQLITE_ROW {
+                    _ = Data(bytes: sqlite3_column_blob(join, 0), count: Int(sqlite3_column_bytes(join, 0)))
+                    _ = sqlite3_column_int64(join, 1)
+                    if !String(cString: sqlite3_column_text(join, 2)).isEmpty { found += 1 }
+                }
+            })
+            precondition(found == links / Self.tagCount, "SQL found \(found) posts")
+        }
+        report(Row(
+            name: "fetch the posts of a tag, \(links / Self.tagCount / 1_000)k of \(links / 1_000)k links (vs SQL join)",
+            unit: "objects/s",
+            skyros: Double(links / Self.tagCount) / BatchBenchmark.median(skyrosFetch),
+            baseline: Double(links / Self.tagCount) / BatchBenchmark.median(rawFetch)))
+    }
+}
+
+private let SQLITE_TRANSIENT = unsafeBitCast(-1, to: sqlite3_destructor_type.self)
