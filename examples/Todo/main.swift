@@ -13,6 +13,13 @@
 //     swift run todo --v2 add "file taxes" --due 2027-04-15   # the daemon migrates the store
 //     swift run todo --v2 list                                # everyone's items, with due dates
 //     swift run todo add "call mum"                           # version 1 keeps working
+//
+// Version 3 adds tags, a many-to-many relationship, and undo:
+//
+//     swift run todo --v3 tag 1 home errands      # tags item 1 (tags are made as needed)
+//     swift run todo --v3 untag 1 errands
+//     swift run todo --v3 list home               # the items tagged "home"
+//     swift run todo --v3 retag-undo 1 work       # tags item 1 "work", undoes it, shows both
 import Foundation
 import Skyros
 import SkyrosShared
@@ -30,6 +37,8 @@ func fail(_ message: String) -> Never {
 }
 let isVersion2 = arguments.contains("--v2")
 arguments.removeAll { $0 == "--v2" }
+let isVersion3 = arguments.contains("--v3")
+arguments.removeAll { $0 == "--v3" }
 var due: Date?
 if let index = arguments.firstIndex(of: "--due"), index + 1 < arguments.count {
     guard let date = try? Date(arguments[index + 1], strategy: Date.ISO8601FormatStyle().year().month().day()) else {
@@ -39,7 +48,63 @@ if let index = arguments.firstIndex(of: "--due"), index + 1 < arguments.count {
     arguments.removeSubrange(index...(index + 1))
 }
 guard let command = arguments.first else {
-    fail("usage: todo [--group ID] add TITLE | done N | list | watch; todo --v2 [--group ID] add TITLE [--due DATE] | done N | list")
+    fail("usage: todo [--group ID] add TITLE | done N | list | watch; todo --v2 [--group ID] add TITLE [--due DATE] | done N | list; todo --v3 [--group ID] tag N TAG… | untag N TAG… | list [TAG] | retag-undo N TAG")
+}
+
+if isVersion3 {
+    do {
+        let store = try Skyros(sharedStack: todoSchemaV3, applicationGroup: group)
+        /// Item `number` (1-based, by creation) of a context.
+        func item(_ number: String, in context: ObjectContext) throws -> TodoItemV3 {
+            let items = try TodoItemV3.all(sortedBy: [SortDescriptor(\.created)], in: context)
+            guard let number = Int(number), number > 0, number <= items.count else {
+                throw SkyrosError(.objectNotFound, "there is no item \(number)")
+            }
+            return items[number - 1]
+        }
+        /// The tag with this name, made when there is none.
+        func tag(_ name: String, in context: ObjectContext) throws -> TodoTag {
+            if let tag = try TodoTag.first(where: #Predicate { $0.name == name }, in: context) { return tag }
+            let tag = TodoTag.create(in: context)
+            tag.name = name
+            return tag
+        }
+        let rest = Array(arguments.dropFirst())
+        switch command {
+        case "tag", "untag":
+            guard rest.count > 1 else { fail("\(command) needs an item number and tags") }
+            try store.writeAndWait { context in
+                let item = try item(rest[0], in: context)
+                let names = Set(rest.dropFirst())
+                if command == "tag" {
+                    item.tags = item.tags + (try names.map { try tag($0, in: context) })  // a tag already there stays one
+                } else {
+                    item.tags = item.tags.filter { !names.contains($0.name) }
+                }
+            }
+        case "list":
+            let tagged = rest.first
+            let lines: [String] = try store.read { try describeTodosV3(in: $0, tagged: tagged) }
+            for (index, line) in lines.enumerated() { print("\(index + 1). \(line)") }
+        case "retag-undo":
+            // Undo on the main context: the write is one step; undone, then saved.
+            guard rest.count > 1 else { fail("retag-undo needs an item number and a tag") }
+            store.mainContext.undoManager = UndoManager()
+            try store.writeAndWait { context in
+                let item = try item(rest[0], in: context)
+                item.tags = item.tags + [try tag(rest[1], in: context)]
+            }
+            print("tagged:   " + (try store.read { try describeTodosV3(in: $0) }).joined(separator: "; "))
+            store.mainContext.undoManager?.undo()
+            try store.saveMainContext()
+            print("undone:   " + (try store.read { try describeTodosV3(in: $0) }).joined(separator: "; "))
+        default:
+            fail("unknown command \(command) (version 3 has tag, untag, list [TAG], retag-undo)")
+        }
+    } catch let error as SkyrosError {
+        fail(error.message)
+    }
+    exit(0)
 }
 
 if isVersion2 {

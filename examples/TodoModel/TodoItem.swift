@@ -39,3 +39,37 @@ public func describeTodosV2(in context: ObjectContext) throws -> [String] {
         "[\($0.isDone ? "x" : " ")] \($0.text) (\($0.author))" + ($0.dueDate.map { ", due \($0.formatted(format))" } ?? "")
     }
 }
+
+/// Version 3 (`todo --v3`): items have tags, a many-to-many (an item has any number of tags, a
+/// tag any number of items). Its links are the rows of the link table `_TodoItem_tags`; the
+/// daemon adds it (and the `TodoTag` table) when the first version-3 process connects.
+@Entity(name: "TodoItem") public final class TodoItemV3 {
+    @Attribute(originalName: "title") public var text: String = ""
+    public var isDone: Bool = false
+    public var author: String = ""
+    public var created: Date = Date()
+    public var dueDate: Date? = nil
+    @Relationship(inverse: \TodoTag.items) public var tags: [TodoTag] = []
+}
+
+/// A tag of version 3: deleting one unlinks it from its items (nullify).
+@Entity public final class TodoTag {
+    @Attribute(.unique) public var name: String = ""
+    public var items: [TodoItemV3] = []
+}
+
+public let todoSchemaV3 = Schema([TodoItemV3.self, TodoTag.self], version: 3)
+
+/// One line per item of version 3: "[x] text (author) #tag #tag".
+public func describeTodosV3(in context: ObjectContext, tagged tag: String? = nil) throws -> [String] {
+    let items: [TodoItemV3]
+    if let tag {
+        items = try TodoItemV3.all(
+            where: #Predicate { $0.tags.contains { $0.name == tag } }, sortedBy: [SortDescriptor(\.created)], in: context)
+    } else {
+        items = try TodoItemV3.all(sortedBy: [SortDescriptor(\.created)], in: context)
+    }
+    return items.map { item in
+        "[\(item.isDone ? "x" : " ")] \(item.text) (\(item.author))" + item.tags.map { " #\($0.name)" }.sorted().joined()
+    }
+}
