@@ -296,93 +296,59 @@ struct ManyToManyTests {
         let undo = UndoManager()
         main.undoManager = undo
         // LINK_SEED=<n> explores another sequence.
-        var generator = SeededGenerator(seed: UInt64(ProcessInfo.processInfo.environment["LINK_SEED"] ?? "") ?? 0x11_4C_1A_37)
-        var undoable: [(before: String, after: String)] = []
-        var redoable: [(before: String, after: String)] = []
-        var (serial, undos, redos, saves) = (0, 0, 0, 0)
-        for step in 0..<150 {
-            let before = try Self.fullGraph(main)
-            let choice = Int.random(in: 0..<24, using: &generator)
-            if (12..<16).contains(choice) && undo.canUndo {
-                undo.undo()
-                undos += 1
-                let done = undoable.removeLast()
-                #expect(try Self.fullGraph(main) == done.before, "step \(step): undo")
-                redoable.append(done)
-            } else if choice >= 16 && undo.canRedo {
-                undo.redo()
-                redos += 1
-                let done = redoable.removeLast()
-                #expect(try Self.fullGraph(main) == done.after, "step \(step): redo")
-                undoable.append(done)
-            } else {
-                serial += 1
-                let name = "\(serial)"
-                let changed = try main.performAndWait { () -> Bool in
-                    let articles = try Article.all(in: main).sorted { $0.title < $1.title }
-                    let keywords = try Keyword.all(in: main).sorted { $0.name < $1.name }
-                    let playlists = try Playlist.all(in: main).sorted { $0.name < $1.name }
-                    let songs = try Song.all(in: main).sorted { $0.title < $1.title }
-                    switch choice % 12 {
-                    case 0: Article.create(in: main).title = "a" + name
-                    case 1: Keyword.create(in: main).name = "k" + name
-                    case 2, 3:  // link, from either side
-                        guard let article = articles.randomElement(using: &generator),
-                            let keyword = keywords.randomElement(using: &generator)
-                        else { return false }
-                        if Bool.random(using: &generator) {
-                            article.keywords = article.keywords + [keyword]
-                        } else {
-                            keyword.articles = keyword.articles + [article]
-                        }
-                    case 4:  // unlink one
-                        guard let article = articles.randomElement(using: &generator), !article.keywords.isEmpty else { return false }
-                        var keywords = article.keywords
-                        keywords.remove(at: Int.random(in: 0..<keywords.count, using: &generator))
-                        article.keywords = keywords
-                    case 5:  // nullify
-                        guard let article = articles.randomElement(using: &generator) else { return false }
-                        main.delete(article)
-                    case 6:
-                        guard let keyword = keywords.randomElement(using: &generator) else { return false }
-                        main.delete(keyword)
-                    case 7: Playlist.create(in: main).name = "p" + name
-                    case 8: Song.create(in: main).title = "s" + name
-                    case 9, 10:
-                        guard let playlist = playlists.randomElement(using: &generator),
-                            let song = songs.randomElement(using: &generator)
-                        else { return false }
-                        playlist.songs = playlist.songs + [song]
-                    default:
-                        // Cascade, when no song of it is in another playlist (deny); or a song in none.
-                        if Bool.random(using: &generator),
-                            let playlist = playlists.first(where: { $0.songs.allSatisfy { $0.playlists.count == 1 } })
-                        {
-                            main.delete(playlist)
-                        } else if let song = songs.first(where: { $0.playlists.isEmpty }) {
-                            main.delete(song)
-                        } else {
-                            return false
-                        }
-                    }
-                    return true
+        var sequence = UndoSequence(edits: 12, undos: 4, redos: 8, steps: 150, seedVariable: "LINK_SEED", seed: 0x11_4C_1A_37)
+        sequence.unchangedIsNoStep = true  // linking what is linked already records nothing
+        let counts = try sequence.run(stack, undo, graph: Self.fullGraph) { choice, serial, generator in
+            let name = "\(serial)"
+            let articles = try Article.all(in: main).sorted { $0.title < $1.title }
+            let keywords = try Keyword.all(in: main).sorted { $0.name < $1.name }
+            let playlists = try Playlist.all(in: main).sorted { $0.name < $1.name }
+            let songs = try Song.all(in: main).sorted { $0.title < $1.title }
+            switch choice {
+            case 0: Article.create(in: main).title = "a" + name
+            case 1: Keyword.create(in: main).name = "k" + name
+            case 2, 3:  // link, from either side
+                guard let article = articles.randomElement(using: &generator),
+                    let keyword = keywords.randomElement(using: &generator)
+                else { return false }
+                if Bool.random(using: &generator) {
+                    article.keywords = article.keywords + [keyword]
+                } else {
+                    keyword.articles = keyword.articles + [article]
                 }
-                // A link that was there already changes nothing, and is no step.
-                let after = try Self.fullGraph(main)
-                if changed && after != before {
-                    undoable.append((before, after))
-                    redoable = []
+            case 4:  // unlink one
+                guard let article = articles.randomElement(using: &generator), !article.keywords.isEmpty else { return false }
+                var keywords = article.keywords
+                keywords.remove(at: Int.random(in: 0..<keywords.count, using: &generator))
+                article.keywords = keywords
+            case 5:  // nullify
+                guard let article = articles.randomElement(using: &generator) else { return false }
+                main.delete(article)
+            case 6:
+                guard let keyword = keywords.randomElement(using: &generator) else { return false }
+                main.delete(keyword)
+            case 7: Playlist.create(in: main).name = "p" + name
+            case 8: Song.create(in: main).title = "s" + name
+            case 9, 10:
+                guard let playlist = playlists.randomElement(using: &generator),
+                    let song = songs.randomElement(using: &generator)
+                else { return false }
+                playlist.songs = playlist.songs + [song]
+            default:
+                // Cascade, when no song of it is in another playlist (deny); or a song in none.
+                if Bool.random(using: &generator),
+                    let playlist = playlists.first(where: { $0.songs.allSatisfy { $0.playlists.count == 1 } })
+                {
+                    main.delete(playlist)
+                } else if let song = songs.first(where: { $0.playlists.isEmpty }) {
+                    main.delete(song)
+                } else {
+                    return false
                 }
             }
-            #expect(undo.canUndo == !undoable.isEmpty && undo.canRedo == !redoable.isEmpty, "step \(step)")
-            if Bool.random(using: &generator) {
-                try stack.store.saveMainContext()
-                saves += 1
-                let fresh = ObjectContext(name: "fresh", parent: stack.store.store)
-                #expect(try Self.fullGraph(fresh) == Self.fullGraph(main), "step \(step): stored")
-            }
+            return true
         }
-        #expect(serial > 40 && undos > 10 && redos > 3 && saves > 40, "\(serial) \(undos) \(redos) \(saves)")
+        #expect(counts.edits > 40 && counts.undos > 10 && counts.redos > 3 && counts.saves > 40, "\(counts)")
     }
 
     @Test("links undo and redo on both sides")

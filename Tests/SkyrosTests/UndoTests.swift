@@ -319,72 +319,37 @@ struct UndoTests {
     func randomSequences(kind: StoreKind) throws {
         let (stack, undo) = try undoableStack(kind)
         let main = stack.store.mainContext
-        // UNDO_SEED=<n> explores another sequence.
-        var generator = SeededGenerator(seed: UInt64(ProcessInfo.processInfo.environment["UNDO_SEED"] ?? "") ?? 0x5EED_0037)
-        var undoable: [(before: String, after: String)] = []
-        var redoable: [(before: String, after: String)] = []
-        var serial = 0
-        var (undos, redos, saves) = (0, 0, 0)
-        for step in 0..<160 {
-            let before = try Self.graph(main)
-            // Half edits, a quarter undos, a quarter redos: runs of each.
-            let choice = Int.random(in: 0..<16, using: &generator)
-            if (8..<12).contains(choice) && undo.canUndo {
-                undo.undo()
-                undos += 1
-                let done = undoable.removeLast()
-                #expect(try Self.graph(main) == done.before, "step \(step): undo")
-                redoable.append(done)
-            } else if choice >= 12 && undo.canRedo {
-                undo.redo()
-                redos += 1
-                let done = redoable.removeLast()
-                #expect(try Self.graph(main) == done.after, "step \(step): redo")
-                undoable.append(done)
-            } else {
-                serial += 1
-                let name = "\(serial)"
-                let changed = try main.performAndWait { () -> Bool in
-                    let users = try User.all(in: main).sorted { $0.handle < $1.handle }
-                    let posts = try Post.all(in: main).sorted { $0.title < $1.title }
-                    switch choice % 8 {
-                    case 0, 1:
-                        let user = User.create(in: main)
-                        user.handle = "u" + name
-                        user.firstname = "f" + name
-                    case 2, 3:
-                        let post = Post.create(in: main)
-                        post.title = "p" + name
-                        post.author = users.randomElement(using: &generator)
-                    case 4:
-                        guard let user = users.randomElement(using: &generator) else { return false }
-                        user.firstname = "f" + name
-                    case 5:
-                        guard let post = posts.randomElement(using: &generator) else { return false }
-                        post.author = Bool.random(using: &generator) ? users.randomElement(using: &generator) : nil
-                    case 6:
-                        guard let user = users.randomElement(using: &generator) else { return false }
-                        main.delete(user)  // cascade: its posts
-                    default:
-                        guard let post = posts.randomElement(using: &generator) else { return false }
-                        main.delete(post)
-                    }
-                    return true
-                }
-                if changed {
-                    undoable.append((before, try Self.graph(main)))
-                    redoable = []
-                }
+        // Half edits, a quarter undos, a quarter redos: runs of each. UNDO_SEED=<n> explores another sequence.
+        let sequence = UndoSequence(edits: 8, undos: 4, redos: 4, steps: 160, seedVariable: "UNDO_SEED", seed: 0x5EED_0037)
+        let counts = try sequence.run(stack, undo, graph: Self.graph) { choice, serial, generator in
+            let name = "\(serial)"
+            let users = try User.all(in: main).sorted { $0.handle < $1.handle }
+            let posts = try Post.all(in: main).sorted { $0.title < $1.title }
+            switch choice {
+            case 0, 1:
+                let user = User.create(in: main)
+                user.handle = "u" + name
+                user.firstname = "f" + name
+            case 2, 3:
+                let post = Post.create(in: main)
+                post.title = "p" + name
+                post.author = users.randomElement(using: &generator)
+            case 4:
+                guard let user = users.randomElement(using: &generator) else { return false }
+                user.firstname = "f" + name
+            case 5:
+                guard let post = posts.randomElement(using: &generator) else { return false }
+                post.author = Bool.random(using: &generator) ? users.randomElement(using: &generator) : nil
+            case 6:
+                guard let user = users.randomElement(using: &generator) else { return false }
+                main.delete(user)  // cascade: its posts
+            default:
+                guard let post = posts.randomElement(using: &generator) else { return false }
+                main.delete(post)
             }
-            #expect(undo.canUndo == !undoable.isEmpty && undo.canRedo == !redoable.isEmpty, "step \(step)")
-            if Bool.random(using: &generator) {
-                try stack.store.saveMainContext()
-                saves += 1
-                let fresh = ObjectContext(name: "fresh", parent: stack.store.store)
-                #expect(try Self.graph(fresh) == Self.graph(main), "step \(step): stored")
-            }
+            return true
         }
-        #expect(serial > 20 && undos > 10 && redos > 3 && saves > 20)
+        #expect(counts.edits > 20 && counts.undos > 10 && counts.redos > 3 && counts.saves > 20, "\(counts)")
     }
 
     @Test("a change merged from another process is not an undo step, and an undo leaves it alone")
