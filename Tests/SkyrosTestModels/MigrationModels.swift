@@ -145,3 +145,15 @@ public enum MigrationModels {
 
 /// `linkSchema`'s entities at version 1: no relationship yet.
 public let unlinkedSchema = Schema([ArticleV1.self, KeywordV1.self, Playlist.self, Song.self], version: 1)
+
+/// `Article` of `linkSchema` renamed `Bulletin` (still the owner of the many-to-many: "Bulletin"
+/// comes before "Keyword"), with `Keyword` pointing to it.
+@Entity(name: "Bulletin", originalName: "Article") public final class Bulletin {
+    public var title: String = ""
+    @Relationship(inverse: \KeywordOfBulletins.articles) public var keywords: [KeywordOfBulletins] = []
+}
+
+@Entity(name: "Keyword") public final class KeywordOfBulletins {
+    @Attribute(.unique) public var name: String = ""
+    public var articles: [Bulletin] = []
+}

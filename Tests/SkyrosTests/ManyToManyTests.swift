@@ -162,6 +162,67 @@ struct ManyToManyTests {
         #expect(try Self.linkCount(stack) == 0)
     }
 
+    @Test("batch deletes apply the many-to-many rules: nullify drops the links, cascade the other ends, deny refuses", arguments: [StoreKind.sqlite, .shared])
+    func batchDeleteRules(kind: StoreKind) async throws {
+        let stack = try stack(kind)
+        try stack.store.writeAndWait { context in
+            let keyword = Keyword.create(in: context)
+            keyword.name = "k"
+            let article = Article.create(in: context)
+            article.title = "a"
+            article.keywords = [keyword]
+            let (mix, other) = (Playlist.create(in: context), Playlist.create(in: context))
+            (mix.name, other.name) = ("mix", "other")
+            let songs = ["one", "two", "kept"].map { title -> Song in
+                let song = Song.create(in: context)
+                song.title = title
+                return song
+            }
+            mix.songs = [songs[0], songs[1]]
+            other.songs = [songs[2]]
+        }
+        await #expect(throws: SkyrosError.self) {
+            try await stack.store.batchDelete(Song.self, where: #Predicate { $0.title == "kept" })
+        }
+        #expect(try await stack.store.batchDelete(Playlist.self, where: #Predicate { $0.name == "mix" }) == 1)
+        #expect(try await stack.store.batchDelete(Keyword.self) == 1)
+        let fresh = ObjectContext(name: "fresh", parent: stack.store.store)
+        try fresh.performAndWait { () throws in
+            #expect(try Song.all(in: fresh).map(\.title) == ["kept"], "mix's songs went with it")
+            #expect(try Article.all(in: fresh).map { "\($0.title):\($0.keywords.count)" } == ["a:0"])
+        }
+        #expect(try stack.store.store.count(StoreRequest(entityName: "_Playlist_songs")) == 1)
+        #expect(try Self.linkCount(stack) == 0)
+        #expect(try Self.graph(stack.store.mainContext) == "[\"a:\"] []", "the main context forgot the links")
+    }
+
+    @Test("renaming an entity of a many-to-many keeps its links (the link table is renamed)")
+    func renameKeepsLinks() throws {
+        let directory = try TemporaryDirectory()
+        let url = directory.file("store.sqlite")
+        do {
+            let store = try Skyros(sqliteStack: linkSchema, at: url, savesOnStop: false)
+            try store.writeAndWait { context in
+                let keyword = Keyword.create(in: context)
+                keyword.name = "k"
+                let article = Article.create(in: context)
+                article.title = "a"
+                article.keywords = [keyword]
+            }
+        }
+        let renamed = Schema([Bulletin.self, KeywordOfBulletins.self, Playlist.self, Song.self], version: 2)
+        try renamed.validate()
+        #expect(renamed.entity(named: "_Bulletin_keywords")?.originalName == "_Article_keywords")
+        let store = try Skyros(sqliteStack: renamed, at: url, savesOnStop: false)
+        try store.writeAndWait { context in
+            let bulletin = try #require(try Bulletin.first(in: context))
+            #expect(bulletin.keywords.map(\.name) == ["k"])
+            // Linking again what is linked is still one link: the identifiers did not change.
+            bulletin.keywords = bulletin.keywords + [try #require(try KeywordOfBulletins.first(in: context))]
+        }
+        #expect(try store.store.count(StoreRequest(entityName: "_Bulletin_keywords")) == 1)
+    }
+
     @Test("predicates over a many-to-many: contains, isEmpty, count, in SQL and over unsaved links", arguments: [StoreKind.sqlite, .shared])
     func predicates(kind: StoreKind) throws {
         let stack = try stack(kind)

@@ -180,7 +180,7 @@ extension ObjectContext {
         for id in result.updatedProperties.keys where schema.isLinkEntity(id.entityName) { result.updatedProperties[id] = nil }
         result.updated.removeAll { schema.isLinkEntity($0.objectID.entityName) }
         guard !links.isEmpty else { return result }
-        var listed = Set(result.updated.map(\.objectID))
+        var listed = Set(result.updated.map(\.objectID)).union(result.inserted.map(\.objectID))
         let deleted = Set(result.deleted)
         for link in links {
             let values = link.skyrosStorage.values

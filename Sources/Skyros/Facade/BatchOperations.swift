@@ -214,6 +214,32 @@ extension SQLiteStore.Transaction {
                             let pointing = rows.compactMap { UUID(storedValue: $0[0]).map { ObjectID(entityName: other.name, uuid: $0) } }
                                 .filter { !doomed.contains($0) }
                             guard !pointing.isEmpty else { continue }
+                            if schema.isLinkEntity(other.name) {
+                                // Links of a many-to-many: they go, and the relationship's own rule applies.
+                                let own = property.index
+                                let end = schema.linkEnds[other.name]?.first { $0.entity == entityName && $0.own == own }
+                                let relationship = end.flatMap { source.property(named: $0.property) }
+                                if relationship?.deleteRule == .deny {
+                                    throw SkyrosError(
+                                        .deleteDenied,
+                                        "the batch delete of \(entity.name) is refused: \(entityName).\(relationship!.name) still has objects (delete rule .deny); nothing was deleted")
+                                }
+                                for id in pointing where doomed.insert(id).inserted { next.append(id) }
+                                if relationship?.deleteRule == .cascade, let destination = relationship?.destinationName {
+                                    let target = SQLBuilder.quote(other.properties[1 - own].name)
+                                    let ends = try SQLiteStore.rows(
+                                        db, "SELECT \(target) FROM \(SQLBuilder.quote(other.name)) WHERE \(SQLBuilder.quote(property.name)) IN (\(marks))", list)
+                                    for row in ends {
+                                        guard let uuid = UUID(storedValue: row[0]) else { continue }
+                                        let id = ObjectID(entityName: destination, uuid: uuid)
+                                        if doomed.insert(id).inserted {
+                                            next.append(id)
+                                            explicit.append(id)
+                                        }
+                                    }
+                                }
+                                continue
+                            }
                             switch SQLiteStore.deleteAction(property, of: other, in: schema) {
                             case "CASCADE":
                                 for id in pointing where doomed.insert(id).inserted { next.append(id) }

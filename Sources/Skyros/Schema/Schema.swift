@@ -109,7 +109,14 @@ public final class Schema: Sendable {
                     }
                     link = found
                 } else {
-                    link = Schema.makeLinkEntity(name, source: ownerEntity.name, target: otherEntity.name)
+                    // Renaming the owner's entity or property renames the link table, links kept.
+                    let originalName = ownerEntity.originalName != nil || ownerProperty.originalName != nil
+                        ? Schema.linkEntityName(
+                            ownerEntity: ownerEntity.originalName ?? ownerEntity.name,
+                            property: ownerProperty.originalName ?? ownerProperty.name)
+                        : nil
+                    link = Schema.makeLinkEntity(
+                        name, source: ownerEntity.name, target: otherEntity.name, originalName: originalName)
                     allEntities.append(link)
                 }
                 linkEntityNames.insert(name)
@@ -117,9 +124,7 @@ public final class Schema: Sendable {
                     entity: link, own: isOwner ? 0 : 1, other: isOwner ? 1 : 0)
             }
         }
-        for entity in entities where entity.name.hasPrefix("_") && !linkEntityNames.contains(entity.name) {
-            errors.append("\(entity.name): entity names may not start with '_' (kept for link entities)")
-        }
+
         self.entities = allEntities
         self.entitiesByName = Dictionary(allEntities.map { ($0.name, $0) }, uniquingKeysWith: { a, _ in a })
         self.links = links
@@ -154,13 +159,16 @@ public final class Schema: Sendable {
     }
 
     /// A link entity: two to-ones, `source` to the owner's entity and `target` to the other side's.
-    static func makeLinkEntity(_ name: String, source: String, target: String) -> EntityDescription {
+    static func makeLinkEntity(_ name: String, source: String, target: String, originalName: String? = nil)
+        -> EntityDescription
+    {
         func side(_ name: String, _ destination: String) -> PropertyDescription {
             PropertyDescription(
                 name: name, kind: .toOne, keyPath: \DynamicObject.skyrosStorage, codec: AttributeCodecs.codec(for: UUID?.self)!,
                 makeDefault: { .null }, isIndexed: true, destinationName: destination)
         }
-        return EntityDescription(DynamicObject.self, name: name, properties: [side("source", source), side("target", target)])
+        return EntityDescription(
+            DynamicObject.self, name: name, originalName: originalName, properties: [side("source", source), side("target", target)])
     }
 
     /// Whether an entity (of a schema rebuilt from a description) has a link entity's shape.
@@ -178,11 +186,13 @@ public final class Schema: Sendable {
     /// Whether the entity holds the links of a many-to-many relationship.
     func isLinkEntity(_ name: String) -> Bool { !linkEntityNames.isEmpty && linkEntityNames.contains(name) }
 
-    /// The identifier of the link between two objects: derived from the pair (a name-based
-    /// UUID of the relationship's link entity and both identifiers), so that the pair is the
-    /// key, every process makes the same identifier for it, and adding it twice is one link.
+    /// The identifier of the link between two objects: derived from the pair (a hash of both
+    /// identifiers), so that the pair is the key, every process makes the same identifier for
+    /// it, and adding it twice is one link. The link entity's name is not part of it: a rename
+    /// keeps the links' identifiers.
     static func linkID(_ link: EntityDescription, source: UUID, target: UUID) -> ObjectID {
-        var bytes = Array(link.name.utf8)
+        var bytes: [UInt8] = []
+        bytes.reserveCapacity(32)
         withUnsafeBytes(of: source.uuid) { bytes += $0 }
         withUnsafeBytes(of: target.uuid) { bytes += $0 }
         var digest = StableHash.bytes128(bytes)
