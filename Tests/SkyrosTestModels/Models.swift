@@ -168,3 +168,13 @@ extension Player: ValidatingObject {
 
 /// The schema of the many-to-many tests.
 public let linkSchema = Schema([Article.self, Keyword.self, Playlist.self, Song.self])
+
+/// A many-to-many between two properties of one entity: who follows whom.
+@Entity public final class Follower {
+    public var name: String = ""
+    @Relationship(inverse: \Follower.followers) public var following: [Follower] = []
+    public var followers: [Follower] = []
+}
+
+/// The schema of the self-referencing many-to-many test.
+public let followSchema = Schema([Follower.self])

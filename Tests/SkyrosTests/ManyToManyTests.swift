@@ -412,6 +412,42 @@ struct ManyToManyTests {
         #expect(counts.edits > 40 && counts.undos > 10 && counts.redos > 3 && counts.saves > 40, "\(counts)")
     }
 
+    @Test("a many-to-many between two properties of one entity: following and followers", arguments: StoreKind.allCases)
+    func followersAndFollowing(kind: StoreKind) throws {
+        let stack = try TestStack(kind, schema: followSchema)
+        #expect(followSchema.entity(named: "_Follower_followers") != nil)
+        try stack.store.writeAndWait { context in
+            let people = ["ann", "bob", "cy"].map { name -> Follower in
+                let person = Follower.create(in: context)
+                person.name = name
+                return person
+            }
+            people[0].following = [people[1], people[2]]
+            people[2].following = [people[1]]
+            #expect(people[1].followers.map(\.name) == ["ann", "cy"])
+        }
+        func graph(_ context: ObjectContext) throws -> [String] {
+            try context.performAndWait {
+                try Follower.all(sortedBy: [SortDescriptor(\.name)], in: context).map {
+                    "\($0.name) follows \($0.following.map(\.name)) followed by \($0.followers.map(\.name))"
+                }
+            }
+        }
+        let expected = ["ann follows [\"bob\", \"cy\"] followed by []", "bob follows [] followed by [\"ann\", \"cy\"]",
+            "cy follows [\"bob\"] followed by [\"ann\"]"]
+        #expect(try graph(stack.store.mainContext) == expected)
+        #expect(try graph(ObjectContext(name: "fresh", parent: stack.store.store)) == expected)
+        let followed = try stack.store.read { context in
+            try Follower.all(where: #Predicate { $0.followers.contains { $0.name == "cy" } }, in: context).map(\.name)
+        }
+        #expect(followed == ["bob"])
+        try stack.store.writeAndWait { context in
+            try #require(try Follower.first(where: #Predicate { $0.name == "cy" }, in: context)).delete(in: context)
+        }
+        #expect(try graph(ObjectContext(name: "fresh", parent: stack.store.store)) == [
+            "ann follows [\"bob\"] followed by []", "bob follows [] followed by [\"ann\"]"])
+    }
+
     @Test("links undo and redo on both sides")
     func undoLinks() throws {
         let stack = try stack(.sqlite)
