@@ -232,16 +232,7 @@ struct UndoTests {
         let changes = stack.store.changes
         let child = try ChildProcess(["rename-user", container.path, "ada", "Theirs"])
         #expect(child.wait(seconds: 30) == .exited(0))
-        let merged = Task {
-            for await change in changes where !change.updated.isEmpty { return true }
-            return false
-        }
-        let timeout = Task {
-            try? await Task.sleep(for: .seconds(10))
-            merged.cancel()
-        }
-        #expect(await merged.value)
-        timeout.cancel()
+        #expect(await nextChange(changes, seconds: 10, where: { !$0.updated.isEmpty }) != nil)
         #expect(try mainUsers(stack) == ["Pending  0"], "an unsaved edit stays over a merged change")
         undo.undo()
         #expect(try mainUsers(stack) == ["Theirs  0"])
@@ -371,17 +362,8 @@ struct UndoTests {
         let changes = stack.store.changes
         let child = try ChildProcess(["rename-user", container.path, "ada", "Theirs"])
         #expect(child.wait(seconds: 30) == .exited(0))
-        // Wait (bounded) until the main context has merged the other process's change.
-        let merged = Task {
-            for await change in changes where !change.updated.isEmpty { return true }
-            return false
-        }
-        let timeout = Task {
-            try? await Task.sleep(for: .seconds(10))
-            merged.cancel()
-        }
-        #expect(await merged.value)
-        timeout.cancel()
+        // Until the main context has merged the other process's change (bounded).
+        #expect(await nextChange(changes, seconds: 10, where: { !$0.updated.isEmpty }) != nil)
         #expect(try mainUsers(stack) == ["Theirs Lovelace 0"])
         undo.undo()
         #expect(try mainUsers(stack) == ["Theirs Byron 0"], "their firstname stays; the rest of the step is undone")

@@ -37,20 +37,14 @@ extension ObjectContext {
     /// Indexes the links pending here (inserted objects and rows, deleted objects) by both of
     /// their objects; kept up to date from then on until the pending changes are cleared.
     func buildPendingLinkIndex() {
-        var index: [String: [UUID: [ObjectID]]] = [:]
-        func add(_ id: ObjectID, _ values: StoredValues) {
-            for position in 0..<min(2, values.count) {
-                if let uuid = UUID(storedValue: values[position]) { index[id.entityName, default: [:]][uuid, default: []].append(id) }
-            }
-        }
-        inserted.forEach { id, object in if schema.isLinkEntity(id.entityName) { add(id, object.skyrosStorage.values) } }
-        insertedRows.forEach { id, values in if schema.isLinkEntity(id.entityName) { add(id, values) } }
+        pendingLinkIndex = [:]
+        inserted.forEach { id, object in if schema.isLinkEntity(id.entityName) { indexPendingLink(id, object.skyrosStorage.values) } }
+        insertedRows.forEach { id, values in if schema.isLinkEntity(id.entityName) { indexPendingLink(id, values) } }
         for (id, object) in deleted where schema.isLinkEntity(id.entityName) {
             let storage = object.skyrosStorage
             if storage.isFault { fulfill(storage) }
-            add(id, storage.values)
+            indexPendingLink(id, storage.values)
         }
-        pendingLinkIndex = index
     }
 
     /// Adds a link just inserted or deleted here to ``pendingLinkIndex``, when it is built.

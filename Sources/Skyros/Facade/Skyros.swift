@@ -303,13 +303,7 @@ open class Skyros: @unchecked Sendable {
         defer { inFlight.leave() }
         var failure: SkyrosError?
         scratch.performAndWait { failure = runWrite(changes, in: scratch) }
-        if failure == nil { failure = saveMain(stack) }
-        // On this thread: the root's queue runs the block here when it is idle.
-        if failure == nil { failure = stack.root.performAndWait { saveRoot(stack) } }
-        if let failure {
-            completionQueue.async { [self] in handleError(failure) }
-            throw failure
-        }
+        try saveToStore(stack, unless: failure)
     }
 
     /// Saves the changes made in the main context itself — edits made there directly, an
@@ -330,7 +324,15 @@ open class Skyros: @unchecked Sendable {
         let stack = current
         inFlight.enter()
         defer { inFlight.leave() }
-        var failure = saveMain(stack)
+        try saveToStore(stack, unless: nil)
+    }
+
+    /// Main → root → store on this thread, unless an earlier step failed; the error (that
+    /// one, or the saves') goes to ``handleError(_:)`` on ``completionQueue`` and is thrown.
+    private func saveToStore(_ stack: Contexts, unless earlier: SkyrosError?) throws {
+        var failure = earlier
+        if failure == nil { failure = saveMain(stack) }
+        // On this thread: the root's queue runs the block here when it is idle.
         if failure == nil { failure = stack.root.performAndWait { saveRoot(stack) } }
         if let failure {
             completionQueue.async { [self] in handleError(failure) }

@@ -156,16 +156,6 @@ struct SQLBuilder {
             let inverse = schema.inverse(of: property, in: entity)
         else { throw invalid("\(path.joined(separator: ".")) is not a to-many relationship") }
         let inner = newAlias()
-        if let route = schema.linkRoute(of: property, in: entity) {
-            // Many-to-many: the destination rows this object has links to (the link table's
-            // index on this side finds them).
-            let own = Self.quote(route.entity.properties[route.own].name)
-            let other = Self.quote(route.entity.properties[route.other].name)
-            return (
-                inner, destination,
-                "\(inner).\"_id\" IN (SELECT \(other) FROM \(Self.quote(route.entity.name)) WHERE \(own) = \(alias).\"_id\")"
-            )
-        }
         return (inner, destination, "\(inner).\(Self.quote(inverse.name)) = \(alias).\"_id\"")
     }
 

@@ -103,7 +103,7 @@ public final class Schema: Sendable {
                 let name = Schema.linkEntityName(ownerEntity: ownerEntity.name, property: ownerProperty.name)
                 let link: EntityDescription
                 if let found = byName[name] ?? allEntities.first(where: { $0.name == name }) {
-                    guard Schema.isLinkEntity(found, source: ownerEntity.name, target: otherEntity.name) else {
+                    guard Schema.hasLinkShape(found, source: ownerEntity.name, target: otherEntity.name) else {
                         errors.append("\(label): the entity \(name) is not the link entity of this many-to-many relationship")
                         continue
                     }
@@ -172,7 +172,7 @@ public final class Schema: Sendable {
     }
 
     /// Whether an entity (of a schema rebuilt from a description) has a link entity's shape.
-    static func isLinkEntity(_ entity: EntityDescription, source: String, target: String) -> Bool {
+    static func hasLinkShape(_ entity: EntityDescription, source: String, target: String) -> Bool {
         entity.properties.count == 2 && entity.properties.allSatisfy { $0.kind == .toOne }
             && entity.properties[0].name == "source" && entity.properties[0].destinationName == source
             && entity.properties[1].name == "target" && entity.properties[1].destinationName == target

@@ -99,12 +99,15 @@ func makeUsers(_ names: [(String, String)], in context: ObjectContext) {
     }
 }
 
-/// The next change delivered on `changes`, or nil after `seconds`.
-func nextChange(_ changes: AsyncStream<StoreChange>, seconds: Double = 5) async -> StoreChange? {
+/// The next change delivered on `changes` (that `matches`), or nil after `seconds`.
+func nextChange(
+    _ changes: AsyncStream<StoreChange>, seconds: Double = 5,
+    where matches: @escaping @Sendable (StoreChange) -> Bool = { _ in true }
+) async -> StoreChange? {
     await withTaskGroup(of: StoreChange?.self) { group in
         group.addTask {
-            var iterator = changes.makeAsyncIterator()
-            return await iterator.next()
+            for await change in changes where matches(change) { return change }
+            return nil
         }
         group.addTask {
             try? await Task.sleep(for: .seconds(seconds))
