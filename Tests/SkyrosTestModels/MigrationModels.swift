@@ -157,3 +157,15 @@ public let unlinkedSchema = Schema([ArticleV1.self, KeywordV1.self, Playlist.sel
     @Attribute(.unique) public var name: String = ""
     public var articles: [Bulletin] = []
 }
+
+/// `Checklist` and `Step` of `orderSchema`, before their to-many was ordered.
+@Entity(name: "Checklist") public final class ChecklistV1 {
+    public var name: String = ""
+    @Relationship(deleteRule: .cascade) public var steps: [StepV1] = []
+}
+
+@Entity(name: "Step") public final class StepV1 {
+    public var title: String = ""
+    public var done: Bool = false
+    public var checklist: ChecklistV1? = nil
+}

@@ -178,3 +178,29 @@ public let linkSchema = Schema([Article.self, Keyword.self, Playlist.self, Song.
 
 /// The schema of the self-referencing many-to-many test.
 public let followSchema = Schema([Follower.self])
+
+// MARK: - Ordered to-many
+
+/// A checklist whose steps keep their order; deleting it deletes them.
+@Entity public final class Checklist {
+    public var name: String = ""
+    @Relationship(.ordered, deleteRule: .cascade) public var steps: [Step] = []
+}
+
+@Entity public final class Step {
+    public var title: String = ""
+    public var done: Bool = false
+    public var checklist: Checklist? = nil
+}
+
+/// The schema of the ordered to-many tests.
+public let orderSchema = Schema([Checklist.self, Step.self])
+
+/// An ordered many-to-many: refused (not supported yet).
+@Entity public final class Shelf {
+    @Relationship(.ordered, inverse: \Volume.shelves) public var volumes: [Volume] = []
+}
+
+@Entity public final class Volume {
+    public var shelves: [Shelf] = []
+}

@@ -171,11 +171,42 @@ extension ObjectContext {
             if let object = result.deletedObjects.removeValue(forKey: id) { links.append(object) }
             return true
         }
-        for id in result.updatedProperties.keys where schema.isLinkEntity(id.entityName) { result.updatedProperties[id] = nil }
+        // A position moved in an ordered to-many: an update of the owner's relationship.
+        var moved: [ObjectID] = []
+        for id in result.updatedProperties.keys where schema.isLinkEntity(id.entityName) {
+            result.updatedProperties[id] = nil
+            if schema.isOrderEntity(id.entityName) { moved.append(id) }
+        }
         result.updated.removeAll { schema.isLinkEntity($0.objectID.entityName) }
-        guard !links.isEmpty else { return result }
+        var owners: [(ObjectID, String)] = []
+        if !moved.isEmpty {
+            var rows: [any ManagedObject] = []
+            var toLoad: [ObjectID] = []
+            for id in moved {
+                if let row = registry[id]?.object ?? pendingObject(id), !row.skyrosStorage.isFault {
+                    rows.append(row)
+                } else {
+                    toLoad.append(id)
+                }
+            }
+            if !toLoad.isEmpty { rows += loadedObjects(toLoad) }
+            for row in rows {
+                guard let end = schema.linkEnds[row.objectID.entityName]?.first(where: { $0.own == 0 }),
+                    let uuid = UUID(storedValue: row.skyrosStorage.values[0])
+                else { continue }
+                owners.append((ObjectID(entityName: end.entity, uuid: uuid), end.property))
+            }
+        }
         var listed = Set(result.updated.map(\.objectID)).union(result.inserted.map(\.objectID))
         let deleted = Set(result.deleted)
+        for (id, property) in owners where !deleted.contains(id) {
+            result.updatedProperties[id, default: []].insert(property)
+            if !listed.contains(id), let object = registry[id]?.object, !object.skyrosStorage.isDeleted {
+                listed.insert(id)
+                result.updated.append(object)
+            }
+        }
+        guard !links.isEmpty else { return result }
         for link in links {
             let values = link.skyrosStorage.values
             for end in schema.linkEnds[link.objectID.entityName] ?? [] where end.own < values.count {

@@ -94,6 +94,12 @@ public final class ObjectContext: ObjectStore, @unchecked Sendable, CustomString
     /// The links of many-to-many relationships pending here, by link entity and by the
     /// identifier of either of their objects (built on first use, see ``linkObjects(of:_:)``).
     @exclusivity(unchecked) var pendingLinkIndex: [String: [UUID: [ObjectID]]]?
+    /// The last position of ordered to-manys this context appended to, by owner (see
+    /// ``appendPosition(_:owner:)``); forgotten at each save and merge.
+    @exclusivity(unchecked) var orderTails: [ObjectID: Int64] = [:]
+    /// Whether setting a to-one of an ordered to-many's object places it last in its new
+    /// owner's list (false while the list itself is being set: it places its objects).
+    @exclusivity(unchecked) var appendsToOrder = true
     /// The number of this context's saves: an undo step recorded before the last one is
     /// saved already (see ``UndoManager``).
     @exclusivity(unchecked) var saveGeneration: UInt64 = 0
@@ -442,6 +448,11 @@ public final class ObjectContext: ObjectStore, @unchecked Sendable, CustomString
             let inverse = schema.inverse(of: property, in: storage.entity)
             switch property.kind {
             case .toMany:
+                if let route = schema.orderRoute(of: property, in: storage.entity) {
+                    // Its positions go with it (in the store by the foreign key; here, those
+                    // pending must not be saved pointing to an object that is gone).
+                    for row in (try? linkObjects(of: storage, route)) ?? [] { delete(row) }
+                }
                 guard let inverse, let related = try? relatedObjects(of: storage, index: property.index) else { continue }
                 switch property.deleteRule {
                 case .cascade: toCascade += related
@@ -450,6 +461,12 @@ public final class ObjectContext: ObjectStore, @unchecked Sendable, CustomString
                 case .deny: break
                 }
             case .toOne:
+                if !schema.orderedInverses.isEmpty, let ordered = schema.orderedInverses[storage.entity.name]?[property.index],
+                    let owner = UUID(storedValue: storage.values[property.index]),
+                    let row = lookup(Schema.linkID(ordered.route.entity, source: owner, target: storage.objectID.uuid))
+                {
+                    delete(row)  // its position, when this context holds it (the store's foreign key deletes the others)
+                }
                 guard let target = storage.relatedObject(at: property.index) else { continue }
                 if property.deleteRule == .cascade {
                     toCascade.append(target)
@@ -485,6 +502,19 @@ public final class ObjectContext: ObjectStore, @unchecked Sendable, CustomString
                 }
             }
         }
+        if !schema.orderedInverses.isEmpty, let ordered = schema.orderedInverses[storage.entity.name]?[index] {
+            // The to-one of an object of an ordered to-many: its position leaves with it, and a
+            // new owner places it last (unless its caller, setting the list, places it).
+            if storage.isFault { fulfill(storage) }
+            let old = UUID(storedValue: storage.values[index])
+            if old != target?.objectID.uuid {
+                if let old { removePosition(ordered.route, owner: old, of: storage) }
+                if let target, appendsToOrder {
+                    let owner = ObjectID(entityName: ordered.owner.name, uuid: target.objectID.uuid)
+                    setPosition(ordered.route, owner: owner, of: storage, to: appendPosition(ordered.route, owner: target))
+                }
+            }
+        }
         storage.setStored(newValue, at: index)
     }
 
@@ -493,6 +523,9 @@ public final class ObjectContext: ObjectStore, @unchecked Sendable, CustomString
         let property = storage.entity.properties[index]
         if let route = schema.linkRoute(of: property, in: storage.entity) { return try setLinks(storage, route, to: targets) }
         guard let inverse = schema.inverse(of: property, in: storage.entity) else { return }
+        if let route = schema.orderRoute(of: property, in: storage.entity) {
+            return try setOrdered(storage, property, inverse, route, to: targets)
+        }
         let current = try relatedObjects(of: storage, index: index)
         let newIDs = Set(targets.map(\.objectID))
         for object in current where !newIDs.contains(object.objectID) {
@@ -510,7 +543,9 @@ public final class ObjectContext: ObjectStore, @unchecked Sendable, CustomString
         guard let inverse = schema.inverse(of: property, in: storage.entity) else { return [] }
         let request = StoreRequest(
             entityName: property.destinationName!, predicate: .equals(inverse.name, storage.objectID.uuid.storedValue))
-        return try fetchObjects(request, localOnly: storage.isInserted)
+        let members = try fetchObjects(request, localOnly: storage.isInserted)
+        guard let route = schema.orderRoute(of: property, in: storage.entity), members.count > 1 else { return members }
+        return try inOrder(members, try positions(of: storage, route))
     }
 
     // MARK: - Reset, rollback, refresh
@@ -559,6 +594,7 @@ public final class ObjectContext: ObjectStore, @unchecked Sendable, CustomString
         if !deleted.isEmpty { deleted = [:] }
         if !pendingCountByEntity.isEmpty { pendingCountByEntity = [:] }
         pendingLinkIndex = nil
+        if !orderTails.isEmpty { orderTails = [:] }
     }
 
     /// Turns an object back into a fault, discarding its pending changes unless

@@ -214,6 +214,12 @@ extension SQLiteStore.Transaction {
                             let pointing = rows.compactMap { UUID(storedValue: $0[0]).map { ObjectID(entityName: other.name, uuid: $0) } }
                                 .filter { !doomed.contains($0) }
                             guard !pointing.isEmpty else { continue }
+                            if schema.isOrderEntity(other.name) {
+                                // Positions in an ordered to-many: they go with either object (the
+                                // relationship's rule applies through the member's to-one).
+                                for id in pointing where doomed.insert(id).inserted { next.append(id) }
+                                continue
+                            }
                             if schema.isLinkEntity(other.name) {
                                 // Links of a many-to-many: they go, and the relationship's own rule applies.
                                 let own = property.index

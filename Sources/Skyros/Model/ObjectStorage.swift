@@ -311,6 +311,6 @@ extension PropertyDescription {
         relationshipOptions: [RelationshipOption] = [], deleteRule: DeleteRule = .nullify,
         inverse: PartialKeyPath<Destination>? = nil
     ) -> PropertyDescription {
-        toMany(name, keyPath, deleteRule: deleteRule, inverse: inverse, originalName: originalName)
+        toMany(name, keyPath, deleteRule: deleteRule, inverse: inverse, options: relationshipOptions, originalName: originalName)
     }
 }

@@ -129,12 +129,37 @@ public final class FetchedResultsController<T: ManagedObject>: @unchecked Sendab
     private var predicateProperties: Set<String>?
     private var state = Results()
     private var observation: ContextChangeObservation?
+    /// For a controller of one object's to-many: the object, the relationship's name, and how
+    /// to read it.
+    private let relationship: (owner: ObjectID, name: String, entityName: String)?
 
     /// Makes a controller; nothing is fetched before ``performFetch()``.
     public init(fetch: FetchDescriptor<T>, sectionKeyPath: KeyPath<T, String>? = nil, context: ObjectContext) {
         self.fetchDescriptor = fetch
         self.sectionKeyPath = sectionKeyPath
         self.context = context
+        self.relationship = nil
+    }
+
+    /// Makes a controller of one object's to-many relationship, in the relationship's order:
+    /// for an ordered one (`@Relationship(.ordered)`), an object moved in the list (here or in
+    /// another process) is reported as a ``FetchedResultsObjectChange/move(object:fromIndexPath:toIndexPath:)``.
+    /// One section named ""; nothing is fetched before ``performFetch()``.
+    ///
+    /// ```swift
+    /// let steps = FetchedResultsController(relationship: \Todo.steps, of: todo, context: store.mainContext)
+    /// ```
+    ///
+    /// - Parameters:
+    ///   - keyPath: the to-many relationship, `\Todo.steps`.
+    ///   - owner: the object whose relationship is followed (its identifier is kept, not the object).
+    ///   - context: the context whose changes are followed.
+    public init<Owner: ManagedObject>(relationship keyPath: KeyPath<Owner, [T]>, of owner: Owner, context: ObjectContext) {
+        self.fetchDescriptor = FetchDescriptor<T>()
+        self.sectionKeyPath = nil
+        self.context = context
+        let name = Owner.entityDescription.property(for: keyPath)?.name ?? "\(keyPath)"
+        self.relationship = (owner.objectID, name, T.entityName)
     }
 
     deinit { observation?.cancel() }
@@ -160,6 +185,20 @@ public final class FetchedResultsController<T: ManagedObject>: @unchecked Sendab
     ///   cannot be translated, or sections that the sort does not keep together; the store's errors.
     public func performFetch() throws {
         try context.performAndWait {
+            if let relationship {
+                guard context.object(with: relationship.owner) != nil else {
+                    throw SkyrosError(
+                        .objectNotFound,
+                        "\(relationship.owner), whose \(relationship.name) this controller follows, is not in context '\(context.name)' or its store")
+                }
+                sortIndexes = [(-1, true)]
+                state = try relationshipResults()
+                if observation == nil {
+                    observation = context.addChangeObserver { [weak self] changes in self?.process(changes) }
+                }
+                delegateHost?.didPerformFetch(self)
+                return
+            }
             let request = try fetchDescriptor.storeRequest(schema: context.schema)
             let entity = try context.schema.requireEntity(request.entityName)
             sortIndexes = request.sortKeys.map { key in (entity.property(named: key.property)!.index, key.ascending) }
@@ -226,7 +265,57 @@ public final class FetchedResultsController<T: ManagedObject>: @unchecked Sendab
 
     // MARK: - Following changes
 
+    /// The objects of the followed relationship, in its order, each keyed by its index.
+    private func relationshipResults() throws -> Results {
+        guard let relationship else { return Results() }
+        guard let owner = context.object(with: relationship.owner) else { return Results() }  // deleted: empty
+        let storage = owner.skyrosStorage
+        guard let property = storage.entity.property(named: relationship.name), property.kind == .toMany else {
+            throw SkyrosError(.unsupportedPredicate, "\(storage.entity.name).\(relationship.name) is not a to-many relationship")
+        }
+        if storage.isFault { context.fulfill(storage) }
+        let objects = storage.isDeleted ? [] : try context.relatedObjects(of: storage, index: property.index).compactMap { $0 as? T }
+        var results = Results()
+        if !objects.isEmpty {
+            results.sections = [SectionState(name: "", objects: objects)]
+            results.sectionIndex = ["": 0]
+        }
+        for (index, object) in objects.enumerated() {
+            results.keys[object.objectID] = RowKey(values: [.integer(Int64(index))], section: "", uuid: object.objectID)
+        }
+        return results
+    }
+
+    /// Whether a change may have changed the followed relationship: it names the owner, or
+    /// objects of the relationship's destination.
+    private func touchesRelationship(_ changes: ContextChanges, _ relationship: (owner: ObjectID, name: String, entityName: String))
+        -> (touched: Bool, updated: Set<ObjectID>)
+    {
+        var updated = Set<ObjectID>()
+        for object in changes.updated where object.objectID.entityName == relationship.entityName { updated.insert(object.objectID) }
+        for id in changes.updatedProperties.keys where id.entityName == relationship.entityName { updated.insert(id) }
+        let touched = !updated.isEmpty || changes.updatedProperties[relationship.owner] != nil
+            || changes.deleted.contains { $0 == relationship.owner || $0.entityName == relationship.entityName }
+            || changes.inserted.contains { $0.objectID.entityName == relationship.entityName }
+            || changes.insertedIDs.contains { $0.entityName == relationship.entityName }
+        return (touched, updated)
+    }
+
     private func process(_ changes: ContextChanges) {
+        if let relationship {
+            guard changes.isNewToChangeObservers else { return }
+            do {
+                if changes.kind == .reloaded {
+                    try refetch(updated: nil)
+                } else {
+                    let (touched, updated) = touchesRelationship(changes, relationship)
+                    if touched { try refetch(updated: updated) }
+                }
+            } catch {
+                context.report(error)
+            }
+            return
+        }
         guard let request, changes.isNewToChangeObservers else { return }
         do {
             if changes.kind == .reloaded {
@@ -359,7 +448,7 @@ public final class FetchedResultsController<T: ManagedObject>: @unchecked Sendab
     /// - Parameter updated: the objects known to be updated; nil: any may have been.
     private func refetch(updated: Set<ObjectID>?) throws {
         let old = state
-        let new = try makeResults(try context.fetch(fetchDescriptor))
+        let new = relationship != nil ? try relationshipResults() : try makeResults(try context.fetch(fetchDescriptor))
         var result = FetchedResultsChanges<T>()
         var oldPaths: [ObjectID: IndexPath] = [:]
         for (s, section) in old.sections.enumerated() {

@@ -26,6 +26,10 @@ public struct RelationshipOption: Hashable, Sendable {
     /// A to-one relationship that must have a destination when the object is saved
     /// (``SkyrosError/Code/missingRequiredRelationship`` otherwise).
     public static let required = RelationshipOption(name: "required")
+    /// A to-many relationship whose objects keep the order they are given in
+    /// (`@Relationship(.ordered) var steps: [Step]`), in the store and in every process; its
+    /// inverse is a to-one. Core Data's ordered relationships, as an array.
+    public static let ordered = RelationshipOption(name: "ordered")
 }
 
 /// One persistent property of an entity: an attribute, a to-one or a to-many relationship.
@@ -88,13 +92,17 @@ public final class PropertyDescription: @unchecked Sendable, CustomStringConvert
     /// Whether a to-one was declared `@Relationship(.required)`: a save with no destination fails
     /// with ``SkyrosError/Code/missingRequiredRelationship``.
     public let isRequired: Bool
+    /// Whether a to-many was declared `@Relationship(.ordered)`: its objects keep the order they
+    /// are set in, held in the positions of an order entity the schema adds
+    /// (``Schema/linkEntityName(ownerEntity:property:)``).
+    public let isOrdered: Bool
 
     init(
         name: String, kind: Kind, keyPath: AnyKeyPath, codec: AnyAttributeCodec,
         makeDefault: @escaping @Sendable () throws -> StoredValue,
         isUnique: Bool = false, isIndexed: Bool = false, originalName: String? = nil,
         destinationName: String? = nil, deleteRule: DeleteRule = .nullify,
-        inverseKeyPath: AnyKeyPath? = nil, inverseName: String? = nil, isRequired: Bool = false
+        inverseKeyPath: AnyKeyPath? = nil, inverseName: String? = nil, isRequired: Bool = false, isOrdered: Bool = false
     ) {
         self.name = name
         self.kind = kind
@@ -109,6 +117,7 @@ public final class PropertyDescription: @unchecked Sendable, CustomStringConvert
         self.inverseKeyPath = inverseKeyPath
         self.inverseName = inverseName
         self.isRequired = isRequired
+        self.isOrdered = isOrdered
     }
 
     /// Whether the property is a to-one or a to-many relationship.
@@ -162,14 +171,16 @@ public final class PropertyDescription: @unchecked Sendable, CustomStringConvert
     /// a many-to-many, whose links are the rows of a link entity the schema adds
     /// (``Schema/linkEntityName(ownerEntity:property:)``). Name the inverse on one side of a
     /// many-to-many (`@Relationship(inverse: \Tag.posts) var tags: [Tag]`); the other side finds it.
+    /// With `options: [.ordered]` (a to-one inverse), the objects keep the order they are set in.
     public static func toMany<Root: ManagedObject, Destination: ManagedObject>(
         _ name: String, _ keyPath: KeyPath<Root, [Destination]>,
-        deleteRule: DeleteRule = .nullify, inverse: PartialKeyPath<Destination>? = nil, originalName: String? = nil
+        deleteRule: DeleteRule = .nullify, inverse: PartialKeyPath<Destination>? = nil,
+        options: [RelationshipOption] = [], originalName: String? = nil
     ) -> PropertyDescription {
         PropertyDescription(
             name: name, kind: .toMany, keyPath: keyPath, codec: AttributeCodecs.codec(for: UUID?.self)!,
             makeDefault: { .null }, originalName: originalName,
             destinationName: Destination.entityName, deleteRule: deleteRule,
-            inverseKeyPath: inverse)
+            inverseKeyPath: inverse, isOrdered: options.contains(.ordered))
     }
 }

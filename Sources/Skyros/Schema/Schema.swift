@@ -19,7 +19,18 @@ public final class Schema: Sendable {
     let inverses: [String: [Int: PropertyDescription]]
     /// For each entity and many-to-many relationship index: where its links are.
     let links: [String: [Int: LinkRoute]]
-    /// The names of the link entities.
+    /// For each entity and ordered to-many index: where its objects' positions are (`own` is
+    /// the order entity's to-one to the owner, `other` the one to the object placed).
+    let orders: [String: [Int: LinkRoute]]
+    /// For each entity and to-one index whose inverse is an ordered to-many: that to-many's
+    /// owner entity, property and order route.
+    let orderedInverses: [String: [Int: (owner: EntityDescription, property: PropertyDescription, route: LinkRoute)]]
+    /// The names of the order entities of ordered to-manys.
+    let orderEntityNames: Set<String>
+    /// The names of the entities whose rows are keyed by a pair of objects: the link entities
+    /// of many-to-manys and the order entities of ordered to-manys. The store inserts them
+    /// `OR IGNORE`, deletes them without checking that they are there, and their to-ones
+    /// cascade.
     let linkEntityNames: Set<String>
     /// For each link entity: the relationships whose links it holds (entity, property name,
     /// and which of the link's to-ones points to that entity's object).
@@ -93,6 +104,12 @@ public final class Schema: Sendable {
                 else { continue }
                 let label = "\(entity.name).\(property.name)"
                 let otherLabel = "\(destination.name).\(inverse.name)"
+                if property.isOrdered || inverse.isOrdered {
+                    if property.isOrdered {
+                        errors.append("\(label): an ordered many-to-many relationship is not supported yet (an ordered to-many's inverse must be a to-one)")
+                    }
+                    continue
+                }
                 if inverse === property {
                     errors.append("\(label): a many-to-many relationship that is its own inverse is not supported yet")
                     continue
@@ -125,7 +142,49 @@ public final class Schema: Sendable {
             }
         }
 
+        // Ordered to-manys: the positions of their objects are the rows of an order entity, made
+        // here (or found, in a schema rebuilt from a description).
+        var orders: [String: [Int: LinkRoute]] = [:]
+        var orderedInverses: [String: [Int: (owner: EntityDescription, property: PropertyDescription, route: LinkRoute)]] = [:]
+        var orderEntityNames = Set<String>()
+        for entity in entities {
+            for property in entity.properties where property.isOrdered {
+                let label = "\(entity.name).\(property.name)"
+                guard property.kind == .toMany else {
+                    errors.append("\(label): only a to-many relationship can be ordered")
+                    continue
+                }
+                guard let inverse = inverses[entity.name]?[property.index], inverse.kind == .toOne,
+                    let destination = byName[property.destinationName!]
+                else { continue }  // a many-to-many (refused above) or an error already listed
+                let name = Schema.linkEntityName(ownerEntity: entity.name, property: property.name)
+                let order: EntityDescription
+                if let found = byName[name] ?? allEntities.first(where: { $0.name == name }) {
+                    guard Schema.hasOrderShape(found, source: entity.name, target: destination.name) else {
+                        errors.append("\(label): the entity \(name) is not the order entity of this ordered relationship")
+                        continue
+                    }
+                    order = found
+                } else {
+                    let originalName = entity.originalName != nil || property.originalName != nil
+                        ? Schema.linkEntityName(
+                            ownerEntity: entity.originalName ?? entity.name, property: property.originalName ?? property.name)
+                        : nil
+                    order = Schema.makeOrderEntity(name, source: entity.name, target: destination.name, originalName: originalName)
+                    allEntities.append(order)
+                }
+                orderEntityNames.insert(name)
+                linkEntityNames.insert(name)
+                let route = LinkRoute(entity: order, own: 0, other: 1)
+                orders[entity.name, default: [:]][property.index] = route
+                orderedInverses[destination.name, default: [:]][inverse.index] = (entity, property, route)
+            }
+        }
+
         self.entities = allEntities
+        self.orders = orders
+        self.orderedInverses = orderedInverses
+        self.orderEntityNames = orderEntityNames
         self.entitiesByName = Dictionary(allEntities.map { ($0.name, $0) }, uniquingKeysWith: { a, _ in a })
         self.links = links
         self.linkEntityNames = linkEntityNames
@@ -134,6 +193,16 @@ public final class Schema: Sendable {
             guard let entity = byName[entityName] else { continue }
             for (index, route) in routes {
                 linkEnds[route.entity.name, default: []].append((entityName, entity.properties[index].name, route.own))
+            }
+        }
+        for (entityName, routes) in orders {
+            guard let entity = byName[entityName] else { continue }
+            for (index, route) in routes {
+                let property = entity.properties[index]
+                linkEnds[route.entity.name, default: []].append((entityName, property.name, 0))
+                if let inverse = inverses[entityName]?[index] {
+                    linkEnds[route.entity.name, default: []].append((property.destinationName!, inverse.name, 1))
+                }
             }
         }
         self.linkEnds = linkEnds
@@ -162,20 +231,56 @@ public final class Schema: Sendable {
     static func makeLinkEntity(_ name: String, source: String, target: String, originalName: String? = nil)
         -> EntityDescription
     {
-        func side(_ name: String, _ destination: String) -> PropertyDescription {
-            PropertyDescription(
-                name: name, kind: .toOne, keyPath: \DynamicObject.skyrosStorage, codec: AttributeCodecs.codec(for: UUID?.self)!,
-                makeDefault: { .null }, isIndexed: true, destinationName: destination)
-        }
-        return EntityDescription(
-            DynamicObject.self, name: name, originalName: originalName, properties: [side("source", source), side("target", target)])
+        EntityDescription(
+            DynamicObject.self, name: name, originalName: originalName,
+            properties: [linkSide("source", source), linkSide("target", target)])
     }
+
+    /// One of a link's or an order's two to-ones, indexed.
+    private static func linkSide(_ name: String, _ destination: String) -> PropertyDescription {
+        PropertyDescription(
+            name: name, kind: .toOne, keyPath: \DynamicObject.skyrosStorage, codec: AttributeCodecs.codec(for: UUID?.self)!,
+            makeDefault: { .null }, isIndexed: true, destinationName: destination)
+    }
+
+    /// An order entity: `source` (to the ordered to-many's entity), `target` (to the object
+    /// placed) and `position`, a 64-bit integer; one row per object in the relationship.
+    static func makeOrderEntity(_ name: String, source: String, target: String, originalName: String? = nil)
+        -> EntityDescription
+    {
+        let position = PropertyDescription(
+            name: "position", kind: .attribute, keyPath: \DynamicObject.skyrosStorage,
+            codec: AttributeCodecs.codec(for: Int64.self)!, makeDefault: { .integer(0) })
+        return EntityDescription(
+            DynamicObject.self, name: name, originalName: originalName,
+            properties: [linkSide("source", source), linkSide("target", target), position])
+    }
+
+    /// Whether an entity (of a schema rebuilt from a description) has an order entity's shape.
+    static func hasOrderShape(_ entity: EntityDescription, source: String, target: String) -> Bool {
+        let properties = entity.properties
+        return properties.count == 3 && properties[2].name == "position" && properties[2].kind == .attribute
+            && properties[2].codec.storageType == .integer && hasLinkSides(properties, source: source, target: target)
+    }
+
+    /// Where the positions of an ordered to-many's objects are; nil for any other property.
+    func orderRoute(of property: PropertyDescription, in entity: EntityDescription) -> LinkRoute? {
+        orders.isEmpty ? nil : orders[entity.name]?[property.index]
+    }
+
+    /// Whether the entity holds the positions of an ordered to-many.
+    func isOrderEntity(_ name: String) -> Bool { !orderEntityNames.isEmpty && orderEntityNames.contains(name) }
 
     /// Whether an entity (of a schema rebuilt from a description) has a link entity's shape.
     static func hasLinkShape(_ entity: EntityDescription, source: String, target: String) -> Bool {
-        entity.properties.count == 2 && entity.properties.allSatisfy { $0.kind == .toOne }
-            && entity.properties[0].name == "source" && entity.properties[0].destinationName == source
-            && entity.properties[1].name == "target" && entity.properties[1].destinationName == target
+        entity.properties.count == 2 && hasLinkSides(entity.properties, source: source, target: target)
+    }
+
+    /// Whether the first two properties are a link's to-ones, `source` and `target`.
+    private static func hasLinkSides(_ properties: [PropertyDescription], source: String, target: String) -> Bool {
+        properties.count >= 2 && properties[0...1].allSatisfy { $0.kind == .toOne }
+            && properties[0].name == "source" && properties[0].destinationName == source
+            && properties[1].name == "target" && properties[1].destinationName == target
     }
 
     /// Where the links of a many-to-many relationship are; nil for any other property.
@@ -301,6 +406,7 @@ public final class Schema: Sendable {
                     text += " -> \(destination) \(property.deleteRule.rawValue)"
                     if let inverse = inverses[entity.name]?[property.index] { text += " inverse \(inverse.name)" }
                     if property.isRequired { text += " required" }
+                    if property.isOrdered { text += " ordered" }
                 }
                 text += "\n"
             }

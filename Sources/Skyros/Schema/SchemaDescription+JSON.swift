@@ -97,7 +97,8 @@ extension SchemaDescription.Property {
             typeName: try value.string(for: "typeName", path), isUnique: try value.bool(for: "isUnique", path),
             isIndexed: try value.bool(for: "isIndexed", path), originalName: try value.optionalString(for: "originalName", path),
             destination: try value.optionalString(for: "destination", path), deleteRule: deleteRule,
-            inverse: try value.optionalString(for: "inverse", path), isRequired: try value.bool(for: "isRequired", path))
+            inverse: try value.optionalString(for: "inverse", path), isRequired: try value.bool(for: "isRequired", path),
+            isOrdered: try value.member("isOrdered", path).map { _ in try value.bool(for: "isOrdered", path) } ?? false)
         // Set after the initializer, which leaves out a null default: an explicit one is kept as read.
         defaultValue = try value.member("defaultValue", path).map { try SchemaDescription.DefaultValue(json: $0, path.appending("defaultValue")) }
     }
@@ -203,6 +204,9 @@ private struct CanonicalJSONWriter {
         bool(property.isIndexed)
         raw(",\"isOptional\":")
         bool(property.isOptional)
+        if property.isOrdered == true {
+            raw(",\"isOrdered\":true")
+        }
         raw(",\"isRequired\":")
         bool(property.isRequired)
         raw(",\"isUnique\":")

@@ -33,6 +33,9 @@ public struct SchemaDescription: Codable, Sendable, Hashable {
         public var inverse: String?
         /// Whether a to-one must have a destination at save.
         public var isRequired: Bool
+        /// `true` for an ordered to-many (`@Relationship(.ordered)`); absent (nil) otherwise, so
+        /// that descriptions without one are the same as before ordered relationships.
+        public var isOrdered: Bool?
         /// The attribute's declared default as stored, when it is a constant (absent for
         /// relationships, for a nil default, and for defaults computed anew each time, such
         /// as `Date()`): what a daemon gives the attribute when a migration adds it, or when
@@ -44,7 +47,7 @@ public struct SchemaDescription: Codable, Sendable, Hashable {
             name: String, kind: String, storageType: StorageType, isOptional: Bool, typeName: String,
             isUnique: Bool = false, isIndexed: Bool = false, originalName: String? = nil, destination: String? = nil,
             deleteRule: DeleteRule = .nullify, inverse: String? = nil, isRequired: Bool = false,
-            defaultValue: StoredValue? = nil
+            defaultValue: StoredValue? = nil, isOrdered: Bool = false
         ) {
             self.defaultValue = defaultValue.flatMap { $0.isNull ? nil : DefaultValue($0) }
             self.name = name
@@ -59,6 +62,7 @@ public struct SchemaDescription: Codable, Sendable, Hashable {
             self.deleteRule = deleteRule
             self.inverse = inverse
             self.isRequired = isRequired
+            self.isOrdered = isOrdered ? true : nil
         }
     }
 
@@ -199,7 +203,8 @@ extension Schema {
                             isUnique: property.isUnique, isIndexed: property.isIndexed,
                             originalName: property.originalName, destination: property.destinationName,
                             deleteRule: property.deleteRule, inverse: inverse(of: property, in: entity)?.name,
-                            isRequired: property.isRequired, defaultValue: Self.constantDefault(of: property))
+                            isRequired: property.isRequired, defaultValue: Self.constantDefault(of: property),
+                            isOrdered: property.isOrdered)
                     },
                     indexes: entity.indexes, originalName: entity.originalName)
             })
@@ -242,7 +247,8 @@ extension Schema {
                         name: property.name, kind: kind, keyPath: \DynamicObject.skyrosStorage, codec: codec,
                         makeDefault: { [value = property.defaultValue?.value] in value ?? .null }, isUnique: property.isUnique, isIndexed: property.isIndexed,
                         originalName: property.originalName, destinationName: property.destination,
-                        deleteRule: property.deleteRule, inverseName: property.inverse, isRequired: property.isRequired))
+                        deleteRule: property.deleteRule, inverseName: property.inverse, isRequired: property.isRequired,
+                        isOrdered: property.isOrdered == true))
             }
             entities.append(
                 EntityDescription(

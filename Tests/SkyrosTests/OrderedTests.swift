@@ -1,0 +1,316 @@
+import Foundation
+import Skyros
+import SkyrosTestModels
+import Testing
+
+/// Ordered to-many relationships (`orderSchema` in SkyrosTestModels), on every stack.
+@Suite("Ordered to-many", .timeLimit(.minutes(3)))
+struct OrderedTests {
+    func stack(_ kind: StoreKind) throws -> TestStack { try TestStack(kind, schema: orderSchema) }
+
+    /// Every checklist with its steps in order, as a context sees them.
+    static func graph(_ context: ObjectContext) throws -> String {
+        try context.performAndWait {
+            try Checklist.all(in: context).map { "\($0.name):\($0.steps.map(\.title).joined(separator: ","))" }.sorted()
+                .joined(separator: " ")
+        }
+    }
+
+    /// The graph as the store has it, read by a new context straight over it.
+    static func stored(_ stack: TestStack) throws -> String {
+        try graph(ObjectContext(name: "fresh", parent: stack.store.store))
+    }
+
+    /// The position rows in the store.
+    static func positionCount(_ stack: TestStack) throws -> Int {
+        try stack.store.store.count(StoreRequest(entityName: "_Checklist_steps"))
+    }
+
+    /// The rows a save of this context would write: inserted, updated and deleted objects.
+    static func pendingRows(_ context: ObjectContext) -> Int {
+        context.insertedObjects.count + context.updatedObjects.count + context.deletedObjects.count
+    }
+
+    func checklist(_ name: String, in context: ObjectContext) throws -> Checklist {
+        try #require(try Checklist.first(where: #Predicate { $0.name == name }, in: context))
+    }
+
+    /// A checklist `name` with steps of these titles, in this order.
+    @discardableResult
+    static func make(_ name: String, _ titles: [String], in context: ObjectContext) -> Checklist {
+        let list = Checklist.create(in: context)
+        list.name = name
+        list.steps = titles.map { title in
+            let step = Step.create(in: context)
+            step.title = title
+            return step
+        }
+        return list
+    }
+
+    @Test("the schema makes one order entity per ordered to-many; its description says ordered")
+    func schemaShape() throws {
+        try orderSchema.validate()
+        let order = try #require(orderSchema.entity(named: "_Checklist_steps"))
+        #expect(order.properties.map(\.name) == ["source", "target", "position"])
+        #expect(order.properties.map(\.destinationName) == ["Checklist", "Step", nil])
+        let description = orderSchema.schemaDescription
+        let steps = try #require(description.entities[0].properties.first { $0.name == "steps" })
+        #expect(steps.isOrdered == true)
+        #expect(String(decoding: try description.canonicalJSON(), as: UTF8.self).contains("\"isOrdered\":true"))
+        let rebuilt = try Schema(description: description)
+        #expect(rebuilt.fingerprint == orderSchema.fingerprint)
+        let decoded = try JSONDecoder().decode(SchemaDescription.self, from: try description.canonicalJSON())
+        #expect(try Schema(description: decoded).fingerprint == orderSchema.fingerprint)
+        // Without the option, another fingerprint and no order entity.
+        #expect(orderSchema.fingerprint != Schema([ChecklistV1.self, StepV1.self]).fingerprint)
+        #expect(Schema([ChecklistV1.self, StepV1.self]).entities.count == 2)
+    }
+
+    @Test("an ordered many-to-many is refused with a clear error")
+    func orderedManyToManyRefused() throws {
+        let error = try #require(throws: SkyrosError.self) { try Schema([Shelf.self, Volume.self]).validate() }
+        #expect(error.code == .invalidSchema)
+        #expect(error.message.contains("Shelf.volumes: an ordered many-to-many relationship is not supported yet"))
+    }
+
+    @Test("insert, move and remove at an index keep the order, in the context, the main context and the store", arguments: StoreKind.allCases)
+    func insertMoveRemove(kind: StoreKind) throws {
+        let stack = try stack(kind)
+        try stack.store.writeAndWait { context in
+            let list = Self.make("l", ["a", "b", "c", "d", "e"], in: context)
+            #expect(list.steps.map(\.title) == ["a", "b", "c", "d", "e"])
+            // A step joining through its to-one comes last.
+            let f = Step.create(in: context)
+            f.title = "f"
+            f.checklist = list
+            #expect(list.steps.map(\.title) == ["a", "b", "c", "d", "e", "f"])
+        }
+        #expect(try Self.graph(stack.store.mainContext) == "l:a,b,c,d,e,f")
+        #expect(try Self.stored(stack) == "l:a,b,c,d,e,f")
+        #expect(try Self.positionCount(stack) == 6)
+
+        // Move one: one row written (its position), nothing else.
+        try stack.store.writeAndWait { context in
+            let list = try checklist("l", in: context)
+            var steps = list.steps
+            steps.insert(steps.remove(at: 4), at: 1)
+            list.steps = steps
+            #expect(list.steps.map(\.title) == ["a", "e", "b", "c", "d", "f"])
+            #expect(Self.pendingRows(context) == 1)
+        }
+        #expect(try Self.graph(stack.store.mainContext) == "l:a,e,b,c,d,f")
+        #expect(try Self.stored(stack) == "l:a,e,b,c,d,f")
+
+        // Insert at an index: the step and its position. Remove: its to-one and its position.
+        try stack.store.writeAndWait { context in
+            let list = try checklist("l", in: context)
+            let g = Step.create(in: context)
+            g.title = "g"
+            list.steps.insert(g, at: 0)
+            #expect(Self.pendingRows(context) == 2)
+            list.steps.removeAll { $0.title == "c" }
+            #expect(list.steps.map(\.title) == ["g", "a", "e", "b", "d", "f"])
+            #expect(Self.pendingRows(context) == 4)
+        }
+        #expect(try Self.stored(stack) == "l:g,a,e,b,d,f")
+        #expect(try Self.positionCount(stack) == 6)
+        try stack.store.mainContext.performAndWait {
+            let c = try Step.first(where: #Predicate { $0.title == "c" }, in: stack.store.mainContext)
+            #expect(c != nil && c?.checklist == nil)
+        }
+
+        // A step moved to another list leaves the first one's order and joins the other's last.
+        try stack.store.writeAndWait { context in
+            let other = Self.make("m", ["x"], in: context)
+            try #require(try Step.first(where: #Predicate { $0.title == "a" }, in: context)).checklist = other
+            #expect(try checklist("l", in: context).steps.map(\.title) == ["g", "e", "b", "d", "f"])
+            #expect(other.steps.map(\.title) == ["x", "a"])
+        }
+        #expect(try Self.stored(stack) == "l:g,e,b,d,f m:x,a")
+        #expect(try Self.positionCount(stack) == 7)
+    }
+
+    @Test("a reversed list, many inserts at one place and a list set anew keep the order the user gave", arguments: StoreKind.allCases)
+    func reorderings(kind: StoreKind) throws {
+        let stack = try stack(kind)
+        let titles = (0..<50).map { "s\($0)" }
+        try stack.store.writeAndWait { context in Self.make("l", titles, in: context) }
+        try stack.store.writeAndWait { context in
+            let list = try checklist("l", in: context)
+            list.steps = list.steps.reversed()
+        }
+        #expect(try Self.stored(stack) == "l:" + titles.reversed().joined(separator: ","))
+        // 40 inserts between the same two neighbours use up the gap: the list is spaced out again.
+        var expected = Array(titles.reversed())
+        try stack.store.writeAndWait { context in
+            let list = try checklist("l", in: context)
+            for index in 0..<40 {
+                let step = Step.create(in: context)
+                step.title = "n\(index)"
+                list.steps.insert(step, at: 1)
+                expected.insert("n\(index)", at: 1)
+            }
+            #expect(list.steps.map(\.title) == expected)
+        }
+        #expect(try Self.stored(stack) == "l:" + expected.joined(separator: ","))
+        // Set anew from a shuffle: exactly that order.
+        var generator = SeededGenerator(seed: 7)
+        expected.shuffle(using: &generator)
+        try stack.store.writeAndWait { context in
+            let list = try checklist("l", in: context)
+            let byTitle = Dictionary(uniqueKeysWithValues: list.steps.map { ($0.title, $0) })
+            list.steps = expected.map { byTitle[$0]! }
+        }
+        #expect(try Self.graph(stack.store.mainContext) == "l:" + expected.joined(separator: ","))
+        #expect(try Self.stored(stack) == "l:" + expected.joined(separator: ","))
+    }
+
+    @Test("deleting a step or a list deletes their positions; cascade deletes the steps", arguments: StoreKind.allCases)
+    func deletes(kind: StoreKind) async throws {
+        let stack = try stack(kind)
+        try stack.store.writeAndWait { context in
+            Self.make("l", ["a", "b", "c"], in: context)
+            Self.make("m", ["x", "y"], in: context)
+            // Made and deleted before any save: nothing of it is saved.
+            let gone = Self.make("gone", ["g1"], in: context)
+            context.delete(gone)
+            let loose = Step.create(in: context)
+            loose.checklist = try checklist("l", in: context)
+            context.delete(loose)
+        }
+        #expect(try Self.stored(stack) == "l:a,b,c m:x,y")
+        #expect(try Self.positionCount(stack) == 5)
+        try stack.store.writeAndWait { context in
+            try #require(try Step.first(where: #Predicate { $0.title == "b" }, in: context)).delete(in: context)
+        }
+        #expect(try Self.stored(stack) == "l:a,c m:x,y")
+        #expect(try Self.positionCount(stack) == 4)
+        try stack.store.writeAndWait { context in try checklist("l", in: context).delete(in: context) }
+        #expect(try Self.stored(stack) == "m:x,y")
+        #expect(try Self.positionCount(stack) == 2)
+        #expect(try await stack.store.read { context in try Step.count(in: context) } == 2)
+        // A batch delete takes the positions with the objects.
+        if kind != .shared {
+            _ = try await stack.store.batchDelete(Checklist.self)
+            #expect(try Self.positionCount(stack) == 0)
+        }
+    }
+
+    @Test("a controller of the relationship reports a move as a move", arguments: StoreKind.allCases)
+    func controllerReportsMoves(kind: StoreKind) throws {
+        let stack = try stack(kind)
+        try stack.store.writeAndWait { context in Self.make("l", ["a", "b", "c", "d"], in: context) }
+        let main = stack.store.mainContext
+        let list = try main.performAndWait { try checklist("l", in: main) }
+        let controller = FetchedResultsController(relationship: \Checklist.steps, of: list, context: main)
+        try controller.performFetch()
+        #expect(controller.fetchedObjects.map(\.title) == ["a", "b", "c", "d"])
+        let reported = Reported()
+        controller.onChange = { changes in reported.changes.append(changes.objects.map(Self.describe)) }
+        try stack.store.writeAndWait { context in
+            let list = try checklist("l", in: context)
+            var steps = list.steps
+            steps.append(steps.remove(at: 0))
+            list.steps = steps
+        }
+        #expect(controller.fetchedObjects.map(\.title) == ["b", "c", "d", "a"])
+        #expect(reported.changes.last == ["move a 0→3"])
+        try stack.store.writeAndWait { context in
+            let step = Step.create(in: context)
+            step.title = "e"
+            try checklist("l", in: context).steps.insert(step, at: 1)
+            try #require(try Step.first(where: #Predicate { $0.title == "c" }, in: context)).done = true
+        }
+        #expect(controller.fetchedObjects.map(\.title) == ["b", "e", "c", "d", "a"])
+        #expect(reported.changes.last == ["insert e 1", "update c 1"])
+    }
+
+    final class Reported: @unchecked Sendable {
+        var changes: [[String]] = []
+    }
+
+    static func describe(_ change: FetchedResultsObjectChange<Step>) -> String {
+        switch change {
+        case .insert(let object, let path): "insert \(object.title) \(path.item)"
+        case .delete(let object, let path): "delete \(object.title) \(path.item)"
+        case .update(let object, let path): "update \(object.title) \(path.item)"
+        case .move(let object, let from, let to): "move \(object.title) \(from.item)→\(to.item)"
+        }
+    }
+
+    @Test("undo and redo of a move and of an insert at an index")
+    func undoMoves() throws {
+        let stack = try stack(.sqlite)
+        let main = stack.store.mainContext
+        let undo = UndoManager()
+        main.undoManager = undo
+        try stack.store.writeAndWait { context in Self.make("l", ["a", "b", "c"], in: context) }
+        try stack.store.writeAndWait { context in
+            let list = try checklist("l", in: context)
+            list.steps = list.steps.reversed()
+        }
+        #expect(try Self.graph(main) == "l:c,b,a")
+        undo.undo()
+        #expect(try Self.graph(main) == "l:a,b,c")
+        try stack.store.saveMainContext()
+        #expect(try Self.stored(stack) == "l:a,b,c")
+        undo.redo()
+        try stack.store.saveMainContext()
+        #expect(try Self.stored(stack) == "l:c,b,a")
+    }
+
+    @Test("seeded random sequences of inserts, moves, removals, deletes, undo and redo: the store always shows the main context's order", arguments: StoreKind.allCases)
+    func randomSequences(kind: StoreKind) throws {
+        let stack = try stack(kind)
+        let main = stack.store.mainContext
+        let undo = UndoManager()
+        main.undoManager = undo
+        let sequence = UndoSequence(edits: 10, undos: 3, redos: 3, steps: 120, seedVariable: "ORDER_SEED", seed: 0x0D_E5_ED)
+        let counts = try sequence.run(stack, undo, graph: Self.graph) { choice, serial, generator in
+            let lists = try Checklist.all(in: main).sorted { $0.name < $1.name }
+            switch choice {
+            case 0: Checklist.create(in: main).name = "l\(serial)"
+            case 1, 2, 3:  // insert a new step at an index
+                guard let list = lists.randomElement(using: &generator) else { return false }
+                let step = Step.create(in: main)
+                step.title = "s\(serial)"
+                var steps = list.steps
+                steps.insert(step, at: Int.random(in: 0...steps.count, using: &generator))
+                list.steps = steps
+            case 4, 5, 6:  // move within a list
+                guard let list = lists.randomElement(using: &generator), list.steps.count > 1 else { return false }
+                var steps = list.steps
+                let from = Int.random(in: 0..<steps.count, using: &generator)
+                let step = steps.remove(at: from)
+                let to = Int.random(in: 0...steps.count, using: &generator)
+                guard to != from else { return false }  // the same order: nothing to record
+                steps.insert(step, at: to)
+                list.steps = steps
+            case 7:  // move to another list, through the to-one (last there)
+                guard let from = lists.randomElement(using: &generator), let step = from.steps.randomElement(using: &generator),
+                    let to = lists.randomElement(using: &generator), to !== from
+                else { return false }
+                step.checklist = to
+            case 8:  // remove from a list
+                guard let list = lists.randomElement(using: &generator), !list.steps.isEmpty else { return false }
+                var steps = list.steps
+                steps.remove(at: Int.random(in: 0..<steps.count, using: &generator))
+                list.steps = steps
+            default:  // delete a step, or now and then a list (cascade)
+                if Int.random(in: 0..<4, using: &generator) == 0, let list = lists.randomElement(using: &generator) {
+                    main.delete(list)
+                } else if let step = lists.randomElement(using: &generator)?.steps.randomElement(using: &generator) {
+                    main.delete(step)
+                } else {
+                    return false
+                }
+            }
+            return true
+        }
+        #expect(counts.edits > 40 && counts.undos > 5 && counts.saves > 20)
+        try stack.store.saveMainContext()
+        #expect(try Self.stored(stack) == Self.graph(main))
+        #expect(try Self.graph(main).contains(","), "some list has several steps at the end")
+    }
+}
