@@ -17,13 +17,17 @@ struct OrderedTests {
     }
 
     /// The graph as the store has it, read by a new context straight over it.
-    static func stored(_ stack: TestStack) throws -> String {
-        try graph(ObjectContext(name: "fresh", parent: stack.store.store))
+    static func stored(_ stack: TestStack) throws -> String { try stored(stack.store) }
+
+    static func stored(_ store: Skyros) throws -> String {
+        try graph(ObjectContext(name: "fresh", parent: store.store))
     }
 
     /// The position rows in the store.
-    static func positionCount(_ stack: TestStack) throws -> Int {
-        try stack.store.store.count(StoreRequest(entityName: "_Checklist_steps"))
+    static func positionCount(_ stack: TestStack) throws -> Int { try positionCount(stack.store) }
+
+    static func positionCount(_ store: Skyros) throws -> Int {
+        try store.store.count(StoreRequest(entityName: "_Checklist_steps"))
     }
 
     /// The rows a save of this context would write: inserted, updated and deleted objects.
@@ -312,5 +316,95 @@ struct OrderedTests {
         try stack.store.saveMainContext()
         #expect(try Self.stored(stack) == Self.graph(main))
         #expect(try Self.graph(main).contains(","), "some list has several steps at the end")
+    }
+
+    @Test("turning a to-many into an ordered to-many on a populated store is inferred: the steps keep their creation order, then move")
+    func migrationToOrdered() throws {
+        let directory = try TemporaryDirectory()
+        let url = directory.file("store.sqlite")
+        do {
+            let store = try Skyros(sqliteStack: Schema([ChecklistV1.self, StepV1.self]), at: url, savesOnStop: false)
+            try store.writeAndWait { context in
+                let list = ChecklistV1.create(in: context)
+                list.name = "l"
+                for title in ["a", "b", "c"] {
+                    let step = StepV1.create(in: context)
+                    step.title = title
+                    step.checklist = list
+                }
+            }
+        }
+        let store = try Skyros(sqliteStack: Schema([Checklist.self, Step.self], version: 2), at: url, savesOnStop: false)
+        #expect(try Self.graph(store.mainContext) == "l:a,b,c")
+        #expect(try Self.positionCount(store) == 0)
+        // The first move places every step (they had no position); later ones write one row.
+        try store.writeAndWait { context in
+            let list = try checklist("l", in: context)
+            list.steps = [list.steps[2]] + list.steps.dropLast()
+        }
+        #expect(try Self.stored(store) == "l:c,a,b")
+        try store.writeAndWait { context in
+            let list = try checklist("l", in: context)
+            list.steps = [list.steps[1], list.steps[0], list.steps[2]]
+            #expect(Self.pendingRows(context) == 1)
+        }
+        #expect(try Self.stored(store) == "l:a,c,b")
+    }
+
+    @Test("skyros dump lists positions as rows of the order entity, and skyros import brings the order back")
+    func dumpAndImport() throws {
+        let directory = try TemporaryDirectory()
+        let source = directory.file("source.sqlite")
+        do {
+            let store = try Skyros(sqliteStack: orderSchema, at: source, savesOnStop: false)
+            try store.writeAndWait { context in Self.make("l", ["z", "y", "x"], in: context) }
+        }
+        let dump = try OperatingToolTests.run(["dump", "--store", source.path])
+        #expect(dump.status == 0, "\(dump.stderr)")
+        #expect(dump.jsonLines.filter { $0["entity"] as? String == "_Checklist_steps" }.count == 3)
+        let file = directory.file("dump.jsonl").path
+        try dump.stdout.write(toFile: file, atomically: true, encoding: .utf8)
+        let copy = directory.file("copy.sqlite")
+        try SQLiteStore(schema: orderSchema, url: copy).close()
+        let imported = try OperatingToolTests.run(["import", file, "--store", copy.path])
+        #expect(imported.status == 0, "\(imported.stderr)")
+        let store = try Skyros(sqliteStack: orderSchema, at: copy, savesOnStop: false)
+        #expect(try Self.graph(store.mainContext) == "l:z,y,x")
+    }
+
+    @Test("two client processes through skyrosd: a move in one is a move in the other's controller; moves of two steps are both kept")
+    func movesAcrossProcesses() async throws {
+        let stack = try stack(.shared)
+        let container = try #require(stack.daemon).container.url
+        try stack.store.writeAndWait { context in Self.make("l", ["a", "b", "c", "d"], in: context) }
+        let main = stack.store.mainContext
+        let list = try main.performAndWait { try checklist("l", in: main) }
+        let controller = FetchedResultsController(relationship: \Checklist.steps, of: list, context: main)
+        try controller.performFetch()
+        let reported = Reported()
+        controller.onChange = { changes in reported.changes.append(changes.objects.map(Self.describe)) }
+        let changes = stack.store.changes
+        // The other process moves d to the front.
+        let child = try ChildProcess(["move-step", container.path, "l", "d", "0"])
+        #expect(child.wait(seconds: 30) == .exited(0), "\(child.readAll())")
+        #expect(await nextChange(changes, seconds: 10) != nil)
+        #expect(controller.fetchedObjects.map(\.title) == ["d", "a", "b", "c"])
+        #expect(reported.changes.last == ["move d 3→0"])
+        // This process, which has not seen the next move yet, moves a to the end while the
+        // other moves b to the front: both moves are kept.
+        let second = try ChildProcess(["move-step", container.path, "l", "b", "0"])
+        #expect(second.wait(seconds: 30) == .exited(0), "\(second.readAll())")
+        try stack.store.writeAndWait { context in
+            let list = try checklist("l", in: context)
+            var steps = list.steps
+            let a = steps.remove(at: steps.firstIndex { $0.title == "a" }!)
+            list.steps = steps + [a]
+        }
+        let fresh = try Self.stored(stack)
+        #expect(fresh == "l:b,d,c,a")
+        let deadline = Date().addingTimeInterval(10)
+        while try Self.graph(main) != fresh && Date() < deadline { _ = await nextChange(changes, seconds: 1) }
+        #expect(try Self.graph(main) == fresh)
+        #expect(controller.fetchedObjects.map(\.title) == ["b", "d", "c", "a"])
     }
 }

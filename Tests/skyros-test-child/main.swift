@@ -18,6 +18,8 @@
 //   daemon, prints "RENAMED" once it is durable.
 // - `link-keywords <container> <article> [+keyword|-keyword]…`: links and unlinks keywords
 //   of an article of `linkSchema` in one write through the daemon; prints "LINKED".
+// - `move-step <container> <checklist> <step> <index>`: moves a step of a checklist of
+//   `orderSchema` to that index in one write through the daemon; prints "MOVED".
 // - `big-save <container> <count>`: prints "SAVING" and saves <count> users in one change set.
 // - `read-flood <container>`: prints "READY", then fetches every user in a loop until the
 //   file `stop-flood` appears in the container (60 s at most); prints "READS <n>".
@@ -179,6 +181,19 @@ case "link-keywords":
         article.keywords = keywords
     }
     print("LINKED")
+case "move-step":
+    // `move-step <container> <checklist> <step> <index>`: moves the step with that title to
+    // that index of the checklist's steps (orderSchema) in one write through the daemon.
+    let store = try Skyros(sharedStack: orderSchema, container: URL(fileURLWithPath: arguments[2]))
+    let (name, title, index) = (arguments[3], arguments[4], Int(arguments[5])!)
+    try store.writeAndWait { context in
+        guard let list = try Checklist.first(where: #Predicate { $0.name == name }, in: context) else { return }
+        var steps = list.steps
+        guard let from = steps.firstIndex(where: { $0.title == title }) else { return }
+        steps.insert(steps.remove(at: from), at: min(index, steps.count - 1))
+        list.steps = steps
+    }
+    print("MOVED")
 case "shared-read":
     // Reads only: counts, fetches and faults, then exits.
     let store = try Skyros(sharedStack: testSchema, container: URL(fileURLWithPath: arguments[2]))
