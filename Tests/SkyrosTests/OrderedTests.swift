@@ -62,6 +62,8 @@ struct OrderedTests {
         let steps = try #require(description.entities[0].properties.first { $0.name == "steps" })
         #expect(steps.isOrdered == true)
         #expect(String(decoding: try description.canonicalJSON(), as: UTF8.self).contains("\"isOrdered\":true"))
+        let orderJSON = String(decoding: try SchemaDescription(entities: [description.entities[2]]).canonicalJSON(), as: UTF8.self)
+        #expect(orderJSON.contains(#"{"defaultValue":{"integer":0},"deleteRule":"nullify","isIndexed":false,"isOptional":false,"isRequired":false,"isUnique":false,"kind":"attribute","name":"position","storageType":"INTEGER","typeName":"int64"}"#))
         let rebuilt = try Schema(description: description)
         #expect(rebuilt.fingerprint == orderSchema.fingerprint)
         let decoded = try JSONDecoder().decode(SchemaDescription.self, from: try description.canonicalJSON())
