@@ -13,7 +13,18 @@ import Skyros
     var posts: [Post] = []
 }
 
-let modelSchema = Schema([Post.self, Tag.self])
+/// An ordered to-many: a checklist's steps (the order table `_Checklist_steps`).
+@Entity final class Checklist {
+    var name: String = ""
+    @Relationship(.ordered, deleteRule: .cascade) var steps: [Step] = []
+}
+
+@Entity final class Step {
+    var title: String = ""
+    var checklist: Checklist? = nil
+}
+
+let modelSchema = Schema([Post.self, Tag.self, Checklist.self, Step.self])
 
 /// `skyros-bench model`: the object model's relationships against hand-written SQL on the
 /// same tables (the SQLite C API, prepared statements, one transaction), in the same run.
@@ -21,6 +32,9 @@ let modelSchema = Schema([Post.self, Tag.self])
 /// - Link each of `posts` posts to 10 of 100 tags and save (`post.tags = […]` per post, one
 ///   write), against INSERTs into the link table.
 /// - Fetch the posts having a given tag (1 % of the links), against the hand-written join.
+/// - Move one step of an ordered to-many of 10,000 and save: the rows the save writes are
+///   counted (one), and the save is timed against the save of a one-attribute update of one
+///   step (the same path: a context over the root context, then the root into the store).
 struct ModelBenchmark {
     let directory: URL
     let posts: Int
@@ -129,6 +143,62 @@ struct ModelBenchmark {
             unit: "objects/s",
             skyros: Double(links / Self.tagCount) / BatchBenchmark.median(skyrosFetch),
             baseline: Double(links / Self.tagCount) / BatchBenchmark.median(rawFetch)))
+
+        try orderedMove(store, report: report)
+    }
+
+    /// Moves one step of a checklist of 10,000 per round, and updates one step's title per
+    /// round, timing the saves alone (the edits are made before the clock starts).
+    func orderedMove(_ store: Skyros, report: (Row) -> Void) throws {
+        let count = 10_000
+        try store.writeAndWait { context in
+            let list = Checklist.create(in: context)
+            list.name = "big"
+            list.steps = (0..<count).map { index in
+                let step = Step.create(in: context)
+                step.title = "step \(index)"
+                return step
+            }
+        }
+        let root = store.rootContext
+        var moves: [Double] = [], updates: [Double] = []
+        var written: [Int] = []
+        var generator = SystemRandomNumberGenerator()
+        for round in 0..<max(rounds, 5) {
+            let mover = ObjectContext(name: "mover", parent: root)
+            let rows = try mover.performAndWait {
+                let list = try Checklist.first(in: mover)!
+                var steps = list.steps
+                let from = Int.random(in: 0..<count, using: &generator)
+                var to = Int.random(in: 0..<(count - 1), using: &generator)
+                if to >= from { to += 1 }
+                steps.insert(steps.remove(at: from), at: min(to, steps.count))
+                list.steps = steps
+                return mover.insertedObjects.count + mover.updatedObjects.count + mover.deletedObjects.count
+            }
+            written.append(rows)
+            moves.append(try Clock.seconds {
+                try mover.performAndWait { try mover.save() }
+                try root.performAndWait { try root.save() }
+            })
+            let editor = ObjectContext(name: "editor", parent: root)
+            try editor.performAndWait {
+                let title = "step \(round * 37 % count)"
+                try Step.first(where: #Predicate { $0.title == title }, in: editor)!.title = "step \(round * 37 % count)'"
+                precondition(editor.updatedObjects.count == 1)
+            }
+            updates.append(try Clock.seconds {
+                try editor.performAndWait { try editor.save() }
+                try root.performAndWait { try root.save() }
+            })
+        }
+        precondition(written.allSatisfy { $0 == 1 }, "a move wrote \(written) rows")
+        let check = ObjectContext(name: "check", parent: store.store)
+        let order = try check.performAndWait { try Checklist.first(in: check)!.steps.count }
+        precondition(order == count, "the list has \(order) steps")
+        report(Row(
+            name: "move 1 of 10k ordered steps, save (\(written.max()!) row written; vs a 1-attribute update's save)",
+            unit: "saves/s", skyros: 1 / BatchBenchmark.median(moves), baseline: 1 / BatchBenchmark.median(updates)))
     }
 }
 

@@ -20,6 +20,14 @@
 //     swift run todo --v3 untag 1 errands
 //     swift run todo --v3 list home               # the items tagged "home"
 //     swift run todo --v3 retag-undo 1 work       # tags item 1 "work", undoes it, shows both
+//
+// Version 4 adds checklist steps, an ordered to-many relationship:
+//
+//     swift run todo --v4 step 1 "find the form"      # adds a step to item 1, last
+//     swift run todo --v4 step 1 "sign it" --at 1     # … or at a place (1-based)
+//     swift run todo --v4 move 1 2 1                  # moves step 2 of item 1 to place 1
+//     swift run todo --v4 check 1 2                   # marks step 2 of item 1 done
+//     swift run todo --v4 steps 1                     # item 1's steps, in order
 import Foundation
 import Skyros
 import SkyrosShared
@@ -39,6 +47,14 @@ let isVersion2 = arguments.contains("--v2")
 arguments.removeAll { $0 == "--v2" }
 let isVersion3 = arguments.contains("--v3")
 arguments.removeAll { $0 == "--v3" }
+let isVersion4 = arguments.contains("--v4")
+arguments.removeAll { $0 == "--v4" }
+var place: Int?
+if let index = arguments.firstIndex(of: "--at"), index + 1 < arguments.count {
+    guard let number = Int(arguments[index + 1]), number > 0 else { fail("--at takes a place, 1 or more") }
+    place = number
+    arguments.removeSubrange(index...(index + 1))
+}
 var due: Date?
 if let index = arguments.firstIndex(of: "--due"), index + 1 < arguments.count {
     guard let date = try? Date(arguments[index + 1], strategy: Date.ISO8601FormatStyle().year().month().day()) else {
@@ -48,7 +64,70 @@ if let index = arguments.firstIndex(of: "--due"), index + 1 < arguments.count {
     arguments.removeSubrange(index...(index + 1))
 }
 guard let command = arguments.first else {
-    fail("usage: todo [--group ID] add TITLE | done N | list | watch; todo --v2 [--group ID] add TITLE [--due DATE] | done N | list; todo --v3 [--group ID] tag N TAG… | untag N TAG… | list [TAG] | retag-undo N TAG")
+    fail("usage: todo [--group ID] add TITLE | done N | list | watch; todo --v2 [--group ID] add TITLE [--due DATE] | done N | list; todo --v3 [--group ID] tag N TAG… | untag N TAG… | list [TAG] | retag-undo N TAG; todo --v4 [--group ID] step N TEXT [--at K] | move N FROM TO | check N K | steps N")
+}
+
+if isVersion4 {
+    do {
+        let store = try Skyros(sharedStack: todoSchemaV4, applicationGroup: group)
+        /// Item `number` (1-based, by creation) of a context.
+        func item(_ number: String, in context: ObjectContext) throws -> TodoItemV4 {
+            let items = try TodoItemV4.all(sortedBy: [SortDescriptor(\.created)], in: context)
+            guard let number = Int(number), number > 0, number <= items.count else {
+                throw SkyrosError(.objectNotFound, "there is no item \(number)")
+            }
+            return items[number - 1]
+        }
+        /// A 1-based place in a list of `count`, as an index.
+        func index(_ text: String, of count: Int) throws -> Int {
+            guard let number = Int(text), number > 0, number <= count else {
+                throw SkyrosError(.objectNotFound, "there is no step \(text) (the item has \(count))")
+            }
+            return number - 1
+        }
+        let rest = Array(arguments.dropFirst())
+        guard let number = rest.first else { fail("\(command) needs an item number") }
+        switch command {
+        case "step":
+            let text = rest.dropFirst().joined(separator: " ")
+            guard !text.isEmpty else { fail("step needs a text") }
+            let at = place
+            try store.writeAndWait { context in
+                let item = try item(number, in: context)
+                let step = TodoStep.create(in: context)
+                step.text = text
+                item.steps.insert(step, at: min((at ?? Int.max) - 1, item.steps.count))  // one position written
+            }
+        case "move":
+            guard rest.count == 3 else { fail("move needs an item number, a step and a place") }
+            try store.writeAndWait { context in
+                let item = try item(number, in: context)
+                var steps = item.steps
+                let from = try index(rest[1], of: steps.count)
+                let to = try index(rest[2], of: steps.count)
+                steps.insert(steps.remove(at: from), at: to)
+                item.steps = steps  // the moved step's position is the one row written
+            }
+        case "check":
+            guard rest.count == 2 else { fail("check needs an item number and a step") }
+            try store.writeAndWait { context in
+                let steps = try item(number, in: context).steps
+                steps[try index(rest[1], of: steps.count)].isDone = true
+            }
+        case "steps":
+            break
+        default:
+            fail("unknown command \(command) (version 4 has step, move, check, steps)")
+        }
+        let lines: [String] = try store.read { context in
+            let item = try item(number, in: context)
+            return ["\(item.text):"] + describeSteps(of: item)
+        }
+        print(lines.joined(separator: "\n"))
+    } catch let error as SkyrosError {
+        fail(error.message)
+    }
+    exit(0)
 }
 
 if isVersion3 {

@@ -73,3 +73,36 @@ public func describeTodosV3(in context: ObjectContext, tagged tag: String? = nil
         "[\(item.isDone ? "x" : " ")] \(item.text) (\(item.author))" + item.tags.map { " #\($0.name)" }.sorted().joined()
     }
 }
+
+/// Version 4 (`todo --v4`): items have checklist steps, an ordered to-many (the steps keep the
+/// order they are given; moving one writes one row). The daemon adds the `TodoStep` table and
+/// the order table `_TodoItem_steps` when the first version-4 process connects.
+@Entity(name: "TodoItem") public final class TodoItemV4 {
+    @Attribute(originalName: "title") public var text: String = ""
+    public var isDone: Bool = false
+    public var author: String = ""
+    public var created: Date = Date()
+    public var dueDate: Date? = nil
+    @Relationship(inverse: \TodoTagV4.items) public var tags: [TodoTagV4] = []
+    @Relationship(.ordered, deleteRule: .cascade) public var steps: [TodoStep] = []
+}
+
+/// `TodoTag` of version 4 (its items are version 4's).
+@Entity(name: "TodoTag") public final class TodoTagV4 {
+    @Attribute(.unique) public var name: String = ""
+    public var items: [TodoItemV4] = []
+}
+
+/// A checklist step of an item (version 4).
+@Entity public final class TodoStep {
+    public var text: String = ""
+    public var isDone: Bool = false
+    public var item: TodoItemV4? = nil
+}
+
+public let todoSchemaV4 = Schema([TodoItemV4.self, TodoTagV4.self, TodoStep.self], version: 4)
+
+/// An item's steps in their order, one line each: `  1. [ ] text`.
+public func describeSteps(of item: TodoItemV4) -> [String] {
+    item.steps.enumerated().map { index, step in "  \(index + 1). [\(step.isDone ? "x" : " ")] \(step.text)" }
+}
