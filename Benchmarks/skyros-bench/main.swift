@@ -14,6 +14,7 @@
 // Prints a table, or with --json one object per line:
 // {"name": …, "unit": …, "skyros": …, "baseline": …, "ratio": …} (ratio = skyros ÷ baseline).
 import Foundation
+import Skyros
 
 let arguments = Array(CommandLine.arguments.dropFirst())
 // Hidden roles: the client processes of the contention benchmark.
@@ -52,7 +53,7 @@ let quick = arguments.contains("--quick")
 let suites = ["embedded", "model", "shared", "contention", "observe", "backup", "migrate", "batch", "batch-reads", "sync", "sync-faults", "profile-insert", "profile-fetch", "profile-update", "profile-iterate", "profile-shared", "profile-open", "profile-migrate", "profile-schema-json"]
 guard let suite = arguments.first, suites.contains(suite) else {
     FileHandle.standardError.write(
-        Data("usage: skyros-bench embedded|model|shared|contention|observe|backup|migrate|batch|batch-reads|sync|sync-faults [--json] [--quick] [--only fetch|saves|iterate|import] [--garbage] [--count N] [--rows M] [--machines K]\n".utf8))
+        Data("usage: skyros-bench embedded|model|shared|contention|observe|backup|migrate|batch|batch-reads|sync|sync-faults [--json] [--quick] [--only fetch|saves|iterate|import|ordered] [--garbage] [--count N] [--rows M] [--machines K]\n".utf8))
     exit(64)
 }
 
@@ -141,7 +142,12 @@ if suite == "sync" {
         try batch.run(report: report)
     }
 } else if suite == "model" {
-    try ModelBenchmark(directory: directory, posts: quick ? 10_000 : 100_000, rounds: quick ? 3 : 5).run(report: report)
+    let model = ModelBenchmark(directory: directory, posts: quick ? 10_000 : 100_000, rounds: quick ? 3 : 5)
+    if zip(arguments, arguments.dropFirst()).contains(where: { $0 == ("--only", "ordered") }) {
+        try model.orderedMove(try Skyros(sqliteStack: modelSchema, at: directory.appendingPathComponent("ordered.sqlite"), savesOnStop: false), report: report)
+    } else {
+        try model.run(report: report)
+    }
 } else if suite == "observe" {
     try ObserveBenchmark(directory: directory, sizes: quick ? [10_000] : [10_000, 100_000], samples: quick ? 200 : 1_000)
         .run(report: report)
