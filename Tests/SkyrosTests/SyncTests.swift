@@ -202,6 +202,42 @@ struct SyncTests {
         #expect(try server.psql(#"SELECT count(*) FROM g_sync."_Article_keywords""#) == "1")
     }
 
+    @Test("ordered to-manys sync: an order table on the server, steps placed on A in A's order on B, a move on B a move on A")
+    func orderedSteps() async throws {
+        let server = try Server()
+        let machines = (try RunningDaemon(sync: server.configuration), try RunningDaemon(sync: server.configuration))
+        defer { withExtendedLifetime(machines) {} }
+        let a = try Skyros(sharedStack: orderSchema, container: machines.0.container.url)
+        let b = try Skyros(sharedStack: orderSchema, container: machines.1.container.url)
+        func graph(_ stack: Skyros) async throws -> String {
+            try await stack.read { context in
+                try Checklist.all(in: context).map { "\($0.name):\($0.steps.map(\.title).joined(separator: ","))" }.sorted()
+                    .joined(separator: " ")
+            }
+        }
+        _ = try await graph(b)  // B's daemon syncs once its first client said hello
+        try await a.write { context in
+            let list = Checklist.create(in: context)
+            list.name = "l"
+            list.steps = ["c", "a", "b"].map { title in
+                let step = Step.create(in: context)
+                step.title = title
+                return step
+            }
+        }
+        let onB = await eventually { try await graph(b) == "l:c,a,b" }
+        let seenOnB = (try? await graph(b)) ?? "?"
+        #expect(onB, "B: \(seenOnB)")
+        #expect(try server.psql(#"SELECT count(*) FROM g_sync."_Checklist_steps""#) == "3")
+        try await b.write { context in
+            let list = try #require(try Checklist.first(in: context))
+            list.steps = list.steps.sorted { $0.title < $1.title }
+        }
+        let onA = await eventually { try await graph(a) == "l:a,b,c" }
+        let seenOnA = (try? await graph(a)) ?? "?"
+        #expect(onA, "A: \(seenOnA)")
+    }
+
     @Test("offline: saves go on and are queued (status says so); after PostgreSQL restarts, A = B = server, each save once")
     func offline() async throws {
         let postgres = try PostgresServer()
