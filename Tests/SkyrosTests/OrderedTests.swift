@@ -353,6 +353,22 @@ struct OrderedTests {
         #expect(try Self.stored(store) == "l:a,c,b")
     }
 
+    @Test("turning an ordered to-many back into an unordered one is inferred: the order table goes, the steps stay")
+    func migrationFromOrdered() throws {
+        let directory = try TemporaryDirectory()
+        let url = directory.file("store.sqlite")
+        do {
+            let store = try Skyros(sqliteStack: orderSchema, at: url, savesOnStop: false)
+            try store.writeAndWait { context in Self.make("l", ["b", "a"], in: context) }
+        }
+        let store = try Skyros(sqliteStack: Schema([ChecklistV1.self, StepV1.self], version: 2), at: url, savesOnStop: false)
+        let steps = try store.read { context in try ChecklistV1.first(in: context)?.steps.map(\.title).sorted() }
+        #expect(steps == ["a", "b"])
+        let sqlite = try #require(store.store as? SQLiteStore)
+        let tables = try sqlite.rows("SELECT name FROM sqlite_master WHERE type = 'table'").map { "\($0[0])" }
+        #expect(tables.contains { $0.contains("Step") } && !tables.contains { $0.contains("_Checklist_steps") }, "\(tables)")
+    }
+
     @Test("skyros dump lists positions as rows of the order entity, and skyros import brings the order back")
     func dumpAndImport() throws {
         let directory = try TemporaryDirectory()
