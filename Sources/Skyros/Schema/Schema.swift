@@ -118,23 +118,13 @@ public final class Schema: Sendable {
                 let (ownerEntity, ownerProperty, otherEntity) = isOwner
                     ? (entity, property, destination) : (destination, inverse, entity)
                 let name = Schema.linkEntityName(ownerEntity: ownerEntity.name, property: ownerProperty.name)
-                let link: EntityDescription
-                if let found = byName[name] ?? allEntities.first(where: { $0.name == name }) {
-                    guard Schema.hasLinkShape(found, source: ownerEntity.name, target: otherEntity.name) else {
-                        errors.append("\(label): the entity \(name) is not the link entity of this many-to-many relationship")
-                        continue
-                    }
-                    link = found
-                } else {
-                    // Renaming the owner's entity or property renames the link table, links kept.
-                    let originalName = ownerEntity.originalName != nil || ownerProperty.originalName != nil
-                        ? Schema.linkEntityName(
-                            ownerEntity: ownerEntity.originalName ?? ownerEntity.name,
-                            property: ownerProperty.originalName ?? ownerProperty.name)
-                        : nil
-                    link = Schema.makeLinkEntity(
-                        name, source: ownerEntity.name, target: otherEntity.name, originalName: originalName)
-                    allEntities.append(link)
+                guard let link = Schema.pairEntity(
+                    name, of: ownerEntity, ownerProperty, declared: byName, all: &allEntities,
+                    hasShape: { Schema.hasLinkShape($0, source: ownerEntity.name, target: otherEntity.name) },
+                    make: { Schema.makeLinkEntity(name, source: ownerEntity.name, target: otherEntity.name, originalName: $0) })
+                else {
+                    errors.append("\(label): the entity \(name) is not the link entity of this many-to-many relationship")
+                    continue
                 }
                 linkEntityNames.insert(name)
                 links[entity.name, default: [:]][property.index] = LinkRoute(
@@ -158,20 +148,13 @@ public final class Schema: Sendable {
                     let destination = byName[property.destinationName!]
                 else { continue }  // a many-to-many (refused above) or an error already listed
                 let name = Schema.linkEntityName(ownerEntity: entity.name, property: property.name)
-                let order: EntityDescription
-                if let found = byName[name] ?? allEntities.first(where: { $0.name == name }) {
-                    guard Schema.hasOrderShape(found, source: entity.name, target: destination.name) else {
-                        errors.append("\(label): the entity \(name) is not the order entity of this ordered relationship")
-                        continue
-                    }
-                    order = found
-                } else {
-                    let originalName = entity.originalName != nil || property.originalName != nil
-                        ? Schema.linkEntityName(
-                            ownerEntity: entity.originalName ?? entity.name, property: property.originalName ?? property.name)
-                        : nil
-                    order = Schema.makeOrderEntity(name, source: entity.name, target: destination.name, originalName: originalName)
-                    allEntities.append(order)
+                guard let order = Schema.pairEntity(
+                    name, of: entity, property, declared: byName, all: &allEntities,
+                    hasShape: { Schema.hasOrderShape($0, source: entity.name, target: destination.name) },
+                    make: { Schema.makeOrderEntity(name, source: entity.name, target: destination.name, originalName: $0) })
+                else {
+                    errors.append("\(label): the entity \(name) is not the order entity of this ordered relationship")
+                    continue
                 }
                 orderEntityNames.insert(name)
                 linkEntityNames.insert(name)
@@ -219,6 +202,24 @@ public final class Schema: Sendable {
         let entity: EntityDescription
         let own: Int
         let other: Int
+    }
+
+    /// The link or order entity `name` of a relationship: found (a schema rebuilt from a
+    /// description lists it) when it has the shape expected (nil when it does not), or made and
+    /// appended to `all`. When the owner's entity or property was renamed, a made one is renamed
+    /// from the name it had (its table, and the links or positions in it, are kept).
+    private static func pairEntity(
+        _ name: String, of owner: EntityDescription, _ property: PropertyDescription,
+        declared: [String: EntityDescription], all: inout [EntityDescription],
+        hasShape: (EntityDescription) -> Bool, make: (String?) -> EntityDescription
+    ) -> EntityDescription? {
+        if let found = declared[name] ?? all.first(where: { $0.name == name }) { return hasShape(found) ? found : nil }
+        let originalName = owner.originalName != nil || property.originalName != nil
+            ? linkEntityName(ownerEntity: owner.originalName ?? owner.name, property: property.originalName ?? property.name)
+            : nil
+        let made = make(originalName)
+        all.append(made)
+        return made
     }
 
     /// The name of the link entity of a many-to-many relationship: `_<Entity>_<property>`, named
