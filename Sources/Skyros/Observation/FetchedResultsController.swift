@@ -286,18 +286,30 @@ public final class FetchedResultsController<T: ManagedObject>: @unchecked Sendab
         return results
     }
 
-    /// Whether a change may have changed the followed relationship: it names the owner, or
-    /// objects of the relationship's destination.
+    /// Whether a change may have changed the followed relationship — it names the owner, an
+    /// object in the results, an object of the destination whose to-ones changed (it may have
+    /// joined), or a new object of the destination — and the objects in the results it updated.
     private func touchesRelationship(_ changes: ContextChanges, _ relationship: (owner: ObjectID, name: String, entityName: String))
         -> (touched: Bool, updated: Set<ObjectID>)
     {
+        let destination = relationship.entityName
         var updated = Set<ObjectID>()
-        for object in changes.updated where object.objectID.entityName == relationship.entityName { updated.insert(object.objectID) }
-        for id in changes.updatedProperties.keys where id.entityName == relationship.entityName { updated.insert(id) }
-        let touched = !updated.isEmpty || changes.updatedProperties[relationship.owner] != nil
-            || changes.deleted.contains { $0 == relationship.owner || $0.entityName == relationship.entityName }
-            || changes.inserted.contains { $0.objectID.entityName == relationship.entityName }
-            || changes.insertedIDs.contains { $0.entityName == relationship.entityName }
+        var touched = changes.updatedProperties[relationship.owner] != nil || changes.deleted.contains(relationship.owner)
+        let toOnes = Set(context.schema.entity(named: destination)?.toOneProperties.map(\.name) ?? [])
+        for (id, names) in changes.updatedProperties where id.entityName == destination {
+            if state.keys[id] != nil {
+                updated.insert(id)
+            } else if !names.isDisjoint(with: toOnes) {
+                touched = true
+            }
+        }
+        for object in changes.updated where object.objectID.entityName == destination && state.keys[object.objectID] != nil {
+            updated.insert(object.objectID)
+        }
+        touched = touched || !updated.isEmpty
+            || changes.deleted.contains { $0.entityName == destination && state.keys[$0] != nil }
+            || changes.inserted.contains { $0.objectID.entityName == destination }
+            || changes.insertedIDs.contains { $0.entityName == destination }
         return (touched, updated)
     }
 
