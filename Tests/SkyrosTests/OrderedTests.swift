@@ -425,4 +425,128 @@ struct OrderedTests {
         #expect(try Self.graph(main) == fresh)
         #expect(controller.fetchedObjects.map(\.title) == ["b", "d", "c", "a"])
     }
+
+    // MARK: - Edge cases found in review
+
+    static func titles(_ list: Checklist) -> String { list.steps.map(\.title).joined(separator: ",") }
+
+    func step(_ title: String, in context: ObjectContext) throws -> Step {
+        try #require(try Step.first(where: #Predicate { $0.title == title }, in: context))
+    }
+
+    @Test("moved, removed and put back at the same place in one context: the store has that place")
+    func moveLeaveAndBack() throws {
+        let stack = try stack(.sqlite)
+        try stack.store.writeAndWait { context in Self.make("l", ["a", "b", "s"], in: context) }
+        try stack.store.writeAndWait { context in
+            let list = try checklist("l", in: context)
+            let s = try step("s", in: context)
+            list.steps = [s] + list.steps.filter { $0 !== s }
+            s.checklist = nil
+            list.steps = [s] + list.steps
+            #expect(Self.titles(list) == "s,a,b")
+        }
+        #expect(try Self.stored(stack) == "l:s,a,b")
+    }
+
+    @Test("a child places a step whose removal its parent has not saved: the child's place wins")
+    func childPutsBackARemovedStep() throws {
+        let stack = try stack(.sqlite)
+        try stack.store.writeAndWait { context in Self.make("l", ["a", "b", "c"], in: context) }
+        let main = stack.store.mainContext
+        try main.performAndWait { try step("a", in: main).checklist = nil }
+        let child = ObjectContext(name: "child", parent: main)
+        try child.performAndWait {
+            let list = try checklist("l", in: child)
+            list.steps = [list.steps[0], try step("a", in: child), list.steps[1]]
+            try child.save()
+        }
+        #expect(try main.performAndWait { Self.titles(try checklist("l", in: main)) } == "b,a,c")
+        try stack.store.saveMainContext()
+        #expect(try Self.stored(stack) == "l:b,a,c")
+    }
+
+    @Test("a move saved after another saver took the step to another list is moot, not an error")
+    func moveOfAStepThatLeft() throws {
+        let stack = try stack(.sqlite)
+        try stack.store.writeAndWait { context in
+            Self.make("l", ["a", "b", "s"], in: context)
+            Self.make("m", ["x"], in: context)
+        }
+        let (a, b) = (ObjectContext(name: "A", parent: stack.store.store), ObjectContext(name: "B", parent: stack.store.store))
+        try a.performAndWait {
+            let list = try checklist("l", in: a)
+            list.steps = [try step("s", in: a)] + list.steps.filter { $0.title != "s" }
+        }
+        try b.performAndWait {
+            try step("s", in: b).checklist = try checklist("m", in: b)
+            try b.save()
+        }
+        try a.performAndWait { try a.save() }
+        #expect(try Self.stored(stack) == "l:a,b m:x,s")
+    }
+
+    @Test("two savers place the same step in a list: the last saver's place is stored")
+    func samePlacementTwice() throws {
+        let stack = try stack(.sqlite)
+        try stack.store.writeAndWait { context in
+            Self.make("l", ["a", "b"], in: context)
+            Self.make("m", ["s"], in: context)
+        }
+        let (a, b) = (ObjectContext(name: "A", parent: stack.store.store), ObjectContext(name: "B", parent: stack.store.store))
+        try a.performAndWait {
+            let list = try checklist("l", in: a)
+            list.steps = [try step("s", in: a)] + list.steps
+        }
+        try b.performAndWait {
+            let list = try checklist("l", in: b)
+            list.steps = [list.steps[0], try step("s", in: b), list.steps[1]]
+        }
+        try a.performAndWait { try a.save() }
+        try b.performAndWait { try b.save() }
+        #expect(try Self.stored(stack) == "l:a,s,b m:")
+    }
+
+    @Test("joining through the to-one comes last after a child's appends and after an undo")
+    func appendsAfterChildSaveAndUndo() throws {
+        let stack = try stack(.sqlite)
+        try stack.store.writeAndWait { context in
+            Self.make("m", ["first", "old"], in: context)  // made first: they sort first among equal positions
+            Self.make("l", ["a", "b", "c"], in: context)
+        }
+        let main = stack.store.mainContext
+        try main.performAndWait {
+            let d = Step.create(in: main)
+            d.title = "d"
+            d.checklist = try checklist("l", in: main)
+        }
+        let child = ObjectContext(name: "child", parent: main)
+        try child.performAndWait {
+            let list = try checklist("l", in: child)
+            for title in ["e1", "e2"] {
+                let step = Step.create(in: child)
+                step.title = title
+                step.checklist = list
+            }
+            try child.save()
+        }
+        try main.performAndWait {
+            try step("old", in: main).checklist = try checklist("l", in: main)
+            #expect(Self.titles(try checklist("l", in: main)) == "a,b,c,d,e1,e2,old")
+        }
+        try stack.store.saveMainContext()
+        let undo = UndoManager()
+        main.undoManager = undo
+        try main.performAndWait {
+            let list = try checklist("l", in: main)
+            list.steps = [list.steps[6]] + list.steps.dropLast()  // the last to the front…
+        }
+        undo.undo()  // …and back
+        try main.performAndWait {
+            try step("first", in: main).checklist = try checklist("l", in: main)
+            #expect(Self.titles(try checklist("l", in: main)) == "a,b,c,d,e1,e2,old,first")
+        }
+        try stack.store.saveMainContext()
+        #expect(try Self.stored(stack) == "l:a,b,c,d,e1,e2,old,first m:")
+    }
 }

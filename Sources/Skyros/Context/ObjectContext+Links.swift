@@ -108,9 +108,13 @@ extension ObjectContext {
 
     /// A child's save inserting a link this context has removed and not saved: the removal is
     /// withdrawn (the link is in the store: inserting it again and deleting it would remove it).
-    func withdrawRemovedLink(_ id: ObjectID) -> Bool {
-        guard schema.isLinkEntity(id.entityName), let removed = deleted[id] else { return false }
+    /// A position (an order entity's row) takes the child's position.
+    func withdrawRemovedLink(_ snapshot: Snapshot) -> Bool {
+        guard schema.isLinkEntity(snapshot.id.entityName), let removed = deleted[snapshot.id] else { return false }
         restoreDeleted(removed, changed: [])
+        if schema.isOrderEntity(snapshot.id.entityName), snapshot.values.count > 2 {
+            removed.skyrosStorage.setStored(snapshot.values[2], at: 2)
+        }
         return true
     }
 

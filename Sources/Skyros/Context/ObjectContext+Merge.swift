@@ -13,6 +13,7 @@ extension ObjectContext {
     /// turns them back into faults. Observers get one change for the lot.
     func merge(_ changes: [StoreChange]) {
         performAndWait {
+            if !orderTails.isEmpty { orderTails = [:] }  // other processes may have placed objects last
             let observed = reference.isObserved
             var merged = ContextChanges(kind: .merged)
             var reload = false
@@ -148,6 +149,7 @@ extension ObjectContext {
     }
 
     func apply(_ changes: ChangeSet, childValues: [ObjectID: Snapshot] = [:]) throws {
+        if !orderTails.isEmpty { orderTails = [:] }  // the child may have placed objects last
         // Load the objects updated here that are not registered, in one round trip.
         var loaded: [ObjectID: any ManagedObject] = [:]  // updated objects not in this context yet
         var missing = changes.updated.map(\.id).filter { id in
@@ -197,7 +199,7 @@ extension ObjectContext {
                 existing.skyrosStorage.values = snapshot.values
                 continue
             }
-            if relinks && withdrawRemovedLink(snapshot.id) { continue }
+            if relinks && withdrawRemovedLink(snapshot) { continue }
             if entity?.name != snapshot.id.entityName {
                 if let entity, added > 0 { pendingCountByEntity[ObjectIdentifier(entity), default: 0] += added }
                 added = 0

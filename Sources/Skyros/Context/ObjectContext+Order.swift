@@ -170,14 +170,20 @@ extension ObjectContext {
     /// removed here before this save) or inserted.
     func setPosition(_ route: Schema.LinkRoute, owner: ObjectID, of object: ObjectStorage, to position: Int64) {
         let id = Schema.linkID(route.entity, source: owner.uuid, target: object.objectID.uuid)
+        var restored = false
         if let removed = deleted[id] {
+            // Removed here before this save: the removal is withdrawn, and the position written
+            // (the row in memory may hold a position it was given here and never saved).
             restoreDeleted(removed, changed: [])
+            restored = true
         }
         if let row = lookup(id), !row.skyrosStorage.isDeleted, row.skyrosStorage.context === self {
             let storage = row.skyrosStorage
             if storage.isFault { fulfill(storage) }
             if !storage.isDeleted {
-                if !StoredValue.isIdentical(storage.values[2], .integer(position)) { storage.setStored(.integer(position), at: 2) }
+                if restored || !StoredValue.isIdentical(storage.values[2], .integer(position)) {
+                    storage.setStored(.integer(position), at: 2)
+                }
                 return
             }
         }

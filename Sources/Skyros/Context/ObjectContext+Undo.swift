@@ -109,7 +109,10 @@ extension ObjectContext {
 
     /// Before an undo or redo step: starts collecting the objects it brings back to their
     /// saved state.
-    func beginUndoStep() { undoneToSaved = [:] }
+    func beginUndoStep() {
+        undoneToSaved = [:]
+        if !orderTails.isEmpty { orderTails = [:] }  // the step may take back or bring back the last positions
+    }
 
     /// After an undo or redo step: the objects it brought back to their saved state take the
     /// parent's current values for the properties they have no pending change of. While they

@@ -95,7 +95,7 @@ public final class ObjectContext: ObjectStore, @unchecked Sendable, CustomString
     /// identifier of either of their objects (built on first use, see ``linkObjects(of:_:)``).
     @exclusivity(unchecked) var pendingLinkIndex: [String: [UUID: [ObjectID]]]?
     /// The last position of ordered to-manys this context appended to, by owner (see
-    /// ``appendPosition(_:owner:)``); forgotten at each save and merge.
+    /// ``appendPosition(_:owner:)``); forgotten at each save, merge, child's save and undo step.
     @exclusivity(unchecked) var orderTails: [ObjectID: Int64] = [:]
     /// Whether setting a to-one of an ordered to-many's object places it last in its new
     /// owner's list (false while the list itself is being set: it places its objects).

@@ -28,9 +28,9 @@ public final class Schema: Sendable {
     /// The names of the order entities of ordered to-manys.
     let orderEntityNames: Set<String>
     /// The names of the entities whose rows are keyed by a pair of objects: the link entities
-    /// of many-to-manys and the order entities of ordered to-manys. The store inserts them
-    /// `OR IGNORE`, deletes them without checking that they are there, and their to-ones
-    /// cascade.
+    /// of many-to-manys and the order entities of ordered to-manys. The store inserts links
+    /// `OR IGNORE` and positions as upserts (the last saver's position), skips updates and
+    /// deletes of rows that are gone, and their to-ones cascade.
     let linkEntityNames: Set<String>
     /// For each link entity: the relationships whose links it holds (entity, property name,
     /// and which of the link's to-ones points to that entity's object).

@@ -75,7 +75,10 @@ extension SQLiteStore {
             let indexes = update.changes.keys.sorted().filter { table.entity.properties[$0].hasColumn }
             let check = changes.mergePolicy != .saverWins && update.baseVersion > 0
             if indexes.isEmpty || check {
-                guard let current = try Self.version(of: update.id, table, db) else { throw Self.notFound(update.id) }
+                guard let current = try Self.version(of: update.id, table, db) else {
+                    if schema.isOrderEntity(update.id.entityName) { continue }  // see below
+                    throw Self.notFound(update.id)
+                }
                 if check && current != update.baseVersion {
                     // The object changed in the store since the saver read it.
                     if changes.mergePolicy == .storeWins { continue }
@@ -114,7 +117,12 @@ extension SQLiteStore {
             } catch {
                 throw try uniqueViolation(error, table.entity, update.id, { values[$0] }, db)
             }
-            guard let version else { throw Self.notFound(update.id) }
+            guard let version else {
+                // A position whose row another saver deleted (its object left the list, or was
+                // deleted): the move is moot, the rest of the save stands.
+                if schema.isOrderEntity(update.id.entityName) { continue }
+                throw Self.notFound(update.id)
+            }
             applied.append(AppliedUpdate(id: update.id, version: version, changes: values))
         }
         if !conflicts.isEmpty {

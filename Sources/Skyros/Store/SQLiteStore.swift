@@ -161,9 +161,11 @@ public final class SQLiteStore: ObjectStore, @unchecked Sendable {
                 columnTypes: columns.map { $0.kind == .attribute && !$0.codec.isOptional ? $0.codec.storageType : nil },
                 selectList: (["\"_id\"", "\"_version\""] + columns.map { SQLBuilder.quote($0.name) })
                     .map { "t0.\($0)" }.joined(separator: ", "),
-                // A link of a many-to-many relationship added by two savers is one link.
-                insertSQL:
-                    "INSERT \(schema.isLinkEntity(entity.name) ? "OR IGNORE " : "")INTO \(SQLBuilder.quote(entity.name)) (\(names.joined(separator: ", "))) VALUES (\(names.map { _ in "?" }.joined(separator: ", ")))"
+                // A link of a many-to-many relationship added by two savers is one link; a
+                // position of an ordered to-many placed by two savers is the last one's.
+                insertSQL: schema.isOrderEntity(entity.name)
+                    ? "INSERT INTO \(SQLBuilder.quote(entity.name)) (\(names.joined(separator: ", "))) VALUES (\(names.map { _ in "?" }.joined(separator: ", "))) ON CONFLICT(\"_id\") DO UPDATE SET \"position\" = excluded.\"position\""
+                    : "INSERT \(schema.isLinkEntity(entity.name) ? "OR IGNORE " : "")INTO \(SQLBuilder.quote(entity.name)) (\(names.joined(separator: ", "))) VALUES (\(names.map { _ in "?" }.joined(separator: ", ")))"
             )
         }
         return tables
