@@ -230,6 +230,16 @@ struct OrderedTests {
         }
         #expect(controller.fetchedObjects.map(\.title) == ["b", "e", "c", "d", "a"])
         #expect(reported.changes.last == ["insert e 1", "update c 1"])
+        // A step of another list changes: nothing to report. The list goes: every step leaves.
+        let count = reported.changes.count
+        try stack.store.writeAndWait { context in
+            let other = Self.make("other", ["z"], in: context)
+            other.steps[0].done = true
+        }
+        #expect(reported.changes.count == count)
+        try stack.store.writeAndWait { context in try checklist("l", in: context).delete(in: context) }
+        #expect(controller.fetchedObjects.isEmpty)
+        #expect(reported.changes.last == ["delete a 4", "delete d 3", "delete c 2", "delete e 1", "delete b 0"])
     }
 
     final class Reported: @unchecked Sendable {

@@ -199,13 +199,26 @@ extension ObjectContext {
 
     /// Deletes an object's position in an owner's list (it left the list). A row this context
     /// has not read is read first: it may not exist (the object was placed by a peer that does
-    /// not know the order), and then there is nothing to delete.
+    /// not know the order), and then there is nothing to delete. A read that fails is reported
+    /// (``ObjectContext/errorHandler``) and the row left.
     func removePosition(_ route: Schema.LinkRoute, owner: UUID, of object: ObjectStorage) {
         let id = Schema.linkID(route.entity, source: owner, target: object.objectID.uuid)
         guard deleted[id] == nil, let row = lookup(id) ?? registeredOrFault(id) else { return }
         let storage = row.skyrosStorage
         if storage.isFault {
-            guard let snapshot = try? parent.snapshots(for: [id]).first else {
+            let snapshot: Snapshot?
+            do {
+                snapshot = try parent.snapshots(for: [id]).first
+            } catch {
+                // The parent cannot answer (a daemon away): the row stays; reported, not thrown
+                // (a to-one's setter cannot throw).
+                report(SkyrosError(
+                    SkyrosError.wrap(error).code,
+                    "could not read the position of \(object.objectID) in \(route.entity.name): \(SkyrosError.wrap(error).message)",
+                    underlying: error))
+                snapshot = nil
+            }
+            guard let snapshot else {
                 registry[id] = nil
                 return
             }
