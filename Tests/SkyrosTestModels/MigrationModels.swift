@@ -169,3 +169,14 @@ public let unlinkedSchema = Schema([ArticleV1.self, KeywordV1.self, Playlist.sel
     public var done: Bool = false
     public var checklist: ChecklistV1? = nil
 }
+
+/// `Album` and `Track` of `orderedLinkSchema`, before their many-to-many was ordered.
+@Entity(name: "Album") public final class AlbumV1 {
+    public var name: String = ""
+    @Relationship(inverse: \TrackV1.albums) public var tracks: [TrackV1] = []
+}
+
+@Entity(name: "Track") public final class TrackV1 {
+    public var title: String = ""
+    public var albums: [AlbumV1] = []
+}

@@ -196,11 +196,36 @@ public let followSchema = Schema([Follower.self])
 /// The schema of the ordered to-many tests.
 public let orderSchema = Schema([Checklist.self, Step.self])
 
-/// An ordered many-to-many: refused (not supported yet).
+/// A many-to-many ordered on both sides: refused (not supported yet).
 @Entity public final class Shelf {
     @Relationship(.ordered, inverse: \Volume.shelves) public var volumes: [Volume] = []
 }
 
 @Entity public final class Volume {
-    public var shelves: [Shelf] = []
+    @Relationship(.ordered) public var shelves: [Shelf] = []
 }
+
+/// An ordered many-to-many whose ordered side owns the links (`_Album_tracks`).
+@Entity public final class Album {
+    public var name: String = ""
+    @Relationship(.ordered, inverse: \Track.albums) public var tracks: [Track] = []
+}
+
+@Entity public final class Track {
+    public var title: String = ""
+    public var albums: [Album] = []
+}
+
+/// An ordered many-to-many whose other side owns the links (`_Episode_listeners`).
+@Entity public final class Listener {
+    public var name: String = ""
+    @Relationship(.ordered, inverse: \Episode.listeners) public var queue: [Episode] = []
+}
+
+@Entity public final class Episode {
+    public var title: String = ""
+    public var listeners: [Listener] = []
+}
+
+/// The schema of the ordered many-to-many tests.
+public let orderedLinkSchema = Schema([Album.self, Track.self, Listener.self, Episode.self])

@@ -73,11 +73,11 @@ struct OrderedTests {
         #expect(Schema([ChecklistV1.self, StepV1.self]).entities.count == 2)
     }
 
-    @Test("an ordered many-to-many is refused with a clear error")
+    @Test("a many-to-many ordered on both sides is refused with a clear error")
     func orderedManyToManyRefused() throws {
         let error = try #require(throws: SkyrosError.self) { try Schema([Shelf.self, Volume.self]).validate() }
         #expect(error.code == .invalidSchema)
-        #expect(error.message.contains("Shelf.volumes: an ordered many-to-many relationship is not supported yet"))
+        #expect(error.message.contains("Shelf.volumes: a many-to-many relationship ordered on both sides is not supported yet"))
     }
 
     @Test("insert, move and remove at an index keep the order, in the context, the main context and the store", arguments: StoreKind.allCases)

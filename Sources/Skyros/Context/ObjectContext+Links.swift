@@ -67,11 +67,18 @@ extension ObjectContext {
         let ids = links.compactMap { link in
             UUID(storedValue: link.skyrosStorage.values[route.other]).map { ObjectID(entityName: destination, uuid: $0) }
         }
-        return loadedObjects(ids).sorted { $0.objectID.uuid < $1.objectID.uuid }
+        let objects = loadedObjects(ids)
+        guard route.isOrdered else { return objects.sorted { $0.objectID.uuid < $1.objectID.uuid } }
+        var rows: [UUID: any ManagedObject] = [:]
+        for link in links {
+            if let other = UUID(storedValue: link.skyrosStorage.values[route.other]) { rows[other] = link }
+        }
+        return try inOrder(objects, rows)
     }
 
     /// Sets one side of a many-to-many relationship: links to objects no longer in `targets`
     /// are deleted, links to new ones inserted (or, when this context deleted them, restored).
+    /// For an ordered side, the objects are then placed in the order of `targets`.
     func setLinks(_ storage: ObjectStorage, _ route: Schema.LinkRoute, to targets: [ObjectStorage]) throws {
         let links = try linkObjects(of: storage, route)
         let wanted = Set(targets.map(\.objectID.uuid))
@@ -80,30 +87,51 @@ extension ObjectContext {
             guard let other = UUID(storedValue: link.skyrosStorage.values[route.other]) else { continue }
             if wanted.contains(other) { present.insert(other) } else { delete(link) }
         }
-        for target in targets where !present.contains(target.objectID.uuid) {
-            present.insert(target.objectID.uuid)
-            addLink(storage, route, to: target)
+        var unplaced = Set<ObjectID>()
+        appendsToOrder = !route.isOrdered  // an ordered side places its objects below
+        defer { appendsToOrder = true }
+        for target in targets where present.insert(target.objectID.uuid).inserted {
+            if let id = addLink(storage, route, to: target) { unplaced.insert(id) }
+        }
+        appendsToOrder = true
+        if route.isOrdered {
+            var seen = Set<UUID>()
+            try placeLinks(storage, route, targets.filter { seen.insert($0.objectID.uuid).inserted }, unplaced: unplaced)
         }
     }
 
-    /// Links two objects (known not to be linked in this context).
-    func addLink(_ storage: ObjectStorage, _ route: Schema.LinkRoute, to target: ObjectStorage) {
+    /// Links two objects (known not to be linked in this context); returns the link's
+    /// identifier. A link of an ordered many-to-many made from its unordered side places the
+    /// object last in the ordered side's list.
+    @discardableResult
+    func addLink(_ storage: ObjectStorage, _ route: Schema.LinkRoute, to target: ObjectStorage) -> ObjectID? {
         let (source, destination) = route.own == 0
             ? (storage.objectID.uuid, target.objectID.uuid) : (target.objectID.uuid, storage.objectID.uuid)
         let id = Schema.linkID(route.entity, source: source, target: destination)
+        let side = schema.positionSides[route.entity.name]
+        // The position of a link made from either side while nothing places it (the list's
+        // owner, then, is `target` or `storage`): last in the ordered side's list.
+        func appended() -> StoredValue? {
+            guard let side, appendsToOrder else { return nil }
+            return side == route.own
+                ? .integer(appendPosition(route, owner: storage)) : .integer(appendPosition(route.reversed, owner: target))
+        }
         if let removed = deleted[id] {
             // Removed here before this save: the removal is withdrawn.
             restoreDeleted(removed, changed: [])
-            return
+            if let position = appended() { removed.skyrosStorage.setStored(position, at: 2) }
+            return id
         }
         if let old = registry[id]?.object, old.skyrosStorage.isDeleted || old.skyrosStorage.context == nil {
             registry[id] = nil  // a link removed and saved earlier: a new object for it
         }
-        var values = StoredValues(repeating: .null, count: 2)
+        var values = StoredValues(repeating: .null, count: route.entity.properties.count)
         values[0] = source.storedValue
         values[1] = destination.storedValue
+        if side != nil { values[2] = appended() ?? .integer(0) }
         let link = makeObject(id, of: route.entity, values: values, exposed: true)
         markInserted(link)
+        return id
     }
 
     /// A child's save inserting a link this context has removed and not saved: the removal is
@@ -112,7 +140,7 @@ extension ObjectContext {
     func withdrawRemovedLink(_ snapshot: Snapshot) -> Bool {
         guard schema.isLinkEntity(snapshot.id.entityName), let removed = deleted[snapshot.id] else { return false }
         restoreDeleted(removed, changed: [])
-        if schema.isOrderEntity(snapshot.id.entityName), snapshot.values.count > 2 {
+        if schema.hasPositions(snapshot.id.entityName), snapshot.values.count > 2 {
             removed.skyrosStorage.setStored(snapshot.values[2], at: 2)
         }
         return true
@@ -179,7 +207,7 @@ extension ObjectContext {
         var moved: [ObjectID] = []
         for id in result.updatedProperties.keys where schema.isLinkEntity(id.entityName) {
             result.updatedProperties[id] = nil
-            if schema.isOrderEntity(id.entityName) { moved.append(id) }
+            if schema.hasPositions(id.entityName) { moved.append(id) }
         }
         result.updated.removeAll { schema.isLinkEntity($0.objectID.entityName) }
         var owners: [(ObjectID, String)] = []
@@ -195,8 +223,9 @@ extension ObjectContext {
             }
             if !toLoad.isEmpty { rows += loadedObjects(toLoad) }
             for row in rows {
-                guard let end = schema.linkEnds[row.objectID.entityName]?.first(where: { $0.own == 0 }),
-                    let uuid = UUID(storedValue: row.skyrosStorage.values[0])
+                guard let side = schema.positionSides[row.objectID.entityName],
+                    let end = schema.linkEnds[row.objectID.entityName]?.first(where: { $0.own == side }),
+                    let uuid = UUID(storedValue: row.skyrosStorage.values[side])
                 else { continue }
                 owners.append((ObjectID(entityName: end.entity, uuid: uuid), end.property))
             }

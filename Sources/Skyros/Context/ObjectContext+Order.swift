@@ -70,12 +70,35 @@ extension ObjectContext {
         guard !list.isEmpty else { return }
         let rows = try positions(of: storage, route)
         let old: [Int64?] = list.map { rows[$0.objectID.uuid].map(Self.position) }
-        let kept = Self.keptInOrder(old, list.map(\.objectID.uuid))
-        let new = Self.placing(old, kept: kept)
+        let new = Self.placing(old, kept: Self.keptInOrder(old, list.map(\.objectID.uuid)))
         for (index, target) in list.enumerated() where new[index] != old[index] {
             setPosition(route, owner: storage.objectID, of: target, to: new[index]!)
         }
-        orderTails[storage.objectID] = max(orderTails[storage.objectID] ?? .min, new.last!!)
+        let tail = Self.tailKey(route, owner: storage.objectID.uuid)
+        orderTails[tail] = max(orderTails[tail] ?? .min, new.last!!)
+    }
+
+    /// Places the objects of an ordered many-to-many in the order of `list` (each linked):
+    /// the positions of the links off the longest run already in order are written, and those
+    /// of `unplaced` links (just added, or whose removal was withdrawn here) in any case.
+    func placeLinks(_ storage: ObjectStorage, _ route: Schema.LinkRoute, _ list: [ObjectStorage], unplaced: Set<ObjectID>) throws {
+        guard !list.isEmpty else { return }
+        let rows = try positions(of: storage, route)
+        let old: [Int64?] = list.map { target in
+            rows[target.objectID.uuid].flatMap { unplaced.contains($0.objectID) ? nil : Self.position(of: $0) }
+        }
+        let new = Self.placing(old, kept: Self.keptInOrder(old, list.map(\.objectID.uuid)))
+        for (index, target) in list.enumerated() where new[index] != old[index] {
+            rows[target.objectID.uuid]?.skyrosStorage.setStored(.integer(new[index]!), at: 2)
+        }
+        let tail = Self.tailKey(route, owner: storage.objectID.uuid)
+        orderTails[tail] = max(orderTails[tail] ?? .min, new.last!!)
+    }
+
+    /// The key of an owner's list in ``orderTails``: the order (or link) entity's name and the
+    /// owner's identifier (an owner may have several ordered relationships).
+    static func tailKey(_ route: Schema.LinkRoute, owner: UUID) -> ObjectID {
+        ObjectID(entityName: route.entity.name, uuid: owner)
     }
 
     /// The indexes of a longest run of objects whose positions are already in the list's
@@ -154,15 +177,16 @@ extension ObjectContext {
     /// The position after the last of an owner's list (one gap on), for an object joining it
     /// through its to-one. The last position is read once per owner and save, then followed.
     func appendPosition(_ route: Schema.LinkRoute, owner: ObjectStorage) -> Int64 {
+        let tail = Self.tailKey(route, owner: owner.objectID.uuid)
         let last: Int64
-        if let known = orderTails[owner.objectID] {
+        if let known = orderTails[tail] {
             last = known
         } else {
             let rows = (try? positions(of: owner, route)) ?? [:]
             last = rows.values.map(Self.position).max() ?? 0
         }
         let next = last < Int64.max - Self.positionGap ? last + Self.positionGap : last
-        orderTails[owner.objectID] = next
+        orderTails[tail] = next
         return next
     }
 

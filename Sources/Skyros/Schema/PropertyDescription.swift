@@ -28,7 +28,8 @@ public struct RelationshipOption: Hashable, Sendable {
     public static let required = RelationshipOption(name: "required")
     /// A to-many relationship whose objects keep the order they are given in
     /// (`@Relationship(.ordered) var steps: [Step]`), in the store and in every process; its
-    /// inverse is a to-one. Core Data's ordered relationships, as an array.
+    /// inverse is a to-one, or an unordered to-many (an ordered many-to-many). Core Data's
+    /// ordered relationships, as an array.
     public static let ordered = RelationshipOption(name: "ordered")
 }
 

@@ -27,6 +27,9 @@ public final class Schema: Sendable {
     let orderedInverses: [String: [Int: (owner: EntityDescription, property: PropertyDescription, route: LinkRoute)]]
     /// The names of the order entities of ordered to-manys.
     let orderEntityNames: Set<String>
+    /// For each entity holding positions (an order entity, or the link entity of an ordered
+    /// many-to-many): which of its to-ones points to the object whose list is ordered.
+    let positionSides: [String: Int]
     /// The names of the entities whose rows are keyed by a pair of objects: the link entities
     /// of many-to-manys and the order entities of ordered to-manys. The store inserts links
     /// `OR IGNORE` and positions as upserts (the last saver's position), skips updates and
@@ -97,6 +100,7 @@ public final class Schema: Sendable {
         var allEntities = entities
         var links: [String: [Int: LinkRoute]] = [:]
         var linkEntityNames = Set<String>()
+        var positionSides: [String: Int] = [:]
         for entity in entities {
             for property in entity.relationships where property.kind == .toMany {
                 guard let inverse = inverses[entity.name]?[property.index], inverse.kind == .toMany,
@@ -104,9 +108,9 @@ public final class Schema: Sendable {
                 else { continue }
                 let label = "\(entity.name).\(property.name)"
                 let otherLabel = "\(destination.name).\(inverse.name)"
-                if property.isOrdered || inverse.isOrdered {
-                    if property.isOrdered {
-                        errors.append("\(label): an ordered many-to-many relationship is not supported yet (an ordered to-many's inverse must be a to-one)")
+                if property.isOrdered && inverse.isOrdered {
+                    if label <= otherLabel {
+                        errors.append("\(label): a many-to-many relationship ordered on both sides is not supported yet (order one side)")
                     }
                     continue
                 }
@@ -118,17 +122,28 @@ public final class Schema: Sendable {
                 let (ownerEntity, ownerProperty, otherEntity) = isOwner
                     ? (entity, property, destination) : (destination, inverse, entity)
                 let name = Schema.linkEntityName(ownerEntity: ownerEntity.name, property: ownerProperty.name)
+                // An ordered many-to-many: its links hold the ordered side's positions.
+                let positioned = property.isOrdered || inverse.isOrdered
                 guard let link = Schema.pairEntity(
                     name, of: ownerEntity, ownerProperty, declared: byName, all: &allEntities,
-                    hasShape: { Schema.hasLinkShape($0, source: ownerEntity.name, target: otherEntity.name) },
-                    make: { Schema.makeLinkEntity(name, source: ownerEntity.name, target: otherEntity.name, originalName: $0) })
+                    hasShape: {
+                        positioned
+                            ? Schema.hasOrderShape($0, source: ownerEntity.name, target: otherEntity.name)
+                            : Schema.hasLinkShape($0, source: ownerEntity.name, target: otherEntity.name)
+                    },
+                    make: {
+                        positioned
+                            ? Schema.makeOrderEntity(name, source: ownerEntity.name, target: otherEntity.name, originalName: $0)
+                            : Schema.makeLinkEntity(name, source: ownerEntity.name, target: otherEntity.name, originalName: $0)
+                    })
                 else {
                     errors.append("\(label): the entity \(name) is not the link entity of this many-to-many relationship")
                     continue
                 }
                 linkEntityNames.insert(name)
+                if property.isOrdered { positionSides[name] = isOwner ? 0 : 1 }
                 links[entity.name, default: [:]][property.index] = LinkRoute(
-                    entity: link, own: isOwner ? 0 : 1, other: isOwner ? 1 : 0)
+                    entity: link, own: isOwner ? 0 : 1, other: isOwner ? 1 : 0, isOrdered: property.isOrdered)
             }
         }
 
@@ -146,7 +161,7 @@ public final class Schema: Sendable {
                 }
                 guard let inverse = inverses[entity.name]?[property.index], inverse.kind == .toOne,
                     let destination = byName[property.destinationName!]
-                else { continue }  // a many-to-many (refused above) or an error already listed
+                else { continue }  // a many-to-many (its links hold the positions) or an error already listed
                 let name = Schema.linkEntityName(ownerEntity: entity.name, property: property.name)
                 guard let order = Schema.pairEntity(
                     name, of: entity, property, declared: byName, all: &allEntities,
@@ -158,6 +173,7 @@ public final class Schema: Sendable {
                 }
                 orderEntityNames.insert(name)
                 linkEntityNames.insert(name)
+                positionSides[name] = 0
                 let route = LinkRoute(entity: order, own: 0, other: 1)
                 orders[entity.name, default: [:]][property.index] = route
                 orderedInverses[destination.name, default: [:]][inverse.index] = (entity, property, route)
@@ -168,6 +184,7 @@ public final class Schema: Sendable {
         self.orders = orders
         self.orderedInverses = orderedInverses
         self.orderEntityNames = orderEntityNames
+        self.positionSides = positionSides
         self.entitiesByName = Dictionary(allEntities.map { ($0.name, $0) }, uniquingKeysWith: { a, _ in a })
         self.links = links
         self.linkEntityNames = linkEntityNames
@@ -202,6 +219,11 @@ public final class Schema: Sendable {
         let entity: EntityDescription
         let own: Int
         let other: Int
+        /// Whether this side's list is ordered (the rows' `position`).
+        var isOrdered = false
+
+        /// The route from the other side.
+        var reversed: LinkRoute { LinkRoute(entity: entity, own: other, other: own) }
     }
 
     /// The link or order entity `name` of a relationship: found (a schema rebuilt from a
@@ -271,6 +293,10 @@ public final class Schema: Sendable {
 
     /// Whether the entity holds the positions of an ordered to-many.
     func isOrderEntity(_ name: String) -> Bool { !orderEntityNames.isEmpty && orderEntityNames.contains(name) }
+
+    /// Whether the entity's rows hold positions: an order entity, or the link entity of an
+    /// ordered many-to-many.
+    func hasPositions(_ name: String) -> Bool { !positionSides.isEmpty && positionSides[name] != nil }
 
     /// Whether an entity (of a schema rebuilt from a description) has a link entity's shape.
     static func hasLinkShape(_ entity: EntityDescription, source: String, target: String) -> Bool {

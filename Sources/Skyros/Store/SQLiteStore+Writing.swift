@@ -76,7 +76,7 @@ extension SQLiteStore {
             let check = changes.mergePolicy != .saverWins && update.baseVersion > 0
             if indexes.isEmpty || check {
                 guard let current = try Self.version(of: update.id, table, db) else {
-                    if schema.isOrderEntity(update.id.entityName) { continue }  // see below
+                    if schema.hasPositions(update.id.entityName) { continue }  // see below
                     throw Self.notFound(update.id)
                 }
                 if check && current != update.baseVersion {
@@ -120,7 +120,7 @@ extension SQLiteStore {
             guard let version else {
                 // A position whose row another saver deleted (its object left the list, or was
                 // deleted): the move is moot, the rest of the save stands.
-                if schema.isOrderEntity(update.id.entityName) { continue }
+                if schema.hasPositions(update.id.entityName) { continue }
                 throw Self.notFound(update.id)
             }
             applied.append(AppliedUpdate(id: update.id, version: version, changes: values))

@@ -163,7 +163,7 @@ public final class SQLiteStore: ObjectStore, @unchecked Sendable {
                     .map { "t0.\($0)" }.joined(separator: ", "),
                 // A link of a many-to-many relationship added by two savers is one link; a
                 // position of an ordered to-many placed by two savers is the last one's.
-                insertSQL: schema.isOrderEntity(entity.name)
+                insertSQL: schema.hasPositions(entity.name)
                     ? "INSERT INTO \(SQLBuilder.quote(entity.name)) (\(names.joined(separator: ", "))) VALUES (\(names.map { _ in "?" }.joined(separator: ", "))) ON CONFLICT(\"_id\") DO UPDATE SET \"position\" = excluded.\"position\""
                     : "INSERT \(schema.isLinkEntity(entity.name) ? "OR IGNORE " : "")INTO \(SQLBuilder.quote(entity.name)) (\(names.joined(separator: ", "))) VALUES (\(names.map { _ in "?" }.joined(separator: ", ")))"
             )
