@@ -69,11 +69,7 @@ extension ObjectContext {
         }
         let objects = loadedObjects(ids)
         guard route.isOrdered else { return objects.sorted { $0.objectID.uuid < $1.objectID.uuid } }
-        var rows: [UUID: any ManagedObject] = [:]
-        for link in links {
-            if let other = UUID(storedValue: link.skyrosStorage.values[route.other]) { rows[other] = link }
-        }
-        return try inOrder(objects, rows)
+        return inOrder(objects, byObject(links, route))
     }
 
     /// Sets one side of a many-to-many relationship: links to objects no longer in `targets`

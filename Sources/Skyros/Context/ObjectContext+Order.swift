@@ -17,13 +17,18 @@ extension ObjectContext {
 
     /// The position rows of an owner's list as this context sees them, by the object placed.
     func positions(of owner: ObjectStorage, _ route: Schema.LinkRoute) throws -> [UUID: any ManagedObject] {
-        var rows: [UUID: any ManagedObject] = [:]
-        for row in try linkObjects(of: owner, route) {
+        byObject(try linkObjects(of: owner, route), route)
+    }
+
+    /// Rows of an owner's list (links or positions) by the object at their other end.
+    func byObject(_ rows: [any ManagedObject], _ route: Schema.LinkRoute) -> [UUID: any ManagedObject] {
+        var result: [UUID: any ManagedObject] = [:]
+        for row in rows {
             let storage = row.skyrosStorage
             if storage.isFault { fulfill(storage) }
-            if let target = UUID(storedValue: storage.values[route.other]) { rows[target] = row }
+            if let target = UUID(storedValue: storage.values[route.other]) { result[target] = row }
         }
-        return rows
+        return result
     }
 
     /// A position row's position.
@@ -34,7 +39,7 @@ extension ObjectContext {
 
     /// The objects of an ordered to-many in its order: by position, those without one last;
     /// ties by identifier (creation order).
-    func inOrder(_ members: [any ManagedObject], _ rows: [UUID: any ManagedObject]) throws -> [any ManagedObject] {
+    func inOrder(_ members: [any ManagedObject], _ rows: [UUID: any ManagedObject]) -> [any ManagedObject] {
         let keyed = members.map { member in (member, rows[member.objectID.uuid].map(Self.position)) }
         return keyed.sorted { a, b in
             switch (a.1, b.1) {
@@ -68,14 +73,9 @@ extension ObjectContext {
         }
         appendsToOrder = true
         guard !list.isEmpty else { return }
-        let rows = try positions(of: storage, route)
-        let old: [Int64?] = list.map { rows[$0.objectID.uuid].map(Self.position) }
-        let new = Self.placing(old, kept: Self.keptInOrder(old, list.map(\.objectID.uuid)))
-        for (index, target) in list.enumerated() where new[index] != old[index] {
-            setPosition(route, owner: storage.objectID, of: target, to: new[index]!)
+        place(list, in: storage, route, rows: try positions(of: storage, route), unplaced: []) { index, position in
+            setPosition(route, owner: storage.objectID, of: list[index], to: position)
         }
-        let tail = Self.tailKey(route, owner: storage.objectID.uuid)
-        orderTails[tail] = max(orderTails[tail] ?? .min, new.last!!)
     }
 
     /// Places the objects of an ordered many-to-many in the order of `list` (each linked):
@@ -84,14 +84,25 @@ extension ObjectContext {
     func placeLinks(_ storage: ObjectStorage, _ route: Schema.LinkRoute, _ list: [ObjectStorage], unplaced: Set<ObjectID>) throws {
         guard !list.isEmpty else { return }
         let rows = try positions(of: storage, route)
+        place(list, in: storage, route, rows: rows, unplaced: unplaced) { index, position in
+            rows[list[index].objectID.uuid]?.skyrosStorage.setStored(.integer(position), at: 2)
+        }
+    }
+
+    /// The placing both kinds of ordered lists share: the positions `list`'s objects have in
+    /// the owner's `rows` (none for `unplaced` rows), the new ones of those off the longest run
+    /// already in order, each handed to `write` (its index in `list`, its position); the
+    /// owner's last position is noted.
+    private func place(
+        _ list: [ObjectStorage], in owner: ObjectStorage, _ route: Schema.LinkRoute, rows: [UUID: any ManagedObject],
+        unplaced: Set<ObjectID>, write: (Int, Int64) -> Void
+    ) {
         let old: [Int64?] = list.map { target in
             rows[target.objectID.uuid].flatMap { unplaced.contains($0.objectID) ? nil : Self.position(of: $0) }
         }
         let new = Self.placing(old, kept: Self.keptInOrder(old, list.map(\.objectID.uuid)))
-        for (index, target) in list.enumerated() where new[index] != old[index] {
-            rows[target.objectID.uuid]?.skyrosStorage.setStored(.integer(new[index]!), at: 2)
-        }
-        let tail = Self.tailKey(route, owner: storage.objectID.uuid)
+        for index in list.indices where new[index] != old[index] { write(index, new[index]!) }
+        let tail = Self.tailKey(route, owner: owner.objectID.uuid)
         orderTails[tail] = max(orderTails[tail] ?? .min, new.last!!)
     }
 
@@ -105,28 +116,11 @@ extension ObjectContext {
     /// order (position, then identifier): they keep them.
     static func keptInOrder(_ positions: [Int64?], _ ids: [UUID]) -> Set<Int> {
         let candidates = positions.indices.filter { positions[$0] != nil }
-        func less(_ a: Int, _ b: Int) -> Bool {
-            positions[a]! != positions[b]! ? positions[a]! < positions[b]! : ids[a] < ids[b]
+        let run = PredicateReads.longestIncreasingRun(candidates.count) { x, y in
+            let (a, b) = (candidates[x], candidates[y])
+            return positions[a]! != positions[b]! ? positions[a]! < positions[b]! : ids[a] < ids[b]
         }
-        var tails: [Int] = []  // candidate indexes, by run length - 1
-        var previous: [Int: Int] = [:]
-        for index in candidates {
-            var low = 0
-            var high = tails.count
-            while low < high {
-                let middle = (low + high) / 2
-                if less(tails[middle], index) { low = middle + 1 } else { high = middle }
-            }
-            if low > 0 { previous[index] = tails[low - 1] }
-            if low == tails.count { tails.append(index) } else { tails[low] = index }
-        }
-        var kept = Set<Int>()
-        var index = tails.last
-        while let current = index {
-            kept.insert(current)
-            index = previous[current]
-        }
-        return kept
+        return Set(run.map { candidates[$0] })
     }
 
     /// The positions of a list whose `kept` objects keep theirs: the others are spaced evenly

@@ -545,7 +545,7 @@ public final class ObjectContext: ObjectStore, @unchecked Sendable, CustomString
             entityName: property.destinationName!, predicate: .equals(inverse.name, storage.objectID.uuid.storedValue))
         let members = try fetchObjects(request, localOnly: storage.isInserted)
         guard let route = schema.orderRoute(of: property, in: storage.entity), members.count > 1 else { return members }
-        return try inOrder(members, try positions(of: storage, route))
+        return inOrder(members, try positions(of: storage, route))
     }
 
     // MARK: - Reset, rollback, refresh

@@ -642,14 +642,19 @@ public final class FetchedResultsController<T: ManagedObject>: @unchecked Sendab
 enum PredicateReads {
     /// The positions (in `paths`) of a longest strictly increasing subsequence.
     static func longestIncreasingRun(_ paths: [IndexPath]) -> Set<Int> {
+        longestIncreasingRun(paths.count) { paths[$0] < paths[$1] }
+    }
+
+    /// The positions (of `0..<count`) of a longest subsequence strictly increasing by `less`.
+    static func longestIncreasingRun(_ count: Int, less: (Int, Int) -> Bool) -> Set<Int> {
         var tails: [Int] = []  // positions, by run length - 1
-        var previous = [Int](repeating: -1, count: paths.count)
-        for (position, path) in paths.enumerated() {
+        var previous = [Int](repeating: -1, count: count)
+        for position in 0..<count {
             var low = 0
             var high = tails.count
             while low < high {
                 let middle = (low + high) / 2
-                if paths[tails[middle]] < path { low = middle + 1 } else { high = middle }
+                if less(tails[middle], position) { low = middle + 1 } else { high = middle }
             }
             if low > 0 { previous[position] = tails[low - 1] }
             if low == tails.count { tails.append(position) } else { tails[low] = position }
