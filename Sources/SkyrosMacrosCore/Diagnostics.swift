@@ -4,7 +4,7 @@ import SwiftSyntax
 /// The errors the Skyros macros report at compile time.
 enum SkyrosDiagnostic: String, DiagnosticMessage {
     case notAClass
-    case notFinal
+    case openClass
     case letProperty
     case missingType
     case missingDefault
@@ -13,8 +13,8 @@ enum SkyrosDiagnostic: String, DiagnosticMessage {
 
     var message: String {
         switch self {
-        case .notAClass: "@Entity can only be applied to a final class"
-        case .notFinal: "@Entity classes must be final; add 'final'"
+        case .notAClass: "@Entity can only be applied to a class"
+        case .openClass: "an @Entity class cannot be 'open': its subclasses must be @Entity classes of the same module"
         case .letProperty: "a persistent property must be a 'var'; use @Transient for a constant that is not stored"
         case .missingType: "a persistent property needs a type annotation (for example ': String')"
         case .missingDefault: "a persistent property needs a default value (optionals default to nil)"

@@ -279,10 +279,34 @@ public final class ObjectContext: ObjectStore, @unchecked Sendable, CustomString
     func makeObject(
         _ id: ObjectID, of entity: EntityDescription, values: StoredValues?, version: Int64 = 0, exposed: Bool = false
     ) -> any ManagedObject {
+        if let hierarchy = entity.hierarchy { return makeObject(id, of: entity, in: hierarchy, values: values, version: version, exposed: exposed) }
         let storage = ObjectStorage(objectID: id, entity: entity, values: values, reference: reference)
         storage.version = version
         storage.isExposed = exposed
         return entity.objectType.init(skyrosStorage: storage)
+    }
+
+    /// An object of an entity hierarchy: an instance of the class its `_entity` names. A fault's
+    /// row is read first, to know its class (an object of a hierarchy is never a fault).
+    func makeObject(
+        _ id: ObjectID, of entity: EntityDescription, in hierarchy: EntityHierarchy, values: StoredValues?,
+        version: Int64, exposed: Bool
+    ) -> any ManagedObject {
+        var values = values
+        var version = version
+        if values == nil {
+            noteRead(entity.name)
+            if let snapshot = try? parent.snapshots(for: [id]).first {
+                values = snapshot.values
+                version = snapshot.version
+            }
+        }
+        let storage = ObjectStorage(objectID: id, entity: entity, values: values, reference: reference)
+        storage.version = version
+        storage.isExposed = exposed
+        // A row that cannot be read (gone, or the parent away) stays a fault of the root's class:
+        // reading it reports why, as for any fault.
+        return (values.map { hierarchy.member(of: $0).type } ?? entity.objectType).init(skyrosStorage: storage)
     }
 
     /// The object for a to-one reference: registered, or a fault filled on first access.
@@ -412,14 +436,21 @@ public final class ObjectContext: ObjectStore, @unchecked Sendable, CustomString
 
     /// Inserts a new object with its default values.
     public func insert<T: ManagedObject>(_ type: T.Type) -> T {
-        let entity = T.entityDescription
+        var entity = T.entityDescription
+        var member: EntityHierarchy.Member?
         if lastInsertedEntity != ObjectIdentifier(entity) {  // checked once per run of inserts of an entity
-            guard schema.entity(named: entity.name) === entity else {
+            guard let found = schema.entitiesByType[ObjectIdentifier(T.self)] else {
                 preconditionFailure("Skyros: \(T.self) is not an entity of this context's schema")
             }
-            lastInsertedEntity = ObjectIdentifier(entity)
+            if found.entity === entity {
+                lastInsertedEntity = ObjectIdentifier(entity)
+            } else {
+                // A class of a hierarchy, or an entity whose relationship to a subentity the
+                // schema pointed at its hierarchy: the schema's entity stores it.
+                (entity, member) = found
+            }
         }
-        let (values, errors) = entity.defaultValues()
+        let (values, errors) = entity.defaultValues(of: member)
         let storage = ObjectStorage(
             objectID: .make(entityName: entity.name), entity: entity, values: values, reference: reference)
         storage.valueErrors = errors  // by property: reported at save, like a value set that cannot be stored

@@ -209,7 +209,7 @@ extension Skyros {
         for start in stride(from: 0, to: values.count, by: 500) {
             let slice = Array(values[start..<Swift.min(start + 500, values.count)])
             let request = StoreRequest(
-                entityName: T.entityDescription.name,
+                entityName: try context.schema.storage(of: T.self).entity.name,
                 predicate: .isIn(.property(scope: 0, path: [property.name]), slice))
             for object in try context.fetchObjects(request) {
                 guard let object = object as? T else { continue }

@@ -39,8 +39,8 @@ public struct FetchDescriptor<T: ManagedObject> {
 
     /// The request a store receives.
     public func storeRequest(schema: Schema) throws -> StoreRequest {
-        let entity = try schema.requireEntity(T.entityDescription.name)
-        let node = try predicate.map { try PredicateTranslator.translate($0, schema: schema) }
+        let entity = try schema.storage(of: T.self).entity
+        let node = schema.restricting(try predicate.map { try PredicateTranslator.translate($0, schema: schema) }, to: T.self)
         let keys = try sortBy.map { descriptor -> SortKey in
             guard let keyPath = descriptor.keyPath, let property = entity.property(for: keyPath), property.hasColumn else {
                 throw SkyrosError(
@@ -113,7 +113,7 @@ public struct FetchResultsCollection<T: ManagedObject>: Sequence {
                     underlying: error))
             }
         }
-        return Iterator(BatchIteration(context: context, entity: T.entityDescription, batchSize: batchSize, source: source))
+        return Iterator(BatchIteration(context: context, entity: context.schema.entity(for: T.self) ?? T.entityDescription, batchSize: batchSize, source: source))
     }
 
     /// Iterates a batched fetch, one batch of objects held at a time.

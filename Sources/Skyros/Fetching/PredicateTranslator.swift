@@ -20,7 +20,7 @@ struct PredicateTranslator {
     init(schema: Schema) { self.schema = schema }
 
     static func translate<T: ManagedObject>(_ predicate: Predicate<T>, schema: Schema) throws -> PredicateNode {
-        let entity = try schema.requireEntity(T.entityDescription.name)
+        let entity = try schema.storage(of: T.self).entity
         var translator = PredicateTranslator(schema: schema)
         translator.bindings[predicate.variable.key] = .object(scope: 0, path: [], entity: entity)
         return try translator.node(predicate.expression)

@@ -77,7 +77,7 @@ extension ManagedObject {
 ///     renames its table instead of dropping it and creating a new one.
 ///   - indexes: indexes over one or more properties, by name:
 ///     `@Entity(indexes: ["lastname", "firstname"], ["age"])`.
-@attached(member, names: named(entityDescription), named(entityName), named(skyrosStorage), named(init(skyrosStorage:)))
+@attached(member, names: named(entityDescription), named(entityName), named(skyrosStorage), named(init(skyrosStorage:)), arbitrary)
 @attached(memberAttribute)
 @attached(extension, conformances: ManagedObject)
 public macro Entity(name: String? = nil, originalName: String? = nil, indexes: [String]...) =
@@ -107,3 +107,10 @@ public macro Transient() = #externalMacro(module: "SkyrosMacros", type: "MarkerM
 /// object's storage at position `index`.
 @attached(accessor, names: named(init), named(get), named(set))
 public macro _Persisted(_ index: Int) = #externalMacro(module: "SkyrosMacros", type: "PersistedPropertyMacro")
+
+/// Added by `@Entity` to each persistent property of a subentity: accessors of the object's
+/// storage at the `index`-th of the class's own properties, whose first position the store's
+/// entity of the hierarchy gives (``EntityDescription/propertyBase(of:)``).
+@attached(accessor, names: named(init), named(get), named(set))
+public macro _Persisted(_ index: Int, _ type: AnyObject.Type) =
+    #externalMacro(module: "SkyrosMacros", type: "PersistedPropertyMacro")

@@ -114,7 +114,10 @@ extension ObjectContext {
         }
         for object in inserted.values {
             guard let rules = rules(object) else { continue }
-            for property in object.skyrosStorage.entity.properties {
+            let storage = object.skyrosStorage
+            // An object of a hierarchy: its class's properties (not `_entity`, not its siblings').
+            let member = storage.entity.hierarchy?.member(of: storage.values)
+            for property in storage.entity.properties where member?.has(property.index) ?? true {
                 check(object, property.name) { try rules.validateValue(forKey: property.name) }
             }
             check(object, nil) { try rules.validateForInsert() }

@@ -83,7 +83,8 @@ public final class EntityMonitor<T: ManagedObject>: @unchecked Sendable {
         guard let onChange = _onChange, !filterFailed, changes.kind != .reloaded else { return }
         if frequency == .onSave && !changes.isSave { return }
         if frequency == .onChange && !changes.isNewToChangeObservers { return }
-        let entityName = T.entityDescription.name
+        let entity = context.schema.entity(for: T.self) ?? T.entityDescription
+        let entityName = entity.name
         let inserted = changes.inserted.compactMap { $0 as? T }.filter(matches)
         var held: [ObjectID: T] = [:]
         for object in changes.updated { if let typed = object as? T { held[object.objectID] = typed } }
@@ -105,7 +106,7 @@ public final class EntityMonitor<T: ManagedObject>: @unchecked Sendable {
             if let object = changes.deletedObjects[id] as? T {
                 if matches(object) { deleted.append(object) }
             } else if filterNode == nil {
-                let object = context.makeObject(id, of: T.entityDescription, values: nil)
+                let object = context.makeObject(id, of: entity, values: nil)
                 object.skyrosStorage.makeInaccessible()
                 object.skyrosStorage.context = nil
                 if let typed = object as? T { deleted.append(typed) }

@@ -97,13 +97,20 @@ public final class PropertyDescription: @unchecked Sendable, CustomStringConvert
     /// are set in, held in the positions of an order entity the schema adds
     /// (``Schema/linkEntityName(ownerEntity:property:)``).
     public let isOrdered: Bool
+    /// Whether the property is a subentity's own, in its hierarchy's table: its column holds
+    /// NULL in the rows of the other entities of the hierarchy, whatever the property's type.
+    public let isSubentityColumn: Bool
+
+    /// Whether the property's column may hold NULL: an optional type, or a subentity's column.
+    var isStoredOptional: Bool { codec.isOptional || isSubentityColumn }
 
     init(
         name: String, kind: Kind, keyPath: AnyKeyPath, codec: AnyAttributeCodec,
         makeDefault: @escaping @Sendable () throws -> StoredValue,
         isUnique: Bool = false, isIndexed: Bool = false, originalName: String? = nil,
         destinationName: String? = nil, deleteRule: DeleteRule = .nullify,
-        inverseKeyPath: AnyKeyPath? = nil, inverseName: String? = nil, isRequired: Bool = false, isOrdered: Bool = false
+        inverseKeyPath: AnyKeyPath? = nil, inverseName: String? = nil, isRequired: Bool = false, isOrdered: Bool = false,
+        isSubentityColumn: Bool = false
     ) {
         self.name = name
         self.kind = kind
@@ -119,6 +126,17 @@ public final class PropertyDescription: @unchecked Sendable, CustomStringConvert
         self.inverseName = inverseName
         self.isRequired = isRequired
         self.isOrdered = isOrdered
+        self.isSubentityColumn = isSubentityColumn
+    }
+
+    /// The same property for the entity of a hierarchy's table (not yet indexed there), its
+    /// destination named by the hierarchy that stores it.
+    func copy(destinationName: String?, isSubentityColumn: Bool) -> PropertyDescription {
+        PropertyDescription(
+            name: name, kind: kind, keyPath: keyPath, codec: codec, makeDefault: makeDefault, isUnique: isUnique,
+            isIndexed: isIndexed, originalName: originalName, destinationName: destinationName, deleteRule: deleteRule,
+            inverseKeyPath: inverseKeyPath, inverseName: inverseName, isRequired: isRequired, isOrdered: isOrdered,
+            isSubentityColumn: isSubentityColumn)
     }
 
     /// Whether the property is a to-one or a to-many relationship.

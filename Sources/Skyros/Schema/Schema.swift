@@ -14,7 +14,12 @@ public final class Schema: Sendable {
     /// The entities, in the order given, followed by the link entity of each many-to-many
     /// relationship (see ``linkEntityName(ownerEntity:property:)``).
     public let entities: [EntityDescription]
+    /// The entities by name; a subentity's name gives its hierarchy's entity.
     let entitiesByName: [String: EntityDescription]
+    /// The entity storing each class's objects, and for a class of a hierarchy its place there.
+    let entitiesByType: [ObjectIdentifier: (entity: EntityDescription, member: EntityHierarchy.Member?)]
+    /// Whether some entity has subentities (`@Entity final class Car: Vehicle`).
+    let hasHierarchies: Bool
     /// For each entity and relationship index: the inverse property, if any.
     let inverses: [String: [Int: PropertyDescription]]
     /// For each entity and many-to-many relationship index: where its links are.
@@ -57,13 +62,14 @@ public final class Schema: Sendable {
     ///   - types: the `@Entity` classes (or hand-written ``ManagedObject`` classes), each once.
     ///   - version: the version of the model (1 or more).
     public convenience init(_ types: [any ManagedObject.Type], version: Int = 1) {
-        self.init(entities: types.map { $0.entityDescription }, version: version)
+        let (entities, errors) = Schema.storageEntities(of: types.map { $0.entityDescription })
+        self.init(entities: entities, version: version, errors: errors)
     }
 
-    init(entities: [EntityDescription], version: Int = 1) {
+    init(entities: [EntityDescription], version: Int = 1, errors declarationErrors: [String] = []) {
         self.version = max(1, version)
         var byName: [String: EntityDescription] = [:]
-        var errors: [String] = []
+        var errors: [String] = declarationErrors
         for entity in entities {
             if byName[entity.name] != nil { errors.append("entity \(entity.name) is declared twice") }
             byName[entity.name] = entity
@@ -78,7 +84,7 @@ public final class Schema: Sendable {
                 }
             }
             for property in entity.properties {
-                if property.name.hasPrefix("_") {
+                if property.name.hasPrefix("_"), entity.hierarchy?.entityIndex != property.index {
                     errors.append("\(entity.name).\(property.name): property names may not start with '_'")
                 }
                 guard property.isRelationship else { continue }
@@ -185,7 +191,26 @@ public final class Schema: Sendable {
         self.orderedInverses = orderedInverses
         self.orderEntityNames = orderEntityNames
         self.positionSides = positionSides
-        self.entitiesByName = Dictionary(allEntities.map { ($0.name, $0) }, uniquingKeysWith: { a, _ in a })
+        var entitiesByName = Dictionary(allEntities.map { ($0.name, $0) }, uniquingKeysWith: { a, _ in a })
+        var entitiesByType: [ObjectIdentifier: (entity: EntityDescription, member: EntityHierarchy.Member?)] = [:]
+        for entity in allEntities {
+            guard let hierarchy = entity.hierarchy else {
+                if entity.objectType != DynamicObject.self { entitiesByType[ObjectIdentifier(entity.objectType)] = (entity, nil) }
+                continue
+            }
+            for member in hierarchy.members {
+                if member.parent != nil {
+                    if entitiesByName[member.name] != nil {
+                        errors.append("entity \(member.name) is declared twice")
+                    }
+                    entitiesByName[member.name] = entity
+                }
+                if member.type != DynamicObject.self { entitiesByType[ObjectIdentifier(member.type)] = (entity, member) }
+            }
+        }
+        self.entitiesByName = entitiesByName
+        self.entitiesByType = entitiesByType
+        self.hasHierarchies = allEntities.contains { $0.hierarchy != nil }
         self.links = links
         self.linkEntityNames = linkEntityNames
         var linkEnds: [String: [(entity: String, property: String, own: Int)]] = [:]
@@ -343,7 +368,8 @@ public final class Schema: Sendable {
         }
     }
 
-    /// The entity with this name.
+    /// The entity with this name; for a subentity, the entity of its hierarchy's table (the
+    /// root's name, every class's properties).
     public func entity(named name: String) -> EntityDescription? { entitiesByName[name] }
 
     func requireEntity(_ name: String) throws -> EntityDescription {
@@ -425,7 +451,7 @@ public final class Schema: Sendable {
             text += "entity \(entity.name)\n"
             for property in entity.properties {
                 text += "  \(property.index) \(property.name) \(property.kind) \(property.codec.storageType.rawValue)"
-                text += property.codec.isOptional ? "?" : "!"
+                text += property.isStoredOptional ? "?" : "!"
                 if property.kind == .attribute { text += " \(property.codec.typeName)" }
                 if property.isUnique { text += " unique" }
                 if property.isIndexed { text += " indexed" }
@@ -438,6 +464,9 @@ public final class Schema: Sendable {
                 text += "\n"
             }
             for index in entity.indexes { text += "  index \(index.joined(separator: ","))\n" }
+            for member in entity.hierarchy?.members.dropFirst() ?? [] {
+                text += "  subentity \(member.name) < \(member.parent ?? "?"): \(member.ownProperties.joined(separator: ","))\n"
+            }
         }
         return text
     }

@@ -43,7 +43,25 @@ extension SchemaDescription {
                 if position > 0 { writer.raw(",") }
                 try writer.property(property)
             }
-            writer.raw("]}")
+            writer.raw("]")
+            if let subentities = entity.subentities {
+                writer.raw(",\"subentities\":[")
+                for (position, subentity) in subentities.enumerated() {
+                    if position > 0 { writer.raw(",") }
+                    writer.raw("{\"name\":")
+                    writer.string(subentity.name)
+                    writer.raw(",\"parent\":")
+                    writer.string(subentity.parent)
+                    writer.raw(",\"properties\":[")
+                    for (column, name) in subentity.properties.enumerated() {
+                        if column > 0 { writer.raw(",") }
+                        writer.string(name)
+                    }
+                    writer.raw("]}")
+                }
+                writer.raw("]")
+            }
+            writer.raw("}")
         }
         writer.raw("]}")
         return writer.bytes
@@ -78,7 +96,18 @@ extension SchemaDescription {
                             return text
                         }
                     },
-                    originalName: try value.optionalString(for: "originalName", path))
+                    originalName: try value.optionalString(for: "originalName", path),
+                    subentities: try value.member("subentities", path).map { _ in
+                        try value.array(for: "subentities", path).enumerated().map { index, subentity in
+                            let path = path.appending("subentities[\(index)]")
+                            return Subentity(
+                                name: try subentity.string(for: "name", path), parent: try subentity.string(for: "parent", path),
+                                properties: try subentity.array(for: "properties", path).map { name in
+                                    guard case .string(let text) = name else { throw path.mismatch("properties", "strings") }
+                                    return text
+                                })
+                        }
+                    })
             })
     }
 }

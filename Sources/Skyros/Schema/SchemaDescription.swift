@@ -76,13 +76,38 @@ public struct SchemaDescription: Codable, Sendable, Hashable {
         public var indexes: [[String]]
         /// The entity's name in an earlier version of the schema (absent when none).
         public var originalName: String?
+        /// For the root of an entity hierarchy: its subentities, each after its parent (absent
+        /// for an entity without subentities). The entity's properties are every entity's of
+        /// the hierarchy, and `_entity` names each row's entity.
+        public var subentities: [Subentity]?
 
         /// An entity description.
-        public init(name: String, properties: [Property], indexes: [[String]] = [], originalName: String? = nil) {
+        public init(
+            name: String, properties: [Property], indexes: [[String]] = [], originalName: String? = nil,
+            subentities: [Subentity]? = nil
+        ) {
             self.name = name
             self.properties = properties
             self.indexes = indexes
             self.originalName = originalName
+            self.subentities = subentities
+        }
+    }
+
+    /// A subentity of an entity hierarchy, stored in its root's table.
+    public struct Subentity: Codable, Sendable, Hashable {
+        /// The subentity's name: the `_entity` of its rows.
+        public var name: String
+        /// Its parent entity's name (the root, or another subentity listed before it).
+        public var parent: String
+        /// The names of its own properties (its parents' are inherited).
+        public var properties: [String]
+
+        /// A subentity description.
+        public init(name: String, parent: String, properties: [String]) {
+            self.name = name
+            self.parent = parent
+            self.properties = properties
         }
     }
 
@@ -199,14 +224,19 @@ extension Schema {
                     properties: entity.properties.map { property in
                         SchemaDescription.Property(
                             name: property.name, kind: "\(property.kind)", storageType: property.codec.storageType,
-                            isOptional: property.codec.isOptional, typeName: property.codec.typeName,
+                            isOptional: property.isStoredOptional, typeName: property.codec.typeName,
                             isUnique: property.isUnique, isIndexed: property.isIndexed,
                             originalName: property.originalName, destination: property.destinationName,
                             deleteRule: property.deleteRule, inverse: inverse(of: property, in: entity)?.name,
                             isRequired: property.isRequired, defaultValue: Self.constantDefault(of: property),
                             isOrdered: property.isOrdered)
                     },
-                    indexes: entity.indexes, originalName: entity.originalName)
+                    indexes: entity.indexes, originalName: entity.originalName,
+                    subentities: entity.hierarchy.map { hierarchy in
+                        hierarchy.members.dropFirst().map {
+                            SchemaDescription.Subentity(name: $0.name, parent: $0.parent ?? hierarchy.root, properties: $0.ownProperties)
+                        }
+                    })
             })
     }
 
@@ -252,8 +282,9 @@ extension Schema {
             }
             entities.append(
                 EntityDescription(
-                    DynamicObject.self, name: entity.name, originalName: entity.originalName, properties: properties,
-                    indexes: entity.indexes))
+                    objectType: DynamicObject.self, name: entity.name, originalName: entity.originalName,
+                    properties: properties, indexes: entity.indexes,
+                    hierarchy: try Schema.hierarchy(of: entity, properties: properties)))
         }
         self.init(entities: entities, version: version)
         try validate()

@@ -29,7 +29,7 @@ extension SQLiteStore {
         if property.kind == .toOne {
             return "\(name) BLOB REFERENCES \(SQLBuilder.quote(property.destinationName!))(\"_id\") ON DELETE \(deleteAction(property, of: entity, in: schema)) DEFERRABLE INITIALLY DEFERRED"
         }
-        return "\(name) \(property.codec.storageType.rawValue)\(property.codec.isOptional ? "" : " NOT NULL")"
+        return "\(name) \(property.codec.storageType.rawValue)\(property.isStoredOptional ? "" : " NOT NULL")"
     }
 
     /// The ON DELETE action of a to-one's foreign key: its inverse's delete rule.

@@ -308,8 +308,8 @@ extension SQLiteStore {
             return "is a reference to \(property.destinationName ?? "?") (a 16-byte blob or null)"
         }
         let codec = property.codec
-        var declared = "is \(codec.isOptional ? "an optional" : "a") \(codec.typeName) (\(codec.storageType.rawValue))"
-        if value.isNull && !codec.isOptional { declared += ", which is not optional" }
+        var declared = "is \(property.isStoredOptional ? "an optional" : "a") \(codec.typeName) (\(codec.storageType.rawValue))"
+        if value.isNull && !property.isStoredOptional { declared += ", which is not optional" }
         let type = String(rawTypeName(property))
         if let range = integerRanges[type] { declared += " from \(range.lowerBound) to \(range.upperBound)" }
         switch type {
@@ -344,7 +344,7 @@ extension SQLiteStore {
         // save's texts and reals pass without any string work.
         switch (value, codec.storageType) {
         case (.null, _):
-            return codec.isOptional ? value : nil
+            return property.isStoredOptional ? value : nil
         case (.text(let text), .text):
             // A decimal in any other form would compare and sort out of numeric order.
             return !isDecimal(property) || OrderedDecimal.isWellFormed(text) ? value : nil

@@ -158,7 +158,7 @@ public final class SQLiteStore: ObjectStore, @unchecked Sendable {
             let names = ["\"_id\""] + columns.map { SQLBuilder.quote($0.name) }
             tables[entity.name] = TableInfo(
                 entity: entity, columnIndexes: columns.map(\.index),
-                columnTypes: columns.map { $0.kind == .attribute && !$0.codec.isOptional ? $0.codec.storageType : nil },
+                columnTypes: columns.map { $0.kind == .attribute && !$0.isStoredOptional ? $0.codec.storageType : nil },
                 selectList: (["\"_id\"", "\"_version\""] + columns.map { SQLBuilder.quote($0.name) })
                     .map { "t0.\($0)" }.joined(separator: ", "),
                 // A link of a many-to-many relationship added by two savers is one link; a

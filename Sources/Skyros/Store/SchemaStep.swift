@@ -97,7 +97,7 @@ struct SchemaStep {
                         table.columns.append((property, .constant(.null)))
                         table.added.append((property, .null))
                         if property.isRequired { table.required.append(property) }
-                    } else if property.codec.isOptional {
+                    } else if property.isStoredOptional {
                         table.columns.append((property, .constant(.null)))
                         table.added.append((property, .null))
                     } else {
@@ -115,7 +115,7 @@ struct SchemaStep {
                         throw refusal(
                             "\(label) changes \(change), which is not inferred; a migration stage for version \(version) (MigrationPlan.stage(to: \(version))) can set it from its previous value")
                     }
-                    let value = property.codec.isOptional || property.kind == .toOne ? StoredValue.null : Self.defaultValue(of: property)
+                    let value = property.isStoredOptional || property.kind == .toOne ? StoredValue.null : Self.defaultValue(of: property)
                     guard let value else {
                         throw refusal("\(label) changes \(change) and has no default that can be stored")
                     }
@@ -124,7 +124,7 @@ struct SchemaStep {
                     table.rebuild = true
                     continue
                 }
-                if property.kind == .attribute && !property.codec.isOptional && previous.codec.isOptional {
+                if property.kind == .attribute && !property.isStoredOptional && previous.isStoredOptional {
                     guard let value = Self.defaultValue(of: property) else {
                         throw refusal("\(label) becomes non-optional and has no default that can be stored for the objects that have none")
                     }
@@ -133,7 +133,7 @@ struct SchemaStep {
                     continue
                 }
                 table.columns.append((property, .column(previous.name)))
-                if property.kind == .attribute && property.codec.isOptional != previous.codec.isOptional { table.rebuild = true }
+                if property.kind == .attribute && property.isStoredOptional != previous.isStoredOptional { table.rebuild = true }
                 if property.kind == .toOne
                     && SQLiteStore.deleteAction(property, of: entity, in: target)
                         != SQLiteStore.deleteAction(previous, of: old, in: source)
