@@ -239,15 +239,102 @@ struct EntityMacroTests {
         expect(
             "@Entity struct Point { var x: Int = 0 }",
             expands: "struct Point { var x: Int = 0 \n}",
-            diagnostics: [DiagnosticSpec(message: "@Entity can only be applied to a final class", line: 1, column: 1)])
+            diagnostics: [DiagnosticSpec(message: "@Entity can only be applied to a class", line: 1, column: 1)])
     }
 
-    @Test("a class that is not final is refused")
-    func notFinal() {
+    @Test("a class that is not final is a hierarchy's root; a subclass of it a subentity")
+    func hierarchy() {
         expect(
-            "@Entity class Point { var x: Int = 0 }",
-            expands: "class Point { var x: Int = 0 \n}",
-            diagnostics: [DiagnosticSpec(message: "@Entity classes must be final; add 'final'", line: 1, column: 9)])
+            """
+            @Entity public class Vehicle { public var name: String = "" }
+            """,
+            expands: """
+                public class Vehicle { 
+                public var name: String { 
+                    init(initialValue) {
+                    }
+                    get {
+                        skyrosStorage.persistentValue(at: 0)
+                    }
+                    set {
+                        skyrosStorage.setPersistentValue(newValue, at: 0)
+                    }
+                }
+
+                    public static let _skyrosEntity_Vehicle = EntityDescription(Vehicle.self, properties: [
+                            .persistent("name", \\Vehicle.name, default: {
+                                        ""
+                                    }),
+                        ])
+
+                    public class var entityDescription: EntityDescription {
+                        _skyrosEntity_Vehicle
+                    }
+
+                    public class var entityName: String {
+                        "Vehicle"
+                    }
+
+                    public let skyrosStorage: ObjectStorage
+
+                    public required init(skyrosStorage: ObjectStorage) {
+                        self.skyrosStorage = skyrosStorage
+                    }
+
+                    public static func _skyrosKeyPaths_Vehicle<Sub: Vehicle>(_: Sub.Type) -> [AnyKeyPath] {
+                        [\\Sub.name]
+                    }
+                }
+
+                extension Vehicle: ManagedObject {
+                }
+                """)
+        expect(
+            """
+            @Entity(name: "Automobile") final class Car: Vehicle, Sendable { var doors = 4 }
+            """,
+            expands: """
+                final class Car: Vehicle, Sendable { 
+                var doors { 
+                    init(initialValue) {
+                    }
+                    get {
+                        skyrosStorage.persistentValue(at: skyrosStorage.entity.propertyBase(of: Car.self) &+ 0)
+                    }
+                    set {
+                        skyrosStorage.setPersistentValue(newValue, at: skyrosStorage.entity.propertyBase(of: Car.self) &+ 0)
+                    }
+                }
+
+                    static let _skyrosEntity_Car = EntityDescription(Car.self, name: "Automobile", parent: Vehicle.self, inheritedKeyPaths: Vehicle._skyrosKeyPaths_Vehicle(Car.self), properties: [
+                            .persistent("doors", \\Car.doors, default: {
+                                        4
+                                    }),
+                        ])
+
+                    override class var entityDescription: EntityDescription {
+                        _skyrosEntity_Car
+                    }
+
+                    override class var entityName: String {
+                        "Automobile"
+                    }
+
+                    required init(skyrosStorage: ObjectStorage) {
+                        super.init(skyrosStorage: skyrosStorage)
+                    }
+                }
+                """)
+    }
+
+    @Test("an open class is refused: its subclasses could not be entities")
+    func openRefused() {
+        expect(
+            "@Entity open class Point { var x: Int = 0 }",
+            expands: "open class Point { var x: Int = 0 \n}",
+            diagnostics: [DiagnosticSpec(
+                message: "an @Entity class cannot be 'open': its subclasses must be @Entity classes of the same module",
+                line: 1, column: 14)])
     }
 
     @Test("unsupported types, missing types and defaults, and constants are diagnosed")
