@@ -26,6 +26,29 @@ import Skyros
 
 let modelSchema = Schema([Post.self, Tag.self, Checklist.self, Step.self])
 
+/// An entity hierarchy (one table, `Machine`, with `_entity`) and a flat entity of the same
+/// shape as one of its subentities.
+@Entity class Machine {
+    @Attribute(.indexed) var rank: Int = 0
+    var name: String = ""
+}
+
+@Entity final class Robot: Machine {
+    var arms: Int = 2
+}
+
+@Entity final class Drone: Machine {
+    var rotors: Int = 4
+}
+
+@Entity final class FlatRobot {
+    @Attribute(.indexed) var rank: Int = 0
+    var name: String = ""
+    var arms: Int = 2
+}
+
+let inheritanceSchema = Schema([Machine.self, Robot.self, Drone.self, FlatRobot.self])
+
 /// `skyros-bench model`: the object model's relationships against hand-written SQL on the
 /// same tables (the SQLite C API, prepared statements, one transaction), in the same run.
 ///
@@ -146,6 +169,60 @@ struct ModelBenchmark {
             baseline: Double(links / Self.tagCount) / BatchBenchmark.median(rawFetch)))
 
         try orderedMove(store, report: report)
+        try inheritance(report: report)
+    }
+
+    /// Fetches 1 % of the robots (a subentity of `Machine`, whose table also holds one drone
+    /// per ten robots, ranks interleaved) by a range of an indexed inherited attribute, against
+    /// the same fetch of a flat entity of the same shape and row count, in the same store.
+    /// Each object's own attribute is read. Rows: 10 × `posts` robots (1 M at full size).
+    func inheritance(report: (Row) -> Void) throws {
+        let count = posts * 10
+        let store = try Skyros(
+            sqliteStack: inheritanceSchema, at: directory.appendingPathComponent("inheritance.sqlite"), savesOnStop: false)
+        for start in stride(from: 0, to: count, by: 100_000) {
+            try store.writeAndWait { context in
+                for index in start..<min(start + 100_000, count) {
+                    let robot = Robot.create(in: context)
+                    robot.rank = index
+                    robot.name = "robot \(index)"
+                    let flat = FlatRobot.create(in: context)
+                    flat.rank = index
+                    flat.name = "robot \(index)"
+                    if index % 10 == 0 {
+                        let drone = Drone.create(in: context)
+                        drone.rank = index
+                        drone.name = "drone \(index)"
+                    }
+                }
+            }
+        }
+        let width = count / 100
+        var subentity: [Double] = [], flat: [Double] = []
+        for round in 0..<max(rounds, 5) {
+            let low = (round * 37 % 90) * width
+            let high = low + width
+            let reader = ObjectContext(name: "reader", parent: store.rootContext)
+            var found = 0
+            subentity.append(try Clock.seconds {
+                found = try reader.performAndWait {
+                    try reader.fetch(FetchDescriptor<Robot>(predicate: #Predicate { $0.rank >= low && $0.rank < high }))
+                        .reduce(0) { $0 + $1.arms / 2 }
+                }
+            })
+            precondition(found == width, "Skyros found \(found) robots of \(width)")
+            let flatReader = ObjectContext(name: "flat reader", parent: store.rootContext)
+            flat.append(try Clock.seconds {
+                found = try flatReader.performAndWait {
+                    try flatReader.fetch(FetchDescriptor<FlatRobot>(predicate: #Predicate { $0.rank >= low && $0.rank < high }))
+                        .reduce(0) { $0 + $1.arms / 2 }
+                }
+            })
+            precondition(found == width, "Skyros found \(found) flat robots of \(width)")
+        }
+        report(Row(
+            name: "fetch 1 % of \(count / 1_000)k objects of a subentity (vs a flat entity)", unit: "objects/s",
+            skyros: Double(width) / BatchBenchmark.median(subentity), baseline: Double(width) / BatchBenchmark.median(flat)))
     }
 
     /// Moves one step of a checklist of 10,000 per round, and updates one step's title per

@@ -53,7 +53,7 @@ let quick = arguments.contains("--quick")
 let suites = ["embedded", "model", "shared", "contention", "observe", "backup", "migrate", "batch", "batch-reads", "sync", "sync-faults", "profile-insert", "profile-fetch", "profile-update", "profile-iterate", "profile-shared", "profile-open", "profile-migrate", "profile-schema-json"]
 guard let suite = arguments.first, suites.contains(suite) else {
     FileHandle.standardError.write(
-        Data("usage: skyros-bench embedded|model|shared|contention|observe|backup|migrate|batch|batch-reads|sync|sync-faults [--json] [--quick] [--only fetch|saves|iterate|import|ordered] [--garbage] [--count N] [--rows M] [--machines K]\n".utf8))
+        Data("usage: skyros-bench embedded|model|shared|contention|observe|backup|migrate|batch|batch-reads|sync|sync-faults [--json] [--quick] [--only fetch|saves|iterate|import|ordered|inheritance] [--garbage] [--count N] [--rows M] [--machines K]\n".utf8))
     exit(64)
 }
 
@@ -145,6 +145,8 @@ if suite == "sync" {
     let model = ModelBenchmark(directory: directory, posts: quick ? 10_000 : 100_000, rounds: quick ? 3 : 5)
     if zip(arguments, arguments.dropFirst()).contains(where: { $0 == ("--only", "ordered") }) {
         try model.orderedMove(try Skyros(sqliteStack: modelSchema, at: directory.appendingPathComponent("ordered.sqlite"), savesOnStop: false), report: report)
+    } else if zip(arguments, arguments.dropFirst()).contains(where: { $0 == ("--only", "inheritance") }) {
+        try model.inheritance(report: report)
     } else {
         try model.run(report: report)
     }

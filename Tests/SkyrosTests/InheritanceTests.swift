@@ -156,4 +156,201 @@ struct InheritanceTests {
         #expect(error.code == .uniqueConstraintViolation)
         #expect(try stack.store.mainContext.performAndWait { try Vehicle.count(in: stack.store.mainContext) } == 3)
     }
+
+    final class Reported: @unchecked Sendable {
+        var changes: [[String]] = []
+    }
+
+    static func describe(_ change: FetchedResultsObjectChange<Car>) -> String {
+        switch change {
+        case .insert(let object, _): "insert \(object.plate)"
+        case .delete(let object, _): "delete \(object.plate)"
+        case .update(let object, _): "update \(object.plate)"
+        case .move(let object, _, _): "move \(object.plate)"
+        }
+    }
+
+    @Test("a controller on a subentity reports its objects only; a monitor of a parent reports its subentities' objects", arguments: StoreKind.allCases)
+    func observation(_ kind: StoreKind) throws {
+        let stack = try stack(kind)
+        try stack.store.writeAndWait { context in Self.seed(in: context) }
+        let main = stack.store.mainContext
+        let controller = FetchedResultsController(
+            fetch: FetchDescriptor<Car>(sortBy: [SortDescriptor(\.plate)]), context: main)
+        try controller.performFetch()
+        #expect(controller.fetchedObjects.map(\.plate) == ["C1"])
+        let reported = Reported()
+        controller.onChange = { changes in reported.changes.append(changes.objects.map(Self.describe)) }
+        let monitor = EntityMonitor<Truck>(context: main)
+        let trucks = Reported()
+        monitor.onChange = { change in trucks.changes.append(InheritanceTests.describe(change.inserted + change.updated)) }
+        try stack.store.writeAndWait { context in
+            let car = Car.create(in: context)
+            car.plate = "C2"
+            Truck.create(in: context).plate = "T2"
+            TowTruck.create(in: context).plate = "W2"
+            Vehicle.create(in: context).plate = "V2"
+        }
+        #expect(controller.fetchedObjects.map(\.plate) == ["C1", "C2"])
+        #expect(reported.changes == [["insert C2"]])
+        #expect(trucks.changes == [["TowTruck:W2", "Truck:T2"]])
+        // An update of an inherited property of a car; a truck's change is not the controller's.
+        try stack.store.writeAndWait { context in
+            try #require(try Car.first(where: #Predicate { $0.plate == "C1" }, in: context)).wheels = 3
+            try #require(try Truck.first(where: #Predicate { $0.plate == "T2" }, in: context)).payload = 1
+        }
+        #expect(reported.changes.last == ["update C1"])
+        #expect(reported.changes.count == 2)
+        #expect(trucks.changes.last == ["Truck:T2"])
+    }
+
+    @Test("undo and redo of a subentity's insert and edit", arguments: StoreKind.allCases)
+    func undo(_ kind: StoreKind) throws {
+        let stack = try stack(kind)
+        let main = stack.store.mainContext
+        let undo = UndoManager()
+        main.undoManager = undo
+        let car = main.performAndWait {
+            let car = Car.create(in: main)
+            car.plate = "C1"
+            car.doors = 3
+            return car
+        }
+        main.performAndWait { car.doors = 5 }
+        try main.performAndWait {
+            undo.undo()
+            #expect(car.doors == 3)
+            undo.undo()
+            let count = try Car.count(in: main)
+            #expect(count == 0)
+            undo.redo()
+            let redone = try Car.first(in: main)
+            #expect(redone?.doors == 3)
+            let vehicle = try Vehicle.first(in: main)
+            #expect(vehicle.map { type(of: $0) == Car.self } == true)
+        }
+        try stack.store.saveMainContext()
+        let fresh = ObjectContext(name: "fresh", parent: stack.store.store)
+        #expect(try fresh.performAndWait { try Car.first(in: fresh).map { "\($0.plate) \($0.doors)" } } == "C1 3")
+    }
+
+    @Test("a child context of the main context: faults of subentities are made of their classes")
+    func childContexts() throws {
+        let stack = try stack(.sqlite)
+        try stack.store.writeAndWait { context in Self.seed(in: context) }
+        let main = stack.store.mainContext
+        let child = ObjectContext(name: "child", parent: main)
+        try child.performAndWait {
+            let load = try #require(try Load.first(in: child))
+            let truck = try #require(load.truck)
+            #expect(type(of: truck) == Truck.self)
+            #expect(truck.payload == 12.5)
+            let garage = try #require(try Garage.first(in: child))
+            #expect(type(of: try #require(garage.favorite)) == Car.self)
+            let car = Car.create(in: child)
+            car.plate = "C7"
+            garage.favorite = car
+            try child.save()
+        }
+        try main.performAndWait {
+            #expect(try Garage.first(in: main)?.favorite?.plate == "C7")
+            try main.save()
+        }
+        #expect(try stack.store.read { context in try Garage.first(in: context)?.favorite?.plate } == "C7")
+    }
+
+    @Test("turning an entity into a hierarchy and adding a subentity are inferred migrations; the data is kept")
+    func migrations() throws {
+        let directory = try TemporaryDirectory()
+        let url = directory.file("store.sqlite")
+        do {
+            let store = try Skyros(sqliteStack: Schema([VehicleV1.self, GarageV1.self, LoadV1.self]), at: url, savesOnStop: false)
+            try store.writeAndWait { context in
+                let garage = GarageV1.create(in: context)
+                garage.name = "g"
+                for plate in ["A", "B"] {
+                    let vehicle = VehicleV1.create(in: context)
+                    vehicle.plate = plate
+                    vehicle.garage = garage
+                }
+            }
+        }
+        // Version 2: Vehicle gets its first subentity, Car.
+        do {
+            let schema = Schema([Vehicle.self, Car.self, Garage.self, LoadV1.self], version: 2)
+            try schema.validate()
+            let store = try Skyros(sqliteStack: schema, at: url, savesOnStop: false)
+            try store.writeAndWait { context in
+                #expect(Self.describe(try Vehicle.all(in: context)) == ["Vehicle:A", "Vehicle:B"])
+                #expect(try Car.count(in: context) == 0)
+                let car = Car.create(in: context)
+                car.plate = "C"
+                car.doors = 2
+                car.garage = try Garage.first(in: context)
+            }
+        }
+        // Version 3: Truck and TowTruck added under it.
+        let store = try Skyros(sqliteStack: Schema([Vehicle.self, Car.self, Truck.self, TowTruck.self, Garage.self, Load.self], version: 3), at: url, savesOnStop: false)
+        try store.writeAndWait { context in
+            let all = try Vehicle.all(in: context)
+            #expect(Self.describe(all) == ["Car:C", "Vehicle:A", "Vehicle:B"])
+            let car = try Car.first(in: context)
+            #expect(car?.doors == 2)
+            let garage = try Garage.first(in: context)
+            #expect(Self.describe(garage?.vehicles ?? []) == ["Car:C", "Vehicle:A", "Vehicle:B"])
+            TowTruck.create(in: context).plate = "W"
+        }
+        #expect(try store.read { context in Self.describe(try Truck.all(in: context)) } == ["TowTruck:W"])
+    }
+
+    @Test("skyros dump lists a hierarchy's rows with their _entity; skyros import brings each back as its class")
+    func dumpAndImport() throws {
+        let directory = try TemporaryDirectory()
+        let source = directory.file("source.sqlite")
+        do {
+            let store = try Skyros(sqliteStack: vehicleSchema, at: source, savesOnStop: false)
+            try store.writeAndWait { context in Self.seed(in: context) }
+        }
+        let dump = try OperatingToolTests.run(["dump", "--store", source.path])
+        #expect(dump.status == 0, "\(dump.stderr)")
+        let vehicles = dump.jsonLines.filter { $0["entity"] as? String == "Vehicle" }
+        #expect(vehicles.count == 4)
+        let file = directory.file("dump.jsonl").path
+        try dump.stdout.write(toFile: file, atomically: true, encoding: .utf8)
+        let copy = directory.file("copy.sqlite")
+        try SQLiteStore(schema: vehicleSchema, url: copy).close()
+        let imported = try OperatingToolTests.run(["import", file, "--store", copy.path])
+        #expect(imported.status == 0, "\(imported.stderr)")
+        let store = try Skyros(sqliteStack: vehicleSchema, at: copy, savesOnStop: false)
+        #expect(try store.read { context in Self.describe(try Vehicle.all(in: context)) } == [
+            "Car:C1", "TowTruck:W1", "Truck:T1", "Vehicle:V1",
+        ])
+        #expect(try store.read { context in try TowTruck.first(in: context)?.hookRating } == 9)
+    }
+
+    @Test("two client processes through skyrosd: objects of subentities made in one are of their classes in the other, and reach its controller and monitor")
+    func acrossProcesses() async throws {
+        let stack = try stack(.shared)
+        let container = try #require(stack.daemon).container.url
+        try stack.store.writeAndWait { context in Self.seed(in: context) }
+        let main = stack.store.mainContext
+        let controller = FetchedResultsController(
+            fetch: FetchDescriptor<Car>(sortBy: [SortDescriptor(\.plate)]), context: main)
+        try controller.performFetch()
+        let reported = Reported()
+        controller.onChange = { changes in reported.changes.append(changes.objects.map(Self.describe)) }
+        let changes = stack.store.changes
+        let child = try ChildProcess(["add-vehicles", container.path])
+        #expect(child.wait(seconds: 30) == .exited(0), "\(child.readAll())")
+        #expect(await nextChange(changes, seconds: 10) != nil)
+        #expect(controller.fetchedObjects.map(\.plate) == ["C1", "C9"])
+        #expect(reported.changes == [["insert C9"]])
+        let seen = try main.performAndWait { Self.describe(try Vehicle.all(in: main)) }
+        #expect(seen == ["Car:C1", "Car:C9", "TowTruck:W1", "TowTruck:W9", "Truck:T1", "Vehicle:V1"])
+        #expect(try main.performAndWait { try TowTruck.first(where: #Predicate { $0.plate == "W9" }, in: main)?.hookRating } == 4)
+    }
+}
+
+extension InheritanceTests {
+    static func describe(_ objects: [Truck]) -> [String] { describe(objects.map { $0 as Vehicle }) }
 }

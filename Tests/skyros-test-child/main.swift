@@ -18,6 +18,7 @@
 //   daemon, prints "RENAMED" once it is durable.
 // - `link-keywords <container> <article> [+keyword|-keyword]…`: links and unlinks keywords
 //   of an article of `linkSchema` in one write through the daemon; prints "LINKED".
+// - `add-vehicles <container>`: adds a car and a tow truck (entity inheritance).
 // - `move-step <container> <checklist> <step> <index>`: moves a step of a checklist of
 //   `orderSchema` to that index in one write through the daemon; prints "MOVED".
 // - `big-save <container> <count>`: prints "SAVING" and saves <count> users in one change set.
@@ -194,6 +195,19 @@ case "move-step":
         list.steps = steps
     }
     print("MOVED")
+case "add-vehicles":
+    // `add-vehicles <container>`: a car C9 and a tow truck W9 (vehicleSchema), through the daemon.
+    let store = try Skyros(sharedStack: vehicleSchema, container: URL(fileURLWithPath: arguments[2]))
+    try store.writeAndWait { context in
+        let car = Car.create(in: context)
+        car.plate = "C9"
+        car.doors = 3
+        let tow = TowTruck.create(in: context)
+        tow.plate = "W9"
+        tow.hookRating = 4
+        tow.garage = try Garage.first(in: context)
+    }
+    print("ADDED")
 case "shared-read":
     // Reads only: counts, fetches and faults, then exits.
     let store = try Skyros(sharedStack: testSchema, container: URL(fileURLWithPath: arguments[2]))

@@ -68,6 +68,13 @@ struct SQLBuilder {
         case .compare(let op, let lhs, let rhs):
             return "(\(try expression(lhs)) \(op.rawValue) \(try expression(rhs)))"
         case .and(let lhs, let rhs):
+            // A subentity's filter beside the fetch's own predicate (``Schema/restricting(_:to:)``):
+            // `+` keeps SQLite from choosing the `_entity` index, which selects all the
+            // subentity's rows, over an index of the predicate's (a range of an indexed
+            // attribute would otherwise be read through every row of the subentity).
+            if case .isIn(.property(0, let path), _) = lhs, path == [EntityHierarchy.entityProperty] {
+                return "(+\(try expression(lhs)) AND \(try expression(rhs)))"
+            }
             return "(\(try expression(lhs)) AND \(try expression(rhs)))"
         case .or(let lhs, let rhs):
             return "(\(try expression(lhs)) OR \(try expression(rhs)))"
