@@ -238,6 +238,47 @@ struct SyncTests {
         #expect(onA, "A: \(seenOnA)")
     }
 
+    @Test("entity hierarchies sync: one table on the server with _entity; a car and a tow truck made on A are of their classes on B, B's edit of a subentity's property reaches A")
+    func subentities() async throws {
+        let server = try Server()
+        let machines = (try RunningDaemon(sync: server.configuration), try RunningDaemon(sync: server.configuration))
+        defer { withExtendedLifetime(machines) {} }
+        let a = try Skyros(sharedStack: vehicleSchema, container: machines.0.container.url)
+        let b = try Skyros(sharedStack: vehicleSchema, container: machines.1.container.url)
+        func graph(_ stack: Skyros) async throws -> String {
+            try await stack.read { context in
+                try Vehicle.all(in: context).map { vehicle in
+                    switch vehicle {
+                    case let car as Car: "Car:\(car.plate):\(car.doors)"
+                    case let tow as TowTruck: "TowTruck:\(tow.plate):\(tow.hookRating)"
+                    default: "\(type(of: vehicle)):\(vehicle.plate)"
+                    }
+                }.sorted().joined(separator: " ")
+            }
+        }
+        _ = try await graph(b)  // B's daemon syncs once its first client said hello
+        try await a.write { context in
+            let car = Car.create(in: context)
+            car.plate = "C1"
+            car.doors = 2
+            let tow = TowTruck.create(in: context)
+            tow.plate = "W1"
+            tow.hookRating = 7
+            Vehicle.create(in: context).plate = "V1"
+        }
+        let onB = await eventually { try await graph(b) == "Car:C1:2 TowTruck:W1:7 Vehicle:V1" }
+        let seenOnB = (try? await graph(b)) ?? "?"
+        #expect(onB, "B: \(seenOnB)")
+        #expect(try server.psql(#"SELECT string_agg("_entity", ',' ORDER BY "_entity") FROM g_sync."Vehicle""#) == "Car,TowTruck,Vehicle")
+        #expect(try server.psql(#"SELECT count(*) FROM g_sync."Vehicle" WHERE "doors" IS NULL"#) == "2")
+        try await b.write { context in
+            try #require(try Car.first(in: context)).doors = 5
+        }
+        let onA = await eventually { try await graph(a) == "Car:C1:5 TowTruck:W1:7 Vehicle:V1" }
+        let seenOnA = (try? await graph(a)) ?? "?"
+        #expect(onA, "A: \(seenOnA)")
+    }
+
     @Test("offline: saves go on and are queued (status says so); after PostgreSQL restarts, A = B = server, each save once")
     func offline() async throws {
         let postgres = try PostgresServer()

@@ -306,7 +306,7 @@ public final class ObjectContext: ObjectStore, @unchecked Sendable, CustomString
         storage.isExposed = exposed
         // A row that cannot be read (gone, or the parent away) stays a fault of the root's class:
         // reading it reports why, as for any fault.
-        return (values.map { hierarchy.member(of: $0).type } ?? entity.objectType).init(skyrosStorage: storage)
+        return (values.map { hierarchy.type(of: $0) } ?? entity.objectType).init(skyrosStorage: storage)
     }
 
     /// The object for a to-one reference: registered, or a fault filled on first access.

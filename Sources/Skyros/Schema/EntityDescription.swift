@@ -189,19 +189,32 @@ final class EntityHierarchy: @unchecked Sendable {
     let entityIndex: Int
     /// The entities, root first, each before its subentities (the order of their columns).
     let members: [Member]
-    let membersByName: [String: Member]
+    /// Each entity's name and class, for choosing the class of an object (no member copied).
+    private let classes: [(name: String, type: any ManagedObject.Type)]
 
     init(root: String, entityIndex: Int, members: [Member]) {
         self.root = root
         self.entityIndex = entityIndex
         self.members = members
-        self.membersByName = Dictionary(members.map { ($0.name, $0) }, uniquingKeysWith: { a, _ in a })
+        self.classes = members.map { ($0.name, $0.type) }
     }
 
     /// The entity of a row or object by its values: the one `_entity` names (the root when
     /// it is NULL, as in rows stored before the hierarchy had subentities, or names none).
     func member(of values: StoredValues) -> Member {
-        if case .text(let name) = values[entityIndex], let member = membersByName[name] { return member }
+        if case .text(let name) = values[entityIndex] {
+            for member in members where member.name == name { return member }
+        }
         return members[0]
+    }
+
+    /// The class of a row or object by its values (see ``member(of:)``). A hierarchy has a few
+    /// entities: comparing names (small strings, compared by their bits) beats hashing one
+    /// per object made.
+    func type(of values: StoredValues) -> any ManagedObject.Type {
+        if case .text(let name) = values[entityIndex] {
+            for entry in classes where entry.name == name { return entry.type }
+        }
+        return classes[0].type
     }
 }

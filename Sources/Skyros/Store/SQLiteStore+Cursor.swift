@@ -12,6 +12,11 @@ extension SQLiteStore {
         let types: [StorageType?]
         /// No to-many: column i + 2 is property i.
         let dense: Bool
+        /// For an entity hierarchy's table: the column of `_entity` (past the end otherwise),
+        /// and its entities' names as stored values, so that a row's entity is one of them
+        /// (compared byte for byte) rather than a string made for each row.
+        let entityColumn: Int
+        let entityNames: [(bytes: [UInt8], value: StoredValue)]
 
         init(_ table: TableInfo) {
             entityName = table.entity.name
@@ -19,6 +24,25 @@ extension SQLiteStore {
             columnIndexes = table.columnIndexes
             types = table.columnTypes
             dense = table.columnIndexes == Array(0..<table.entity.properties.count)
+            if let hierarchy = table.entity.hierarchy, let column = table.columnIndexes.firstIndex(of: hierarchy.entityIndex) {
+                entityColumn = column
+                entityNames = hierarchy.members.map { (Array($0.name.utf8), StoredValue.text($0.name)) }
+            } else {
+                entityColumn = Int.max
+                entityNames = []
+            }
+        }
+
+        /// A row's `_entity`: one of the hierarchy's names, or read as any text.
+        @inline(never)
+        func entity(_ statement: OpaquePointer, _ column: Int32) -> StoredValue {
+            let length = Int(sqlite3_column_bytes(statement, column))
+            if let text = sqlite3_column_text(statement, column) {
+                for name in entityNames where name.bytes.count == length {
+                    if name.bytes.withUnsafeBufferPointer({ memcmp($0.baseAddress!, text, length) == 0 }) { return name.value }
+                }
+            }
+            return SQLiteStore.value(statement, column, nil)
         }
 
         @inline(__always)
@@ -28,13 +52,15 @@ extension SQLiteStore {
             let values = types.withUnsafeBufferPointer { types in
                 arena.make(count: count) { buffer in
                     if dense {
-                        for index in 0..<count {
+                        for index in 0..<count where index != entityColumn {
                             (buffer + index).initialize(to: SQLiteStore.value(statement, Int32(index + 2), types[index]))
                         }
+                        if entityColumn < count { (buffer + entityColumn).initialize(to: entity(statement, Int32(entityColumn + 2))) }
                     } else {
                         buffer.initialize(repeating: .null, count: count)
                         for column in columnIndexes.indices {
-                            buffer[columnIndexes[column]] = SQLiteStore.value(statement, Int32(column + 2), types[column])
+                            buffer[columnIndexes[column]] = column == entityColumn
+                                ? entity(statement, Int32(column + 2)) : SQLiteStore.value(statement, Int32(column + 2), types[column])
                         }
                     }
                 }
