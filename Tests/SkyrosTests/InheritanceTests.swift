@@ -157,6 +157,23 @@ struct InheritanceTests {
         #expect(try stack.store.mainContext.performAndWait { try Vehicle.count(in: stack.store.mainContext) } == 3)
     }
 
+    @Test("batch updates and deletes of a subentity touch its rows only; aggregates over a subentity")
+    func batchOperations() async throws {
+        let stack = try stack(.sqlite)
+        try stack.store.writeAndWait { context in Self.seed(in: context) }
+        #expect(try await stack.store.batchUpdate(Truck.self, where: #Predicate { $0.wheels == 6 }, .set(\.name, to: "big")) == 2)
+        #expect(try await stack.store.batchUpdate(Car.self, .set(\.doors, to: 3)) == 1)
+        let names = try await stack.store.read { context in try Vehicle.all(in: context).map { "\($0.plate)=\($0.name)" }.sorted() }
+        #expect(names == ["C1=roadster", "T1=big", "V1=cart", "W1=big"])
+        let wheels = try await stack.store.read { context in try Truck.sum(\.wheels, in: context) }
+        #expect(wheels == 12)
+        #expect(try await stack.store.batchDelete(Truck.self, where: #Predicate { $0.payload > 1 }) == 1)
+        let left = try await stack.store.read { context in Self.describe(try Vehicle.all(in: context)) }
+        #expect(left == ["Car:C1", "TowTruck:W1", "Vehicle:V1"])
+        #expect(try await stack.store.read { context in try Load.count(in: context) } == 0)
+        #expect(try await stack.store.read { context in try Car.first(in: context)?.doors } == 3)
+    }
+
     final class Reported: @unchecked Sendable {
         var changes: [[String]] = []
     }

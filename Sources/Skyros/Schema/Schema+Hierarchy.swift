@@ -169,21 +169,25 @@ extension Schema {
     /// The schema's entity storing the objects of `type`: its own, or for a class of a
     /// hierarchy, the hierarchy's (the root's name, every class's properties).
     public func entity(for type: any ManagedObject.Type) -> EntityDescription? {
-        entitiesByType[ObjectIdentifier(type)]?.entity
+        (try? storage(of: type))?.entity
     }
 
-    /// The entity storing `type`'s objects and, for a class of a hierarchy, its place there.
+    /// The entity storing `type`'s objects and, for a class of a hierarchy, its place there. A
+    /// class the schema was not made of is found by its entity name (another version's class
+    /// of the same entity, as a fetch by name always allowed).
     func storage(of type: any ManagedObject.Type) throws -> (entity: EntityDescription, member: EntityHierarchy.Member?) {
-        guard let found = entitiesByType[ObjectIdentifier(type)] else {
-            throw SkyrosError(.unknownEntity, "entity \(type.entityName) (\(type)) is not in the schema")
+        if let found = entitiesByType[ObjectIdentifier(type)] { return found }
+        let name = type.entityName
+        guard let entity = entitiesByName[name] else {
+            throw SkyrosError(.unknownEntity, "entity \(name) (\(type)) is not in the schema")
         }
-        return found
+        return (entity, entity.hierarchy?.members.first { $0.name == name && $0.parent != nil })
     }
 
     /// The predicate selecting the objects of `type` among its hierarchy's rows: `_entity` is
     /// the entity or one of its subentities; nil for a root and an entity without subentities.
     func entityFilter(of type: any ManagedObject.Type) -> PredicateNode? {
-        guard hasHierarchies, let member = entitiesByType[ObjectIdentifier(type)]?.member, member.parent != nil else {
+        guard hasHierarchies, let member = (try? storage(of: type))?.member, member.parent != nil else {
             return nil
         }
         return .isIn(.property(scope: 0, path: [EntityHierarchy.entityProperty]), member.names.map { .text($0) })
