@@ -81,6 +81,25 @@ struct InheritanceTests {
         #expect(vehicleSchema.fingerprintText.contains("subentity TowTruck < Truck: hookRating"))
     }
 
+    @Test("a subentity's fetch by an indexed inherited attribute goes through that attribute's index (which ends with _entity) and reads its entities' columns only")
+    func queryShape() throws {
+        let stack = try stack(.sqlite)
+        try stack.store.writeAndWait { context in Self.seed(in: context) }
+        let sqlite = try #require(stack.store.store as? SQLiteStore)
+        let request = try FetchDescriptor<Car>(predicate: #Predicate { $0.wheels == 4 }).storeRequest(schema: vehicleSchema)
+        let (sql, arguments) = try sqlite.sql(for: request)
+        #expect(sql.contains(#"(+t0."_entity" IN (?) AND "#), "\(sql)")
+        #expect(sql.hasPrefix(#"SELECT t0."_id", t0."_version", t0."plate", t0."name", t0."wheels", t0."garage", t0."doors", t0."convertible" FROM"#), "\(sql)")
+        let plan = try sqlite.rows("EXPLAIN QUERY PLAN " + sql, arguments).map { "\($0[3])" }.joined(separator: "; ")
+        #expect(plan.contains("USING INDEX Vehicle_wheels"), "\(plan)")
+        let indexes = try sqlite.rows("SELECT sql FROM sqlite_master WHERE type = 'index' AND tbl_name = 'Vehicle'").map { "\($0[0])" }
+        #expect(indexes.contains(#"CREATE INDEX "Vehicle_wheels" ON "Vehicle" ("wheels", "_entity")"#), "\(indexes)")
+        #expect(indexes.contains(#"CREATE UNIQUE INDEX "Vehicle_plate" ON "Vehicle" ("plate")"#), "\(indexes)")
+        // A fetch of a subentity with subentities reads _entity (its objects are of two classes).
+        let trucks = try sqlite.sql(for: FetchDescriptor<Truck>().storeRequest(schema: vehicleSchema)).sql
+        #expect(trucks.contains(#"t0."payload", t0."hookRating", t0."_entity" FROM"#) && !trucks.contains("doors"), "\(trucks)")
+    }
+
     @Test("a subentity without its parent, and two entities of a hierarchy declaring one property, are refused")
     func refusedHierarchies() throws {
         let orphan = try #require(throws: SkyrosError.self) { try Schema([Car.self, Garage.self]).validate() }

@@ -18,18 +18,58 @@ extension SQLiteStore {
         let entityColumn: Int
         let entityNames: [(bytes: [UInt8], value: StoredValue)]
 
+        /// For a fetch of one entity of a hierarchy with no subentity: its name, the `_entity`
+        /// of every row (not selected).
+        let entityConstant: (index: Int, value: StoredValue)?
+
         init(_ table: TableInfo) {
+            self.init(table, columns: Array(table.columnIndexes.indices), entityConstant: nil)
+        }
+
+        /// Reads the columns at these positions of the table's (the others are NULL), and
+        /// gives `_entity` the constant when there is one.
+        init(_ table: TableInfo, columns: [Int], entityConstant: (index: Int, value: StoredValue)?) {
             entityName = table.entity.name
             count = table.entity.properties.count
-            columnIndexes = table.columnIndexes
-            types = table.columnTypes
-            dense = table.columnIndexes == Array(0..<table.entity.properties.count)
-            if let hierarchy = table.entity.hierarchy, let column = table.columnIndexes.firstIndex(of: hierarchy.entityIndex) {
+            columnIndexes = columns.map { table.columnIndexes[$0] }
+            types = columns.map { table.columnTypes[$0] }
+            dense = entityConstant == nil && columnIndexes == Array(0..<table.entity.properties.count)
+            self.entityConstant = entityConstant
+            if let hierarchy = table.entity.hierarchy, let column = columnIndexes.firstIndex(of: hierarchy.entityIndex) {
                 entityColumn = column
                 entityNames = hierarchy.members.map { (Array($0.name.utf8), StoredValue.text($0.name)) }
             } else {
                 entityColumn = Int.max
                 entityNames = []
+            }
+        }
+
+        /// What a request reads of a table, and how: for a fetch of a subentity of a hierarchy
+        /// (its filter, ``Schema/restricting(_:to:)``), only the columns of its entities (the
+        /// other entities' are NULL in its rows) and, for a subentity without subentities, not
+        /// `_entity` (it is that subentity's name); every column otherwise.
+        static func reading(_ table: TableInfo, for request: StoreRequest) -> (selectList: String, reader: RowReader) {
+            guard let hierarchy = table.entity.hierarchy, let names = entityNames(in: request.predicate) else {
+                return (table.selectList, RowReader(table))
+            }
+            let members = hierarchy.members.filter { names.contains(.text($0.name)) }
+            guard !members.isEmpty else { return (table.selectList, RowReader(table)) }
+            var wanted = members.reduce(into: Set<Int>()) { $0.formUnion($1.propertyIndexes) }
+            let constant = members.count == 1 ? (hierarchy.entityIndex, StoredValue.text(members[0].name)) : nil
+            if constant == nil { wanted.insert(hierarchy.entityIndex) }
+            let columns = table.columnIndexes.indices.filter { wanted.contains(table.columnIndexes[$0]) }
+            let selectList = (["\"_id\"", "\"_version\""] + columns.map { SQLBuilder.quote(table.entity.properties[table.columnIndexes[$0]].name) })
+                .map { "t0.\($0)" }.joined(separator: ", ")
+            return (selectList, RowReader(table, columns: columns, entityConstant: constant))
+        }
+
+        /// The entities a request's subentity filter selects: the `_entity` list of its
+        /// predicate's first term (nil when it has none).
+        private static func entityNames(in predicate: PredicateNode?) -> [StoredValue]? {
+            switch predicate {
+            case .isIn(.property(0, let path), let names)? where path == [EntityHierarchy.entityProperty]: names
+            case .and(.isIn(.property(0, let path), let names), _)? where path == [EntityHierarchy.entityProperty]: names
+            default: nil
             }
         }
 
@@ -62,6 +102,7 @@ extension SQLiteStore {
                             buffer[columnIndexes[column]] = column == entityColumn
                                 ? entity(statement, Int32(column + 2)) : SQLiteStore.value(statement, Int32(column + 2), types[column])
                         }
+                        if let entityConstant { buffer[entityConstant.index] = entityConstant.value }
                     }
                 }
             }
@@ -152,7 +193,8 @@ extension SQLiteStore {
         guard let url, migrationDatabase == nil else { return nil }
         let table = try tableInfo(request.entityName)
         var builder = SQLBuilder(schema: schema)
-        let sql = try builder.select(table.selectList, for: request)
+        let (selectList, reader) = RowReader.reading(table, for: request)
+        let sql = try builder.select(selectList, for: request)
         let connection = try cursorConnections.take(path: url.path)
         let statement: OpaquePointer
         do {
@@ -162,7 +204,7 @@ extension SQLiteStore {
             throw error
         }
         for (position, value) in builder.arguments.enumerated() { Self.bind(statement, Int32(position + 1), value) }
-        let cursor = Cursor(pool: cursorConnections, connection: connection, statement: statement, reader: RowReader(table), sql: sql)
+        let cursor = Cursor(pool: cursorConnections, connection: connection, statement: statement, reader: reader, sql: sql)
         try cursor.start()  // closes the cursor (giving the connection back) on failure
         return cursor
     }

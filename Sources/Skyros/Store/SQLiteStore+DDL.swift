@@ -52,21 +52,27 @@ extension SQLiteStore {
     }
 
     /// The indexes of an entity's table: unique and indexed properties, declared indexes.
+    ///
+    /// In an entity hierarchy's table, an index that is not unique ends with `_entity`: a fetch
+    /// of a subentity through it tells the other entities' rows from the index entries, without
+    /// reading them (SQLite evaluates a term on indexed columns before it reads the row).
     static func indexDefinitions(_ entity: EntityDescription) -> [IndexDefinition] {
         let table = SQLBuilder.quote(entity.name)
         var indexes: [IndexDefinition] = []
+        let entitySuffix = entity.hierarchy.map { ", " + SQLBuilder.quote(entity.properties[$0.entityIndex].name) } ?? ""
         for property in entity.properties where property.hasColumn && (property.isUnique || property.isIndexed) {
             let name = "\(entity.name)_\(property.name)"
             let kind = property.isUnique ? "UNIQUE INDEX" : "INDEX"
+            let suffix = property.isUnique || property.index == entity.hierarchy?.entityIndex ? "" : entitySuffix
             indexes.append(IndexDefinition(
-                name: name, sql: "CREATE \(kind) \(SQLBuilder.quote(name)) ON \(table) (\(SQLBuilder.quote(property.name)))",
+                name: name, sql: "CREATE \(kind) \(SQLBuilder.quote(name)) ON \(table) (\(SQLBuilder.quote(property.name))\(suffix))",
                 property: property))
         }
         for (number, index) in entity.indexes.enumerated() {
             let name = "\(entity.name)_index\(number)"
             indexes.append(IndexDefinition(
                 name: name,
-                sql: "CREATE INDEX \(SQLBuilder.quote(name)) ON \(table) (\(index.map(SQLBuilder.quote).joined(separator: ", ")))",
+                sql: "CREATE INDEX \(SQLBuilder.quote(name)) ON \(table) (\(index.map(SQLBuilder.quote).joined(separator: ", "))\(entitySuffix))",
                 property: nil))
         }
         return indexes

@@ -197,8 +197,8 @@ public final class SQLiteStore: ObjectStore, @unchecked Sendable {
     ) throws {
         let table = try tableInfo(request.entityName)
         var builder = SQLBuilder(schema: schema)
-        let sql = try builder.select(table.selectList, for: request)
-        let reader = RowReader(table)
+        let (selectList, reader) = RowReader.reading(table, for: request)
+        let sql = try builder.select(selectList, for: request)
         var arena = StoredValues.Arena()  // the rows' values, a few thousand to an allocation
         try read { db in
             try Self.query(db, sql, builder.arguments) { statement in
@@ -314,7 +314,7 @@ public final class SQLiteStore: ObjectStore, @unchecked Sendable {
     package func sql(for request: StoreRequest) throws -> (sql: String, arguments: [StoredValue]) {
         let table = try tableInfo(request.entityName)
         var builder = SQLBuilder(schema: schema)
-        let sql = try builder.select(table.selectList, for: request)
+        let sql = try builder.select(RowReader.reading(table, for: request).selectList, for: request)
         return (sql, builder.arguments)
     }
 
