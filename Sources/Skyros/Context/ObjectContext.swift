@@ -279,34 +279,30 @@ public final class ObjectContext: ObjectStore, @unchecked Sendable, CustomString
     func makeObject(
         _ id: ObjectID, of entity: EntityDescription, values: StoredValues?, version: Int64 = 0, exposed: Bool = false
     ) -> any ManagedObject {
-        if let hierarchy = entity.hierarchy { return makeObject(id, of: entity, in: hierarchy, values: values, version: version, exposed: exposed) }
-        let storage = ObjectStorage(objectID: id, entity: entity, values: values, reference: reference)
-        storage.version = version
-        storage.isExposed = exposed
-        return entity.objectType.init(skyrosStorage: storage)
-    }
-
-    /// An object of an entity hierarchy: an instance of the class its `_entity` names. A fault's
-    /// row is read first, to know its class (an object of a hierarchy is never a fault).
-    func makeObject(
-        _ id: ObjectID, of entity: EntityDescription, in hierarchy: EntityHierarchy, values: StoredValues?,
-        version: Int64, exposed: Bool
-    ) -> any ManagedObject {
-        var values = values
-        var version = version
-        if values == nil {
-            noteRead(entity.name)
-            if let snapshot = try? parent.snapshots(for: [id]).first {
-                values = snapshot.values
-                version = snapshot.version
-            }
+        var type = entity.objectType
+        if let hierarchy = entity.hierarchy {
+            // An object of an entity hierarchy: an instance of the class its `_entity` names.
+            guard let values else { return makeFault(id, of: entity, exposed: exposed) }
+            type = hierarchy.type(of: values)
         }
         let storage = ObjectStorage(objectID: id, entity: entity, values: values, reference: reference)
         storage.version = version
         storage.isExposed = exposed
-        // A row that cannot be read (gone, or the parent away) stays a fault of the root's class:
-        // reading it reports why, as for any fault.
-        return (values.map { hierarchy.type(of: $0) } ?? entity.objectType).init(skyrosStorage: storage)
+        return type.init(skyrosStorage: storage)
+    }
+
+    /// An object of an entity hierarchy known by its identifier alone: its row is read first, to
+    /// know its class (an object of a hierarchy is not made a fault). A row that cannot be read
+    /// (gone, or the parent away) makes a fault of the root's class: reading it reports why, as
+    /// for any fault.
+    func makeFault(_ id: ObjectID, of entity: EntityDescription, exposed: Bool) -> any ManagedObject {
+        noteRead(entity.name)
+        if let snapshot = try? parent.snapshots(for: [id]).first {
+            return makeObject(id, of: entity, values: snapshot.values, version: snapshot.version, exposed: exposed)
+        }
+        let storage = ObjectStorage(objectID: id, entity: entity, values: nil, reference: reference)
+        storage.isExposed = exposed
+        return entity.objectType.init(skyrosStorage: storage)
     }
 
     /// The object for a to-one reference: registered, or a fault filled on first access.

@@ -213,7 +213,9 @@ final class EntityHierarchy: @unchecked Sendable {
     /// per object made.
     func type(of values: StoredValues) -> any ManagedObject.Type {
         if case .text(let name) = values[entityIndex] {
-            for entry in classes where entry.name == name { return entry.type }
+            // Lengths first: names of other lengths are passed over without comparing text.
+            let length = name.utf8.count
+            for entry in classes where entry.name.utf8.count == length && entry.name == name { return entry.type }
         }
         return classes[0].type
     }

@@ -21,6 +21,9 @@ extension SQLiteStore {
         /// For a fetch of one entity of a hierarchy with no subentity: its name, the `_entity`
         /// of every row (not selected).
         let entityConstant: (index: Int, value: StoredValue)?
+        /// Where each property's value comes from when the row is not dense: its column's
+        /// position in the select list, -1 for NULL (no column read), -2 for `entityConstant`.
+        let sources: [Int]
 
         init(_ table: TableInfo) {
             self.init(table, columns: Array(table.columnIndexes.indices), entityConstant: nil)
@@ -35,6 +38,10 @@ extension SQLiteStore {
             types = columns.map { table.columnTypes[$0] }
             dense = entityConstant == nil && columnIndexes == Array(0..<table.entity.properties.count)
             self.entityConstant = entityConstant
+            var sources = [Int](repeating: -1, count: count)
+            for (column, index) in columnIndexes.enumerated() { sources[index] = column }
+            if let entityConstant { sources[entityConstant.index] = -2 }
+            self.sources = sources
             if let hierarchy = table.entity.hierarchy, let column = columnIndexes.firstIndex(of: hierarchy.entityIndex) {
                 entityColumn = column
                 entityNames = hierarchy.members.map { (Array($0.name.utf8), StoredValue.text($0.name)) }
@@ -97,12 +104,20 @@ extension SQLiteStore {
                         }
                         if entityColumn < count { (buffer + entityColumn).initialize(to: entity(statement, Int32(entityColumn + 2))) }
                     } else {
-                        buffer.initialize(repeating: .null, count: count)
-                        for column in columnIndexes.indices {
-                            buffer[columnIndexes[column]] = column == entityColumn
-                                ? entity(statement, Int32(column + 2)) : SQLiteStore.value(statement, Int32(column + 2), types[column])
+                        // Each value made once, in place: no NULL first to overwrite.
+                        sources.withUnsafeBufferPointer { sources in
+                        for index in 0..<count {
+                            let column = sources[index]
+                            let value: StoredValue
+                            if column >= 0 {
+                                value = column == entityColumn
+                                    ? entity(statement, Int32(column + 2)) : SQLiteStore.value(statement, Int32(column + 2), types[column])
+                            } else {
+                                value = column == -2 ? entityConstant!.value : .null
+                            }
+                            (buffer + index).initialize(to: value)
                         }
-                        if let entityConstant { buffer[entityConstant.index] = entityConstant.value }
+                        }
                     }
                 }
             }
