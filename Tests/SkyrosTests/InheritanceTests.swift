@@ -328,17 +328,35 @@ struct InheritanceTests {
             }
         }
         // Version 3: Truck and TowTruck added under it.
-        let store = try Skyros(sqliteStack: Schema([Vehicle.self, Car.self, Truck.self, TowTruck.self, Garage.self, Load.self], version: 3), at: url, savesOnStop: false)
-        try store.writeAndWait { context in
-            let all = try Vehicle.all(in: context)
-            #expect(Self.describe(all) == ["Car:C", "Vehicle:A", "Vehicle:B"])
-            let car = try Car.first(in: context)
-            #expect(car?.doors == 2)
-            let garage = try Garage.first(in: context)
-            #expect(Self.describe(garage?.vehicles ?? []) == ["Car:C", "Vehicle:A", "Vehicle:B"])
-            TowTruck.create(in: context).plate = "W"
+        do {
+            let store = try Skyros(sqliteStack: Schema([Vehicle.self, Car.self, Truck.self, TowTruck.self, Garage.self, Load.self], version: 3), at: url, savesOnStop: false)
+            try store.writeAndWait { context in
+                let all = try Vehicle.all(in: context)
+                #expect(Self.describe(all) == ["Car:C", "Vehicle:A", "Vehicle:B"])
+                let car = try Car.first(in: context)
+                #expect(car?.doors == 2)
+                let garage = try Garage.first(in: context)
+                #expect(Self.describe(garage?.vehicles ?? []) == ["Car:C", "Vehicle:A", "Vehicle:B"])
+                TowTruck.create(in: context).plate = "W"
+            }
+            #expect(try store.read { context in Self.describe(try Truck.all(in: context)) } == ["TowTruck:W"])
+            try store.writeAndWait { context in
+                let truck = Truck.create(in: context)
+                truck.plate = "T"
+                truck.payload = 3
+            }
         }
-        #expect(try store.read { context in Self.describe(try Truck.all(in: context)) } == ["TowTruck:W"])
+        // Version 4: TowTruck removed. Its object becomes a Truck (what it inherited stays).
+        do {
+            let v4 = try Skyros(
+                sqliteStack: Schema([Vehicle.self, Car.self, Truck.self, Garage.self, Load.self], version: 4), at: url, savesOnStop: false)
+            #expect(try v4.read { context in Self.describe(try Vehicle.all(in: context)) } == [
+                "Car:C", "Truck:T", "Truck:W", "Vehicle:A", "Vehicle:B",
+            ])
+        }
+        // Version 5: no subentity left: Vehicle is a flat entity again, every object kept.
+        let v5 = try Skyros(sqliteStack: Schema([VehicleV1.self, GarageV1.self, LoadV1.self], version: 5), at: url, savesOnStop: false)
+        #expect(try v5.read { context in try VehicleV1.all(in: context).map(\.plate).sorted() } == ["A", "B", "C", "T", "W"])
     }
 
     @Test("skyros dump lists a hierarchy's rows with their _entity; skyros import brings each back as its class")

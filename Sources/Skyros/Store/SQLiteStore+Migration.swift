@@ -335,6 +335,22 @@ extension SQLiteStore {
                 }
             }
         }
+        // The rows of subentities this version removed become their nearest remaining
+        // ancestor's (the root's at worst): their columns are gone, what they inherited stays.
+        for table in step.tables {
+            guard let hierarchy = table.entity.hierarchy, let sourceName = table.sourceName,
+                let previous = step.source.entity(named: sourceName)?.hierarchy
+            else { continue }
+            let remaining = Set(hierarchy.members.map(\.name))
+            let parents = Dictionary(previous.members.map { ($0.name, $0.parent) }, uniquingKeysWith: { a, _ in a })
+            for member in previous.members where !remaining.contains(member.name) {
+                var heir = member.parent
+                while let name = heir, !remaining.contains(name) { heir = parents[name] ?? nil }
+                try db.execute(
+                    sql: "UPDATE main.\(quote(table.entity.name)) SET \(quote(EntityHierarchy.entityProperty)) = ? WHERE \(quote(EntityHierarchy.entityProperty)) = ?",
+                    arguments: [heir ?? hierarchy.root, member.name])
+            }
+        }
         if !stages.isEmpty { try runStages(stages, db) }
         for table in step.tables {
             // Read again when the DDL may have changed them in a way not followed above, or
