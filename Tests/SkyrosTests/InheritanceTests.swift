@@ -149,6 +149,29 @@ struct InheritanceTests {
         }
     }
 
+    @Test("unsaved objects of subentities are fetched, counted and filtered as saved ones", arguments: StoreKind.allCases)
+    func pendingObjects(_ kind: StoreKind) throws {
+        let stack = try stack(kind)
+        try stack.store.writeAndWait { context in Self.seed(in: context) }
+        let main = stack.store.mainContext
+        try main.performAndWait {
+            let car = Car.create(in: main)
+            car.plate = "C2"
+            car.wheels = 6
+            TowTruck.create(in: main).plate = "W2"
+            try #require(try Truck.first(where: #Predicate { $0.plate == "T1" }, in: main)).wheels = 8
+            #expect(Self.describe(try Car.all(in: main)) == ["Car:C1", "Car:C2"])
+            #expect(Self.describe(try Truck.all(in: main)) == ["TowTruck:W1", "TowTruck:W2", "Truck:T1"])
+            #expect(try Vehicle.count(in: main) == 6)
+            #expect(try TowTruck.count(in: main) == 2)
+            #expect(Self.describe(try Vehicle.all(where: #Predicate { $0.wheels >= 6 }, in: main)) == [
+                "Car:C2", "TowTruck:W1", "Truck:T1",
+            ])
+            #expect(Self.describe(try Car.all(where: #Predicate { $0.wheels >= 6 }, in: main)) == ["Car:C2"])
+            main.rollback()
+        }
+    }
+
     @Test("updates, deletes with a subentity's delete rule, and unique constraints across subentities", arguments: StoreKind.allCases)
     func savesAndConstraints(_ kind: StoreKind) throws {
         let stack = try stack(kind)
