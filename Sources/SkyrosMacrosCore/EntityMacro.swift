@@ -23,15 +23,19 @@ public struct EntityMacro: MemberMacro, MemberAttributeMacro, ExtensionMacro {
         static let knownProtocols: Set<String> = [
             "ManagedObject", "ValidatingObject", "Sendable", "Identifiable", "Hashable", "Equatable", "Codable",
             "Encodable", "Decodable", "CustomStringConvertible", "CustomDebugStringConvertible", "Comparable",
-            "AnyObject", "SendableMetatype",
+            "AnyObject", "SendableMetatype", "Observable", "ObservableObject", "Error", "CaseIterable",
+            "RawRepresentable", "LosslessStringConvertible", "TextOutputStreamable", "Copyable",
         ]
 
         init(_ decl: ClassDeclSyntax) {
             typeName = decl.name.trimmedDescription
             isFinal = decl.modifiers.contains(where: { $0.name.text == "final" })
-            if let first = decl.inheritanceClause?.inheritedTypes.first?.type.trimmedDescription {
+            if var type = decl.inheritanceClause?.inheritedTypes.first?.type {
+                // `@unchecked Sendable`, `~Copyable`: attributes and suppressions are never a class.
+                if let attributed = type.as(AttributedTypeSyntax.self) { type = attributed.baseType }
+                let first = type.trimmedDescription
                 let last = first.split(separator: ".").last.map(String.init) ?? first
-                parent = Self.knownProtocols.contains(last) ? nil : first
+                parent = Self.knownProtocols.contains(last) || first.hasPrefix("~") || first.contains("&") ? nil : first
             } else {
                 parent = nil
             }

@@ -69,6 +69,9 @@ package struct ServerSchema: Sendable {
         var tables: [Table] = []
         for entity in description.entities {
             var columns: [Column] = []
+            // A subentity's own columns: no default on the server (a column added with one
+            // would give it to every row of the hierarchy, not only the subentity's).
+            let subentityColumns = Set(entity.subentities?.flatMap(\.properties) ?? [])
             for (index, property) in entity.properties.enumerated() where property.kind != "toMany" {
                 var onDelete = "SET NULL"
                 if property.kind == "toOne", let destination = property.destination, let inverse = property.inverse,
@@ -86,7 +89,8 @@ package struct ServerSchema: Sendable {
                     type: property.kind == "toOne" ? .uuid : ServerType(typeName: property.typeName, storage: property.storageType),
                     isOptional: property.isOptional || property.kind == "toOne", typeName: property.typeName,
                     destination: property.kind == "toOne" ? property.destination : nil,
-                    originalName: property.originalName, defaultValue: property.defaultValue?.value,
+                    originalName: property.originalName,
+                    defaultValue: subentityColumns.contains(property.name) ? nil : property.defaultValue?.value,
                     isUnique: property.isUnique, isIndexed: property.isIndexed || property.kind == "toOne",
                     onDelete: onDelete))
             }

@@ -55,3 +55,22 @@ public let vehicleSchema = Schema([Vehicle.self, Car.self, Truck.self, TowTruck.
 @Entity(name: "Load") public final class LoadV1 {
     public var weight: Double = 0
 }
+
+/// Car in a later version: a new non-optional attribute and a new required to-one.
+@Entity(name: "Car") public final class CarV2: Vehicle {
+    public var doors: Int = 4
+    public var convertible: Bool = false
+    public var color: String = "red"
+    @Relationship(.required) public var registeredAt: Garage? = nil
+}
+
+/// Car renamed Coupe (its objects stay, as coupes).
+@Entity(originalName: "Car") public final class Coupe: Vehicle {
+    public var doors: Int = 4
+    public var convertible: Bool = false
+}
+
+/// Car as an entity of its own, before it was a subentity of Vehicle.
+@Entity(name: "Car") public final class FlatCar {
+    public var doors: Int = 4
+}

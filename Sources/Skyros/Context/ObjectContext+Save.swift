@@ -172,7 +172,9 @@ extension ObjectContext {
         if !storage.valueErrors.isEmpty, let error = storage.valueErrors.min(by: { $0.key < $1.key })?.value {
             throw error
         }
-        for property in storage.entity.requiredToOneProperties {
+        // An object of a hierarchy: the required to-ones of its own class only.
+        let member = storage.entity.hierarchy?.member(of: storage.values)
+        for property in storage.entity.requiredToOneProperties where member?.has(property.index) ?? true {
             if storage.values[property.index].isNull {
                 throw SkyrosError(
                     .missingRequiredRelationship,

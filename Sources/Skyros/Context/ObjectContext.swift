@@ -268,7 +268,15 @@ public final class ObjectContext: ObjectStore, @unchecked Sendable, CustomString
             if storage.isFault, let values { storage.fill(values, version: version) }
             return object
         }
-        let object = makeObject(id, of: try knownEntity ?? schema.requireEntity(id.entityName), values: values, version: version)
+        let entity = try knownEntity ?? schema.requireEntity(id.entityName)
+        let object = makeObject(id, of: entity, values: values, version: version)
+        // An object of a hierarchy whose row could not be read has no class known for sure:
+        // it is not registered (an object of the wrong class would stay for every later fetch).
+        if entity.hierarchy != nil, object.skyrosStorage.isFault {
+            makeInaccessible(object.skyrosStorage, SkyrosError(
+                .objectNotFound, "\(id) could not be read (deleted, or the store is away) in context '\(name)'"))
+            return object
+        }
         register(object)
         return object
     }
@@ -297,6 +305,9 @@ public final class ObjectContext: ObjectStore, @unchecked Sendable, CustomString
     /// for any fault.
     func makeFault(_ id: ObjectID, of entity: EntityDescription, exposed: Bool) -> any ManagedObject {
         noteRead(entity.name)
+        if !mergedRows.isEmpty, let row = mergedRows.take(id) {
+            return makeObject(id, of: entity, values: row.values, version: row.version, exposed: exposed)
+        }
         if let snapshot = try? parent.snapshots(for: [id]).first {
             return makeObject(id, of: entity, values: snapshot.values, version: snapshot.version, exposed: exposed)
         }

@@ -115,7 +115,9 @@ extension ObjectContext {
 /// added up exactly, in Swift.
 extension ManagedObject {
     /// The attribute `keyPath` leads to, for an aggregate.
-    static func aggregated(_ keyPath: AnyKeyPath, _ function: String) throws -> PropertyDescription {
+    static func aggregated(_ keyPath: AnyKeyPath, _ function: String, in schema: Schema) throws -> PropertyDescription {
+        // The schema's entity: for a class of a hierarchy, the property's place in its table.
+        let entityDescription = schema.entity(for: Self.self) ?? Self.entityDescription
         guard let property = entityDescription.property(for: keyPath), property.kind == .attribute else {
             throw SkyrosError(
                 .unsupportedPredicate, "\(function) needs a stored attribute of \(entityDescription.name), not \(keyPath)")
@@ -131,7 +133,7 @@ extension ManagedObject {
     static func aggregate(
         _ function: AggregateFunction, _ keyPath: AnyKeyPath, _ predicate: Predicate<Self>?, _ context: ObjectContext
     ) throws -> StoredValue {
-        let property = try aggregated(keyPath, function.rawValue)
+        let property = try aggregated(keyPath, function.rawValue, in: context.schema)
         let request = try aggregateRequest(predicate, context)
         let isDecimal = SQLiteStore.isDecimal(property)
         do {
@@ -283,7 +285,7 @@ extension ManagedObject {
     }
 
     static func groups(_ keyPath: AnyKeyPath, _ predicate: Predicate<Self>?, _ context: ObjectContext) throws -> [(StoredValue, Int)] {
-        let property = try aggregated(keyPath, "count(groupedBy:)")
+        let property = try aggregated(keyPath, "count(groupedBy:)", in: context.schema)
         let request = try aggregateRequest(predicate, context)
         do {
             if let store = context.aggregatingStore(for: request.entityName) {

@@ -159,7 +159,7 @@ public final class FetchedResultsController<T: ManagedObject>: @unchecked Sendab
         self.sectionKeyPath = nil
         self.context = context
         let name = Owner.entityDescription.property(for: keyPath)?.name ?? "\(keyPath)"
-        self.relationship = (owner.objectID, name, T.entityName)
+        self.relationship = (owner.objectID, name, context.schema.entity(for: T.self)?.name ?? T.entityName)
     }
 
     deinit { observation?.cancel() }

@@ -175,6 +175,9 @@ final class EntityHierarchy: @unchecked Sendable {
         let propertyIndexes: Set<Int>
         /// The entity and its subentities, as the `_entity` values a fetch of it selects.
         var names: [String]
+        /// The subentity's name in an earlier version of the schema (`@Entity(originalName:)`):
+        /// a migration renames its rows' `_entity`.
+        var originalName: String? = nil
 
         /// Whether the property at `index` of the hierarchy's entity is one of this entity's.
         func has(_ index: Int) -> Bool { propertyIndexes.contains(index) }

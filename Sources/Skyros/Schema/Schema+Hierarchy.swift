@@ -88,7 +88,8 @@ extension Schema {
             }
             let member = EntityHierarchy.Member(
                 name: entity.name, parent: parent?.name, type: entity.objectType, base: base, ownProperties: own,
-                propertyIndexes: (parent?.propertyIndexes ?? []).union(base..<properties.count), names: [entity.name])
+                propertyIndexes: (parent?.propertyIndexes ?? []).union(base..<properties.count), names: [entity.name],
+                originalName: parent == nil ? nil : entity.originalName)
             members.append(member)
             if parent != nil { bases.append((ObjectIdentifier(entity.objectType), base)) }
             indexes += entity.indexes.filter { !indexes.contains($0) }
@@ -161,7 +162,8 @@ extension Schema {
             }
             members.append(EntityHierarchy.Member(
                 name: subentity.name, parent: parent.name, type: DynamicObject.self, base: own.min() ?? properties.count,
-                ownProperties: subentity.properties, propertyIndexes: parent.propertyIndexes.union(own), names: [subentity.name]))
+                ownProperties: subentity.properties, propertyIndexes: parent.propertyIndexes.union(own), names: [subentity.name],
+                originalName: subentity.originalName))
         }
         return EntityHierarchy(root: entity.name, entityIndex: entityIndex, members: withNames(members))
     }

@@ -451,7 +451,7 @@ public final class Schema: Sendable {
             text += "entity \(entity.name)\n"
             for property in entity.properties {
                 text += "  \(property.index) \(property.name) \(property.kind) \(property.codec.storageType.rawValue)"
-                text += property.isStoredOptional ? "?" : "!"
+                text += property.codec.isOptional ? "?" : "!"
                 if property.kind == .attribute { text += " \(property.codec.typeName)" }
                 if property.isUnique { text += " unique" }
                 if property.isIndexed { text += " indexed" }

@@ -50,6 +50,18 @@ extension SchemaDescription {
                     if position > 0 { writer.raw(",") }
                     writer.raw("{\"name\":")
                     writer.string(subentity.name)
+                    if let nonOptional = subentity.nonOptional {
+                        writer.raw(",\"nonOptional\":[")
+                        for (column, name) in nonOptional.enumerated() {
+                            if column > 0 { writer.raw(",") }
+                            writer.string(name)
+                        }
+                        writer.raw("]")
+                    }
+                    if let originalName = subentity.originalName {
+                        writer.raw(",\"originalName\":")
+                        writer.string(originalName)
+                    }
                     writer.raw(",\"parent\":")
                     writer.string(subentity.parent)
                     writer.raw(",\"properties\":[")
@@ -105,7 +117,14 @@ extension SchemaDescription {
                                 properties: try subentity.array(for: "properties", path).map { name in
                                     guard case .string(let text) = name else { throw path.mismatch("properties", "strings") }
                                     return text
-                                })
+                                },
+                                nonOptional: try subentity.member("nonOptional", path).map { _ in
+                                    try subentity.array(for: "nonOptional", path).map { name in
+                                        guard case .string(let text) = name else { throw path.mismatch("nonOptional", "strings") }
+                                        return text
+                                    }
+                                },
+                                originalName: try subentity.optionalString(for: "originalName", path))
                         }
                     })
             })

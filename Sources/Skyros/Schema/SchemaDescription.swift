@@ -102,12 +102,23 @@ public struct SchemaDescription: Codable, Sendable, Hashable {
         public var parent: String
         /// The names of its own properties (its parents' are inherited).
         public var properties: [String]
+        /// Those of its own attributes declared non-optional: their columns (optional in the
+        /// table, for the other entities' rows) hold a value in every row of this entity.
+        /// Absent when there is none.
+        public var nonOptional: [String]?
+        /// The subentity's name in an earlier version of the schema (absent when none): a
+        /// migration renames its rows' `_entity`.
+        public var originalName: String?
 
         /// A subentity description.
-        public init(name: String, parent: String, properties: [String]) {
+        public init(
+            name: String, parent: String, properties: [String], nonOptional: [String]? = nil, originalName: String? = nil
+        ) {
+            self.originalName = originalName
             self.name = name
             self.parent = parent
             self.properties = properties
+            self.nonOptional = nonOptional.flatMap { $0.isEmpty ? nil : $0 }
         }
     }
 
@@ -233,8 +244,13 @@ extension Schema {
                     },
                     indexes: entity.indexes, originalName: entity.originalName,
                     subentities: entity.hierarchy.map { hierarchy in
-                        hierarchy.members.dropFirst().map {
-                            SchemaDescription.Subentity(name: $0.name, parent: $0.parent ?? hierarchy.root, properties: $0.ownProperties)
+                        hierarchy.members.dropFirst().map { member in
+                            SchemaDescription.Subentity(
+                                name: member.name, parent: member.parent ?? hierarchy.root, properties: member.ownProperties,
+                                nonOptional: member.ownProperties.filter { name in
+                                    entity.property(named: name).map { $0.kind == .attribute && !$0.codec.isOptional } ?? false
+                                },
+                                originalName: member.originalName)
                         }
                     })
             })
@@ -260,6 +276,10 @@ extension Schema {
         var entities: [EntityDescription] = []
         for entity in description.entities {
             var properties: [PropertyDescription] = []
+            // A subentity's own columns hold NULL in the other entities' rows; whether the
+            // property is optional is what the subentity declares.
+            let subentityColumns = Set(entity.subentities?.flatMap(\.properties) ?? [])
+            let nonOptional = Set(entity.subentities?.flatMap { $0.nonOptional ?? [] } ?? [])
             for property in entity.properties {
                 let kind: PropertyDescription.Kind
                 switch property.kind {
@@ -270,15 +290,15 @@ extension Schema {
                     throw SkyrosError(.invalidSchema, "\(entity.name).\(property.name) has an unknown kind \(property.kind)")
                 }
                 let codec = AttributeCodec<StoredValue>(
-                    storageType: property.storageType, isOptional: property.isOptional, typeName: property.typeName,
-                    decode: { $0 }, encode: { $0 })
+                    storageType: property.storageType, isOptional: property.isOptional && !nonOptional.contains(property.name),
+                    typeName: property.typeName, decode: { $0 }, encode: { $0 })
                 properties.append(
                     PropertyDescription(
                         name: property.name, kind: kind, keyPath: \DynamicObject.skyrosStorage, codec: codec,
                         makeDefault: { [value = property.defaultValue?.value] in value ?? .null }, isUnique: property.isUnique, isIndexed: property.isIndexed,
                         originalName: property.originalName, destinationName: property.destination,
                         deleteRule: property.deleteRule, inverseName: property.inverse, isRequired: property.isRequired,
-                        isOrdered: property.isOrdered == true))
+                        isOrdered: property.isOrdered == true, isSubentityColumn: subentityColumns.contains(property.name)))
             }
             entities.append(
                 EntityDescription(

@@ -342,6 +342,15 @@ extension SQLiteStore {
                 let previous = step.source.entity(named: sourceName)?.hierarchy
             else { continue }
             let remaining = Set(hierarchy.members.map(\.name))
+            // Renamed subentities (`@Entity(originalName:)`) keep their rows.
+            for member in hierarchy.members {
+                guard let original = member.originalName, !remaining.contains(original),
+                    previous.members.contains(where: { $0.name == original })
+                else { continue }
+                try db.execute(
+                    sql: "UPDATE main.\(quote(table.entity.name)) SET \(quote(EntityHierarchy.entityProperty)) = ? WHERE \(quote(EntityHierarchy.entityProperty)) = ?",
+                    arguments: [member.name, original])
+            }
             let parents = Dictionary(previous.members.map { ($0.name, $0.parent) }, uniquingKeysWith: { a, _ in a })
             for member in previous.members where !remaining.contains(member.name) {
                 var heir = member.parent
@@ -349,6 +358,22 @@ extension SQLiteStore {
                 try db.execute(
                     sql: "UPDATE main.\(quote(table.entity.name)) SET \(quote(EntityHierarchy.entityProperty)) = ? WHERE \(quote(EntityHierarchy.entityProperty)) = ?",
                     arguments: [heir ?? hierarchy.root, member.name])
+            }
+        }
+        // A subentity's non-optional attributes hold a value in its rows (its column is NULL in
+        // the other entities' rows): one added, or made non-optional, gets its default there.
+        for table in step.tables {
+            guard let hierarchy = table.entity.hierarchy else { continue }
+            for member in hierarchy.members.dropFirst() {
+                for name in member.ownProperties {
+                    guard let property = table.entity.property(named: name), property.kind == .attribute,
+                        !property.codec.isOptional, let value = SchemaStep.defaultValue(of: property)
+                    else { continue }
+                    let column = quote(property.name)
+                    let names = member.names.map { Self.literal(.text($0)) }.joined(separator: ", ")
+                    try db.execute(
+                        sql: "UPDATE main.\(quote(table.entity.name)) SET \(column) = \(Self.literal(value)) WHERE \(column) IS NULL AND \(quote(EntityHierarchy.entityProperty)) IN (\(names))")
+                }
             }
         }
         if !stages.isEmpty { try runStages(stages, db) }
@@ -370,8 +395,13 @@ extension SQLiteStore {
                 }
             }
             for property in table.required {
+                // A subentity's: in its rows only.
+                var rows = ""
+                if let owner = table.entity.hierarchy?.members.first(where: { $0.parent != nil && $0.ownProperties.contains(property.name) }) {
+                    rows = " AND \(quote(EntityHierarchy.entityProperty)) IN (\(owner.names.map { Self.literal(.text($0)) }.joined(separator: ", ")))"
+                }
                 let missing = try Int.fetchOne(
-                    db, sql: "SELECT COUNT(*) FROM main.\(quote(table.entity.name)) WHERE \(quote(property.name)) IS NULL") ?? 0
+                    db, sql: "SELECT COUNT(*) FROM main.\(quote(table.entity.name)) WHERE \(quote(property.name)) IS NULL\(rows)") ?? 0
                 if missing > 0 {
                     throw step.refusal(
                         "\(table.entity.name).\(property.name) is a new required relationship and \(missing) existing object(s) have none; a migration stage for version \(step.version) can set it")

@@ -47,22 +47,39 @@ struct SchemaStep {
         self.source = source
         self.target = target
         self.version = version
-        // Entities: by name, then by originalName.
+        // Entities: by name, then by originalName (tables: a subentity's name is not its table's).
         var sourceOf: [String: EntityDescription] = [:]
         var claimed = Set<String>()
+        let sourceTables = Dictionary(source.entities.map { ($0.name, $0) }, uniquingKeysWith: { a, _ in a })
         for entity in target.entities {
-            if let old = source.entity(named: entity.name) {
+            if let old = sourceTables[entity.name] {
                 sourceOf[entity.name] = old
                 claimed.insert(old.name)
             }
         }
         for entity in target.entities where sourceOf[entity.name] == nil {
-            if let original = entity.originalName, !claimed.contains(original), let old = source.entity(named: original) {
+            if let original = entity.originalName, !claimed.contains(original), let old = sourceTables[original] {
                 sourceOf[entity.name] = old
                 claimed.insert(old.name)
             }
         }
         removedEntities = source.entities.map(\.name).filter { !claimed.contains($0) }
+        // An entity with objects that becomes a subentity (or leaves a hierarchy to be an
+        // entity of its own) would move them from one table to another: not inferred.
+        for name in removedEntities {
+            if let hierarchy = target.entity(named: name)?.hierarchy, hierarchy.root != name {
+                throw SkyrosError(
+                    .migrationFailed,
+                    "cannot migrate the store to schema version \(version): \(name) becomes a subentity of \(hierarchy.root), and its objects would move to \(hierarchy.root)'s table, which is not inferred (keep \(name) an entity of its own, or copy its objects in a migration stage of an intermediate version); the store was left as it was")
+            }
+        }
+        for entity in target.entities where entity.hierarchy == nil && sourceOf[entity.name] == nil {
+            if let hierarchy = source.entity(named: entity.name)?.hierarchy, hierarchy.root != entity.name {
+                throw SkyrosError(
+                    .migrationFailed,
+                    "cannot migrate the store to schema version \(version): \(entity.name) leaves the hierarchy of \(hierarchy.root) to be an entity of its own, and its objects would move out of \(hierarchy.root)'s table, which is not inferred; the store was left as it was")
+            }
+        }
         var newNameOf: [String: String] = [:]
         for (name, old) in sourceOf { newNameOf[old.name] = name }
 
