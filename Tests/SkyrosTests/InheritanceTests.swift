@@ -201,6 +201,11 @@ struct InheritanceTests {
         }
         #expect(error.code == .uniqueConstraintViolation)
         #expect(try stack.store.mainContext.performAndWait { try Vehicle.count(in: stack.store.mainContext) } == 3)
+        // deleteAll of a subentity: its objects (of its subentities too), nothing else.
+        try stack.store.writeAndWait { context in try TowTruck.deleteAll(in: context) }
+        #expect(try stack.store.read { context in Self.describe(try Vehicle.all(in: context)) } == ["Car:C1", "Vehicle:V1"])
+        try stack.store.writeAndWait { context in try Vehicle.deleteAll(in: context) }
+        #expect(try stack.store.read { context in try Vehicle.count(in: context) } == 0)
     }
 
     @Test("batch updates and deletes of a subentity touch its rows only; aggregates over a subentity")

@@ -22,7 +22,14 @@ extension ManagedObject {
     /// relationships has its objects read, for its delete rules (cascade, nullify), and so are
     /// objects a controller or monitor on `context` follows. To delete many rows in one
     /// statement, durably, without a context, use ``Skyros/batchDelete(_:where:)``.
+    ///
+    /// The objects of an entity hierarchy (`@Entity class Vehicle` and its subentities) are
+    /// read in one fetch: their classes are in their rows.
     public static func deleteAll(in context: ObjectContext) throws {
+        if context.schema.entity(for: Self.self)?.hierarchy != nil {
+            for object in try context.fetch(FetchDescriptor<Self>()) where !object.isDeleted { context.delete(object) }
+            return
+        }
         for id in try context.fetchIdentifiers(FetchDescriptor<Self>()) {
             guard let object = context.registeredOrFault(id), !object.isDeleted else { continue }
             context.delete(object)
