@@ -74,3 +74,24 @@ public let vehicleSchema = Schema([Vehicle.self, Car.self, Truck.self, TowTruck.
 @Entity(name: "Car") public final class FlatCar {
     public var doors: Int = 4
 }
+
+/// A to-many whose destination is a subentity: a keeper's dogs.
+@Entity public class Pet {
+    public var name: String = ""
+}
+
+@Entity public final class Dog: Pet {
+    public var keeper: Keeper? = nil
+}
+
+@Entity public final class Cat: Pet {
+    public var lives: Int = 9
+}
+
+@Entity public final class Keeper {
+    public var name: String = ""
+    public var dogs: [Dog] = []
+}
+
+/// The schema of the keeper's dogs.
+public let petSchema = Schema([Pet.self, Dog.self, Cat.self, Keeper.self])

@@ -505,6 +505,37 @@ struct InheritanceReviewTests {
         }
     }
 
+    @Test("a relationship controller whose destination is a subentity reports its changes", arguments: StoreKind.allCases)
+    func relationshipToSubentity(_ kind: StoreKind) throws {
+        let stack = try TestStack(kind, schema: petSchema)
+        try stack.store.writeAndWait { context in
+            let keeper = Keeper.create(in: context)
+            keeper.name = "k"
+            let dog = Dog.create(in: context)
+            dog.name = "rex"
+            dog.keeper = keeper
+            Cat.create(in: context).name = "tom"
+        }
+        let main = stack.store.mainContext
+        let keeper = try #require(try main.performAndWait { try Keeper.first(in: main) })
+        let controller = FetchedResultsController(relationship: \Keeper.dogs, of: keeper, context: main)
+        try controller.performFetch()
+        #expect(controller.fetchedObjects.map(\.name) == ["rex"])
+        let reported = InheritanceTests.Reported()
+        controller.onChange = { changes in reported.changes.append(changes.objects.map { "\($0)".contains("insert") ? "insert" : "other" }) }
+        try stack.store.writeAndWait { context in
+            let dog = Dog.create(in: context)
+            dog.name = "fido"
+            dog.keeper = try Keeper.first(in: context)
+            Cat.create(in: context).name = "kit"
+        }
+        #expect(controller.fetchedObjects.map(\.name) == ["rex", "fido"])
+        #expect(reported.changes == [["insert"]])
+        #expect(try main.performAndWait { try Pet.all(in: main).map { "\(type(of: $0)):\($0.name)" }.sorted() } == [
+            "Cat:kit", "Cat:tom", "Dog:fido", "Dog:rex",
+        ])
+    }
+
     @Test("renaming a subentity keeps its objects; a flat entity becoming a subentity is refused, the store left as it was")
     func renamesAndMoves() throws {
         let directory = try TemporaryDirectory()

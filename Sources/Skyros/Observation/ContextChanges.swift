@@ -60,7 +60,9 @@ public struct ContextChanges {
     /// context's own save (``isOwnSave``), whose edits they saw when the context processed them.
     var isNewToChangeObservers: Bool { !isOwnSave }
 
-    /// Whether the change may touch objects of the entity.
+    /// Whether the change may touch objects of the entity. Name an entity hierarchy by its
+    /// root (`Vehicle` for cars too): its objects' identifiers carry the root's name (see
+    /// ``Schema/entity(for:)``).
     public func touches(entityNamed name: String) -> Bool {
         if kind == .reloaded { return true }
         return inserted.contains { $0.objectID.entityName == name }
