@@ -302,6 +302,73 @@ struct InheritanceTests {
         #expect(try fresh.performAndWait { try Car.first(in: fresh).map { "\($0.plate) \($0.doors)" } } == "C1 3")
     }
 
+    /// Every vehicle with its class and values, every garage with its vehicles and favourite,
+    /// every load with its truck, as a context sees them.
+    static func fullGraph(_ context: ObjectContext) throws -> String {
+        try context.performAndWait {
+            let vehicles = try Vehicle.all(in: context).map { vehicle -> String in
+                var text = "\(type(of: vehicle)):\(vehicle.plate):\(vehicle.wheels):\(vehicle.garage?.name ?? "-")"
+                if let car = vehicle as? Car { text += ":\(car.doors)" }
+                if let truck = vehicle as? Truck { text += ":\(truck.payload):\(truck.loads.map(\.weight).sorted())" }
+                if let tow = vehicle as? TowTruck { text += ":\(tow.hookRating)" }
+                return text
+            }.sorted()
+            let garages = try Garage.all(in: context).map {
+                "\($0.name):\($0.vehicles.map(\.plate).sorted()):\($0.favorite?.plate ?? "-")"
+            }.sorted()
+            return (vehicles + garages + [String(try Load.count(in: context))]).joined(separator: " ")
+        }
+    }
+
+    @Test("seeded random inserts of every class, edits of inherited and own properties, relationships, deletes, undos and redos: each save stores what the main context shows", arguments: StoreKind.allCases)
+    func randomSequences(_ kind: StoreKind) throws {
+        let stack = try stack(kind)
+        let main = stack.store.mainContext
+        let undo = UndoManager()
+        main.undoManager = undo
+        // VEHICLE_SEED=<n> explores another sequence.
+        let sequence = UndoSequence(edits: 10, undos: 3, redos: 2, steps: 120, seedVariable: "VEHICLE_SEED", seed: 0x5EED_CA75)
+        let counts = try sequence.run(stack, undo, graph: Self.fullGraph) { choice, serial, generator in
+            let vehicles = try Vehicle.all(in: main).sorted { $0.plate < $1.plate }
+            let garages = try Garage.all(in: main).sorted { $0.name < $1.name }
+            switch choice {
+            case 0: Vehicle.create(in: main).plate = "V\(serial)"
+            case 1:
+                let car = Car.create(in: main)
+                car.plate = "C\(serial)"
+                car.doors = serial % 5
+            case 2: Truck.create(in: main).plate = "T\(serial)"
+            case 3: TowTruck.create(in: main).plate = "W\(serial)"
+            case 4: Garage.create(in: main).name = "g\(serial)"
+            case 5:  // an inherited property, or a subentity's own
+                guard let vehicle = vehicles.randomElement(using: &generator) else { return false }
+                switch vehicle {
+                case let car as Car: car.doors += 1
+                case let tow as TowTruck: tow.hookRating += 1
+                default: vehicle.wheels += 1
+                }
+            case 6:  // into a garage, or the favourite car
+                guard let garage = garages.randomElement(using: &generator),
+                    let vehicle = vehicles.randomElement(using: &generator)
+                else { return false }
+                if let car = vehicle as? Car, Bool.random(using: &generator) { garage.favorite = car } else { vehicle.garage = garage }
+            case 7:  // a load on a truck
+                guard let truck = vehicles.compactMap({ $0 as? Truck }).randomElement(using: &generator) else { return false }
+                let load = Load.create(in: main)
+                load.weight = Double(serial)
+                load.truck = truck
+            case 8:
+                guard let vehicle = vehicles.randomElement(using: &generator) else { return false }
+                main.delete(vehicle)  // a truck's loads go with it
+            default:
+                guard let garage = garages.randomElement(using: &generator) else { return false }
+                main.delete(garage)
+            }
+            return true
+        }
+        #expect(counts.edits > 50 && counts.undos > 5 && counts.saves > 30, "\(counts)")
+    }
+
     @Test("a child context of the main context: faults of subentities are made of their classes")
     func childContexts() throws {
         let stack = try stack(.sqlite)
