@@ -39,8 +39,8 @@ public struct FetchDescriptor<T: ManagedObject> {
 
     /// The request a store receives.
     public func storeRequest(schema: Schema) throws -> StoreRequest {
-        let entity = try schema.storage(of: T.self).entity
-        let node = schema.restricting(try predicate.map { try PredicateTranslator.translate($0, schema: schema) }, to: T.self)
+        let (entity, member) = try schema.storage(of: T.self)
+        let node = Schema.restricting(try predicate.map { try PredicateTranslator.translate($0, schema: schema) }, to: member)
         let keys = try sortBy.map { descriptor -> SortKey in
             guard let keyPath = descriptor.keyPath, let property = entity.property(for: keyPath), property.hasColumn else {
                 throw SkyrosError(

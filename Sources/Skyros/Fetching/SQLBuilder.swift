@@ -72,7 +72,7 @@ struct SQLBuilder {
             // `+` keeps SQLite from choosing the `_entity` index, which selects all the
             // subentity's rows, over an index of the predicate's (a range of an indexed
             // attribute would otherwise be read through every row of the subentity).
-            if case .isIn(.property(0, let path), _) = lhs, path == [EntityHierarchy.entityProperty] {
+            if EntityHierarchy.filteredNames(lhs) != nil {
                 return "(+\(try expression(lhs)) AND \(try expression(rhs)))"
             }
             return "(\(try expression(lhs)) AND \(try expression(rhs)))"

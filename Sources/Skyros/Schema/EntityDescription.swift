@@ -186,6 +186,23 @@ final class EntityHierarchy: @unchecked Sendable {
     /// The name of the column holding each row's entity.
     static let entityProperty = "_entity"
 
+    /// The entity names a subentity's filter selects (``Schema/restricting(_:to:)``): `node`'s
+    /// when it is one, `_entity IN (…)`; nil for any other node.
+    static func filteredNames(_ node: PredicateNode) -> [StoredValue]? {
+        guard case .isIn(.property(0, let path), let names) = node, path == [entityProperty] else { return nil }
+        return names
+    }
+
+    /// The entity names a request's predicate selects: its subentity filter, alone or first
+    /// beside the fetch's own predicate (as ``Schema/restricting(_:to:)`` writes it).
+    static func filteredNames(in predicate: PredicateNode?) -> [StoredValue]? {
+        switch predicate {
+        case .and(let filter, _)?: filteredNames(filter)
+        case let node?: filteredNames(node)
+        case nil: nil
+        }
+    }
+
     /// The root entity's name (the table's).
     let root: String
     /// The position of `_entity` among the properties.

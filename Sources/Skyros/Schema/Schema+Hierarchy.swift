@@ -186,18 +186,13 @@ extension Schema {
         return (entity, entity.hierarchy?.members.first { $0.name == name && $0.parent != nil })
     }
 
-    /// The predicate selecting the objects of `type` among its hierarchy's rows: `_entity` is
-    /// the entity or one of its subentities; nil for a root and an entity without subentities.
-    func entityFilter(of type: any ManagedObject.Type) -> PredicateNode? {
-        guard hasHierarchies, let member = (try? storage(of: type))?.member, member.parent != nil else {
-            return nil
-        }
-        return .isIn(.property(scope: 0, path: [EntityHierarchy.entityProperty]), member.names.map { .text($0) })
-    }
-
-    /// `predicate` restricted to the objects of `type` (see ``entityFilter(of:)``).
-    func restricting(_ predicate: PredicateNode?, to type: any ManagedObject.Type) -> PredicateNode? {
-        guard let filter = entityFilter(of: type) else { return predicate }
+    /// `predicate` restricted to the objects of a hierarchy's `member` (its place as
+    /// ``storage(of:)`` gives it): `_entity` is the entity or one of its subentities, first
+    /// (``EntityHierarchy/filteredNames(in:)`` finds it there). A root, or an entity without
+    /// subentities (no member), takes every row: `predicate` as it is.
+    static func restricting(_ predicate: PredicateNode?, to member: EntityHierarchy.Member?) -> PredicateNode? {
+        guard let member, member.parent != nil else { return predicate }
+        let filter = PredicateNode.isIn(.property(scope: 0, path: [EntityHierarchy.entityProperty]), member.names.map { .text($0) })
         return predicate.map { .and(filter, $0) } ?? filter
     }
 }

@@ -18,8 +18,6 @@ public final class Schema: Sendable {
     let entitiesByName: [String: EntityDescription]
     /// The entity storing each class's objects, and for a class of a hierarchy its place there.
     let entitiesByType: [ObjectIdentifier: (entity: EntityDescription, member: EntityHierarchy.Member?)]
-    /// Whether some entity has subentities (`@Entity final class Car: Vehicle`).
-    let hasHierarchies: Bool
     /// For each entity and relationship index: the inverse property, if any.
     let inverses: [String: [Int: PropertyDescription]]
     /// For each entity and many-to-many relationship index: where its links are.
@@ -210,7 +208,6 @@ public final class Schema: Sendable {
         }
         self.entitiesByName = entitiesByName
         self.entitiesByType = entitiesByType
-        self.hasHierarchies = allEntities.contains { $0.hierarchy != nil }
         self.links = links
         self.linkEntityNames = linkEntityNames
         var linkEnds: [String: [(entity: String, property: String, own: Int)]] = [:]

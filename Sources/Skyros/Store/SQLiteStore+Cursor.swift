@@ -56,7 +56,7 @@ extension SQLiteStore {
         /// other entities' are NULL in its rows) and, for a subentity without subentities, not
         /// `_entity` (it is that subentity's name); every column otherwise.
         static func reading(_ table: TableInfo, for request: StoreRequest) -> (selectList: String, reader: RowReader) {
-            guard let hierarchy = table.entity.hierarchy, let names = entityNames(in: request.predicate) else {
+            guard let hierarchy = table.entity.hierarchy, let names = EntityHierarchy.filteredNames(in: request.predicate) else {
                 return (table.selectList, RowReader(table))
             }
             let members = hierarchy.members.filter { names.contains(.text($0.name)) }
@@ -68,16 +68,6 @@ extension SQLiteStore {
             let selectList = (["\"_id\"", "\"_version\""] + columns.map { SQLBuilder.quote(table.entity.properties[table.columnIndexes[$0]].name) })
                 .map { "t0.\($0)" }.joined(separator: ", ")
             return (selectList, RowReader(table, columns: columns, entityConstant: constant))
-        }
-
-        /// The entities a request's subentity filter selects: the `_entity` list of its
-        /// predicate's first term (nil when it has none).
-        private static func entityNames(in predicate: PredicateNode?) -> [StoredValue]? {
-            switch predicate {
-            case .isIn(.property(0, let path), let names)? where path == [EntityHierarchy.entityProperty]: names
-            case .and(.isIn(.property(0, let path), let names), _)? where path == [EntityHierarchy.entityProperty]: names
-            default: nil
-            }
         }
 
         /// A row's `_entity`: one of the hierarchy's names, or read as any text.

@@ -335,47 +335,7 @@ extension SQLiteStore {
                 }
             }
         }
-        // The rows of subentities this version removed become their nearest remaining
-        // ancestor's (the root's at worst): their columns are gone, what they inherited stays.
-        for table in step.tables {
-            guard let hierarchy = table.entity.hierarchy, let sourceName = table.sourceName,
-                let previous = step.source.entity(named: sourceName)?.hierarchy
-            else { continue }
-            let remaining = Set(hierarchy.members.map(\.name))
-            // Renamed subentities (`@Entity(originalName:)`) keep their rows.
-            for member in hierarchy.members {
-                guard let original = member.originalName, !remaining.contains(original),
-                    previous.members.contains(where: { $0.name == original })
-                else { continue }
-                try db.execute(
-                    sql: "UPDATE main.\(quote(table.entity.name)) SET \(quote(EntityHierarchy.entityProperty)) = ? WHERE \(quote(EntityHierarchy.entityProperty)) = ?",
-                    arguments: [member.name, original])
-            }
-            let parents = Dictionary(previous.members.map { ($0.name, $0.parent) }, uniquingKeysWith: { a, _ in a })
-            for member in previous.members where !remaining.contains(member.name) {
-                var heir = member.parent
-                while let name = heir, !remaining.contains(name) { heir = parents[name] ?? nil }
-                try db.execute(
-                    sql: "UPDATE main.\(quote(table.entity.name)) SET \(quote(EntityHierarchy.entityProperty)) = ? WHERE \(quote(EntityHierarchy.entityProperty)) = ?",
-                    arguments: [heir ?? hierarchy.root, member.name])
-            }
-        }
-        // A subentity's non-optional attributes hold a value in its rows (its column is NULL in
-        // the other entities' rows): one added, or made non-optional, gets its default there.
-        for table in step.tables {
-            guard let hierarchy = table.entity.hierarchy else { continue }
-            for member in hierarchy.members.dropFirst() {
-                for name in member.ownProperties {
-                    guard let property = table.entity.property(named: name), property.kind == .attribute,
-                        !property.codec.isOptional, let value = SchemaStep.defaultValue(of: property)
-                    else { continue }
-                    let column = quote(property.name)
-                    let names = member.names.map { Self.literal(.text($0)) }.joined(separator: ", ")
-                    try db.execute(
-                        sql: "UPDATE main.\(quote(table.entity.name)) SET \(column) = \(Self.literal(value)) WHERE \(column) IS NULL AND \(quote(EntityHierarchy.entityProperty)) IN (\(names))")
-                }
-            }
-        }
+        for table in step.tables where table.entity.hierarchy != nil { try Self.migrateHierarchyRows(table, step, db) }
         if !stages.isEmpty { try runStages(stages, db) }
         for table in step.tables {
             // Read again when the DDL may have changed them in a way not followed above, or
@@ -398,7 +358,7 @@ extension SQLiteStore {
                 // A subentity's: in its rows only.
                 var rows = ""
                 if let owner = table.entity.hierarchy?.members.first(where: { $0.parent != nil && $0.ownProperties.contains(property.name) }) {
-                    rows = " AND \(quote(EntityHierarchy.entityProperty)) IN (\(owner.names.map { Self.literal(.text($0)) }.joined(separator: ", ")))"
+                    rows = " AND " + Self.rowsCondition(of: owner)
                 }
                 let missing = try Int.fetchOne(
                     db, sql: "SELECT COUNT(*) FROM main.\(quote(table.entity.name)) WHERE \(quote(property.name)) IS NULL\(rows)") ?? 0
@@ -408,6 +368,59 @@ extension SQLiteStore {
                 }
             }
         }
+    }
+
+    /// The rows of a hierarchy's table after this step's DDL: those of renamed subentities
+    /// (`@Entity(originalName:)`) take the new name; those of removed subentities become their
+    /// nearest remaining ancestor's (the root's at worst: their columns are gone, what they
+    /// inherited stays); a subentity's non-optional attribute that is new, or was optional,
+    /// gets its default in the subentity's rows (its column is NULL in the other entities').
+    private static func migrateHierarchyRows(_ table: SchemaStep.Table, _ step: SchemaStep, _ db: Database) throws {
+        guard let hierarchy = table.entity.hierarchy else { return }
+        let name = SQLBuilder.quote(table.entity.name)
+        let entityColumn = SQLBuilder.quote(EntityHierarchy.entityProperty)
+        let source = table.sourceName.flatMap { step.source.entity(named: $0) }
+        func setEntity(_ new: String, where old: String) throws {
+            try db.execute(sql: "UPDATE main.\(name) SET \(entityColumn) = ? WHERE \(entityColumn) = ?", arguments: [new, old])
+        }
+        if let previous = source?.hierarchy {
+            let remaining = Set(hierarchy.members.map(\.name))
+            for member in hierarchy.members {
+                guard let original = member.originalName, !remaining.contains(original),
+                    previous.members.contains(where: { $0.name == original })
+                else { continue }
+                try setEntity(member.name, where: original)
+            }
+            let parents = Dictionary(previous.members.map { ($0.name, $0.parent) }, uniquingKeysWith: { a, _ in a })
+            for member in previous.members where !remaining.contains(member.name) {
+                var heir = member.parent
+                while let parent = heir, !remaining.contains(parent) { heir = parents[parent] ?? nil }
+                try setEntity(heir ?? hierarchy.root, where: member.name)
+            }
+        }
+        for member in hierarchy.members.dropFirst() {
+            for propertyName in member.ownProperties {
+                guard let property = table.entity.property(named: propertyName), property.kind == .attribute,
+                    !property.codec.isOptional, let value = SchemaStep.defaultValue(of: property)
+                else { continue }
+                // Its rows have a value already when it was a non-optional attribute of the same
+                // subentity, or of every row, in the previous version.
+                if let before = source?.property(named: property.originalName ?? property.name) ?? source?.property(named: property.name),
+                    before.kind == .attribute, !before.codec.isOptional
+                {
+                    let owner = source?.hierarchy?.members.first { $0.parent != nil && $0.ownProperties.contains(before.name) }
+                    if owner == nil || owner?.name == member.name || owner?.name == member.originalName { continue }
+                }
+                let column = SQLBuilder.quote(property.name)
+                try db.execute(
+                    sql: "UPDATE main.\(name) SET \(column) = \(literal(value)) WHERE \(column) IS NULL AND \(rowsCondition(of: member))")
+            }
+        }
+    }
+
+    /// The rows of a hierarchy's entity `member` and its subentities, as SQL.
+    private static func rowsCondition(of member: EntityHierarchy.Member) -> String {
+        "\(SQLBuilder.quote(EntityHierarchy.entityProperty)) IN (\(member.names.map { literal(.text($0)) }.joined(separator: ", ")))"
     }
 
     /// Runs stages on a context of this store, on the current thread (the writer's), inside
