@@ -95,3 +95,10 @@ public let vehicleSchema = Schema([Vehicle.self, Car.self, Truck.self, TowTruck.
 
 /// The schema of the keeper's dogs.
 public let petSchema = Schema([Pet.self, Dog.self, Cat.self, Keeper.self])
+
+/// Car in a later version with a new non-optional attribute only (existing cars get its default).
+@Entity(name: "Car") public final class CarV3: Vehicle {
+    public var doors: Int = 4
+    public var convertible: Bool = false
+    public var color: String = "red"
+}

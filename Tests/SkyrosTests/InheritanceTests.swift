@@ -603,6 +603,24 @@ struct InheritanceReviewTests {
         ])
     }
 
+    @Test("a non-optional attribute added to a subentity with objects: they get its default, the other entities' rows NULL")
+    func addedAttributeFilled() throws {
+        let directory = try TemporaryDirectory()
+        let url = directory.file("store.sqlite")
+        do {
+            let store = try Skyros(sqliteStack: Schema([Vehicle.self, Car.self, Truck.self, Garage.self, Load.self]), at: url, savesOnStop: false)
+            try store.writeAndWait { context in
+                Car.create(in: context).plate = "C1"
+                Truck.create(in: context).plate = "T1"
+            }
+        }
+        let store = try Skyros(
+            sqliteStack: Schema([Vehicle.self, CarV3.self, Truck.self, Garage.self, Load.self], version: 2), at: url, savesOnStop: false)
+        #expect(try store.read { context in try CarV3.all(in: context).map(\.color) } == ["red"])
+        let sqlite = try #require(store.store as? SQLiteStore)
+        #expect(try sqlite.rows(#"SELECT "_entity" FROM "Vehicle" WHERE "color" IS NULL"#) == [[.text("Truck")]])
+    }
+
     @Test("renaming a subentity keeps its objects; a flat entity becoming a subentity is refused, the store left as it was")
     func renamesAndMoves() throws {
         let directory = try TemporaryDirectory()
