@@ -173,8 +173,11 @@ struct Profile {
     func iterate() throws {
         let rows = Int(ProcessInfo.processInfo.environment["SKYROS_PROFILE_ROWS"] ?? "") ?? 1_000_000
         let side = ProcessInfo.processInfo.environment["SKYROS_PROFILE_SIDE"] ?? "skyros"
-        let url = directory.appendingPathComponent("iterate.sqlite")
-        try RawSQLite.fillStore(at: url, rows: rows)
+        // SKYROS_PROFILE_STORE: a store filled by an earlier run (kept there), so that a
+        // profiler sees the iteration alone.
+        let kept = ProcessInfo.processInfo.environment["SKYROS_PROFILE_STORE"].map { URL(fileURLWithPath: $0) }
+        let url = kept ?? directory.appendingPathComponent("iterate.sqlite")
+        if !(kept.map { FileManager.default.fileExists(atPath: $0.path) } ?? false) { try RawSQLite.fillStore(at: url, rows: rows) }
         let rounds = rounds ?? 3
         var sum = 0.0
         var best = Double.infinity

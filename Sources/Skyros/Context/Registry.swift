@@ -9,13 +9,16 @@ import Foundation
 /// unless something asks for one of them by identifier.
 struct Registry {
     private var index: [ObjectID: ObjectContext.Entry] = [:]
-    /// Entries added by ``addNew(_:)``, none of them in `index` nor twice.
+    /// Entries added by ``addNew(_:)``, none of them in `index` nor twice: the first `live`
+    /// ones. Past them, spares: objects of a batched fetch's released batch that nothing
+    /// references (``ObjectReuse``), not registered, kept for ``reuseSpare(for:values:version:)``.
     private var unindexed: [ObjectContext.Entry] = []
+    private var live = 0
     /// Counts the times `unindexed` was moved into `index` (see ``Mark``).
     private var generation = 0
 
-    var count: Int { index.count + unindexed.count }
-    var isEmpty: Bool { index.isEmpty && unindexed.isEmpty }
+    var count: Int { index.count + live }
+    var isEmpty: Bool { index.isEmpty && live == 0 }
 
     subscript(id: ObjectID) -> ObjectContext.Entry? {
         mutating get {
@@ -43,7 +46,7 @@ struct Registry {
     }
 
     /// The entries, in no particular order.
-    var values: [ObjectContext.Entry] { Array(index.values) + unindexed }
+    var values: [ObjectContext.Entry] { Array(index.values) + unindexed[..<live] }
 
     /// Makes room for `capacity` objects, growing geometrically: fetches adding a few
     /// objects each must not copy the whole index every time.
@@ -53,17 +56,34 @@ struct Registry {
 
     /// Registers an object that is not registered yet (a new object of a fetch, which gives
     /// each object once), without indexing it yet.
-    mutating func addNew(_ entry: ObjectContext.Entry) {
-        unindexed.append(entry)
+    mutating func addNew(_ entry: __owned ObjectContext.Entry) {
+        if live < unindexed.count {
+            unindexed[live] = entry  // in place of a spare, which goes
+        } else {
+            unindexed.append(entry)
+        }
+        live += 1
+    }
+
+    /// Registers a spare object (see `unindexed`) as the object of another row, made that
+    /// row's in place (``ObjectReuse/reuse(_:for:values:version:)``); nil when there is none.
+    mutating func reuseSpare(for id: consuming ObjectID, values: consuming StoredValues, version: Int64) -> AnyObject? {
+        guard live < unindexed.count else { return nil }
+        let object = unindexed[live].owner
+        ObjectReuse.reuse(object, for: id, values: values, version: version)
+        live += 1
+        return object
     }
 
     /// Removes and returns the entries of objects that only the registry holds and that have
     /// no changes.
     mutating func removeUnused() -> [ObjectContext.Entry] {
         // The unindexed entries in place, without hashing them.
+        unindexed.removeSubrange(live...)  // spares are not registered
         let kept = Self.keepUsed(&unindexed, from: 0)
         var removed = Array(unindexed[kept...])
         unindexed.removeSubrange(kept...)
+        live = kept
         var unused: [ObjectID] = []
         var position = index.values.startIndex
         while position != index.values.endIndex {
@@ -79,10 +99,11 @@ struct Registry {
     }
 
     private mutating func indexAll() {
-        guard !unindexed.isEmpty else { return }
+        guard live > 0 else { return }
         reserveCapacity(count)
-        for entry in unindexed { index[entry.object.objectID] = entry }
-        unindexed = []
+        for entry in unindexed[..<live] { index[entry.object.objectID] = entry }
+        unindexed = []  // spares too
+        live = 0
         generation += 1
     }
 
@@ -93,34 +114,54 @@ struct Registry {
         fileprivate let position: Int
     }
 
-    var mark: Mark { Mark(generation: generation, position: unindexed.count) }
+    var mark: Mark { Mark(generation: generation, position: live) }
 
     /// Removes the entries added since `mark` (the objects of `ids` when they have been
     /// indexed since) that only the registry holds and that have no changes: the objects of
     /// a batch left behind by an iteration. Without a hash-table operation when nothing
     /// looked an object up by identifier meanwhile.
-    mutating func releaseUnused(since mark: Mark, ids: [ObjectID]) {
-        if isCurrent(mark) {
-            unindexed.removeSubrange(Self.keepUsed(&unindexed, from: mark.position)...)
+    ///
+    /// With `keepingSpares`, those that nothing references at all (no other strong
+    /// reference, nor any weak or unowned one: ``ObjectReuse``) stay as spares, for
+    /// ``reuseSpare(for:values:version:)`` (only for objects of a class
+    /// ``ObjectReuse/holdsOnlyStorage(_:)`` accepted).
+    mutating func releaseUnused(since mark: Mark, ids: [ObjectID], keepingSpares: Bool = false) {
+        guard isCurrent(mark) else {
+            releaseUnused(ids)
             return
         }
-        releaseUnused(ids)
+        // [0, unused): registered; [unused, live): released; [live, count): spares still.
+        let unused = Self.keepUsed(&unindexed, from: mark.position, to: live)
+        var end = unused
+        if keepingSpares {
+            let owner = MemoryLayout<ObjectContext.Entry>.offset(of: \.owner)!
+            unindexed.withUnsafeMutableBufferPointer { buffer in
+                let base = UnsafeRawPointer(buffer.baseAddress!)
+                for position in unused..<buffer.count
+                where ObjectReuse.isUnreferenced(referenceAt: base + position * MemoryLayout<ObjectContext.Entry>.stride + owner) {
+                    if end != position { buffer.swapAt(end, position) }
+                    end += 1
+                }
+            }
+        }
+        unindexed.removeSubrange(end...)
+        live = unused
     }
 
     /// Whether the entries added since `mark` are still where it says (nothing was indexed
     /// since): then ``releaseUnused(since:ids:)`` needs no identifiers.
     func isCurrent(_ mark: Mark) -> Bool {
-        mark.generation == generation && mark.position <= unindexed.count
+        mark.generation == generation && mark.position <= live
     }
 
-    /// Moves the entries of `entries[start...]` that something besides the registry holds, or
-    /// that have changes, to the front of that range, in place; returns where the others (the
-    /// unused ones) begin. Through the buffer: `isKnownUniquelyReferenced(&entries[i].owner)`
+    /// Moves the entries of `entries[start..<end]` that something besides the registry holds,
+    /// or that have changes, to the front of that range, in place; returns where the others
+    /// (the unused ones) begin. Through the buffer: `isKnownUniquelyReferenced(&entries[i].owner)`
     /// checks a copy of the entry (always false); the buffer's element is checked in place.
-    private static func keepUsed(_ entries: inout [ObjectContext.Entry], from start: Int) -> Int {
+    private static func keepUsed(_ entries: inout [ObjectContext.Entry], from start: Int, to end: Int? = nil) -> Int {
         entries.withUnsafeMutableBufferPointer { buffer in
             var kept = start
-            for position in start..<buffer.count {
+            for position in start..<(end ?? buffer.count) {
                 if isKnownUniquelyReferenced(&buffer[position].owner), !buffer[position].object.skyrosStorage.hasChanges {
                     continue
                 }

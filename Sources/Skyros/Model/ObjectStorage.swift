@@ -7,8 +7,9 @@ import Synchronization
 /// counterparts with the property's position in ``EntityDescription/properties``.
 /// Everything here must be used on the owning context's queue.
 public final class ObjectStorage {
-    /// The object's identity.
-    public let objectID: ObjectID
+    /// The object's identity. (Set again only when a batched fetch reuses an object that
+    /// nothing references any more for another row: see ``reuse(for:values:version:)``.)
+    @exclusivity(unchecked) public internal(set) var objectID: ObjectID
     /// The object's entity.
     public let entity: EntityDescription
     /// The context the object is registered in (nil once detached, or once the context is gone).
@@ -51,6 +52,20 @@ public final class ObjectStorage {
         self.values = values ?? StoredValues(repeating: .null, count: entity.properties.count)
         self.isFault = values == nil
         self.contextReference = reference
+    }
+
+    /// Makes this storage another row's: a batched fetch reuses the object of a released
+    /// batch that nothing references at all (no strong, weak or unowned reference but the
+    /// context's, see ``ObjectReuse``) for a row of its next batch, instead of freeing one
+    /// object and making another. Only for an object with no change (not inserted, deleted
+    /// or updated).
+    func reuse(for id: consuming ObjectID, values: consuming StoredValues, version: Int64) {
+        objectID = consume id
+        self.values = consume values
+        self.version = version
+        isFault = false
+        isExposed = true
+        changesValidated = false
     }
 
     // MARK: - Attributes
@@ -215,6 +230,69 @@ public final class ObjectStorage {
 
 @available(*, unavailable)
 extension ObjectStorage: Sendable {}
+
+/// Whether an object of a batched fetch can be reused for another row without anyone
+/// seeing it, read from the Swift runtime's reference count words (64-bit platforms: the
+/// word after an object's metadata pointer). A word holds no extra strong reference, one
+/// unowned reference (the strong references' own) and no side table (which a weak reference
+/// makes, and keeps) exactly when nothing but the one strong reference its holder checked
+/// refers to the object. Any other word (another layout, a weak reference ever made, an
+/// unowned one) says no: the object is then freed, as always.
+enum ObjectReuse {
+    /// Whether instances of `type` hold nothing but their storage (a class of its own, no
+    /// superclass, one stored property: `skyrosStorage`), which is then their first field;
+    /// `sample` is one of them. A class with other stored properties (`@Transient` ones)
+    /// keeps its instances: their values belong to one object.
+    static func holdsOnlyStorage(_ sample: any ManagedObject) -> Bool {
+        #if arch(x86_64) || arch(arm64)
+            let mirror = Mirror(reflecting: sample)
+            guard mirror.superclassMirror == nil, mirror.children.count == 1,
+                let field = mirror.children.first?.value as AnyObject?, field === sample.skyrosStorage
+            else { return false }
+            return storage(of: sample as AnyObject) == Unmanaged.passUnretained(sample.skyrosStorage).toOpaque()
+        #else
+            return false
+        #endif
+    }
+
+    /// The first field of an instance of a class ``holdsOnlyStorage(_:)`` accepted: its storage.
+    @inline(__always)
+    private static func storage(of object: AnyObject) -> UnsafeMutableRawPointer? {
+        Unmanaged.passUnretained(object).toOpaque().load(fromByteOffset: 16, as: UnsafeMutableRawPointer?.self)
+    }
+
+    /// Makes an unreferenced object of a class ``holdsOnlyStorage(_:)`` accepted another
+    /// row's (``ObjectStorage/reuse(for:values:version:)``), reaching its storage without a
+    /// reference count operation.
+    @inline(__always)
+    static func reuse(_ object: AnyObject, for id: consuming ObjectID, values: consuming StoredValues, version: Int64) {
+        unowned(unsafe) let storage = Unmanaged<ObjectStorage>.fromOpaque(storage(of: object)!).takeUnretainedValue()
+        storage.reuse(for: id, values: values, version: version)
+    }
+
+    /// Whether the object whose reference is at `field` (of a class ``holdsOnlyStorage(_:)``
+    /// accepted), held by that reference, and its storage, held by it, are referenced by
+    /// nothing else at all. The reference is read where it is, as bits: copying it would
+    /// count as another reference (a debug build copies what a release build borrows).
+    @inline(__always)
+    static func isUnreferenced(referenceAt field: UnsafeRawPointer) -> Bool {
+        guard isSoleReference(at: field), let object = field.load(as: UnsafeRawPointer?.self) else { return false }
+        return isSoleReference(at: object + 16)  // its first field: its storage
+    }
+
+    /// Whether the reference at `field` is the only one to its object: no other strong
+    /// reference, no unowned one, no weak one ever made.
+    @inline(__always)
+    static func isSoleReference(at field: UnsafeRawPointer) -> Bool {
+        #if arch(x86_64) || arch(arm64)
+            guard let object = field.load(as: UnsafeRawPointer?.self) else { return false }
+            // Strong extra count 0, unowned count 1, no flag but bit 0 (pure Swift deallocation).
+            return object.load(fromByteOffset: 8, as: UInt64.self) | 1 == 3
+        #else
+            return false
+        #endif
+    }
+}
 
 /// A context's weak self-reference, shared by all its objects' storages.
 final class ContextReference {

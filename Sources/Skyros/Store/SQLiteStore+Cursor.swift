@@ -156,7 +156,7 @@ extension SQLiteStore {
 
         /// Steps up to `count` rows, handing each to `body`; false once the rows are exhausted
         /// (the cursor is then closed). A failure closes the cursor and is thrown.
-        func next(_ count: Int, _ body: (ObjectID, StoredValues, Int64) -> Void) throws -> Bool {
+        func next(_ count: Int, _ body: (consuming ObjectID, consuming StoredValues, Int64) -> Void) throws -> Bool {
             guard let connection else { return false }
             var delivered = 0
             while delivered < count {
