@@ -41,8 +41,10 @@ extension ObjectContext {
     /// reading connection of its own, which sees the store as it was at the fetch. Otherwise
     /// the identifiers are fetched now (pending changes merged) and each batch loaded by
     /// identifier. Only the current batch is held: the objects of earlier batches that
-    /// nothing else holds and that have no changes leave the context. See
-    /// ``FetchResultsCollection``.
+    /// nothing else holds and that have no changes leave the context. A cursor makes the
+    /// objects that left, when nothing references them at all (no strong, weak or unowned
+    /// reference), the objects of its next rows instead of allocating new ones — unseen by
+    /// anyone: an object you hold in any way is never reused. See ``FetchResultsCollection``.
     ///
     /// - Parameter batchSize: the objects made at a time (positive).
     /// - Throws: what the fetch would throw: an unsupported predicate or sort, a store failure.

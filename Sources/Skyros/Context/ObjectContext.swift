@@ -63,9 +63,12 @@ public final class ObjectContext: ObjectStore, @unchecked Sendable, CustomString
         var owner: AnyObject
         /// The same object as a managed object; kept alive by `owner`.
         unowned(unsafe) let object: any ManagedObject
+        /// Its storage (kept alive by the object), read with no call through the protocol.
+        unowned(unsafe) let storage: ObjectStorage
         init(_ object: any ManagedObject) {
             self.owner = object
             self.object = object
+            self.storage = object.skyrosStorage
         }
     }
     @exclusivity(unchecked) var registry = Registry()

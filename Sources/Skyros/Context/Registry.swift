@@ -65,10 +65,12 @@ struct Registry {
         live += 1
     }
 
-    /// Registers a spare object (see `unindexed`) as the object of another row, made that
-    /// row's in place (``ObjectReuse/reuse(_:for:values:version:)``); nil when there is none.
-    mutating func reuseSpare(for id: consuming ObjectID, values: consuming StoredValues, version: Int64) -> AnyObject? {
-        guard live < unindexed.count else { return nil }
+    /// Whether a spare object waits (see `unindexed`).
+    var hasSpare: Bool { live < unindexed.count }
+
+    /// Registers a spare object (see `unindexed`; there must be one) as the object of
+    /// another row, made that row's in place (``ObjectReuse/reuse(_:for:values:version:)``).
+    mutating func reuseSpare(for id: consuming ObjectID, values: consuming StoredValues, version: Int64) -> AnyObject {
         let object = unindexed[live].owner
         ObjectReuse.reuse(object, for: id, values: values, version: version)
         live += 1
@@ -88,7 +90,7 @@ struct Registry {
         var position = index.values.startIndex
         while position != index.values.endIndex {
             if isKnownUniquelyReferenced(&index.values[position].owner),
-                !index.values[position].object.skyrosStorage.hasChanges
+                !index.values[position].storage.hasChanges
             {
                 unused.append(index.keys[position])
             }
@@ -162,7 +164,7 @@ struct Registry {
         entries.withUnsafeMutableBufferPointer { buffer in
             var kept = start
             for position in start..<(end ?? buffer.count) {
-                if isKnownUniquelyReferenced(&buffer[position].owner), !buffer[position].object.skyrosStorage.hasChanges {
+                if isKnownUniquelyReferenced(&buffer[position].owner), !buffer[position].storage.hasChanges {
                     continue
                 }
                 if kept != position { buffer.swapAt(kept, position) }
@@ -178,7 +180,7 @@ struct Registry {
         for id in ids {
             guard let position = index.index(forKey: id) else { continue }
             if isKnownUniquelyReferenced(&index.values[position].owner),
-                !index.values[position].object.skyrosStorage.hasChanges
+                !index.values[position].storage.hasChanges
             {
                 index.remove(at: position)
             }

@@ -74,6 +74,10 @@ public struct FetchDescriptor<T: ManagedObject> {
 /// and each batch's values loaded by identifier. Either way only the current batch is held:
 /// when the next one is made, the objects of the previous one that nothing else holds and
 /// that have no changes leave the context, so memory does not grow with the number of rows.
+/// A cursor reuses those objects for its next rows when nothing references them at all — no
+/// strong, weak or unowned reference — and their class has no stored property of its own
+/// (`@Transient`): no allocation per row, and nothing anyone could see (a `deinit` runs once
+/// per instance, not once per row).
 ///
 /// Breaking out of the loop ends the statement. Iterating the sequence again runs the fetch
 /// again. An error while stepping (the store failing underneath) ends the iteration and is
@@ -223,8 +227,8 @@ final class BatchIteration {
                 batch.append(object)
                 return
             }
-            if reuses == true, let object = context.registry.reuseSpare(for: id, values: values, version: version) {
-                batch.append(object)
+            if reuses == true, context.registry.hasSpare {
+                batch.append(context.registry.reuseSpare(for: consume id, values: consume values, version: version))
                 reused &+= 1
                 return
             }
