@@ -232,13 +232,13 @@ final class BatchIteration {
                 reused &+= 1
                 return
             }
-            let object = context.makeObject(id, of: entity, values: values, version: version, exposed: true)
+            let entry = context.makeEntry(id, of: entity, values: values, version: version)
             if reuses == nil {
                 // Decided once, on the first object made (a flat entity's class holding nothing but its storage).
-                reuses = entity.hierarchy == nil && ObjectReuse.holdsOnlyStorage(object)
+                reuses = entity.hierarchy == nil && ObjectReuse.holdsOnlyStorage(entry.object)
             }
-            context.registry.addNew(ObjectContext.Entry(object))
-            batch.append(object)
+            batch.append(entry.owner)
+            context.registry.addNew(entry)
         }
         if !more { source = nil }
     }
