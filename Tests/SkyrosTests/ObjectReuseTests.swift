@@ -142,6 +142,80 @@ struct ObjectReuseTests {
         }
     }
 
+    /// 30 posts and 30 players.
+    func fillTwoEntities(_ store: Skyros) throws {
+        try store.writeAndWait { context in
+            for index in 0..<30 {
+                Post.create(in: context).title = "p\(index)"
+                Player.create(in: context).name = "n\(index)"
+            }
+        }
+    }
+
+    @Test("a batched fetch of another entity after one that reused objects (ended or left early) makes its own class's objects")
+    func anotherEntityAfterwards() throws {
+        let stack = try TestStack(.sqlite)
+        try fillTwoEntities(stack.store)
+        try onMain(stack.store) { context in
+            var posts = 0
+            for post in try context.fetch(FetchDescriptor<Post>(), batchSize: 10) where post.title.hasPrefix("p") { posts += 1 }
+            #expect(posts == 30)
+            #expect(context.registry.spareCount == 0, "spares outlived their iteration")
+            for _ in try context.fetch(FetchDescriptor<Post>(), batchSize: 10).prefix(15) {}  // left early
+            #expect(context.registry.spareCount == 0)
+            var iterator = try context.fetch(FetchDescriptor<Player>(sortBy: [SortDescriptor(\.name)]), batchSize: 10).makeIterator()
+            var names: [String] = []
+            while let player = iterator.next() {
+                #expect(type(of: player as AnyObject) == Player.self && player.objectID.entityName == "Player")
+                names.append(player.name)
+            }
+            #expect(names == (0..<30).map { "n\($0)" }.sorted())
+            #expect(iterator.state.reused >= 10)
+        }
+    }
+
+    @Test("a reset and a fetch of another entity inside the loop: the rows stay the fetched entity's")
+    func resetAndNestedFetch() throws {
+        let stack = try TestStack(.sqlite)
+        try fillTwoEntities(stack.store)
+        try onMain(stack.store) { context in
+            var iterator = try context.fetch(FetchDescriptor<Post>(sortBy: [SortDescriptor(\.title)]), batchSize: 10).makeIterator()
+            var titles: [String] = []
+            while let post = iterator.next() {
+                #expect(type(of: post as AnyObject) == Post.self && post.objectID.entityName == "Post")
+                titles.append(post.title)
+                if titles.count == 1 || titles.count == 15 {
+                    context.reset()
+                    #expect(try context.fetch(FetchDescriptor<Player>()).count == 30)
+                }
+                if titles.count == 22 { #expect(try context.fetch(FetchDescriptor<Player>()).allSatisfy { $0.name.hasPrefix("n") }) }
+            }
+            #expect(titles == (0..<30).map { "p\($0)" }.sorted())
+        }
+    }
+
+    @Test("an object whose storage alone is held is never reused")
+    func storageHeld() throws {
+        let stack = try TestStack(.sqlite)
+        try fill(stack.store, count: 300)
+        try onMain(stack.store) { context in
+            var storage: ObjectStorage?
+            var heldID: ObjectID?
+            var iterator = try context.fetch(FetchDescriptor<Post>(sortBy: [SortDescriptor(\.title)]), batchSize: 20).makeIterator()
+            var index = 0
+            while let post = iterator.next() {
+                if index == 4 {
+                    storage = post.skyrosStorage
+                    heldID = post.objectID
+                }
+                if let storage { #expect(storage.objectID == heldID, "row \(index) took the storage of a held object") }
+                index += 1
+            }
+            #expect(index == 300 && iterator.state.reused >= 200)
+            #expect(storage?.objectID == heldID)
+        }
+    }
+
     @Test("the reference count word is read as the Swift runtime lays it out")
     func referenceCountWord() {
         final class Probe {}

@@ -611,7 +611,7 @@ public final class ObjectContext: ObjectStore, @unchecked Sendable, CustomString
         for object in inserted.values + Array(updated.values) + Array(deleted.values) {
             object.skyrosStorage.context = nil
         }
-        registry = Registry()
+        registry.removeAll()
         mergedRows.removeAll()
         clearPendingChanges()
         recorder?.removeAllActions()

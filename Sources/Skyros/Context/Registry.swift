@@ -14,6 +14,9 @@ struct Registry {
     /// references (``ObjectReuse``), not registered, kept for ``reuseSpare(for:values:version:)``.
     private var unindexed: [ObjectContext.Entry] = []
     private var live = 0
+    /// The class of the spares (its metadata): every spare is an instance of it, kept by a
+    /// batched fetch of that class's entity; nil when there are none.
+    private var spareClass: UnsafeRawPointer?
     /// Counts the times `unindexed` was moved into `index` (see ``Mark``).
     private var generation = 0
 
@@ -65,11 +68,21 @@ struct Registry {
         live += 1
     }
 
-    /// Whether a spare object waits (see `unindexed`).
-    var hasSpare: Bool { live < unindexed.count }
+    /// The spares waiting (for tests).
+    var spareCount: Int { unindexed.count - live }
 
-    /// Registers a spare object (see `unindexed`; there must be one) as the object of
-    /// another row, made that row's in place (``ObjectReuse/reuse(_:for:values:version:)``).
+    /// Whether a spare instance of the class whose metadata this is waits (see `unindexed`).
+    func hasSpare(of objectClass: UnsafeRawPointer) -> Bool { live < unindexed.count && spareClass == objectClass }
+
+    /// Forgets the spares (a batched fetch that kept them ended): nothing holds their objects.
+    mutating func dropSpares() {
+        if live < unindexed.count { unindexed.removeSubrange(live...) }
+        spareClass = nil
+    }
+
+    /// Registers a spare object (see `unindexed`; there must be one of the row's class,
+    /// ``hasSpare(of:)``) as the object of another row, made that row's in place
+    /// (``ObjectReuse/reuse(_:for:values:version:)``).
     mutating func reuseSpare(for id: consuming ObjectID, values: consuming StoredValues, version: Int64) -> AnyObject {
         let object = unindexed[live].owner
         ObjectReuse.reuse(object, for: id, values: values, version: version)
@@ -81,7 +94,7 @@ struct Registry {
     /// no changes.
     mutating func removeUnused() -> [ObjectContext.Entry] {
         // The unindexed entries in place, without hashing them.
-        unindexed.removeSubrange(live...)  // spares are not registered
+        dropSpares()  // they are not registered
         let kept = Self.keepUsed(&unindexed, from: 0)
         var removed = Array(unindexed[kept...])
         unindexed.removeSubrange(kept...)
@@ -101,10 +114,23 @@ struct Registry {
     }
 
     private mutating func indexAll() {
-        guard live > 0 else { return }
+        guard live > 0 else {
+            dropSpares()
+            return
+        }
         reserveCapacity(count)
         for entry in unindexed[..<live] { index[entry.object.objectID] = entry }
         unindexed = []  // spares too
+        spareClass = nil
+        live = 0
+        generation += 1
+    }
+
+    /// Forgets every entry (a reset of the context); marks taken before are no longer current.
+    mutating func removeAll() {
+        index = [:]
+        unindexed = []
+        spareClass = nil
         live = 0
         generation += 1
     }
@@ -123,11 +149,11 @@ struct Registry {
     /// a batch left behind by an iteration. Without a hash-table operation when nothing
     /// looked an object up by identifier meanwhile.
     ///
-    /// With `keepingSpares`, those that nothing references at all (no other strong
-    /// reference, nor any weak or unowned one: ``ObjectReuse``) stay as spares, for
-    /// ``reuseSpare(for:values:version:)`` (only for objects of a class
-    /// ``ObjectReuse/holdsOnlyStorage(_:)`` accepted).
-    mutating func releaseUnused(since mark: Mark, ids: [ObjectID], keepingSpares: Bool = false) {
+    /// With `spareClass` (the metadata of a class ``ObjectReuse/holdsOnlyStorage(_:)``
+    /// accepted), those that are instances of that very class and that nothing references at
+    /// all (no other strong reference, nor any weak or unowned one: ``ObjectReuse``) stay as
+    /// spares, for ``reuseSpare(for:values:version:)``; the other spares go.
+    mutating func releaseUnused(since mark: Mark, ids: [ObjectID], spareClass: UnsafeRawPointer? = nil) {
         guard isCurrent(mark) else {
             releaseUnused(ids)
             return
@@ -135,12 +161,16 @@ struct Registry {
         // [0, unused): registered; [unused, live): released; [live, count): spares still.
         let unused = Self.keepUsed(&unindexed, from: mark.position, to: live)
         var end = unused
-        if keepingSpares {
+        if let spareClass, self.spareClass == nil || self.spareClass == spareClass {
             let owner = MemoryLayout<ObjectContext.Entry>.offset(of: \.owner)!
             unindexed.withUnsafeMutableBufferPointer { buffer in
                 let base = UnsafeRawPointer(buffer.baseAddress!)
-                for position in unused..<buffer.count
-                where ObjectReuse.isUnreferenced(referenceAt: base + position * MemoryLayout<ObjectContext.Entry>.stride + owner) {
+                for position in unused..<buffer.count {
+                    let field = base + position * MemoryLayout<ObjectContext.Entry>.stride + owner
+                    // Its class first (the object's first word), then its references.
+                    guard field.load(as: UnsafeRawPointer.self).load(as: UnsafeRawPointer.self) == spareClass,
+                        ObjectReuse.isUnreferenced(referenceAt: field)
+                    else { continue }
                     if end != position { buffer.swapAt(end, position) }
                     end += 1
                 }
@@ -148,6 +178,7 @@ struct Registry {
         }
         unindexed.removeSubrange(end...)
         live = unused
+        self.spareClass = end > unused ? spareClass : nil
     }
 
     /// Whether the entries added since `mark` are still where it says (nothing was indexed

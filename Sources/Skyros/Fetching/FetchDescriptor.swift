@@ -156,6 +156,8 @@ final class BatchIteration {
     /// fewer per row; see ``ObjectReuse``): when the entity's class allows it, known once the
     /// first object is made.
     @exclusivity(unchecked) var reuses: Bool?
+    /// When it does, the class's metadata: only instances of this very class are reused.
+    @exclusivity(unchecked) var objectClass: UnsafeRawPointer?
     /// The rows given a reused object (for tests).
     @exclusivity(unchecked) var reused = 0
 
@@ -174,7 +176,7 @@ final class BatchIteration {
             defer { position += 1 }
             return batch[position]
         }
-        releaseBatch()
+        releaseBatch(keepingSpares: source != nil)  // the last release keeps none
         guard let source else { return nil }
         do {
             switch source {
@@ -189,6 +191,7 @@ final class BatchIteration {
         }
         guard !batch.isEmpty else {
             self.source = nil
+            context.registry.dropSpares()
             return nil
         }
         position = 1
@@ -196,8 +199,9 @@ final class BatchIteration {
     }
 
     /// Lets go of the current batch: the objects it registered leave the context unless
-    /// something else holds them or they have changes.
-    private func releaseBatch() {
+    /// something else holds them or they have changes; with `keepingSpares`, those nothing
+    /// references stay for the next rows (see ``reuses``).
+    private func releaseBatch(keepingSpares: Bool) {
         // A cursor's batch needs identifiers only when the registry was indexed meanwhile: then
         // the batch's objects (some may have been registered before it: released too if nothing
         // holds them, as a pruning of the registry would).
@@ -206,7 +210,7 @@ final class BatchIteration {
         batch.removeAll(keepingCapacity: true)
         position = 0
         if let mark {
-            context.registry.releaseUnused(since: mark, ids: ids, keepingSpares: reuses == true)
+            context.registry.releaseUnused(since: mark, ids: ids, spareClass: keepingSpares ? objectClass : nil)
             self.mark = nil
         } else if !madeIDs.isEmpty {
             context.registry.releaseUnused(madeIDs)
@@ -227,7 +231,7 @@ final class BatchIteration {
                 batch.append(object)
                 return
             }
-            if reuses == true, context.registry.hasSpare {
+            if let objectClass, context.registry.hasSpare(of: objectClass) {
                 batch.append(context.registry.reuseSpare(for: consume id, values: consume values, version: version))
                 reused &+= 1
                 return
@@ -236,6 +240,7 @@ final class BatchIteration {
             if reuses == nil {
                 // Decided once, on the first object made (a flat entity's class holding nothing but its storage).
                 reuses = entity.hierarchy == nil && ObjectReuse.holdsOnlyStorage(entry.object)
+                if reuses == true { objectClass = UnsafeRawPointer(Unmanaged.passUnretained(entry.owner).toOpaque()).load(as: UnsafeRawPointer.self) }
             }
             batch.append(entry.owner)
             context.registry.addNew(entry)
@@ -280,7 +285,10 @@ final class BatchIteration {
         // Left early (a `break`): the statement ends now, and the last batch leaves the
         // context unless held (only on the context's queue, where its registry may be touched).
         if case .cursor(let cursor)? = source { cursor.close() }
-        if context.isPerformingOnCurrentThread { releaseBatch() }
+        if context.isPerformingOnCurrentThread {
+            releaseBatch(keepingSpares: false)
+            context.registry.dropSpares()
+        }
     }
 }
 

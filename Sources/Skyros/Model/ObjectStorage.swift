@@ -245,6 +245,8 @@ enum ObjectReuse {
     /// keeps its instances: their values belong to one object.
     static func holdsOnlyStorage(_ sample: any ManagedObject) -> Bool {
         #if arch(x86_64) || arch(arm64)
+            // A custom mirror could hide stored properties.
+            guard !(sample is any CustomReflectable) else { return false }
             let mirror = Mirror(reflecting: sample)
             guard mirror.superclassMirror == nil, mirror.children.count == 1,
                 let field = mirror.children.first?.value as AnyObject?, field === sample.skyrosStorage
