@@ -144,9 +144,8 @@ extension ObjectContext {
                 body(object)
                 return
             }
-            let entry = makeEntry(id, of: entity, values: values, version: version)
-            let object = entry.object
-            registry.addNew(entry)
+            let object = makeObject(id, of: entity, values: values, version: version, exposed: true)
+            registry.addNew(Entry(object))
             // Merges run on this queue: the row of a merged insert is no newer than the store's.
             if !mergedRows.isEmpty { mergedRows.remove(id) }
             body(object)

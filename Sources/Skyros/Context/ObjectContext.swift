@@ -63,16 +63,9 @@ public final class ObjectContext: ObjectStore, @unchecked Sendable, CustomString
         var owner: AnyObject
         /// The same object as a managed object; kept alive by `owner`.
         unowned(unsafe) let object: any ManagedObject
-        /// Its storage (kept alive by the object), read with no call through the protocol.
-        unowned(unsafe) let storage: ObjectStorage
         init(_ object: any ManagedObject) {
-            self.init(object, storage: object.skyrosStorage)
-        }
-        /// An entry of an object whose storage is at hand (no call through the protocol).
-        init(_ object: any ManagedObject, storage: ObjectStorage) {
             self.owner = object
             self.object = object
-            self.storage = storage
         }
     }
     @exclusivity(unchecked) var registry = Registry()
@@ -304,16 +297,6 @@ public final class ObjectContext: ObjectStore, @unchecked Sendable, CustomString
         storage.version = version
         storage.isExposed = exposed
         return type.init(skyrosStorage: storage)
-    }
-
-    /// The registry entry of a new object made from a row of a fetch (exposed), its storage
-    /// taken where it is made.
-    func makeEntry(_ id: ObjectID, of entity: EntityDescription, values: StoredValues, version: Int64) -> Entry {
-        guard entity.hierarchy == nil else { return Entry(makeObject(id, of: entity, values: values, version: version, exposed: true)) }
-        let storage = ObjectStorage(objectID: id, entity: entity, values: values, reference: reference)
-        storage.version = version
-        storage.isExposed = true
-        return Entry(entity.objectType.init(skyrosStorage: storage), storage: storage)
     }
 
     /// An object of an entity hierarchy known by its identifier alone: its row is read first, to

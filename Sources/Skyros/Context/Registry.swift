@@ -59,6 +59,7 @@ struct Registry {
 
     /// Registers an object that is not registered yet (a new object of a fetch, which gives
     /// each object once), without indexing it yet.
+    @inline(__always)
     mutating func addNew(_ entry: __owned ObjectContext.Entry) {
         if live < unindexed.count {
             unindexed[live] = entry  // in place of a spare, which goes
@@ -103,7 +104,7 @@ struct Registry {
         var position = index.values.startIndex
         while position != index.values.endIndex {
             if isKnownUniquelyReferenced(&index.values[position].owner),
-                !index.values[position].storage.hasChanges
+                !index.values[position].object.skyrosStorage.hasChanges
             {
                 unused.append(index.keys[position])
             }
@@ -159,7 +160,7 @@ struct Registry {
             return
         }
         // [0, unused): registered; [unused, live): released; [live, count): spares still.
-        let unused = Self.keepUsed(&unindexed, from: mark.position, to: live)
+        let unused = Self.keepUsed(&unindexed, from: mark.position, to: live, storageFirstIn: spareClass)
         var end = unused
         if let spareClass, self.spareClass == nil || self.spareClass == spareClass {
             let owner = MemoryLayout<ObjectContext.Entry>.offset(of: \.owner)!
@@ -191,12 +192,21 @@ struct Registry {
     /// or that have changes, to the front of that range, in place; returns where the others
     /// (the unused ones) begin. Through the buffer: `isKnownUniquelyReferenced(&entries[i].owner)`
     /// checks a copy of the entry (always false); the buffer's element is checked in place.
-    private static func keepUsed(_ entries: inout [ObjectContext.Entry], from start: Int, to end: Int? = nil) -> Int {
+    ///
+    /// Instances of `storageFirstIn` (a class ``ObjectReuse/holdsOnlyStorage(_:)`` accepted)
+    /// have their storage read where it is, with no call through the protocol.
+    private static func keepUsed(
+        _ entries: inout [ObjectContext.Entry], from start: Int, to end: Int? = nil, storageFirstIn objectClass: UnsafeRawPointer? = nil
+    ) -> Int {
         entries.withUnsafeMutableBufferPointer { buffer in
             var kept = start
             for position in start..<(end ?? buffer.count) {
-                if isKnownUniquelyReferenced(&buffer[position].owner), !buffer[position].storage.hasChanges {
-                    continue
+                if isKnownUniquelyReferenced(&buffer[position].owner) {
+                    let object = Unmanaged.passUnretained(buffer[position].owner).toOpaque()
+                    let hasChanges =
+                        objectClass != nil && object.load(as: UnsafeRawPointer.self) == objectClass
+                        ? ObjectReuse.storage(ofInstance: object).hasChanges : buffer[position].object.skyrosStorage.hasChanges
+                    if !hasChanges { continue }
                 }
                 if kept != position { buffer.swapAt(kept, position) }
                 kept += 1
@@ -211,7 +221,7 @@ struct Registry {
         for id in ids {
             guard let position = index.index(forKey: id) else { continue }
             if isKnownUniquelyReferenced(&index.values[position].owner),
-                !index.values[position].storage.hasChanges
+                !index.values[position].object.skyrosStorage.hasChanges
             {
                 index.remove(at: position)
             }

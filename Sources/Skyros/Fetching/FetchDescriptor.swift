@@ -236,14 +236,14 @@ final class BatchIteration {
                 reused &+= 1
                 return
             }
-            let entry = context.makeEntry(id, of: entity, values: values, version: version)
+            let object = context.makeObject(id, of: entity, values: values, version: version, exposed: true)
             if reuses == nil {
                 // Decided once, on the first object made (a flat entity's class holding nothing but its storage).
-                reuses = entity.hierarchy == nil && ObjectReuse.holdsOnlyStorage(entry.object)
-                if reuses == true { objectClass = UnsafeRawPointer(Unmanaged.passUnretained(entry.owner).toOpaque()).load(as: UnsafeRawPointer.self) }
+                reuses = entity.hierarchy == nil && ObjectReuse.holdsOnlyStorage(object)
+                if reuses == true { objectClass = UnsafeRawPointer(Unmanaged.passUnretained(object as AnyObject).toOpaque()).load(as: UnsafeRawPointer.self) }
             }
-            batch.append(entry.owner)
-            context.registry.addNew(entry)
+            context.registry.addNew(ObjectContext.Entry(object))
+            batch.append(object)
         }
         if !more { source = nil }
     }

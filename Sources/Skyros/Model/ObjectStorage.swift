@@ -263,6 +263,16 @@ enum ObjectReuse {
         Unmanaged.passUnretained(object).toOpaque().load(fromByteOffset: 16, as: UnsafeMutableRawPointer?.self)
     }
 
+    /// The storage of an instance (at `object`) of a class ``holdsOnlyStorage(_:)`` accepted,
+    /// unretained: valid while the instance is.
+    @inline(__always)
+    static func storage(ofInstance object: UnsafeMutableRawPointer) -> ObjectStorage {
+        unowned(unsafe) let storage = Unmanaged<ObjectStorage>.fromOpaque(
+            object.load(fromByteOffset: 16, as: UnsafeMutableRawPointer.self)
+        ).takeUnretainedValue()
+        return storage
+    }
+
     /// Makes an unreferenced object of a class ``holdsOnlyStorage(_:)`` accepted another
     /// row's (``ObjectStorage/reuse(for:values:version:)``), reaching its storage without a
     /// reference count operation.
