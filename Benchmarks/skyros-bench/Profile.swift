@@ -177,7 +177,7 @@ struct Profile {
         // profiler sees the iteration alone.
         let kept = ProcessInfo.processInfo.environment["SKYROS_PROFILE_STORE"].map { URL(fileURLWithPath: $0) }
         let url = kept ?? directory.appendingPathComponent("iterate.sqlite")
-        if !(kept.map { FileManager.default.fileExists(atPath: $0.path) } ?? false) { try RawSQLite.fillStore(at: url, rows: rows) }
+        if kept == nil || !FileManager.default.fileExists(atPath: url.path) { try RawSQLite.fillStore(at: url, rows: rows) }
         let rounds = rounds ?? 3
         var sum = 0.0
         var best = Double.infinity

@@ -169,7 +169,7 @@ struct Registry {
                 for position in unused..<buffer.count {
                     let field = base + position * MemoryLayout<ObjectContext.Entry>.stride + owner
                     // Its class first (the object's first word), then its references.
-                    guard field.load(as: UnsafeRawPointer.self).load(as: UnsafeRawPointer.self) == spareClass,
+                    guard ObjectReuse.objectClass(ofInstance: field.load(as: UnsafeRawPointer.self)) == spareClass,
                         ObjectReuse.isUnreferenced(referenceAt: field)
                     else { continue }
                     if end != position { buffer.swapAt(end, position) }
@@ -202,9 +202,9 @@ struct Registry {
             var kept = start
             for position in start..<(end ?? buffer.count) {
                 if isKnownUniquelyReferenced(&buffer[position].owner) {
-                    let object = Unmanaged.passUnretained(buffer[position].owner).toOpaque()
+                    let object = UnsafeRawPointer(Unmanaged.passUnretained(buffer[position].owner).toOpaque())
                     let hasChanges =
-                        objectClass != nil && object.load(as: UnsafeRawPointer.self) == objectClass
+                        objectClass != nil && ObjectReuse.objectClass(ofInstance: object) == objectClass
                         ? ObjectReuse.storage(ofInstance: object).hasChanges : buffer[position].object.skyrosStorage.hasChanges
                     if !hasChanges { continue }
                 }

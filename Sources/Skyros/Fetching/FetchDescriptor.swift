@@ -240,7 +240,7 @@ final class BatchIteration {
             if reuses == nil {
                 // Decided once, on the first object made (a flat entity's class holding nothing but its storage).
                 reuses = entity.hierarchy == nil && ObjectReuse.holdsOnlyStorage(object)
-                if reuses == true { objectClass = UnsafeRawPointer(Unmanaged.passUnretained(object as AnyObject).toOpaque()).load(as: UnsafeRawPointer.self) }
+                if reuses == true { objectClass = ObjectReuse.objectClass(of: object as AnyObject) }
             }
             context.registry.addNew(ObjectContext.Entry(object))
             batch.append(object)

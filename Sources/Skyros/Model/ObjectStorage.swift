@@ -239,10 +239,14 @@ extension ObjectStorage: Sendable {}
 /// refers to the object. Any other word (another layout, a weak reference ever made, an
 /// unowned one) says no: the object is then freed, as always.
 enum ObjectReuse {
-    /// Whether instances of `type` hold nothing but their storage (a class of its own, no
-    /// superclass, one stored property: `skyrosStorage`), which is then their first field;
-    /// `sample` is one of them. A class with other stored properties (`@Transient` ones)
-    /// keeps its instances: their values belong to one object.
+    /// Where an instance's first stored property lies: after its metadata pointer and its
+    /// reference count word.
+    private static let firstFieldOffset = 16
+
+    /// Whether instances of `sample`'s class hold nothing but their storage (a class of its
+    /// own, no superclass, one stored property: `skyrosStorage`), which is then their first
+    /// field. A class with other stored properties (`@Transient` ones) keeps its instances:
+    /// their values belong to one object.
     static func holdsOnlyStorage(_ sample: any ManagedObject) -> Bool {
         #if arch(x86_64) || arch(arm64)
             // A custom mirror could hide stored properties.
@@ -251,24 +255,32 @@ enum ObjectReuse {
             guard mirror.superclassMirror == nil, mirror.children.count == 1,
                 let field = mirror.children.first?.value as AnyObject?, field === sample.skyrosStorage
             else { return false }
-            return storage(of: sample as AnyObject) == Unmanaged.passUnretained(sample.skyrosStorage).toOpaque()
+            let instance = UnsafeRawPointer(Unmanaged.passUnretained(sample as AnyObject).toOpaque())
+            return instance.load(fromByteOffset: firstFieldOffset, as: UnsafeRawPointer?.self)
+                == UnsafeRawPointer(Unmanaged.passUnretained(sample.skyrosStorage).toOpaque())
         #else
             return false
         #endif
     }
 
-    /// The first field of an instance of a class ``holdsOnlyStorage(_:)`` accepted: its storage.
+    /// The class of the instance at `instance`: its metadata, the instance's first word.
     @inline(__always)
-    private static func storage(of object: AnyObject) -> UnsafeMutableRawPointer? {
-        Unmanaged.passUnretained(object).toOpaque().load(fromByteOffset: 16, as: UnsafeMutableRawPointer?.self)
+    static func objectClass(ofInstance instance: UnsafeRawPointer) -> UnsafeRawPointer {
+        instance.load(as: UnsafeRawPointer.self)
     }
 
-    /// The storage of an instance (at `object`) of a class ``holdsOnlyStorage(_:)`` accepted,
-    /// unretained: valid while the instance is.
+    /// The class of `object` (its metadata).
     @inline(__always)
-    static func storage(ofInstance object: UnsafeMutableRawPointer) -> ObjectStorage {
+    static func objectClass(of object: AnyObject) -> UnsafeRawPointer {
+        objectClass(ofInstance: UnsafeRawPointer(Unmanaged.passUnretained(object).toOpaque()))
+    }
+
+    /// The storage of the instance at `instance` (of a class ``holdsOnlyStorage(_:)``
+    /// accepted), unretained: valid while the instance is.
+    @inline(__always)
+    static func storage(ofInstance instance: UnsafeRawPointer) -> ObjectStorage {
         unowned(unsafe) let storage = Unmanaged<ObjectStorage>.fromOpaque(
-            object.load(fromByteOffset: 16, as: UnsafeMutableRawPointer.self)
+            instance.load(fromByteOffset: firstFieldOffset, as: UnsafeRawPointer.self)
         ).takeUnretainedValue()
         return storage
     }
@@ -278,7 +290,7 @@ enum ObjectReuse {
     /// reference count operation.
     @inline(__always)
     static func reuse(_ object: AnyObject, for id: consuming ObjectID, values: consuming StoredValues, version: Int64) {
-        unowned(unsafe) let storage = Unmanaged<ObjectStorage>.fromOpaque(storage(of: object)!).takeUnretainedValue()
+        unowned(unsafe) let storage = storage(ofInstance: UnsafeRawPointer(Unmanaged.passUnretained(object).toOpaque()))
         storage.reuse(for: id, values: values, version: version)
     }
 
@@ -289,7 +301,7 @@ enum ObjectReuse {
     @inline(__always)
     static func isUnreferenced(referenceAt field: UnsafeRawPointer) -> Bool {
         guard isSoleReference(at: field), let object = field.load(as: UnsafeRawPointer?.self) else { return false }
-        return isSoleReference(at: object + 16)  // its first field: its storage
+        return isSoleReference(at: object + firstFieldOffset)  // its storage
     }
 
     /// Whether the reference at `field` is the only one to its object: no other strong
