@@ -90,6 +90,13 @@ struct FloodBenchmark {
             let process = Process()
             process.executableURL = executable
             process.arguments = [role, target, go, "\(seconds)"]
+            // SKYROS_BENCH_WRAP="valgrind --tool=callgrind …": the first process runs under that
+            // command (instruction counts of one client among real others).
+            if processes.isEmpty, let wrap = ProcessInfo.processInfo.environment["SKYROS_BENCH_WRAP"] {
+                let words = wrap.split(separator: " ").map(String.init)
+                process.executableURL = URL(fileURLWithPath: words[0])
+                process.arguments = Array(words.dropFirst()) + [role, target, go, "\(seconds)"]
+            }
             let pipe = Pipe()
             process.standardOutput = pipe
             try process.run()

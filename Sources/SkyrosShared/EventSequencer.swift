@@ -142,19 +142,23 @@ struct EventSequencer: Equatable {
     /// catch-up is asked.
     private mutating func advance(_ events: [ChangeEvent], catchUpOnGap: Bool) -> [Action] {
         var merged: [ChangeEvent] = []
+        merged.reserveCapacity(events.count)
         var gap = false
-        for (position, event) in events.enumerated() {
+        // By index: an event is copied only into `merged` (the event thread's hot path).
+        for position in events.indices {
             absorbOwnSequences()
-            guard event.sequence > sequence else { continue }  // known, or a heartbeat with nothing new
-            guard event.isChangeSet, event.sequence == sequence + 1 else {
+            let next = events[position].sequence
+            guard next > sequence else { continue }  // known, or a heartbeat with nothing new
+            // `kind` rather than `isChangeSet`: a getter of another module is handed a copy of the event.
+            guard events[position].kind != .heartbeat, next == sequence + 1 else {
                 if savesInFlight > 0 {
                     held = Self.union(held, events[position...].filter(\.isChangeSet), after: sequence)
                 }
                 gap = true
                 break
             }
-            sequence = event.sequence
-            if event.authorID != clientID { merged.append(event) }
+            sequence = next
+            if events[position].authorID != clientID { merged.append(events[position]) }
         }
         absorbOwnSequences()
         var actions: [Action] = merged.isEmpty ? [] : [.merge(merged)]
@@ -163,8 +167,10 @@ struct EventSequencer: Equatable {
     }
 
     private mutating func absorbOwnSequences() {
+        guard !ownSequences.isEmpty else { return }
         while ownSequences.remove(sequence + 1) != nil { sequence += 1 }
-        if !ownSequences.isEmpty { ownSequences = ownSequences.filter { $0 > sequence } }
+        // A new set only when one is left behind (the events went past it).
+        if ownSequences.contains(where: { $0 <= sequence }) { ownSequences = ownSequences.filter { $0 > sequence } }
     }
 
     /// Held events and new ones, in order, each once, past `sequence`.

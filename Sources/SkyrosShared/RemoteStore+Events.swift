@@ -28,8 +28,10 @@ extension RemoteStore {
     /// Takes the store's schema version a `schemaChanged` event among `events` announces:
     /// from then on this client may be served through a projection.
     private func noteSchemaChange(in events: [ChangeEvent]) {
-        guard let changed = events.last(where: { $0.kind == .schemaChanged }) else { return }
-        state.withLock { $0.storeSchemaVersion = max($0.storeSchemaVersion, changed.schemaVersion) }
+        // By index: an event is not copied to be looked at (the event thread's hot path).
+        guard let index = events.indices.last(where: { events[$0].kind == .schemaChanged }) else { return }
+        let version = events[index].schemaVersion
+        state.withLock { $0.storeSchemaVersion = max($0.storeSchemaVersion, version) }
     }
 
     /// The event thread: it holds the store only while it handles something, so that the
@@ -80,7 +82,7 @@ extension RemoteStore {
                     default: continue
                     }
                     self.noteSchemaChange(in: received)
-                    let changeSets = received.count { $0.isChangeSet }
+                    let changeSets = received.indices.count { received[$0].kind != .heartbeat }
                     self.state.withLock { $0.receivedEvents += changeSets }
                     self.ownChangeSetsNumbered(in: received)
                     self.perform { $0.received(received) }
@@ -130,8 +132,9 @@ extension RemoteStore {
                 guard let last = events.last else { break }
                 state.withLock { $0.onChange }?(events.map { StoreChange($0, schema: schema) })
                 state.withLock { $0.delivered = max($0.delivered, last.sequence) }
-                let rejected = events.flatMap { event in
-                    (event.syncRejections ?? []).map { rejection in
+                let rejecting = events.indices.filter { events[$0].unknownKind == ChangeEvent.syncRejectedKind }
+                let rejected = rejecting.flatMap { index in
+                    (events[index].syncRejections ?? []).map { rejection in
                         var error = SkyrosError(
                             .syncRejected,
                             "the sync server refused a change set of this machine: \(rejection.reason); "
@@ -182,7 +185,10 @@ extension RemoteStore {
     /// the sequencer merges what follows them (their reply may come later than their event).
     func ownChangeSetsNumbered(in events: [ChangeEvent]) {
         guard let ownWrites = state.withLock({ $0.ownWrites }) else { return }
-        for event in events where event.isChangeSet && event.authorID == clientID { ownWrites.numbered(event.sequence) }
+        // `kind` rather than `isChangeSet`: a getter of another module is handed a copy of the event.
+        for index in events.indices where events[index].kind != .heartbeat && events[index].authorID == clientID {
+            ownWrites.numbered(events[index].sequence)
+        }
     }
 
     /// Hands actions decided off the event thread to it.

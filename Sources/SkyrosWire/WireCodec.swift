@@ -44,6 +44,9 @@ package struct WireWriter {
 
     package init() {}
 
+    /// A writer whose buffer has room for `capacity` bytes before it grows.
+    package init(capacity: Int) { bytes.reserveCapacity(capacity) }
+
     package mutating func byte(_ value: UInt8) { bytes.append(value) }
 
     /// Unsigned LEB128.
@@ -133,10 +136,9 @@ package struct WireReader {
 
     package mutating func double() throws(WireError) -> Double {
         guard remaining >= 8 else { throw .truncated }
-        var raw: UInt64 = 0
-        for index in 0..<8 { raw |= UInt64(bytes[position + index]) << (8 * UInt64(index)) }
+        let raw = bytes.withUnsafeBytes { $0.loadUnaligned(fromByteOffset: position, as: UInt64.self) }
         position += 8
-        return Double(bitPattern: raw)
+        return Double(bitPattern: UInt64(littleEndian: raw))
     }
 
     package mutating func bool() throws(WireError) -> Bool {
@@ -154,14 +156,19 @@ package struct WireReader {
     }
 
     /// A string, refused unless its bytes are valid UTF-8. Decoded straight from the message
-    /// (no copy of the bytes first); `String(decoding:)` replaces invalid sequences, so the
-    /// result is compared with the bytes, which costs less than the generic validating path.
+    /// (no copy of the bytes first); `String(decoding:)` replaces invalid sequences, so
+    /// unless the bytes are ASCII (entity names, most text: always valid) the result is
+    /// compared with them, which costs less than the generic validating path.
     package mutating func string() throws(WireError) -> String {
         let length = try count()
-        let text = bytes.withUnsafeBufferPointer { buffer in
+        let text = bytes.withUnsafeBufferPointer { buffer -> String? in
             let raw = UnsafeBufferPointer(rebasing: buffer[position..<(position + length)])
             let text = String(decoding: raw, as: UTF8.self)
-            return text.utf8.elementsEqual(raw) ? text : nil
+            var high: UInt8 = 0
+            for byte in raw { high |= byte }
+            if high < 0x80 { return text }
+            var copy = text
+            return copy.withUTF8 { $0.elementsEqual(raw) } ? text : nil
         }
         guard let text else { throw .invalidUTF8 }
         position += length
@@ -170,10 +177,7 @@ package struct WireReader {
 
     package mutating func uuid() throws(WireError) -> UUID {
         guard remaining >= 16 else { throw .truncated }
-        var value: uuid_t = (0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0)
-        withUnsafeMutableBytes(of: &value) { buffer in
-            for index in 0..<16 { buffer[index] = bytes[position + index] }
-        }
+        let value = bytes.withUnsafeBytes { $0.loadUnaligned(fromByteOffset: position, as: uuid_t.self) }
         position += 16
         return UUID(uuid: value)
     }

@@ -273,7 +273,7 @@ package struct WireMessage: Sendable, Hashable {
 
     /// `[version][kind][requestID uvarint][body]`.
     package func encoded() -> [UInt8] {
-        var writer = WireWriter()
+        var writer = WireWriter(capacity: 256)  // most requests and replies fit: no regrowth
         writer.byte(WireProtocol.version)
         writer.byte(body.kind.rawValue)
         writer.uvarint(requestID)
@@ -510,13 +510,17 @@ extension WireReader {
             return ChangeEvent.Update(id: id, version: version, values: try reader.propertyValues())
         }
         let deleted = try list(minimumSize: 17) { reader throws(WireError) in try reader.objectID() }
+        let schemaVersion = kind == .schemaChanged ? try uvarint() : 0
+        guard kind.rawValue != tag else {  // a known kind: made once, not copied to be changed
+            return ChangeEvent(
+                sequence: sequence, kind: kind, authorID: authorID, author: author, inserted: inserted,
+                updated: updated, deleted: deleted, schemaVersion: schemaVersion)
+        }
         var event = ChangeEvent(
             sequence: sequence, kind: kind, authorID: authorID, author: author, inserted: inserted, updated: updated,
-            deleted: deleted, schemaVersion: kind == .schemaChanged ? try uvarint() : 0)
-        if kind.rawValue != tag {
-            event.unknownKind = tag
-            event.extensionBytes = try data()
-        }
+            deleted: deleted, schemaVersion: schemaVersion)
+        event.unknownKind = tag
+        event.extensionBytes = try data()
         return event
     }
 

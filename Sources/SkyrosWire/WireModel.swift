@@ -251,9 +251,25 @@ extension WireReader {
 
     package mutating func snapshot() throws(WireError) -> Snapshot {
         let id = try objectID()
-        let count = try count()
-        var values = StoredValues(repeating: .null, count: count)  // `count` fits in what is left of the message
-        for index in 0..<count { values[index] = try value() }
+        let count = try count()  // fits in what is left of the message
+        // Decoded in place (no buffer of nulls overwritten value by value); after a malformed
+        // value the rest are nulls, and the error is thrown once the buffer is whole.
+        var failure: WireError?
+        let values = StoredValues(unsafeUninitializedCount: count) { target in
+            for index in 0..<count {
+                guard failure == nil else {
+                    (target + index).initialize(to: .null)
+                    continue
+                }
+                do throws(WireError) {
+                    (target + index).initialize(to: try value())
+                } catch {
+                    failure = error
+                    (target + index).initialize(to: .null)
+                }
+            }
+        }
+        if let failure { throw failure }
         return Snapshot(id: id, values: values, version: try version())
     }
 

@@ -61,14 +61,23 @@ package enum ZMTP {
     }
 
     /// A message's frames as ZMTP frames.
+    // Specialized for the frames the client and the daemon send (byte arrays): called from
+    // other modules, the generic version walks every frame through witness tables.
+    @_specialize(exported: true, where Frames == [[UInt8]])
+    @_specialize(exported: true, where Frames == CollectionOfOne<[UInt8]>)
     package static func encode<Frames: Collection>(_ frames: Frames) -> [UInt8] where Frames.Element: Collection<UInt8> {
         var bytes: [UInt8] = []
-        bytes.reserveCapacity(frames.reduce(0) { $0 + $1.count + 9 })
+        var size = 0
+        for frame in frames { size += frame.count + 9 }
+        bytes.reserveCapacity(size)
         var left = frames.count
         for frame in frames {
             left -= 1
             appendHeader(to: &bytes, size: frame.count, more: left > 0, command: false)
-            bytes.append(contentsOf: frame)
+            // Contiguous frames (arrays, `Data`) in one copy, in the generic version too.
+            if frame.withContiguousStorageIfAvailable({ bytes.append(contentsOf: $0) }) == nil {
+                bytes.append(contentsOf: frame)
+            }
         }
         return bytes
     }

@@ -212,13 +212,15 @@ package final class ZMTPServer {
     /// none, or when the high-water mark's worth already waits for it); returns whether it went
     /// out or waits to.
     @discardableResult
-    package func send(to identity: Data, _ frame: some Collection<UInt8>) -> Bool {
+    @_specialize(exported: true, where Frame == [UInt8])  // the daemon's replies
+    package func send<Frame: Collection<UInt8>>(to identity: Data, _ frame: Frame) -> Bool {
         send(to: identity, frames: CollectionOfOne(frame))
     }
 
     /// Sends a message of several frames to the connection with `identity` (see
     /// ``send(to:_:)``).
     @discardableResult
+    @_specialize(exported: true, where Frames == CollectionOfOne<[UInt8]>)
     package func send<Frames: Collection>(to identity: Data, frames: Frames) -> Bool where Frames.Element: Collection<UInt8> {
         precondition(!frames.isEmpty, "a message has at least one frame")
         guard let connection = byIdentity[identity], hasRoom(connection) else { return false }
@@ -231,6 +233,7 @@ package final class ZMTPServer {
     /// those for which the high-water mark's worth already waits: dropped for them); returns to
     /// how many it went out or waits to.
     @discardableResult
+    @_specialize(exported: true, where Frame == [UInt8])  // the daemon's events
     package func publish<Frame: Collection<UInt8>>(_ frames: [Frame]) -> Int {
         precondition(!frames.isEmpty, "a message has at least one frame")
         var bytes: [UInt8]?

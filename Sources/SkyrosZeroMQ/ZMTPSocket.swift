@@ -176,6 +176,7 @@ package final class ZMTPSocket {
     /// connection. Returns false, and drops it, when the send queue is full (`sendQueueLimit`
     /// messages, or `sendQueueBytes` bytes, wait to be written).
     @discardableResult
+    @_specialize(exported: true, where Frame == [UInt8])  // the client's requests
     package func send<Frame: Collection<UInt8>>(_ message: [Frame]) -> Bool {
         precondition(!message.isEmpty, "a message has at least one frame")
         precondition(kind == .dealer, "a SUB socket sends nothing but its subscriptions")

@@ -218,6 +218,30 @@ struct WireCodecTests {
         }
     }
 
+    @Test("a snapshot whose values are malformed part-way is refused with the value's error; a whole one reads back")
+    func snapshotDecodedInPlace() throws {
+        let id = ObjectID(entityName: "User", uuid: UUID())
+        func encoded(_ values: [StoredValue], then tail: [UInt8]) -> [UInt8] {
+            var writer = WireWriter()
+            writer.objectID(id)
+            writer.uvarint(UInt64(values.count + (tail.isEmpty ? 0 : 3)))  // the bad one and two nulls
+            for value in values { writer.value(value) }
+            var bytes = writer.bytes + tail
+            if !tail.isEmpty { bytes += [0, 0] }  // two well-formed nulls after the bad one
+            bytes.append(3)  // version
+            return bytes
+        }
+        let values: [StoredValue] = [.text("Ada"), .integer(-7), .real(2.5), .null, .blob(Data([1, 2]))]
+        var whole = WireReader(encoded(values, then: []))
+        let snapshot = try whole.snapshot()
+        #expect(snapshot.id == id && snapshot.version == 3 && Array(snapshot.values) == values)
+        #expect(whole.remaining == 0)
+        var bad = WireReader(encoded(Array(values.prefix(2)), then: [9]))  // tag 9 is no value
+        #expect(throws: WireError.invalidTag("value", 9)) { try bad.snapshot() }
+        var badText = WireReader(encoded([.integer(1)], then: [3, 2, 0xC0, 0xAF]))  // an overlong "/"
+        #expect(throws: WireError.invalidUTF8) { try badText.snapshot() }
+    }
+
     /// A deterministic, seeded mutation fuzzer: 200,000 inputs here (a few seconds); set
     /// SKYROS_FUZZ_ITERATIONS=1000000 (or more) for the long run.
     @Test("mutated and generated inputs never crash the decoder, hang, or allocate without bound")

@@ -17,7 +17,9 @@ extension ObjectContext {
             let observed = reference.isObserved
             var merged = ContextChanges(kind: .merged)
             var reload = false
-            for change in changes {
+            // By index, here and below: a change (and its rows) is not copied to be read.
+            for position in changes.indices {
+                let change = changes[position]
                 if change.isReset {
                     forgetAllClean()
                     mergedRows.removeAll()
@@ -48,11 +50,12 @@ extension ObjectContext {
     private func merge(_ change: StoreChange, observed: Bool, into merged: inout ContextChanges) {
         // Objects for observers (they are handed the inserted objects); rows otherwise, made
         // objects only if someone asks for them.
-        for snapshot in change.inserted where registered(snapshot.id) == nil {
+        let inserted = change.inserted
+        for index in inserted.indices where registered(inserted[index].id) == nil {
             if observed {
-                _ = try? materialize(snapshot.id, values: snapshot.values, version: snapshot.version)
+                _ = try? materialize(inserted[index].id, values: inserted[index].values, version: inserted[index].version)
             } else {
-                mergedRows.insert(snapshot.id, values: snapshot.values, version: snapshot.version)
+                mergedRows.insert(inserted[index].id, values: inserted[index].values, version: inserted[index].version)
             }
         }
         for (id, update) in change.updated {
@@ -61,7 +64,7 @@ extension ObjectContext {
             if observed { merged.updatedProperties[id, default: []].formUnion(update.properties) }
         }
         if observed {
-            for snapshot in change.inserted { merged.insertedIDs.append(snapshot.id) }
+            for index in inserted.indices { merged.insertedIDs.append(inserted[index].id) }
             for id in change.deleted {
                 merged.deleted.append(id)
                 if let object = registry[id]?.object { merged.deletedObjects[id] = object }

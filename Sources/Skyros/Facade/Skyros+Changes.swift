@@ -90,7 +90,7 @@ extension Skyros {
         // ``changes`` delivers them once the main context is free again: a consumer that
         // reads the main context as soon as it is told (the usual thing to do) then finds it
         // idle, instead of waking only to wait for the end of this merge.
-        defer { if publishing { for change in changes { changeObservers.yield(change) } } }
+        defer { if publishing { changeObservers.yield(changes) } }
         main.merge(changes)
     }
 }
@@ -109,8 +109,14 @@ final class ChangeObservers: @unchecked Sendable {
         }
     }
 
-    func yield(_ change: StoreChange) {
-        for continuation in lock.withLock({ Array(continuations.values) }) { continuation.yield(change) }
+    /// Yields `changes` in order to every stream, looking at the streams once (most stacks
+    /// have none: the event thread's merges then pay one lock for all).
+    func yield(_ changes: some Collection<StoreChange>) {
+        let streams = lock.withLock { continuations.isEmpty ? [] : Array(continuations.values) }
+        guard !streams.isEmpty else { return }
+        for change in changes {
+            for continuation in streams { continuation.yield(change) }
+        }
     }
 
     deinit {
