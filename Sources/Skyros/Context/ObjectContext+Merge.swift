@@ -17,9 +17,7 @@ extension ObjectContext {
             let observed = reference.isObserved
             var merged = ContextChanges(kind: .merged)
             var reload = false
-            // By index, here and below: a change (and its rows) is not copied to be read.
-            for position in changes.indices {
-                let change = changes[position]
+            for change in changes {
                 if change.isReset {
                     forgetAllClean()
                     mergedRows.removeAll()
@@ -30,11 +28,12 @@ extension ObjectContext {
                     mergedRows.removeAll()
                     ownWrites?.forgetSettled()
                     reload = true
-                } else if let ownWrites {
+                } else if let ownWrites, ownWrites.shields(change) {  // else passed on as it is, not copied
                     merge(ownWrites.shielding(change), observed: observed, into: &merged)
                     ownWrites.passed(change.sequence)
                 } else {
                     merge(change, observed: observed, into: &merged)
+                    ownWrites?.passed(change.sequence)
                 }
             }
             guard observed else { return }
@@ -50,6 +49,7 @@ extension ObjectContext {
     private func merge(_ change: StoreChange, observed: Bool, into merged: inout ContextChanges) {
         // Objects for observers (they are handed the inserted objects); rows otherwise, made
         // objects only if someone asks for them.
+        // By index: a row is not copied to be read (its values are handed on).
         let inserted = change.inserted
         for index in inserted.indices where registered(inserted[index].id) == nil {
             if observed {

@@ -124,7 +124,7 @@ package final class OwnWrites: Sendable {
 
     /// `change` without the values it must not overwrite here (see ``shielded(_:at:)``).
     package func shielding(_ change: StoreChange) -> StoreChange {
-        guard !change.updated.isEmpty, state.withLock({ !$0.marks.isEmpty }) else { return change }
+        guard shields(change) else { return change }
         var change = change
         for (id, update) in change.updated {
             let shielded = shielded(id, at: change.sequence)
@@ -134,6 +134,12 @@ package final class OwnWrites: Sendable {
             change.updated[id] = kept
         }
         return change
+    }
+
+    /// Whether ``shielding(_:)`` may change `change`: it updates objects while properties are
+    /// marked (a merge passes any other change as it is, without copying it).
+    package func shields(_ change: StoreChange) -> Bool {
+        !change.updated.isEmpty && state.withLock { !$0.marks.isEmpty }
     }
 
     /// The merges reached `sequence`: the marks settled at or before it go.
