@@ -90,12 +90,13 @@ struct FloodBenchmark {
             let process = Process()
             process.executableURL = executable
             process.arguments = [role, target, go, "\(seconds)"]
-            // SKYROS_BENCH_WRAP="valgrind --tool=callgrind …": the first process runs under that
-            // command (instruction counts of one client among real others).
-            if processes.isEmpty, let wrap = ProcessInfo.processInfo.environment["SKYROS_BENCH_WRAP"] {
-                let words = wrap.split(separator: " ").map(String.init)
-                process.executableURL = URL(fileURLWithPath: words[0])
-                process.arguments = Array(words.dropFirst()) + [role, target, go, "\(seconds)"]
+            // SKYROS_BENCH_WRAP="valgrind --tool=callgrind …": the first process is this executable
+            // run by that command, found on the PATH (instruction counts of one client among
+            // real others).
+            let wrap = ProcessInfo.processInfo.environment["SKYROS_BENCH_WRAP"]?.split(separator: " ").map(String.init) ?? []
+            if processes.isEmpty, !wrap.isEmpty {
+                process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
+                process.arguments = wrap + [executable.path, role, target, go, "\(seconds)"]
             }
             let pipe = Pipe()
             process.standardOutput = pipe

@@ -12,9 +12,10 @@
 //         (the fault campaign and its history checker; as root, for the full-disk faults; exits 1 when it fails)
 //
 // SKYROS_BENCH_CPU=1 (contention, shared --flood): processor time per save of the clients and the
-// daemon. SKYROS_BENCH_WRAP="valgrind --tool=callgrind --callgrind-out-file=/tmp/cg.%p.out" (with
-// the binary's debug sections stripped: valgrind 3.19 reads no DWARF 5): the first client process
-// of each measurement runs under that command, among the real others.
+// daemon. SKYROS_BENCH_WRAP="valgrind --tool=callgrind --callgrind-out-file=/tmp/cg.%p.out": the
+// first client process of each measurement runs under that command, among the real others (run
+// a copy made with `objcopy --strip-debug`: valgrind 3.19 reads no DWARF 5, and the clients are
+// the executable that launches them).
 //
 // Prints a table, or with --json one object per line:
 // {"name": …, "unit": …, "skyros": …, "baseline": …, "ratio": …} (ratio = skyros ÷ baseline).
