@@ -489,7 +489,7 @@ extension WireReader {
     {
         let count = try count(minimumSize: minimumSize)
         var elements: [Element] = []
-        elements.reserveCapacity(count)
+        if count > 0 { elements.reserveCapacity(count) }  // most events' updated and deleted lists are empty
         for _ in 0..<count { elements.append(try read(&self)) }
         return elements
     }

@@ -389,16 +389,20 @@ package final class ZMTPSocket {
     /// writes what the connection takes. Returns whether `other` is readable; nil when `poll`
     /// failed (other than interrupted, which counts as nothing ready).
     private func pollOnce(other: Int32, timeout: Int32) -> Bool? {
-        var items = [pollfd(fd: descriptor, events: Int16(POLLIN), revents: 0)]
-        if !output.isEmpty { items[0].events |= Int16(POLLOUT) }
-        if other >= 0 { items.append(pollfd(fd: other, events: Int16(POLLIN), revents: 0)) }
-        // A negative descriptor is ignored by poll.
-        guard poll(&items, nfds_t(items.count), timeout) >= 0 else { return errno == EINTR ? false : nil }
+        // Two entries on the stack (no array allocated per wait); a negative descriptor is
+        // ignored by poll.
+        var items = (
+            pollfd(fd: descriptor, events: Int16(POLLIN) | (output.isEmpty ? 0 : Int16(POLLOUT)), revents: 0),
+            pollfd(fd: other, events: Int16(POLLIN), revents: 0)
+        )
+        let count: nfds_t = other >= 0 ? 2 : 1
+        let polled = withUnsafeMutableBytes(of: &items) { poll($0.baseAddress!.assumingMemoryBound(to: pollfd.self), count, timeout) }
+        guard polled >= 0 else { return errno == EINTR ? false : nil }
         // Read first: what came before a failure is kept (libzmq reads before it writes too).
-        let socketEvents = items[0].revents
+        let socketEvents = items.0.revents
         if socketEvents & Int16(POLLIN | POLLHUP | POLLERR) != 0 { readAvailable() }
         if socketEvents & Int16(POLLOUT) != 0 { flush() }
-        return other >= 0 && items[1].revents != 0
+        return other >= 0 && items.1.revents != 0
     }
 
     /// Takes in what the peer sent: its READY, messages, and PINGs (answered). False on a
