@@ -85,15 +85,15 @@ struct FloodBenchmark {
     ) throws -> [String] {
         let executable = URL(fileURLWithPath: "/proc/self/exe").resolvingSymlinksInPath()
         try? FileManager.default.removeItem(atPath: go)  // a go file of an earlier round would start them early
+        // SKYROS_BENCH_WRAP="valgrind --tool=callgrind …": the first process is this executable
+        // run by that command, found on the PATH (instruction counts of one client among real
+        // others).
+        let wrap = ProcessInfo.processInfo.environment["SKYROS_BENCH_WRAP"]?.split(separator: " ").map(String.init) ?? []
         var processes: [(Process, Pipe)] = []
         for role in roles {
             let process = Process()
             process.executableURL = executable
             process.arguments = [role, target, go, "\(seconds)"]
-            // SKYROS_BENCH_WRAP="valgrind --tool=callgrind …": the first process is this executable
-            // run by that command, found on the PATH (instruction counts of one client among
-            // real others).
-            let wrap = ProcessInfo.processInfo.environment["SKYROS_BENCH_WRAP"]?.split(separator: " ").map(String.init) ?? []
             if processes.isEmpty, !wrap.isEmpty {
                 process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
                 process.arguments = wrap + [executable.path, role, target, go, "\(seconds)"]

@@ -149,8 +149,7 @@ struct EventSequencer: Equatable {
             absorbOwnSequences()
             let next = events[position].sequence
             guard next > sequence else { continue }  // known, or a heartbeat with nothing new
-            // `kind` rather than `isChangeSet`: a getter of another module is handed a copy of the event.
-            guard events[position].kind != .heartbeat, next == sequence + 1 else {
+            guard events.isChangeSet(at: position), next == sequence + 1 else {
                 if savesInFlight > 0 {
                     held = Self.union(held, events[position...].filter(\.isChangeSet), after: sequence)
                 }
@@ -179,4 +178,11 @@ struct EventSequencer: Equatable {
         for event in held + new where event.sequence > sequence { bySequence[event.sequence] = event }
         return bySequence.keys.sorted().compactMap { bySequence[$0] }
     }
+}
+
+extension [ChangeEvent] {
+    /// Whether the event at `index` is a change set (``ChangeEvent/isChangeSet``), read where
+    /// it lies: the event thread's loops ask it of every event, and calling that getter of
+    /// another module hands it a copy of the event first.
+    func isChangeSet(at index: Int) -> Bool { self[index].kind != .heartbeat }
 }

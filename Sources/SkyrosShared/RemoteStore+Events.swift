@@ -82,7 +82,7 @@ extension RemoteStore {
                     default: continue
                     }
                     self.noteSchemaChange(in: received)
-                    let changeSets = received.indices.count { received[$0].kind != .heartbeat }
+                    let changeSets = received.indices.count { received.isChangeSet(at: $0) }
                     self.state.withLock { $0.receivedEvents += changeSets }
                     self.ownChangeSetsNumbered(in: received)
                     self.perform { $0.received(received) }
@@ -185,8 +185,7 @@ extension RemoteStore {
     /// the sequencer merges what follows them (their reply may come later than their event).
     func ownChangeSetsNumbered(in events: [ChangeEvent]) {
         guard let ownWrites = state.withLock({ $0.ownWrites }) else { return }
-        // `kind` rather than `isChangeSet`: a getter of another module is handed a copy of the event.
-        for index in events.indices where events[index].kind != .heartbeat && events[index].authorID == clientID {
+        for index in events.indices where events.isChangeSet(at: index) && events[index].authorID == clientID {
             ownWrites.numbered(events[index].sequence)
         }
     }

@@ -61,8 +61,9 @@ package enum ZMTP {
     }
 
     /// A message's frames as ZMTP frames.
-    // Specialized for the frames the client and the daemon send (byte arrays): called from
-    // other modules, the generic version walks every frame through witness tables.
+    ///
+    /// Specialized (exported) for the frames the client and the daemon send, byte arrays:
+    /// called from other modules, the generic version walks every frame through witness tables.
     @_specialize(exported: true, where Frames == [[UInt8]])
     @_specialize(exported: true, where Frames == CollectionOfOne<[UInt8]>)
     package static func encode<Frames: Collection>(_ frames: Frames) -> [UInt8] where Frames.Element: Collection<UInt8> {
