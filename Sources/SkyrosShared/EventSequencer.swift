@@ -141,6 +141,16 @@ struct EventSequencer: Equatable {
     /// known ones dropped; at the first gap the rest is held while a save is in flight, or a
     /// catch-up is asked.
     private mutating func advance(_ events: [ChangeEvent], catchUpOnGap: Bool) -> [Action] {
+        // The usual message: other clients' change sets, each the next one. Merged as they
+        // came, the array shared rather than copied event by event.
+        if ownSequences.isEmpty, events.indices.allSatisfy({ position in
+            events.isChangeSet(at: position) && events[position].sequence == sequence &+ UInt64(position) &+ 1
+                && events[position].authorID != clientID
+        }) {
+            guard !events.isEmpty else { return [] }
+            sequence = events[events.count - 1].sequence
+            return [.merge(events)]
+        }
         var merged: [ChangeEvent] = []
         merged.reserveCapacity(events.count)
         var gap = false

@@ -76,7 +76,8 @@ extension RemoteStore {
                         self.isOwnVersion(topicFrame: frames[0])
                     else { continue }
                     let received: [ChangeEvent]
-                    switch try WireMessage.decodeReply([UInt8](frame)).body {
+                    // Inserted objects' values stay encoded until the main context reads one.
+                    switch try WireMessage.decodeReply([UInt8](frame), keepingInsertedValuesEncoded: true).body {
                     case .event(let event): received = [event]
                     case .changes(let events, _): received = events  // consecutive events published together
                     default: continue
@@ -129,9 +130,14 @@ extension RemoteStore {
         while !actions.isEmpty {
             switch actions.removeFirst() {
             case .merge(let events):
-                guard let last = events.last else { break }
-                state.withLock { $0.onChange }?(events.map { StoreChange($0, schema: schema) })
-                state.withLock { $0.delivered = max($0.delivered, last.sequence) }
+                guard !events.isEmpty else { break }
+                let last = events[events.count - 1].sequence  // read in place, the event not copied
+                let (onChange, takesEncoded) = state.withLock { ($0.onChange, $0.onChangeTakesEncodedInserts) }
+                onChange?(events.indices.map { index in
+                    let change = StoreChange(events, at: index, schema: schema)
+                    return takesEncoded ? change : change.decoded
+                })
+                state.withLock { $0.delivered = max($0.delivered, last) }
                 let rejecting = events.indices.filter { events[$0].unknownKind == ChangeEvent.syncRejectedKind }
                 let rejected = rejecting.flatMap { index in
                     (events[index].syncRejections ?? []).map { rejection in

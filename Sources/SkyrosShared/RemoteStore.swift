@@ -73,6 +73,10 @@ public final class RemoteStore: PersistentStore, @unchecked Sendable {
     /// What the event thread and the callers share.
     struct State {
         var onChange: (@Sendable ([StoreChange]) -> Void)?
+        /// Whether ``onChange`` takes changes whose inserted objects' values are still encoded
+        /// (``StoreChange/encodedInserted``): a stack's merge does; a handler set through the
+        /// public property gets them decoded.
+        var onChangeTakesEncodedInserts = false
         var onRestart: (@Sendable () -> Void)?
         /// The shared stack's ledger of its main context's saves.
         var ownWrites: OwnWrites?
@@ -242,14 +246,21 @@ public final class RemoteStore: PersistentStore, @unchecked Sendable {
     /// message: they are merged in one go). Setting it starts listening.
     public var onChange: (@Sendable ([StoreChange]) -> Void)? {
         get { state.withLock { $0.onChange } }
-        set {
-            let start = state.withLock { state -> Bool in
-                state.onChange = newValue
-                defer { state.eventThreadStarted = true }
-                return !state.eventThreadStarted
-            }
-            if start { startEventThread() }
+        set { setOnChange(newValue, takingEncodedInserts: false) }
+    }
+
+    /// Sets ``onChange``; with `takingEncodedInserts`, the handler is handed the inserted
+    /// objects of other processes with their values still encoded
+    /// (``StoreChange/encodedInserted``, decoded if read): a stack's main context, which
+    /// keeps most of them unread.
+    package func setOnChange(_ handler: (@Sendable ([StoreChange]) -> Void)?, takingEncodedInserts: Bool) {
+        let start = state.withLock { state -> Bool in
+            state.onChange = handler
+            state.onChangeTakesEncodedInserts = takingEncodedInserts
+            defer { state.eventThreadStarted = true }
+            return !state.eventThreadStarted
         }
+        if start { startEventThread() }
     }
 
     /// Called when everything this client holds may be stale: the daemon's history no longer

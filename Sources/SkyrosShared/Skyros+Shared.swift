@@ -39,7 +39,9 @@ extension Skyros {
     /// queue): change events of other processes are merged into the main context.
     public convenience init(sharedStack remote: RemoteStore, allowsConcurrentWritings: Bool = false, savesOnStop: Bool = true) {
         self.init(store: remote, allowsConcurrentWritings: allowsConcurrentWritings, savesOnStop: savesOnStop)
-        remote.onChange = { [weak self] changes in self?.merge(changes) }
+        // Inserts of other processes come with their values encoded: the main context keeps
+        // them as rows, decoded if read (and for observers).
+        remote.setOnChange({ [weak self] changes in self?.merge(changes) }, takingEncodedInserts: true)
         remote.onSyncRejected = { [weak self] errors in
             guard let self else { return }
             self.completionQueue.async { for error in errors { self.handleError(error) } }

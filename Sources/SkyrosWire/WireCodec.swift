@@ -90,9 +90,22 @@ package struct WireWriter {
 /// checks the remaining length, and counts are checked against it before allocating.
 package struct WireReader {
     let bytes: [UInt8]
-    package private(set) var position = 0
+    package internal(set) var position = 0
+    /// Short strings this reader decoded, by their bytes: a message of events names the same
+    /// entities and author again and again, and each is validated and made once.
+    private var recentStrings = RecentStrings()
+
+    /// Where the inserted objects of change events go with their values still encoded, when
+    /// set (``WireMessage/decodeReply(_:keepingInsertedValuesEncoded:)``).
+    var encodedRows: EncodedRows.Source?
 
     package init(_ bytes: [UInt8]) { self.bytes = bytes }
+
+    /// A reader of `bytes` from `position` on.
+    init(_ bytes: [UInt8], at position: Int) {
+        self.bytes = bytes
+        self.position = position
+    }
 
     package var remaining: Int { bytes.count - position }
 
@@ -103,6 +116,11 @@ package struct WireReader {
     }
 
     package mutating func uvarint() throws(WireError) -> UInt64 {
+        // One byte (counts, lengths, small numbers): most of them.
+        if position < bytes.count, bytes[position] < 0x80 {
+            defer { position += 1 }
+            return UInt64(bytes[position])
+        }
         var result: UInt64 = 0
         var shift: UInt64 = 0
         while true {
@@ -161,6 +179,11 @@ package struct WireReader {
     /// compared with them, which costs less than the generic validating path.
     package mutating func string() throws(WireError) -> String {
         let length = try count()
+        let key = length <= RecentStrings.maximumLength ? RecentStrings.key(bytes, position, length) : nil
+        if let key, let text = recentStrings[key] {
+            position += length
+            return text
+        }
         let text = bytes.withUnsafeBufferPointer { buffer -> String? in
             let raw = UnsafeBufferPointer(rebasing: buffer[position..<(position + length)])
             let text = String(decoding: raw, as: UTF8.self)
@@ -172,13 +195,63 @@ package struct WireReader {
         }
         guard let text else { throw .invalidUTF8 }
         position += length
+        if let key { recentStrings.keep(text, for: key) }
         return text
     }
 
     package mutating func uuid() throws(WireError) -> UUID {
         guard remaining >= 16 else { throw .truncated }
-        let value = bytes.withUnsafeBytes { $0.loadUnaligned(fromByteOffset: position, as: uuid_t.self) }
+        // Loaded as a UUID (16 plain bytes): `UUID(uuid:)` is a call into Foundation.
+        let value = bytes.withUnsafeBytes { $0.loadUnaligned(fromByteOffset: position, as: UUID.self) }
         position += 16
-        return UUID(uuid: value)
+        return value
+    }
+}
+
+/// The last few short strings a ``WireReader`` decoded (valid UTF-8 all), found again by
+/// their bytes: four slots, the oldest replaced.
+struct RecentStrings {
+    /// A string's bytes, zero-padded, and its length: equal keys are equal bytes.
+    struct Key: Equatable {
+        var low: UInt64
+        var high: UInt64
+        var length: Int
+    }
+
+    static let maximumLength = 16
+    private var slots: [(key: Key, text: String)] = []
+    private var next = 0
+
+    /// The key of the `length` bytes at `position` (at most ``maximumLength``, in bounds).
+    static func key(_ bytes: [UInt8], _ position: Int, _ length: Int) -> Key {
+        bytes.withUnsafeBytes { buffer in
+            // Two loads when 16 bytes are there (the bytes past the string masked off).
+            if position + 16 <= buffer.count {
+                let low = UInt64(littleEndian: buffer.loadUnaligned(fromByteOffset: position, as: UInt64.self))
+                let high = UInt64(littleEndian: buffer.loadUnaligned(fromByteOffset: position + 8, as: UInt64.self))
+                return Key(low: length >= 8 ? low : low & ((1 << (UInt64(length) * 8)) - 1),
+                           high: length >= 16 ? high : length <= 8 ? 0 : high & ((1 << (UInt64(length - 8) * 8)) - 1),
+                           length: length)
+            }
+            var words: (UInt64, UInt64) = (0, 0)
+            withUnsafeMutableBytes(of: &words) {
+                $0.copyMemory(from: UnsafeRawBufferPointer(rebasing: buffer[position..<(position + length)]))
+            }
+            return Key(low: UInt64(littleEndian: words.0), high: UInt64(littleEndian: words.1), length: length)
+        }
+    }
+
+    subscript(key: Key) -> String? {
+        for index in slots.indices where slots[index].key == key { return slots[index].text }
+        return nil
+    }
+
+    mutating func keep(_ text: String, for key: Key) {
+        if slots.count < 4 {
+            slots.append((key, text))
+        } else {
+            slots[next] = (key, text)
+            next = (next + 1) % 4
+        }
     }
 }

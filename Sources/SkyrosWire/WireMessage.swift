@@ -62,9 +62,13 @@ package struct ChangeEvent: Sendable, Hashable {
     /// For a kind this client does not know (5 and up, added within protocol version 4): its
     /// tag. The event is then read as a change set (``Kind/changes``) of its common fields,
     /// and its sequence counts; nil for the known kinds.
-    package var unknownKind: UInt8? = nil
+    package var unknownKind: Optional<UInt8>
     /// For an unknown kind: its extension field (`bytes` after the common fields), kept as is.
-    package var extensionBytes: [UInt8] = []
+    package var extensionBytes: [UInt8]
+    /// Inserted objects whose values are still encoded, when the message was decoded keeping
+    /// them so (``WireMessage/decodeReply(_:keepingInsertedValuesEncoded:)``): then they are
+    /// here rather than in ``inserted``.
+    package var encodedInserted: Optional<EncodedRows>
 
     /// An event; a change set by default.
     package init(
@@ -79,6 +83,30 @@ package struct ChangeEvent: Sendable, Hashable {
         self.inserted = inserted
         self.updated = updated
         self.deleted = deleted
+        // Assigned rather than defaulted in their declarations: with defaults, the optimizer
+        // builds the event twice and copies it (the event thread makes one per change set).
+        self.unknownKind = nil
+        self.extensionBytes = []
+        self.encodedInserted = nil
+    }
+
+    /// An event whose inserted objects' values are still encoded (`encodedInserted`), or not.
+    init(
+        sequence: UInt64, kind: Kind, authorID: UUID, author: String, inserted: [Snapshot], encodedInserted: EncodedRows?,
+        updated: [Update], deleted: [ObjectID], schemaVersion: UInt64
+    ) {
+        // Every field assigned here: delegating, then setting one, would copy the event.
+        self.schemaVersion = kind == .schemaChanged ? schemaVersion : 0
+        self.sequence = sequence
+        self.kind = kind
+        self.authorID = authorID
+        self.author = author
+        self.inserted = inserted
+        self.encodedInserted = encodedInserted
+        self.updated = updated
+        self.deleted = deleted
+        self.unknownKind = nil
+        self.extensionBytes = []
     }
 
     /// The first event kind added within protocol version 4 after kinds 0–4: every kind from
@@ -348,6 +376,16 @@ package struct WireMessage: Sendable, Hashable {
         try decodeMessage(bytes, maximumSize: WireProtocol.maximumMessageSize, ignoringTrailingBytesOfReplies: true)
     }
 
+    /// ``decodeReply(_:)``; with `keepingInsertedValuesEncoded`, the inserted objects of its
+    /// change events are read as far as their identifiers and versions, their values checked
+    /// for their bounds and tags only and decoded when read (``ChangeEvent/encodedInserted``):
+    /// a shared stack's event thread, whose main context keeps most of them unread.
+    package static func decodeReply(_ bytes: [UInt8], keepingInsertedValuesEncoded: Bool) throws(WireError) -> WireMessage {
+        try decodeMessage(
+            bytes, maximumSize: WireProtocol.maximumMessageSize, ignoringTrailingBytesOfReplies: true,
+            keepingInsertedValuesEncoded: keepingInsertedValuesEncoded)
+    }
+
     /// Decodes a message, refusing anything malformed with a ``WireError``: never a crash,
     /// never an allocation larger than the message itself. Bytes after the fields of a complete
     /// message are refused: the daemon's rule for requests (a client reads replies and events
@@ -362,10 +400,16 @@ package struct WireMessage: Sendable, Hashable {
     /// reply or an event (kind 64 and up) are ignored, as fields added within protocol
     /// version 4 come at the end (docs/PROTOCOL.md, "Compatibility within version 4").
     private static func decodeMessage(
-        _ bytes: [UInt8], maximumSize: Int, ignoringTrailingBytesOfReplies: Bool
+        _ bytes: [UInt8], maximumSize: Int, ignoringTrailingBytesOfReplies: Bool, keepingInsertedValuesEncoded: Bool = false
     ) throws(WireError) -> WireMessage {
         guard bytes.count <= maximumSize else { throw .tooLarge(bytes.count) }
         var reader = WireReader(bytes)
+        if keepingInsertedValuesEncoded {
+            reader.encodedRows = EncodedRows.Source(bytes: bytes) { bytes, offset, count in
+                var reader = WireReader(bytes, at: offset)
+                return try? reader.values(count: count)
+            }
+        }
         let version = try reader.byte()
         guard version == WireProtocol.version else { throw .unsupportedVersion(version) }
         let tag = try reader.byte()
@@ -503,7 +547,15 @@ extension WireReader {
         guard kind.rawValue == tag || tag >= ChangeEvent.firstExtensionKind else { throw .invalidTag("event kind", tag) }
         let authorID = try uuid()
         let author = try string()
-        let inserted = try list(minimumSize: 18) { reader throws(WireError) in try reader.snapshot() }
+        var inserted: [Snapshot] = []
+        var encodedInserted: EncodedRows?
+        if let source = encodedRows {
+            let start = source.rowCount
+            for _ in 0..<(try count(minimumSize: 18)) { try encodedSnapshot(into: source) }
+            if source.rowCount > start { encodedInserted = EncodedRows(source: source, range: start..<source.rowCount) }
+        } else {
+            inserted = try list(minimumSize: 18) { reader throws(WireError) in try reader.snapshot() }
+        }
         let updated = try list(minimumSize: 19) { reader throws(WireError) in
             let id = try reader.objectID()
             let version = try reader.version()
@@ -514,11 +566,11 @@ extension WireReader {
         guard kind.rawValue != tag else {  // a known kind: made once, not copied to be changed
             return ChangeEvent(
                 sequence: sequence, kind: kind, authorID: authorID, author: author, inserted: inserted,
-                updated: updated, deleted: deleted, schemaVersion: schemaVersion)
+                encodedInserted: encodedInserted, updated: updated, deleted: deleted, schemaVersion: schemaVersion)
         }
         var event = ChangeEvent(
-            sequence: sequence, kind: kind, authorID: authorID, author: author, inserted: inserted, updated: updated,
-            deleted: deleted, schemaVersion: schemaVersion)
+            sequence: sequence, kind: kind, authorID: authorID, author: author, inserted: inserted,
+            encodedInserted: encodedInserted, updated: updated, deleted: deleted, schemaVersion: schemaVersion)
         event.unknownKind = tag
         event.extensionBytes = try data()
         return event

@@ -251,7 +251,37 @@ extension WireReader {
 
     package mutating func snapshot() throws(WireError) -> Snapshot {
         let id = try objectID()
-        let count = try count()  // fits in what is left of the message
+        let values = try values(count: try count())  // the count fits in what is left of the message
+        return Snapshot(id: id, values: values, version: try version())
+    }
+
+    /// A snapshot as a change event's inserted object, its values not decoded, added to
+    /// `source`: its identifier, version, and where its values are (each value's tag and
+    /// bounds checked).
+    mutating func encodedSnapshot(into source: EncodedRows.Source) throws(WireError) {
+        let id = try objectID()
+        let count = try count()
+        let offset = position
+        for _ in 0..<count { try skipValue() }
+        source.append(id: id, version: try version(), offset: offset, count: count)
+    }
+
+    /// Goes past one `Value`, checking its tag and that it lies within the message (a
+    /// string's UTF-8 is checked when it is decoded).
+    mutating func skipValue() throws(WireError) {
+        switch try byte() {
+        case 0: return
+        case 1: _ = try uvarint()
+        case 2:
+            guard remaining >= 8 else { throw .truncated }
+            position += 8
+        case 3, 4: position += try count()
+        case let tag: throw .invalidTag("value", tag)
+        }
+    }
+
+    /// `count` values, in one buffer.
+    mutating func values(count: Int) throws(WireError) -> StoredValues {
         // Decoded in place (no buffer of nulls overwritten value by value); after a malformed
         // value the rest are nulls, and the error is thrown once the buffer is whole.
         var failure: WireError?
@@ -270,7 +300,7 @@ extension WireReader {
             }
         }
         if let failure { throw failure }
-        return Snapshot(id: id, values: values, version: try version())
+        return values
     }
 
     /// An object version: a uvarint no larger than `Int64.max`.

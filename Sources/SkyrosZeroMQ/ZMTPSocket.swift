@@ -35,7 +35,9 @@ import Glibc
 ///   so does anything else ``ZMTPCodec`` refuses (a peer of another socket type, a command
 ///   before its READY…); a ZMTP 3.1 peer's PING is answered with a PONG.
 ///
-/// Not thread-safe: use it from one thread at a time. Nothing in it blocks past the timeout a
+/// Not thread-safe: use it from one thread at a time (its state is not checked for
+/// overlapping access at run time: `@exclusivity(unchecked)`, a check per access on the
+/// request path). Nothing in it blocks past the timeout a
 /// caller gives: the descriptor is non-blocking and every wait is a bounded `poll`. Writes use
 /// `MSG_NOSIGNAL`: a peer that went away is a lost connection, never a `SIGPIPE`.
 package final class ZMTPSocket {
@@ -56,11 +58,11 @@ package final class ZMTPSocket {
     /// A lost connection that had lasted this long is made again at once (1 s).
     package static let longLivedConnection: UInt64 = 1_000_000_000
     /// For tests: how many connections were made (each handshake sent counts).
-    package private(set) var connectionsMade = 0
+    @exclusivity(unchecked) package private(set) var connectionsMade = 0
     /// Whether a connection is open (it may still be handshaking).
     package var isConnected: Bool { descriptor >= 0 }
     /// Whether the peer's READY command came on the connection: messages may go out.
-    package private(set) var isReady = false
+    @exclusivity(unchecked) package private(set) var isReady = false
 
     private let maximumMessageSize: Int
     private let receiveBufferBytes: Int32?
@@ -68,27 +70,27 @@ package final class ZMTPSocket {
     private let receiveQueueBytes: Int
     private let sendQueueLimit: Int
     private let sendQueueBytes: Int
-    private var descriptor: Int32 = -1
+    @exclusivity(unchecked) private var descriptor: Int32 = -1
     /// When the next connection may be tried (monotonic nanoseconds).
-    private var nextConnect: UInt64 = 0
+    @exclusivity(unchecked) private var nextConnect: UInt64 = 0
     /// When the current connection was made (monotonic nanoseconds).
-    private var connectedAt: UInt64 = 0
+    @exclusivity(unchecked) private var connectedAt: UInt64 = 0
     /// What the peer sent on this connection, parsed.
-    private var codec: ZMTPCodec
+    @exclusivity(unchecked) private var codec: ZMTPCodec
     /// Whole messages received and not handed out yet (from `receivedStart`).
-    private var received: [[Data]] = []
-    private var receivedStart = 0
+    @exclusivity(unchecked) private var received: [[Data]] = []
+    @exclusivity(unchecked) private var receivedStart = 0
     /// The bytes of the frames of the messages received and not handed out yet.
-    private var receivedBytes = 0
+    @exclusivity(unchecked) private var receivedBytes = 0
     /// What to write on the current connection, in order, the first one `outputOffset` bytes
     /// in; `isMessage` tells a caller's message (sent again on a new connection if not wholly
     /// written) from the handshake and subscriptions (which each connection makes anew).
-    private var output: [(bytes: [UInt8], isMessage: Bool)] = []
-    private var outputOffset = 0
+    @exclusivity(unchecked) private var output: [(bytes: [UInt8], isMessage: Bool)] = []
+    @exclusivity(unchecked) private var outputOffset = 0
     /// Messages waiting for a connection.
-    private var waiting: [[UInt8]] = []
+    @exclusivity(unchecked) private var waiting: [[UInt8]] = []
     /// The subscriptions of a `SUB` socket, in the order they were made.
-    private var subscriptions: [Data] = []
+    @exclusivity(unchecked) private var subscriptions: [Data] = []
     /// Where `recv` reads to.
     private let chunk = UnsafeMutableRawBufferPointer.allocate(byteCount: 65_536, alignment: 8)
 

@@ -13,8 +13,8 @@ import Testing
 struct MergedRowsTests {
     /// A daemon in this process, client A, and client B built on a `RemoteStore` whose
     /// requests can be counted.
-    func clients() throws -> (daemon: RunningDaemon, a: Skyros, b: Skyros, remote: RemoteStore) {
-        let daemon = try RunningDaemon()
+    func clients(_ running: RunningDaemon? = nil) throws -> (daemon: RunningDaemon, a: Skyros, b: Skyros, remote: RemoteStore) {
+        let daemon = try running ?? RunningDaemon()
         let a = try Skyros(sharedStack: testSchema, container: daemon.container.url)
         let remote = try RemoteStore(schema: testSchema, container: GroupContainer(url: daemon.container.url))
         return (daemon, a, Skyros(sharedStack: remote), remote)
@@ -152,6 +152,33 @@ struct MergedRowsTests {
         #expect(b.mainContext.performAndWait { b.mainContext.object(with: id, as: User.self)?.age } == 9)
         _ = try await b.batchDelete(User.self)
         #expect(b.mainContext.performAndWait { b.mainContext.object(with: id) } == nil)
+    }
+
+    @Test("a handler set on RemoteStore.onChange is handed other processes' inserts with their values, and the main context keeps them encoded")
+    func publicHandlerGetsValues() async throws {
+        let daemon = try RunningDaemon()
+        defer { withExtendedLifetime(daemon) {} }
+        let a = try Skyros(sharedStack: testSchema, container: daemon.container.url)
+        let remote = try RemoteStore(schema: testSchema, container: GroupContainer(url: daemon.container.url))
+        let (stream, continuation) = AsyncStream<StoreChange>.makeStream()
+        remote.onChange = { changes in for change in changes { continuation.yield(change) } }
+        let id = try await insertUser(handle: "zoe", into: a)
+        let change = try #require(await nextChange(stream) { !$0.inserted.isEmpty })
+        #expect(change.encodedInserted == nil)
+        #expect(change.inserted.map(\.id) == [id])
+        let handle = try #require(testSchema.entity(named: "User")?.properties.firstIndex { $0.name == "handle" })
+        #expect(change.inserted.first?.values[handle] == .text("zoe"))
+
+        // Through a stack: the row is kept as the event carried it, and reads back whole.
+        let (_, _, b, _) = try clients(daemon)
+        let changes = b.changes
+        let other = try await insertUser(handle: "ann", into: a)
+        #expect(try #require(await nextChange(changes) { $0.inserted.map(\.id) == [other] }).inserted.first?.values[handle] == .text("ann"))
+        let main = b.mainContext
+        main.performAndWait {
+            #expect(main.mergedRows.peek(other)?.values[handle] == .text("ann"))
+            #expect(main.object(with: other, as: User.self)?.handle == "ann")
+        }
     }
 
     @Test("an observed main context still makes the inserted objects (its observers are handed them)")

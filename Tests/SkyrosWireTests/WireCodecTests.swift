@@ -242,6 +242,74 @@ struct WireCodecTests {
         #expect(throws: WireError.invalidUTF8) { try badText.snapshot() }
     }
 
+    @Test("change events decoded with their inserted values kept encoded read back the same snapshots; a bad tag is refused at once, bad text drops only its row")
+    func insertedValuesKeptEncoded() throws {
+        let values: [StoredValue] = [.text("Ada"), .integer(-7), .real(2.5), .null, .blob(Data([1, 2])), .integer(300)]
+        let rows = (0..<3).map { index in
+            Snapshot(id: ObjectID(entityName: index == 1 ? "Post" : "User", uuid: UUID()), values: StoredValues(values), version: Int64(index + 1))
+        }
+        let events = [
+            ChangeEvent(sequence: 7, authorID: UUID(), author: "writer", inserted: Array(rows.prefix(2))),
+            ChangeEvent(sequence: 8, kind: .heartbeat),
+            ChangeEvent(sequence: 9, authorID: UUID(), author: "writer", inserted: [rows[2]], deleted: [rows[0].id]),
+        ]
+        let bytes = WireMessage(requestID: 0, body: .changes(events, more: false)).encoded()
+        guard case .changes(let lazy, _) = try WireMessage.decodeReply(bytes, keepingInsertedValuesEncoded: true).body else {
+            Issue.record("not a changes message")
+            return
+        }
+        #expect(lazy.count == 3 && lazy.allSatisfy { $0.inserted.isEmpty })
+        #expect(lazy[0].encodedInserted?.snapshots == Array(rows.prefix(2)))
+        #expect(lazy[1].encodedInserted == nil)
+        #expect(lazy[2].encodedInserted?.snapshots == [rows[2]] && lazy[2].deleted == [rows[0].id])
+        // The three rows of the message share one source, each event a range of it.
+        #expect(lazy[0].encodedInserted?.source === lazy[2].encodedInserted?.source)
+        // As a change: decoded, it is the change an eager decoding makes.
+        var change = StoreChange(sequence: 9, author: "writer", isReset: false, isRefresh: false, inserted: [],
+                                 encodedInserted: lazy[2].encodedInserted, deleted: [rows[0].id])
+        #expect(change.decoded.inserted == [rows[2]] && change.decoded.encodedInserted == nil)
+        change.encodedInserted = nil
+        #expect(change.decoded == change)
+
+        // A value tag that is no value: the message is refused as it is read, as eagerly.
+        func message(valueBytes: [UInt8]) -> [UInt8] {
+            var writer = WireWriter()
+            writer.byte(WireProtocol.version)
+            writer.byte(WireProtocol.Kind.changes.rawValue)
+            writer.uvarint(0)
+            writer.uvarint(1)  // one event
+            writer.uvarint(3)
+            writer.byte(ChangeEvent.Kind.changes.rawValue)
+            writer.uuid(UUID())
+            writer.string("writer")
+            writer.uvarint(2)  // two inserted objects: a good one, then the one under test
+            writer.objectID(rows[0].id)
+            writer.uvarint(1)
+            writer.value(.integer(5))
+            writer.uvarint(1)
+            writer.objectID(rows[1].id)
+            writer.uvarint(2)
+            var bytes = writer.bytes + [1, 4] + valueBytes  // .integer(2), then the value
+            bytes += [1, 0, 0, 0]  // version 1, no updates, no deletes, more: false
+            return bytes
+        }
+        #expect(throws: WireError.invalidTag("value", 9)) {
+            try WireMessage.decodeReply(message(valueBytes: [9]), keepingInsertedValuesEncoded: true)
+        }
+        #expect(throws: WireError.truncated) {
+            try WireMessage.decodeReply(message(valueBytes: [3, 200]), keepingInsertedValuesEncoded: true)
+        }
+        // Text that is not UTF-8 is found when the row is read: that row alone is left out.
+        guard case .changes(let withBadText, _) = try WireMessage.decodeReply(
+            message(valueBytes: [3, 2, 0xC0, 0xAF]), keepingInsertedValuesEncoded: true).body
+        else {
+            Issue.record("not a changes message")
+            return
+        }
+        #expect(withBadText[0].encodedInserted?.snapshots == [Snapshot(id: rows[0].id, values: [.integer(5)], version: 1)])
+        #expect(throws: WireError.invalidUTF8) { try WireMessage.decodeReply(message(valueBytes: [3, 2, 0xC0, 0xAF])) }
+    }
+
     /// A deterministic, seeded mutation fuzzer: 200,000 inputs here (a few seconds); set
     /// SKYROS_FUZZ_ITERATIONS=1000000 (or more) for the long run.
     @Test("mutated and generated inputs never crash the decoder, hang, or allocate without bound")

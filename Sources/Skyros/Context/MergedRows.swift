@@ -12,51 +12,86 @@ import Foundation
 /// has one. Bounded: two generations of at most ``generationSize`` rows each, the older
 /// dropped whole when the newer fills (a dropped row is simply read from the parent when
 /// asked for). Confined to its context's queue, like the registry.
+///
+/// A row may be kept as its change event carried it (``EncodedRows``), decoded only when it
+/// is read or updated: most are never read.
 struct MergedRows {
     struct Row {
         var values: StoredValues
         var version: Int64
     }
 
+    /// A row as kept: decoded, or still encoded (row `index` of its message).
+    private enum Kept {
+        case decoded(Row)
+        case encoded(EncodedRows.Source, index: Int)
+
+        /// The row, decoded; nil when its values are malformed.
+        var row: Row? {
+            switch self {
+            case .decoded(let row): return row
+            case .encoded(let source, let index):
+                guard let values = source.values(at: index) else { return nil }
+                return Row(values: values, version: source.version(at: index))
+            }
+        }
+    }
+
     static let generationSize = 2_048
-    private var young: [ObjectID: Row] = [:]
-    private var old: [ObjectID: Row] = [:]
+    private var young: [ObjectID: Kept] = [:]
+    private var old: [ObjectID: Kept] = [:]
 
     var isEmpty: Bool { young.isEmpty && old.isEmpty }
     var count: Int { young.count + old.count }
 
     /// Keeps the row of an object just inserted elsewhere.
     mutating func insert(_ id: ObjectID, values: StoredValues, version: Int64) {
+        keep(.decoded(Row(values: values, version: version)), for: id)
+    }
+
+    /// Keeps the row of an object just inserted elsewhere as its change event carried it:
+    /// row `index` of `source`.
+    mutating func insert(_ id: ObjectID, encodedIn source: EncodedRows.Source, at index: Int) {
+        keep(.encoded(source, index: index), for: id)
+    }
+
+    private mutating func keep(_ kept: Kept, for id: ObjectID) {
         if young.count >= Self.generationSize {
             old = young
             young = [:]
             young.reserveCapacity(Self.generationSize)
         }
-        young[id] = Row(values: values, version: version)
+        young[id] = kept
     }
 
     /// The row of an object, kept.
     func peek(_ id: ObjectID) -> Row? {
-        young[id] ?? old[id]
+        (young[id] ?? old[id])?.row
     }
 
     /// The row of an object, forgotten (it becomes an object's values).
     mutating func take(_ id: ObjectID) -> Row? {
         guard !isEmpty else { return nil }
-        return young.removeValue(forKey: id) ?? old.removeValue(forKey: id)
+        return (young.removeValue(forKey: id) ?? old.removeValue(forKey: id))?.row
     }
 
-    /// Takes another process's update of an object kept as a row.
+    /// Takes another process's update of an object kept as a row (decoded first; a row
+    /// whose values do not decode is dropped).
     mutating func update(_ id: ObjectID, with update: StoreChange.Update) {
         guard !isEmpty else { return }
-        func apply(_ row: inout Row) {
+        func apply(_ kept: inout Kept?) {
+            guard var row = kept?.row else {
+                kept = nil
+                return
+            }
             for (index, value) in update.values where index < row.values.count { row.values[index] = value }
             row.version = update.version
+            kept = .decoded(row)
         }
         if young[id] != nil {
-            apply(&young[id]!)
+            apply(&young[id])
         } else if old[id] != nil {
-            apply(&old[id]!)
+            apply(&old[id])
         }
     }
 

@@ -17,23 +17,25 @@ extension ObjectContext {
             let observed = reference.isObserved
             var merged = ContextChanges(kind: .merged)
             var reload = false
-            for change in changes {
-                if change.isReset {
+            for index in changes.indices {
+                let (isReset, isRefresh) = (changes[index].isReset, changes[index].isRefresh)
+                if isReset {
                     forgetAllClean()
                     mergedRows.removeAll()
                     ownWrites?.forgetSettled()
                     reload = true
-                } else if change.isRefresh {
+                } else if isRefresh {
                     for id in registry.keys { refreshIfClean(id) }
                     mergedRows.removeAll()
                     ownWrites?.forgetSettled()
                     reload = true
-                } else if let ownWrites, ownWrites.shields(change) {  // else passed on as it is, not copied
-                    merge(ownWrites.shielding(change), observed: observed, into: &merged)
-                    ownWrites.passed(change.sequence)
+                } else if let ownWrites, !changes[index].updated.isEmpty, ownWrites.shields(changes[index]) {
+                    // Else passed on as it is, not copied.
+                    merge([ownWrites.shielding(changes[index])], at: 0, observed: observed, into: &merged)
+                    ownWrites.passed(changes[index].sequence)
                 } else {
-                    merge(change, observed: observed, into: &merged)
-                    ownWrites?.passed(change.sequence)
+                    merge(changes, at: index, observed: observed, into: &merged)
+                    ownWrites?.passed(changes[index].sequence)
                 }
             }
             guard observed else { return }
@@ -45,12 +47,15 @@ extension ObjectContext {
         }
     }
 
-    /// Merges one change that lists its objects; what observers are told is added to `merged`.
-    private func merge(_ change: StoreChange, observed: Bool, into merged: inout ContextChanges) {
+    /// Merges the change at `index` of `changes`, which lists its objects; what observers are
+    /// told is added to `merged`. The change is read where it lies, field by field: handed to
+    /// a function, an element of an array is copied first (each of its lists retained and
+    /// released), and this runs for every change set another process makes.
+    private func merge(_ changes: [StoreChange], at position: Int, observed: Bool, into merged: inout ContextChanges) {
         // Objects for observers (they are handed the inserted objects); rows otherwise, made
         // objects only if someone asks for them.
         // By index: a row is not copied to be read (its values are handed on).
-        let inserted = change.inserted
+        let inserted = changes[position].inserted
         for index in inserted.indices where registered(inserted[index].id) == nil {
             if observed {
                 _ = try? materialize(inserted[index].id, values: inserted[index].values, version: inserted[index].version)
@@ -58,19 +63,35 @@ extension ObjectContext {
                 mergedRows.insert(inserted[index].id, values: inserted[index].values, version: inserted[index].version)
             }
         }
-        for (id, update) in change.updated {
+        if let encoded = changes[position].encodedInserted {
+            // Another process's inserts as its event carried them: rows kept encoded (decoded
+            // only if someone reads them), objects for observers.
+            let source = encoded.source
+            for index in encoded.range {
+                let id = source.id(at: index)
+                if observed { merged.insertedIDs.append(id) }
+                guard registered(id) == nil else { continue }
+                if !observed {
+                    mergedRows.insert(id, encodedIn: source, at: index)
+                } else if let values = source.values(at: index) {
+                    _ = try? materialize(id, values: values, version: source.version(at: index))
+                }
+            }
+        }
+        let deleted = changes[position].deleted
+        for (id, update) in changes[position].updated {
             takeValues(update, of: id)
             mergedRows.update(id, with: update)
             if observed { merged.updatedProperties[id, default: []].formUnion(update.properties) }
         }
         if observed {
             for index in inserted.indices { merged.insertedIDs.append(inserted[index].id) }
-            for id in change.deleted {
+            for id in deleted {
                 merged.deleted.append(id)
                 if let object = registry[id]?.object { merged.deletedObjects[id] = object }
             }
         }
-        for id in change.deleted {
+        for id in deleted {
             forgetDeleted(id)
             mergedRows.remove(id)
         }

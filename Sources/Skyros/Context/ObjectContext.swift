@@ -22,7 +22,7 @@ public final class ObjectContext: ObjectStore, @unchecked Sendable, CustomString
     /// The weak reference to this context that its objects share.
     let reference = ContextReference()
     private let policyLock = NSLock()
-    private var _mergePolicy = MergePolicy.saverWins
+    @exclusivity(unchecked) private var _mergePolicy = MergePolicy.saverWins  // under policyLock
 
     /// What a save into the store does with updated objects that changed in the store since
     /// they were read (it matters for a context whose parent is the store: the root
@@ -118,14 +118,14 @@ public final class ObjectContext: ObjectStore, @unchecked Sendable, CustomString
     @exclusivity(unchecked) var readEntities: Set<String>?
     /// A shared stack's main context: the properties its saves changed that the daemon has not
     /// passed yet, shielded from older changes of other processes merged after them.
-    package var ownWrites: OwnWrites?
+    @exclusivity(unchecked) package var ownWrites: OwnWrites?
     /// A shared stack's root context: its child's ledger, to know which of its saves a change
     /// set of the root carries (``coveredGeneration``).
-    package var childWrites: OwnWrites?
+    @exclusivity(unchecked) package var childWrites: OwnWrites?
     /// The generation of the child's last save applied here (queue-confined).
-    package internal(set) var coveredGeneration: UInt64 = 0
+    @exclusivity(unchecked) package internal(set) var coveredGeneration: UInt64 = 0
     /// The sequence the store gave this context's last save, when it says (queue-confined).
-    package internal(set) var lastSavedSequence: UInt64?
+    @exclusivity(unchecked) package internal(set) var lastSavedSequence: UInt64?
 
     /// Makes a context whose parent is `parent` (a store or another context).
     public init(name: String, parent: any ObjectStore) {
@@ -659,7 +659,7 @@ public final class ObjectContext: ObjectStore, @unchecked Sendable, CustomString
 /// The contexts whose blocks the current thread is running (for reentrancy and checks).
 enum PerformingContexts {
     final class Stack {
-        var contexts: [ObjectIdentifier] = []
+        @exclusivity(unchecked) var contexts: [ObjectIdentifier] = []  // one per thread
     }
 
     private static let key: pthread_key_t = {

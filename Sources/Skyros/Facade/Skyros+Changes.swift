@@ -19,6 +19,12 @@ public struct StoreChange: Sendable, Hashable {
     public var updated: [ObjectID: Update]
     /// The deleted objects.
     public var deleted: [ObjectID]
+    /// More inserted objects, their values still as the change event carried them (a shared
+    /// stack's event thread); ``decoded`` moves them to ``inserted``, as every change handed
+    /// out of the stack has them.
+    /// (`Optional` spelled out: a `?` property has an implied default, with which the
+    /// optimizer builds each change twice and copies it.)
+    package var encodedInserted: Optional<EncodedRows>
 
     /// An updated object's changed properties and their values after the change.
     public struct Update: Sendable, Hashable {
@@ -48,6 +54,23 @@ public struct StoreChange: Sendable, Hashable {
         self.isRefresh = isRefresh
         self.inserted = inserted
         self.updated = updated
+        self.deleted = deleted
+        self.encodedInserted = nil
+    }
+
+    /// A change some of whose inserted objects' values are still encoded (`encodedInserted`).
+    package init(
+        sequence: UInt64, author: String, isReset: Bool, isRefresh: Bool, inserted: [Snapshot],
+        encodedInserted: EncodedRows?, deleted: [ObjectID]
+    ) {
+        // Every field assigned here: delegating, then setting one, would copy the change.
+        self.sequence = sequence
+        self.author = author
+        self.isReset = isReset
+        self.isRefresh = isRefresh
+        self.inserted = inserted
+        self.encodedInserted = encodedInserted
+        self.updated = [:]
         self.deleted = deleted
     }
 }
@@ -90,7 +113,7 @@ extension Skyros {
         // ``changes`` delivers them once the main context is free again: a consumer that
         // reads the main context as soon as it is told (the usual thing to do) then finds it
         // idle, instead of waking only to wait for the end of this merge.
-        defer { if publishing { changeObservers.yield(changes) } }
+        defer { if publishing { changeObservers.yield(changes.lazy.map(\.decoded)) } }
         main.merge(changes)
     }
 }
