@@ -47,9 +47,9 @@ extension ObjectContext {
     /// which only passes the changed properties on, does not read each one back from its store
     /// (through a daemon, a request).
     private func send(_ changes: ChangeSet) throws {
-        if let store = parent as? SequencedObjectStore {
+        if let store = sequencedParent {
             lastSavedSequence = try store.saveReturningSequence(changes)
-        } else if let root = parent as? ObjectContext, !root.parentIsContext, !updated.isEmpty {
+        } else if let root = parentContext, !root.parentIsContext, !updated.isEmpty {
             var known: [ObjectID: Snapshot] = [:]
             known.reserveCapacity(updated.count)
             for (id, object) in updated {

@@ -18,6 +18,10 @@ public final class ObjectContext: ObjectStore, @unchecked Sendable, CustomString
     /// What this context saves into.
     public let parent: any ObjectStore
     let parentIsContext: Bool
+    /// The parent as a context, and as a store that numbers saves: cast once here, not at
+    /// each save (a cast to a protocol that fails searches the conformances every time).
+    let parentContext: ObjectContext?
+    let sequencedParent: (any SequencedObjectStore)?
     let queue: DispatchQueue
     /// The weak reference to this context that its objects share.
     let reference = ContextReference()
@@ -133,6 +137,8 @@ public final class ObjectContext: ObjectStore, @unchecked Sendable, CustomString
         self.schema = parent.schema
         self.parent = parent
         self.parentIsContext = parent is ObjectContext
+        self.parentContext = parent as? ObjectContext
+        self.sequencedParent = parent as? SequencedObjectStore
         self.queue = DispatchQueue(label: "skyros.context.\(name)")
         reference.context = self
         if let parent = parent as? ObjectContext { _errorHandler = parent.errorHandler }
