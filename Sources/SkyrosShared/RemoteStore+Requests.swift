@@ -18,7 +18,7 @@ extension RemoteStore {
 
     /// A request, on the connection its caller holds.
     private func request(_ body: WireMessage.Body, on connection: inout Connection) throws -> WireMessage.Body {
-        var attempts = RequestAttempts(now: .now, timeout: .seconds(timeout), retryInterval: .seconds(retryInterval))
+        var attempts = RequestAttempts(now: .now, timeout: timeoutDuration, retryInterval: retryDuration)
         connection.requestWentOut = false
         while true {
             guard case .attempt(let wait, let newConnection, let sayHelloFirst) = attempts.next(now: .now) else {
@@ -55,7 +55,7 @@ extension RemoteStore {
     /// One request and its reply, on the current connection.
     private func exchange(_ body: WireMessage.Body, on connection: inout Connection, wait: TimeInterval) throws -> WireMessage.Body {
         let id = connection.nextRequestID
-        connection.requestsSent[body.kind, default: 0] += 1
+        connection.requestsSent[Int(body.kind.rawValue)] += 1
         connection.nextRequestID += 1
         connection.dealer.send([WireMessage(requestID: id, body: body).encoded()])
         connection.requestWentOut = true

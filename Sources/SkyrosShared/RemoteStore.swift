@@ -40,6 +40,10 @@ public final class RemoteStore: PersistentStore, @unchecked Sendable {
     public let timeout: TimeInterval
     /// How long one attempt of a request waits for its reply before it is sent again.
     public let retryInterval: TimeInterval
+    /// ``timeout`` and ``retryInterval`` as durations, made once (a request needs them both,
+    /// and making a `Duration` of a `Double` is not cheap).
+    let timeoutDuration: Duration
+    let retryDuration: Duration
     /// How long the event socket may stay silent (the daemon sends a heartbeat every
     /// 100 ms) before the client catches up with the history anyway.
     public let silenceInterval: TimeInterval = WireProtocol.silenceInterval.timeInterval
@@ -64,8 +68,9 @@ public final class RemoteStore: PersistentStore, @unchecked Sendable {
         var nextRequestID: UInt64 = 1
         /// Whether the current request's message went out at least once.
         var requestWentOut = false
-        /// Requests sent to the daemon (each attempt counts), by kind.
-        var requestsSent: [WireProtocol.Kind: Int] = [:]
+        /// Requests sent to the daemon (each attempt counts), by kind's tag: a counter per
+        /// tag rather than a dictionary to update on each request.
+        var requestsSent = [Int](repeating: 0, count: 256)
         /// For tests: how many save acknowledgements to drop, as if lost on the way.
         var droppedSaveReplies = 0
     }
@@ -142,7 +147,14 @@ public final class RemoteStore: PersistentStore, @unchecked Sendable {
     /// For tests: change events (not heartbeats) received on the event socket.
     var receivedEventsForTesting: Int { state.withLock { $0.receivedEvents } }
     /// For tests: requests sent to the daemon (each attempt counts), by kind.
-    var requestsSentForTesting: [WireProtocol.Kind: Int] { connection.withLock { $0.requestsSent } }
+    var requestsSentForTesting: [WireProtocol.Kind: Int] {
+        let counts = connection.withLock { $0.requestsSent }
+        var sent: [WireProtocol.Kind: Int] = [:]
+        for (tag, count) in counts.enumerated() where count > 0 {
+            if let kind = WireProtocol.Kind(rawValue: UInt8(tag)) { sent[kind] = count }
+        }
+        return sent
+    }
 
     /// Connects to the daemon of the group container at `container` and says hello.
     ///
@@ -183,6 +195,8 @@ public final class RemoteStore: PersistentStore, @unchecked Sendable {
         self.container = container
         self.timeout = timeout
         self.retryInterval = min(retryInterval, timeout)
+        self.timeoutDuration = .seconds(timeout)
+        self.retryDuration = .seconds(self.retryInterval)
         let name = String(
             decoding: Array((clientName ?? ProcessInfo.processInfo.processName).utf8.prefix(WireProtocol.maximumClientNameBytes)),
             as: UTF8.self)

@@ -636,7 +636,8 @@ public final class ObjectContext: ObjectStore, @unchecked Sendable, CustomString
         if !updated.isEmpty { updated = [:] }
         if !unverifiedUpdates.isEmpty { unverifiedUpdates = [] }
         if !deleted.isEmpty { deleted = [:] }
-        if !pendingCountByEntity.isEmpty { pendingCountByEntity = [:] }
+        // Its storage kept while small: most saves count one or two entities again.
+        if !pendingCountByEntity.isEmpty { pendingCountByEntity.removeAll(keepingCapacity: pendingCountByEntity.capacity <= 16) }
         pendingLinkIndex = nil
         if !orderTails.isEmpty { orderTails = [:] }
     }

@@ -34,9 +34,22 @@ struct PendingList<Value> {
     }
 
     /// Removes every entry, and the storage of those removed before.
+    ///
+    /// A small list keeps its storage for the next entries (a context that saves one object
+    /// at a time would otherwise allocate two arrays for each); a large one lets it go.
     mutating func removeAll() {
-        if !ids.isEmpty || positions != nil { self = PendingList() }
+        guard !ids.isEmpty || positions != nil else { return }
+        if ids.capacity <= Self.keptCapacity && positions == nil {
+            ids.removeAll(keepingCapacity: true)
+            entries.removeAll(keepingCapacity: true)
+            count = 0
+        } else {
+            self = PendingList()
+        }
     }
+
+    /// The most entries whose storage ``removeAll()`` keeps.
+    static var keptCapacity: Int { 64 }
 
     /// A mark of the entries appended so far: the entries appended after it are
     /// ``values(since:upTo:)``.
