@@ -87,14 +87,16 @@ struct FloodBenchmark {
         try? FileManager.default.removeItem(atPath: go)  // a go file of an earlier round would start them early
         // SKYROS_BENCH_WRAP="valgrind --tool=callgrind …": the first process is this executable
         // run by that command, found on the PATH (instruction counts of one client among real
-        // others).
+        // others); SKYROS_BENCH_WRAP_COUNT=N wraps the first N (a script that runs another
+        // build for some of them compares two builds' clients in one run, under the same load).
         let wrap = ProcessInfo.processInfo.environment["SKYROS_BENCH_WRAP"]?.split(separator: " ").map(String.init) ?? []
+        let wrapped = ProcessInfo.processInfo.environment["SKYROS_BENCH_WRAP_COUNT"].flatMap { Int($0) } ?? 1
         var processes: [(Process, Pipe)] = []
         for role in roles {
             let process = Process()
             process.executableURL = executable
             process.arguments = [role, target, go, "\(seconds)"]
-            if processes.isEmpty, !wrap.isEmpty {
+            if processes.count < wrapped, !wrap.isEmpty {
                 process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
                 process.arguments = wrap + [executable.path, role, target, go, "\(seconds)"]
             }

@@ -15,7 +15,8 @@
 // daemon. SKYROS_BENCH_WRAP="valgrind --tool=callgrind --callgrind-out-file=/tmp/cg.%p.out": the
 // first client process of each measurement runs under that command, among the real others (run
 // a copy made with `objcopy --strip-debug`: valgrind 3.19 reads no DWARF 5, and the clients are
-// the executable that launches them).
+// the executable that launches them). SKYROS_BENCH_WRAP_COUNT=N: the first N clients do (a
+// wrapper that runs another build for some of them compares two builds' clients in one run).
 //
 // Prints a table, or with --json one object per line:
 // {"name": …, "unit": …, "skyros": …, "baseline": …, "ratio": …} (ratio = skyros ÷ baseline).

@@ -177,9 +177,12 @@ package struct WireReader {
     /// (no copy of the bytes first); `String(decoding:)` replaces invalid sequences, so
     /// unless the bytes are ASCII (entity names, most text: always valid) the result is
     /// compared with them, which costs less than the generic validating path.
-    package mutating func string() throws(WireError) -> String {
+    ///
+    /// With `remembered` (the default: names, which repeat), a short string is looked for
+    /// among the last few this reader decoded, and kept among them.
+    package mutating func string(remembered: Bool = true) throws(WireError) -> String {
         let length = try count()
-        let key = length <= RecentStrings.maximumLength ? RecentStrings.key(bytes, position, length) : nil
+        let key = remembered && length <= RecentStrings.maximumLength ? RecentStrings.key(bytes, position, length) : nil
         if let key, let text = recentStrings[key] {
             position += length
             return text

@@ -162,7 +162,7 @@ extension WireReader {
         case 0: return .null
         case 1: return .integer(try varint())
         case 2: return .real(try double())
-        case 3: return .text(try string())
+        case 3: return .text(try string(remembered: false))  // values rarely repeat: not looked for among recent strings
         case 4: return .blob(Data(try data()))
         case let tag: throw .invalidTag("value", tag)
         }

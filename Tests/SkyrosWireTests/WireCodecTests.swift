@@ -242,6 +242,20 @@ struct WireCodecTests {
         #expect(throws: WireError.invalidUTF8) { try badText.snapshot() }
     }
 
+    @Test("strings read again from a reader's recent ones are the same strings: no two that share a prefix, a length or padding are taken for each other")
+    func recentStrings() throws {
+        let strings = ["Item", "Items", "Itex", "", "Item", "abcdefgh", "abcdefgh\0", "abcdefghijklmno", "abcdefghijklmnop",
+                       "abcdefghijklmnopq", "abcdefghijklmnop", "é", "Item", "Items", "abcdefgh", "\0", "", "Itex"]
+        var writer = WireWriter()
+        for string in strings { writer.string(string) }
+        // Read from the end of a larger buffer too: the last string has fewer than 16 bytes after it.
+        var reader = WireReader(writer.bytes)
+        for string in strings { #expect(try reader.string() == string) }
+        #expect(reader.remaining == 0)
+        var unremembered = WireReader(writer.bytes)
+        for string in strings { #expect(try unremembered.string(remembered: false) == string) }
+    }
+
     @Test("change events decoded with their inserted values kept encoded read back the same snapshots; a bad tag is refused at once, bad text drops only its row")
     func insertedValuesKeptEncoded() throws {
         let values: [StoredValue] = [.text("Ada"), .integer(-7), .real(2.5), .null, .blob(Data([1, 2])), .integer(300)]
