@@ -141,24 +141,21 @@ struct EventSequencer: Equatable {
     /// known ones dropped; at the first gap the rest is held while a save is in flight, or a
     /// catch-up is asked.
     private mutating func advance(_ events: [ChangeEvent], catchUpOnGap: Bool) -> [Action] {
-        // The usual message: other clients' change sets, each the next one. Merged as they
-        // came, the array shared rather than copied event by event.
-        if ownSequences.isEmpty, events.indices.allSatisfy({ position in
-            events.isChangeSet(at: position) && events[position].sequence == sequence &+ UInt64(position) &+ 1
-                && events[position].authorID != clientID
-        }) {
-            guard !events.isEmpty else { return [] }
-            sequence = events[events.count - 1].sequence
-            return [.merge(events)]
-        }
-        var merged: [ChangeEvent] = []
-        merged.reserveCapacity(events.count)
+        // While every event so far is merged (the usual message: other clients' change sets,
+        // each the next one once this client's own are counted), the merged events are the
+        // first `inPlace` of `events`, shared rather than copied one by one; the first event
+        // left out starts a copy (`copied`).
+        var inPlace = 0
+        var copied: [ChangeEvent]?
         var gap = false
-        // By index: an event is copied only into `merged` (the event thread's hot path).
+        // By index: an event is copied only into `copied` (the event thread's hot path).
         for position in events.indices {
             absorbOwnSequences()
             let next = events[position].sequence
-            guard next > sequence else { continue }  // known, or a heartbeat with nothing new
+            guard next > sequence else {  // known, or a heartbeat with nothing new
+                if copied == nil { copied = Array(events[..<inPlace]) }
+                continue
+            }
             guard events.isChangeSet(at: position), next == sequence + 1 else {
                 if savesInFlight > 0 {
                     held = Self.union(held, events[position...].filter(\.isChangeSet), after: sequence)
@@ -167,9 +164,16 @@ struct EventSequencer: Equatable {
                 break
             }
             sequence = next
-            if events[position].authorID != clientID { merged.append(events[position]) }
+            if events[position].authorID == clientID {
+                if copied == nil { copied = Array(events[..<inPlace]) }
+            } else if copied != nil {
+                copied!.append(events[position])
+            } else {
+                inPlace += 1
+            }
         }
         absorbOwnSequences()
+        let merged = copied ?? (inPlace == events.count ? events : Array(events[..<inPlace]))
         var actions: [Action] = merged.isEmpty ? [] : [.merge(merged)]
         if gap && catchUpOnGap && savesInFlight == 0 { actions.append(.catchUp(after: sequence)) }
         return actions

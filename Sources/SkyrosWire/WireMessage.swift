@@ -70,32 +70,13 @@ package struct ChangeEvent: Sendable, Hashable {
     /// here rather than in ``inserted``.
     package var encodedInserted: Optional<EncodedRows>
 
-    /// An event; a change set by default.
+    /// An event; a change set by default. `encodedInserted`: more inserted objects, their
+    /// values still encoded.
     package init(
         sequence: UInt64, kind: Kind = .changes, authorID: UUID = ChangeEvent.noAuthor, author: String = "",
-        inserted: [Snapshot] = [], updated: [Update] = [], deleted: [ObjectID] = [], schemaVersion: UInt64 = 0
+        inserted: [Snapshot] = [], encodedInserted: EncodedRows? = nil, updated: [Update] = [], deleted: [ObjectID] = [],
+        schemaVersion: UInt64 = 0
     ) {
-        self.schemaVersion = kind == .schemaChanged ? schemaVersion : 0
-        self.sequence = sequence
-        self.kind = kind
-        self.authorID = authorID
-        self.author = author
-        self.inserted = inserted
-        self.updated = updated
-        self.deleted = deleted
-        // Assigned rather than defaulted in their declarations: with defaults, the optimizer
-        // builds the event twice and copies it (the event thread makes one per change set).
-        self.unknownKind = nil
-        self.extensionBytes = []
-        self.encodedInserted = nil
-    }
-
-    /// An event whose inserted objects' values are still encoded (`encodedInserted`), or not.
-    init(
-        sequence: UInt64, kind: Kind, authorID: UUID, author: String, inserted: [Snapshot], encodedInserted: EncodedRows?,
-        updated: [Update], deleted: [ObjectID], schemaVersion: UInt64
-    ) {
-        // Every field assigned here: delegating, then setting one, would copy the event.
         self.schemaVersion = kind == .schemaChanged ? schemaVersion : 0
         self.sequence = sequence
         self.kind = kind
@@ -105,6 +86,9 @@ package struct ChangeEvent: Sendable, Hashable {
         self.encodedInserted = encodedInserted
         self.updated = updated
         self.deleted = deleted
+        // Every field assigned here, none defaulted in its declaration: with defaults the
+        // optimizer builds the event twice and copies it (the event thread makes one per
+        // change set), as it does when an initializer delegates and then sets a field.
         self.unknownKind = nil
         self.extensionBytes = []
     }
