@@ -76,8 +76,10 @@ extension RemoteStore {
                         self.isOwnVersion(topicFrame: frames[0])
                     else { continue }
                     let received: [ChangeEvent]
-                    // Inserted objects' values stay encoded until the main context reads one.
-                    switch try WireMessage.decodeReply([UInt8](frame), keepingInsertedValuesEncoded: true).body {
+                    // Inserted objects' values stay encoded until the main context reads one
+                    // (a kept row keeps its message: large messages are decoded whole).
+                    let lazily = frame.count <= EncodedRows.maximumMessageBytes
+                    switch try WireMessage.decodeReply([UInt8](frame), keepingInsertedValuesEncoded: lazily).body {
                     case .event(let event): received = [event]
                     case .changes(let events, _): received = events  // consecutive events published together
                     default: continue

@@ -202,6 +202,22 @@ package struct WireReader {
         return text
     }
 
+    /// Goes past a string, refused as ``string(remembered:)`` refuses it (not UTF-8), without
+    /// making it: ASCII bytes are valid as they are; others are decoded and compared.
+    mutating func skipString() throws(WireError) {
+        let length = try count()
+        let valid = bytes.withUnsafeBufferPointer { buffer -> Bool in
+            let raw = UnsafeBufferPointer(rebasing: buffer[position..<(position + length)])
+            var high: UInt8 = 0
+            for byte in raw { high |= byte }
+            if high < 0x80 { return true }
+            var copy = String(decoding: raw, as: UTF8.self)
+            return copy.withUTF8 { $0.elementsEqual(raw) }
+        }
+        guard valid else { throw .invalidUTF8 }
+        position += length
+    }
+
     package mutating func uuid() throws(WireError) -> UUID {
         guard remaining >= 16 else { throw .truncated }
         // Loaded as a UUID (16 plain bytes): `UUID(uuid:)` is a call into Foundation.

@@ -362,8 +362,9 @@ package struct WireMessage: Sendable, Hashable {
 
     /// ``decodeReply(_:)``; with `keepingInsertedValuesEncoded`, the inserted objects of its
     /// change events are read as far as their identifiers and versions, their values checked
-    /// for their bounds and tags only and decoded when read (``ChangeEvent/encodedInserted``):
-    /// a shared stack's event thread, whose main context keeps most of them unread.
+    /// (what the eager decoding refuses, this refuses) and decoded when read
+    /// (``ChangeEvent/encodedInserted``): a shared stack's event thread, whose main context
+    /// keeps most of them unread.
     package static func decodeReply(_ bytes: [UInt8], keepingInsertedValuesEncoded: Bool) throws(WireError) -> WireMessage {
         try decodeMessage(
             bytes, maximumSize: WireProtocol.maximumMessageSize, ignoringTrailingBytesOfReplies: true,

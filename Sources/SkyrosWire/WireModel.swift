@@ -256,8 +256,8 @@ extension WireReader {
     }
 
     /// A snapshot as a change event's inserted object, its values not decoded, added to
-    /// `source`: its identifier, version, and where its values are (each value's tag and
-    /// bounds checked).
+    /// `source`: its identifier, version, and where its values are (each value checked as
+    /// decoding it would: a malformed one refuses the message, as eagerly).
     mutating func encodedSnapshot(into source: EncodedRows.Source) throws(WireError) {
         let id = try objectID()
         let count = try count()
@@ -266,8 +266,8 @@ extension WireReader {
         source.append(id: id, version: try version(), offset: offset, count: count)
     }
 
-    /// Goes past one `Value`, checking its tag and that it lies within the message (a
-    /// string's UTF-8 is checked when it is decoded).
+    /// Goes past one `Value`, refusing what ``value()`` refuses (a tag that is no value,
+    /// bytes past the end, text that is not UTF-8), without making it.
     mutating func skipValue() throws(WireError) {
         switch try byte() {
         case 0: return
@@ -275,7 +275,8 @@ extension WireReader {
         case 2:
             guard remaining >= 8 else { throw .truncated }
             position += 8
-        case 3, 4: position += try count()
+        case 3: try skipString()
+        case 4: position += try count()
         case let tag: throw .invalidTag("value", tag)
         }
     }

@@ -176,8 +176,24 @@ struct MergedRowsTests {
         #expect(try #require(await nextChange(changes) { $0.inserted.map(\.id) == [other] }).inserted.first?.values[handle] == .text("ann"))
         let main = b.mainContext
         main.performAndWait {
+            #expect(main.mergedRows.isKeptEncoded(other))
             #expect(main.mergedRows.peek(other)?.values[handle] == .text("ann"))
             #expect(main.object(with: other, as: User.self)?.handle == "ann")
+        }
+
+        // An event message over 8 KiB is decoded whole: a row kept encoded would keep it alive.
+        let long = String(repeating: "x", count: EncodedRows.maximumMessageBytes + 1)
+        let large = try await a.write { context in
+            let user = User.create(in: context)
+            user.handle = "big"
+            user.firstname = long
+            return user.objectID
+        }
+        #expect(await nextChange(changes) { $0.inserted.map(\.id) == [large] } != nil)
+        let firstname = try #require(testSchema.entity(named: "User")?.properties.firstIndex { $0.name == "firstname" })
+        main.performAndWait {
+            #expect(!main.mergedRows.isKeptEncoded(large))
+            #expect(main.mergedRows.peek(large)?.values[firstname] == .text(long))
         }
     }
 

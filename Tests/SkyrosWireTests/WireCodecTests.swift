@@ -256,7 +256,7 @@ struct WireCodecTests {
         for string in strings { #expect(try unremembered.string(remembered: false) == string) }
     }
 
-    @Test("change events decoded with their inserted values kept encoded read back the same snapshots; a bad tag is refused at once, bad text drops only its row")
+    @Test("change events decoded with their inserted values kept encoded read back the same snapshots; what the eager decoding refuses (a bad tag, bytes past the end, text not UTF-8) is refused too")
     func insertedValuesKeptEncoded() throws {
         let values: [StoredValue] = [.text("Ada"), .integer(-7), .real(2.5), .null, .blob(Data([1, 2])), .integer(300)]
         let rows = (0..<3).map { index in
@@ -313,15 +313,19 @@ struct WireCodecTests {
         #expect(throws: WireError.truncated) {
             try WireMessage.decodeReply(message(valueBytes: [3, 200]), keepingInsertedValuesEncoded: true)
         }
-        // Text that is not UTF-8 is found when the row is read: that row alone is left out.
-        guard case .changes(let withBadText, _) = try WireMessage.decodeReply(
-            message(valueBytes: [3, 2, 0xC0, 0xAF]), keepingInsertedValuesEncoded: true).body
+        // Text that is not UTF-8 (an overlong "/", and a truncated 4-byte sequence after ASCII).
+        for bad: [UInt8] in [[3, 2, 0xC0, 0xAF], [3, 4, 0x61, 0xF0, 0x90, 0x80]] {
+            #expect(throws: WireError.invalidUTF8) { try WireMessage.decodeReply(message(valueBytes: bad), keepingInsertedValuesEncoded: true) }
+            #expect(throws: WireError.invalidUTF8) { try WireMessage.decodeReply(message(valueBytes: bad)) }
+        }
+        // Valid text that is not ASCII is kept, and reads back.
+        guard case .changes(let accented, _) = try WireMessage.decodeReply(
+            message(valueBytes: [3, 3, 0x61, 0xC3, 0xA9]), keepingInsertedValuesEncoded: true).body
         else {
             Issue.record("not a changes message")
             return
         }
-        #expect(withBadText[0].encodedInserted?.snapshots == [Snapshot(id: rows[0].id, values: [.integer(5)], version: 1)])
-        #expect(throws: WireError.invalidUTF8) { try WireMessage.decodeReply(message(valueBytes: [3, 2, 0xC0, 0xAF])) }
+        #expect(accented[0].encodedInserted?.snapshots.last?.values[1] == .text("aé"))
     }
 
     /// A deterministic, seeded mutation fuzzer: 200,000 inputs here (a few seconds); set

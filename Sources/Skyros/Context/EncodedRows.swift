@@ -7,9 +7,20 @@ import Foundation
 /// context, which keeps them as rows (``MergedRows``) and usually never reads them: decoding
 /// each value, and freeing it when the rows turn over, was most of the event thread's work
 /// per change set. The change events of one message share one ``Source``; a change's rows
-/// are a range of it. A row whose values turn out not to decode is simply not there (it is
-/// read from the store when asked for, as a row dropped by ``MergedRows`` is).
+/// are a range of it. The decoder checks the values as it skips them (a malformed one
+/// refuses the message, as decoding it would), so a row always decodes; should one not, it
+/// is simply not there (read from the store when asked for, as a row dropped by
+/// ``MergedRows`` is).
+///
+/// A row kept encoded keeps its whole message alive: only messages of at most
+/// ``maximumMessageBytes`` are read this way (a larger one is decoded whole), which bounds
+/// what ``MergedRows``' 4,096 rows can hold at 32 MiB, however large the other changes of a
+/// message were.
 package struct EncodedRows: Sendable, Hashable {
+    /// The largest message whose inserts are kept encoded (8 KiB: the daemon's messages of
+    /// one-object saves, 15–20 change sets each under load, are 2–3 KiB).
+    package static let maximumMessageBytes = 8 * 1_024
+
     /// The rows of one message of change events, and the message's bytes. Built by the wire
     /// decoder while it reads the message, immutable afterwards.
     package final class Source: @unchecked Sendable {

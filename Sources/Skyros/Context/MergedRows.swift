@@ -64,6 +64,12 @@ struct MergedRows {
         young[id] = kept
     }
 
+    /// Whether the row of an object is kept as its change event carried it (for tests).
+    func isKeptEncoded(_ id: ObjectID) -> Bool {
+        guard case .encoded? = young[id] ?? old[id] else { return false }
+        return true
+    }
+
     /// The row of an object, kept.
     func peek(_ id: ObjectID) -> Row? {
         (young[id] ?? old[id])?.row
