@@ -189,12 +189,7 @@ package struct WireReader {
         }
         let text = bytes.withUnsafeBufferPointer { buffer -> String? in
             let raw = UnsafeBufferPointer(rebasing: buffer[position..<(position + length)])
-            let text = String(decoding: raw, as: UTF8.self)
-            var high: UInt8 = 0
-            for byte in raw { high |= byte }
-            if high < 0x80 { return text }
-            var copy = text
-            return copy.withUTF8 { $0.elementsEqual(raw) } ? text : nil
+            return Self.isASCII(raw) ? String(decoding: raw, as: UTF8.self) : Self.validatedText(raw)
         }
         guard let text else { throw .invalidUTF8 }
         position += length
@@ -203,19 +198,30 @@ package struct WireReader {
     }
 
     /// Goes past a string, refused as ``string(remembered:)`` refuses it (not UTF-8), without
-    /// making it: ASCII bytes are valid as they are; others are decoded and compared.
+    /// making it when it is ASCII.
     mutating func skipString() throws(WireError) {
         let length = try count()
         let valid = bytes.withUnsafeBufferPointer { buffer -> Bool in
             let raw = UnsafeBufferPointer(rebasing: buffer[position..<(position + length)])
-            var high: UInt8 = 0
-            for byte in raw { high |= byte }
-            if high < 0x80 { return true }
-            var copy = String(decoding: raw, as: UTF8.self)
-            return copy.withUTF8 { $0.elementsEqual(raw) }
+            return Self.isASCII(raw) || Self.validatedText(raw) != nil
         }
         guard valid else { throw .invalidUTF8 }
         position += length
+    }
+
+    /// Whether the bytes are ASCII (so valid UTF-8 as they are).
+    private static func isASCII(_ raw: UnsafeBufferPointer<UInt8>) -> Bool {
+        var high: UInt8 = 0
+        for byte in raw { high |= byte }
+        return high < 0x80
+    }
+
+    /// The text of the bytes when they are valid UTF-8: `String(decoding:)` replaces invalid
+    /// sequences, so the result is compared with them.
+    private static func validatedText(_ raw: UnsafeBufferPointer<UInt8>) -> String? {
+        let text = String(decoding: raw, as: UTF8.self)
+        var copy = text
+        return copy.withUTF8 { $0.elementsEqual(raw) } ? text : nil
     }
 
     package mutating func uuid() throws(WireError) -> UUID {

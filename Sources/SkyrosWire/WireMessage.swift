@@ -356,16 +356,14 @@ package struct WireMessage: Sendable, Hashable {
 
     /// Decodes a message as a client does: bytes after the fields it knows in a reply or an
     /// event are ignored (they are fields added within protocol version 4).
-    package static func decodeReply(_ bytes: [UInt8]) throws(WireError) -> WireMessage {
-        try decodeMessage(bytes, maximumSize: WireProtocol.maximumMessageSize, ignoringTrailingBytesOfReplies: true)
-    }
-
-    /// ``decodeReply(_:)``; with `keepingInsertedValuesEncoded`, the inserted objects of its
-    /// change events are read as far as their identifiers and versions, their values checked
-    /// (what the eager decoding refuses, this refuses) and decoded when read
-    /// (``ChangeEvent/encodedInserted``): a shared stack's event thread, whose main context
-    /// keeps most of them unread.
-    package static func decodeReply(_ bytes: [UInt8], keepingInsertedValuesEncoded: Bool) throws(WireError) -> WireMessage {
+    ///
+    /// With `keepingInsertedValuesEncoded`, the inserted objects of its change events are
+    /// read as far as their identifiers and versions, their values checked (what the eager
+    /// decoding refuses, this refuses) and decoded when read (``ChangeEvent/encodedInserted``):
+    /// a shared stack's event thread, whose main context keeps most of them unread.
+    package static func decodeReply(_ bytes: [UInt8], keepingInsertedValuesEncoded: Bool = false) throws(WireError)
+        -> WireMessage
+    {
         try decodeMessage(
             bytes, maximumSize: WireProtocol.maximumMessageSize, ignoringTrailingBytesOfReplies: true,
             keepingInsertedValuesEncoded: keepingInsertedValuesEncoded)
@@ -374,7 +372,7 @@ package struct WireMessage: Sendable, Hashable {
     /// Decodes a message, refusing anything malformed with a ``WireError``: never a crash,
     /// never an allocation larger than the message itself. Bytes after the fields of a complete
     /// message are refused: the daemon's rule for requests (a client reads replies and events
-    /// with ``decodeReply(_:)``).
+    /// with ``decodeReply(_:keepingInsertedValuesEncoded:)``).
     package static func decode(_ bytes: [UInt8], maximumSize: Int = WireProtocol.maximumMessageSize) throws(WireError)
         -> WireMessage
     {

@@ -25,18 +25,11 @@ package struct EncodedRows: Sendable, Hashable {
     /// decoder while it reads the message, immutable afterwards.
     package final class Source: @unchecked Sendable {
         /// One row: where its values start in the message, and how many there are.
-        package struct Row: Sendable {
-            package var id: ObjectID
-            package var version: Int64
-            package var offset: Int
-            package var count: Int
-
-            package init(id: ObjectID, version: Int64, offset: Int, count: Int) {
-                self.id = id
-                self.version = version
-                self.offset = offset
-                self.count = count
-            }
+        struct Row {
+            var id: ObjectID
+            var version: Int64
+            var offset: Int
+            var count: Int
         }
 
         /// Decodes `count` values at `offset` of the message; nil when they are malformed.
@@ -44,7 +37,7 @@ package struct EncodedRows: Sendable, Hashable {
 
         let bytes: [UInt8]
         // Appended to by the one thread decoding the message, read-only afterwards.
-        @exclusivity(unchecked) package private(set) var rows: [Row] = []
+        @exclusivity(unchecked) private var rows: [Row] = []
         let decoder: Decoder
 
         package init(bytes: [UInt8], decoder: @escaping Decoder) {

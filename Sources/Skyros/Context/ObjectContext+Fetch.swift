@@ -68,7 +68,7 @@ extension ObjectContext {
     func storeCursor(_ request: StoreRequest) throws -> SQLiteStore.Cursor? {
         guard !hasPendingChanges(of: request.entityName) else { return nil }
         if let store = parent as? SQLiteStore { return try store.openCursor(request) }
-        if let context = parent as? ObjectContext { return try context.performAndWait { try context.storeCursor(request) } }
+        if let context = parentContext { return try context.performAndWait { try context.storeCursor(request) } }
         return nil
     }
 

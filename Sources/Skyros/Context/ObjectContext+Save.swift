@@ -256,7 +256,7 @@ extension ObjectContext {
                 unverifiedUpdates.contains(row.id) && updated[row.id]?.skyrosStorage.changed.contains(index) != true
             }
         }
-        if let parent = parent as? ObjectContext {
+        if let parent = parentContext {
             let known = Set(pendingStorages(of: request.entityName).map(\.objectID))
             rows += try parent.performAndWait { try parent.pendingSnapshots(request, property: index) }.filter { !known.contains($0.id) }
         }

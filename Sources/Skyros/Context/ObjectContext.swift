@@ -17,12 +17,12 @@ public final class ObjectContext: ObjectStore, @unchecked Sendable, CustomString
     public let schema: Schema
     /// What this context saves into.
     public let parent: any ObjectStore
-    let parentIsContext: Bool
     /// The parent as a context, and as a store that numbers saves: cast once here, not at
     /// each save (a context's cast to `SequencedObjectStore`, which fails, cost some 1,300
     /// instructions of the runtime's conformance lookup at every save).
     let parentContext: ObjectContext?
     let sequencedParent: (any SequencedObjectStore)?
+    var parentIsContext: Bool { parentContext != nil }
     let queue: DispatchQueue
     /// The weak reference to this context that its objects share.
     let reference = ContextReference()
@@ -137,12 +137,11 @@ public final class ObjectContext: ObjectStore, @unchecked Sendable, CustomString
         self.name = name
         self.schema = parent.schema
         self.parent = parent
-        self.parentIsContext = parent is ObjectContext
         self.parentContext = parent as? ObjectContext
         self.sequencedParent = parent as? SequencedObjectStore
         self.queue = DispatchQueue(label: "skyros.context.\(name)")
         reference.context = self
-        if let parent = parent as? ObjectContext { _errorHandler = parent.errorHandler }
+        if let parentContext { _errorHandler = parentContext.errorHandler }
         ConcurrencyDebug.enableIfRequested()
     }
 
