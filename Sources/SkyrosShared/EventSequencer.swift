@@ -32,8 +32,9 @@ struct EventSequencer: Equatable {
     private(set) var sequence: UInt64
     /// The store the sequence numbers belong to.
     private(set) var epoch: UUID
-    /// Sequences of this client's saves past ``sequence``, from their replies.
-    private var ownSequences: Set<UInt64> = []
+    /// Sequences of this client's saves past ``sequence``, from their replies, ascending (a
+    /// few at most: a list, which a save's reply does not make hash and allocate).
+    private var ownSequences: [UInt64] = []
     /// Saves sent and not answered yet.
     private(set) var savesInFlight = 0
     /// Change sets past a gap, kept while a save is in flight (the gap may be that save).
@@ -96,7 +97,7 @@ struct EventSequencer: Equatable {
     /// A save's reply came (`sequence`), or the save failed or was given up (nil).
     mutating func saveAnswered(sequence saved: UInt64?) -> [Action] {
         savesInFlight = max(0, savesInFlight - 1)
-        if let saved, saved > sequence { ownSequences.insert(saved) }
+        if let saved, saved > sequence { insertOwnSequence(saved) }
         absorbOwnSequences()
         guard !held.isEmpty else { return [] }
         let waiting = held
@@ -179,11 +180,32 @@ struct EventSequencer: Equatable {
         return actions
     }
 
+    /// Puts a sequence of this client's in ``ownSequences``, in order, once.
+    private mutating func insertOwnSequence(_ saved: UInt64) {
+        var position = ownSequences.endIndex
+        while position > 0 && ownSequences[position - 1] > saved { position -= 1 }
+        if position > 0 && ownSequences[position - 1] == saved { return }
+        ownSequences.insert(saved, at: position)
+    }
+
+    /// Counts this client's sequences that come next as merged, and forgets those the events
+    /// went past.
     private mutating func absorbOwnSequences() {
         guard !ownSequences.isEmpty else { return }
-        while ownSequences.remove(sequence + 1) != nil { sequence += 1 }
-        // A new set only when one is left behind (the events went past it).
-        if ownSequences.contains(where: { $0 <= sequence }) { ownSequences = ownSequences.filter { $0 > sequence } }
+        var passed = 0
+        for own in ownSequences {
+            if own == sequence + 1 {
+                sequence = own
+            } else if own > sequence {
+                break
+            }
+            passed += 1
+        }
+        if passed == ownSequences.count {
+            ownSequences.removeAll(keepingCapacity: true)
+        } else if passed > 0 {
+            ownSequences.removeFirst(passed)
+        }
     }
 
     /// Held events and new ones, in order, each once, past `sequence`.

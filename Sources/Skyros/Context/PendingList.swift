@@ -10,9 +10,13 @@ import Foundation
 /// a pending entry), then kept up to date. Inserting 100,000 objects and saving them through
 /// three contexts then costs appends, not operations on growing 100,000-entry hash tables.
 struct PendingList<Value> {
+    /// The identifiers of the entries, in order; past ``used``, left from entries removed
+    /// (their storage reused by the next entries).
     private var ids: [ObjectID] = []
-    /// The value of `ids[i]`; nil once the entry was removed.
+    /// The value of `ids[i]`; nil once the entry was removed (and past ``used``).
     private var entries: [Value?] = []
+    /// The entries of `ids` and `entries` in use.
+    private var used = 0
     /// Positions by identifier, once a lookup needed them.
     private var positions: [ObjectID: Int]?
     /// Entries present.
@@ -21,14 +25,14 @@ struct PendingList<Value> {
     var isEmpty: Bool { count == 0 }
 
     /// The identifiers present, in order.
-    var keys: [ObjectID] { ids.indices.compactMap { entries[$0] == nil ? nil : ids[$0] } }
+    var keys: [ObjectID] { (0..<used).compactMap { entries[$0] == nil ? nil : ids[$0] } }
 
     /// The values present, in order.
-    var values: [Value] { entries.compactMap { $0 } }
+    var values: [Value] { entries[..<used].compactMap { $0 } }
 
     /// Calls `body` with each entry present, in order.
     func forEach(_ body: (ObjectID, Value) throws -> Void) rethrows {
-        for position in ids.indices {
+        for position in 0..<used {
             if let value = entries[position] { try body(ids[position], value) }
         }
     }
@@ -36,12 +40,14 @@ struct PendingList<Value> {
     /// Removes every entry, and the storage of those removed before.
     ///
     /// A small list keeps its storage for the next entries (a context that saves one object
-    /// at a time would otherwise allocate two arrays for each); a large one lets it go.
+    /// at a time would otherwise allocate two arrays for each, and emptying an array in place
+    /// costs more than letting go of its values): the values go, the slots stay. A large one
+    /// lets its storage go.
     mutating func removeAll() {
-        guard !ids.isEmpty || positions != nil else { return }
-        if ids.capacity <= Self.keptCapacity && positions == nil {
-            ids.removeAll(keepingCapacity: true)
-            entries.removeAll(keepingCapacity: true)
+        guard used > 0 || positions != nil else { return }
+        if ids.count <= Self.keptCapacity && positions == nil {
+            for position in 0..<used { entries[position] = nil }
+            used = 0
             count = 0
         } else {
             self = PendingList()
@@ -53,11 +59,11 @@ struct PendingList<Value> {
 
     /// A mark of the entries appended so far: the entries appended after it are
     /// ``values(since:upTo:)``.
-    var mark: Int { ids.count }
+    var mark: Int { used }
 
     /// The values present among the entries appended between two marks, in order.
     func values(since start: Int, upTo end: Int) -> [Value] {
-        (Swift.max(0, start)..<Swift.min(end, entries.count)).compactMap { entries[$0] }
+        (Swift.max(0, start)..<Swift.min(end, used)).compactMap { entries[$0] }
     }
 
     /// Makes room for `capacity` entries, growing geometrically: many small saves into a
@@ -72,9 +78,15 @@ struct PendingList<Value> {
     /// Appends an entry known not to be here (a new object; the rows of one change set into
     /// an empty list): no lookup.
     mutating func appendNew(_ id: ObjectID, _ value: Value) {
-        positions?[id] = ids.count
-        ids.append(id)
-        entries.append(value)
+        positions?[id] = used
+        if used < ids.count {
+            ids[used] = id
+            entries[used] = value
+        } else {
+            ids.append(id)
+            entries.append(value)
+        }
+        used += 1
         count += 1
     }
 
@@ -113,7 +125,7 @@ struct PendingList<Value> {
         if positions == nil {
             var index: [ObjectID: Int] = [:]
             index.reserveCapacity(count)
-            for position in ids.indices where entries[position] != nil { index[ids[position]] = position }
+            for position in 0..<used where entries[position] != nil { index[ids[position]] = position }
             positions = index
         }
         guard let position = positions?[id], entries[position] != nil else { return nil }

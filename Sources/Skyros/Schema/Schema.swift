@@ -16,6 +16,9 @@ public final class Schema: Sendable {
     public let entities: [EntityDescription]
     /// The entities by name; a subentity's name gives its hierarchy's entity.
     let entitiesByName: [String: EntityDescription]
+    /// The same pairs in a list, for a schema of at most ``maximumScannedNames`` names: looked
+    /// through by equality, cheaper than hashing the name (a short name compares as two words).
+    private let namedEntities: [(name: String, entity: EntityDescription)]?
     /// The entity storing each class's objects, and for a class of a hierarchy its place there.
     let entitiesByType: [ObjectIdentifier: (entity: EntityDescription, member: EntityHierarchy.Member?)]
     /// For each entity and relationship index: the inverse property, if any.
@@ -207,6 +210,17 @@ public final class Schema: Sendable {
             }
         }
         self.entitiesByName = entitiesByName
+        if entitiesByName.count <= Self.maximumScannedNames {
+            // The entities in their order (the first ones declared are looked up first), then subentities.
+            var named: [(name: String, entity: EntityDescription)] = []
+            for entity in allEntities where entitiesByName[entity.name] === entity && !named.contains(where: { $0.name == entity.name }) {
+                named.append((entity.name, entity))
+            }
+            for (name, entity) in entitiesByName where !named.contains(where: { $0.name == name }) { named.append((name, entity)) }
+            namedEntities = named
+        } else {
+            namedEntities = nil
+        }
         self.entitiesByType = entitiesByType
         self.links = links
         self.linkEntityNames = linkEntityNames
@@ -367,10 +381,19 @@ public final class Schema: Sendable {
 
     /// The entity with this name; for a subentity, the entity of its hierarchy's table (the
     /// root's name, every class's properties).
-    public func entity(named name: String) -> EntityDescription? { entitiesByName[name] }
+    public func entity(named name: String) -> EntityDescription? {
+        // Several lookups per save and per merged change: hashing a name costs more than
+        // comparing it with a few.
+        guard let namedEntities else { return entitiesByName[name] }
+        for pair in namedEntities where pair.name == name { return pair.entity }
+        return nil
+    }
+
+    /// The most names ``entity(named:)`` compares one by one instead of hashing.
+    private static var maximumScannedNames: Int { 8 }
 
     func requireEntity(_ name: String) throws -> EntityDescription {
-        guard let entity = entitiesByName[name] else {
+        guard let entity = entity(named: name) else {
             throw SkyrosError(.unknownEntity, "entity \(name) is not in the schema")
         }
         return entity
