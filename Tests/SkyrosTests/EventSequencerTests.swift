@@ -64,6 +64,30 @@ struct EventSequencerTests {
         #expect(machine.sequence == 4)
     }
 
+    @Test("own saves answered ahead of the events: counted once the events reach them, in any order, and forgotten once passed")
+    func ownSavesAhead() {
+        var machine = EventSequencer(clientID: me, welcome: welcome(0))
+        machine.saveSent()
+        machine.saveSent()
+        machine.saveSent()
+        // Replies for 5, 3 and 3 again (a resend), before the events of 1, 2 and 4.
+        #expect(machine.saveAnswered(sequence: 5) == [])
+        #expect(machine.saveAnswered(sequence: 3) == [])
+        #expect(machine.sequence == 0)
+        // 1 and 2 merged, then 3 (own) counted; 4 merged, then 5 (own) counted.
+        #expect(machine.received([event(1), event(2)]) == [.merge([event(1), event(2)])])
+        #expect(machine.sequence == 3)
+        #expect(machine.received([event(4)]) == [.merge([event(4)])])
+        #expect(machine.sequence == 5)
+        #expect(machine.received([event(6)]) == [.merge([event(6)])])
+        // An own sequence the events went past (a page that carried it) is forgotten, not counted again.
+        machine.saveSent()
+        #expect(machine.saveAnswered(sequence: 8) == [])
+        #expect(machine.page([event(7), event(8, by: me), event(9)], more: false) == [.merge([event(7), event(9)])])
+        #expect(machine.sequence == 9)
+        #expect(machine.received([event(10)]) == [.merge([event(10)])])
+    }
+
     @Test("lost reply and resend: a gap while a save is in flight waits for its reply instead of catching up")
     func gapWhileSaving() {
         var machine = EventSequencer(clientID: me, welcome: welcome(0))

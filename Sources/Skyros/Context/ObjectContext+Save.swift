@@ -142,8 +142,10 @@ extension ObjectContext {
     // MARK: - Validation
 
     func validateForSave() throws {
-        // Over a copy: validating may turn pending rows into inserted objects.
-        for object in inserted.values { try validate(object.skyrosStorage) }
+        // Over a copy (of the list, not an array of its values): validating may turn pending
+        // rows into inserted objects.
+        let insertedNow = inserted
+        try insertedNow.forEach { _, object in try validate(object.skyrosStorage) }
         for object in updated.values { try validate(object.skyrosStorage) }
         for object in deleted.values {
             let storage = object.skyrosStorage

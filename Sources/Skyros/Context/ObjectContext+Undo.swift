@@ -164,7 +164,7 @@ extension ObjectContext {
         }
         switch (state.isVisible, inStore) {
         case (true, true):  // a pending deletion withdrawn
-            var changed: Set<Int> = []
+            var changed: PropertySet = []
             if !saved, case .live(let before) = state { changed = before }
             restoreDeleted(object, changed: changed)
         case (true, false):  // inserted again, with the same identifier and values
@@ -181,7 +181,7 @@ extension ObjectContext {
     }
 
     /// Withdraws a pending deletion: the object is back with the pending changes it had.
-    func restoreDeleted(_ object: any ManagedObject, changed: Set<Int>) {
+    func restoreDeleted(_ object: any ManagedObject, changed: PropertySet) {
         let storage = object.skyrosStorage
         let id = storage.objectID
         guard deleted.removeValue(forKey: id) != nil else { return }

@@ -1,4 +1,5 @@
 import Foundation
+import Synchronization
 
 /// A scratchpad of managed objects over a parent store: Core Data's managed object context.
 ///
@@ -27,14 +28,28 @@ public final class ObjectContext: ObjectStore, @unchecked Sendable, CustomString
     /// The weak reference to this context that its objects share.
     let reference = ContextReference()
     private let policyLock = NSLock()
-    @exclusivity(unchecked) private var _mergePolicy = MergePolicy.saverWins  // under policyLock
+    /// ``mergePolicy`` as a number (read at every save: an atomic load, not a lock).
+    private let mergePolicyNumber = Atomic<Int>(0)
 
     /// What a save into the store does with updated objects that changed in the store since
     /// they were read (it matters for a context whose parent is the store: the root
     /// context). Default: ``MergePolicy/saverWins``. Thread-safe.
     public var mergePolicy: MergePolicy {
-        get { policyLock.withLock { _mergePolicy } }
-        set { policyLock.withLock { _mergePolicy = newValue } }
+        get {
+            switch mergePolicyNumber.load(ordering: .relaxed) {
+            case 1: .storeWins
+            case 2: .error
+            default: .saverWins
+            }
+        }
+        set {
+            let number = switch newValue {
+            case .saverWins: 0
+            case .storeWins: 1
+            case .error: 2
+            }
+            mergePolicyNumber.store(number, ordering: .relaxed)
+        }
     }
 
     private var _errorHandler: (@Sendable (SkyrosError) -> Void)?

@@ -273,7 +273,7 @@ enum Membership: Equatable {
     /// A pending deletion of an object in the store.
     case deleted
     /// In the store, with these pending changes.
-    case live(changed: Set<Int>)
+    case live(changed: PropertySet)
 
     /// Whether the user sees the object (it is inserted or live).
     var isVisible: Bool {

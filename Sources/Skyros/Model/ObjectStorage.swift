@@ -36,7 +36,7 @@ public final class ObjectStorage {
     /// saved yet); updates carry it so that the store can detect conflicts.
     @exclusivity(unchecked) var version: Int64 = 0
     /// Properties changed since the last save (indexes).
-    @exclusivity(unchecked) var changed = Set<Int>()  // not `[]`: a literal goes through its initializer for every object made
+    @exclusivity(unchecked) var changed = PropertySet()  // not `[]`: a literal goes through its initializer for every object made
     /// Values that could not be encoded, reported at save.
     @exclusivity(unchecked) @usableFromInline var valueErrors = [Int: SkyrosError]()  // not `[:]`, the same
 
