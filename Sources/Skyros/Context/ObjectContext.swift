@@ -611,12 +611,14 @@ public final class ObjectContext: ObjectStore, @unchecked Sendable, CustomString
 
     /// Forgets every object and pending change. Objects fetched before are detached.
     public func reset() {
-        for entry in registry.values { entry.object.skyrosStorage.context = nil }
-        for object in inserted.values + Array(updated.values) + Array(deleted.values) {
-            object.skyrosStorage.context = nil
-        }
-        registry.removeAll()
-        mergedRows.removeAll()
+        // What is empty is left alone: a stack's scratch context is reset after every write,
+        // most often with nothing registered and nothing pending.
+        if !registry.isEmpty { for entry in registry.values { entry.object.skyrosStorage.context = nil } }
+        registry.removeAll()  // also when empty: marks taken before are no longer current
+        inserted.forEach { _, object in object.skyrosStorage.context = nil }
+        for object in updated.values { object.skyrosStorage.context = nil }
+        for object in deleted.values { object.skyrosStorage.context = nil }
+        if !mergedRows.isEmpty { mergedRows.removeAll() }
         clearPendingChanges()
         recorder?.removeAllActions()
         announceReload()
