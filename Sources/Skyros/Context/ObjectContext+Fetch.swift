@@ -383,6 +383,7 @@ extension ObjectContext {
         try performAndWait {
             var result: [Snapshot] = []
             var missing: [ObjectID] = []
+            var faultsWithChanges: [ObjectStorage] = []  // a child's changes over rows not read yet
             for id in ids {
                 if let values = insertedRows[id] {
                     result.append(Snapshot(id: id, values: values))
@@ -394,6 +395,10 @@ extension ObjectContext {
                         result.append(Snapshot(id: id, values: storage.values, version: storage.version))
                         continue
                     }
+                    if !storage.changed.isEmpty {
+                        faultsWithChanges.append(storage)
+                        continue
+                    }
                 }
                 if let row = mergedRows.peek(id) {
                     result.append(Snapshot(id: id, values: row.values, version: row.version))
@@ -402,6 +407,12 @@ extension ObjectContext {
                 missing.append(id)
             }
             if !missing.isEmpty { result += try parent.snapshots(for: missing) }
+            if !faultsWithChanges.isEmpty {
+                try fillFaults(faultsWithChanges)
+                for storage in faultsWithChanges where !storage.isFault && !storage.isDeleted {
+                    result.append(Snapshot(id: storage.objectID, values: storage.values, version: storage.version))
+                }
+            }
             return result
         }
     }

@@ -201,6 +201,25 @@ extension ObjectContext {
                 return false
             }
         }
+        if !missing.isEmpty && !reference.isObserved && recorder?.isRecording != true {
+            // Objects this context does not hold, whose changed properties only pass through
+            // toward the store: made faults carrying the changes, as Core Data's parent
+            // context does, instead of reading their rows first. A fault is read if someone
+            // looks at it here (a fetch merging pending changes reads them in one request),
+            // keeping the version its changes were made on. Not for an observed context (its
+            // observers read what changed) or one recording undo (it records the values
+            // replaced), nor for the objects of a hierarchy (the class is in the row) or of
+            // link and order entities.
+            missing = missing.filter { id in
+                guard lookup(id) == nil, !schema.linkEntityNames.contains(id.entityName),
+                    let entity = schema.entity(named: id.entityName), entity.hierarchy == nil
+                else { return true }
+                loaded[id] = makeObject(id, of: entity, values: nil)
+                unverifiedUpdates.insert(id)
+                hasPendingFaults = true
+                return false
+            }
+        }
         if !missing.isEmpty {
             for snapshot in try parent.snapshots(for: missing) {
                 if let object = lookup(snapshot.id) {

@@ -177,6 +177,9 @@ extension ObjectContext {
         // An object of a hierarchy: the required to-ones of its own class only.
         let member = storage.entity.hierarchy?.member(of: storage.values)
         for property in storage.entity.requiredToOneProperties where member?.has(property.index) ?? true {
+            // A fault's values are placeholders: only what was changed on it is known here
+            // (the rest is as its row has it, and its child checked the change set whole).
+            if storage.isFault && !storage.changed.contains(property.index) { continue }
             if storage.values[property.index].isNull {
                 throw SkyrosError(
                     .missingRequiredRelationship,

@@ -103,6 +103,9 @@ public final class ObjectContext: ObjectStore, @unchecked Sendable, CustomString
     /// A root context's updated objects made from its child's values, not read from the
     /// store (see ``save(_:childValues:)``): the store may no longer have one of them.
     @exclusivity(unchecked) var unverifiedUpdates: Set<ObjectID> = []
+    /// Whether a child's save left faults among the updated objects (see ``apply(_:childValues:)``):
+    /// they are read before pending objects are looked at. Cleared with the pending changes.
+    @exclusivity(unchecked) var hasPendingFaults = false
     @exclusivity(unchecked) var deleted: [ObjectID: any ManagedObject] = [:]
     /// The entity of the last insert, known to be of this context's schema.
     @exclusivity(unchecked) var lastInsertedEntity: ObjectIdentifier?
@@ -354,9 +357,48 @@ public final class ObjectContext: ObjectStore, @unchecked Sendable, CustomString
                     "\(storage.objectID) was deleted (by another context or process) before this fault in context '\(name)' was read"))
                 return
             }
-            storage.fill(snapshot.values, version: snapshot.version)
+            fill(storage, with: snapshot)
         } catch {
             makeInaccessible(storage, SkyrosError.wrap(error))
+        }
+    }
+
+    /// Fills a fault with its row. A fault carrying a child's changes (see ``apply(_:childValues:)``)
+    /// keeps the version they were made on: that is the version the store checks at save.
+    private func fill(_ storage: ObjectStorage, with row: Snapshot) {
+        let changedOn = storage.isFault && !storage.changed.isEmpty && storage.version > 0 ? storage.version : nil
+        storage.fill(row.values, version: row.version)
+        if let changedOn { storage.version = changedOn }
+    }
+
+    /// Reads the rows of faults in one request and fills them (their pending changes stay
+    /// over the rows); a fault whose row the parent no longer has reads as deleted.
+    func fillFaults(_ storages: [ObjectStorage]) throws {
+        guard !storages.isEmpty else { return }
+        if let name = storages.first?.entity.name { noteRead(name) }
+        var rows: [ObjectID: Snapshot] = [:]
+        for row in try parent.snapshots(for: storages.map(\.objectID)) { rows[row.id] = row }
+        for storage in storages where storage.isFault {
+            if let row = rows[storage.objectID] {
+                fill(storage, with: row)
+            } else {
+                storage.makeInaccessible()
+            }
+        }
+    }
+
+    /// Fills the faults among the updated objects of an entity (objects a child's save updated
+    /// that this context did not hold), in one request, before their values are looked at.
+    private func fillPendingFaults(of entityName: String) {
+        guard hasPendingFaults else { return }
+        var faults: [ObjectStorage] = []
+        for (id, object) in updated where id.entityName == entityName && object.skyrosStorage.isFault {
+            faults.append(object.skyrosStorage)
+        }
+        do {
+            try fillFaults(faults)
+        } catch {
+            for storage in faults where storage.isFault { fulfill(storage) }  // each reports its error
         }
     }
 
@@ -433,6 +475,7 @@ public final class ObjectContext: ObjectStore, @unchecked Sendable, CustomString
     func pendingStorages(of entityName: String) -> [ObjectStorage] {
         guard hasPendingChanges(of: entityName) else { return [] }
         promoteRows(of: entityName)
+        fillPendingFaults(of: entityName)
         var result: [ObjectStorage] = []
         inserted.forEach { id, object in if id.entityName == entityName { result.append(object.skyrosStorage) } }
         for dictionary in [updated, deleted] {
@@ -652,6 +695,7 @@ public final class ObjectContext: ObjectStore, @unchecked Sendable, CustomString
         insertedRows.removeAll()
         if !updated.isEmpty { updated = [:] }
         if !unverifiedUpdates.isEmpty { unverifiedUpdates = [] }
+        hasPendingFaults = false
         if !deleted.isEmpty { deleted = [:] }
         // Its storage kept while small: most saves count one or two entities again.
         if !pendingCountByEntity.isEmpty { pendingCountByEntity.removeAll(keepingCapacity: pendingCountByEntity.capacity <= 16) }
