@@ -62,6 +62,29 @@ struct ExactlyOnceTests {
         #expect(try remote.count(StoreRequest(entityName: "User")) == 2)
     }
 
+    @Test("updating objects the main context does not hold: the write's fetch and its save, no request to read them again")
+    func updateOfObjectsNotHeld() throws {
+        let daemon = try RunningDaemon()
+        let remote = try RemoteStore(schema: testSchema, container: daemon.container)
+        let store = Skyros(sharedStack: remote)
+        try store.writeAndWait { context in
+            for index in 0..<20 { User.create(in: context).handle = "user-\(index)" }
+        }
+        // The main context holds none of them (nobody read them there).
+        store.mainContext.performAndWait { store.mainContext.reset() }
+        let before = remote.requestsSentForTesting
+        try store.writeAndWait { context in
+            for user in try User.all(in: context) { user.age = 42 }
+        }
+        var sent = remote.requestsSentForTesting
+        for (kind, count) in before { sent[kind, default: 0] -= count }
+        #expect(sent.filter { $0.value > 0 } == [.fetch: 1, .save: 1])
+        #expect(try remote.count(StoreRequest(entityName: "User", predicate: .compare(.equal, .property(scope: 0, path: ["age"]), .constant(.integer(42))))) == 20)
+        var ages: Set<Int> = []
+        store.read { ages = Set(try User.all(in: $0).map(\.age)) }
+        #expect(ages == [42])
+    }
+
     @Test("another process's change reaches the main context in one hop: inserted and updated values, no request")
     func oneHop() async throws {
         let daemon = try RunningDaemon()
