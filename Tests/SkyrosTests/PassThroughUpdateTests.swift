@@ -90,8 +90,13 @@ struct PassThroughUpdateTests {
         #expect(rows.first?.values[User.schemaIndex("lastname")] == .text("Lovelace"))
     }
 
-    @Test("the store checks the version the change was made on, even after the parent read the row")
-    func conflictStillSeen() throws {
+    /// How the parent comes to read the row of the fault.
+    enum Reading: String, CaseIterable, Sendable {
+        case fetch, existingObject, property
+    }
+
+    @Test("the store checks the version the change was made on, however the parent read the row", arguments: Reading.allCases)
+    func conflictStillSeen(reading: Reading) throws {
         root.mergePolicy = .error
         let id = try renameAdaInScratch(to: "Augusta")
         // Someone else changes Ada in the store meanwhile (version 2).
@@ -101,8 +106,15 @@ struct PassThroughUpdateTests {
             ada.lastname = "King"
             try writer.save()
         }
-        // main reads the row (version 2) for a fetch; the change was made on version 1.
-        try main.performAndWait { _ = try User.all(in: main) }
+        // main reads the row (version 2); the change was made on version 1.
+        try main.performAndWait {
+            switch reading {
+            case .fetch: _ = try User.all(in: main)
+            case .existingObject: #expect((try main.existingObject(with: id) as? User)?.lastname == "King")
+            case .property: #expect((main.object(with: id) as? User)?.lastname == "King")
+            }
+            #expect(main.updated[id]?.skyrosStorage.version == 1)
+        }
         try main.performAndWait { try main.save() }
         let error = #expect(throws: SkyrosError.self) { try root.performAndWait { try root.save() } }
         #expect(error?.code == .mergeConflict)
@@ -129,6 +141,61 @@ struct PassThroughUpdateTests {
         try root.performAndWait { try root.save() }
         #expect(try store.snapshots(for: [adaID]).isEmpty)
         #expect(try stored(alanID).values[User.schemaIndex("age")] == .integer(41))
+    }
+
+    @Test("a fault whose row is gone when the parent reads it: its update is dropped, the fetch and the saves go on")
+    func rowGoneWhenRead() throws {
+        let scratch = ObjectContext(name: "scratch", parent: main)
+        let (adaID, alanID) = try scratch.performAndWait {
+            let ada = try #require(try User.first(where: #Predicate { $0.handle == "ada-lovelace" }, in: scratch))
+            let alan = try #require(try User.first(where: #Predicate { $0.handle == "alan-turing" }, in: scratch))
+            ada.age = 36
+            alan.age = 41
+            try scratch.save()
+            return (ada.objectID, alan.objectID)
+        }
+        var deletion = ChangeSet()
+        deletion.deleted = [adaID]
+        try store.save(deletion)
+        try main.performAndWait {
+            let users = try User.all(in: main)
+            #expect(Set(users.map(\.objectID)) == Set([alanID, users.first { $0.lastname == "Hopper" }!.objectID]))
+            #expect(users.first { $0.objectID == alanID }?.age == 41)
+            #expect(main.updated[adaID] == nil)
+            #expect(try User.count(where: #Predicate { $0.age == 36 }, in: main) == 0)
+            try main.save()
+        }
+        try root.performAndWait { try root.save() }
+        #expect(try store.snapshots(for: [adaID]).isEmpty)
+        #expect(try stored(alanID).values[User.schemaIndex("age")] == .integer(41))
+    }
+
+    @Test("two child saves updating the same object: the parent's fault carries both, and is not read")
+    func twoChildSaves() throws {
+        root.mergePolicy = .error
+        // A second child holds Ada from before the first one's save.
+        let second = ObjectContext(name: "second", parent: main)
+        let ada = try second.performAndWait {
+            try #require(try User.first(where: #Predicate { $0.handle == "ada-lovelace" }, in: second))
+        }
+        let id = try renameAdaInScratch(to: "Augusta")
+        try second.performAndWait {
+            ada.age = 36
+            try second.save()
+        }
+        main.performAndWait {
+            let storage = main.updated[id]?.skyrosStorage
+            #expect(storage?.isFault == true)
+            #expect(storage?.changed == [User.schemaIndex("firstname"), User.schemaIndex("age")])
+            #expect(storage?.version == 1)
+        }
+        try main.performAndWait { try main.save() }
+        try root.performAndWait { try root.save() }
+        let row = try stored(id)
+        #expect(row.values[User.schemaIndex("firstname")] == .text("Augusta"))
+        #expect(row.values[User.schemaIndex("age")] == .integer(36))
+        #expect(row.values[User.schemaIndex("lastname")] == .text("Lovelace"))
+        #expect(row.version == 2)
     }
 
     @Test("an observed parent, or one recording undo, reads the rows at the child's save (its observers and undo need them)")

@@ -154,7 +154,7 @@ extension ObjectContext {
 
     /// The parent's rows merged with this context's pending changes of the entity.
     func mergedSnapshots(_ request: StoreRequest, localOnly: Bool = false) throws -> [Snapshot] {
-        let pending = pendingStorages(of: request.entityName)
+        let pending = try pendingStorages(of: request.entityName)
         if pending.isEmpty { return localOnly ? [] : try parent.fetchSnapshots(request) }
         var parentRequest = request
         parentRequest.offset = 0
@@ -179,7 +179,7 @@ extension ObjectContext {
 
     func countObjects(_ request: StoreRequest) throws -> Int {
         noteRead(request.entityName)
-        let pending = pendingStorages(of: request.entityName)
+        let pending = try pendingStorages(of: request.entityName)
         if pending.isEmpty { return try parent.count(request) }
         var unsliced = request
         unsliced.sortKeys = []

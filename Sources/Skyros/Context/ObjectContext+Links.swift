@@ -171,7 +171,7 @@ extension ObjectContext {
         var seen = Set(pending.map(\.objectID))
         var result: [ObjectStorage] = []
         for route in routes.values {
-            for link in pendingStorages(of: route.entity.name) {
+            for link in (try? pendingStorages(of: route.entity.name)) ?? [] {  // links are never left faults
                 guard let uuid = UUID(storedValue: link.values[route.own]) else { continue }
                 let id = ObjectID(entityName: entityName, uuid: uuid)
                 guard seen.insert(id).inserted, let object = registeredOrFault(id) else { continue }

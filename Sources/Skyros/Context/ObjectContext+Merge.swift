@@ -178,7 +178,8 @@ extension ObjectContext {
         var loaded: [ObjectID: any ManagedObject] = [:]  // updated objects not in this context yet
         var missing = changes.updated.map(\.id).filter { id in
             guard let storage = lookup(id)?.skyrosStorage else { return true }
-            return storage.isFault
+            // A fault already carrying a child's changes takes these over them too (below).
+            return storage.isFault && !(storage.carriesChildChanges && !storage.changed.isEmpty)
         }
         if !mergedRows.isEmpty {
             // Objects kept as merged rows (see ``MergedRows``): their row is their state here,
@@ -214,7 +215,9 @@ extension ObjectContext {
                 guard lookup(id) == nil, !schema.linkEntityNames.contains(id.entityName),
                     let entity = schema.entity(named: id.entityName), entity.hierarchy == nil
                 else { return true }
-                loaded[id] = makeObject(id, of: entity, values: nil)
+                let object = makeObject(id, of: entity, values: nil)
+                object.skyrosStorage.carriesChildChanges = true
+                loaded[id] = object
                 unverifiedUpdates.insert(id)
                 hasPendingFaults = true
                 return false

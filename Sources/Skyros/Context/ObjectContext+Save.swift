@@ -124,6 +124,7 @@ extension ObjectContext {
         for object in updated.values {
             let storage = object.skyrosStorage
             storage.changed = []
+            storage.carriesChildChanges = false
             if !parentIsContext && policy == .storeWins {
                 storage.isFault = true
             } else if storage.version > 0 {
@@ -262,7 +263,7 @@ extension ObjectContext {
             }
         }
         if let parent = parentContext {
-            let known = Set(pendingStorages(of: request.entityName).map(\.objectID))
+            let known = Set(try pendingStorages(of: request.entityName).map(\.objectID))
             rows += try parent.performAndWait { try parent.pendingSnapshots(request, property: index) }.filter { !known.contains($0.id) }
         }
         return rows

@@ -352,54 +352,62 @@ public final class ObjectContext: ObjectStore, @unchecked Sendable, CustomString
         noteRead(storage.entity.name)
         do {
             guard let snapshot = try parent.snapshots(for: [storage.objectID]).first else {
+                // A child's update of it passing through here goes with it.
+                if storage.carriesChildChanges { dropUpdate(of: storage) }
                 makeInaccessible(storage, SkyrosError(
                     .objectNotFound,
                     "\(storage.objectID) was deleted (by another context or process) before this fault in context '\(name)' was read"))
                 return
             }
-            fill(storage, with: snapshot)
+            storage.fill(snapshot.values, version: snapshot.version)
         } catch {
             makeInaccessible(storage, SkyrosError.wrap(error))
         }
     }
 
-    /// Fills a fault with its row. A fault carrying a child's changes (see ``apply(_:childValues:)``)
-    /// keeps the version they were made on: that is the version the store checks at save.
-    private func fill(_ storage: ObjectStorage, with row: Snapshot) {
-        let changedOn = storage.isFault && !storage.changed.isEmpty && storage.version > 0 ? storage.version : nil
-        storage.fill(row.values, version: row.version)
-        if let changedOn { storage.version = changedOn }
-    }
-
-    /// Reads the rows of faults in one request and fills them (their pending changes stay
-    /// over the rows); a fault whose row the parent no longer has reads as deleted.
+    /// Reads the rows of faults carrying a child's changes (see ``apply(_:childValues:)``) in
+    /// one request and fills them: their changes stay over the rows, and their version is the
+    /// one the changes were made on. The update of one whose row the parent no longer has is
+    /// dropped, as a child's update of an object deleted meanwhile always was.
     func fillFaults(_ storages: [ObjectStorage]) throws {
         guard !storages.isEmpty else { return }
-        if let name = storages.first?.entity.name { noteRead(name) }
+        var noted: Set<String> = []
+        for storage in storages where noted.insert(storage.entity.name).inserted { noteRead(storage.entity.name) }
         var rows: [ObjectID: Snapshot] = [:]
         for row in try parent.snapshots(for: storages.map(\.objectID)) { rows[row.id] = row }
         for storage in storages where storage.isFault {
             if let row = rows[storage.objectID] {
-                fill(storage, with: row)
+                storage.fill(row.values, version: row.version)
             } else {
-                storage.makeInaccessible()
+                dropUpdate(of: storage)
             }
         }
     }
 
+    /// Forgets the pending update of an object that no longer exists (a fault carrying a
+    /// child's changes, whose row is gone): it leaves the context, deleted.
+    private func dropUpdate(of storage: ObjectStorage) {
+        let id = storage.objectID
+        if let object = updated.removeValue(forKey: id) {
+            adjustPending(storage.entity, -1)
+            if registry[id]?.object === object { registry[id] = nil }
+        }
+        unverifiedUpdates.remove(id)
+        storage.changed = []
+        storage.makeInaccessible()
+        storage.carriesChildChanges = false
+        storage.context = nil
+    }
+
     /// Fills the faults among the updated objects of an entity (objects a child's save updated
     /// that this context did not hold), in one request, before their values are looked at.
-    private func fillPendingFaults(of entityName: String) {
+    private func fillPendingFaults(of entityName: String) throws {
         guard hasPendingFaults else { return }
         var faults: [ObjectStorage] = []
         for (id, object) in updated where id.entityName == entityName && object.skyrosStorage.isFault {
             faults.append(object.skyrosStorage)
         }
-        do {
-            try fillFaults(faults)
-        } catch {
-            for storage in faults where storage.isFault { fulfill(storage) }  // each reports its error
-        }
+        try fillFaults(faults)
     }
 
     /// Core Data's inaccessible fault: the object keeps its last known values (its defaults
@@ -472,10 +480,11 @@ public final class ObjectContext: ObjectStore, @unchecked Sendable, CustomString
     }
 
     /// Objects of an entity with pending changes (inserted, updated, deleted).
-    func pendingStorages(of entityName: String) -> [ObjectStorage] {
+    /// - Throws: the parent's error when faults carrying a child's changes cannot be read.
+    func pendingStorages(of entityName: String) throws -> [ObjectStorage] {
         guard hasPendingChanges(of: entityName) else { return [] }
         promoteRows(of: entityName)
-        fillPendingFaults(of: entityName)
+        try fillPendingFaults(of: entityName)
         var result: [ObjectStorage] = []
         inserted.forEach { id, object in if id.entityName == entityName { result.append(object.skyrosStorage) } }
         for dictionary in [updated, deleted] {
@@ -679,6 +688,7 @@ public final class ObjectContext: ObjectStore, @unchecked Sendable, CustomString
             let storage = object.skyrosStorage
             storage.isDeleted = false
             storage.changed = []
+            storage.carriesChildChanges = false
             storage.valueErrors = [:]
             storage.isFault = true
         }
@@ -719,6 +729,7 @@ public final class ObjectContext: ObjectStore, @unchecked Sendable, CustomString
         if deleted.removeValue(forKey: storage.objectID) != nil { adjustPending(storage.entity, -1) }
         storage.isDeleted = false
         storage.changed = []
+        storage.carriesChildChanges = false
         storage.valueErrors = [:]
         storage.isFault = true
     }

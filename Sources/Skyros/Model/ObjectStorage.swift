@@ -32,6 +32,11 @@ public final class ObjectStorage {
     /// Whether the object's pending change came from a child context's save (which ran its
     /// validation rules): this context does not run them again. A change made here clears it.
     @exclusivity(unchecked) var changesValidated = false
+    /// A fault a child's save updated in a context that did not hold it (see
+    /// `ObjectContext.apply(_:childValues:)`): its values are placeholders until it is read,
+    /// and its version is the one its changes were made on, which filling it keeps (the store
+    /// checks that version at save). Cleared once its changes are saved or discarded.
+    @exclusivity(unchecked) var carriesChildChanges = false
     /// The object's version in the store when its values were read (0: unknown, or not
     /// saved yet); updates carry it so that the store can detect conflicts.
     @exclusivity(unchecked) var version: Int64 = 0
@@ -179,7 +184,8 @@ public final class ObjectStorage {
             for index in changed { merged[index] = self.values[index] }
             self.values = merged
         }
-        self.version = version
+        // A child's changes carried here were made on the version this fault has.
+        if !(carriesChildChanges && !changed.isEmpty) { self.version = version }
         isFault = false
     }
 
@@ -203,7 +209,7 @@ public final class ObjectStorage {
     /// never had any (a fault made from an identifier holds nulls, which a non-optional
     /// attribute cannot read as).
     func makeInaccessible() {
-        if isFault && version == 0 { values = entity.defaultValues().0 }
+        if isFault && (version == 0 || carriesChildChanges) { values = entity.defaultValues().0 }
         isFault = false
         isDeleted = true
     }
