@@ -41,6 +41,24 @@ struct PassThroughUpdateTests {
         try #require(try store.snapshots(for: [id]).first)
     }
 
+    /// A scratch context of `main` sets Ada's and Alan's ages and saves into `main`; then Ada
+    /// is deleted from the store behind the contexts' backs.
+    func ageAdaAndAlanThenDeleteAdaInStore() throws -> (ada: ObjectID, alan: ObjectID) {
+        let scratch = ObjectContext(name: "scratch", parent: main)
+        let ids = try scratch.performAndWait {
+            let ada = try #require(try User.first(where: #Predicate { $0.handle == "ada-lovelace" }, in: scratch))
+            let alan = try #require(try User.first(where: #Predicate { $0.handle == "alan-turing" }, in: scratch))
+            ada.age = 36
+            alan.age = 41
+            try scratch.save()
+            return (ada: ada.objectID, alan: alan.objectID)
+        }
+        var deletion = ChangeSet()
+        deletion.deleted = [ids.ada]
+        try store.save(deletion)
+        return ids
+    }
+
     @Test("the parent holds a fault with the change, and saves it on without reading the row")
     func faultCarriesTheChange() throws {
         let id = try renameAdaInScratch(to: "Augusta")
@@ -125,18 +143,7 @@ struct PassThroughUpdateTests {
 
     @Test("an object deleted in the store meanwhile: its update is dropped, the rest of the save stands")
     func deletedMeanwhile() throws {
-        let scratch = ObjectContext(name: "scratch", parent: main)
-        let (adaID, alanID) = try scratch.performAndWait {
-            let ada = try #require(try User.first(where: #Predicate { $0.handle == "ada-lovelace" }, in: scratch))
-            let alan = try #require(try User.first(where: #Predicate { $0.handle == "alan-turing" }, in: scratch))
-            ada.age = 36
-            alan.age = 41
-            try scratch.save()
-            return (ada.objectID, alan.objectID)
-        }
-        var deletion = ChangeSet()
-        deletion.deleted = [adaID]
-        try store.save(deletion)
+        let (adaID, alanID) = try ageAdaAndAlanThenDeleteAdaInStore()
         try main.performAndWait { try main.save() }
         try root.performAndWait { try root.save() }
         #expect(try store.snapshots(for: [adaID]).isEmpty)
@@ -145,18 +152,7 @@ struct PassThroughUpdateTests {
 
     @Test("a fault whose row is gone when the parent reads it: its update is dropped, the fetch and the saves go on")
     func rowGoneWhenRead() throws {
-        let scratch = ObjectContext(name: "scratch", parent: main)
-        let (adaID, alanID) = try scratch.performAndWait {
-            let ada = try #require(try User.first(where: #Predicate { $0.handle == "ada-lovelace" }, in: scratch))
-            let alan = try #require(try User.first(where: #Predicate { $0.handle == "alan-turing" }, in: scratch))
-            ada.age = 36
-            alan.age = 41
-            try scratch.save()
-            return (ada.objectID, alan.objectID)
-        }
-        var deletion = ChangeSet()
-        deletion.deleted = [adaID]
-        try store.save(deletion)
+        let (adaID, alanID) = try ageAdaAndAlanThenDeleteAdaInStore()
         try main.performAndWait {
             let users = try User.all(in: main)
             #expect(Set(users.map(\.objectID)) == Set([alanID, users.first { $0.lastname == "Hopper" }!.objectID]))
