@@ -66,7 +66,16 @@ guard let suite = arguments.first, suites.contains(suite) else {
 
 let directory = FileManager.default.temporaryDirectory.appendingPathComponent("skyros-bench-\(getpid())")
 try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
-defer { try? FileManager.default.removeItem(at: directory) }
+defer { removeWorkingDirectory() }
+
+/// Removes the run's working directory; says so when it cannot (the directory is left).
+func removeWorkingDirectory() {
+    do {
+        try FileManager.default.removeItem(at: directory)
+    } catch {
+        FileHandle.standardError.write(Data("skyros-bench: could not remove \(directory.path): \(error)\n".utf8))
+    }
+}
 
 if suite.hasPrefix("profile-") {
     let profile = Profile(directory: directory)
@@ -107,7 +116,7 @@ if suite == "sync-faults" {
         rate: Array(zip(arguments, arguments.dropFirst())).last(where: { $0.0 == "--rate" }).flatMap { Double($0.1) } ?? 10,
         verbose: arguments.contains("--verbose"))
     // exit() runs no defer: the (empty) working directory goes first.
-    try? FileManager.default.removeItem(at: directory)
+    removeWorkingDirectory()
     exit(passed ? 0 : 1)
 }
 if suite == "sync" {
@@ -170,6 +179,6 @@ if suite == "sync" {
     ).run(report: report)
 }
 if benchmarkFailed {
-    try? FileManager.default.removeItem(at: directory)  // exit skips the defer above
+    removeWorkingDirectory()  // exit skips the defer above
     exit(1)
 }
