@@ -77,11 +77,8 @@ extension ObjectContext {
         let existing = Set(try parent.snapshots(for: Array(candidates)).map(\.id))
         var dropped = false
         for id in candidates where !existing.contains(id) {
-            guard let object = updated.removeValue(forKey: id) else { continue }
-            adjustPending(object.skyrosStorage.entity, -1)
-            object.skyrosStorage.changed = []
-            if registry[id]?.object === object { registry[id] = nil }
-            object.skyrosStorage.context = nil
+            guard let object = updated[id] else { continue }
+            forgetUpdate(of: object.skyrosStorage)
             dropped = true
         }
         return dropped

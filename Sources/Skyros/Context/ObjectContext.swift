@@ -387,15 +387,21 @@ public final class ObjectContext: ObjectStore, @unchecked Sendable, CustomString
     /// Forgets the pending update of an object that no longer exists (a fault carrying a
     /// child's changes, whose row is gone): it leaves the context, deleted.
     private func dropUpdate(of storage: ObjectStorage) {
+        unverifiedUpdates.remove(storage.objectID)
+        storage.makeInaccessible()  // while it still carries the changes: its defaults, not placeholders
+        storage.carriesChildChanges = false
+        forgetUpdate(of: storage)
+    }
+
+    /// Takes an object's pending update out of this context (its object no longer exists in
+    /// the store) and detaches the object.
+    func forgetUpdate(of storage: ObjectStorage) {
         let id = storage.objectID
         if let object = updated.removeValue(forKey: id) {
             adjustPending(storage.entity, -1)
             if registry[id]?.object === object { registry[id] = nil }
         }
-        unverifiedUpdates.remove(id)
         storage.changed = []
-        storage.makeInaccessible()
-        storage.carriesChildChanges = false
         storage.context = nil
     }
 
