@@ -157,11 +157,21 @@ extension ObjectContext {
     /// instead of reading them from its store, since it only passes the changed properties
     /// on; until its save, what it shows of them is its child's view. They are kept in
     /// ``unverifiedUpdates``: when the store says one no longer exists, its update is dropped.
-    func save(_ changes: ChangeSet, childValues: [ObjectID: Snapshot]) throws {
+    ///
+    /// `fromChild`: the change set is a child context's save (made by its `makeChangeSet`),
+    /// which an idle root may hold as it came (``PassThrough``).
+    func save(_ changes: ChangeSet, childValues: [ObjectID: Snapshot], fromChild: Bool = false) throws {
+        // Not inside a block of this context already running on this thread: that block
+        // could look at the pending changes without applying them first.
+        let passes = fromChild && !parentIsContext && !isPerformingOnCurrentThread
         try performAndWait {
             try validateUniqueness(of: changes)
             // The child's save being applied is its ledger's latest (it records, then saves).
             defer { if let childWrites { coveredGeneration = childWrites.generation } }
+            if passes && canPassThrough(changes) {
+                passThrough = PassThrough(changes: changes, childValues: childValues)
+                return
+            }
             guard reference.isObserved else { return try apply(changes, childValues: childValues) }
             var deletedObjects: [ObjectID: any ManagedObject] = [:]
             for id in changes.deleted { if let object = lookup(id) { deletedObjects[id] = object } }

@@ -16,6 +16,7 @@ extension ObjectContext {
     /// Saves; when `keepingObjects` is false the context is about to be reset, so saved
     /// objects are not kept registered.
     func save(keepingObjects: Bool) throws {
+        if passThrough != nil { return try savePassThrough(keepingObjects: keepingObjects) }
         guard hasChanges else { return }
         // Core Data's order: the edits not processed yet reach the observers of unsaved edits
         // first, so the save itself is news only to .onSave monitors.
@@ -46,7 +47,7 @@ extension ObjectContext {
     /// a root context hands it its own values of the objects it updated, so that the root,
     /// which only passes the changed properties on, does not read each one back from its store
     /// (through a daemon, a request).
-    private func send(_ changes: ChangeSet) throws {
+    func send(_ changes: ChangeSet) throws {
         if let store = sequencedParent {
             lastSavedSequence = try store.saveReturningSequence(changes)
         } else if let root = parentContext, !root.parentIsContext, !updated.isEmpty {
@@ -61,7 +62,9 @@ extension ObjectContext {
                 guard !storage.isFault && !storage.isDeleted && storage.version > 0 else { continue }
                 known[id] = Snapshot(id: id, values: storage.values, version: storage.version)
             }
-            try root.save(changes, childValues: known)
+            try root.save(changes, childValues: known, fromChild: true)
+        } else if let context = parentContext {
+            try context.save(changes, childValues: [:], fromChild: true)
         } else {
             try parent.save(changes)
         }
@@ -85,6 +88,11 @@ extension ObjectContext {
     }
 
     func makeChangeSet() -> ChangeSet {
+        if let passThrough {  // then nothing else is pending
+            var changes = passThrough.changes
+            changes.mergePolicy = mergePolicy
+            return changes
+        }
         var changes = ChangeSet()
         changes.inserted.reserveCapacity(inserted.count + insertedRows.count)
         // Rows passing through, then objects inserted here, each in order; no lookups.

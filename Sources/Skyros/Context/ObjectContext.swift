@@ -107,6 +107,11 @@ public final class ObjectContext: ObjectStore, @unchecked Sendable, CustomString
     /// they are read before pending objects are looked at. Cleared with the pending changes.
     @exclusivity(unchecked) var hasPendingFaults = false
     @exclusivity(unchecked) var deleted: [ObjectID: any ManagedObject] = [:]
+    /// A root context's pending changes while they are only passing through: its child's
+    /// change set as it came, held instead of applied when the root held nothing (see
+    /// ``PassThrough``). Applied (``materializePassThrough()``) before anything else looks
+    /// at this context.
+    @exclusivity(unchecked) var passThrough: PassThrough?
     /// The entity of the last insert, known to be of this context's schema.
     @exclusivity(unchecked) var lastInsertedEntity: ObjectIdentifier?
     @exclusivity(unchecked) var pendingCountByEntity: [ObjectIdentifier: Int] = [:]
@@ -171,18 +176,28 @@ public final class ObjectContext: ObjectStore, @unchecked Sendable, CustomString
     /// Runs `block` on the context's queue and waits for it. Reentrant.
     public func performAndWait<T>(_ block: () throws -> T) rethrows -> T {
         if isPerformingOnCurrentThread { return try block() }
-        return try performAndWaitOnQueue(block, rescue: { throw $0 })
+        return try performAndWaitOnQueue(block, keepingPassThrough: false, rescue: { throw $0 })
+    }
+
+    /// ``performAndWait(_:)`` for a stack's save of its root context: a child's change set
+    /// passing through (``passThrough``) is left as it is, for ``save()`` to send it as it came.
+    func performSaveAndWait<T>(_ block: () throws -> T) rethrows -> T {
+        if isPerformingOnCurrentThread { return try block() }
+        return try performAndWaitOnQueue(block, keepingPassThrough: true, rescue: { throw $0 })
     }
 
     /// ``performAndWait(_:)`` off the queue, through `DispatchQueue.sync`'s non-generic form:
     /// its generic one is not specialised outside Dispatch and looks up the metadata of its
     /// result type at run time on every call (several per save). `rescue` rethrows the
     /// block's error (the way a `rethrows` function may throw what it caught).
-    private func performAndWaitOnQueue<T>(_ block: () throws -> T, rescue: (any Error) throws -> T) rethrows -> T {
+    private func performAndWaitOnQueue<T>(
+        _ block: () throws -> T, keepingPassThrough: Bool, rescue: (any Error) throws -> T
+    ) rethrows -> T {
         var result: T?
         var failure: (any Error)?
         queue.sync { () -> Void in
             PerformingContexts.push(self)
+            if passThrough != nil && !keepingPassThrough { materializePassThrough() }
             defer {
                 if reference.isObserved && !unprocessedEdits.isEmpty { processPendingChanges() }
                 if let recorder { recorder.endOfBlock() }
@@ -196,8 +211,18 @@ public final class ObjectContext: ObjectStore, @unchecked Sendable, CustomString
 
     /// Schedules `block` on the context's queue.
     public func perform(_ block: @escaping @Sendable () -> Void) {
+        perform(keepingPassThrough: false, block)
+    }
+
+    /// ``perform(_:)`` for a stack's save of its root context (see ``performSaveAndWait(_:)``).
+    func performSave(_ block: @escaping @Sendable () -> Void) {
+        perform(keepingPassThrough: true, block)
+    }
+
+    private func perform(keepingPassThrough: Bool, _ block: @escaping @Sendable () -> Void) {
         queue.async { [self] in
             PerformingContexts.push(self)
+            if passThrough != nil && !keepingPassThrough { materializePassThrough() }
             defer {
                 if reference.isObserved && !unprocessedEdits.isEmpty { processPendingChanges() }
                 if let recorder { recorder.endOfBlock() }
@@ -504,7 +529,7 @@ public final class ObjectContext: ObjectStore, @unchecked Sendable, CustomString
 
     /// Whether the context has unsaved changes.
     public var hasChanges: Bool {
-        !inserted.isEmpty || !insertedRows.isEmpty || !updated.isEmpty || !deleted.isEmpty
+        !inserted.isEmpty || !insertedRows.isEmpty || !updated.isEmpty || !deleted.isEmpty || passThrough != nil
     }
     /// Objects inserted and not yet saved.
     public var insertedObjects: [any ManagedObject] {
@@ -709,6 +734,7 @@ public final class ObjectContext: ObjectStore, @unchecked Sendable, CustomString
         // new empty collections is not free.
         inserted.removeAll()
         insertedRows.removeAll()
+        if passThrough != nil { passThrough = nil }
         if !updated.isEmpty { updated = [:] }
         if !unverifiedUpdates.isEmpty { unverifiedUpdates = [] }
         hasPendingFaults = false

@@ -333,7 +333,7 @@ open class Skyros: @unchecked Sendable {
         var failure = earlier
         if failure == nil { failure = saveMain(stack) }
         // On this thread: the root's queue runs the block here when it is idle.
-        if failure == nil { failure = stack.root.performAndWait { saveRoot(stack) } }
+        if failure == nil { failure = stack.root.performSaveAndWait { saveRoot(stack) } }
         if let failure {
             completionQueue.async { [self] in handleError(failure) }
             throw failure
@@ -369,7 +369,8 @@ open class Skyros: @unchecked Sendable {
     /// write's changes and its error is its own.
     private func persist(_ stack: Contexts, _ completion: (@Sendable (SkyrosError?) -> Void)?) {
         let mainFailure = saveMain(stack)
-        stack.root.perform { [self] in
+        // (A save of the root's: the change set the main context pushed is sent as it came.)
+        stack.root.performSave { [self] in
             finish(mainFailure ?? saveRoot(stack), completion)
         }
     }
@@ -402,7 +403,9 @@ open class Skyros: @unchecked Sendable {
         guard root.hasChanges else { return nil }
         // Under storeWins the store may keep its values for some updated objects: the main
         // context's copies are refreshed after the save.
-        let refreshed = root.mergePolicy == .storeWins ? Array(root.updated.keys) : []
+        let refreshed =
+            root.mergePolicy == .storeWins
+            ? Array(root.updated.keys) + (root.passThrough?.changes.updated.map(\.id) ?? []) : []
         // The main context's saves this one carries (on the root's queue, like this function).
         let covered = root.coveredGeneration
         stack.main.ownWrites?.sending(through: covered)

@@ -1,0 +1,81 @@
+import Foundation
+
+/// A child's change set held by a root context as it came, instead of applied.
+///
+/// A stack's write goes scratch → main → root → store, and the root, which holds nothing
+/// between saves, would make pending rows and objects of the main context's change set only
+/// to make the same change set of them again and send it. When the root holds nothing and
+/// nothing depends on what it holds (no observer, no undo, no link, no object of a hierarchy,
+/// no deletion, updates made on a known version, a merge policy other than
+/// ``MergePolicy/storeWins``), it keeps the change set as it is, and its save sends it.
+///
+/// Anything else that runs on the root's queue in between (a fetch, another child's save, a
+/// reset) applies it first (``ObjectContext/materializePassThrough()``), so that it sees what
+/// it would have seen. Applying it reads nothing from the store (every update becomes a
+/// fault carrying its changes, see ``ObjectContext/apply(_:childValues:)``), so it cannot fail.
+struct PassThrough {
+    /// The child's change set, as its `makeChangeSet` made it.
+    var changes: ChangeSet
+    /// The child's values of the objects it updated (see ``ObjectContext/save(_:childValues:fromChild:)``).
+    var childValues: [ObjectID: Snapshot]
+}
+
+extension ObjectContext {
+    /// Whether this root context can hold `changes` as they came (see ``PassThrough``).
+    func canPassThrough(_ changes: ChangeSet) -> Bool {
+        guard !hasChanges, registry.isEmpty, mergedRows.isEmpty, !reference.isObserved, recorder == nil,
+            changes.deleted.isEmpty, mergePolicy != .storeWins, pendingLinkIndex == nil
+        else { return false }
+        let hasLinks = !schema.linkEntityNames.isEmpty
+        if hasLinks {
+            for snapshot in changes.inserted where schema.isLinkEntity(snapshot.id.entityName) { return false }
+        }
+        var entity: EntityDescription?  // change sets come grouped by entity: one lookup per group
+        for update in changes.updated {
+            // At version 0 (read through a parent where it was still a pending insert), the
+            // root reads the object's version from the store for the conflict check.
+            guard update.baseVersion > 0 else { return false }
+            if entity?.name != update.id.entityName {
+                guard !(hasLinks && schema.isLinkEntity(update.id.entityName)),
+                    let found = schema.entity(named: update.id.entityName), found.hierarchy == nil
+                else { return false }
+                entity = found
+            }
+        }
+        return true
+    }
+
+    /// Applies the change set passing through, as ``save(_:childValues:fromChild:)`` would
+    /// have applied it: before anything else looks at this context.
+    func materializePassThrough() {
+        guard let held = passThrough else { return }
+        passThrough = nil
+        do {
+            try apply(held.changes, childValues: held.childValues)
+        } catch {
+            // Not expected: applying it reads nothing (see ``PassThrough``).
+            report(error)
+        }
+    }
+
+    /// ``save()`` of a root context holding a change set that passes through: sent as it came.
+    /// When the store says an object it updates does not exist (another process deleted it),
+    /// the change set is applied and saved the usual way, which drops the updates of the
+    /// objects the store no longer has and sends the rest.
+    func savePassThrough(keepingObjects: Bool) throws {
+        let changes = makeChangeSet()
+        let generation = ownWrites?.record(changes)
+        do {
+            try send(changes)
+        } catch let error as SkyrosError where error.code == .objectNotFound && !changes.updated.isEmpty {
+            if let generation { ownWrites?.cancel(generation) }
+            materializePassThrough()
+            return try save(keepingObjects: keepingObjects)
+        } catch {
+            if let generation { ownWrites?.cancel(generation) }
+            throw error
+        }
+        didSave(keepingObjects: keepingObjects, policy: changes.mergePolicy)
+        announceOwnSave()
+    }
+}
