@@ -152,4 +152,75 @@ struct RootPassThroughTests {
         try stack.saveMainContext()
         #expect(try stored().keys.sorted() == ["Ada", "Alan", "Edsger", "Grace"])
     }
+
+    @Test("a save reentering the stack while the root's change set is on its way is stored too, and nothing is sent twice")
+    func reentrantSave() throws {
+        // What `RemoteStore.onSaveResolved` may do: save through the same stack, on the saving thread.
+        let store = CallingBackStore(try SQLiteStore(schema: testSchema, url: directory.file("hook.sqlite")))
+        let stack = Skyros(store: store, savesOnStop: false)
+        try stack.writeAndWait { context in makeUsers([("Ada", "Lovelace")], in: context) }
+        var innerError: (any Error)?
+        store.once {
+            do {
+                try stack.writeAndWait { context in makeUsers([("Grace", "Hopper")], in: context) }
+            } catch {
+                innerError = error
+            }
+        }
+        store.sent = []
+        try stack.writeAndWait { context in try handle("ada-lovelace", in: context).age = 36 }
+        #expect(innerError == nil)
+        #expect(store.sent.map { [$0.inserted.count, $0.updated.count] } == [[0, 1], [1, 0]])
+        let users = try stack.read { context in try User.all(in: context).map { "\($0.firstname) \($0.age)" }.sorted() }
+        #expect(users == ["Ada 36", "Grace 0"])
+        let reader = try SQLiteStore(schema: testSchema, url: directory.file("hook.sqlite"))
+        #expect(try reader.count(StoreRequest(entityName: "User")) == 2)
+    }
+
+    @Test("an updated object the store no longer has costs one refused send, as without passing through")
+    func missingObjectSends() throws {
+        let store = CallingBackStore(try SQLiteStore(schema: testSchema, url: directory.file("hook.sqlite")))
+        let stack = Skyros(store: store, savesOnStop: false)
+        try stack.writeAndWait { context in makeUsers([("Ada", "Lovelace"), ("Alan", "Turing")], in: context) }
+        store.sent = []
+        try stack.writeAndWait { context in
+            let ada = try handle("ada-lovelace", in: context)
+            ada.age = 36
+            try handle("alan-turing", in: context).age = 41
+            var deletion = ChangeSet()
+            deletion.deleted = [ada.objectID]
+            try store.inner.save(deletion)  // behind the stack's back
+        }
+        // The refused change set, then the rest after one read of which objects exist.
+        #expect(store.sent.map(\.updated.count) == [2, 1])
+        let users = try stack.read { context in try User.all(in: context).map { "\($0.firstname) \($0.age)" } }
+        #expect(users == ["Alan 41"])
+    }
+}
+
+/// A SQLite store that records the change sets it is asked to save and, once, calls a
+/// handler inside a save after writing it (as `RemoteStore` calls `onSaveResolved`).
+private final class CallingBackStore: PersistentStore, @unchecked Sendable {
+    let inner: SQLiteStore
+    var sent: [ChangeSet] = []
+    private var handler: (() -> Void)?
+
+    init(_ inner: SQLiteStore) { self.inner = inner }
+
+    func once(_ handler: @escaping () -> Void) { self.handler = handler }
+
+    var schema: Schema { inner.schema }
+    func fetchSnapshots(_ request: StoreRequest) throws -> [Snapshot] { try inner.fetchSnapshots(request) }
+    func fetchIdentifiers(_ request: StoreRequest) throws -> [ObjectID] { try inner.fetchIdentifiers(request) }
+    func count(_ request: StoreRequest) throws -> Int { try inner.count(request) }
+    func snapshots(for ids: [ObjectID]) throws -> [Snapshot] { try inner.snapshots(for: ids) }
+    func deleteAll() throws { try inner.deleteAll() }
+    func save(_ changes: ChangeSet) throws {
+        sent.append(changes)
+        try inner.save(changes)
+        if let handler {
+            self.handler = nil
+            handler()
+        }
+    }
 }

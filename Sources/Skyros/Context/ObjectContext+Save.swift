@@ -73,7 +73,7 @@ extension ObjectContext {
     /// After the store said an object of a save does not exist: drops the updates of the
     /// objects taken from the child (``unverifiedUpdates``) that the store no longer has.
     /// False when every one of them exists (the error is about something else).
-    private func dropUpdatesOfMissingObjects() throws -> Bool {
+    func dropUpdatesOfMissingObjects() throws -> Bool {
         let candidates = unverifiedUpdates.filter { updated[$0] != nil }
         unverifiedUpdates = []
         guard !candidates.isEmpty else { return false }

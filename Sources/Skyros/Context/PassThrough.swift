@@ -50,6 +50,11 @@ extension ObjectContext {
     func materializePassThrough() {
         guard let held = passThrough else { return }
         passThrough = nil
+        apply(held)
+    }
+
+    /// Applies a change set that was passing through.
+    private func apply(_ held: PassThrough) {
         do {
             try apply(held.changes, childValues: held.childValues)
         } catch {
@@ -59,21 +64,37 @@ extension ObjectContext {
     }
 
     /// ``save()`` of a root context holding a change set that passes through: sent as it came.
-    /// When the store says an object it updates does not exist (another process deleted it),
-    /// the change set is applied and saved the usual way, which drops the updates of the
-    /// objects the store no longer has and sends the rest.
+    ///
+    /// While it is on its way the context holds nothing: a save reentering the context
+    /// meanwhile (a handler the store calls back on this thread, such as
+    /// `RemoteStore.onSaveResolved`) applies and saves only its own changes. A change set the
+    /// store refuses comes back, for the caller to see what it touched and roll it back. When
+    /// the store says an object it updates does not exist (another process deleted it), it is
+    /// applied, the updates of the objects the store no longer has are dropped (as the usual
+    /// save does), and the rest is saved.
     func savePassThrough(keepingObjects: Bool) throws {
         let changes = makeChangeSet()
+        guard let held = passThrough else { return }
+        passThrough = nil
         let generation = ownWrites?.record(changes)
         do {
             try send(changes)
-        } catch let error as SkyrosError where error.code == .objectNotFound && !changes.updated.isEmpty {
-            if let generation { ownWrites?.cancel(generation) }
-            materializePassThrough()
-            return try save(keepingObjects: keepingObjects)
         } catch {
             if let generation { ownWrites?.cancel(generation) }
-            throw error
+            // Back, held as it was when nothing came meanwhile.
+            if hasChanges { apply(held) } else { passThrough = held }
+            guard let refusal = error as? SkyrosError, refusal.code == .objectNotFound, !changes.updated.isEmpty else {
+                throw error
+            }
+            materializePassThrough()
+            guard try dropUpdatesOfMissingObjects() else { throw error }
+            guard hasChanges else {  // every update dropped, nothing else: nothing to send
+                lastSavedSequence = nil
+                didSave(keepingObjects: keepingObjects, policy: changes.mergePolicy)
+                announceOwnSave()
+                return
+            }
+            return try save(keepingObjects: keepingObjects)
         }
         didSave(keepingObjects: keepingObjects, policy: changes.mergePolicy)
         announceOwnSave()
