@@ -14,7 +14,7 @@ import Foundation
 ///
 /// A row kept encoded keeps its whole message alive: only messages of at most
 /// ``maximumMessageBytes`` are read this way (a larger one is decoded whole), which bounds
-/// what ``MergedRows``' 4,096 rows can hold at 32 MiB, however large the other changes of a
+/// what ``MergedRows``' 512 rows can hold at 4 MiB, however large the other changes of a
 /// message were.
 package struct EncodedRows: Sendable, Hashable {
     /// The largest message whose inserts are kept encoded (8 KiB: the daemon's messages of
