@@ -3,11 +3,11 @@ import Foundation
 import SkyrosTestModels
 import Testing
 
-/// A stack's root context, holding nothing, keeps the main context's change set as it came
-/// and its save sends it, instead of making pending rows and objects of it only to make the
-/// same change set again (see ``PassThrough``). Anything else that runs on the root in
+/// A stack's main and root contexts, holding nothing, keep their child's change set as it came
+/// and their save pushes or sends it, instead of making pending rows and objects of it only to
+/// make the same change set again (see ``PassThrough``). Anything else that runs on them in
 /// between applies it first. Real SQLite store, an embedded stack.
-@Suite("A change set passing through an idle root context", .timeLimit(.minutes(3)))
+@Suite("A change set passing through an idle main or root context", .timeLimit(.minutes(3)))
 struct RootPassThroughTests {
     let directory: TemporaryDirectory
     let url: URL
@@ -195,6 +195,79 @@ struct RootPassThroughTests {
         #expect(store.sent.map(\.updated.count) == [2, 1])
         let users = try stack.read { context in try User.all(in: context).map { "\($0.firstname) \($0.age)" } }
         #expect(users == ["Alan 41"])
+    }
+
+    // MARK: - The main context
+
+    /// Saves `change` in a child of the main context: the first step of a write.
+    func saveInChildOfMain(_ change: (ObjectContext) throws -> Void) throws {
+        let child = ObjectContext(name: "child", parent: stack.mainContext)
+        try child.performAndWait {
+            try change(child)
+            try child.save()
+        }
+    }
+
+    func heldByMain() -> ChangeSet? {
+        stack.mainContext.performSaveAndWait { stack.mainContext.passThrough?.changes }
+    }
+
+    @Test("a child's save into the main context is held as it came; a read of the main context applies it first")
+    func mainHoldsAChildSave() throws {
+        try saveInChildOfMain { makeUsers([("Grace", "Hopper")], in: $0) }
+        #expect(heldByMain()?.inserted.count == 1)
+        let names = try stack.read { context in try User.all(in: context).map(\.firstname).sorted() }
+        #expect(names == ["Ada", "Alan", "Grace"])
+        #expect(heldByMain() == nil)
+        stack.mainContext.performAndWait { #expect(stack.mainContext.hasChanges) }
+        try stack.saveMainContext()
+        #expect(try stored().keys.sorted() == ["Ada", "Alan", "Grace"])
+        stack.mainContext.performAndWait { #expect(!stack.mainContext.hasChanges) }
+    }
+
+    @Test("the main context's save pushes what it holds on to the root as it came; the root's save sends it")
+    func throughBoth() throws {
+        try saveInChildOfMain { try handle("alan-turing", in: $0).age = 41 }
+        #expect(heldByMain()?.updated.count == 1)
+        let main = stack.mainContext
+        try main.performSaveAndWait { try main.save() }
+        #expect(heldByMain() == nil)
+        #expect(heldAsItCame()?.updated.count == 1)  // now in the root, as it came
+        try stack.saveMainContext()
+        #expect(try stored() == ["Ada": 0, "Alan": 41])
+    }
+
+    @Test("an update of an object the main context holds is applied there: what it holds shows it")
+    func heldObjectTakesTheUpdate() throws {
+        let main = stack.mainContext
+        let ada = try main.performAndWait { try handle("ada-lovelace", in: main) }
+        try saveInChildOfMain { try handle("ada-lovelace", in: $0).age = 36 }
+        #expect(heldByMain() == nil)
+        try stack.saveMainContext()  // no read in between
+        main.performAndWait {
+            #expect(ada.age == 36 && !ada.hasChanges)
+            #expect(ada.skyrosStorage.version == 2)  // as the store has it: its next save is no conflict
+        }
+        #expect(try stored() == ["Ada": 36, "Alan": 0])
+    }
+
+    @Test("an update of an object the main context keeps as another process's row is applied: the row goes")
+    func keptRowTakesTheUpdate() throws {
+        let main = stack.mainContext
+        let store = try SQLiteStore(schema: testSchema, url: url)
+        let alanID = try main.performAndWait { try handle("alan-turing", in: main).objectID }
+        let row = try #require(try store.snapshots(for: [alanID]).first)
+        main.performAndWait {
+            main.reset()  // Alan is no longer held, only kept as a row (as a merge keeps other processes' inserts)
+            main.mergedRows.insert(alanID, values: row.values, version: row.version)
+            #expect(main.mergedRows.contains(alanID))
+        }
+        try saveInChildOfMain { try handle("alan-turing", in: $0).age = 41 }
+        #expect(heldByMain() == nil)
+        try stack.saveMainContext()
+        main.performAndWait { #expect(!main.mergedRows.contains(alanID)) }
+        let age = try stack.read { context in try handle("alan-turing", in: context).age }
+        #expect(age == 41)
     }
 }
 

@@ -75,6 +75,11 @@ struct MergedRows {
         return true
     }
 
+    /// Whether a row of the object is kept.
+    func contains(_ id: ObjectID) -> Bool {
+        !isEmpty && (young[id] != nil || old[id] != nil)
+    }
+
     /// The row of an object, kept.
     func peek(_ id: ObjectID) -> Row? {
         (young[id] ?? old[id])?.row

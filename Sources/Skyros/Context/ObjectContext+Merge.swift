@@ -159,11 +159,11 @@ extension ObjectContext {
     /// ``unverifiedUpdates``: when the store says one no longer exists, its update is dropped.
     ///
     /// `fromChild`: the change set is a child context's save (made by its `makeChangeSet`),
-    /// which an idle root may hold as it came (``PassThrough``).
+    /// which a stack's root or main context with nothing pending may hold as it came (``PassThrough``).
     func save(_ changes: ChangeSet, childValues: [ObjectID: Snapshot], fromChild: Bool = false) throws {
         // Not inside a block of this context already running on this thread: that block
         // could look at the pending changes without applying them first.
-        let passes = fromChild && !parentIsContext && !isPerformingOnCurrentThread
+        let passes = fromChild && passesThroughChildSaves && !isPerformingOnCurrentThread
         try performAndWait {
             try validateUniqueness(of: changes)
             // The child's save being applied is its ledger's latest (it records, then saves).

@@ -112,6 +112,9 @@ public final class ObjectContext: ObjectStore, @unchecked Sendable, CustomString
     /// ``PassThrough``). Applied (``materializePassThrough()``) before anything else looks
     /// at this context.
     @exclusivity(unchecked) var passThrough: PassThrough?
+    /// Whether a child's save may be held as it came (a stack's root and main contexts, which
+    /// the stack saves with ``performSaveAndWait(_:)`` and ``performSave(_:)``); set once, at creation.
+    @exclusivity(unchecked) var passesThroughChildSaves = false
     /// The entity of the last insert, known to be of this context's schema.
     @exclusivity(unchecked) var lastInsertedEntity: ObjectIdentifier?
     @exclusivity(unchecked) var pendingCountByEntity: [ObjectIdentifier: Int] = [:]

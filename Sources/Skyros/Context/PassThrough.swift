@@ -1,18 +1,23 @@
 import Foundation
 
-/// A child's change set held by a root context as it came, instead of applied.
+/// A child's change set held by a stack's main or root context as it came, instead of applied.
 ///
-/// A stack's write goes scratch → main → root → store, and the root, which holds nothing
-/// between saves, would make pending rows and objects of the main context's change set only
-/// to make the same change set of them again and send it. When the root holds nothing and
-/// nothing depends on what it holds (no observer, no undo, no link, no object of a hierarchy,
-/// no deletion, updates made on a known version, a merge policy other than
-/// ``MergePolicy/storeWins``), it keeps the change set as it is, and its save sends it.
+/// A stack's write goes scratch → main → root → store. The main and root contexts would each
+/// make pending rows and objects of the change set their child pushes, only to make the same
+/// change set of them again and push it on; after the save they hold nothing of it. When such
+/// a context has nothing pending and nothing depends on what it would hold (no observer, no
+/// undo, no link, no deletion, no object it holds or keeps as another process's row among
+/// those updated, no object of a hierarchy updated, updates made on a known version, a merge
+/// policy other than ``MergePolicy/storeWins``), it keeps the change set as it is, and its
+/// save (``ObjectContext/savePassThrough(keepingObjects:)``) pushes or sends it as it came.
 ///
-/// Anything else that runs on the root's queue in between (a fetch, another child's save, a
-/// reset) applies it first (``ObjectContext/materializePassThrough()``), so that it sees what
-/// it would have seen. Applying it reads nothing from the store (every update becomes a
-/// fault carrying its changes, see ``ObjectContext/apply(_:childValues:)``), so it cannot fail.
+/// Anything else that runs on the context's queue in between (a read, a fetch, another child's
+/// save, a merge of other processes' changes, a reset) applies it first
+/// (``ObjectContext/materializePassThrough()``), so that it sees what it would have seen: only
+/// the stack's own save path (``ObjectContext/performSaveAndWait(_:)``,
+/// ``ObjectContext/performSave(_:)``) leaves it as it is. Applying it reads nothing from the
+/// store (every update becomes a fault carrying its changes, see
+/// ``ObjectContext/apply(_:childValues:)``), so it cannot fail.
 struct PassThrough {
     /// The child's change set, as its `makeChangeSet` made it.
     var changes: ChangeSet
@@ -21,10 +26,10 @@ struct PassThrough {
 }
 
 extension ObjectContext {
-    /// Whether this root context can hold `changes` as they came (see ``PassThrough``).
+    /// Whether this context can hold `changes` as they came (see ``PassThrough``).
     func canPassThrough(_ changes: ChangeSet) -> Bool {
-        guard !hasChanges, registry.isEmpty, mergedRows.isEmpty, !reference.isObserved, recorder == nil,
-            changes.deleted.isEmpty, mergePolicy != .storeWins, pendingLinkIndex == nil
+        guard !hasChanges, !reference.isObserved, recorder == nil, changes.deleted.isEmpty,
+            mergePolicy != .storeWins, pendingLinkIndex == nil
         else { return false }
         let hasLinks = !schema.linkEntityNames.isEmpty
         if hasLinks {
@@ -35,6 +40,9 @@ extension ObjectContext {
             // At version 0 (read through a parent where it was still a pending insert), the
             // root reads the object's version from the store for the conflict check.
             guard update.baseVersion > 0 else { return false }
+            // An object held here, or kept as another process's row, takes the change: applied.
+            if !registry.isEmpty && registry[update.id] != nil { return false }
+            if mergedRows.contains(update.id) { return false }
             if entity?.name != update.id.entityName {
                 guard !(hasLinks && schema.isLinkEntity(update.id.entityName)),
                     let found = schema.entity(named: update.id.entityName), found.hierarchy == nil

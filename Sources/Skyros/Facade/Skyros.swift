@@ -125,6 +125,10 @@ open class Skyros: @unchecked Sendable {
     private static func makeContexts(_ store: any PersistentStore) -> Contexts {
         let root = ObjectContext(name: "root", parent: store)
         let main = ObjectContext(name: "main", parent: root)
+        // A write's change set passes through both on its way to the store (see ``PassThrough``):
+        // the stack saves them with `performSaveAndWait`/`performSave`.
+        root.passesThroughChildSaves = true
+        main.passesThroughChildSaves = true
         if let sequenced = store as? SequencedObjectStore {
             // Another process's older change merged after a save must not undo it in main.
             let ledger = OwnWrites()
@@ -385,7 +389,8 @@ open class Skyros: @unchecked Sendable {
 
     /// Saves the main context into the root (in memory); on failure discards its changes.
     private func saveMain(_ stack: Contexts) -> SkyrosError? {
-        stack.main.performAndWait {
+        // (A save of the main context's: the change set a write pushed is sent as it came.)
+        stack.main.performSaveAndWait {
             do {
                 try stack.main.save()
                 return nil
