@@ -269,6 +269,28 @@ struct RootPassThroughTests {
         let age = try stack.read { context in try handle("alan-turing", in: context).age }
         #expect(age == 41)
     }
+
+    @Test("a change of a required to-one is applied: the main context's validation takes the new target, as it did")
+    func requiredToOneApplied() throws {
+        try stack.writeAndWait { context in
+            let team = Team.create(in: context)
+            team.name = "Analytical"
+            Badge.create(in: context).team = team
+        }
+        var newTeam: ObjectID?
+        try saveInChildOfMain { context in
+            let team = Team.create(in: context)
+            team.name = "Difference"
+            try #require(try Badge.first(in: context)).team = team
+            newTeam = team.objectID
+        }
+        #expect(heldByMain() == nil)
+        try stack.saveMainContext()
+        let main = stack.mainContext
+        let id = try #require(newTeam)
+        // Held by the main context after the save, where other processes' changes reach it.
+        main.performAndWait { #expect(main.registry[id] != nil) }
+    }
 }
 
 /// A SQLite store that records the change sets it is asked to save and, once, calls a

@@ -7,8 +7,8 @@ import Foundation
 /// change set of them again and push it on; after the save they hold nothing of it. When such
 /// a context has nothing pending and nothing depends on what it would hold (no observer, no
 /// undo, no link, no deletion, no object it holds or keeps as another process's row among
-/// those updated, no object of a hierarchy updated, updates made on a known version, a merge
-/// policy other than ``MergePolicy/storeWins``), it keeps the change set as it is, and its
+/// those updated, no object of a hierarchy updated, no required to-one changed, updates made
+/// on a known version, a merge policy other than ``MergePolicy/storeWins``), it keeps the change set as it is, and its
 /// save (``ObjectContext/savePassThrough(keepingObjects:)``) pushes or sends it as it came.
 ///
 /// Anything else that runs on the context's queue in between (a read, a fetch, another child's
@@ -48,6 +48,11 @@ extension ObjectContext {
                     let found = schema.entity(named: update.id.entityName), found.hierarchy == nil
                 else { return false }
                 entity = found
+            }
+            // A required to-one changed: the save's validation takes its target (registering
+            // an object inserted by the same write, which merges then keep current): applied.
+            if let entity, !entity.requiredToOneProperties.isEmpty {
+                for property in entity.requiredToOneProperties where update.changes[property.index] != nil { return false }
             }
         }
         return true
