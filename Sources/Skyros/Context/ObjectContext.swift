@@ -107,10 +107,10 @@ public final class ObjectContext: ObjectStore, @unchecked Sendable, CustomString
     /// they are read before pending objects are looked at. Cleared with the pending changes.
     @exclusivity(unchecked) var hasPendingFaults = false
     @exclusivity(unchecked) var deleted: [ObjectID: any ManagedObject] = [:]
-    /// A root context's pending changes while they are only passing through: its child's
-    /// change set as it came, held instead of applied when the root held nothing (see
-    /// ``PassThrough``). Applied (``materializePassThrough()``) before anything else looks
-    /// at this context.
+    /// A stack's main or root context's pending changes while they are only passing through:
+    /// its child's change set as it came, held instead of applied when the context had nothing
+    /// pending (see ``PassThrough``). Applied (``materializePassThrough()``) before anything
+    /// else looks at this context.
     @exclusivity(unchecked) var passThrough: PassThrough?
     /// Whether a child's save may be held as it came (a stack's root and main contexts, which
     /// the stack saves with ``performSaveAndWait(_:)`` and ``performSave(_:)``); set once, at creation.
@@ -182,8 +182,9 @@ public final class ObjectContext: ObjectStore, @unchecked Sendable, CustomString
         return try performAndWaitOnQueue(block, keepingPassThrough: false, rescue: { throw $0 })
     }
 
-    /// ``performAndWait(_:)`` for a stack's save of its root context: a child's change set
-    /// passing through (``passThrough``) is left as it is, for ``save()`` to send it as it came.
+    /// ``performAndWait(_:)`` for a stack's save of its main or root context: a child's change
+    /// set passing through (``passThrough``) is left as it is, for ``save()`` to push it on as
+    /// it came.
     func performSaveAndWait<T>(_ block: () throws -> T) rethrows -> T {
         if isPerformingOnCurrentThread { return try block() }
         return try performAndWaitOnQueue(block, keepingPassThrough: true, rescue: { throw $0 })
@@ -217,7 +218,7 @@ public final class ObjectContext: ObjectStore, @unchecked Sendable, CustomString
         perform(keepingPassThrough: false, block)
     }
 
-    /// ``perform(_:)`` for a stack's save of its root context (see ``performSaveAndWait(_:)``).
+    /// ``perform(_:)`` for a stack's save of its main or root context (see ``performSaveAndWait(_:)``).
     func performSave(_ block: @escaping @Sendable () -> Void) {
         perform(keepingPassThrough: true, block)
     }

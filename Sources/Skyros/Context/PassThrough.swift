@@ -8,8 +8,9 @@ import Foundation
 /// a context has nothing pending and nothing depends on what it would hold (no observer, no
 /// undo, no link, no deletion, no object it holds or keeps as another process's row among
 /// those updated, no object of a hierarchy updated, no required to-one changed, updates made
-/// on a known version, a merge policy other than ``MergePolicy/storeWins``), it keeps the change set as it is, and its
-/// save (``ObjectContext/savePassThrough(keepingObjects:)``) pushes or sends it as it came.
+/// on a known version, a merge policy other than ``MergePolicy/storeWins``), it keeps the
+/// change set as it is, and its save (``ObjectContext/savePassThrough(keepingObjects:)``)
+/// pushes or sends it as it came.
 ///
 /// Anything else that runs on the context's queue in between (a read, a fetch, another child's
 /// save, a merge of other processes' changes, a reset) applies it first
@@ -37,8 +38,8 @@ extension ObjectContext {
         }
         var entity: EntityDescription?  // change sets come grouped by entity: one lookup per group
         for update in changes.updated {
-            // At version 0 (read through a parent where it was still a pending insert), the
-            // root reads the object's version from the store for the conflict check.
+            // At version 0 (read through a parent where it was still a pending insert), applying
+            // it reads the object's version from the parent, for the store's conflict check.
             guard update.baseVersion > 0 else { return false }
             // An object held here, or kept as another process's row, takes the change: applied.
             if !registry.isEmpty && registry[update.id] != nil { return false }
@@ -76,7 +77,8 @@ extension ObjectContext {
         }
     }
 
-    /// ``save()`` of a root context holding a change set that passes through: sent as it came.
+    /// ``save()`` of a context holding a change set that passes through: pushed into the parent
+    /// context, or sent to the store, as it came.
     ///
     /// While it is on its way the context holds nothing: a save reentering the context
     /// meanwhile (a handler the store calls back on this thread, such as
@@ -86,8 +88,8 @@ extension ObjectContext {
     /// applied, the updates of the objects the store no longer has are dropped (as the usual
     /// save does), and the rest is saved.
     func savePassThrough(keepingObjects: Bool) throws {
-        let changes = makeChangeSet()
         guard let held = passThrough else { return }
+        let changes = makeChangeSet()  // the held change set, with this context's merge policy
         passThrough = nil
         let generation = ownWrites?.record(changes)
         do {
