@@ -134,7 +134,9 @@ struct SyncTests {
             user.handle = "ann"
             user.firstname = "Ann"
         }
-        guard let arrived = await nextChange(bChanges, seconds: 30) else {
+        // The refresh of B's first checkpoint may still be on its way to B's main context
+        // when the status shows the checkpoint (seen once under a loaded full run): skipped.
+        guard let arrived = await nextChange(bChanges, seconds: 30, where: { !$0.isRefresh }) else {
             let statuses = [machines.0, machines.1].map { (try? syncStatus($0)).map { "\($0)" } ?? "?" }
             Issue.record("B's changes gave nothing in 30 s; A's sync: \(statuses[0]); B's: \(statuses[1]); B has \((try? await handles(b)) ?? [])")
             return
