@@ -14,7 +14,18 @@ final class RawSQLite {
         execute("PRAGMA synchronous = \(synchronous)")
     }
 
-    deinit { sqlite3_close(db) }
+    private var isOpen = true
+
+    /// Closes the connection now rather than when the last reference goes (SQLite then deletes
+    /// the WAL and shared-memory files): a thread's captured connection is released only
+    /// after the thread has finished, while its folder may already be being removed.
+    func close() {
+        guard isOpen else { return }
+        sqlite3_close(db)
+        isOpen = false
+    }
+
+    deinit { close() }
 
     func execute(_ sql: String) {
         var error: UnsafeMutablePointer<CChar>?

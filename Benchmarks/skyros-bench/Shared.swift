@@ -248,6 +248,9 @@ final class BareServer: @unchecked Sendable {
             }
             sqlite3_finalize(statement)
             router.close()
+            // Closed before `stop()` returns: the run's folder is removed after it, and the
+            // files SQLite deletes at close vanished under that removal (the folder was left).
+            raw.close()
             finished.signal()
         }
     }
