@@ -222,7 +222,7 @@ extension ObjectContext {
             // replaced), nor for the objects of a hierarchy (the class is in the row) or of
             // link and order entities.
             missing = missing.filter { id in
-                guard lookup(id) == nil, !schema.linkEntityNames.contains(id.entityName),
+                guard lookup(id) == nil, !schema.isLinkEntity(id.entityName),
                     let entity = schema.entity(named: id.entityName), entity.hierarchy == nil
                 else { return true }
                 let object = makeObject(id, of: entity, values: nil)

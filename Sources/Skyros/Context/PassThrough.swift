@@ -32,8 +32,7 @@ extension ObjectContext {
         guard !hasChanges, !reference.isObserved, recorder == nil, changes.deleted.isEmpty,
             mergePolicy != .storeWins, pendingLinkIndex == nil
         else { return false }
-        let hasLinks = !schema.linkEntityNames.isEmpty
-        if hasLinks {
+        if !schema.linkEntityNames.isEmpty {
             for snapshot in changes.inserted where schema.isLinkEntity(snapshot.id.entityName) { return false }
         }
         var entity: EntityDescription?  // change sets come grouped by entity: one lookup per group
@@ -45,16 +44,14 @@ extension ObjectContext {
             if !registry.isEmpty && registry[update.id] != nil { return false }
             if mergedRows.contains(update.id) { return false }
             if entity?.name != update.id.entityName {
-                guard !(hasLinks && schema.isLinkEntity(update.id.entityName)),
+                guard !schema.isLinkEntity(update.id.entityName),
                     let found = schema.entity(named: update.id.entityName), found.hierarchy == nil
                 else { return false }
                 entity = found
             }
             // A required to-one changed: the save's validation takes its target (registering
             // an object inserted by the same write, which merges then keep current): applied.
-            if let entity, !entity.requiredToOneProperties.isEmpty {
-                for property in entity.requiredToOneProperties where update.changes[property.index] != nil { return false }
-            }
+            for property in entity?.requiredToOneProperties ?? [] where update.changes[property.index] != nil { return false }
         }
         return true
     }
