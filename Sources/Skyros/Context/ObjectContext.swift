@@ -24,7 +24,7 @@ public final class ObjectContext: ObjectStore, @unchecked Sendable, CustomString
     let parentContext: ObjectContext?
     let sequencedParent: (any SequencedObjectStore)?
     var parentIsContext: Bool { parentContext != nil }
-    let queue: DispatchQueue
+    let queue: ContextQueue
     /// The weak reference to this context that its objects share.
     let reference = ContextReference()
     private let policyLock = NSLock()
@@ -165,7 +165,7 @@ public final class ObjectContext: ObjectStore, @unchecked Sendable, CustomString
         self.parent = parent
         self.parentContext = parent as? ObjectContext
         self.sequencedParent = parent as? SequencedObjectStore
-        self.queue = DispatchQueue(label: "skyros.context.\(name)")
+        self.queue = ContextQueue(label: "skyros.context.\(name)")
         reference.context = self
         if let parentContext { _errorHandler = parentContext.errorHandler }
         ConcurrencyDebug.enableIfRequested()
@@ -190,22 +190,20 @@ public final class ObjectContext: ObjectStore, @unchecked Sendable, CustomString
         return try performAndWaitOnQueue(block, keepingPassThrough: true, rescue: { throw $0 })
     }
 
-    /// ``performAndWait(_:)`` off the queue, through `DispatchQueue.sync`'s non-generic form:
-    /// its generic one is not specialised outside Dispatch and looks up the metadata of its
-    /// result type at run time on every call (several per save). `rescue` rethrows the
-    /// block's error (the way a `rethrows` function may throw what it caught).
+    /// ``performAndWait(_:)`` off the queue, through ``ContextQueue/sync(_:)``'s non-generic
+    /// form (a generic one would look up the metadata of its result type at run time on every
+    /// call, several per save). `rescue` rethrows the block's error (the way a `rethrows`
+    /// function may throw what it caught).
     private func performAndWaitOnQueue<T>(
         _ block: () throws -> T, keepingPassThrough: Bool, rescue: (any Error) throws -> T
     ) rethrows -> T {
         var result: T?
         var failure: (any Error)?
         queue.sync { () -> Void in
-            PerformingContexts.push(self)
             if passThrough != nil && !keepingPassThrough { materializePassThrough() }
             defer {
                 if reference.isObserved && !unprocessedEdits.isEmpty { processPendingChanges() }
                 if let recorder { recorder.endOfBlock() }
-                PerformingContexts.pop()
             }
             do { result = try block() } catch { failure = error }
         }
@@ -225,12 +223,10 @@ public final class ObjectContext: ObjectStore, @unchecked Sendable, CustomString
 
     private func perform(keepingPassThrough: Bool, _ block: @escaping @Sendable () -> Void) {
         queue.async { [self] in
-            PerformingContexts.push(self)
             if passThrough != nil && !keepingPassThrough { materializePassThrough() }
             defer {
                 if reference.isObserved && !unprocessedEdits.isEmpty { processPendingChanges() }
                 if let recorder { recorder.endOfBlock() }
-                PerformingContexts.pop()
             }
             block()
         }
@@ -244,7 +240,7 @@ public final class ObjectContext: ObjectStore, @unchecked Sendable, CustomString
     }
 
     /// Whether the current thread is running a block of this context.
-    public var isPerformingOnCurrentThread: Bool { PerformingContexts.contains(self) }
+    public var isPerformingOnCurrentThread: Bool { queue.isRunningOnCurrentThread }
 
     // MARK: - Registry
 
@@ -769,32 +765,4 @@ public final class ObjectContext: ObjectStore, @unchecked Sendable, CustomString
         storage.valueErrors = [:]
         storage.isFault = true
     }
-}
-
-/// The contexts whose blocks the current thread is running (for reentrancy and checks).
-enum PerformingContexts {
-    final class Stack {
-        @exclusivity(unchecked) var contexts: [ObjectIdentifier] = []  // one per thread
-    }
-
-    private static let key: pthread_key_t = {
-        var key = pthread_key_t()
-        pthread_key_create(&key) { pointer in
-            if let pointer { Unmanaged<Stack>.fromOpaque(pointer).release() }
-        }
-        return key
-    }()
-
-    private static var stack: Stack {
-        if let pointer = pthread_getspecific(key) {
-            return Unmanaged<Stack>.fromOpaque(pointer).takeUnretainedValue()
-        }
-        let stack = Stack()
-        pthread_setspecific(key, Unmanaged.passRetained(stack).toOpaque())
-        return stack
-    }
-
-    static func push(_ context: ObjectContext) { stack.contexts.append(ObjectIdentifier(context)) }
-    static func pop() { stack.contexts.removeLast() }
-    static func contains(_ context: ObjectContext) -> Bool { stack.contexts.contains(ObjectIdentifier(context)) }
 }

@@ -430,11 +430,12 @@ extension SQLiteStore {
         defer { migrationDatabase = nil }
         for stage in stages {
             let context = ObjectContext(name: "migration-\(stage.version)", parent: self)
-            PerformingContexts.push(context)
-            defer { PerformingContexts.pop() }
             do {
-                try stage.body(context)
-                try context.save()
+                // On this thread: an idle context's waited-for block runs on the caller's.
+                try context.performAndWait {
+                    try stage.body(context)
+                    try context.save()
+                }
             } catch {
                 let wrapped = SkyrosError.wrap(error)
                 throw SkyrosError(
