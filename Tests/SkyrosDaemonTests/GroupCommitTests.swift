@@ -190,3 +190,34 @@ struct GroupCommitTests {
         #expect(answers(fresh) == ["saved 5"], "\(fresh.results)")
     }
 }
+
+/// The journal's own formatting of client IDs and the activity's latency sample.
+@Suite("Journal text and activity sampling")
+struct JournalTextTests {
+    @Test("a UUID's text is Foundation's uuidString, and sorts as the bytes do")
+    func uuidText() {
+        var ids = (0..<200).map { _ in UUID() }
+        ids += [UUID(uuid: (0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0)),
+                UUID(uuid: (255, 255, 255, 255, 255, 255, 255, 255, 255, 255, 255, 255, 255, 255, 255, 255)),
+                UUID(uuidString: "0A1B2C3D-4E5F-6A7B-8C9D-AEBFC0D1E2F3")!]
+        for id in ids { #expect(id.text == id.uuidString) }
+        let byText = ids.sorted { $0.text < $1.text }
+        func bytes(_ id: UUID) -> [UInt8] { withUnsafeBytes(of: id.uuid) { Array($0) } }
+        let byBytes = ids.sorted { bytes($0).lexicographicallyPrecedes(bytes($1)) }
+        #expect(byText == byBytes)
+    }
+
+    @Test("past the latencies kept per second, later saves still enter the sample, and the count stays exact")
+    func latencySample() {
+        var activity = ClientActivity()
+        let identity = Data([1, 2, 3])
+        let now = Date()
+        let saves = ClientActivity.latenciesPerSecond * 3
+        // The first half fast, the second slow: a sample that kept only the first would say 1 µs.
+        for index in 0..<saves { activity.saved(identity, latency: index < saves / 2 ? 1e-6 : 1e-3, now: now) }
+        let minute = activity.lastMinute(since: now.addingTimeInterval(-1), now: now)
+        #expect(minute.perSecond == Double(saves))
+        #expect(minute.p99 == 1000)
+        #expect(minute.p50 != nil)
+    }
+}
