@@ -12,11 +12,11 @@ import Darwin
 /// scheduled, as on a serial `DispatchQueue`, which it wraps.
 ///
 /// A waited-for block (``sync(_:)``) runs at once on the calling thread, without entering the
-/// dispatch queue, when the context is idle: no block running, none scheduled. A `sync` on a
-/// serial dispatch queue runs on the calling thread too, but copies its closure to the heap
-/// and goes through the queue's state (some 450 instructions; a one-object write of a shared
-/// stack waits for four or five of them). Otherwise it waits its turn on the queue, behind
-/// the blocks scheduled before it.
+/// dispatch queue, when the context is idle: no block running, none waiting on the queue. A
+/// `sync` on a serial dispatch queue runs on the calling thread too, but copies its closure to
+/// the heap and goes through the queue's state (some 450 instructions; a one-object write of
+/// a shared stack waits for four or five of them). Otherwise it waits its turn on the queue,
+/// behind the blocks queued before it.
 ///
 /// Exclusion is a lock every block holds while it runs, whichever way it came; the queue keeps
 /// the order of scheduled blocks and of waited-for blocks that found them.
@@ -27,8 +27,9 @@ final class ContextQueue: Sendable {
     private let queue: DispatchQueue
     /// Held by the block running.
     private let running = Mutex<Void>(())
-    /// Blocks scheduled by ``async(_:)`` and not started yet.
-    private let scheduled = Atomic<Int>(0)
+    /// Blocks on the dispatch queue not started yet: scheduled ones, and waited-for ones that
+    /// found the context busy (a waited-for block that finds any does not pass them).
+    private let queued = Atomic<Int>(0)
     /// The thread running a block (see ``currentThread``), 0 when none does.
     private let owner = Atomic<UInt>(0)
 
@@ -36,18 +37,26 @@ final class ContextQueue: Sendable {
         queue = DispatchQueue(label: label)
     }
 
-    /// Runs `block` and waits for it, after the blocks scheduled before.
+    /// Runs `block` and waits for it, after the blocks queued before. Not reentrant: a block
+    /// of this queue that calls it waits for itself (``ObjectContext`` runs such a block inline,
+    /// see ``isRunningOnCurrentThread``).
     func sync(_ block: () -> Void) {
-        if scheduled.load(ordering: .acquiring) == 0, running.withLockIfAvailable({ _ in run(block) }) != nil { return }
-        queue.sync { running.withLock { _ in run(block) } }
+        if queued.load(ordering: .acquiring) == 0, running.withLockIfAvailable({ _ in run(block) }) != nil { return }
+        queued.add(1, ordering: .releasing)
+        queue.sync {
+            running.withLock { _ in
+                queued.subtract(1, ordering: .releasing)
+                run(block)
+            }
+        }
     }
 
     /// Schedules `block`, after the blocks scheduled before.
     func async(_ block: @escaping @Sendable () -> Void) {
-        scheduled.add(1, ordering: .releasing)
+        queued.add(1, ordering: .releasing)
         queue.async { [self] in
             running.withLock { _ in
-                scheduled.subtract(1, ordering: .releasing)
+                queued.subtract(1, ordering: .releasing)
                 run(block)
             }
         }
