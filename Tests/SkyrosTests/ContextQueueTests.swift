@@ -1,6 +1,7 @@
 import Foundation
 @testable import Skyros
 import SkyrosTestModels
+import Synchronization
 import Testing
 
 /// A context's queue: waited-for blocks of an idle context run at once on the caller's thread;
@@ -11,15 +12,6 @@ struct ContextQueueTests {
     final class Tally: @unchecked Sendable {
         var count = 0
         var order: [Int] = []
-        var concurrent = 0
-        var mostConcurrent = 0
-
-        func enter() {
-            concurrent += 1
-            mostConcurrent = max(mostConcurrent, concurrent)
-        }
-
-        func leave() { concurrent -= 1 }
     }
 
     @Test("an idle queue runs a waited-for block on the calling thread, and says so only there")
@@ -28,12 +20,21 @@ struct ContextQueueTests {
         let caller = Thread.current
         var ranHere = false
         var owned = false
+        let elsewhere = Tally()
         queue.sync {
             ranHere = Thread.current == caller
             owned = queue.isRunningOnCurrentThread
+            // Another thread, asking while this block runs, is not taken for its runner.
+            let asked = DispatchSemaphore(value: 0)
+            Thread.detachNewThread {
+                elsewhere.count = queue.isRunningOnCurrentThread ? 1 : 2
+                asked.signal()
+            }
+            _ = asked.wait(timeout: .now() + 10)
         }
         #expect(ranHere)
         #expect(owned)
+        #expect(elsewhere.count == 2)
         #expect(!queue.isRunningOnCurrentThread)
 
         // While a scheduled block runs, another thread is not taken for it.
@@ -68,33 +69,30 @@ struct ContextQueueTests {
     }
 
     @Test("blocks from many threads, waited for and scheduled, run one at a time")
-    func exclusion() async {
+    func exclusion() {
         let queue = ContextQueue(label: "test")
         let tally = Tally()
+        let inside = Atomic<Int>(0)
+        let overlaps = Atomic<Int>(0)
         let threads = 8
         let rounds = 2_000
-        await withTaskGroup(of: Void.self) { group in
-            for thread in 0..<threads {
-                group.addTask {
-                    for round in 0..<rounds {
-                        let body: @Sendable () -> Void = {
-                            tally.enter()
-                            tally.count += 1
-                            tally.leave()
-                        }
-                        if (thread + round) % 3 == 0 { queue.async(body) } else { queue.sync(body) }
+        // Real threads (not the cooperative pool, which has one per processor).
+        DispatchQueue.concurrentPerform(iterations: threads) { thread in
+            for round in 0..<rounds {
+                let body: @Sendable () -> Void = {
+                    if inside.add(1, ordering: .acquiringAndReleasing).newValue > 1 {
+                        overlaps.add(1, ordering: .relaxed)
                     }
+                    tally.count += 1
+                    inside.subtract(1, ordering: .acquiringAndReleasing)
                 }
+                if (thread + round) % 3 == 0 { queue.async(body) } else { queue.sync(body) }
             }
         }
         var total = 0
-        var most = 0
-        queue.sync {
-            total = tally.count
-            most = tally.mostConcurrent
-        }
+        queue.sync { total = tally.count }
         #expect(total == threads * rounds)
-        #expect(most == 1)
+        #expect(overlaps.load(ordering: .relaxed) == 0)
     }
 
     @Test("a context's block that waits for its own context runs inline; a nested context's block sees both contexts as its thread's")
