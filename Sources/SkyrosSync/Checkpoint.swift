@@ -233,8 +233,12 @@ extension ServerSession {
     }
 
     /// Drops the log rows older than `retention` seconds (those before the first younger one,
-    /// and never one of a transaction still running) and moves the horizon past them:
-    /// a machine whose last checkpoint is older re-syncs from a snapshot.
+    /// and never one of a transaction still running) and moves the horizon just past the last
+    /// of them: a machine whose last checkpoint may lack one of them re-syncs from a snapshot.
+    /// When none is dropped the horizon stays: a machine that checkpointed before a compaction
+    /// that removed nothing has missed nothing (the horizon used to move to the oldest row
+    /// kept, or to the current snapshot's xmin when the log was empty, and every such machine
+    /// read the whole server again).
     package func compact(retention: TimeInterval) async throws {
         let quoted = ServerSchema.quote(schema.name)
         try await run("BEGIN")
@@ -244,10 +248,18 @@ extension ServerSession {
                 SELECT least(pg_snapshot_xmin(pg_current_snapshot()), \
                 (SELECT min(xid) FROM \(quoted)._skyros_log WHERE at >= clock_timestamp() - make_interval(secs => $1::double precision)))::text
                 """, [String(retention)])
-            if let horizon = rows.first?[0] ?? nil {
-                try await run("DELETE FROM \(quoted)._skyros_log WHERE xid < $1::xid8", [horizon])
-                try await run(
-                    "UPDATE \(quoted)._skyros_meta SET value = $1 WHERE key = 'horizon' AND value::xid8 < $1::xid8", [horizon])
+            if let bound = rows.first?[0] ?? nil {
+                let deleted = try await run(
+                    "WITH gone AS (DELETE FROM \(quoted)._skyros_log WHERE xid < $1::xid8 RETURNING xid) SELECT max(xid)::text FROM gone",
+                    [bound])
+                // A checkpoint is past the horizon when its snapshot's xmin is below it
+                // (``readChanges(after:machine:)``): just past the last row dropped, a machine
+                // whose snapshot had that transaction already is not sent back to a snapshot.
+                if let last = deleted.first?[0] ?? nil, let number = UInt64(last) {
+                    try await run(
+                        "UPDATE \(quoted)._skyros_meta SET value = $1 WHERE key = 'horizon' AND value::xid8 < $1::xid8",
+                        [String(number + 1)])
+                }
             }
             try await run("COMMIT")
         } catch {

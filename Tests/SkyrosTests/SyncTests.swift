@@ -424,6 +424,37 @@ struct SyncTests {
         #expect(await eventually { try await handles(again) == ["kept", "new"] })
     }
 
+    @Test("a compaction moves the horizon just past the log rows it drops; one that drops nothing leaves it, and a machine synced before it reads changes, not a snapshot")
+    func compactionHorizon() async throws {
+        let server = try Server(try PostgresServer())  // its own: compaction waits for every running transaction
+        try await SyncSetup.run(server.configuration, schema: testSchema, log: { _ in })
+        let horizon = { UInt64(try server.psql("SELECT value FROM g_sync._skyros_meta WHERE key = 'horizon'")) ?? 0 }
+        let machine = try RunningDaemon(sync: server.configuration)
+        let stack = try Skyros(sharedStack: testSchema, container: machine.container.url)
+        _ = try await handles(stack)  // its daemon syncs from its first client on
+        #expect(await eventually { ((try syncStatus(machine))["checkpoint"] as? Int ?? 0) > 0 })
+        let atSetup = try horizon()
+
+        // Transactions that log nothing, then a compaction of the empty log: nothing dropped.
+        for _ in 0..<3 { try server.psql("SELECT pg_current_xact_id()") }
+        try await server.compactLog()
+        #expect(try horizon() == atSetup)
+        // The machine's checkpoint is not past the horizon: a change comes as a change set, and
+        // its main context hears of the insert itself (a snapshot is published as a refresh).
+        let changes = stack.changes
+        try server.psql(#"INSERT INTO g_sync."User" (handle, firstname) VALUES ('cy', 'Cy')"#)
+        let arrived = await nextChange(changes, seconds: 30, where: { !$0.isRefresh })
+        #expect(arrived?.inserted.count == 1)
+
+        // Two rows logged, then dropped: the horizon is just past the last of them.
+        try server.psql(#"INSERT INTO g_sync."User" (handle, firstname) VALUES ('dee', 'Dee')"#)
+        let last = UInt64(try server.psql("SELECT max(xid)::text FROM g_sync._skyros_log")) ?? 0
+        try await server.compactLog()
+        #expect(try server.psql("SELECT count(*) FROM g_sync._skyros_log") == "0")
+        #expect(try horizon() == last + 1)
+        withExtendedLifetime(machine) {}
+    }
+
     @Test("a snapshot of many pages: a new machine gets every row; back past the retention, it deletes what the server lacks in every page's range")
     func pagedSnapshot() async throws {
         let server = try Server(try PostgresServer())  // its own: compaction waits for every running transaction
