@@ -249,17 +249,18 @@ extension ServerSession {
                 (SELECT min(xid) FROM \(quoted)._skyros_log WHERE at >= clock_timestamp() - make_interval(secs => $1::double precision)))::text
                 """, [String(retention)])
             if let bound = rows.first?[0] ?? nil {
-                let deleted = try await run(
-                    "WITH gone AS (DELETE FROM \(quoted)._skyros_log WHERE xid < $1::xid8 RETURNING xid) SELECT max(xid)::text FROM gone",
-                    [bound])
                 // A checkpoint is past the horizon when its snapshot's xmin is below it
                 // (``readChanges(after:machine:)``): just past the last row dropped, a machine
                 // whose snapshot had that transaction already is not sent back to a snapshot.
-                if let last = deleted.first?[0] ?? nil, let number = UInt64(last) {
-                    try await run(
-                        "UPDATE \(quoted)._skyros_meta SET value = $1 WHERE key = 'horizon' AND value::xid8 < $1::xid8",
-                        [String(number + 1)])
-                }
+                // Nothing dropped: no update. Never lowered (a truncation or a repair may have
+                // raised it further).
+                try await run(
+                    """
+                    WITH gone AS (DELETE FROM \(quoted)._skyros_log WHERE xid < $1::xid8 RETURNING xid), \
+                    past AS (SELECT ((max(xid)::text::numeric + 1)::text)::xid8 AS xid FROM gone) \
+                    UPDATE \(quoted)._skyros_meta AS meta SET value = past.xid::text FROM past \
+                    WHERE meta.key = 'horizon' AND past.xid IS NOT NULL AND meta.value::xid8 < past.xid
+                    """, [bound])
             }
             try await run("COMMIT")
         } catch {
