@@ -75,7 +75,7 @@ extension DaemonTurn {
             }
         }
         var changes = ChangeSet()
-        for id in ids.sorted(by: { ($0.entityName, $0.uuid.uuidString) < ($1.entityName, $1.uuid.uuidString) }) {
+        for id in SQLiteStore.inKeyOrder(ids) {
             guard let entity = schema.entity(named: id.entityName), let server = checkpoint.objects[id] else { continue }
             guard let values = server else {
                 if local[id] != nil { changes.deleted.append(id) }

@@ -318,10 +318,10 @@ struct GroupCommit {
         guard outcome.count > 0 || !outcome.deleted.isEmpty else { return event }
         event.kind = .batch
         guard outcome.isListed else { return event }
-        event.deleted = outcome.deleted.sorted { ($0.entityName, $0.uuid.text) < ($1.entityName, $1.uuid.text) }
+        event.deleted = SQLiteStore.inKeyOrder(outcome.deleted)
         event.updated = outcome.updatedValues.map { id, update in
             ChangeEvent.Update(id: id, version: update.version, values: update.values)
-        }.sorted { ($0.id.entityName, $0.id.uuid.text) < ($1.id.entityName, $1.id.uuid.text) }
+        }.sorted { SQLiteStore.keyOrder($0.id, $1.id) }
         return event
     }
 

@@ -238,7 +238,7 @@ struct Journal {
 extension UUID {
     /// ``uuidString`` (upper-case hexadecimal in 8-4-4-4-12 groups), formatted here: Foundation
     /// formats it through `snprintf`, some 2,000 instructions, and every commit writes the
-    /// client of each save as this text. Ordered as the bytes are, as `uuidString` is.
+    /// client of each save as this text.
     var text: String {
         withUnsafeBytes(of: uuid) { bytes in
             String(unsafeUninitializedCapacity: 36) { buffer in

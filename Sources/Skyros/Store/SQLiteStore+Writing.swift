@@ -166,12 +166,14 @@ extension SQLiteStore {
     }
 
     /// Identifiers by entity, then in key order (see the updates' ``inKeyOrder(_:)``).
-    static func inKeyOrder(_ ids: [ObjectID]) -> [ObjectID] {
+    package static func inKeyOrder(_ ids: [ObjectID]) -> [ObjectID] {
         ids.count < 2 ? ids : ids.sorted(by: keyOrder)
     }
 
+    /// Whether `a` comes before `b`: by entity name, then by the identifier's bytes (the order
+    /// of `uuidString` too, compared without making the strings).
     @inline(__always)
-    private static func keyOrder(_ a: ObjectID, _ b: ObjectID) -> Bool {
+    package static func keyOrder(_ a: ObjectID, _ b: ObjectID) -> Bool {
         if a.entityName != b.entityName { return a.entityName < b.entityName }
         let (a0, a1) = keyHalves(a.uuid)
         let (b0, b1) = keyHalves(b.uuid)
