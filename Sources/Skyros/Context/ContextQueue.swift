@@ -43,29 +43,27 @@ final class ContextQueue: Sendable {
     func sync(_ block: () -> Void) {
         if queued.load(ordering: .acquiring) == 0, running.withLockIfAvailable({ _ in run(block) }) != nil { return }
         queued.add(1, ordering: .releasing)
-        queue.sync {
-            running.withLock { _ in
-                queued.subtract(1, ordering: .releasing)
-                run(block)
-            }
-        }
+        queue.sync { runDequeued(block) }
     }
 
     /// Schedules `block`, after the blocks scheduled before.
     func async(_ block: @escaping @Sendable () -> Void) {
         queued.add(1, ordering: .releasing)
-        queue.async { [self] in
-            running.withLock { _ in
-                queued.subtract(1, ordering: .releasing)
-                run(block)
-            }
-        }
+        queue.async { [self] in runDequeued(block) }
     }
 
     /// Whether the current thread is running a block of this queue. A thread reads back only
     /// its own id, which it stored and clears itself: a relaxed load cannot mistake another
     /// thread's block for its own.
     var isRunningOnCurrentThread: Bool { owner.load(ordering: .relaxed) == Self.currentThread }
+
+    /// Runs a block that waited on the dispatch queue: the lock taken, then no longer queued.
+    private func runDequeued(_ block: () -> Void) {
+        running.withLock { _ in
+            queued.subtract(1, ordering: .releasing)
+            run(block)
+        }
+    }
 
     /// Runs `block` as the queue's, on the current thread (the lock held).
     private func run(_ block: () -> Void) {

@@ -199,13 +199,10 @@ public final class ObjectContext: ObjectStore, @unchecked Sendable, CustomString
     ) rethrows -> T {
         var result: T?
         var failure: (any Error)?
-        queue.sync { () -> Void in
-            if passThrough != nil && !keepingPassThrough { materializePassThrough() }
-            defer {
-                if reference.isObserved && !unprocessedEdits.isEmpty { processPendingChanges() }
-                if let recorder { recorder.endOfBlock() }
+        queue.sync {
+            runBlock(keepingPassThrough: keepingPassThrough) {
+                do { result = try block() } catch { failure = error }
             }
-            do { result = try block() } catch { failure = error }
         }
         if let failure { return try rescue(failure) }
         return result!
@@ -222,14 +219,19 @@ public final class ObjectContext: ObjectStore, @unchecked Sendable, CustomString
     }
 
     private func perform(keepingPassThrough: Bool, _ block: @escaping @Sendable () -> Void) {
-        queue.async { [self] in
-            if passThrough != nil && !keepingPassThrough { materializePassThrough() }
-            defer {
-                if reference.isObserved && !unprocessedEdits.isEmpty { processPendingChanges() }
-                if let recorder { recorder.endOfBlock() }
-            }
-            block()
+        queue.async { [self] in runBlock(keepingPassThrough: keepingPassThrough, block) }
+    }
+
+    /// A block's run on the context's queue, waited for or scheduled: a held change set is
+    /// applied first (unless the stack's save keeps it), and after the block the edits are
+    /// processed for observers and the undo group is closed.
+    private func runBlock(keepingPassThrough: Bool, _ block: () -> Void) {
+        if passThrough != nil && !keepingPassThrough { materializePassThrough() }
+        defer {
+            if reference.isObserved && !unprocessedEdits.isEmpty { processPendingChanges() }
+            if let recorder { recorder.endOfBlock() }
         }
+        block()
     }
 
     /// Runs `block` on the context's queue and returns its result.
