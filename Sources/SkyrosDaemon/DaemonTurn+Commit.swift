@@ -155,7 +155,7 @@ extension DaemonTurn {
             throw SkyrosError(.storeFailure, "the migrated store's history cannot be opened: \(SkyrosError.wrap(error).message)")
         }
         (store, epoch, schemaVersion) = (migrated, opened.epoch, opened.schemaVersion)
-        groupCommit.restart(sequence: opened.sequence)
+        groupCommit.restart(sequence: opened.sequence, saves: opened.saves)
         settings.log(
             "migrated the store from schema version \(previous) to \(schemaVersion) (\(schema.fingerprint)) for \(Self.describe(hello.clientName)), sequence \(sequence)")
         projections = [:]

@@ -90,7 +90,7 @@ struct DaemonTurn {
         self.settings = settings
         sessions = SessionTable(maximumSessions: settings.maximumConnections)
         publisher = EventPublisher(maximumDelay: .seconds(settings.maximumEventDelay))
-        groupCommit = GroupCommit(sequence: opened?.sequence ?? 0, retention: settings.retention)
+        groupCommit = GroupCommit(sequence: opened?.sequence ?? 0, retention: settings.retention, saves: opened?.saves ?? [])
         if let store, let opened {
             self.store = store
             (epoch, schemaVersion) = (opened.epoch, opened.schemaVersion)
@@ -231,7 +231,7 @@ struct DaemonTurn {
                     durability: settings.durability, serialAccess: false)
                 let opened = try Journal.open(created)
                 (store, epoch, schemaVersion) = (created, opened.epoch, opened.schemaVersion)
-                groupCommit.restart(sequence: opened.sequence)
+                groupCommit.restart(sequence: opened.sequence, saves: opened.saves)
                 settings.log("created the store for schema \(hello.schemaFingerprint)")
                 accepted = hello.schemaFingerprint
             } else if hello.schemaVersion < schemaVersion, let store {

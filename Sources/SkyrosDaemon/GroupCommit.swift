@@ -92,17 +92,19 @@ struct GroupCommit {
         return recentlyQueued
     }
 
-    /// A group commit going on from `sequence`, the last one the store's journal gave.
-    init(sequence: UInt64, retention: Journal.Retention) {
+    /// A group commit going on from `sequence`, the last one the store's journal gave, whose
+    /// history records `saves` (``Journal/Opened/saves``).
+    init(sequence: UInt64, retention: Journal.Retention, saves: [(client: UUID, record: Journal.SaveRecord)]) {
         self.sequence = sequence
         self.retention = retention
+        ledger = SaveLedger(history: saves)
     }
 
-    /// The store was replaced (migrated): its journal goes on from `sequence`, and what the
-    /// ledger knew of the saves before is forgotten (the store's records are read again).
-    mutating func restart(sequence: UInt64) {
+    /// The store was replaced (migrated, or made by a hello): its journal goes on from
+    /// `sequence`, and the ledger knows the saves its history records.
+    mutating func restart(sequence: UInt64, saves: [(client: UUID, record: Journal.SaveRecord)]) {
         self.sequence = sequence
-        ledger = SaveLedger()
+        ledger = SaveLedger(history: saves)
     }
 
     /// Queue committed change sets for upload from now on, numbered after `lastQueued`.
@@ -330,7 +332,12 @@ struct GroupCommit {
     private mutating func prune(_ current: UInt64, _ now: Date, _ transaction: SQLiteStore.Transaction) throws -> Journal.Pruned {
         let byAge = now.timeIntervalSince(lastPrune) >= 1
         if byAge { lastPrune = now }
-        let pruned = try Journal.prune(retention, current: current, byAge: byAge, goneBelow: historyGoneBelow, in: transaction)
+        let pruned = try Journal.prune(
+            retention, current: current, byAge: byAge, goneBelow: historyGoneBelow,
+            removing: { below in
+                // A client's last save leaving the history keeps its record in skyros_saves.
+                for sequence in ledger.leaving(below: below) { try Journal.keepRecord(ofSequence: sequence, in: transaction) }
+            }, in: transaction)
         // Were the transaction rolled back, a later prune's DELETE removes these rows too (the
         // history may hold a few more change sets than its count until then).
         historyGoneBelow = max(historyGoneBelow, UInt64(clamping: retention.keepFrom(current: current)))

@@ -46,6 +46,8 @@ struct Journal {
         /// The event recorded because the store was migrated since its history was written
         /// (by this daemon, or by an embedded stack): to publish.
         var schemaChanged: ChangeEvent?
+        /// The saves the history records, oldest first (``SaveLedger/init(history:)``).
+        var saves: [(client: UUID, record: SaveRecord)] = []
     }
 
     /// Creates the tables when missing (and the `save` and `affected` columns of a history
@@ -86,9 +88,14 @@ struct Journal {
                 [.text(String(schemaVersion))])
             let history = try transaction.rows("SELECT value FROM skyros_metadata WHERE key = 'historySchemaVersion'").first?.first
             guard case .text(let recorded)? = history, recorded != String(schemaVersion) else {
-                return Opened(sequence: sequence, epoch: epoch, schemaVersion: schemaVersion)
+                return Opened(
+                    sequence: sequence, epoch: epoch, schemaVersion: schemaVersion, saves: try recordedSaves(in: transaction))
             }
             let event = ChangeEvent(sequence: sequence + 1, kind: .schemaChanged, author: author, schemaVersion: schemaVersion)
+            // The history goes: each client's last save is kept as its record.
+            try transaction.execute(
+                Self.keepRecordSQL + "sequence IN (SELECT max(sequence) FROM skyros_history WHERE save IS NOT NULL GROUP BY client)"
+                    + Self.keepRecordUpsert)
             try transaction.execute("DELETE FROM skyros_history")
             try transaction.execute(
                 "INSERT INTO skyros_history (sequence, client, process, timestamp, event, save, affected) VALUES (?, ?, ?, ?, ?, NULL, NULL)",
@@ -100,8 +107,34 @@ struct Journal {
         }
     }
 
-    /// The last save number applied for a client and the sequence it got, when the client
-    /// has a record.
+    /// The saves the history records (rows with a save number), oldest first.
+    static func recordedSaves(in transaction: SQLiteStore.Transaction) throws -> [(client: UUID, record: SaveRecord)] {
+        try transaction.rows("SELECT client, save, sequence FROM skyros_history WHERE save IS NOT NULL ORDER BY sequence")
+            .compactMap { row in
+                guard case .text(let text) = row[0], let client = UUID(uuidString: text), case .integer(let save) = row[1],
+                    case .integer(let sequence) = row[2]
+                else { return nil }
+                return (client, SaveRecord(save: UInt64(save), sequence: UInt64(sequence)))
+            }
+    }
+
+    /// Copies the record of a save from its history row into `skyros_saves` (the row is about
+    /// to be pruned, and it is its client's last save: ``SaveLedger/leaving(below:)``).
+    static func keepRecord(ofSequence sequence: UInt64, in transaction: SQLiteStore.Transaction) throws {
+        try transaction.execute(keepRecordSQL + "sequence = ?" + keepRecordUpsert, [.integer(Int64(sequence))])
+    }
+
+    /// The start and end of the statement that copies records from history rows (a later
+    /// record already there is kept).
+    private static let keepRecordSQL =
+        "INSERT INTO skyros_saves (client, save, sequence, timestamp) "
+        + "SELECT client, save, sequence, timestamp FROM skyros_history WHERE save IS NOT NULL AND "
+    private static let keepRecordUpsert =
+        " ON CONFLICT (client) DO UPDATE SET save = excluded.save, sequence = excluded.sequence, "
+        + "timestamp = excluded.timestamp WHERE excluded.sequence > skyros_saves.sequence"
+
+    /// The last save number applied for a client and the sequence it got, when `skyros_saves`
+    /// has its record (the ledger knows those whose record is a history row).
     static func lastSave(of client: UUID, in transaction: SQLiteStore.Transaction) throws -> SaveRecord? {
         let row = try transaction.rows("SELECT save, sequence FROM skyros_saves WHERE client = ?", [.text(client.text)]).first
         guard let row, case .integer(let save) = row[0], case .integer(let sequence) = row[1] else { return nil }
@@ -135,9 +168,9 @@ struct Journal {
         return (affected, event)
     }
 
-    /// Records a committed change set: its history row and, for a save, the client's save
-    /// number; `affected`: the number of objects of a batch operation. Returns the event as
-    /// published (the bytes of the history row).
+    /// Records a committed change set: its history row, with the client's save number (its
+    /// exactly-once record while the history keeps it); `affected`: the number of objects of
+    /// a batch operation. Returns the event as published (the bytes of the history row).
     static func record(
         _ event: ChangeEvent, save: UInt64, affected: Int? = nil, in transaction: SQLiteStore.Transaction
     ) throws -> [UInt8] {
@@ -149,9 +182,6 @@ struct Journal {
             "INSERT INTO skyros_history (sequence, client, process, timestamp, event, save, affected) VALUES (?, ?, ?, ?, ?, ?, ?)",
             [sequence, client, .text(event.author), .real(now), .blob(Data(encoded)), .integer(Int64(save)),
              affected.map { .integer(Int64($0)) } ?? .null])
-        try transaction.execute(
-            "INSERT OR REPLACE INTO skyros_saves (client, save, sequence, timestamp) VALUES (?, ?, ?, ?)",
-            [client, .integer(Int64(save)), sequence, .real(now)])
         return encoded
     }
 
@@ -172,6 +202,9 @@ struct Journal {
     /// Drops history past the retention count and, when `byAge`, past the retention age, with
     /// exactly-once records older than that age (a client silent for so long has long stopped
     /// resending). The newest row is always kept: it carries the last sequence number.
+    /// `removing` is called with the sequence below which rows go, before they go: the
+    /// exactly-once records among them are copied into `skyros_saves` there
+    /// (``SaveLedger/leaving(below:)``).
     ///
     /// `goneBelow`: no row below this sequence is left (a previous prune removed them): the
     /// count's `DELETE`, a statement per commit, is skipped while it would remove nothing.
@@ -179,7 +212,8 @@ struct Journal {
     /// - Returns: how many rows it removed.
     @discardableResult
     static func prune(
-        _ retention: Retention, current: UInt64, byAge: Bool, goneBelow: UInt64 = 0, in transaction: SQLiteStore.Transaction
+        _ retention: Retention, current: UInt64, byAge: Bool, goneBelow: UInt64 = 0,
+        removing: (_ below: UInt64) throws -> Void = { _ in }, in transaction: SQLiteStore.Transaction
     ) throws -> Pruned {
         // The rows the last statement removed (counted by SQLite on this connection).
         func removed() throws -> Int {
@@ -189,18 +223,21 @@ struct Journal {
         var pruned = Pruned()
         let keepFrom = retention.keepFrom(current: current)
         if keepFrom > Int64(clamping: goneBelow) {
+            try removing(UInt64(keepFrom))
             try transaction.execute("DELETE FROM skyros_history WHERE sequence < ?", [.integer(keepFrom)])
             pruned.changeSets += try removed()
         }
         guard byAge else { return pruned }
         let cutoff = Date().timeIntervalSince1970 - retention.age
         // Timestamps grow with sequence numbers: the first row young enough bounds the range.
-        try transaction.execute(
-            """
-            DELETE FROM skyros_history WHERE sequence < coalesce((SELECT sequence FROM skyros_history \
-            WHERE timestamp >= ? ORDER BY sequence LIMIT 1), ?)
-            """, [.real(cutoff), .integer(Int64(current))])
-        pruned.changeSets += try removed()
+        let young = try transaction.rows(
+            "SELECT sequence FROM skyros_history WHERE timestamp >= ? ORDER BY sequence LIMIT 1", [.real(cutoff)]).first?.first
+        let bound = if case .integer(let sequence)? = young { sequence } else { Int64(current) }
+        if bound > 0 {
+            try removing(UInt64(bound))
+            try transaction.execute("DELETE FROM skyros_history WHERE sequence < ?", [.integer(bound)])
+            pruned.changeSets += try removed()
+        }
         try transaction.execute("DELETE FROM skyros_saves WHERE timestamp < ?", [.real(cutoff)])
         pruned.saveRecords += try removed()
         return pruned

@@ -152,20 +152,46 @@ struct DaemonStateMachineTests {
         #expect(restarted.decide(client: client, save: 6, stored: .some(record)) == .apply)
     }
 
-    @Test("a failed commit forgets its turn; past its capacity the ledger forgets everyone and asks the store")
-    func ledgerAbandonAndCapacity() {
-        let (a, b, c) = (UUID(), UUID(), UUID())
-        var ledger = SaveLedger(capacity: 2)
+    @Test("a failed commit forgets its turn and the records it was moving; a record that left the history is left to the store")
+    func ledgerAbandonAndLeaving() {
+        let (a, b) = (UUID(), UUID())
+        var ledger = SaveLedger()
         ledger.applied(client: a, save: 1, sequence: 1)
         ledger.abandon()  // the transaction rolled back: save 1 of a never happened
         #expect(ledger.decide(client: a, save: 1) == .readStore)
         ledger.applied(client: a, save: 1, sequence: 1)
         ledger.applied(client: b, save: 1, sequence: 2)
         ledger.commit()
-        ledger.applied(client: c, save: 1, sequence: 3)
+        ledger.applied(client: b, save: 2, sequence: 3)
         ledger.commit()
-        #expect(ledger.known.count <= 2)
-        #expect(ledger.decide(client: c, save: 1) == .answer(sequence: 3))
-        #expect(ledger.decide(client: a, save: 1) == .readStore)
+        // The rows below 3 are pruned: a's record (row 1) is copied; b's row 2 is not its record.
+        #expect(ledger.leaving(below: 3) == [1])
+        ledger.abandon()  // that pruning rolled back: a's record is still its history row
+        #expect(ledger.decide(client: a, save: 1) == .answer(sequence: 1))
+        #expect(ledger.leaving(below: 3) == [1])
+        ledger.commit()
+        #expect(ledger.decide(client: a, save: 1) == .readStore)  // in skyros_saves now
+        #expect(ledger.decide(client: b, save: 2) == .answer(sequence: 3))
+        // A save of the turn below the bound (a retention shorter than the turn) is copied too.
+        ledger.applied(client: b, save: 3, sequence: 4)
+        #expect(ledger.leaving(below: 5) == [4])
+        ledger.commit()
+        #expect(ledger.decide(client: b, save: 3) == .answer(sequence: 4))
+        #expect(ledger.leaving(below: 6) == [4])  // copied again (the row is gone: a no-op)
+        ledger.commit()
+        #expect(ledger.decide(client: b, save: 3) == .readStore)
+    }
+
+    @Test("a ledger made from the history knows each client's last save there")
+    func ledgerFromHistory() {
+        let (a, b) = (UUID(), UUID())
+        let ledger = SaveLedger(history: [
+            (a, Journal.SaveRecord(save: 1, sequence: 1)), (b, Journal.SaveRecord(save: 1, sequence: 2)),
+            (a, Journal.SaveRecord(save: 2, sequence: 3)),
+        ])
+        #expect(ledger.decide(client: a, save: 2) == .answer(sequence: 3))
+        #expect(ledger.decide(client: a, save: 1) == .answerFromHistory)
+        #expect(ledger.decide(client: b, save: 3) == .refuseSkipped(expected: 2))
+        #expect(ledger.decide(client: UUID(), save: 9) == .readStore)
     }
 }

@@ -16,7 +16,14 @@ final class JournaledStore {
         try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
         store = try SQLiteStore(schema: testSchema, url: directory.appendingPathComponent("store.sqlite"))
         let opened = try Journal.open(store)
-        commit = GroupCommit(sequence: opened.sequence, retention: .init(count: retentionCount, age: 7 * 86_400))
+        commit = GroupCommit(sequence: opened.sequence, retention: .init(count: retentionCount, age: 7 * 86_400), saves: opened.saves)
+    }
+
+    /// A group commit as a restarted daemon makes it: nothing in memory, what the store's
+    /// journal records (its history's saves, then `skyros_saves`) decides.
+    func restarted() throws -> GroupCommit {
+        let opened = try Journal.open(store)
+        return GroupCommit(sequence: opened.sequence, retention: commit.retention, saves: opened.saves)
     }
 
     deinit {
@@ -118,7 +125,7 @@ struct GroupCommitTests {
         let later = journaled.run([userSave("a", 2, handle: "a2"), userSave("a", 1, handle: "a1")])
         #expect(answers(later) == ["saved 2", "saved 1"])  // an older save: answered from the history
         // A restarted daemon knows nothing in memory: the store's records decide.
-        var restarted = GroupCommit(sequence: journaled.commit.sequence, retention: journaled.commit.retention)
+        var restarted = try journaled.restarted()
         let again = restarted.commit(
             [userSave("a", 2, handle: "a2"), userSave("a", 1, handle: "a1"), userSave("a", 3, handle: "a3")],
             in: journaled.store)
@@ -165,6 +172,47 @@ struct GroupCommitTests {
         #expect(pruned == 2)
     }
 
+    @Test("a record is its history row; when the retention prunes a client's last row it moves to skyros_saves, and a restart still answers its retry once")
+    func recordLeavesTheHistory() throws {
+        let journaled = try JournaledStore(retentionCount: 2)
+        #expect(answers(journaled.run([userSave("a", 1, handle: "a1")])) == ["saved 1"])
+        // No separate record while the history keeps the row.
+        #expect(try journaled.store.rows("SELECT count(*) FROM skyros_saves") == [[.integer(0)]])
+        #expect(answers(journaled.run([userSave("b", 1, handle: "b1"), userSave("b", 2, handle: "b2")])) == ["saved 2", "saved 3"])
+        // Rows 1 and 2 are pruned: a's last save and b's first; a's record is kept, b's is row 3.
+        #expect(try journaled.history() == [2, 3] || journaled.history() == [3])
+        #expect(
+            try journaled.store.rows("SELECT client, save, sequence FROM skyros_saves")
+                == [[.text(UUID.named("a").uuidString), .integer(1), .integer(1)]])
+        // In memory, and after a restart, a's retry is answered once and its next save follows it.
+        #expect(answers(journaled.run([userSave("a", 1, handle: "a1")])) == ["saved 1"])
+        var restarted = try journaled.restarted()
+        #expect(answers(restarted.commit([userSave("a", 1, handle: "a1"), userSave("b", 2, handle: "b2")], in: journaled.store))
+            == ["saved 1", "saved 3"])
+        #expect(answers(restarted.commit([userSave("a", 3, handle: "a3")], in: journaled.store)) == ["saveNumberSkipped"])
+        #expect(answers(restarted.commit([userSave("a", 2, handle: "a2"), userSave("b", 3, handle: "b3")], in: journaled.store))
+            == ["saved 4", "saved 5"])
+        #expect(try journaled.users() == 5)
+    }
+
+    @Test("a history dropped for a new schema version keeps each client's last save as its record")
+    func recordsSurviveTheHistoryReset() throws {
+        let journaled = try JournaledStore()
+        _ = journaled.run([userSave("a", 1, handle: "a1"), userSave("b", 1, handle: "b1")])
+        _ = journaled.run([userSave("a", 2, handle: "a2")])
+        // As after a migration: the history's schema version is not the store's.
+        try journaled.store.transaction { transaction in
+            try transaction.execute("UPDATE skyros_metadata SET value = '0' WHERE key = 'historySchemaVersion'")
+        }
+        var restarted = try journaled.restarted()
+        #expect(try journaled.history() == [4])  // the schemaChanged event alone
+        #expect(
+            answers(restarted.commit(
+                [userSave("a", 2, handle: "a2"), userSave("b", 1, handle: "b1"), userSave("b", 3, handle: "b3")], in: journaled.store))
+                == ["saved 3", "saved 2", "saveNumberSkipped"])
+        #expect(try journaled.users() == 3)
+    }
+
     @Test("a save number that skips ahead is refused and not applied: no save is answered 'saved' without being applied")
     func skippedSaveNumber() throws {
         let journaled = try JournaledStore()
@@ -181,7 +229,7 @@ struct GroupCommitTests {
         let inOrder = journaled.run([userSave("a", 2, handle: "a2"), userSave("a", 3, handle: "a3"), userSave("a", 5, handle: "a5")])
         #expect(answers(inOrder) == ["saved 2", "saved 3", "saveNumberSkipped"])
         // After a restart, the store's record decides the same way.
-        var restarted = GroupCommit(sequence: journaled.commit.sequence, retention: journaled.commit.retention)
+        var restarted = try journaled.restarted()
         #expect(answers(restarted.commit([userSave("a", 5, handle: "a5")], in: journaled.store)) == ["saveNumberSkipped"])
         #expect(answers(restarted.commit([userSave("a", 4, handle: "a4")], in: journaled.store)) == ["saved 4"])
         #expect(try journaled.users() == 4)
