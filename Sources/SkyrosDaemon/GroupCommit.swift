@@ -76,7 +76,7 @@ struct GroupCommit {
     /// How much history is kept.
     let retention: Journal.Retention
     private var lastPrune = Date.distantPast
-    /// No history row is left below this sequence (see ``Journal/prune(_:current:byAge:goneBelow:in:)``).
+    /// No history row is left below this sequence (see ``Journal/prune(_:current:byAge:goneBelow:removing:in:)``).
     private var historyGoneBelow: UInt64 = 0
     /// Whether committed change sets are queued for upload (``UploadQueue``): the group syncs.
     var queuesUploads = false
