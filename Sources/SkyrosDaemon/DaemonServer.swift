@@ -42,6 +42,13 @@ package final class DaemonServer {
         /// commit). A daemon with nothing more to do publishes at once. 0 publishes after
         /// every commit.
         package var maximumEventDelay: TimeInterval
+        /// How long, in seconds, a turn may wait for more saves before its group commit, while
+        /// fewer connections have a save in it than in the largest of the last 16 commits:
+        /// clients that save in turn then commit together, one transaction and one sync for all
+        /// of them, instead of half of them each time (a client saving alone never waits, and
+        /// every turn waits at most this long). Their events may wait for the next commits', as
+        /// under load (``maximumEventDelay``). 0: each turn commits what is waiting at once.
+        package var maximumCommitDelay: TimeInterval
         /// The most connections open at once on each of the two sockets (a client holds one on
         /// each); nil: sized to the file-descriptor limit, which the daemon raises from its
         /// soft to its hard value when it starts (``DescriptorLimit/maximumClients(forLimit:)``).
@@ -60,6 +67,11 @@ package final class DaemonServer {
         /// How the sync engine paces itself (tests make its snapshot pages small).
         package var syncSettings = SyncEngine.Settings()
 
+        /// The default ``maximumCommitDelay``: 150 µs, about a third of a group commit of 8
+        /// clients on a 2-core machine (with 8 clients saving in a loop: about 7.8 saves per
+        /// commit instead of 4.6, and 0.90–1.0× the bare group-commit server's rate instead of 0.84–0.90×).
+        package static let defaultCommitDelay: TimeInterval = 0.000_150
+
         /// A configuration; every limit has the protocol's default (`maximumEventDelay` nil:
         /// ``WireProtocol/maximumEventDelay``).
         package init(
@@ -67,7 +79,7 @@ package final class DaemonServer {
             maximumMessageSize: Int = WireProtocol.maximumMessageSize,
             historyCount: Int = 100_000, historyAge: TimeInterval = 7 * 86_400, maximumGroupCommit: Int = 256,
             maximumConnections: Int = 10_000,
-            maximumEventDelay: TimeInterval? = nil,
+            maximumEventDelay: TimeInterval? = nil, maximumCommitDelay: TimeInterval? = nil,
             maximumClients: Int? = nil, helloTimeout: TimeInterval? = nil,
             log: @escaping @Sendable (String) -> Void = { _ in }
         ) {
@@ -79,6 +91,7 @@ package final class DaemonServer {
             self.maximumGroupCommit = max(1, maximumGroupCommit)
             self.maximumConnections = max(1, maximumConnections)
             self.maximumEventDelay = max(0, maximumEventDelay ?? WireProtocol.maximumEventDelay.timeInterval)
+            self.maximumCommitDelay = min(0.1, max(0, maximumCommitDelay ?? Self.defaultCommitDelay))
             self.maximumClients = maximumClients.map { max(1, $0) }
             self.helloTimeout = max(0, helloTimeout ?? WireProtocol.helloTimeout.timeInterval)
             self.log = log
@@ -87,6 +100,12 @@ package final class DaemonServer {
 
     /// How this daemon serves.
     package let configuration: Configuration
+    /// How many connections had a save in each of the last group commits (see
+    /// ``Configuration/maximumCommitDelay``).
+    private var commitWidths = [Int](repeating: 0, count: 16)
+    private var commitCount = 0
+    /// Whether the turn's group commit has several clients that save in turn: its events may wait.
+    private var savingInTurn = false
     /// What other threads may do with the server: stop it, read its statistics.
     package let handle = Handle()
     private let lock: GroupLock
@@ -216,7 +235,8 @@ package final class DaemonServer {
     ///
     /// Each turn takes every request already waiting (up to ``Configuration/maximumGroupCommit``
     /// saves): the saves among them are committed together in one transaction (group commit)
-    /// and acknowledged once durable. Fetches, counts and faults go to the daemon's reader
+    /// and acknowledged once durable. While fewer connections have a save in it than in the
+    /// recent commits, the turn waits a little for theirs (``Configuration/maximumCommitDelay``). Fetches, counts and faults go to the daemon's reader
     /// thread (``ReadWorker``), which answers them through a reader connection beside the
     /// commits, so a save never waits behind read work, however much of it members ask for;
     /// this loop sends the reader's replies as they come. Hellos and `changes-since` are
@@ -247,12 +267,48 @@ package final class DaemonServer {
                 guard let received = sockets.receive() else { break }
                 take(received)
             }
+            collectGroupCommit()
             // A commit tells whether requests were waiting before its replies went out.
             perform(turn.endOfInput(requestsWaiting: { sockets.hasInput }))
         }
         reader.stop()  // answers the reads already submitted
         sendReads()
         perform(turn.stopping())
+    }
+
+    /// Waits, at most ``Configuration/maximumCommitDelay``, for the saves of the clients that
+    /// saved together lately, before the turn's group commit; notes how many connections it has.
+    private func collectGroupCommit() {
+        guard !turn.pending.isEmpty else { return }
+        let expected = commitWidths.max() ?? 0
+        let delay = Int(configuration.maximumCommitDelay * 1_000_000)
+        if delay > 0, Self.connections(in: turn.pending) < expected {
+            let start = ContinuousClock.now
+            while !turn.pending.isEmpty, Self.connections(in: turn.pending) < expected,
+                turn.pending.count < configuration.maximumGroupCommit, reader.pending < Self.maximumPendingReads
+            {
+                let left = delay - Int((ContinuousClock.now - start) / .microseconds(1))
+                guard left > 0, sockets.waitBriefly(microseconds: left) else { break }
+                while turn.pending.count < configuration.maximumGroupCommit && reader.pending < Self.maximumPendingReads {
+                    guard let received = sockets.receive() else { break }
+                    take(received)
+                }
+            }
+        }
+        savingInTurn = expected > 1
+        commitWidths[commitCount % commitWidths.count] = Self.connections(in: turn.pending)
+        commitCount &+= 1
+    }
+
+    /// How many connections have a save among `saves`.
+    private static func connections(in saves: [GroupCommit.Save]) -> Int {
+        guard saves.count > 1 else { return saves.count }
+        if saves.count > 16 { return Set(saves.map(\.identity)).count }
+        var count = 0
+        for (index, save) in saves.enumerated() where !saves[..<index].contains(where: { $0.identity == save.identity }) {
+            count += 1
+        }
+        return count
     }
 
     /// The most reads submitted to the reader and not answered yet; past it, the loop takes
@@ -304,7 +360,7 @@ package final class DaemonServer {
                 reader.submit(job)
             case .commit(let saves, let resetting):
                 let queued = turn.groupCommit.lastQueued
-                perform(turn.commit(saves, resetting: resetting, requestsWaiting: { sockets.hasInput }))
+                perform(turn.commit(saves, resetting: resetting, requestsWaiting: { [savingInTurn] in savingInTurn || sockets.hasInput }))
                 if turn.groupCommit.lastQueued != queued {
                     let handed = turn.groupCommit.takeRecentlyQueued()
                     sync?.engine?.localCommitted(handed, through: turn.groupCommit.lastQueued)

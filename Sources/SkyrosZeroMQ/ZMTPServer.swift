@@ -267,6 +267,27 @@ package final class ZMTPServer {
         }
     }
 
+    /// Waits at most `microseconds` for a connection or listener to have something, without
+    /// reading it (``receive()`` reads); returns whether one may. For waits shorter than the
+    /// millisecond of ``wait(orDescriptor:milliseconds:)``: `ppoll` on the `epoll` descriptor.
+    package func waitBriefly(microseconds: Int) -> Bool {
+        if waiting > 0 { return true }
+        guard microseconds > 0 else { return false }
+        var descriptor = pollfd(fd: poller.descriptor, events: Int16(POLLIN), revents: 0)
+        var timeout = timespec(tv_sec: microseconds / 1_000_000, tv_nsec: (microseconds % 1_000_000) * 1_000)
+        guard let ppoll = Self.ppoll else {
+            return Glibc.poll(&descriptor, 1, Int32(max(1, microseconds / 1_000))) > 0
+        }
+        return ppoll(&descriptor, 1, &timeout, nil) > 0
+    }
+
+    /// The C library's `ppoll` (a GNU extension Swift's Glibc module leaves out, looked up as
+    /// ``Epoll``'s functions are); nil where it is missing (`poll`, to the millisecond, instead).
+    private typealias PPoll = @convention(c) (UnsafeMutablePointer<pollfd>?, UInt, UnsafePointer<timespec>?, UnsafeRawPointer?) -> Int32
+    private static let ppoll: PPoll? = dlsym(dlopen(nil, RTLD_NOW), "ppoll").map {
+        unsafeBitCast($0, to: PPoll.self)
+    }
+
     /// Accepts, reads and writes, without handing anything out, until `count` messages wait
     /// and `subscribers` connections of the publisher listeners have subscribed, or
     /// `milliseconds` passed; returns whether they have. (For tests that need requests to wait

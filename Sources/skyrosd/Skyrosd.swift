@@ -77,6 +77,12 @@ struct Skyrosd: AsyncParsableCommand {
     var eventDelay: Double = 2
 
     @Option(help: """
+        How long, in milliseconds, a turn may wait for the saves of clients that lately saved \
+        together, to commit them in one transaction (0: commit what is waiting at once).
+        """)
+    var commitDelay: Double = DaemonServer.Configuration.defaultCommitDelay * 1000
+
+    @Option(help: """
         The most client connections open at once on each of the two sockets (default: sized to \
         the file-descriptor limit, which skyrosd raises from its soft to its hard value at start: \
         half of what a reserve of max(limit/4, min(384, limit/2)) leaves, at most 10,000: 320 for a \
@@ -138,6 +144,9 @@ struct Skyrosd: AsyncParsableCommand {
     func validate() throws {
         guard eventDelay >= 0, eventDelay.isFinite else {
             throw ValidationError("--event-delay is a number of milliseconds, 0 or more")
+        }
+        guard commitDelay >= 0, commitDelay <= 100 else {
+            throw ValidationError("--commit-delay is a number of milliseconds, from 0 to 100")
         }
         if let maxClients, maxClients < 1 {
             throw ValidationError("--max-clients is a number of connections, 1 or more")
@@ -208,6 +217,7 @@ struct Skyrosd: AsyncParsableCommand {
         var configuration = DaemonServer.Configuration(
             container: GroupContainer(url: containerURL), durability: durability,
             historyCount: historyCount, historyAge: historyAge, maximumEventDelay: eventDelay / 1000,
+            maximumCommitDelay: commitDelay / 1000,
             maximumClients: maxClients, helloTimeout: helloTimeout,
             log: { message in logger.info("\(message)") })
         configuration.sync = syncConfiguration

@@ -143,6 +143,50 @@ struct JournalTests {
         #expect(try historySequences(daemon) == Array(1...19))
     }
 
+    @Test("a save of a client that saved with another waits for the other's, a little: one commit; a client alone is not waited for")
+    func commitDelay() throws {
+        let daemon = try RunningDaemon(maximumCommitDelay: 0.1)
+        defer { daemon.shutDown() }
+        let (a, b) = (try DirectClient(daemon), try DirectClient(daemon))
+        for (name, client) in [("a", a), ("b", b)] {
+            guard case .welcome? = try client.call(RawClient.hello(name: name)) else {
+                Issue.record("no welcome")
+                return
+            }
+        }
+        func save(_ client: String, _ number: UInt64) -> WireMessage.Body {
+            .save(clientID: .named(client), saveNumber: number, changes: ChangeSet(inserted: [userSnapshot("\(client)\(number)")]))
+        }
+        // Saved together once: the daemon learns that two connections save in turn.
+        #expect(daemon.pause())
+        let (a1, b1) = (a.send(save("a", 1)), b.send(save("b", 1)))
+        daemon.resume()
+        #expect(try a.replies(1)[a1] == .saved(sequence: 1))
+        #expect(try b.replies(1)[b1] == .saved(sequence: 2))
+        // a's next save waits for b's, sent 20 ms later (a commit takes a few): one commit.
+        let a2 = a.send(save("a", 2))
+        Thread.sleep(forTimeInterval: 0.02)
+        let b2 = b.send(save("b", 2))
+        #expect(try a.replies(1)[a2] == .saved(sequence: 3))
+        #expect(try b.replies(1)[b2] == .saved(sequence: 4))
+        daemon.shutDown()
+        #expect(daemon.server.statistics.commits == 2)
+
+        // One client saving alone: no wait (five saves would take half a second).
+        let alone = try RunningDaemon(maximumCommitDelay: 0.1)
+        defer { alone.shutDown() }
+        let client = try DirectClient(alone)
+        guard case .welcome? = try client.call(RawClient.hello(name: "alone")) else {
+            Issue.record("no welcome")
+            return
+        }
+        let started = ContinuousClock.now
+        for number in 1...5 {
+            #expect(try client.call(save("c", UInt64(number))) == .saved(sequence: UInt64(number)))
+        }
+        #expect(ContinuousClock.now - started < .milliseconds(400))
+    }
+
     @Test(
         "while requests wait, the events of several commits go out together, in order; with no delay, each commit's alone",
         arguments: [true, false])

@@ -19,6 +19,8 @@ public final class RunningDaemon: Sendable {
     ///   - maximumConnections: how many connections' hellos the daemon remembers.
     ///   - maximumGroupCommit: the most change sets committed together.
     ///   - maximumEventDelay: how long events may wait for the next commits' while requests wait.
+    ///   - maximumCommitDelay: how long a turn may wait for the saves of clients that saved
+    ///     together (nil: the daemon's default).
     ///   - heartbeatInterval: milliseconds between heartbeats (the serve loop's poll interval).
     ///   - sync: the PostgreSQL server the group syncs with (nil: none).
     ///   - syncSettings: how its sync engine paces itself (small snapshot pages, say).
@@ -26,7 +28,7 @@ public final class RunningDaemon: Sendable {
     package init(
         directory: String? = nil, historyCount: Int = 100_000, historyAge: TimeInterval = 7 * 86_400,
         maximumConnections: Int = 10_000, maximumGroupCommit: Int = 256,
-        maximumEventDelay: TimeInterval = 0.002, heartbeatInterval: Int = 20,
+        maximumEventDelay: TimeInterval = 0.002, maximumCommitDelay: TimeInterval? = nil, heartbeatInterval: Int = 20,
         sync: SyncConfiguration? = nil, syncSettings: SyncEngine.Settings = SyncEngine.Settings(),
         log: @escaping @Sendable (String) -> Void = { _ in }
     ) throws {
@@ -36,7 +38,7 @@ public final class RunningDaemon: Sendable {
         var configuration = DaemonServer.Configuration(
             container: container, historyCount: historyCount, historyAge: historyAge,
             maximumGroupCommit: maximumGroupCommit, maximumConnections: maximumConnections,
-            maximumEventDelay: maximumEventDelay, log: log)
+            maximumEventDelay: maximumEventDelay, maximumCommitDelay: maximumCommitDelay, log: log)
         configuration.sync = sync
         configuration.syncSettings = syncSettings
         server = try DaemonServer.detached(

@@ -386,6 +386,17 @@ struct DaemonProcessTests {
         #expect(daemon.readAll().contains("--event-delay is a number of milliseconds, 0 or more"))
         #expect(try FileManager.default.contentsOfDirectory(atPath: groups).isEmpty)
     }
+
+    @Test("a --commit-delay below 0 or above 100 ms is refused with a clear message before any file is touched", arguments: ["-1", "101", "nan"])
+    func invalidCommitDelay(value: String) throws {
+        let groups = groupsDirectory()
+        defer { try? FileManager.default.removeItem(atPath: groups) }
+        let daemon = try ChildProcess(
+            ["--group", "g", "--groups-dir", groups, "--commit-delay=\(value)"], executable: Self.skyrosd)
+        #expect(daemon.wait() == .exited(64))
+        #expect(daemon.readAll().contains("--commit-delay is a number of milliseconds, from 0 to 100"))
+        #expect(try FileManager.default.contentsOfDirectory(atPath: groups).isEmpty)
+    }
 }
 
 /// Copies an executable through a close-on-exec descriptor: a process spawned meanwhile by
