@@ -68,8 +68,8 @@ package final class DaemonServer {
         package var syncSettings = SyncEngine.Settings()
 
         /// The default ``maximumCommitDelay``: 150 µs, about a third of a group commit of 8
-        /// clients on a 2-core machine (with 8 clients saving in a loop: about 7.8 saves per
-        /// commit instead of 4.6, and 0.90–1.0× the bare group-commit server's rate instead of 0.84–0.90×).
+        /// clients on a 2-core machine (8 clients saving in a loop there commit about 7.4 saves
+        /// at a time instead of 4.6; the README's contention figures).
         package static let defaultCommitDelay: TimeInterval = 0.000_150
 
         /// A configuration; every limit has the protocol's default (`maximumEventDelay` nil:
@@ -236,7 +236,8 @@ package final class DaemonServer {
     /// Each turn takes every request already waiting (up to ``Configuration/maximumGroupCommit``
     /// saves): the saves among them are committed together in one transaction (group commit)
     /// and acknowledged once durable. While fewer connections have a save in it than in the
-    /// recent commits, the turn waits a little for theirs (``Configuration/maximumCommitDelay``). Fetches, counts and faults go to the daemon's reader
+    /// recent commits, the turn waits a little for theirs (``Configuration/maximumCommitDelay``).
+    /// Fetches, counts and faults go to the daemon's reader
     /// thread (``ReadWorker``), which answers them through a reader connection beside the
     /// commits, so a save never waits behind read work, however much of it members ask for;
     /// this loop sends the reader's replies as they come. Hellos and `changes-since` are
