@@ -43,11 +43,14 @@ package final class DaemonServer {
         /// every commit.
         package var maximumEventDelay: TimeInterval
         /// How long, in seconds, a turn may wait for more saves before its group commit, while
-        /// fewer connections have a save in it than in the largest of the last 16 commits:
-        /// clients that save in turn then commit together, one transaction and one sync for all
-        /// of them, instead of half of them each time (a client saving alone never waits, and
-        /// every turn waits at most this long). Their events may wait for the next commits', as
-        /// under load (``maximumEventDelay``). 0: each turn commits what is waiting at once.
+        /// fewer connections have a save in it than in the largest of the last 16 commits (all
+        /// forgotten when no commit came for 100 ms): clients that save in turn then commit
+        /// together, one transaction and one sync for all of them, instead of half of them each
+        /// time. A client saving alone never waits; every turn waits at most this long (events
+        /// held by earlier commits that would be due meanwhile go out first), and a read's
+        /// reply ready ends the wait. Their events may wait for the next
+        /// commits', as under load (``maximumEventDelay``). 0: each turn commits what is
+        /// waiting at once.
         package var maximumCommitDelay: TimeInterval
         /// The most connections open at once on each of the two sockets (a client holds one on
         /// each); nil: sized to the file-descriptor limit, which the daemon raises from its
@@ -104,6 +107,11 @@ package final class DaemonServer {
     /// ``Configuration/maximumCommitDelay``).
     private var commitWidths = [Int](repeating: 0, count: 16)
     private var commitCount = 0
+    /// When the last group commit ended: the widths are forgotten when no commit followed for
+    /// ``commitWidthsLifetime``.
+    private var lastCommitAt = ContinuousClock.now
+    /// How long the widths of the last commits count when no commit follows them.
+    static let commitWidthsLifetime = Duration.milliseconds(100)
     /// Whether the turn's group commit has several clients that save in turn: its events may wait.
     private var savingInTurn = false
     /// What other threads may do with the server: stop it, read its statistics.
@@ -137,6 +145,9 @@ package final class DaemonServer {
         /// Messages of change events published (heartbeats not counted): one per commit when
         /// the daemon is idle between them, fewer under load.
         package var publishes = 0
+        /// Turns that waited for more saves before their group commit
+        /// (``Configuration/maximumCommitDelay``).
+        package var commitWaits = 0
 
         /// Statistics with the given counts.
         package init(commits: Int = 0, changeSets: Int = 0, welcomes: Int = 0, publishes: Int = 0) {
@@ -268,9 +279,10 @@ package final class DaemonServer {
                 guard let received = sockets.receive() else { break }
                 take(received)
             }
-            collectGroupCommit()
+            let commits = collectGroupCommit()
             // A commit tells whether requests were waiting before its replies went out.
             perform(turn.endOfInput(requestsWaiting: { sockets.hasInput }))
+            if commits { lastCommitAt = .now }
         }
         reader.stop()  // answers the reads already submitted
         sendReads()
@@ -278,18 +290,29 @@ package final class DaemonServer {
     }
 
     /// Waits, at most ``Configuration/maximumCommitDelay``, for the saves of the clients that
-    /// saved together lately, before the turn's group commit; notes how many connections it has.
-    private func collectGroupCommit() {
-        guard !turn.pending.isEmpty else { return }
+    /// saved together lately, before the turn's group commit; notes how many connections it
+    /// has. Returns whether the turn has saves to commit.
+    private func collectGroupCommit() -> Bool {
+        guard !turn.pending.isEmpty else { return false }
+        let start = ContinuousClock.now
+        // Clients that stopped saving in turn a while ago are not waited for.
+        if start - lastCommitAt > Self.commitWidthsLifetime { commitWidths = commitWidths.map { _ in 0 } }
         let expected = commitWidths.max() ?? 0
-        let delay = Int(configuration.maximumCommitDelay * 1_000_000)
-        if delay > 0, Self.connections(in: turn.pending) < expected {
-            let start = ContinuousClock.now
+        let deadline = start + .seconds(configuration.maximumCommitDelay)
+        if deadline > start, Self.connections(in: turn.pending) < expected {
+            // Events held by earlier commits that would be due meanwhile go out now, not late.
+            if let due = turn.heldEventsDue, due < deadline { perform(turn.idle()) }
+            handle.record { $0.commitWaits += 1 }
             while !turn.pending.isEmpty, Self.connections(in: turn.pending) < expected,
                 turn.pending.count < configuration.maximumGroupCommit, reader.pending < Self.maximumPendingReads
             {
-                let left = delay - Int((ContinuousClock.now - start) / .microseconds(1))
-                guard left > 0, sockets.waitBriefly(microseconds: left) else { break }
+                let left = Int((deadline - ContinuousClock.now) / .microseconds(1))
+                guard left > 0 else { break }
+                // A read's reply or the sync engine's work ends the wait: they are not held up.
+                let ready = sockets.waitBriefly(microseconds: left, orDescriptor: reader.wakeDescriptor)
+                if ready.descriptor { break }
+                // (Woken for something else, a connection accepted or written to: still waiting.)
+                guard ready.socket else { continue }
                 while turn.pending.count < configuration.maximumGroupCommit && reader.pending < Self.maximumPendingReads {
                     guard let received = sockets.receive() else { break }
                     take(received)
@@ -299,6 +322,7 @@ package final class DaemonServer {
         savingInTurn = expected > 1
         commitWidths[commitCount % commitWidths.count] = Self.connections(in: turn.pending)
         commitCount &+= 1
+        return true
     }
 
     /// How many connections have a save among `saves`.

@@ -101,6 +101,8 @@ struct DaemonTurn {
     var sequence: UInt64 { groupCommit.sequence }
     /// Whether committed events wait to be published (the loop then wakes within a millisecond).
     var holdsEvents: Bool { !publisher.held.isEmpty }
+    /// When the events held are due to go out (nil: none held).
+    var heldEventsDue: ContinuousClock.Instant? { publisher.heldUntil }
 
     // MARK: - Requests
 

@@ -40,6 +40,8 @@ struct EventPublisher {
     let maximumHeldBytes = 1_048_576
     private(set) var held: [Committed] = []
     private var heldSince: ContinuousClock.Instant?
+    /// When the events held are due to go out whatever the load (nil: none held).
+    var heldUntil: ContinuousClock.Instant? { held.isEmpty ? nil : heldSince.map { $0 + maximumDelay } }
     private var heldBytes = 0
 
     init(maximumDelay: Duration) {

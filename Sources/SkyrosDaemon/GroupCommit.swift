@@ -71,7 +71,8 @@ struct GroupCommit {
 
     /// The last sequence number given.
     private(set) var sequence: UInt64
-    /// Exactly-once decisions, from the save records of the commits since the daemon started.
+    /// Exactly-once decisions: the records of the history (read when the store opened), kept
+    /// with every commit; `skyros_saves` is read for the clients it does not know.
     private(set) var ledger = SaveLedger()
     /// How much history is kept.
     let retention: Journal.Retention

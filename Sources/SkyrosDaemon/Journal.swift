@@ -9,11 +9,14 @@ import SkyrosWire
 ///   continuing across restarts), author (client id and process name), time, the save
 ///   number it answered, and the published event. Pruning always keeps the newest row: it carries the last sequence
 ///   number given;
-/// - `skyros_saves`: per client, the last save number applied and the sequence it got, so a
-///   save that is sent again is acknowledged again instead of applied twice.
+/// - `skyros_saves`: per client whose last save the history no longer has, that save's number
+///   and the sequence it got (a history row carries its client and save number: it is the
+///   record while the history keeps it), so a save that is sent again is acknowledged again
+///   instead of applied twice.
 ///
-/// A commit of one change set writes two rows besides its objects (history and save record)
-/// and reads nothing: the daemon keeps the save records it has seen in memory.
+/// A commit of one change set writes one row besides its objects (the history's) and reads
+/// nothing: the daemon keeps the records in memory (``SaveLedger``), read from the history
+/// when it opens the store.
 struct Journal {
     /// How much history is kept: by count and by age, whichever is shorter.
     struct Retention: Sendable {
@@ -185,7 +188,7 @@ struct Journal {
         return encoded
     }
 
-    /// What ``prune(_:current:byAge:goneBelow:in:)`` removed.
+    /// What ``prune(_:current:byAge:goneBelow:removing:in:)`` removed.
     struct Pruned: Sendable, Equatable {
         /// History rows (change sets).
         var changeSets = 0
@@ -213,7 +216,7 @@ struct Journal {
     @discardableResult
     static func prune(
         _ retention: Retention, current: UInt64, byAge: Bool, goneBelow: UInt64 = 0,
-        removing: (_ below: UInt64) throws -> Void = { _ in }, in transaction: SQLiteStore.Transaction
+        removing: (_ below: UInt64) throws -> Void, in transaction: SQLiteStore.Transaction
     ) throws -> Pruned {
         // The rows the last statement removed (counted by SQLite on this connection).
         func removed() throws -> Int {

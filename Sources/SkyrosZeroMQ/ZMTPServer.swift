@@ -267,18 +267,21 @@ package final class ZMTPServer {
         }
     }
 
-    /// Waits at most `microseconds` for a connection or listener to have something, without
-    /// reading it (``receive()`` reads); returns whether one may. For waits shorter than the
-    /// millisecond of ``wait(orDescriptor:milliseconds:)``: `ppoll` on the `epoll` descriptor.
-    package func waitBriefly(microseconds: Int) -> Bool {
-        if waiting > 0 { return true }
-        guard microseconds > 0 else { return false }
-        var descriptor = pollfd(fd: poller.descriptor, events: Int16(POLLIN), revents: 0)
+    /// Waits at most `microseconds` until a message can be received or `descriptor` (one
+    /// given to ``wait(orDescriptor:milliseconds:)`` before; -1: none) is readable, reading and
+    /// writing meanwhile; returns which of the two are ready. For waits shorter than that
+    /// method's millisecond: `ppoll` on the `epoll` descriptor, then one `epoll_wait` that
+    /// does not wait.
+    package func waitBriefly(microseconds: Int, orDescriptor descriptor: Int32 = -1) -> (socket: Bool, descriptor: Bool) {
+        if waiting > 0 { return (true, false) }
+        guard microseconds > 0 else { return (false, false) }
+        var poll = pollfd(fd: poller.descriptor, events: Int16(POLLIN), revents: 0)
         var timeout = timespec(tv_sec: microseconds / 1_000_000, tv_nsec: (microseconds % 1_000_000) * 1_000)
-        guard let ppoll = Self.ppoll else {
-            return Glibc.poll(&descriptor, 1, Int32(max(1, microseconds / 1_000))) > 0
-        }
-        return ppoll(&descriptor, 1, &timeout, nil) > 0
+        let ready =
+            if let ppoll = Self.ppoll { ppoll(&poll, 1, &timeout, nil) } else { Glibc.poll(&poll, 1, Int32(max(1, microseconds / 1_000))) }
+        guard ready > 0 else { return (false, false) }
+        let other = pollOnce(timeout: 0, other: descriptor)
+        return (waiting > 0, other)
     }
 
     /// The C library's `ppoll` (a GNU extension Swift's Glibc module leaves out, looked up as
