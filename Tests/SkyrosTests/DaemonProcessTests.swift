@@ -376,25 +376,20 @@ struct DaemonProcessTests {
         #expect(try FileManager.default.contentsOfDirectory(atPath: groups).isEmpty)
     }
 
-    @Test("a negative --event-delay is refused with a clear message before any file is touched")
-    func invalidEventDelay() throws {
+    @Test(
+        "an --event-delay or --commit-delay out of range is refused with a clear message before any file is touched",
+        arguments: [
+            ("--event-delay=-1", "--event-delay is a number of milliseconds, 0 or more"),
+            ("--commit-delay=-1", "--commit-delay is a number of milliseconds, from 0 to 100"),
+            ("--commit-delay=101", "--commit-delay is a number of milliseconds, from 0 to 100"),
+            ("--commit-delay=nan", "--commit-delay is a number of milliseconds, from 0 to 100"),
+        ])
+    func invalidDelay(argument: String, message: String) throws {
         let groups = groupsDirectory()
         defer { try? FileManager.default.removeItem(atPath: groups) }
-        let daemon = try ChildProcess(
-            ["--group", "g", "--groups-dir", groups, "--event-delay=-1"], executable: Self.skyrosd)
+        let daemon = try ChildProcess(["--group", "g", "--groups-dir", groups, argument], executable: Self.skyrosd)
         #expect(daemon.wait() == .exited(64))
-        #expect(daemon.readAll().contains("--event-delay is a number of milliseconds, 0 or more"))
-        #expect(try FileManager.default.contentsOfDirectory(atPath: groups).isEmpty)
-    }
-
-    @Test("a --commit-delay below 0 or above 100 ms is refused with a clear message before any file is touched", arguments: ["-1", "101", "nan"])
-    func invalidCommitDelay(value: String) throws {
-        let groups = groupsDirectory()
-        defer { try? FileManager.default.removeItem(atPath: groups) }
-        let daemon = try ChildProcess(
-            ["--group", "g", "--groups-dir", groups, "--commit-delay=\(value)"], executable: Self.skyrosd)
-        #expect(daemon.wait() == .exited(64))
-        #expect(daemon.readAll().contains("--commit-delay is a number of milliseconds, from 0 to 100"))
+        #expect(daemon.readAll().contains(message))
         #expect(try FileManager.default.contentsOfDirectory(atPath: groups).isEmpty)
     }
 }
