@@ -1,4 +1,5 @@
 import Foundation
+import Skyros
 import SkyrosZeroMQ
 
 /// What the daemon knows of each connection for `skyros status`: its user (peer
@@ -28,7 +29,8 @@ struct ClientActivity {
 
     private var seconds: [Second] = []
     /// Picks the latencies kept past the first ones of a second (reservoir sampling): a
-    /// generator of its own, since the system's asks the kernel (`getrandom`) at every save.
+    /// generator of its own (Skyros' SplitMix64), since the system's asks the kernel
+    /// (`getrandom`) at every save.
     private var sampler = SplitMix64(seed: UInt64.random(in: .min ... .max))
     /// The most latencies kept per second (the rest are sampled away; the count is exact).
     static let latenciesPerSecond = 2_000
@@ -87,23 +89,5 @@ struct ClientActivity {
             return latencies[min(latencies.count - 1, Int((Double(latencies.count) * p).rounded(.down)))]
         }
         return (Double(count) / span, percentile(0.5), percentile(0.99))
-    }
-}
-
-/// SplitMix64 (Steele, Lea and Flood, 2014): a small, fast generator, for sampling where
-/// nothing depends on the numbers being unpredictable.
-struct SplitMix64: RandomNumberGenerator {
-    private var state: UInt64
-
-    init(seed: UInt64) {
-        state = seed
-    }
-
-    mutating func next() -> UInt64 {
-        state &+= 0x9E37_79B9_7F4A_7C15
-        var z = state
-        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
-        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
-        return z ^ (z >> 31)
     }
 }

@@ -275,10 +275,7 @@ package final class DaemonServer {
                 if !ready.descriptor { perform(turn.idle()) }
                 continue
             }
-            while turn.pending.count < configuration.maximumGroupCommit && reader.pending < Self.maximumPendingReads {
-                guard let received = sockets.receive() else { break }
-                take(received)
-            }
+            takeWaiting()
             let commits = collectGroupCommit()
             // A commit tells whether requests were waiting before its replies went out.
             perform(turn.endOfInput(requestsWaiting: { sockets.hasInput }))
@@ -313,16 +310,22 @@ package final class DaemonServer {
                 if ready.descriptor { break }
                 // (Woken for something else, a connection accepted or written to: still waiting.)
                 guard ready.socket else { continue }
-                while turn.pending.count < configuration.maximumGroupCommit && reader.pending < Self.maximumPendingReads {
-                    guard let received = sockets.receive() else { break }
-                    take(received)
-                }
+                takeWaiting()
             }
         }
         savingInTurn = expected > 1
         commitWidths[commitCount % commitWidths.count] = Self.connections(in: turn.pending)
         commitCount &+= 1
         return true
+    }
+
+    /// Takes the requests waiting in the socket, up to a full group commit and while the
+    /// reader is not too far behind.
+    private func takeWaiting() {
+        while turn.pending.count < configuration.maximumGroupCommit && reader.pending < Self.maximumPendingReads {
+            guard let received = sockets.receive() else { break }
+            take(received)
+        }
     }
 
     /// How many connections have a save among `saves`.
