@@ -127,7 +127,11 @@ struct DecimalOrderTests {
         }
         // What a store made before the ordered form held: POSIX notation, no `decimals` record.
         do {
-            let queue = try DatabaseQueue(path: url.path)
+            // The stack above may still be closing its connections (its last one checkpoints
+            // and removes the WAL under a lock): wait for it, as the store's own connections do.
+            var configuration = Configuration()
+            configuration.busyMode = .timeout(5)
+            let queue = try DatabaseQueue(path: url.path, configuration: configuration)
             try queue.write { db in
                 for (code, value) in Self.values.enumerated() {
                     var copy = value
