@@ -205,7 +205,7 @@ struct Registry {
                     let object = UnsafeRawPointer(Unmanaged.passUnretained(buffer[position].owner).toOpaque())
                     let hasChanges =
                         objectClass != nil && ObjectReuse.objectClass(ofInstance: object) == objectClass
-                        ? ObjectReuse.storage(ofInstance: object).hasChanges : buffer[position].object.skyrosStorage.hasChanges
+                        ? ObjectReuse.withStorage(ofInstance: object) { $0.hasChanges } : buffer[position].object.skyrosStorage.hasChanges
                     if !hasChanges { continue }
                 }
                 if kept != position { buffer.swapAt(kept, position) }

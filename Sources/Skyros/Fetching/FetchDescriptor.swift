@@ -145,7 +145,11 @@ final class BatchIteration {
     @exclusivity(unchecked) var source: BatchSource?
     /// The position of the next batch in the identifiers of an identifier source.
     @exclusivity(unchecked) var nextIdentifier = 0
-    @exclusivity(unchecked) var batch: [AnyObject] = []
+    /// The objects of the current batch, `batchCount` of them: a buffer kept from batch to
+    /// batch, without an array's bookkeeping per object.
+    @exclusivity(unchecked) var batch: UnsafeMutablePointer<AnyObject>
+    @exclusivity(unchecked) var batchCount = 0
+    @exclusivity(unchecked) var batchCapacity: Int
     @exclusivity(unchecked) var position = 0
     /// The objects a batch by identifier registered (a cursor's batch notes where its
     /// entries start instead, and finds its objects in `batch` if they were indexed since).
@@ -166,13 +170,33 @@ final class BatchIteration {
         self.entity = entity
         self.batchSize = batchSize
         self.source = source
-        batch.reserveCapacity(batchSize)
+        batchCapacity = Swift.min(batchSize, 1_024)  // grown as needed: a batch size may be larger than any result
+        batch = .allocate(capacity: batchCapacity)
+    }
+
+    /// Adds an object to the current batch.
+    @inline(__always)
+    private func append(_ object: __owned AnyObject) {
+        if batchCount == batchCapacity { growBatch() }
+        (batch + batchCount).initialize(to: object)
+        batchCount += 1
+    }
+
+    @inline(never)
+    private func growBatch() {
+        let capacity = Swift.min(batchSize, Swift.max(batchCapacity * 2, 1))
+        precondition(capacity > batchCapacity, "a batch holds at most batchSize objects")
+        let grown = UnsafeMutablePointer<AnyObject>.allocate(capacity: capacity)
+        grown.moveInitialize(from: batch, count: batchCount)
+        batch.deallocate()
+        batch = grown
+        batchCapacity = capacity
     }
 
     /// The next object, making the next batch when the current one is done.
     @usableFromInline
     func next() -> AnyObject? {
-        if position < batch.count {
+        if position < batchCount {
             defer { position += 1 }
             return batch[position]
         }
@@ -189,7 +213,7 @@ final class BatchIteration {
                 SkyrosError.wrap(error).code, "could not fetch a batch of \(entity.name): \(SkyrosError.wrap(error).message)",
                 underlying: error))
         }
-        guard !batch.isEmpty else {
+        guard batchCount > 0 else {
             self.source = nil
             context.registry.dropSpares()
             return nil
@@ -206,8 +230,11 @@ final class BatchIteration {
         // the batch's objects (some may have been registered before it: released too if nothing
         // holds them, as a pruning of the registry would).
         var ids: [ObjectID] = []
-        if let mark, !context.registry.isCurrent(mark) { ids = batch.map { ($0 as! any ManagedObject).objectID } }
-        batch.removeAll(keepingCapacity: true)
+        if let mark, !context.registry.isCurrent(mark) {
+            ids = UnsafeBufferPointer(start: batch, count: batchCount).map { ($0 as! any ManagedObject).objectID }
+        }
+        batch.deinitialize(count: batchCount)
+        batchCount = 0
         position = 0
         if let mark {
             context.registry.releaseUnused(since: mark, ids: ids, spareClass: keepingSpares ? objectClass : nil)
@@ -228,11 +255,11 @@ final class BatchIteration {
         let more = try cursor.next(batchSize) { id, values, version in
             if mayBeRegistered, let object = context.registered(id) {
                 if object.skyrosStorage.isFault { object.skyrosStorage.fill(values, version: version) }
-                batch.append(object)
+                append(object)
                 return
             }
             if let objectClass, context.registry.hasSpare(of: objectClass) {
-                batch.append(context.registry.reuseSpare(for: consume id, values: consume values, version: version))
+                append(context.registry.reuseSpare(for: consume id, values: consume values, version: version))
                 reused &+= 1
                 return
             }
@@ -243,7 +270,7 @@ final class BatchIteration {
                 if reuses == true { objectClass = ObjectReuse.objectClass(of: object as AnyObject) }
             }
             context.registry.addNew(ObjectContext.Entry(object))
-            batch.append(object)
+            append(object)
         }
         if !more { source = nil }
     }
@@ -271,13 +298,13 @@ final class BatchIteration {
             if let object = try? context.materialize(id, values: snapshots[id]?.values, version: snapshots[id]?.version ?? 0),
                 object.skyrosStorage.entity === entity
             {
-                batch.append(object)
+                append(object)
                 continue
             }
             // Not of this context's schema (impossible for identifiers this fetch produced): a detached, deleted object.
             let object = context.makeObject(id, of: entity, values: nil)
             object.skyrosStorage.makeInaccessible()
-            batch.append(object)
+            append(object)
         }
     }
 
@@ -289,6 +316,8 @@ final class BatchIteration {
             releaseBatch(keepingSpares: false)
             context.registry.dropSpares()
         }
+        batch.deinitialize(count: batchCount)
+        batch.deallocate()
     }
 }
 

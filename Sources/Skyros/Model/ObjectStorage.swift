@@ -24,7 +24,18 @@ public final class ObjectStorage {
     // Confined to the context's queue (checked under SKYROS_CONCURRENCY_DEBUG), so the
     // dynamic exclusivity checks of these hot properties are left out.
     @exclusivity(unchecked) @usableFromInline var values: StoredValues
-    @exclusivity(unchecked) @usableFromInline var isFault: Bool
+    /// Whether the object's values are yet to be read from its parent (the first access fills them).
+    @usableFromInline var isFault: Bool {
+        @inline(__always) get { accessWork & Self.faultBit != 0 }
+        @inline(__always) set { accessWork = newValue ? accessWork | Self.faultBit : accessWork & ~Self.faultBit }
+    }
+    /// What an access to a property must do first, one byte tested by every generated
+    /// accessor (``willAccess(_:)``): fill a fault (``faultBit``), check the thread under
+    /// `SKYROS_CONCURRENCY_DEBUG` (``checkBit``, set when the object is made: the check is
+    /// on from the first context of a process that asks for it, before any object exists).
+    @exclusivity(unchecked) @usableFromInline var accessWork: UInt8
+    @usableFromInline static var faultBit: UInt8 { 1 }
+    @usableFromInline static var checkBit: UInt8 { 2 }
     @exclusivity(unchecked) var isInserted = false
     @exclusivity(unchecked) var isDeleted = false
     /// Whether user code may hold the object (then it stays registered after a save).
@@ -55,7 +66,7 @@ public final class ObjectStorage {
         self.objectID = objectID
         self.entity = entity
         self.values = values ?? StoredValues(repeating: .null, count: entity.properties.count)
-        self.isFault = values == nil
+        self.accessWork = (values == nil ? Self.faultBit : 0) | (ConcurrencyDebug.isEnabled ? Self.checkBit : 0)
         self.contextReference = reference
     }
 
@@ -64,9 +75,12 @@ public final class ObjectStorage {
     /// context's, see ``ObjectReuse``) for a row of its next batch, instead of freeing one
     /// object and making another. Only for an object with no change (not inserted, deleted
     /// or updated).
-    func reuse(for id: consuming ObjectID, values: consuming StoredValues, version: Int64) {
-        objectID = consume id
-        self.values = consume values
+    /// The new identifier and values are swapped in: `id` and `values` hold the previous
+    /// ones on return (the caller lets go of them, with no copy made here).
+    @inline(__always)
+    func reuse(for id: inout ObjectID, values: inout StoredValues, version: Int64) {
+        swap(&objectID, &id)
+        swap(&self.values, &values)
         self.version = version
         isFault = false
         isExposed = true
@@ -76,7 +90,7 @@ public final class ObjectStorage {
     // MARK: - Attributes
 
     /// Reads an attribute.
-    @inlinable
+    @inlinable @inline(__always)  // a few instructions in the accessor; the codec's path is a call
     public func value<Value>(at index: Int) -> Value {
         willAccess(index)
         // The common types, read without the codec: once this is specialised for a concrete
@@ -89,10 +103,15 @@ public final class ObjectStorage {
         case .real(let value) where Value.self == Date.self:
             return unsafeBitCast(Date(timeIntervalSince1970: value), to: Value.self)
         case .text(let value) where Value.self == String.self: return unsafeBitCast(value, to: Value.self)
-        default:
-            let codec = unsafeDowncast(entity.codecs[index], to: AttributeCodec<Value>.self)
-            return codec.decode(values[index])
+        default: return decodedValue(at: index)
         }
+    }
+
+    /// An attribute's value through its codec (any type, and anything unexpected in a column).
+    @inlinable @inline(never)
+    func decodedValue<Value>(at index: Int) -> Value {
+        let codec = unsafeDowncast(entity.codecs[index], to: AttributeCodec<Value>.self)
+        return codec.decode(values[index])
     }
 
     /// Writes an attribute; the change is reported at save if the value cannot be stored.
@@ -191,7 +210,13 @@ public final class ObjectStorage {
 
     @inlinable
     func willAccess(_ index: Int) {
-        if ConcurrencyDebug.isEnabled { ConcurrencyDebug.check(self) }
+        if accessWork != 0 { prepareAccess() }
+    }
+
+    /// The thread checked (under `SKYROS_CONCURRENCY_DEBUG`), then the fault filled.
+    @usableFromInline
+    func prepareAccess() {
+        if accessWork & Self.checkBit != 0 { ConcurrencyDebug.check(self) }
         if isFault { fulfillFault() }
     }
 
@@ -281,14 +306,13 @@ enum ObjectReuse {
         objectClass(ofInstance: UnsafeRawPointer(Unmanaged.passUnretained(object).toOpaque()))
     }
 
-    /// The storage of the instance at `instance` (of a class ``holdsOnlyStorage(_:)``
-    /// accepted), unretained: valid while the instance is.
+    /// `body` given the storage of the instance at `instance` (of a class
+    /// ``holdsOnlyStorage(_:)`` accepted) without a reference count operation: the instance
+    /// holds it for as long as `body` runs.
     @inline(__always)
-    static func storage(ofInstance instance: UnsafeRawPointer) -> ObjectStorage {
-        unowned(unsafe) let storage = Unmanaged<ObjectStorage>.fromOpaque(
-            instance.load(fromByteOffset: firstFieldOffset, as: UnsafeRawPointer.self)
-        ).takeUnretainedValue()
-        return storage
+    static func withStorage<Result>(ofInstance instance: UnsafeRawPointer, _ body: (ObjectStorage) -> Result) -> Result {
+        Unmanaged<ObjectStorage>.fromOpaque(instance.load(fromByteOffset: firstFieldOffset, as: UnsafeRawPointer.self))
+            ._withUnsafeGuaranteedRef(body)
     }
 
     /// Makes an unreferenced object of a class ``holdsOnlyStorage(_:)`` accepted another
@@ -296,8 +320,12 @@ enum ObjectReuse {
     /// reference count operation.
     @inline(__always)
     static func reuse(_ object: AnyObject, for id: consuming ObjectID, values: consuming StoredValues, version: Int64) {
-        unowned(unsafe) let storage = storage(ofInstance: UnsafeRawPointer(Unmanaged.passUnretained(object).toOpaque()))
-        storage.reuse(for: id, values: values, version: version)
+        var id = id
+        var values = values
+        withStorage(ofInstance: UnsafeRawPointer(Unmanaged.passUnretained(object).toOpaque())) { storage in
+            storage.reuse(for: &id, values: &values, version: version)
+        }
+        // `id` and `values` are the row's previous ones now, released here.
     }
 
     /// Whether the object whose reference is at `field` (of a class ``holdsOnlyStorage(_:)``
@@ -338,11 +366,10 @@ final class ContextReference {
 @usableFromInline
 enum ConcurrencyDebug {
     /// Set when a context is made (every object belongs to one), and only ever to true.
-    @usableFromInline
     static let enabled = Atomic<Bool>(false)
 
-    /// Whether the check is on: read on every attribute access (a relaxed load).
-    @inlinable
+    /// Whether the check is on: read when an object is made (its storage's
+    /// ``ObjectStorage/checkBit``), not at every access.
     static var isEnabled: Bool { enabled.load(ordering: .relaxed) }
 
     /// Turns the check on when the environment asks for it (called for each new context).

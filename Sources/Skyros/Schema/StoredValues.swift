@@ -25,7 +25,20 @@ public struct StoredValues: RandomAccessCollection, MutableCollection, Hashable,
         }
 
         deinit {
-            _ = withUnsafeMutablePointers { count, elements in elements.deinitialize(count: count.pointee) }
+            withUnsafeMutablePointers { count, elements in Self.deinitialize(elements, count: count.pointee) }
+        }
+
+        /// Deinitializes the values, destroying only those that hold a reference (text, blob):
+        /// an arena's buffer holds thousands of integers and doubles, and the runtime's
+        /// `deinitialize(count:)` calls a destroy witness for every one of them.
+        @usableFromInline
+        static func deinitialize(_ elements: UnsafeMutablePointer<StoredValue>, count: Int) {
+            for index in 0..<count {
+                switch elements[index] {
+                case .null, .integer, .real: continue
+                case .text, .blob: (elements + index).deinitialize(count: 1)
+                }
+            }
         }
     }
 
