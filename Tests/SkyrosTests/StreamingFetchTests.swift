@@ -47,7 +47,8 @@ struct StreamingFetchTests {
         "\(user.objectID.uuid) \(user.handle) \(user.age) \(user.lastname) \(user.firstname) \(user.email ?? "nil")"
     }
 
-    func expectSameAsFetch(_ context: ObjectContext, batchSizes: [Int] = [1, 7, 100, 5_000]) throws {
+    /// Batch sizes: 5,000 and `.max` hold the whole result in one batch, grown past its first 1,024 objects.
+    func expectSameAsFetch(_ context: ObjectContext, batchSizes: [Int] = [1, 7, 100, 5_000, .max]) throws {
         for descriptor in descriptors() {
             let expected = try context.fetch(descriptor).map(describe)
             for batchSize in batchSizes {
