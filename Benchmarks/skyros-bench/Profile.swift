@@ -190,26 +190,14 @@ struct Profile {
             let store = try Skyros(sqliteStack: benchSchema, at: url, durability: .normal, savesOnStop: false)
             for _ in 0..<rounds {
                 best = min(best, try Clock.seconds {
-                    for wanted in 0..<10 {
-                        sum += try store.read { context in
-                            var sum = 0.0
-                            for item in try context.fetch(FetchDescriptor<Item>(predicate: #Predicate { $0.value == wanted }))
-                            where item.value == wanted && !item.name.isEmpty {
-                                sum += 1
-                            }
-                            return sum
-                        }
-                    }
+                    for wanted in 0..<10 { sum += Double(try BatchBenchmark.fetchIndexed(store, wanted)) }
                 })
             }
         case "grdb" where indexed:
             let pool = try DatabasePool(path: url.path)
             for _ in 0..<rounds {
                 best = min(best, try Clock.seconds {
-                    for wanted in 0..<10 {
-                        let items = try pool.read { db in try GRDBItem.filter(Column("value") == wanted).fetchAll(db) }
-                        for item in items where item.value == wanted && !item.name.isEmpty { sum += 1 }
-                    }
+                    for wanted in 0..<10 { sum += Double(try BatchBenchmark.fetchIndexed(pool, wanted)) }
                 })
             }
         case "skyros":
