@@ -57,6 +57,35 @@ struct ProcessTests {
         #expect(stderr.contains("context 'main'"))
     }
 
+    @Test("SKYROS_CONCURRENCY_DEBUG=1 also traps on an object a batched fetch reused for another row")
+    func concurrencyDebugReusedObject() async throws {
+        let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
+            setenv("SKYROS_CONCURRENCY_DEBUG", "1", 1)
+            // A store file: only a cursor (SQLite) reuses objects. Removed before the trap
+            // (the open files stay readable), as the process cannot clean up after it.
+            let directory = FileManager.default.temporaryDirectory.appendingPathComponent("skyros-concurrency-\(getpid())")
+            try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+            let store = try Skyros(sqliteStack: testSchema, at: directory.appendingPathComponent("store.sqlite"))
+            try store.writeAndWait { context in
+                for index in 0..<30 { Post.create(in: context).title = "p\(index)" }
+            }
+            var leaked: Post?
+            store.read { context in
+                context.reset()  // nothing registered: the fetch makes its objects (Post has no @Transient)
+                // Batches of 10: the objects of a batch are the previous batch's, reused when
+                // nothing holds them (so the one kept is taken once the last batch is made).
+                for (index, post) in try context.fetch(FetchDescriptor<Post>(), batchSize: 10).enumerated() where index == 20 {
+                    leaked = post
+                }
+            }
+            try FileManager.default.removeItem(at: directory)
+            _ = leaked?.title  // off the main context's queue
+        }
+        let stderr = String(decoding: result?.standardErrorContent ?? [], as: UTF8.self)
+        #expect(stderr.contains("entity Post"))
+        #expect(stderr.contains("context 'main'"))
+    }
+
     @Test("without the variable, the same access does not trap")
     func noConcurrencyDebug() async throws {
         await #expect(processExitsWith: .success) {

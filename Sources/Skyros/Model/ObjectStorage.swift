@@ -34,8 +34,8 @@ public final class ObjectStorage {
     /// `SKYROS_CONCURRENCY_DEBUG` (``checkBit``, set when the object is made: the check is
     /// on from the first context of a process that asks for it, before any object exists).
     @exclusivity(unchecked) @usableFromInline var accessWork: UInt8
-    @usableFromInline static var faultBit: UInt8 { 1 }
-    @usableFromInline static var checkBit: UInt8 { 2 }
+    static var faultBit: UInt8 { 1 }
+    static var checkBit: UInt8 { 2 }
     @exclusivity(unchecked) var isInserted = false
     @exclusivity(unchecked) var isDeleted = false
     /// Whether user code may hold the object (then it stays registered after a save).
@@ -320,12 +320,12 @@ enum ObjectReuse {
     /// reference count operation.
     @inline(__always)
     static func reuse(_ object: AnyObject, for id: consuming ObjectID, values: consuming StoredValues, version: Int64) {
-        var id = id
-        var values = values
+        var id = consume id
+        var values = consume values
         withStorage(ofInstance: UnsafeRawPointer(Unmanaged.passUnretained(object).toOpaque())) { storage in
             storage.reuse(for: &id, values: &values, version: version)
         }
-        // `id` and `values` are the row's previous ones now, released here.
+        // `id` and `values` are now the object's previous ones (its previous row's), released here.
     }
 
     /// Whether the object whose reference is at `field` (of a class ``holdsOnlyStorage(_:)``
@@ -363,7 +363,6 @@ final class ContextReference {
 }
 
 /// `SKYROS_CONCURRENCY_DEBUG=1`: trap when a managed object is touched off its context's queue.
-@usableFromInline
 enum ConcurrencyDebug {
     /// Set when a context is made (every object belongs to one), and only ever to true.
     static let enabled = Atomic<Bool>(false)
@@ -383,7 +382,6 @@ enum ConcurrencyDebug {
         return value == "1" || value.lowercased() == "yes" || value.lowercased() == "true"
     }()
 
-    @usableFromInline
     static func check(_ storage: ObjectStorage) {
         guard let context = storage.context else { return }
         if !context.isPerformingOnCurrentThread {

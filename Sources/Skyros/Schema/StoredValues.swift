@@ -31,7 +31,6 @@ public struct StoredValues: RandomAccessCollection, MutableCollection, Hashable,
         /// Deinitializes the values, destroying only those that hold a reference (text, blob):
         /// an arena's buffer holds thousands of integers and doubles, and the runtime's
         /// `deinitialize(count:)` calls a destroy witness for every one of them.
-        @usableFromInline
         static func deinitialize(_ elements: UnsafeMutablePointer<StoredValue>, count: Int) {
             for index in 0..<count {
                 switch elements[index] {
