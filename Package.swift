@@ -201,6 +201,11 @@ let package = Package(
                 .product(name: "NIOPosix", package: "swift-nio"),
             ]
         ),
+        // The sync engine's state machines and pure parts, as transcripts: no PostgreSQL.
+        .testTarget(
+            name: "SkyrosSyncTests",
+            dependencies: ["SkyrosSync", "Skyros", "SkyrosWire"]
+        ),
         .testTarget(
             name: "SkyrosWireTests",
             dependencies: ["SkyrosWire", "Skyros"]

@@ -1,4 +1,5 @@
 import Foundation
+import Synchronization
 import Logging
 import Skyros
 import SkyrosWire
@@ -37,10 +38,9 @@ package final class AdminSessions: @unchecked Sendable {
     private var errorLines = 0
     private var unloggedErrors = 0
 
-    /// Replies produced off the serve loop (backups), sent by ``takeReplies()``.
-    private let pending = NSLock()
-    private var replies: [(identity: Data, message: [UInt8])] = []
-    private var backupRunning = false
+    /// What the backup's thread shares with the serve loop: the replies it produced, sent by
+    /// ``takeReplies()``, and whether it runs. Everything else here is the serve loop's alone.
+    private let pending = Mutex<(replies: [(identity: Data, message: [UInt8])], backupRunning: Bool)>(([], false))
 
     init(log: @escaping @Sendable (String) -> Void) {
         fallbackLog = log
@@ -301,13 +301,13 @@ package final class AdminSessions: @unchecked Sendable {
     }
 
     /// How long the serve loop may wait for requests: not long while a backup reports progress.
-    func pollInterval(_ interval: Int) -> Int { pending.withLock { backupRunning } ? min(interval, 20) : interval }
+    func pollInterval(_ interval: Int) -> Int { pending.withLock { $0.backupRunning } ? min(interval, 20) : interval }
 
     /// Replies produced off the serve loop, to send now.
     func takeReplies() -> [(identity: Data, message: [UInt8])] {
-        pending.withLock {
-            defer { replies.removeAll() }
-            return replies
+        pending.withLock { pending in
+            defer { pending.replies.removeAll() }
+            return pending.replies
         }
     }
 
@@ -354,17 +354,17 @@ package final class AdminSessions: @unchecked Sendable {
     // MARK: - Backups
 
     private func startBackup(of store: URL, to destination: URL, pages: Int, identity: Data, requestID: UInt64) throws {
-        try pending.withLock {
-            guard !backupRunning else {
+        try pending.withLock { pending in
+            guard !pending.backupRunning else {
                 throw SkyrosError(.storeFailure, "a backup is already running; try again when it ends")
             }
-            backupRunning = true
+            pending.backupRunning = true
         }
         let backup: OnlineBackup
         do {
             backup = try OnlineBackup(store: store, destination: destination)
         } catch {
-            pending.withLock { backupRunning = false }
+            pending.withLock { $0.backupRunning = false }
             throw error
         }
         let log = fallbackLog
@@ -375,7 +375,7 @@ package final class AdminSessions: @unchecked Sendable {
             // value without a backup: `skyros-bench backup`).
             // (On Linux the nice value is per thread: who 0 is the calling thread.)
             _ = setpriority(__priority_which_t(PRIO_PROCESS.rawValue), 0, Self.backupNice)
-            func post(_ message: [UInt8]) { pending.withLock { replies.append((identity, message)) } }
+            func post(_ message: [UInt8]) { pending.withLock { $0.replies.append((identity, message)) } }
             do {
                 var lastReport = Date.distantPast
                 while try !backup.step(pages: pages) {
@@ -402,7 +402,7 @@ package final class AdminSessions: @unchecked Sendable {
                 let line = "backup to \(destination.path) failed: \(error.message)"
                 if let logger { logger.error("\(line)") } else { log(line) }
             }
-            pending.withLock { backupRunning = false }
+            pending.withLock { $0.backupRunning = false }
         }
         thread.name = "skyrosd.backup"
         thread.start()

@@ -1,4 +1,5 @@
 import Foundation
+import Synchronization
 
 /// The process's file-descriptor limit, and the connection limit sized to it.
 ///
@@ -53,20 +54,34 @@ package enum DescriptorLimit {
 /// it, and the server reports a connection closing (under that lock) before it closes the
 /// descriptor: a descriptor number reused by a new connection is never shut down in place of
 /// the old one.
-final class ConnectionGuard: @unchecked Sendable {
-    private let lock = NSLock()
-    private var requests: ConnectionLimiter
-    private var events: ConnectionLimiter
-    private var stopped = false
+final class ConnectionGuard: Sendable {
+    /// What the guard's lock holds.
+    private struct State {
+        var requests: ConnectionLimiter
+        var events: ConnectionLimiter
+        var stopped = false
+        /// Closings not yet logged, and when the last line about them was written.
+        var unlogged: [ConnectionLimiter.Reason: Int] = [:]
+        var lastLog = -Double.infinity
+        /// The most descriptors held by connections at once since the last line (open ones and
+        /// those being closed, both sockets).
+        var peakDescriptors = 0
+
+        /// Makes the socket drop these connections: reading end of file, it closes them and
+        /// their descriptors, and reports them gone. Under the lock, so that a descriptor is
+        /// never shut down after its connection reported closing.
+        mutating func close(_ connections: [(Int32, ConnectionLimiter.Reason)]) {
+            for (descriptor, reason) in connections {
+                _ = shutdown(descriptor, Int32(SHUT_RDWR))
+                unlogged[reason, default: 0] += 1
+            }
+        }
+    }
+
+    private let state: Mutex<State>
     private let wake = DispatchSemaphore(value: 0)
     private let finished = DispatchSemaphore(value: 0)
     private let log: @Sendable (String) -> Void
-    /// Closings not yet logged, and when the last line about them was written.
-    private var unlogged: [ConnectionLimiter.Reason: Int] = [:]
-    private var lastLog = -Double.infinity
-    /// The most descriptors held by connections at once since the last line (open ones and
-    /// those being closed, both sockets).
-    private var peakDescriptors = 0
     private let helloTimeout: TimeInterval
     private let maximumClients: Int
 
@@ -76,8 +91,9 @@ final class ConnectionGuard: @unchecked Sendable {
 
     /// Starts the guard's thread.
     init(maximumClients: Int, helloTimeout: TimeInterval, log: @escaping @Sendable (String) -> Void) {
-        requests = ConnectionLimiter(maximum: maximumClients, helloTimeout: helloTimeout)
-        events = ConnectionLimiter(maximum: maximumClients, helloTimeout: nil)
+        state = Mutex(State(
+            requests: ConnectionLimiter(maximum: maximumClients, helloTimeout: helloTimeout),
+            events: ConnectionLimiter(maximum: maximumClients, helloTimeout: nil)))
         self.helloTimeout = helloTimeout
         self.maximumClients = maximumClients
         self.log = log
@@ -91,30 +107,30 @@ final class ConnectionGuard: @unchecked Sendable {
     /// an older one without a hello (evicted) at once.
     func accepted(_ descriptor: Int32, onRequests: Bool) {
         let now = ProcessInfo.processInfo.systemUptime
-        lock.withLock {
-            close(onRequests ? requests.accepted(descriptor, at: now) : events.accepted(descriptor, at: now))
-            peakDescriptors = max(peakDescriptors, requests.descriptors + events.descriptors)
+        state.withLock { state in
+            state.close(onRequests ? state.requests.accepted(descriptor, at: now) : state.events.accepted(descriptor, at: now))
+            state.peakDescriptors = max(state.peakDescriptors, state.requests.descriptors + state.events.descriptors)
         }
     }
 
     /// A socket is about to close the connection on `descriptor`.
     func closing(_ descriptor: Int32, onRequests: Bool) {
-        lock.withLock {
-            if onRequests { requests.disconnected(descriptor) } else { events.disconnected(descriptor) }
+        state.withLock { state in
+            if onRequests { state.requests.disconnected(descriptor) } else { state.events.disconnected(descriptor) }
         }
     }
 
     /// The request connection on `descriptor` said hello: it is kept past the hello timeout.
     func welcomed(descriptor: Int32) {
         guard descriptor >= 0 else { return }
-        lock.withLock { requests.welcomed(descriptor) }
+        state.withLock { $0.requests.welcomed(descriptor) }
     }
 
     /// Stops the guard's thread and waits for it.
     func stop() {
-        let wasStopped = lock.withLock {
-            defer { stopped = true }
-            return stopped
+        let wasStopped = state.withLock { state in
+            defer { state.stopped = true }
+            return state.stopped
         }
         if !wasStopped {
             wake.signal()
@@ -123,40 +139,31 @@ final class ConnectionGuard: @unchecked Sendable {
     }
 
     private func run() {
-        while !lock.withLock({ stopped }) {
+        while !state.withLock({ $0.stopped }) {
             let now = ProcessInfo.processInfo.systemUptime
-            let deadline = lock.withLock { requests.nextDeadline }
+            let deadline = state.withLock { $0.requests.nextDeadline }
             let wait = deadline.map { max(0, min(0.25, $0 - now)) } ?? 0.25
             _ = wake.wait(timeout: .now() + wait)
-            lock.withLock {
-                close(requests.expired(at: ProcessInfo.processInfo.systemUptime).map { ($0, .helloTimeout) })
+            state.withLock { state in
+                state.close(state.requests.expired(at: ProcessInfo.processInfo.systemUptime).map { ($0, .helloTimeout) })
             }
             logIfDue(force: false)
         }
         logIfDue(force: true)
     }
 
-    /// Makes the socket drop these connections: reading end of file, it closes them and their
-    /// descriptors, and reports them gone. Called with the lock held.
-    private func close(_ connections: [(Int32, ConnectionLimiter.Reason)]) {
-        for (descriptor, reason) in connections {
-            _ = shutdown(descriptor, Int32(SHUT_RDWR))
-            unlogged[reason, default: 0] += 1
-        }
-    }
-
     /// One line about the connections closed since the last one, at most every
     /// ``logInterval`` seconds.
     private func logIfDue(force: Bool) {
         let now = ProcessInfo.processInfo.systemUptime
-        let due: (closed: [ConnectionLimiter.Reason: Int], peak: Int, requests: Int, events: Int)? = lock.withLock {
-            guard !unlogged.isEmpty, force || now - lastLog >= Self.logInterval else { return nil }
+        let due: (closed: [ConnectionLimiter.Reason: Int], peak: Int, requests: Int, events: Int)? = state.withLock { state in
+            guard !state.unlogged.isEmpty, force || now - state.lastLog >= Self.logInterval else { return nil }
             defer {
-                unlogged = [:]
-                peakDescriptors = 0
-                lastLog = now
+                state.unlogged = [:]
+                state.peakDescriptors = 0
+                state.lastLog = now
             }
-            return (unlogged, peakDescriptors, requests.open, events.open)
+            return (state.unlogged, state.peakDescriptors, state.requests.open, state.events.open)
         }
         guard let due else { return }
         var parts: [String] = []

@@ -1,11 +1,12 @@
 import CoreMetrics
 import Foundation
 import Prometheus
+import Synchronization
 
 /// What the daemon records for operators: swift-metrics handles backed by a Prometheus
 /// registry of its own (not the process-wide metrics system: each daemon in a process, as in
 /// tests, has its own), served as Prometheus text by the admin `metrics` request.
-final class DaemonMetrics: @unchecked Sendable {
+final class DaemonMetrics: Sendable {
     let registry = PrometheusCollectorRegistry()
     private let factory: PrometheusMetricsFactory
     /// Change sets committed.
@@ -30,8 +31,8 @@ final class DaemonMetrics: @unchecked Sendable {
     let syncCheckpoint: CoreMetrics.Gauge
     let syncLagMilliseconds: CoreMetrics.Gauge
     let syncRejected: CoreMetrics.Gauge
-    private var errors: [String: CoreMetrics.Counter] = [:]
-    private let lock = NSLock()
+    /// The error counters, by code, made at the first error of each code.
+    private let errors = Mutex<[String: CoreMetrics.Counter]>([:])
 
     init() {
         var factory = PrometheusMetricsFactory(registry: registry)
@@ -60,7 +61,7 @@ final class DaemonMetrics: @unchecked Sendable {
 
     /// Counts an error reply by its code.
     func error(_ code: String) {
-        let counter = lock.withLock {
+        let counter = errors.withLock { errors in
             if let counter = errors[code] { return counter }
             let counter = CoreMetrics.Counter(
                 label: "skyros_errors_total", dimensions: [("code", code)], factory: factory)

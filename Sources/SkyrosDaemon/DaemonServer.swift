@@ -387,12 +387,9 @@ package final class DaemonServer {
             case .read(let job):
                 reader.submit(job)
             case .commit(let saves, let resetting):
-                let queued = turn.groupCommit.lastQueued
                 perform(turn.commit(saves, resetting: resetting, requestsWaiting: { [savingInTurn] in savingInTurn || sockets.hasInput }))
-                if turn.groupCommit.lastQueued != queued {
-                    let handed = turn.groupCommit.takeRecentlyQueued()
-                    sync?.engine?.localCommitted(handed, through: turn.groupCommit.lastQueued)
-                }
+            case .queued(let handed, let through):
+                sync?.engine?.localCommitted(handed, through: through)
             case .publish(let topic, let message, let changeSets):
                 if changeSets > 0 {
                     handle.record { $0.publishes += 1 }
@@ -425,24 +422,11 @@ package final class DaemonServer {
     /// uploaded change sets to drop from the queue.
     private func performSync() {
         guard let sync else { return }
-        for work in sync.takeWork() {
-            switch work {
-            case .apply(let checkpoint, let continuation):
-                let (result, actions) = turn.applyCheckpoint(checkpoint)
-                perform(actions)
-                if result == .applied, !actions.isEmpty { handle.record { $0.commits += 1 } }
-                continuation.resume(returning: result)
-            case .stage(let page, let continuation):
-                continuation.resume(returning: turn.stageSnapshotPage(page))
-            case .uploaded(let number, let continuation):
-                // Not waited on by the disk: a deletion a power loss takes only leaves change
-                // sets the server has recorded, which the uploader skips (it starts after the
-                // server's highest number) and the next deletion drops.
-                try? turn.store?.transaction(durability: .normal) { transaction in
-                    try transaction.execute("DELETE FROM skyros_sync_queue WHERE number <= ?", [.integer(number)])
-                }
-                continuation.resume()
-            }
+        for request in sync.channel.take() {
+            let answer = turn.answer(request)
+            perform(answer.actions)
+            if answer.committed { handle.record { $0.commits += 1 } }
+            answer.reply()
         }
     }
 

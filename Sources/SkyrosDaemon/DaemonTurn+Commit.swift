@@ -50,6 +50,7 @@ extension DaemonTurn {
         _ saves: [GroupCommit.Save], resetting: Int?, requestsWaiting: () -> Bool, now: ContinuousClock.Instant = .now
     ) -> [Action] {
         guard let store else { return [] }
+        let queuedBefore = groupCommit.lastQueued
         let saves = saves.map { save in
             var save = save
             (save.author, save.topic) = (sessions[save.identity]?.name, sessions[save.identity]?.topic)
@@ -77,6 +78,9 @@ extension DaemonTurn {
             changeSets: outcome.committed ? outcome.events.count : nil))
         actions += publishing(publisher.committed(outcome.events, requestsWaiting: waiting, now: now))
         if resetting != nil { actions += publishing(publisher.flush()) }
+        if groupCommit.lastQueued != queuedBefore {
+            actions.append(.queued(groupCommit.takeRecentlyQueued(), through: groupCommit.lastQueued))
+        }
         return actions
     }
 

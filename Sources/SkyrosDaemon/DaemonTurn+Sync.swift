@@ -4,6 +4,35 @@ import SkyrosSync
 import SkyrosWire
 
 extension DaemonTurn {
+    /// The turn's answer to a request of the sync engine: the actions to perform (a
+    /// checkpoint's events), whether it committed a change set, and the reply to give the
+    /// engine once they are performed.
+    struct SyncAnswer {
+        var actions: [Action] = []
+        var committed = false
+        var reply: () -> Void
+    }
+
+    /// Answers one request of the sync engine (``SyncChannel/Request``), on the daemon's thread.
+    mutating func answer(_ request: SyncChannel.Request) -> SyncAnswer {
+        switch request {
+        case .apply(let checkpoint, let reply):
+            let (result, actions) = applyCheckpoint(checkpoint)
+            return SyncAnswer(actions: actions, committed: result == .applied && !actions.isEmpty) { reply(result) }
+        case .stage(let page, let reply):
+            let result = stageSnapshotPage(page)
+            return SyncAnswer { reply(result) }
+        case .uploaded(let number, let reply):
+            // Not waited on by the disk: a deletion a power loss takes only leaves change sets
+            // the server has recorded, which the uploader skips (it starts after the server's
+            // highest number) and the next deletion drops.
+            try? store?.transaction(durability: .normal) { transaction in
+                try SyncTables.drop(through: number, in: transaction)
+            }
+            return SyncAnswer { reply(()) }
+        }
+    }
+
     /// The client id that a checkpoint's change sets carry as author (`sync` is its name).
     static let syncAuthorID = UUID(uuidString: "5C5C5C5C-0000-4000-8000-53594E430000")!
 
@@ -19,7 +48,7 @@ extension DaemonTurn {
     /// local changes not yet on the server stay on top, never hidden and brought back.
     mutating func applyCheckpoint(_ checkpoint: Checkpoint) -> (SyncApplyResult, [Action]) {
         guard let store else { return (.failed("the group has no store yet"), []) }
-        guard groupCommit.lastQueued <= checkpoint.uploadedThrough else { return (.pendingUploads, []) }
+        guard checkpoint.isWriteCheckpoint(for: groupCommit.lastQueued) else { return (.pendingUploads, []) }
         if checkpoint.isSnapshot { return applySnapshot(checkpoint, to: store) }
         let changes: ChangeSet
         do {
@@ -203,14 +232,8 @@ extension DaemonTurn {
 
     /// Records a checkpoint (the cursor) and the change sets the server refused.
     private static func record(_ checkpoint: Checkpoint, _ transaction: SQLiteStore.Transaction) throws {
-        try transaction.execute(
-            "INSERT OR REPLACE INTO skyros_metadata (key, value) VALUES ('syncCheckpoint', ?)", [.text(checkpoint.snapshot)])
-        for rejection in checkpoint.rejected {
-            try transaction.execute(
-                "INSERT OR REPLACE INTO skyros_sync_rejected (number, timestamp, reason, objects, changes) VALUES (?, ?, ?, ?, NULL)",
-                [.integer(rejection.number), .real(Date().timeIntervalSince1970), .text(rejection.reason),
-                 .text(rejection.objects.map(\.description).joined(separator: " "))])
-        }
+        try SyncTables.recordCheckpoint(checkpoint.snapshot, in: transaction)
+        try SyncTables.recordRejections(checkpoint.rejected, in: transaction)
     }
 
     /// Commits a checkpoint's change sets and publishes them.
@@ -231,7 +254,7 @@ extension DaemonTurn {
     /// The stage table of an entity, qualified.
     private static func stageTable(_ entity: String) -> String { "temp." + quote(stagePrefix + entity) }
 
-    private static func quote(_ name: String) -> String { "\"" + name.replacingOccurrences(of: "\"", with: "\"\"") + "\"" }
+    private static func quote(_ name: String) -> String { SQLIdentifier.quote(name) }
 
     /// The properties with a column (attributes and to-ones), in declaration order.
     private static func storedProperties(_ entity: EntityDescription) -> [PropertyDescription] {

@@ -1,5 +1,6 @@
 import Foundation
 import Skyros
+import SkyrosSync
 import SkyrosWire
 
 /// The daemon's turns as a value (postgres-nio's connection state machines are the model):
@@ -62,6 +63,9 @@ struct DaemonTurn {
         case committed([(identity: Data, received: ContinuousClock.Instant, succeeded: Bool)], changeSets: Int?)
         /// A client asked for the changes since a sequence (a metric).
         case caughtUp
+        /// Change sets were queued for upload, `through` the highest number so far: hand them
+        /// to the sync engine (``SyncEngine/localCommitted(_:through:)``).
+        case queued([QueuedEntry], through: Int64)
     }
 
     let settings: Settings

@@ -284,10 +284,7 @@ struct GroupCommit {
         if save.fromSync {
             // From the server: nothing to upload.
         } else if queue, let changes = UploadQueue.changeSet(of: uploaded ?? event, schema: schema) {
-            try transaction.execute(
-                "INSERT INTO skyros_sync_queue (sequence, timestamp, changes) VALUES (?, ?, ?)",
-                [.integer(Int64(event.sequence)), .real(Date().timeIntervalSince1970), .blob(try changes.encoded())])
-            if case .integer(let number)? = try transaction.rows("SELECT last_insert_rowid()").first?.first {
+            if let number = try SyncTables.enqueue(changes, sequence: Int64(event.sequence), in: transaction) {
                 queued = (number, changes)
             }
         }
@@ -349,7 +346,7 @@ struct GroupCommit {
     private static func objectCount(of schema: Schema, in transaction: SQLiteStore.Transaction) throws -> Int {
         var total = 0
         for entity in schema.entities {
-            let table = "\"" + entity.name.replacingOccurrences(of: "\"", with: "\"\"") + "\""
+            let table = SQLIdentifier.quote(entity.name)
             if case .integer(let count)? = try transaction.rows("SELECT count(*) FROM \(table)").first?.first {
                 total += Int(count)
             }

@@ -136,39 +136,18 @@ struct SchemaProjection: Sendable, Equatable {
     private static func match(_ older: SchemaDescription, _ newer: SchemaDescription)
         -> [String: (name: String, properties: [Int: Int])]
     {
-        var sourceOf: [String: SchemaDescription.Entity] = [:]  // newer name → older entity
-        var claimed = Set<String>()
-        let olderByName = Dictionary(older.entities.map { ($0.name, $0) }, uniquingKeysWith: { a, _ in a })
-        for entity in newer.entities {
-            if let old = olderByName[entity.name] {
-                sourceOf[entity.name] = old
-                claimed.insert(old.name)
-            }
-        }
-        for entity in newer.entities where sourceOf[entity.name] == nil {
-            if let original = entity.originalName, !claimed.contains(original), let old = olderByName[original] {
-                sourceOf[entity.name] = old
-                claimed.insert(original)
-            }
-        }
+        let entityMatches = RenameInference.match(
+            newer: newer.entities.map(\.name), originalNames: newer.entities.map(\.originalName), older: older.entities.map(\.name))
         var result: [String: (name: String, properties: [Int: Int])] = [:]
-        for entity in newer.entities {
-            guard let old = sourceOf[entity.name] else { continue }
+        for (entity, previous) in zip(newer.entities, entityMatches) {
+            guard let previous else { continue }
+            let old = older.entities[previous]
             var properties: [Int: Int] = [:]  // older index → newer index
-            var taken = Set<Int>()
-            for (index, property) in entity.properties.enumerated() {
-                if let previous = old.properties.firstIndex(where: { $0.name == property.name }) {
-                    properties[previous] = index
-                    taken.insert(previous)
-                }
-            }
-            for (index, property) in entity.properties.enumerated() where !properties.values.contains(index) {
-                if let original = property.originalName,
-                    let previous = old.properties.firstIndex(where: { $0.name == original }), !taken.contains(previous)
-                {
-                    properties[previous] = index
-                    taken.insert(previous)
-                }
+            let propertyMatches = RenameInference.match(
+                newer: entity.properties.map(\.name), originalNames: entity.properties.map(\.originalName),
+                older: old.properties.map(\.name))
+            for (index, previous) in propertyMatches.enumerated() {
+                if let previous { properties[previous] = index }
             }
             result[old.name] = (entity.name, properties)
         }

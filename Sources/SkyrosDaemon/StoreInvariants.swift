@@ -85,6 +85,6 @@ package enum StoreInvariants {
     }
 
     private static func quote(_ name: String) -> String {
-        "\"" + name.replacingOccurrences(of: "\"", with: "\"\"") + "\""
+        SQLIdentifier.quote(name)
     }
 }

@@ -4,31 +4,24 @@ import SkyrosSync
 import SkyrosWire
 import Synchronization
 
-/// The daemon's side of sync (DESIGN §9): the ``SyncHost`` its ``SyncEngine`` calls, whose
-/// work the serve loop performs on its own thread (``DaemonServer``), woken through the
-/// descriptor it already waits on.
+/// The daemon's side of sync (DESIGN §9): it starts the engine once the group has a store,
+/// and holds the ``SyncChannel`` through which the engine's requests reach the serve loop
+/// (``DaemonServer``), woken through the descriptor it already waits on, which answers them
+/// with the turn (``DaemonTurn/answer(_:)``).
 ///
-/// It starts the engine once the group has a store: it creates the queue's tables, gives the
-/// machine its id the first time (and queues the objects the store already has, so that
-/// nothing made before sync was turned on stays on one machine), and reads the last checkpoint.
-final class SyncLink: SyncHost {
-    /// Work for the serve loop.
-    enum Work {
-        case apply(Checkpoint, CheckedContinuation<SyncApplyResult, Never>)
-        case stage(SnapshotPage, CheckedContinuation<String?, Never>)
-        case uploaded(Int64, CheckedContinuation<Void, Never>)
-    }
-
+/// At start it creates the queue's tables, gives the machine its id the first time (and
+/// queues the objects the store already has, so that nothing made before sync was turned on
+/// stays on one machine), and reads the last checkpoint.
+final class SyncLink: Sendable {
     let configuration: SyncConfiguration
+    /// The engine's requests to the store.
+    let channel: SyncChannel
     /// How the engine paces itself (its snapshot page size, for tests).
     private let settings: SyncEngine.Settings
-    private let wake: @Sendable () -> Void
     private let log: @Sendable (String) -> Void
-    private let inbox = Mutex<(work: [Work], closed: Bool)>(([], false))
     private let engineBox = Mutex<SyncEngine?>(nil)
     /// The schema version the engine was last given.
     private let version = Mutex<Int?>(nil)
-    private let lastStatus = Mutex(SyncEngine.Status())
 
     init(
         configuration: SyncConfiguration, settings: SyncEngine.Settings = SyncEngine.Settings(),
@@ -36,67 +29,12 @@ final class SyncLink: SyncHost {
     ) {
         self.configuration = configuration
         self.settings = settings
-        self.wake = wake
+        channel = SyncChannel(wake: wake)
         self.log = log
     }
 
     /// The running engine, once the group has a store.
     var engine: SyncEngine? { engineBox.withLock { $0 } }
-
-    // MARK: - SyncHost (any thread)
-
-    func apply(_ checkpoint: Checkpoint) async -> SyncApplyResult {
-        await withCheckedContinuation { continuation in
-            post(.apply(checkpoint, continuation))
-        }
-    }
-
-    func stage(_ page: SnapshotPage) async -> String? {
-        await withCheckedContinuation { continuation in
-            post(.stage(page, continuation))
-        }
-    }
-
-    func uploaded(through number: Int64) async {
-        await withCheckedContinuation { continuation in
-            post(.uploaded(number, continuation))
-        }
-    }
-
-    func syncStateChanged(_ status: SyncEngine.Status) {
-        lastStatus.withLock { $0 = status }
-    }
-
-    private func post(_ work: Work) {
-        let refused = inbox.withLock { inbox -> Work? in
-            if inbox.closed { return work }
-            inbox.work.append(work)
-            return nil
-        }
-        if let refused {
-            Self.refuse(refused)
-        } else {
-            wake()
-        }
-    }
-
-    private static func refuse(_ work: Work) {
-        switch work {
-        case .apply(_, let continuation): continuation.resume(returning: .failed("the daemon is stopping"))
-        case .stage(_, let continuation): continuation.resume(returning: "the daemon is stopping (a page was not staged)")
-        case .uploaded(_, let continuation): continuation.resume()
-        }
-    }
-
-    // MARK: - The serve loop's side
-
-    /// The work posted since the last call.
-    func takeWork() -> [Work] {
-        inbox.withLock { inbox in
-            defer { inbox.work = [] }
-            return inbox.work
-        }
-    }
 
     /// Starts the engine when the group has a store, and tells it when the store's schema
     /// changed (a migration). Called by the serve loop after every turn: cheap when nothing changed.
@@ -114,7 +52,7 @@ final class SyncLink: SyncHost {
             let state = try Self.prepare(store, turn: &turn, log: log)
             let engine = SyncEngine(
                 configuration: configuration, schema: server, machine: state.machine, checkpoint: state.checkpoint,
-                queuedThrough: state.queuedThrough, storePath: turn.settings.container.store.path, host: self, settings: settings, log: log)
+                queuedThrough: state.queuedThrough, storePath: turn.settings.container.store.path, host: channel, settings: settings, log: log)
             engineBox.withLock { $0 = engine }
             version.withLock { $0 = current }
             log("sync: machine \(state.machine.uuidString.lowercased()) syncs with \(configuration.redacted); \(state.queued) change sets queued")
@@ -139,19 +77,15 @@ final class SyncLink: SyncHost {
     private static func prepare(_ store: SQLiteStore, turn: inout DaemonTurn, log: @Sendable (String) -> Void) throws -> Prepared {
         let schema = store.schema
         let prepared = try store.transaction { transaction -> (Prepared, Int64) in
-            try transaction.execute(UploadQueue.tableSQL)
-            try transaction.execute(UploadQueue.rejectedTableSQL)
-            var machine: UUID?
-            if case .text(let text)? = try transaction.rows("SELECT value FROM skyros_metadata WHERE key = 'syncMachine'").first?.first {
-                machine = UUID(uuidString: text)
-            }
+            try SyncTables.create(in: transaction)
+            var machine = try SyncTables.machine(in: transaction)
             if machine == nil {
                 let made = UUID()
                 machine = made
-                try transaction.execute("INSERT OR REPLACE INTO skyros_metadata (key, value) VALUES ('syncMachine', ?)", [.text(made.uuidString)])
+                try SyncTables.setMachine(made, in: transaction)
                 // The objects made before sync: uploaded as inserts, a change set per 1,000.
                 for entity in schema.entities {
-                    let table = "\"" + entity.name.replacingOccurrences(of: "\"", with: "\"\"") + "\""
+                    let table = SQLIdentifier.quote(entity.name)
                     var ids: [ObjectID] = []
                     for row in try transaction.rows("SELECT \"_id\" FROM \(table)") {
                         guard case .blob(let data)? = row.first, data.count == 16 else { continue }
@@ -162,26 +96,13 @@ final class SyncLink: SyncHost {
                         let snapshots = try store.snapshots(for: Array(ids[chunk..<min(chunk + 1_000, ids.count)]))
                         let event = ChangeEvent(sequence: 0, kind: .changes, inserted: snapshots)
                         guard let changes = UploadQueue.changeSet(of: event, schema: schema) else { continue }
-                        try transaction.execute(
-                            "INSERT INTO skyros_sync_queue (sequence, timestamp, changes) VALUES (0, ?, ?)",
-                            [.real(Date().timeIntervalSince1970), .blob(try changes.encoded())])
+                        try SyncTables.enqueue(changes, sequence: 0, in: transaction)
                     }
                 }
             }
-            var checkpoint: String?
-            if case .text(let text)? = try transaction.rows("SELECT value FROM skyros_metadata WHERE key = 'syncCheckpoint'").first?.first {
-                checkpoint = text
-            }
-            var last: Int64 = 0
-            if case .integer(let number)? = try transaction.rows(
-                "SELECT seq FROM sqlite_sequence WHERE name = 'skyros_sync_queue'").first?.first
-            {
-                last = number
-            }
-            var count = 0
-            if case .integer(let number)? = try transaction.rows("SELECT count(*) FROM skyros_sync_queue").first?.first {
-                count = Int(number)
-            }
+            let checkpoint = try SyncTables.checkpoint(in: transaction)
+            let last = try SyncTables.highestNumber(in: transaction)
+            let count = try SyncTables.count(in: transaction)
             return (Prepared(machine: machine!, checkpoint: checkpoint, queued: count, queuedThrough: last), last)
         }
         turn.groupCommit.startQueueing(after: prepared.1)
@@ -191,29 +112,19 @@ final class SyncLink: SyncHost {
     /// Stops the engine and answers the work still posted.
     func stop() {
         engine?.stop()
-        let left = inbox.withLock { inbox -> [Work] in
-            inbox.closed = true
-            defer { inbox.work = [] }
-            return inbox.work
-        }
-        for work in left { Self.refuse(work) }
+        channel.close()
     }
 
     /// The `sync` object of `skyros status`: the engine's state with the queue as the store has it.
     func statusReport(store: SQLiteStore?) -> [String: Any] {
-        let status = engine?.status ?? lastStatus.withLock { $0 }
+        let status = engine?.status ?? channel.status
         var queue = 0
         var oldest: Double = 0
         var rejected = 0
-        if let store, engine != nil,
-            let row = (try? store.rows(
-                "SELECT count(*), min(timestamp) FROM skyros_sync_queue WHERE number > ?", [.integer(status.uploadedThrough)]))?.first
-        {
-            if case .integer(let count) = row[0] { queue = Int(count) }
-            if case .real(let time) = row[1] { oldest = max(0, Date().timeIntervalSince1970 - time) }
-            if case .integer(let count)? = (try? store.rows("SELECT count(*) FROM skyros_sync_rejected"))?.first?.first {
-                rejected = Int(count)
-            }
+        if let store, engine != nil, let tables = try? SyncTables.status(after: status.uploadedThrough, in: store) {
+            queue = tables.queued
+            if let time = tables.oldest { oldest = max(0, Date().timeIntervalSince1970 - time.timeIntervalSince1970) }
+            rejected = tables.rejected
         }
         var report: [String: Any] = [
             "state": status.state.rawValue, "uploadQueue": queue, "oldestQueuedSeconds": (oldest * 1000).rounded() / 1000,

@@ -64,6 +64,11 @@ package struct WireWriter {
         uvarint(UInt64(bitPattern: (value << 1) ^ (value >> 63)))
     }
 
+    /// Eight bytes, little-endian.
+    package mutating func fixed64(_ value: UInt64) {
+        withUnsafeBytes(of: value.littleEndian) { bytes.append(contentsOf: $0) }
+    }
+
     /// IEEE 754 binary64, little-endian.
     package mutating func double(_ value: Double) {
         withUnsafeBytes(of: value.bitPattern.littleEndian) { bytes.append(contentsOf: $0) }
@@ -152,11 +157,16 @@ package struct WireReader {
         return Int(value)
     }
 
-    package mutating func double() throws(WireError) -> Double {
+    /// Eight bytes, little-endian.
+    package mutating func fixed64() throws(WireError) -> UInt64 {
         guard remaining >= 8 else { throw .truncated }
         let raw = bytes.withUnsafeBytes { $0.loadUnaligned(fromByteOffset: position, as: UInt64.self) }
         position += 8
-        return Double(bitPattern: UInt64(littleEndian: raw))
+        return UInt64(littleEndian: raw)
+    }
+
+    package mutating func double() throws(WireError) -> Double {
+        Double(bitPattern: try fixed64())
     }
 
     package mutating func bool() throws(WireError) -> Bool {

@@ -84,7 +84,7 @@ final class TurnTranscript {
             case .migrate(let identity, let hello, let requestID):
                 perform(turn.migrate(identity, hello: hello, requestID: requestID))
             case .welcomed(let identity, _, _): welcomed.append(identity)
-            case .committed, .caughtUp: break
+            case .committed, .caughtUp, .queued: break
             }
         }
     }

@@ -13,11 +13,7 @@ struct SQLBuilder {
 
     init(schema: Schema) { self.schema = schema }
 
-    static func quote(_ identifier: String) -> String {
-        // Names hardly ever hold a quote: Foundation's replacing is skipped for them.
-        guard identifier.utf8.contains(UInt8(ascii: "\"")) else { return "\"" + identifier + "\"" }
-        return "\"" + identifier.replacingOccurrences(of: "\"", with: "\"\"") + "\""
-    }
+    static func quote(_ identifier: String) -> String { SQLIdentifier.quote(identifier) }
 
     /// `SELECT <columns> FROM "Entity" t0 WHERE … ORDER BY … LIMIT … OFFSET …`.
     mutating func select(_ columns: String, for request: StoreRequest, sorted: Bool = true, sliced: Bool = true)

@@ -68,17 +68,17 @@ public struct StoredValues: RandomAccessCollection, MutableCollection, Hashable,
     /// Makes the values of many rows, a few thousand values to a buffer: a fetch makes one
     /// allocation per buffer instead of one per row. The rows of a buffer keep it alive
     /// together (about 100 KB); a row written to gets a buffer of its own first.
-    public struct Arena {
+    package struct Arena {
         /// The buffer being filled; its header counts the values given out.
         private var buffer: StoredValues.Buffer?
         /// Values per shared buffer.
         static let valuesPerBuffer = 4096
 
         /// An arena with no buffer yet.
-        public init() {}
+        package init() {}
 
         /// Makes `count` values that `initializer` initializes, all of them, in place.
-        public mutating func make(
+        package mutating func make(
             count: Int, initializingWith initializer: (UnsafeMutablePointer<StoredValue>) -> Void
         ) -> StoredValues {
             if count > Self.valuesPerBuffer / 4 {

@@ -8,7 +8,7 @@ extension SQLiteStore {
     /// application group does both (group commit, history, exactly-once records).
     ///
     /// Use it only inside ``SQLiteStore/transaction(_:)``; it is not valid afterwards.
-    public final class Transaction {
+    package final class Transaction {
         let db: Database
         let store: SQLiteStore
 
@@ -27,14 +27,14 @@ extension SQLiteStore {
         ///
         /// - Returns: the updates applied, with the objects' new versions.
         @discardableResult
-        public func apply(_ changes: ChangeSet) throws -> [AppliedUpdate] {
+        package func apply(_ changes: ChangeSet) throws -> [AppliedUpdate] {
             try applyConformed(changes).updates
         }
 
         /// Writes a change set as ``apply(_:)`` does, and returns it as stored — each value
         /// as its property's type holds it (an integer given for a real is that real) — with
         /// the updates applied: what a daemon publishes must be what a fetch returns.
-        public func applyConformed(_ changes: ChangeSet) throws -> (changes: ChangeSet, updates: [AppliedUpdate]) {
+        package func applyConformed(_ changes: ChangeSet) throws -> (changes: ChangeSet, updates: [AppliedUpdate]) {
             let applied: (changes: ChangeSet, updates: [AppliedUpdate])
             do {
                 applied = try store.apply(changes, db)
@@ -50,7 +50,7 @@ extension SQLiteStore {
         }
 
         /// Deletes every object, keeping the schema.
-        public func deleteAll() throws {
+        package func deleteAll() throws {
             do {
                 try db.execute(sql: "PRAGMA defer_foreign_keys = ON")
                 for entity in store.schema.entities {
@@ -63,7 +63,7 @@ extension SQLiteStore {
 
         /// Runs `body` in a savepoint: when it throws, everything it wrote is undone and the
         /// rest of the transaction goes on.
-        public func savepoint<T>(_ body: () throws -> T) throws -> T {
+        package func savepoint<T>(_ body: () throws -> T) throws -> T {
             try execute("SAVEPOINT skyros_item")
             do {
                 let result = try body()
@@ -78,7 +78,7 @@ extension SQLiteStore {
 
         /// True when a foreign key written in this transaction points nowhere (SQLite's
         /// deferred constraint counter): the commit would fail.
-        public var hasUnresolvedReferences: Bool {
+        package var hasUnresolvedReferences: Bool {
             var current: Int32 = 0
             var highest: Int32 = 0
             sqlite3_db_status(db.sqliteConnection, SQLITE_DBSTATUS_DEFERRED_FKS, &current, &highest, 0)
@@ -115,7 +115,7 @@ extension SQLiteStore {
 
     /// Runs `body` in one `BEGIN IMMEDIATE` transaction and commits when it returns (with the
     /// store's durability); when it throws, or the commit fails, nothing is stored.
-    public func transaction<T>(_ body: (Transaction) throws -> T) throws -> T {
+    package func transaction<T>(_ body: (Transaction) throws -> T) throws -> T {
         do {
             return try writer.writeWithoutTransaction { db in
                 try Self.immediateTransaction(db) { db in try body(Transaction(db: db, store: self)) }

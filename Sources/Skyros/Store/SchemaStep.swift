@@ -50,18 +50,12 @@ struct SchemaStep {
         // Entities: by name, then by originalName (tables: a subentity's name is not its table's).
         var sourceOf: [String: EntityDescription] = [:]
         var claimed = Set<String>()
-        let sourceTables = Dictionary(source.entities.map { ($0.name, $0) }, uniquingKeysWith: { a, _ in a })
-        for entity in target.entities {
-            if let old = sourceTables[entity.name] {
-                sourceOf[entity.name] = old
-                claimed.insert(old.name)
-            }
-        }
-        for entity in target.entities where sourceOf[entity.name] == nil {
-            if let original = entity.originalName, !claimed.contains(original), let old = sourceTables[original] {
-                sourceOf[entity.name] = old
-                claimed.insert(old.name)
-            }
+        let entityMatches = RenameInference.match(
+            newer: target.entities.map(\.name), originalNames: target.entities.map(\.originalName), older: source.entities.map(\.name))
+        for (entity, previous) in zip(target.entities, entityMatches) {
+            guard let previous else { continue }
+            sourceOf[entity.name] = source.entities[previous]
+            claimed.insert(source.entities[previous].name)
         }
         removedEntities = source.entities.map(\.name).filter { !claimed.contains($0) }
         // An entity with objects that becomes a subentity (or leaves a hierarchy to be an
@@ -91,21 +85,13 @@ struct SchemaStep {
             }
             let newColumns = entity.properties.filter(\.hasColumn)
             var matched: [String: PropertyDescription] = [:]  // new name → old property
-            var taken = Set<String>()
-            for property in newColumns {
-                if let previous = old.property(named: property.name), previous.hasColumn {
-                    matched[property.name] = previous
-                    taken.insert(previous.name)
-                }
+            let propertyMatches = RenameInference.match(
+                newer: newColumns.map(\.name), originalNames: newColumns.map(\.originalName), older: old.properties.map(\.name),
+                isCandidate: { old.properties[$0].hasColumn })
+            for (property, previous) in zip(newColumns, propertyMatches) {
+                if let previous { matched[property.name] = old.properties[previous] }
             }
-            for property in newColumns where matched[property.name] == nil {
-                if let original = property.originalName, !taken.contains(original),
-                    let previous = old.property(named: original), previous.hasColumn
-                {
-                    matched[property.name] = previous
-                    taken.insert(original)
-                }
-            }
+            let taken = Set(matched.values.map(\.name))
             for property in newColumns {
                 let label = "\(entity.name).\(property.name)"
                 guard let previous = matched[property.name] else {

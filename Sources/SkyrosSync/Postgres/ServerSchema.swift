@@ -106,13 +106,16 @@ package struct ServerSchema: Sendable {
     package func table(_ entity: String) -> Table? { byName[entity].map { tables[$0] } }
 
     /// The LISTEN/NOTIFY channel of the group's changes.
-    package var channel: String { "skyros_" + name }
+    package var channel: String { Self.channel(ofSchema: name) }
+
+    /// The LISTEN/NOTIFY channel of the group whose server schema is `name`.
+    package static func channel(ofSchema name: String) -> String { "skyros_" + name }
 
     // MARK: - Names
 
     /// `"name"`, with quotes doubled.
     package static func quote(_ identifier: String) -> String {
-        "\"" + identifier.replacingOccurrences(of: "\"", with: "\"\"") + "\""
+        SQLIdentifier.quote(identifier)
     }
 
     /// `schema."table"`.

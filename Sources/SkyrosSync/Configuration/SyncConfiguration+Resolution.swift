@@ -1,0 +1,117 @@
+import Foundation
+import NIOSSL
+import PostgresNIO
+import Skyros
+
+// MARK: - Resolution
+
+extension SyncConfiguration {
+    /// The systemd credential (`LoadCredential=skyros-sync-password:…` in the unit) that
+    /// holds the password, in `$CREDENTIALS_DIRECTORY`.
+    package static let credentialName = "skyros-sync-password"
+
+    /// How a group's daemon syncs, from its flags, its environment and its container, or nil
+    /// when nothing asks it to (this machine only).
+    ///
+    /// The URL is the first of: `url` (`--sync`), `SKYROS_SYNC_URL`, `url` in the container's
+    /// `sync.conf`. The schema: `schema` (`--sync-schema`), the URL's `schema=`, `schema` in
+    /// `sync.conf`, ``schemaName(forGroup:)``. The retention: the URL's `retention=`, then
+    /// `sync.conf`'s. The password is the first of: the file `passwordFile`
+    /// (`--sync-password-file`, relative to the working directory), the file `password-file`
+    /// of `sync.conf` (relative to the container), `SKYROS_SYNC_PASSWORD`, the systemd
+    /// credential `$CREDENTIALS_DIRECTORY/skyros-sync-password`; none: no password (trust or
+    /// peer authentication). A file's trailing newlines are not part of the password; a file
+    /// that other users may read is used, with a warning in ``warnings``.
+    ///
+    /// - Parameters:
+    ///   - group: The application group (validated by the caller).
+    ///   - container: The group container, where `sync.conf` may be.
+    ///   - url: `--sync`.
+    ///   - passwordFile: `--sync-password-file`.
+    ///   - schema: `--sync-schema`.
+    ///   - environment: The process's environment (`ProcessInfo.processInfo.environment`).
+    /// - Throws: ``SkyrosError/Code/syncConfiguration``, the message prefixed by where the
+    ///   faulty setting came from: an invalid URL or `sync.conf`, a password file that cannot
+    ///   be read or is empty, an invalid schema name, `--sync-password-file`, `--sync-schema`
+    ///   or a `sync.conf` without any URL.
+    package static func resolve(
+        group: String, container: URL, url: String?, passwordFile: String?, schema: String? = nil,
+        environment: [String: String]
+    ) throws -> SyncConfiguration? {
+        let file = try File.read(in: container)
+        let given: (text: String, source: String)
+        if let url {
+            given = (url, "--sync")
+        } else if let url = environment["SKYROS_SYNC_URL"], !url.isEmpty {
+            given = (url, "SKYROS_SYNC_URL")
+        } else if let file, let url = file.url {
+            given = (url, file.path)
+        } else {
+            let settings = [
+                passwordFile.map { _ in "--sync-password-file" }, schema.map { _ in "--sync-schema" },
+                file.map { "\($0.path) (which has no url)" },
+            ].compactMap { $0 }
+            if settings.isEmpty { return nil }
+            throw invalid(
+                "no sync URL for \(settings.joined(separator: " and ")): give it with --sync, SKYROS_SYNC_URL, or "
+                    + "url = postgresql://user@host/db in \(container.appendingPathComponent(fileName).path)")
+        }
+        let parsed: ParsedURL
+        do {
+            parsed = try parseURL(given.text)
+        } catch let error as SkyrosError {
+            throw invalid("\(given.source): \(error.message)")
+        }
+        var configuration = SyncConfiguration(
+            servers: parsed.servers, targetSessionAttributes: parsed.targetSessionAttributes,
+            username: parsed.username, database: parsed.database, schema: "", tls: parsed.tls,
+            rootCertificate: parsed.rootCertificate,
+            retention: parsed.retention ?? file?.retention ?? defaultRetention, source: given.source)
+        if let schema {
+            configuration.schema = try checkedSchema(schema, from: "--sync-schema")
+        } else if let named = parsed.schema ?? file?.schema {
+            configuration.schema = named
+        } else {
+            configuration.schema = try derivedSchema(forGroup: group)
+        }
+        if let passwordFile {
+            try configuration.readPassword(from: passwordFile, relativeTo: nil, setting: "--sync-password-file")
+        } else if let file, let passwordFile = file.passwordFile {
+            try configuration.readPassword(
+                from: passwordFile, relativeTo: container, setting: "password-file in \(file.path)")
+        } else if let password = environment["SKYROS_SYNC_PASSWORD"], !password.isEmpty {
+            configuration.password = password
+            configuration.passwordSource = "SKYROS_SYNC_PASSWORD"
+        } else if let directory = environment["CREDENTIALS_DIRECTORY"], !directory.isEmpty {
+            let path = URL(fileURLWithPath: directory).appendingPathComponent(credentialName).path
+            if FileManager.default.fileExists(atPath: path) {
+                try configuration.readPassword(
+                    from: path, relativeTo: nil, setting: "the systemd credential \(credentialName)", checkMode: false)
+                configuration.passwordSource = "the systemd credential \(credentialName)"
+            }
+        }
+        return configuration
+    }
+
+    /// Sets ``password`` to the contents of a file, its trailing newlines removed; warns when
+    /// other users may read it.
+    mutating func readPassword(from path: String, relativeTo base: URL?, setting: String, checkMode: Bool = true) throws
+    {
+        let resolved = base.map { path.hasPrefix("/") ? path : $0.appendingPathComponent(path).path } ?? path
+        var password = try Self.readText(resolved, what: "the password file of \(setting)")
+        while password.hasSuffix("\n") || password.hasSuffix("\r") || password.hasSuffix("\r\n") {
+            password.removeLast()
+        }
+        guard !password.isEmpty else {
+            throw Self.invalid("the password file \(resolved) (\(setting)) is empty: write the role's password in it")
+        }
+        self.password = password
+        passwordSource = "the file \(resolved)"
+        var status = stat()
+        if checkMode, stat(resolved, &status) == 0, status.st_mode & 0o077 != 0 {
+            warnings.append(
+                "the password file \(resolved) may be read by other users (mode \(String(status.st_mode & 0o777, radix: 8))): "
+                    + "chmod 600 it, or 640 with a group only the daemon's user is in")
+        }
+    }
+}

@@ -1,0 +1,380 @@
+import Foundation
+import GRDB
+import Skyros
+import Synchronization
+
+/// A machine's sync with PostgreSQL (DESIGN §9): the loop that uploads the store's queued
+/// change sets in order, exactly once, and brings the server's checkpoints to the daemon.
+///
+/// The rules live in three state machines, values that take events and return actions:
+/// ``UploadStateMachine`` (what goes up, in which batches), ``CheckpointStateMachine`` (when a
+/// checkpoint is read, applied, compacted) and ``ConnectionStateMachine`` (online, offline,
+/// error, and the delay before trying again). The engine is the thin loop that performs their
+/// actions against a ``SyncServer`` (PostgreSQL itself: ``PostgresSyncServer``) and the daemon
+/// (``SyncHost``).
+///
+/// It runs on Swift concurrency beside the daemon's serve loop. Online it uploads what the
+/// daemon queued (woken by ``localCommitted(_:through:)``) and reads a checkpoint when the server
+/// notifies a change (LISTEN/NOTIFY), or every ``Settings/pollInterval`` in case a
+/// notification was missed. When the server cannot be reached it is offline: saves go on
+/// locally, and it tries again with a growing delay (up to ``Settings/maximumRetryDelay``).
+/// A server that refuses it (authentication, permissions, missing tables) puts it in the
+/// error state with a message an operator can act on; it tries again all the same.
+package final class SyncEngine: Sendable {
+    /// What `skyros status` tells of sync.
+    package struct Status: Sendable, Equatable {
+        /// `online`, `offline` or `error`.
+        package enum State: String, Sendable, Equatable {
+            case online, offline, error
+        }
+
+        package var state: State = .offline
+        /// Why it is offline or in error.
+        package var message: String?
+        /// The last checkpoint applied (its snapshot's xmin; 0: none yet).
+        package var checkpoint: UInt64 = 0
+        /// How old the newest change of the last checkpoint was when it was read.
+        package var lagMilliseconds: Int = 0
+        /// The highest queue number the server has (0: none).
+        package var uploadedThrough: Int64 = 0
+
+        /// Offline, nothing done yet.
+        package init() {}
+    }
+
+    /// How the engine paces itself.
+    package struct Settings: Sendable {
+        /// How often it reads a checkpoint when no notification came.
+        package var pollInterval: Duration = .seconds(5)
+        /// The longest wait between two attempts to reach the server.
+        package var maximumRetryDelay: Duration = .seconds(5)
+        /// The most change sets uploaded in one statement.
+        package var uploadBatch = 1_000
+        /// About the most bytes of queued change sets in one statement (a change set larger
+        /// than this goes alone).
+        package var uploadBatchBytes = 8 << 20
+        /// How many rows a snapshot checkpoint reads (and stages) at a time: about the most
+        /// rows a snapshot holds in memory, twice (one page staged while the next is read).
+        package var snapshotPageSize = 10_000
+        /// How often the server's log is compacted.
+        package var compactionInterval: Duration = .seconds(600)
+        /// The longest one statement may wait for the server's answer before the connection is
+        /// dropped and the engine goes offline (a server that vanished without closing the
+        /// connection, a network that drops packets).
+        package var statementTimeout: Duration = .seconds(10)
+        /// Whether the engine may create and migrate the server's tables (false: it checks
+        /// that they exist, as `--sync-setup` left them).
+        package var createsSchema = true
+
+        /// The default settings.
+        package init() {}
+    }
+
+    private struct Mutable {
+        var schema: ServerSchema
+        var schemaChanged = false
+        var tasks: [Task<Void, Never>] = []
+        var upload: UploadStateMachine
+        var checkpoints: CheckpointStateMachine
+        var connection: ConnectionStateMachine
+    }
+
+    private let configuration: SyncConfiguration
+    private let settings: Settings
+    private let machine: UUID
+    private let storePath: String
+    private weak let host: (any SyncHost)?
+    private let log: @Sendable (String) -> Void
+    /// The thread the engine's tasks and connections run on.
+    private let executor = SyncExecutor()
+    private let server: any SyncServer
+    private let wakeup: Wakeup
+    private let mutable: Mutex<Mutable>
+    private let finished = DispatchSemaphore(value: 0)
+
+    /// An engine for the store at `storePath` (read through a read-only connection of its
+    /// own), this machine's `machine` id, the checkpoint the store last applied, and the
+    /// highest number its queue ever had (`queuedThrough`; nil: unknown, read the queue).
+    /// `server`: where it syncs (nil: the PostgreSQL server of `configuration`).
+    package init(
+        configuration: SyncConfiguration, schema: ServerSchema, machine: UUID, checkpoint: String?, queuedThrough: Int64? = nil,
+        storePath: String, host: any SyncHost, settings: Settings = Settings(), server: (any SyncServer)? = nil,
+        log: @escaping @Sendable (String) -> Void
+    ) {
+        self.configuration = configuration
+        self.settings = settings
+        self.machine = machine
+        self.storePath = storePath
+        self.host = host
+        self.log = log
+        self.server = server ?? PostgresSyncServer(
+            configuration: configuration, statementTimeout: settings.statementTimeout, createsSchema: settings.createsSchema,
+            executor: executor)
+        mutable = Mutex(Mutable(
+            schema: schema,
+            upload: UploadStateMachine(
+                queuedThrough: queuedThrough, maximumBatch: settings.uploadBatch, maximumBytes: settings.uploadBatchBytes),
+            checkpoints: CheckpointStateMachine(
+                cursor: checkpoint, pollInterval: settings.pollInterval, compactionInterval: settings.compactionInterval,
+                backlogLimit: settings.uploadBatch),
+            connection: ConnectionStateMachine(maximumRetryDelay: settings.maximumRetryDelay)))
+        wakeup = Wakeup(eventLoop: executor.eventLoop)
+    }
+
+    /// The engine's state, for `skyros status`.
+    package var status: Status { mutable.withLock { Self.status(of: $0) } }
+
+    private static func status(of state: Mutable) -> Status {
+        var status = Status()
+        status.state = state.connection.state
+        status.message = state.connection.message
+        status.checkpoint = state.checkpoints.checkpointNumber
+        status.lagMilliseconds = state.checkpoints.lagMilliseconds
+        status.uploadedThrough = state.upload.uploadedThrough
+        return status
+    }
+
+    /// The machine's id on the server.
+    package var machineID: UUID { machine }
+
+    /// Starts the loop.
+    package func start() {
+        let task = Task.detached(executorPreference: executor) { [self] in
+            await run()
+            finished.signal()
+        }
+        mutable.withLock { $0.tasks.append(task) }
+    }
+
+    /// Stops the loop (the change set being uploaded is either committed on the server or
+    /// not: its record makes the next upload skip or apply it) and waits for it, a few
+    /// seconds at most.
+    package func stop() {
+        let tasks = mutable.withLock { state -> [Task<Void, Never>] in
+            state.connection.stop()
+            return state.tasks
+        }
+        guard !tasks.isEmpty else { return }
+        for task in tasks { task.cancel() }
+        wakeup.signal()
+        _ = finished.wait(timeout: .now() + 5)
+    }
+
+    /// Change sets were queued, `through` the highest number so far: upload them. `handed`:
+    /// those change sets themselves, uploaded without reading them back from the queue (a
+    /// read that was a tenth of a change's way from one machine to the next).
+    package func localCommitted(_ handed: [QueuedEntry] = [], through last: Int64) {
+        mutable.withLock { $0.upload.localCommitted(handed, through: last) }
+        wakeup.signal()
+    }
+
+    /// The group's store was migrated: the server's tables follow before the next upload.
+    package func schemaChanged(_ schema: ServerSchema) {
+        mutable.withLock {
+            $0.schema = schema
+            $0.schemaChanged = true
+        }
+        wakeup.signal()
+    }
+
+    /// A notification of the transaction `xid` (nil: of some change), or any other reason to
+    /// read the checkpoint: wakes the loop.
+    private func notify(_ xid: UInt64?) {
+        mutable.withLock { $0.checkpoints.notified(xid) }
+        wakeup.signal()
+    }
+
+    private var isStopping: Bool { mutable.withLock { $0.connection.isStopping } || Task.isCancelled }
+
+    // MARK: - The loop
+
+    /// Connects, runs sessions and tries again, as the connection machine says.
+    private func run() async {
+        let queue: DatabaseQueue
+        do {
+            queue = try SyncTables.reader(of: storePath)
+        } catch {
+            report(mutable.withLock { $0.connection.checkpointFailed("cannot read the upload queue in \(storePath): \(error)") })
+            return
+        }
+        defer { try? queue.close() }
+        var action = mutable.withLock { $0.connection.start() }
+        while true {
+            switch action {
+            case .connect:
+                do {
+                    try await session(queue)
+                    action = mutable.withLock { $0.connection.sessionEnded() }
+                } catch {
+                    let (state, message) = isStopping ? (.offline, "stopping") : server.classify(error)
+                    let actions = mutable.withLock { mutable in
+                        mutable.upload.disconnected()
+                        return mutable.connection.failed(state, message)
+                    }
+                    for next in actions.dropLast() { report(next) }
+                    action = actions.last ?? .stop
+                }
+            case .retry(let delay):
+                await wakeup.wait(timeout: delay)
+                action = mutable.withLock { $0.connection.retry() }
+            case .stop:
+                return
+            case .report, .none:
+                report(action)
+                action = mutable.withLock { $0.connection.retry() }
+            }
+        }
+    }
+
+    /// One connection's life: prepare the schema, then upload and download until it fails.
+    private func session(_ queue: DatabaseQueue) async throws {
+        // A connection closed while the loop waits (the server restarted) wakes it: the next
+        // statement fails at once and the engine goes offline, then connects again.
+        let connection = try await server.connect { [weak self] in self?.notify(nil) }
+        defer { connection.close() }
+        try await connection.prepare(takeSchema(changedOnly: false)!)
+        let listener = listen()
+        defer { listener.cancel() }
+        let uploaded = try await connection.uploadedThrough(machine: machine)
+        let online = mutable.withLock { mutable in
+            mutable.upload.connected(uploadedThrough: uploaded)
+            mutable.checkpoints.connected(now: .now)
+            return mutable.connection.sessionStarted()
+        }
+        report(online)
+        if let name = connection.serverName { log("sync: connected to \(name)") }
+        while !isStopping {
+            if let changed = takeSchema(changedOnly: true) {
+                try await connection.prepare(changed)
+                mutable.withLock { $0.checkpoints.schemaChanged() }
+            }
+            try await uploadQueued(connection, queue)
+            if isStopping { return }
+            try await downloadCheckpoint(connection)
+        }
+    }
+
+    /// The schema to prepare on the server: the current one, or (`changedOnly`) the one the
+    /// store migrated to since it was last taken (nil: none).
+    private func takeSchema(changedOnly: Bool) -> ServerSchema? {
+        mutable.withLock { state in
+            defer { state.schemaChanged = false }
+            return !changedOnly || state.schemaChanged ? state.schema : nil
+        }
+    }
+
+    /// Upstream: everything queued, in order, as the upload machine batches it.
+    private func uploadQueued(_ connection: any SyncServerConnection, _ queue: DatabaseQueue) async throws {
+        var action = mutable.withLock { $0.upload.nextBatch() }
+        while !isStopping {
+            switch action {
+            case .idle:
+                return
+            case .readQueue(let after, let limit, let bytes):
+                let entries = try SyncTables.batch(after: after, limit: limit, bytes: bytes, from: queue)
+                action = mutable.withLock { $0.upload.queueRead(entries) }
+            case .upload:
+                let batch = mutable.withLock { $0.upload.batch }
+                let (outcomes, transactions) = try await connection.upload(batch, machine: machine)
+                action = mutable.withLock { mutable in
+                    let next = mutable.upload.uploaded(outcomes: outcomes)
+                    let refused = if case .markUploaded(_, let refusals) = next { !refusals.isEmpty } else { false }
+                    mutable.checkpoints.uploaded(changeSets: batch.count, transactions: transactions, refused: refused)
+                    return next
+                }
+            case .markUploaded(let last, let refusals):
+                for refusal in refusals {
+                    log("sync: change set \(refusal.number) was refused by the server: \(refusal.reason)")
+                }
+                await host?.uploaded(through: last)
+                action = mutable.withLock { $0.upload.nextBatch() }
+            }
+        }
+    }
+
+    /// Downstream: reads, applies and compacts as the checkpoint machine says, until it waits
+    /// or sends the loop back to the uploads.
+    private func downloadCheckpoint(_ connection: any SyncServerConnection) async throws {
+        var step = mutable.withLock { $0.checkpoints.uploadsDone() }
+        var checkpoint: Checkpoint?
+        while true {
+            switch step {
+            case .read(let previous):
+                do {
+                    // A snapshot's pages are staged by the daemon as they are read.
+                    let read = try await connection.readCheckpoint(
+                        after: previous, machine: machine, pageSize: settings.snapshotPageSize
+                    ) { [weak host = self.host, log = self.log] page in
+                        for line in page.unreadable { log("sync: \(line)") }
+                        guard let host else { return "the sync engine has no daemon any more" }
+                        return await host.stage(page)
+                    }
+                    checkpoint = read
+                    step = mutable.withLock { mutable in
+                        mutable.checkpoints.read(.init(read), uploadedThrough: mutable.upload.uploadedThrough, now: .now)
+                    }
+                    accepted(read, step)
+                } catch let failure as Checkpoint.StagingFailed {
+                    step = mutable.withLock { $0.checkpoints.stagingFailed(failure.reason) }
+                }
+            case .apply:
+                let result = if let checkpoint, let host { await host.apply(checkpoint) } else {
+                    SyncApplyResult.failed("the sync engine has no daemon any more")
+                }
+                step = mutable.withLock { $0.checkpoints.applied(result, now: .now) }
+                if let checkpoint { accepted(checkpoint, step) }
+            case .compact:
+                try await connection.compact(retention: configuration.retention)
+                step = mutable.withLock { $0.checkpoints.compacted() }
+            case .uploadFirst:
+                return
+            case .wait(let timeout):
+                let signaled = await wakeup.wait(timeout: timeout)
+                mutable.withLock { $0.checkpoints.wokeUp(signaled: signaled) }
+                return
+            case .fail(let message, let delay):
+                report(mutable.withLock { $0.connection.checkpointFailed(message) })
+                await wakeup.wait(timeout: delay)
+                return
+            }
+        }
+    }
+
+    /// After `checkpoint` was read or applied: when the machine took it (its next step is to
+    /// compact or to wait), the engine is online and the rows it could not read are told.
+    private func accepted(_ checkpoint: Checkpoint, _ step: CheckpointStateMachine.Action) {
+        switch step {
+        case .compact, .wait:
+            report(mutable.withLock { $0.connection.checkpointApplied() })
+            for line in checkpoint.unreadable { log("sync: \(line)") }
+        default:
+            break
+        }
+    }
+
+    /// Keeps a listener on the server's notifications, each of which wakes the loop.
+    private func listen() -> Task<Void, Never> {
+        Task(executorPreference: executor) { [self] in
+            while !Task.isCancelled {
+                do {
+                    try await server.listen { [weak self] xid in self?.notify(xid) }
+                } catch {
+                    try? await Task.sleep(for: .seconds(1))
+                }
+            }
+        }
+    }
+
+    // MARK: - State
+
+    /// Logs a change of state (one line per change, never one per change set) and tells the daemon.
+    private func report(_ action: ConnectionStateMachine.Action) {
+        guard case .report(let state, let message) = action else { return }
+        switch state {
+        case .online: log("sync: online with \(server.redacted)")
+        case .offline: log("sync: offline: \(message ?? "the server cannot be reached"); saves go on locally and are queued")
+        case .error: log("sync: error: \(message ?? "")")
+        }
+        host?.syncStateChanged(status)
+    }
+}

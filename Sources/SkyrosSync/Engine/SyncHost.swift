@@ -1,0 +1,29 @@
+import Foundation
+
+/// What became of a checkpoint handed to the daemon.
+package enum SyncApplyResult: Sendable, Equatable {
+    /// Applied (or nothing to apply) and recorded.
+    case applied
+    /// Not applied: change sets are queued that it does not include (they would be hidden
+    /// until their upload, and come back: a flicker). Upload them, then read again.
+    case pendingUploads
+    /// Not applied: the store refused it (the reason).
+    case failed(String)
+}
+
+/// What the daemon does for its sync engine, on the daemon's own thread.
+package protocol SyncHost: AnyObject, Sendable {
+    /// Applies a checkpoint to the group's store as one change set, published to the apps like
+    /// any other, with the checkpoint recorded in the same transaction; nothing, when the store
+    /// has change sets queued that the checkpoint does not include (it would hide them until
+    /// their upload: the engine uploads them and reads again). A snapshot checkpoint applies
+    /// the pages staged for it (``stage(_:)``), and only when every one of them was.
+    func apply(_ checkpoint: Checkpoint) async -> SyncApplyResult
+    /// Stages a page of a snapshot checkpoint, out of the apps' sight (the first page drops
+    /// whatever was staged before); nil when staged, else why not.
+    func stage(_ page: SnapshotPage) async -> String?
+    /// The queued change sets through `number` are on the server: the queue may drop them.
+    func uploaded(through number: Int64) async
+    /// The engine's state changed (for the log and the metrics).
+    func syncStateChanged(_ status: SyncEngine.Status)
+}
