@@ -117,7 +117,7 @@ let package = Package(
             name: "skyros-bench",
             dependencies: [
                 "Skyros", "SkyrosShared", "SkyrosDaemon", "SkyrosWire", "SkyrosZeroMQ", "CZeroMQ", "ZeroMQReference",
-                "SkyrosTestModels", "SkyrosSync",
+                "SkyrosTestSupport", "SkyrosSync",
                 .product(name: "GRDB", package: "GRDB.swift"),
                 .product(name: "GRDBSQLite", package: "GRDB.swift"),
                 // `skyros-bench sync`: the bare postgres-nio baselines.
@@ -173,18 +173,18 @@ let package = Package(
             path: "Tests/ZeroMQReference"
         ),
         .target(
-            name: "SkyrosTestModels",
+            name: "SkyrosTestSupport",
             dependencies: [
                 "Skyros", "SkyrosDaemon", "SkyrosShared", "SkyrosSync", "SkyrosWire", "SkyrosZeroMQ", "ZeroMQReference",
                 // The fault campaign reads each machine's store read-only (its checkpoint, queue, rejected log).
                 .product(name: "GRDB", package: "GRDB.swift"),
             ],
-            path: "Tests/SkyrosTestModels"
+            path: "Tests/SkyrosTestSupport"
         ),
         .executableTarget(
             name: "skyros-test-child",
             dependencies: [
-                "Skyros", "SkyrosShared", "SkyrosTestModels", "SkyrosWire", "SkyrosZeroMQ", "ZeroMQReference",
+                "Skyros", "SkyrosShared", "SkyrosTestSupport", "SkyrosWire", "SkyrosZeroMQ", "ZeroMQReference",
                 "SkyrosServiceLifecycle",
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
                 .product(name: "Logging", package: "swift-log"),
@@ -194,7 +194,7 @@ let package = Package(
         .testTarget(
             name: "SkyrosTests",
             dependencies: [
-                "Skyros", "SkyrosShared", "SkyrosSync", "SkyrosTestModels", "TodoModel", "ZeroMQReference", "skyros-test-child", "skyrosd",
+                "Skyros", "SkyrosShared", "SkyrosSync", "SkyrosTestSupport", "TodoModel", "ZeroMQReference", "skyros-test-child", "skyrosd",
                 "skyros", "skyros-toplevel",
                 .product(name: "GRDB", package: "GRDB.swift"),
                 .product(name: "PostgresNIO", package: "postgres-nio"),
@@ -204,7 +204,7 @@ let package = Package(
         // The sync engine's state machines and pure parts, as transcripts: no PostgreSQL.
         .testTarget(
             name: "SkyrosSyncTests",
-            dependencies: ["SkyrosSync", "Skyros", "SkyrosWire"]
+            dependencies: ["SkyrosSync", "Skyros", "SkyrosWire", .product(name: "GRDB", package: "GRDB.swift")]
         ),
         .testTarget(
             name: "SkyrosWireTests",
@@ -212,7 +212,7 @@ let package = Package(
         ),
         .testTarget(
             name: "SkyrosDaemonTests",
-            dependencies: ["SkyrosDaemon", "SkyrosWire", "SkyrosZeroMQ", "Skyros", "SkyrosTestModels", "ZeroMQReference", "CZeroMQ"]
+            dependencies: ["SkyrosDaemon", "SkyrosWire", "SkyrosZeroMQ", "Skyros", "SkyrosTestSupport", "ZeroMQReference", "CZeroMQ"]
         ),
         .testTarget(
             name: "SkyrosZeroMQTests",

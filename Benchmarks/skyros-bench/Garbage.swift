@@ -2,7 +2,7 @@ import Foundation
 import Skyros
 import SkyrosDaemon
 import SkyrosShared
-import SkyrosTestModels
+import SkyrosTestSupport
 import SkyrosWire
 import SkyrosZeroMQ
 

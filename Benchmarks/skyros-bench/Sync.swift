@@ -4,7 +4,7 @@ import NIOPosix
 import PostgresNIO
 import Skyros
 import SkyrosSync
-import SkyrosTestModels
+import SkyrosTestSupport
 import Synchronization
 
 /// `skyros-bench sync` (issue 34, DESIGN §9): groups syncing with PostgreSQL, beside bare

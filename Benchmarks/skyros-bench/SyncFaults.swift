@@ -1,6 +1,6 @@
 import Foundation
 import Synchronization
-import SkyrosTestModels
+import SkyrosTestSupport
 
 /// `skyros-bench sync-faults`: the sync fault campaign (issue 35, docs/SYNC.md "Testing"):
 /// machines syncing with one PostgreSQL server while seeded faults break the links, the

@@ -1,6 +1,6 @@
 import Foundation
 import Skyros
-import SkyrosTestModels
+import SkyrosTestSupport
 import SkyrosWire
 import SkyrosZeroMQ
 import Testing

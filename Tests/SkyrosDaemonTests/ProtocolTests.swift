@@ -2,7 +2,7 @@ import CZeroMQ
 import Foundation
 import Skyros
 import SkyrosDaemon
-import SkyrosTestModels
+import SkyrosTestSupport
 import SkyrosWire
 import SkyrosZeroMQ
 import Testing

@@ -1,7 +1,7 @@
 import Foundation
 import Skyros
 import SkyrosDaemon
-import SkyrosTestModels
+import SkyrosTestSupport
 import SkyrosWire
 import Testing
 

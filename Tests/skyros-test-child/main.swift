@@ -46,7 +46,7 @@ import ServiceLifecycle
 import Skyros
 import SkyrosServiceLifecycle
 import SkyrosShared
-import SkyrosTestModels
+import SkyrosTestSupport
 import SkyrosWire
 import SkyrosZeroMQ
 import ZeroMQReference

@@ -1,6 +1,6 @@
 import Foundation
 import Skyros
-import SkyrosTestModels
+import SkyrosTestSupport
 import SkyrosShared
 import Testing
 

@@ -1,6 +1,6 @@
 import Foundation
 import Skyros
-import SkyrosTestModels
+import SkyrosTestSupport
 import Testing
 
 /// A seeded random sequence of edits, undos, redos and saves on a stack's main context, checked
