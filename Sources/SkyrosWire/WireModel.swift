@@ -4,12 +4,15 @@ import Skyros
 // Encoding of Skyros' store types (docs/PROTOCOL.md, "Values").
 
 extension WireWriter {
-    package mutating func value(_ value: StoredValue) {
+    /// A value: a tag (0 null, 1 integer, 2 real, 3 text, 4 blob) and its payload. Integers
+    /// are zigzag varints on the wire; `fixedIntegers`: eight bytes little-endian instead (the
+    /// upload queue's form, ``QueuedChangeSet``).
+    package mutating func value(_ value: StoredValue, fixedIntegers: Bool = false) {
         switch value {
         case .null: byte(0)
         case .integer(let number):
             byte(1)
-            varint(number)
+            if fixedIntegers { fixed64(UInt64(bitPattern: number)) } else { varint(number) }
         case .real(let number):
             byte(2)
             double(number)
@@ -157,10 +160,11 @@ extension WireWriter {
 }
 
 extension WireReader {
-    package mutating func value() throws(WireError) -> StoredValue {
+    /// A value written by ``WireWriter/value(_:fixedIntegers:)``.
+    package mutating func value(fixedIntegers: Bool = false) throws(WireError) -> StoredValue {
         switch try byte() {
         case 0: return .null
-        case 1: return .integer(try varint())
+        case 1: return .integer(fixedIntegers ? Int64(bitPattern: try fixed64()) : try varint())
         case 2: return .real(try double())
         case 3: return .text(try string(remembered: false))  // values rarely repeat: not looked for among recent strings
         case 4: return .blob(Data(try data()))

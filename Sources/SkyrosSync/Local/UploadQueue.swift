@@ -137,29 +137,15 @@ package struct QueuedChangeSet: Codable, Sendable, Equatable {
 
 extension WireWriter {
     /// A queued change set's row: its entity, its id (16 bytes) and a count of (property name,
-    /// value) pairs; a value is a tag (0 null, 1 integer, 2 real, 3 text, 4 blob) and its
-    /// payload (8 bytes little-endian for numbers, a length and bytes for text and blobs).
+    /// value) pairs; a value is the wire's (``value(_:fixedIntegers:)``) with its integers in
+    /// eight bytes.
     fileprivate mutating func row(_ row: QueuedChangeSet.Row) {
         string(row.entity)
         uuid(row.id)
         uvarint(UInt64(row.values.count))
         for (name, value) in row.values {
             string(name)
-            switch value {
-            case .null: byte(0)
-            case .integer(let number):
-                byte(1)
-                fixed64(UInt64(bitPattern: number))
-            case .real(let number):
-                byte(2)
-                double(number)
-            case .text(let text):
-                byte(3)
-                string(text)
-            case .blob(let data):
-                byte(4)
-                self.data(data)
-            }
+            self.value(value, fixedIntegers: true)
         }
     }
 }
@@ -174,14 +160,7 @@ extension WireReader {
         values.reserveCapacity(count)
         for _ in 0..<count {
             let name = try string()
-            switch try byte() {
-            case 0: values[name] = .null
-            case 1: values[name] = .integer(Int64(bitPattern: try fixed64()))
-            case 2: values[name] = .real(try double())
-            case 3: values[name] = .text(try string(remembered: false))
-            case 4: values[name] = .blob(Data(try data()))
-            case let tag: throw WireError.invalidTag("value", tag)
-            }
+            values[name] = try value(fixedIntegers: true)
         }
         return QueuedChangeSet.Row(entity: entity, id: id, values: values)
     }
