@@ -103,17 +103,6 @@ package final class DaemonServer {
 
     /// How this daemon serves.
     package let configuration: Configuration
-    /// How many connections had a save in each of the last group commits (see
-    /// ``Configuration/maximumCommitDelay``).
-    private var commitWidths = [Int](repeating: 0, count: 16)
-    private var commitCount = 0
-    /// When the last group commit ended: the widths are forgotten when no commit followed for
-    /// ``commitWidthsLifetime``.
-    private var lastCommitAt = ContinuousClock.now
-    /// How long the widths of the last commits count when no commit follows them.
-    static let commitWidthsLifetime = Duration.milliseconds(100)
-    /// Whether the turn's group commit has several clients that save in turn: its events may wait.
-    private var savingInTurn = false
     /// What other threads may do with the server: stop it, read its statistics.
     package let handle = Handle()
     private let lock: GroupLock
@@ -188,7 +177,7 @@ package final class DaemonServer {
                 maximumMessageSize: configuration.maximumMessageSize,
                 retention: Journal.Retention(count: configuration.historyCount, age: configuration.historyAge),
                 maximumEventDelay: configuration.maximumEventDelay, maximumConnections: configuration.maximumConnections,
-                log: configuration.log),
+                log: configuration.log, maximumCommitDelay: .seconds(configuration.maximumCommitDelay)),
             store: store, opened: opened)
         access = PeerAccess(container: container)
         admin = AdminSessions(log: configuration.log)
@@ -279,7 +268,7 @@ package final class DaemonServer {
             let commits = collectGroupCommit()
             // A commit tells whether requests were waiting before its replies went out.
             perform(turn.endOfInput(requestsWaiting: { sockets.hasInput }))
-            if commits { lastCommitAt = .now }
+            if commits { turn.commitDelay.committed(at: .now) }
         }
         reader.stop()  // answers the reads already submitted
         sendReads()
@@ -291,19 +280,14 @@ package final class DaemonServer {
     /// has. Returns whether the turn has saves to commit.
     private func collectGroupCommit() -> Bool {
         guard !turn.pending.isEmpty else { return false }
-        let start = ContinuousClock.now
-        // Clients that stopped saving in turn a while ago are not waited for.
-        if start - lastCommitAt > Self.commitWidthsLifetime { commitWidths = commitWidths.map { _ in 0 } }
-        let expected = commitWidths.max() ?? 0
-        let deadline = start + .seconds(configuration.maximumCommitDelay)
-        if deadline > start, Self.connections(in: turn.pending) < expected {
+        if let wait = turn.commitDelay.wait(connections: Self.connections(in: turn.pending), now: .now) {
             // Events held by earlier commits that would be due meanwhile go out now, not late.
-            if let due = turn.heldEventsDue, due < deadline { perform(turn.idle()) }
+            if let due = turn.heldEventsDue, due < wait.deadline { perform(turn.idle()) }
             handle.record { $0.commitWaits += 1 }
-            while !turn.pending.isEmpty, Self.connections(in: turn.pending) < expected,
+            while !turn.pending.isEmpty, wait.goesOn(connections: Self.connections(in: turn.pending), now: .now),
                 turn.pending.count < configuration.maximumGroupCommit, reader.pending < Self.maximumPendingReads
             {
-                let left = Int((deadline - ContinuousClock.now) / .microseconds(1))
+                let left = Int((wait.deadline - ContinuousClock.now) / .microseconds(1))
                 guard left > 0 else { break }
                 // A read's reply or the sync engine's work ends the wait: they are not held up.
                 let ready = sockets.waitBriefly(microseconds: left, orDescriptor: reader.wakeDescriptor)
@@ -313,9 +297,7 @@ package final class DaemonServer {
                 takeWaiting()
             }
         }
-        savingInTurn = expected > 1
-        commitWidths[commitCount % commitWidths.count] = Self.connections(in: turn.pending)
-        commitCount &+= 1
+        turn.commitDelay.collected(connections: Self.connections(in: turn.pending))
         return true
     }
 
@@ -387,7 +369,7 @@ package final class DaemonServer {
             case .read(let job):
                 reader.submit(job)
             case .commit(let saves, let resetting):
-                perform(turn.commit(saves, resetting: resetting, requestsWaiting: { [savingInTurn] in savingInTurn || sockets.hasInput }))
+                perform(turn.commit(saves, resetting: resetting, requestsWaiting: { [savingInTurn = turn.commitDelay.savingInTurn] in savingInTurn || sockets.hasInput }))
             case .queued(let handed, let through):
                 sync?.engine?.localCommitted(handed, through: through)
             case .publish(let topic, let message, let changeSets):

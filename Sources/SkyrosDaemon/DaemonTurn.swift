@@ -29,6 +29,8 @@ struct DaemonTurn {
         var maximumConnections: Int
         /// Where the turn writes what it does.
         var log: @Sendable (String) -> Void
+        /// The longest wait for more saves before a group commit (``CommitDelay``).
+        var maximumCommitDelay: Duration = .zero
     }
 
     /// A request, after the admin sessions had their look at it (``AdminSessions``).
@@ -89,9 +91,13 @@ struct DaemonTurn {
     var unloggedPruning = Journal.Pruned()
     var lastPruningLog = Date.distantPast
 
+    /// When the turn waits for more saves before its group commit (the server performs the wait).
+    var commitDelay: CommitDelay
+
     /// A turn for a group without a store (`store` nil) or with the store `opened`.
     init(settings: Settings, store: SQLiteStore?, opened: Journal.Opened?) {
         self.settings = settings
+        commitDelay = CommitDelay(maximum: settings.maximumCommitDelay)
         sessions = SessionTable(maximumSessions: settings.maximumConnections)
         publisher = EventPublisher(maximumDelay: .seconds(settings.maximumEventDelay))
         groupCommit = GroupCommit(sequence: opened?.sequence ?? 0, retention: settings.retention, saves: opened?.saves ?? [])
