@@ -39,18 +39,26 @@ struct BatchBenchmark {
         let skyrosSum = try median { sum = try store.read { try Item.sum(\.value, in: $0) } }
         let rawSum = median { _ = rawScalar("SELECT SUM(value) FROM \"Item\"") }
         precondition(sum == rows * (rows - 1) / 2, "wrong sum")
-        report(Row(name: "sum of an attribute over \(rows / 1000)k rows", unit: "Mrows/s",
-                   skyros: millions / skyrosSum, baseline: millions / rawSum))
-        let skyrosAverage = try median { _ = try store.read { try Item.average(\.score, where: #Predicate { $0.flag }, in: $0) } }
+        report(
+            Row(
+                name: "sum of an attribute over \(rows / 1000)k rows", unit: "Mrows/s",
+                skyros: millions / skyrosSum, baseline: millions / rawSum))
+        let skyrosAverage = try median {
+            _ = try store.read { try Item.average(\.score, where: #Predicate { $0.flag }, in: $0) }
+        }
         let rawAverage = median { _ = rawScalar("SELECT AVG(score) FROM \"Item\" WHERE flag = 1") }
-        report(Row(name: "average with a predicate over \(rows / 1000)k rows", unit: "Mrows/s",
-                   skyros: millions / skyrosAverage, baseline: millions / rawAverage))
+        report(
+            Row(
+                name: "average with a predicate over \(rows / 1000)k rows", unit: "Mrows/s",
+                skyros: millions / skyrosAverage, baseline: millions / rawAverage))
         var groups = 0
         let skyrosGroups = try median { groups = try store.read { try Item.count(groupedBy: \.name, in: $0) }.count }
         let rawGroups = median { _ = rawScalar("SELECT COUNT(*) FROM \"Item\" GROUP BY name") }
         precondition(groups == 1_000, "wrong groups")
-        report(Row(name: "count grouped by an attribute (1,000 groups) over \(rows / 1000)k rows", unit: "Mrows/s",
-                   skyros: millions / skyrosGroups, baseline: millions / rawGroups))
+        report(
+            Row(
+                name: "count grouped by an attribute (1,000 groups) over \(rows / 1000)k rows", unit: "Mrows/s",
+                skyros: millions / skyrosGroups, baseline: millions / rawGroups))
         // A tenth of the rows each, twice on each side on ranges of their own (the first run
         // warms each connection's cache); the second runs are reported.
         let tenth = rows / 10
@@ -62,17 +70,22 @@ struct BatchBenchmark {
             var updated = 0
             skyrosUpdate = try Clock.seconds {
                 updated = try awaitResult {
-                    try await store.batchUpdate(Item.self, where: #Predicate { $0.value >= low && $0.value < high }, .set(\.score, to: 1.5))
+                    try await store.batchUpdate(
+                        Item.self, where: #Predicate { $0.value >= low && $0.value < high }, .set(\.score, to: 1.5))
                 }
             }
             precondition(updated == tenth, "wrong update count")
             let (rawLow, rawHigh) = range(round * 2 + 1)
             rawUpdate = Clock.seconds {
-                raw.execute("UPDATE \"Item\" SET score = 2.5, _version = _version + 1 WHERE value >= \(rawLow) AND value < \(rawHigh)")
+                raw.execute(
+                    "UPDATE \"Item\" SET score = 2.5, _version = _version + 1 WHERE value >= \(rawLow) AND value < \(rawHigh)"
+                )
             }
         }
-        report(Row(name: "batch update of \(tenth / 1000)k of \(rows / 1000)k rows", unit: "Mrows/s",
-                   skyros: Double(tenth) / 1e6 / skyrosUpdate, baseline: Double(tenth) / 1e6 / rawUpdate))
+        report(
+            Row(
+                name: "batch update of \(tenth / 1000)k of \(rows / 1000)k rows", unit: "Mrows/s",
+                skyros: Double(tenth) / 1e6 / skyrosUpdate, baseline: Double(tenth) / 1e6 / rawUpdate))
         var skyrosDelete = 0.0
         var rawDelete = 0.0
         for round in 0..<2 {
@@ -89,8 +102,10 @@ struct BatchBenchmark {
                 raw.execute("DELETE FROM \"Item\" WHERE value >= \(rawLow) AND value < \(rawHigh)")
             }
         }
-        report(Row(name: "batch delete of \(tenth / 1000)k of \(rows / 1000)k rows", unit: "Mrows/s",
-                   skyros: Double(tenth) / 1e6 / skyrosDelete, baseline: Double(tenth) / 1e6 / rawDelete))
+        report(
+            Row(
+                name: "batch delete of \(tenth / 1000)k of \(rows / 1000)k rows", unit: "Mrows/s",
+                skyros: Double(tenth) / 1e6 / skyrosDelete, baseline: Double(tenth) / 1e6 / rawDelete))
         try runShared(embeddedUpdate: skyrosUpdate, embeddedDelete: skyrosDelete, report: report)
         try runImport(report: report)
         try runReads(report: report)

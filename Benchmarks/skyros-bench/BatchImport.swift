@@ -34,11 +34,16 @@ extension BatchBenchmark {
             measured.append(Round(skyros: skyros, raw: rawSeconds, peakGrowth: growth))
         }
         let median = measured.sorted { $0.raw / $0.skyros < $1.raw / $1.skyros }[measured.count / 2]
-        report(Row(name: "importBatch \(rows / 1000)k records (chunks of 10k) vs raw inserts in one transaction", unit: "records/s",
-                   skyros: Double(rows) / median.skyros, baseline: Double(rows) / median.raw))
+        report(
+            Row(
+                name: "importBatch \(rows / 1000)k records (chunks of 10k) vs raw inserts in one transaction",
+                unit: "records/s",
+                skyros: Double(rows) / median.skyros, baseline: Double(rows) / median.raw))
         let growth = measured.map(\.peakGrowth).max() ?? 0
-        report(Row(name: "importBatch \(rows / 1000)k records, peak RSS growth (largest round; target < 50)", unit: "MB",
-                   skyros: growth, baseline: 0))
+        report(
+            Row(
+                name: "importBatch \(rows / 1000)k records, peak RSS growth (largest round; target < 50)", unit: "MB",
+                skyros: growth, baseline: 0))
         benchmarkAssert(growth < 50, "importBatch of \(rows) records grew the RSS by \(growth) MB (less than 50)")
     }
 }

@@ -79,91 +79,108 @@ extension BatchBenchmark {
         defer { try? pool.close() }
 
         // Iteration: every attribute of every object read, RSS sampled every 10,000 objects.
-        var skyrosIterate: [Double] = [], grdbIterate: [Double] = []
-        var skyrosGrowth = 0.0, grdbGrowth = 0.0
-        var skyrosSum = 0.0, grdbSum = 0.0
+        var skyrosIterate: [Double] = []
+        var grdbIterate: [Double] = []
+        var skyrosGrowth = 0.0
+        var grdbGrowth = 0.0
+        var skyrosSum = 0.0
+        var grdbSum = 0.0
         for _ in 0..<rounds {
             var start = residentMB()
             var peak = start
-            skyrosIterate.append(try Clock.seconds {
-                skyrosSum = try store.read { context in
-                    var sum = 0.0
-                    var seen = 0
-                    for item in try context.fetch(FetchDescriptor<Item>(), batchSize: 1_000) {
-                        sum += Self.checksum(item.name, item.value, item.flag, item.score, item.created)
-                        seen += 1
-                        if seen % 10_000 == 0 { peak = max(peak, residentMB()) }
+            skyrosIterate.append(
+                try Clock.seconds {
+                    skyrosSum = try store.read { context in
+                        var sum = 0.0
+                        var seen = 0
+                        for item in try context.fetch(FetchDescriptor<Item>(), batchSize: 1_000) {
+                            sum += Self.checksum(item.name, item.value, item.flag, item.score, item.created)
+                            seen += 1
+                            if seen % 10_000 == 0 { peak = max(peak, residentMB()) }
+                        }
+                        precondition(seen == rows, "Skyros iterated \(seen) objects")
+                        return sum
                     }
-                    precondition(seen == rows, "Skyros iterated \(seen) objects")
-                    return sum
-                }
-            })
+                })
             skyrosGrowth = max(skyrosGrowth, peak - start)
             start = residentMB()
             peak = start
-            grdbIterate.append(try Clock.seconds {
-                grdbSum = try pool.read { db in
-                    var sum = 0.0
-                    var seen = 0
-                    let items = try GRDBItem.fetchCursor(db)
-                    while let item = try items.next() {
-                        sum += Self.checksum(item.name, item.value, item.flag, item.score, item.created)
-                        seen += 1
-                        if seen % 10_000 == 0 { peak = max(peak, residentMB()) }
+            grdbIterate.append(
+                try Clock.seconds {
+                    grdbSum = try pool.read { db in
+                        var sum = 0.0
+                        var seen = 0
+                        let items = try GRDBItem.fetchCursor(db)
+                        while let item = try items.next() {
+                            sum += Self.checksum(item.name, item.value, item.flag, item.score, item.created)
+                            seen += 1
+                            if seen % 10_000 == 0 { peak = max(peak, residentMB()) }
+                        }
+                        precondition(seen == rows, "GRDB iterated \(seen) records")
+                        return sum
                     }
-                    precondition(seen == rows, "GRDB iterated \(seen) records")
-                    return sum
-                }
-            })
+                })
             grdbGrowth = max(grdbGrowth, peak - start)
             precondition(skyrosSum == grdbSum, "the iterations read different data")
         }
         // GRDB's fastest hand-written form: columns read by position from an explicit list.
         var byPosition: [Double] = []
         for _ in 0..<rounds {
-            byPosition.append(try Clock.seconds {
-                let sum = try pool.read { db in
-                    var sum = 0.0
-                    let items = try GRDBItemByPosition.fetchCursor(db, sql: GRDBItemByPosition.sql)
-                    while let item = try items.next() {
-                        sum += Self.checksum(item.name, item.value, item.flag, item.score, item.created)
+            byPosition.append(
+                try Clock.seconds {
+                    let sum = try pool.read { db in
+                        var sum = 0.0
+                        let items = try GRDBItemByPosition.fetchCursor(db, sql: GRDBItemByPosition.sql)
+                        while let item = try items.next() {
+                            sum += Self.checksum(item.name, item.value, item.flag, item.score, item.created)
+                        }
+                        return sum
                     }
-                    return sum
-                }
-                precondition(sum == grdbSum, "the iterations read different data")
-            })
+                    precondition(sum == grdbSum, "the iterations read different data")
+                })
         }
         let millions = "\(rows / 1_000_000 > 0 ? "\(rows / 1_000_000)M" : "\(rows / 1_000)k")"
-        report(Row(
-            name: "iterate \(millions) objects, batchSize 1000 (vs fetchCursor)", unit: "objects/s",
-            skyros: Double(rows) / Self.median(skyrosIterate), baseline: Double(rows) / Self.median(grdbIterate)))
-        report(Row(
-            name: "iterate \(millions) objects, batchSize 1000 (vs fetchCursor reading by position)", unit: "objects/s",
-            skyros: Double(rows) / Self.median(skyrosIterate), baseline: Double(rows) / Self.median(byPosition)))
-        report(Row(
-            name: "iterate \(millions) objects, peak RSS growth", unit: "MB",
-            skyros: skyrosGrowth, baseline: grdbGrowth))
+        report(
+            Row(
+                name: "iterate \(millions) objects, batchSize 1000 (vs fetchCursor)", unit: "objects/s",
+                skyros: Double(rows) / Self.median(skyrosIterate), baseline: Double(rows) / Self.median(grdbIterate)))
+        report(
+            Row(
+                name: "iterate \(millions) objects, batchSize 1000 (vs fetchCursor reading by position)",
+                unit: "objects/s",
+                skyros: Double(rows) / Self.median(skyrosIterate), baseline: Double(rows) / Self.median(byPosition)))
+        report(
+            Row(
+                name: "iterate \(millions) objects, peak RSS growth", unit: "MB",
+                skyros: skyrosGrowth, baseline: grdbGrowth))
         // The memory assertion of issue 18: iterating never holds the result.
-        benchmarkAssert(skyrosGrowth <= 20, "iterating \(millions) objects grew the RSS by \(skyrosGrowth) MB (at most 20)")
+        benchmarkAssert(
+            skyrosGrowth <= 20, "iterating \(millions) objects grew the RSS by \(skyrosGrowth) MB (at most 20)")
 
         // 1 % of the rows by the indexed attribute, 10 values a round, each fetch its own read.
         let values = 10
-        var skyrosIndexed: [Double] = [], grdbIndexed: [Double] = []
-        var skyrosRows = 0, grdbRows = 0
+        var skyrosIndexed: [Double] = []
+        var grdbIndexed: [Double] = []
+        var skyrosRows = 0
+        var grdbRows = 0
         for _ in 0..<rounds {
             skyrosRows = 0
             grdbRows = 0
-            skyrosIndexed.append(try Clock.seconds {
-                for wanted in 0..<values { skyrosRows += try Self.fetchIndexed(store, wanted) }
-            })
-            grdbIndexed.append(try Clock.seconds {
-                for wanted in 0..<values { grdbRows += try Self.fetchIndexed(pool, wanted) }
-            })
+            skyrosIndexed.append(
+                try Clock.seconds {
+                    for wanted in 0..<values { skyrosRows += try Self.fetchIndexed(store, wanted) }
+                })
+            grdbIndexed.append(
+                try Clock.seconds {
+                    for wanted in 0..<values { grdbRows += try Self.fetchIndexed(pool, wanted) }
+                })
             precondition(skyrosRows == grdbRows && grdbRows == values * rows / 100, "indexed fetches disagree")
         }
-        report(Row(
-            name: "fetch 1% by an indexed predicate (vs fetchAll)", unit: "objects/s",
-            skyros: Double(skyrosRows) / Self.median(skyrosIndexed), baseline: Double(grdbRows) / Self.median(grdbIndexed)))
+        report(
+            Row(
+                name: "fetch 1% by an indexed predicate (vs fetchAll)", unit: "objects/s",
+                skyros: Double(skyrosRows) / Self.median(skyrosIndexed),
+                baseline: Double(grdbRows) / Self.median(grdbIndexed)))
         try runWrites(store: store, pool: pool, report: report)
     }
 
@@ -196,54 +213,71 @@ extension BatchBenchmark {
         store: Skyros, pool: DatabasePool, report: (Row) -> Void
     ) throws {
         let perValue = rows / 100
-        var skyrosSave: [Double] = [], grdbSave: [Double] = []
-        var skyrosBatch: [Double] = [], grdbBatch: [Double] = []
+        var skyrosSave: [Double] = []
+        var grdbSave: [Double] = []
+        var skyrosBatch: [Double] = []
+        var grdbBatch: [Double] = []
         for round in 0..<rounds {
             // Values 20 + 4·round … 23 + 4·round: never the same rows twice, nor the reads' 0–9.
             let first = 20 + 4 * round
-            let skyrosValue = first, grdbValue = first + 1, skyrosBatchValue = first + 2, grdbBatchValue = first + 3
+            let skyrosValue = first
+            let grdbValue = first + 1
+            let skyrosBatchValue = first + 2
+            let grdbBatchValue = first + 3
             let score = Double(round) + 0.25
             var changed = 0
-            skyrosSave.append(try Clock.seconds {
-                try store.writeAndWait { context in
-                    for item in try context.fetch(FetchDescriptor<Item>(predicate: #Predicate { $0.value == skyrosValue })) {
-                        item.score = score
-                        changed += 1
+            skyrosSave.append(
+                try Clock.seconds {
+                    try store.writeAndWait { context in
+                        for item in try context.fetch(
+                            FetchDescriptor<Item>(predicate: #Predicate { $0.value == skyrosValue }))
+                        {
+                            item.score = score
+                            changed += 1
+                        }
                     }
-                }
-            })
+                })
             precondition(changed == perValue, "Skyros changed \(changed) objects")
             changed = 0
-            grdbSave.append(try Clock.seconds {
-                try pool.write { db in
-                    for var item in try GRDBItem.filter(Column("value") == grdbValue).fetchAll(db) {
-                        item.score = score
-                        try item.update(db, columns: [Column("score")])
-                        changed += 1
+            grdbSave.append(
+                try Clock.seconds {
+                    try pool.write { db in
+                        for var item in try GRDBItem.filter(Column("value") == grdbValue).fetchAll(db) {
+                            item.score = score
+                            try item.update(db, columns: [Column("score")])
+                            changed += 1
+                        }
                     }
-                }
-            })
+                })
             precondition(changed == perValue, "GRDB changed \(changed) records")
             var updated = 0
-            skyrosBatch.append(try Clock.seconds {
-                updated = try awaitResult {
-                    try await store.batchUpdate(Item.self, where: #Predicate { $0.value == skyrosBatchValue }, .set(\.score, to: score))
-                }
-            })
+            skyrosBatch.append(
+                try Clock.seconds {
+                    updated = try awaitResult {
+                        try await store.batchUpdate(
+                            Item.self, where: #Predicate { $0.value == skyrosBatchValue }, .set(\.score, to: score))
+                    }
+                })
             precondition(updated == perValue, "batchUpdate changed \(updated) rows")
-            grdbBatch.append(try Clock.seconds {
-                updated = try pool.write { db in
-                    try GRDBItem.filter(Column("value") == grdbBatchValue).updateAll(db, Column("score").set(to: score))
-                }
-            })
+            grdbBatch.append(
+                try Clock.seconds {
+                    updated = try pool.write { db in
+                        try GRDBItem.filter(Column("value") == grdbBatchValue).updateAll(
+                            db, Column("score").set(to: score))
+                    }
+                })
             precondition(updated == perValue, "updateAll changed \(updated) rows")
         }
         let thousands = "\(perValue / 1_000)k"
-        report(Row(
-            name: "update one attribute of \(thousands) objects, one transaction (vs GRDB record update)", unit: "objects/s",
-            skyros: Double(perValue) / Self.median(skyrosSave), baseline: Double(perValue) / Self.median(grdbSave)))
-        report(Row(
-            name: "batchUpdate \(thousands) rows (vs GRDB updateAll)", unit: "rows/s",
-            skyros: Double(perValue) / Self.median(skyrosBatch), baseline: Double(perValue) / Self.median(grdbBatch)))
+        report(
+            Row(
+                name: "update one attribute of \(thousands) objects, one transaction (vs GRDB record update)",
+                unit: "objects/s",
+                skyros: Double(perValue) / Self.median(skyrosSave), baseline: Double(perValue) / Self.median(grdbSave)))
+        report(
+            Row(
+                name: "batchUpdate \(thousands) rows (vs GRDB updateAll)", unit: "rows/s",
+                skyros: Double(perValue) / Self.median(skyrosBatch), baseline: Double(perValue) / Self.median(grdbBatch)
+            ))
     }
 }

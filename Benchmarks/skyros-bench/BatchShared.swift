@@ -30,7 +30,8 @@ extension BatchBenchmark {
             var updated = 0
             update = try Clock.seconds {
                 updated = try awaitResult {
-                    try await store.batchUpdate(Item.self, where: #Predicate { $0.value >= low && $0.value < high }, .set(\.score, to: 1.5))
+                    try await store.batchUpdate(
+                        Item.self, where: #Predicate { $0.value >= low && $0.value < high }, .set(\.score, to: 1.5))
                 }
             }
             precondition(updated == tenth, "wrong update count")
@@ -38,14 +39,19 @@ extension BatchBenchmark {
             var deleted = 0
             delete = try Clock.seconds {
                 deleted = try awaitResult {
-                    try await store.batchDelete(Item.self, where: #Predicate { $0.value >= deleteLow && $0.value < deleteHigh })
+                    try await store.batchDelete(
+                        Item.self, where: #Predicate { $0.value >= deleteLow && $0.value < deleteHigh })
                 }
             }
             precondition(deleted == tenth, "wrong delete count")
         }
-        report(Row(name: "batch update of \(tenth / 1000)k of \(rows / 1000)k rows, daemon vs embedded", unit: "Mrows/s",
-                   skyros: Double(tenth) / 1e6 / update, baseline: Double(tenth) / 1e6 / embeddedUpdate))
-        report(Row(name: "batch delete of \(tenth / 1000)k of \(rows / 1000)k rows, daemon vs embedded", unit: "Mrows/s",
-                   skyros: Double(tenth) / 1e6 / delete, baseline: Double(tenth) / 1e6 / embeddedDelete))
+        report(
+            Row(
+                name: "batch update of \(tenth / 1000)k of \(rows / 1000)k rows, daemon vs embedded", unit: "Mrows/s",
+                skyros: Double(tenth) / 1e6 / update, baseline: Double(tenth) / 1e6 / embeddedUpdate))
+        report(
+            Row(
+                name: "batch delete of \(tenth / 1000)k of \(rows / 1000)k rows, daemon vs embedded", unit: "Mrows/s",
+                skyros: Double(tenth) / 1e6 / delete, baseline: Double(tenth) / 1e6 / embeddedDelete))
     }
 }

@@ -35,36 +35,53 @@ struct ContentionBenchmark {
             setup.createItemTable()
             let direct = try measure(role: "contention-direct", target: databasePath, count: count)
             rates[count] = skyros.rate
-            report(Row(name: "contention: \(count) clients, aggregate saves", unit: "saves/s",
-                       skyros: skyros.rate, baseline: direct.rate))
-            report(Row(name: "contention: \(count) clients, save p99", unit: "us",
-                       skyros: percentile(skyros.latencies, 99), baseline: percentile(direct.latencies, 99)))
+            report(
+                Row(
+                    name: "contention: \(count) clients, aggregate saves", unit: "saves/s",
+                    skyros: skyros.rate, baseline: direct.rate))
+            report(
+                Row(
+                    name: "contention: \(count) clients, save p99", unit: "us",
+                    skyros: percentile(skyros.latencies, 99), baseline: percentile(direct.latencies, 99)))
             // Direct SQLite's latencies have a long tail past its p99, even past its p99.9 (SQLite's
             // busy handler sleeps 1, 2, 5, 10… ms while another process holds the write lock):
             // its mean shows it.
-            report(Row(name: "contention: \(count) clients, save p99.9", unit: "us",
-                       skyros: percentile(skyros.latencies, 99.9), baseline: percentile(direct.latencies, 99.9)))
-            report(Row(name: "contention: \(count) clients, save mean", unit: "us",
-                       skyros: mean(skyros.latencies), baseline: mean(direct.latencies)))
+            report(
+                Row(
+                    name: "contention: \(count) clients, save p99.9", unit: "us",
+                    skyros: percentile(skyros.latencies, 99.9), baseline: percentile(direct.latencies, 99.9)))
+            report(
+                Row(
+                    name: "contention: \(count) clients, save mean", unit: "us",
+                    skyros: mean(skyros.latencies), baseline: mean(direct.latencies)))
             if ceiling {
                 let bare = try throughBare("bare-\(count)", count: count)
-                report(Row(name: "contention: \(count) clients, bare group commit", unit: "saves/s",
-                           skyros: bare.rate, baseline: direct.rate))
+                report(
+                    Row(
+                        name: "contention: \(count) clients, bare group commit", unit: "saves/s",
+                        skyros: bare.rate, baseline: direct.rate))
                 // What the p99 target asks of any server: the bare one's p99 against direct SQLite's.
-                report(Row(name: "contention: \(count) clients, bare group commit save p99", unit: "us",
-                           skyros: percentile(bare.latencies, 99), baseline: percentile(direct.latencies, 99)))
+                report(
+                    Row(
+                        name: "contention: \(count) clients, bare group commit save p99", unit: "us",
+                        skyros: percentile(bare.latencies, 99), baseline: percentile(direct.latencies, 99)))
             }
         }
         if let eight = rates[8], let one = rates[1] {
-            report(Row(name: "contention: 8 clients vs Skyros' own single-client rate", unit: "saves/s",
-                       skyros: eight, baseline: one))
+            report(
+                Row(
+                    name: "contention: 8 clients vs Skyros' own single-client rate", unit: "saves/s",
+                    skyros: eight, baseline: one))
         }
         if ceiling {
             var rounds: [(skyros: Double, bare: Double)] = []
             for round in 0..<3 { rounds.append(try alternating(round: round, count: 8)) }
             let median = rounds.sorted { $0.skyros / $0.bare < $1.skyros / $1.bare }[1]
-            report(Row(name: "contention: 8 clients vs the bare group commit, daemon and bare in turn (median of 3 rounds)",
-                       unit: "saves/s", skyros: median.skyros, baseline: median.bare))
+            report(
+                Row(
+                    name:
+                        "contention: 8 clients vs the bare group commit, daemon and bare in turn (median of 3 rounds)",
+                    unit: "saves/s", skyros: median.skyros, baseline: median.bare))
         }
     }
 
@@ -73,8 +90,10 @@ struct ContentionBenchmark {
     private func alternating(round: Int, count: Int) throws -> (skyros: Double, bare: Double) {
         let skyros = try throughDaemon("turn-\(round)", count: count)
         let bare = try throughBare("turn-bare-\(round)", count: count)
-        FileHandle.standardError.write(Data(
-            "round \(round + 1): daemon \(Int(skyros.rate)), bare \(Int(bare.rate)) saves/s, \(String(format: "%.2f", skyros.rate / bare.rate))×\n".utf8))
+        FileHandle.standardError.write(
+            Data(
+                "round \(round + 1): daemon \(Int(skyros.rate)), bare \(Int(bare.rate)) saves/s, \(String(format: "%.2f", skyros.rate / bare.rate))×\n"
+                    .utf8))
         return (skyros.rate, bare.rate)
     }
 
@@ -89,8 +108,10 @@ struct ContentionBenchmark {
         daemon.stop()
         if ProcessInfo.processInfo.environment["SKYROS_BENCH_CPU"] != nil {
             let statistics = daemon.server.statistics
-            FileHandle.standardError.write(Data(
-                "daemon ×\(count): \(statistics.changeSets) change sets, \(statistics.commits) commits, \(statistics.publishes) event messages\n".utf8))
+            FileHandle.standardError.write(
+                Data(
+                    "daemon ×\(count): \(statistics.changeSets) change sets, \(statistics.commits) commits, \(statistics.publishes) event messages\n"
+                        .utf8))
         }
         return result
     }
@@ -102,7 +123,8 @@ struct ContentionBenchmark {
         let result = try measure(role: "contention-bare", target: server.endpoint, count: count)
         server.stop()
         if ProcessInfo.processInfo.environment["SKYROS_BENCH_CPU"] != nil {
-            FileHandle.standardError.write(Data("bare ×\(count): \(server.counts.saves) saves, \(server.counts.commits) commits\n".utf8))
+            FileHandle.standardError.write(
+                Data("bare ×\(count): \(server.counts.saves) saves, \(server.counts.commits) commits\n".utf8))
         }
         return result
     }
@@ -116,7 +138,9 @@ struct ContentionBenchmark {
     private func measure(role: String, target: String, count: Int) throws -> Result {
         let go = directory.appendingPathComponent("go-\(role)-\(count)").path
         var cpuBefore = (0.0, 0.0)
-        let outputs = try FloodBenchmark.launch(Array(repeating: role, count: count), target: target, go: go, seconds: seconds) {
+        let outputs = try FloodBenchmark.launch(
+            Array(repeating: role, count: count), target: target, go: go, seconds: seconds
+        ) {
             cpuBefore = (Self.cpuSeconds(RUSAGE_SELF.rawValue), Self.cpuSeconds(RUSAGE_CHILDREN.rawValue))
         }
         var result = Result(rate: 0, latencies: [])
@@ -133,8 +157,10 @@ struct ContentionBenchmark {
             let saves = result.rate * seconds
             let daemon = (Self.cpuSeconds(RUSAGE_SELF.rawValue) - cpuBefore.0) / saves * 1e6
             let clients = (Self.cpuSeconds(RUSAGE_CHILDREN.rawValue) - cpuBefore.1) / saves * 1e6
-            FileHandle.standardError.write(Data(
-                "\(role) ×\(count): CPU per save: this process \(Int(daemon)) µs, clients \(Int(clients)) µs (\(Int(loopCPU / saves * 1e6)) µs in the loop, without start-up)\n".utf8))
+            FileHandle.standardError.write(
+                Data(
+                    "\(role) ×\(count): CPU per save: this process \(Int(daemon)) µs, clients \(Int(clients)) µs (\(Int(loopCPU / saves * 1e6)) µs in the loop, without start-up)\n"
+                        .utf8))
         }
         return result
     }
@@ -189,7 +215,8 @@ struct ContentionBenchmark {
         if ProcessInfo.processInfo.environment["SKYROS_BENCH_WRITESYNC"] != nil {
             let done = DispatchSemaphore(value: 0)
             saveLoop(go: go, seconds: seconds) { index in
-                store.writeSync({ context in Item.create(in: context).value = index }, completion: { _ in done.signal() })
+                store.writeSync(
+                    { context in Item.create(in: context).value = index }, completion: { _ in done.signal() })
                 done.wait()
             }
             return

@@ -47,18 +47,22 @@ struct EmbeddedBenchmark {
         func pairedMedian(_ name: String, _ rates: (RoundTimes) -> (skyros: Double, baseline: Double)) -> Row {
             let pairs = times.map(rates)
             if verbose {
-                let text = pairs.map { String(format: "%.0f/%.0f=%.3f", $0.skyros, $0.baseline, $0.skyros / $0.baseline) }
+                let text = pairs.map {
+                    String(format: "%.0f/%.0f=%.3f", $0.skyros, $0.baseline, $0.skyros / $0.baseline)
+                }
                 FileHandle.standardError.write(Data("\(name): \(text.joined(separator: " "))\n".utf8))
             }
             let median = pairs.sorted { $0.skyros / $0.baseline < $1.skyros / $1.baseline }[pairs.count / 2]
             return Row(name: name, unit: "objects/s", skyros: median.skyros, baseline: median.baseline)
         }
-        report(pairedMedian("insert \(count) objects, one write") {
-            (Double(count) / $0.skyrosInsert, Double(count) / $0.rawInsert)
-        })
-        report(pairedMedian("fetch all \(count) and read every attribute") {
-            (Double(count) / $0.skyrosFetch, Double(count) / $0.rawFetch)
-        })
+        report(
+            pairedMedian("insert \(count) objects, one write") {
+                (Double(count) / $0.skyrosInsert, Double(count) / $0.rawInsert)
+            })
+        report(
+            pairedMedian("fetch all \(count) and read every attribute") {
+                (Double(count) / $0.skyrosFetch, Double(count) / $0.rawFetch)
+            })
         report(pairedMedian("fetch 1% by an indexed attribute") { (rows / $0.skyrosIndexed, rows / $0.rawIndexed) })
     }
 
@@ -71,12 +75,14 @@ struct EmbeddedBenchmark {
         let store = try Skyros(sqliteStack: benchSchema, at: skyrosURL)
         let done = DispatchSemaphore(value: 0)
         let skyrosInsert = Clock.seconds {
-            store.writeSync({ context in
-                for index in 0..<count { Self.fill(Item.create(in: context), index) }
-            }, completion: { error in
-                if let error { fatalError("insert failed: \(error)") }
-                done.signal()
-            })
+            store.writeSync(
+                { context in
+                    for index in 0..<count { Self.fill(Item.create(in: context), index) }
+                },
+                completion: { error in
+                    if let error { fatalError("insert failed: \(error)") }
+                    done.signal()
+                })
             done.wait()
         }
 
@@ -90,7 +96,8 @@ struct EmbeddedBenchmark {
         let skyrosFetch = try Clock.seconds {
             try reader.read { context in
                 for item in try Item.all(in: context) {
-                    checksum += Double(item.name.utf8.count + item.value) + item.score + (item.flag ? 1 : 0)
+                    checksum +=
+                        Double(item.name.utf8.count + item.value) + item.score + (item.flag ? 1 : 0)
                         + item.created.timeIntervalSince1970
                 }
             }
@@ -142,20 +149,29 @@ struct EmbeddedBenchmark {
     private func singleSaves(report: (Row) -> Void) throws {
         let done = DispatchSemaphore(value: 0)
         let (skyros, baseline) = try alternatingSaves("saves") { store, index in
-            store.writeSync({ context in Self.fill(Item.create(in: context), index) }, completion: { _ in done.signal() })
+            store.writeSync(
+                { context in Self.fill(Item.create(in: context), index) }, completion: { _ in done.signal() })
             done.wait()
         }
-        report(Row(name: "one-object save until durable p50", unit: "us",
-                   skyros: percentile(skyros, 50), baseline: percentile(baseline, 50)))
-        report(Row(name: "one-object save until durable p99", unit: "us",
-                   skyros: percentile(skyros, 99), baseline: percentile(baseline, 99)))
+        report(
+            Row(
+                name: "one-object save until durable p50", unit: "us",
+                skyros: percentile(skyros, 50), baseline: percentile(baseline, 50)))
+        report(
+            Row(
+                name: "one-object save until durable p99", unit: "us",
+                skyros: percentile(skyros, 99), baseline: percentile(baseline, 99)))
         let (waited, waitedBaseline) = try alternatingSaves("waits") { store, index in
             try store.writeAndWait { context in Self.fill(Item.create(in: context), index) }
         }
-        report(Row(name: "one-object writeAndWait p50", unit: "us",
-                   skyros: percentile(waited, 50), baseline: percentile(waitedBaseline, 50)))
-        report(Row(name: "one-object writeAndWait p99", unit: "us",
-                   skyros: percentile(waited, 99), baseline: percentile(waitedBaseline, 99)))
+        report(
+            Row(
+                name: "one-object writeAndWait p50", unit: "us",
+                skyros: percentile(waited, 50), baseline: percentile(waitedBaseline, 50)))
+        report(
+            Row(
+                name: "one-object writeAndWait p99", unit: "us",
+                skyros: percentile(waited, 99), baseline: percentile(waitedBaseline, 99)))
     }
 
     /// `saveSamples` one-object saves through a new stack, each followed by a raw single-row
@@ -216,7 +232,9 @@ struct EmbeddedBenchmark {
             }
         }
         precondition(sum == rawSum, "iterations disagree")
-        report(Row(name: "iterate \(iterateCount) objects in batches, peak RSS growth", unit: "MB",
-                   skyros: peak - start, baseline: rawPeak - rawStart))
+        report(
+            Row(
+                name: "iterate \(iterateCount) objects in batches, peak RSS growth", unit: "MB",
+                skyros: peak - start, baseline: rawPeak - rawStart))
     }
 }

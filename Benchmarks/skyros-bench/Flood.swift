@@ -33,7 +33,9 @@ struct FloodBenchmark {
                 item.value = index
             }
         }
-        let alone = try Self.launch(["flood-writer"], target: folder.path, go: directory.appendingPathComponent("go-alone").path, seconds: seconds)
+        let alone = try Self.launch(
+            ["flood-writer"], target: folder.path, go: directory.appendingPathComponent("go-alone").path,
+            seconds: seconds)
         let flooded = try Self.launch(
             ["flood-writer"] + Array(repeating: "flood-reader", count: readers), target: folder.path,
             go: directory.appendingPathComponent("go-flood").path, seconds: seconds)
@@ -43,22 +45,40 @@ struct FloodBenchmark {
         let aloneSaves = try Self.reported(after: "RESULT ", in: alone[0], by: "flood-writer")
         let floodSaves = try Self.reported(after: "RESULT ", in: flooded[0], by: "flood-writer")
         let busySaves = try Self.reported(after: "RESULT ", in: busy[0], by: "flood-writer")
-        let reads = try flooded.dropFirst().map { try Self.reported(after: "READS ", in: $0, by: "flood-reader")[0] }.reduce(0, +)
-        report(Row(name: "flood: writer save p99, 4 readers of \(objects) objects (vs alone)", unit: "us",
-                   skyros: percentile(Array(floodSaves.dropFirst()), 99), baseline: percentile(Array(aloneSaves.dropFirst()), 99)))
-        report(Row(name: "flood: writer save p50, 4 readers of \(objects) objects (vs alone)", unit: "us",
-                   skyros: percentile(Array(floodSaves.dropFirst()), 50), baseline: percentile(Array(aloneSaves.dropFirst()), 50)))
-        report(Row(name: "flood: writer save p99, 4 readers (vs 4 busy processes that never use Skyros)", unit: "us",
-                   skyros: percentile(Array(floodSaves.dropFirst()), 99), baseline: percentile(Array(busySaves.dropFirst()), 99)))
-        report(Row(name: "flood: writer saves/s, 4 readers (vs alone)", unit: "saves/s",
-                   skyros: (floodSaves.first ?? 0) / seconds, baseline: (aloneSaves.first ?? 0) / seconds))
-        report(Row(name: "flood: writer saves/s, 4 readers (vs 4 busy processes that never use Skyros)", unit: "saves/s",
-                   skyros: (floodSaves.first ?? 0) / seconds, baseline: (busySaves.first ?? 0) / seconds))
-        report(Row(name: "flood: writer saves failed, 4 readers (vs alone)", unit: "saves",
-                   skyros: try Self.reported(after: "FAILED ", in: flooded[0], by: "flood-writer")[0],
-                   baseline: try Self.reported(after: "FAILED ", in: alone[0], by: "flood-writer")[0]))
-        report(Row(name: "flood: fetches of \(objects) objects by the 4 readers", unit: "fetches/s",
-                   skyros: reads / seconds, baseline: 0))
+        let reads = try flooded.dropFirst().map { try Self.reported(after: "READS ", in: $0, by: "flood-reader")[0] }
+            .reduce(0, +)
+        report(
+            Row(
+                name: "flood: writer save p99, 4 readers of \(objects) objects (vs alone)", unit: "us",
+                skyros: percentile(Array(floodSaves.dropFirst()), 99),
+                baseline: percentile(Array(aloneSaves.dropFirst()), 99)))
+        report(
+            Row(
+                name: "flood: writer save p50, 4 readers of \(objects) objects (vs alone)", unit: "us",
+                skyros: percentile(Array(floodSaves.dropFirst()), 50),
+                baseline: percentile(Array(aloneSaves.dropFirst()), 50)))
+        report(
+            Row(
+                name: "flood: writer save p99, 4 readers (vs 4 busy processes that never use Skyros)", unit: "us",
+                skyros: percentile(Array(floodSaves.dropFirst()), 99),
+                baseline: percentile(Array(busySaves.dropFirst()), 99)))
+        report(
+            Row(
+                name: "flood: writer saves/s, 4 readers (vs alone)", unit: "saves/s",
+                skyros: (floodSaves.first ?? 0) / seconds, baseline: (aloneSaves.first ?? 0) / seconds))
+        report(
+            Row(
+                name: "flood: writer saves/s, 4 readers (vs 4 busy processes that never use Skyros)", unit: "saves/s",
+                skyros: (floodSaves.first ?? 0) / seconds, baseline: (busySaves.first ?? 0) / seconds))
+        report(
+            Row(
+                name: "flood: writer saves failed, 4 readers (vs alone)", unit: "saves",
+                skyros: try Self.reported(after: "FAILED ", in: flooded[0], by: "flood-writer")[0],
+                baseline: try Self.reported(after: "FAILED ", in: alone[0], by: "flood-writer")[0]))
+        report(
+            Row(
+                name: "flood: fetches of \(objects) objects by the 4 readers", unit: "fetches/s",
+                skyros: reads / seconds, baseline: 0))
     }
 
     /// The numbers of the line a process reported with `prefix`: a process that reported
@@ -66,7 +86,8 @@ struct FloodBenchmark {
     static func reported(after prefix: String, in output: String, by role: String) throws -> [Double] {
         let numbers = numbers(after: prefix, in: output)
         guard !numbers.isEmpty else {
-            throw SkyrosError(.storeFailure, "a \(role) process reported no '\(prefix)' line; its output:\n\(output.suffix(2_000))")
+            throw SkyrosError(
+                .storeFailure, "a \(role) process reported no '\(prefix)' line; its output:\n\(output.suffix(2_000))")
         }
         return numbers
     }
@@ -89,7 +110,8 @@ struct FloodBenchmark {
         // run by that command, found on the PATH (instruction counts of one client among real
         // others); SKYROS_BENCH_WRAP_COUNT=N wraps the first N (a script that runs another
         // build for some of them compares two builds' clients in one run, under the same load).
-        let wrap = ProcessInfo.processInfo.environment["SKYROS_BENCH_WRAP"]?.split(separator: " ").map(String.init) ?? []
+        let wrap =
+            ProcessInfo.processInfo.environment["SKYROS_BENCH_WRAP"]?.split(separator: " ").map(String.init) ?? []
         let wrapped = ProcessInfo.processInfo.environment["SKYROS_BENCH_WRAP_COUNT"].flatMap { Int($0) } ?? 1
         var processes: [(Process, Pipe)] = []
         for role in roles {

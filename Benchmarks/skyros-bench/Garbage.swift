@@ -19,9 +19,10 @@ struct GarbageBenchmark {
 
     /// The hidden role: a daemon for the group `g` in `groups`, logging to stderr.
     static func daemon(groups: String) throws {
-        let server = try DaemonServer(configuration: .init(
-            container: GroupContainer(url: URL(fileURLWithPath: groups).appendingPathComponent("g")),
-            log: { line in FileHandle.standardError.write(Data((line + "\n").utf8)) }))
+        let server = try DaemonServer(
+            configuration: .init(
+                container: GroupContainer(url: URL(fileURLWithPath: groups).appendingPathComponent("g")),
+                log: { line in FileHandle.standardError.write(Data((line + "\n").utf8)) }))
         signal(SIGTERM) { _ in exit(0) }
         server.serve()
     }
@@ -51,25 +52,36 @@ struct GarbageBenchmark {
         let rss2 = Self.residentMB(pid)
         let log2 = logSize()
         guard answered == malformedFrames, refused == longHellos, kill(pid, 0) == 0 else {
-            FileHandle.standardError.write(Data(
-                "garbage: \(answered) of \(malformedFrames) frames answered, \(refused) of \(longHellos) hellos refused\n".utf8))
+            FileHandle.standardError.write(
+                Data(
+                    "garbage: \(answered) of \(malformedFrames) frames answered, \(refused) of \(longHellos) hellos refused\n"
+                        .utf8))
             exit(1)
         }
-        report(Row(name: "daemon RSS growth after \(malformedFrames) malformed frames", unit: "MB",
-                   skyros: rss1 - rss0, baseline: 20))
-        report(Row(name: "daemon RSS growth after \(longHellos) hellos with 1 MiB names", unit: "MB",
-                   skyros: rss2 - rss1, baseline: 20))
-        report(Row(name: "daemon log growth after \(malformedFrames) malformed frames", unit: "KB",
-                   skyros: Double(log1 - log0) / 1024, baseline: 1024))
-        report(Row(name: "daemon log growth after \(longHellos) hellos with 1 MiB names", unit: "KB",
-                   skyros: Double(log2 - log1) / 1024, baseline: 1024))
+        report(
+            Row(
+                name: "daemon RSS growth after \(malformedFrames) malformed frames", unit: "MB",
+                skyros: rss1 - rss0, baseline: 20))
+        report(
+            Row(
+                name: "daemon RSS growth after \(longHellos) hellos with 1 MiB names", unit: "MB",
+                skyros: rss2 - rss1, baseline: 20))
+        report(
+            Row(
+                name: "daemon log growth after \(malformedFrames) malformed frames", unit: "KB",
+                skyros: Double(log1 - log0) / 1024, baseline: 1024))
+        report(
+            Row(
+                name: "daemon log growth after \(longHellos) hellos with 1 MiB names", unit: "KB",
+                skyros: Double(log2 - log1) / 1024, baseline: 1024))
     }
 
     /// Starts the daemon with its stderr in `log`; its pid.
     static func spawnDaemon(groups: String, log: String) throws -> pid_t {
         let me = URL(fileURLWithPath: "/proc/self/exe").resolvingSymlinksInPath()
         let skyrosd = me.deletingLastPathComponent().appendingPathComponent("skyrosd").path
-        let arguments = FileManager.default.isExecutableFile(atPath: skyrosd)
+        let arguments =
+            FileManager.default.isExecutableFile(atPath: skyrosd)
             ? [skyrosd, "--group", "g", "--groups-dir", groups]
             : [me.path, "garbage-daemon", groups]
         var actions = posix_spawn_file_actions_t()

@@ -35,7 +35,9 @@ enum Clock {
 func percentile(_ samples: [Double], _ p: Double) -> Double {
     let sorted = samples.sorted()
     // A percentile of nothing is no figure: a measurement that produced no sample fails.
-    guard !sorted.isEmpty else { benchmarkFailure("a percentile of an empty sample: the measurement produced no figure") }
+    guard !sorted.isEmpty else {
+        benchmarkFailure("a percentile of an empty sample: the measurement produced no figure")
+    }
     let index = min(sorted.count - 1, Int((p / 100 * Double(sorted.count)).rounded(.up)) - 1)
     return sorted[max(0, index)]
 }

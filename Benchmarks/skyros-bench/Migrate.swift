@@ -124,7 +124,10 @@ struct MigrateBenchmark {
                         rawOpen.append(raw)
                     }
                 }
-                report(Row(name: "open an up-to-date store (no migration)", unit: "ms", skyros: median(open) * 1000, baseline: median(rawOpen) * 1000))
+                report(
+                    Row(
+                        name: "open an up-to-date store (no migration)", unit: "ms", skyros: median(open) * 1000,
+                        baseline: median(rawOpen) * 1000))
             }
             report(Row(name: name + ", peak RSS growth", unit: "MB", skyros: skyrosMemory, baseline: baselineMemory))
         }
@@ -155,7 +158,11 @@ struct MigrateBenchmark {
             db.bindID(statement, 1, index)
             db.bind(statement, 2, "record \(index)")
             sqlite3_bind_int64(statement, 3, Int64(index % 1000))
-            if index % 3 == 0 { sqlite3_bind_null(statement, 4) } else { sqlite3_bind_int64(statement, 4, Int64(index)) }
+            if index % 3 == 0 {
+                sqlite3_bind_null(statement, 4)
+            } else {
+                sqlite3_bind_int64(statement, 4, Int64(index))
+            }
             db.bind(statement, 5, "a note about record \(index)")
             db.step(statement)
         }

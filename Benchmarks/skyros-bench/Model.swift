@@ -118,7 +118,9 @@ struct ModelBenchmark {
                     var id = UUID().uuid
                     withUnsafeBytes(of: &id) { _ = sqlite3_bind_blob(insert, 1, $0.baseAddress, 16, SQLITE_TRANSIENT) }
                     sqlite3_bind_blob(insert, 2, post, length, SQLITE_TRANSIENT)
-                    tagIDs[tag].withUnsafeBytes { _ = sqlite3_bind_blob(insert, 3, $0.baseAddress, 16, SQLITE_TRANSIENT) }
+                    tagIDs[tag].withUnsafeBytes {
+                        _ = sqlite3_bind_blob(insert, 3, $0.baseAddress, 16, SQLITE_TRANSIENT)
+                    }
                     raw.step(insert)
                 }
                 index += 1
@@ -129,12 +131,14 @@ struct ModelBenchmark {
         }
         let linked = try store.store.count(StoreRequest(entityName: "_Post_tags"))
         precondition(linked == links, "Skyros stored \(linked) links of \(links)")
-        report(Row(
-            name: "link \(posts / 1_000)k posts to 10 tags each, one save (vs SQL)", unit: "links/s",
-            skyros: Double(links) / skyrosLink, baseline: Double(links) / rawLink))
+        report(
+            Row(
+                name: "link \(posts / 1_000)k posts to 10 tags each, one save (vs SQL)", unit: "links/s",
+                skyros: Double(links) / skyrosLink, baseline: Double(links) / rawLink))
 
         // Fetch the posts of one tag: 1 % of the links, a different tag each round.
-        var skyrosFetch: [Double] = [], rawFetch: [Double] = []
+        var skyrosFetch: [Double] = []
+        var rawFetch: [Double] = []
         let join = raw.prepare(
             "SELECT p.\"_id\", p.\"_version\", p.\"title\" FROM \"Post\" p JOIN \"_Post_tags\" l ON l.\"source\" = p.\"_id\" JOIN \"Tag\" t ON t.\"_id\" = l.\"target\" WHERE t.\"name\" = ?"
         )
@@ -143,30 +147,36 @@ struct ModelBenchmark {
             let name = "tag-\(round * 7 % Self.tagCount)"
             let reader = ObjectContext(name: "reader", parent: store.rootContext)
             var found = 0
-            skyrosFetch.append(try Clock.seconds {
-                found = try reader.performAndWait {
-                    try reader.fetch(FetchDescriptor<Post>(predicate: #Predicate { $0.tags.contains { $0.name == name } }))
+            skyrosFetch.append(
+                try Clock.seconds {
+                    found = try reader.performAndWait {
+                        try reader.fetch(
+                            FetchDescriptor<Post>(predicate: #Predicate { $0.tags.contains { $0.name == name } })
+                        )
                         .reduce(0) { count, post in count + (post.title.isEmpty ? 0 : 1) }
-                }
-            })
+                    }
+                })
             precondition(found == links / Self.tagCount, "Skyros found \(found) posts")
             found = 0
-            rawFetch.append(Clock.seconds {
-                sqlite3_reset(join)
-                sqlite3_bind_text(join, 1, name, -1, SQLITE_TRANSIENT)
-                while sqlite3_step(join) == SQLITE_ROW {
-                    _ = Data(bytes: sqlite3_column_blob(join, 0), count: Int(sqlite3_column_bytes(join, 0)))
-                    _ = sqlite3_column_int64(join, 1)
-                    if !String(cString: sqlite3_column_text(join, 2)).isEmpty { found += 1 }
-                }
-            })
+            rawFetch.append(
+                Clock.seconds {
+                    sqlite3_reset(join)
+                    sqlite3_bind_text(join, 1, name, -1, SQLITE_TRANSIENT)
+                    while sqlite3_step(join) == SQLITE_ROW {
+                        _ = Data(bytes: sqlite3_column_blob(join, 0), count: Int(sqlite3_column_bytes(join, 0)))
+                        _ = sqlite3_column_int64(join, 1)
+                        if !String(cString: sqlite3_column_text(join, 2)).isEmpty { found += 1 }
+                    }
+                })
             precondition(found == links / Self.tagCount, "SQL found \(found) posts")
         }
-        report(Row(
-            name: "fetch the posts of a tag, \(links / Self.tagCount / 1_000)k of \(links / 1_000)k links (vs SQL join)",
-            unit: "objects/s",
-            skyros: Double(links / Self.tagCount) / BatchBenchmark.median(skyrosFetch),
-            baseline: Double(links / Self.tagCount) / BatchBenchmark.median(rawFetch)))
+        report(
+            Row(
+                name:
+                    "fetch the posts of a tag, \(links / Self.tagCount / 1_000)k of \(links / 1_000)k links (vs SQL join)",
+                unit: "objects/s",
+                skyros: Double(links / Self.tagCount) / BatchBenchmark.median(skyrosFetch),
+                baseline: Double(links / Self.tagCount) / BatchBenchmark.median(rawFetch)))
 
         try orderedMove(store, report: report)
         try inheritance(report: report)
@@ -206,7 +216,8 @@ struct ModelBenchmark {
             }
         }
         let width = count / 100
-        var subentity: [Double] = [], flat: [Double] = []
+        var subentity: [Double] = []
+        var flat: [Double] = []
         /// The seconds a fetch takes, each object's `arms` read.
         func fetch<T: ManagedObject>(_ descriptor: FetchDescriptor<T>, arms: KeyPath<T, Int>) throws -> Double {
             let reader = ObjectContext(name: "reader", parent: store.rootContext)
@@ -233,10 +244,13 @@ struct ModelBenchmark {
                 subentity.append(try fetch(robots, arms: \.arms))
             }
         }
-        report(Row(
-            name: "fetch 1 % of \(count / 1_000)k objects of a subentity, \(interleaved ? "1 in 11 rows another's" : "its rows alone") (vs flat)",
-            unit: "objects/s",
-            skyros: Double(width) / BatchBenchmark.median(subentity), baseline: Double(width) / BatchBenchmark.median(flat)))
+        report(
+            Row(
+                name:
+                    "fetch 1 % of \(count / 1_000)k objects of a subentity, \(interleaved ? "1 in 11 rows another's" : "its rows alone") (vs flat)",
+                unit: "objects/s",
+                skyros: Double(width) / BatchBenchmark.median(subentity),
+                baseline: Double(width) / BatchBenchmark.median(flat)))
     }
 
     /// Moves one step of a checklist of 10,000 per round, and updates one step's title per
@@ -256,7 +270,8 @@ struct ModelBenchmark {
             }
         }
         let root = store.rootContext
-        var moves: [Double] = [], updates: [Double] = []
+        var moves: [Double] = []
+        var updates: [Double] = []
         var written: [Int] = []
         var generator = SystemRandomNumberGenerator()
         for _ in 0..<max(rounds, 5) {
@@ -272,10 +287,11 @@ struct ModelBenchmark {
                 return mover.insertedObjects.count + mover.updatedObjects.count + mover.deletedObjects.count
             }
             written.append(rows)
-            moves.append(try Clock.seconds {
-                try mover.performAndWait { try mover.save() }
-                try root.performAndWait { try root.save() }
-            })
+            moves.append(
+                try Clock.seconds {
+                    try mover.performAndWait { try mover.save() }
+                    try root.performAndWait { try root.save() }
+                })
             let editor = ObjectContext(name: "editor", parent: root)
             try editor.performAndWait {
                 // The same situation as the move's: the list read, then one step edited.
@@ -283,18 +299,21 @@ struct ModelBenchmark {
                 steps[Int.random(in: 0..<count, using: &generator)].title += "'"
                 precondition(editor.updatedObjects.count == 1)
             }
-            updates.append(try Clock.seconds {
-                try editor.performAndWait { try editor.save() }
-                try root.performAndWait { try root.save() }
-            })
+            updates.append(
+                try Clock.seconds {
+                    try editor.performAndWait { try editor.save() }
+                    try root.performAndWait { try root.save() }
+                })
         }
         precondition(written.allSatisfy { $0 == 1 }, "a move wrote \(written) rows")
         let check = ObjectContext(name: "check", parent: store.store)
         let order = try check.performAndWait { try Checklist.first(in: check)!.steps.count }
         precondition(order == count, "the list has \(order) steps")
-        report(Row(
-            name: "move 1 of 10k ordered steps, save (\(written.max()!) row written; vs a 1-attribute update)",
-            unit: "saves/s", skyros: 1 / BatchBenchmark.median(moves), baseline: 1 / BatchBenchmark.median(updates)))
+        report(
+            Row(
+                name: "move 1 of 10k ordered steps, save (\(written.max()!) row written; vs a 1-attribute update)",
+                unit: "saves/s", skyros: 1 / BatchBenchmark.median(moves), baseline: 1 / BatchBenchmark.median(updates))
+        )
     }
 }
 

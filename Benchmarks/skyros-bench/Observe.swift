@@ -17,19 +17,29 @@ struct ObserveBenchmark {
         for size in sizes {
             let (work, endToEnd) = try controller(size)
             let grdb = try valueObservation(size)
-            report(Row(name: "controller: a change delivered over \(size / 1000)k results p50", unit: "us",
-                       skyros: percentile(work, 50), baseline: percentile(grdb, 50)))
-            report(Row(name: "controller: a change delivered over \(size / 1000)k results p99", unit: "us",
-                       skyros: percentile(work, 99), baseline: percentile(grdb, 99)))
-            report(Row(name: "controller: write → onChange over \(size / 1000)k results p50", unit: "us",
-                       skyros: percentile(endToEnd, 50), baseline: percentile(grdb, 50)))
+            report(
+                Row(
+                    name: "controller: a change delivered over \(size / 1000)k results p50", unit: "us",
+                    skyros: percentile(work, 50), baseline: percentile(grdb, 50)))
+            report(
+                Row(
+                    name: "controller: a change delivered over \(size / 1000)k results p99", unit: "us",
+                    skyros: percentile(work, 99), baseline: percentile(grdb, 99)))
+            report(
+                Row(
+                    name: "controller: write → onChange over \(size / 1000)k results p50", unit: "us",
+                    skyros: percentile(endToEnd, 50), baseline: percentile(grdb, 50)))
         }
         for durability in [Durability.full, .normal] {
             let (visible, bare) = try acrossStacks(durability)
-            report(Row(name: "controller: another client's insert in onChange p50 (\(durability.rawValue))", unit: "us",
-                       skyros: percentile(visible, 50), baseline: percentile(bare, 50)))
-            report(Row(name: "controller: another client's insert in onChange p99 (\(durability.rawValue))", unit: "us",
-                       skyros: percentile(visible, 99), baseline: percentile(bare, 99)))
+            report(
+                Row(
+                    name: "controller: another client's insert in onChange p50 (\(durability.rawValue))", unit: "us",
+                    skyros: percentile(visible, 50), baseline: percentile(bare, 50)))
+            report(
+                Row(
+                    name: "controller: another client's insert in onChange p99 (\(durability.rawValue))", unit: "us",
+                    skyros: percentile(visible, 99), baseline: percentile(bare, 99)))
         }
     }
 
@@ -95,11 +105,17 @@ struct ObserveBenchmark {
     private func valueObservation(_ size: Int) throws -> [Double] {
         var configuration = Configuration()
         configuration.prepareDatabase { db in try db.execute(sql: "PRAGMA synchronous = NORMAL") }
-        let pool = try DatabasePool(path: directory.appendingPathComponent("grdb-\(size).sqlite").path, configuration: configuration)
+        let pool = try DatabasePool(
+            path: directory.appendingPathComponent("grdb-\(size).sqlite").path, configuration: configuration)
         try pool.write { db in
-            try db.execute(sql: "CREATE TABLE item (id INTEGER PRIMARY KEY, name TEXT NOT NULL, value INTEGER NOT NULL, score REAL NOT NULL)")
+            try db.execute(
+                sql:
+                    "CREATE TABLE item (id INTEGER PRIMARY KEY, name TEXT NOT NULL, value INTEGER NOT NULL, score REAL NOT NULL)"
+            )
             let statement = try db.makeStatement(sql: "INSERT INTO item (name, value, score) VALUES (?, ?, 0)")
-            for index in 0..<size { try statement.execute(arguments: ["n\(UInt32.random(in: 0...UInt32.max))", index]) }
+            for index in 0..<size {
+                try statement.execute(arguments: ["n\(UInt32.random(in: 0...UInt32.max))", index])
+            }
         }
         let observation = ValueObservation.tracking { db in
             try ItemRecord.fetchAll(db, sql: "SELECT * FROM item WHERE value >= 0 ORDER BY name")
@@ -123,10 +139,15 @@ struct ObserveBenchmark {
             try pool.write { db in
                 switch index % 4 {
                 case 0:
-                    try db.execute(sql: "INSERT INTO item (name, value, score) VALUES (?, ?, 0)", arguments: ["n\(UInt32.random(in: 0...UInt32.max))", index])
+                    try db.execute(
+                        sql: "INSERT INTO item (name, value, score) VALUES (?, ?, 0)",
+                        arguments: ["n\(UInt32.random(in: 0...UInt32.max))", index])
                     last = db.lastInsertedRowID
                 case 1: try db.execute(sql: "UPDATE item SET score = ? WHERE id = ?", arguments: [Double(index), last])
-                case 2: try db.execute(sql: "UPDATE item SET name = ? WHERE id = ?", arguments: ["n\(UInt32.random(in: 0...UInt32.max))", last])
+                case 2:
+                    try db.execute(
+                        sql: "UPDATE item SET name = ? WHERE id = ?",
+                        arguments: ["n\(UInt32.random(in: 0...UInt32.max))", last])
                 default: try db.execute(sql: "DELETE FROM item WHERE id = ?", arguments: [last])
                 }
             }
@@ -141,7 +162,8 @@ struct ObserveBenchmark {
     /// (Inserts only: an update or a deletion in A's write block would first load the object
     /// there, a round trip of A's own that is not the save's.)
     private func acrossStacks(_ durability: Durability) throws -> (visible: [Double], bare: [Double]) {
-        let daemon = try SharedBenchmark.Daemon(directory.appendingPathComponent("o-\(durability.rawValue)"), durability: durability)
+        let daemon = try SharedBenchmark.Daemon(
+            directory.appendingPathComponent("o-\(durability.rawValue)"), durability: durability)
         defer { daemon.stop() }
         let a = try Skyros(sharedStack: benchSchema, container: daemon.container.url, savesOnStop: false)
         let b = try Skyros(sharedStack: benchSchema, container: daemon.container.url, savesOnStop: false)
@@ -169,7 +191,8 @@ struct ObserveBenchmark {
             if !ready { usleep(10_000) }
         }
         while seen.wait(timeout: .now()) == .success {}
-        let server = try BareServer(directory.appendingPathComponent("obare-\(durability.rawValue)"), durability: durability)
+        let server = try BareServer(
+            directory.appendingPathComponent("obare-\(durability.rawValue)"), durability: durability)
         let bareClient = try BareClient(endpoint: server.endpoint, timeoutMilliseconds: 5_000)
         defer {
             server.stop()

@@ -53,14 +53,18 @@ struct Profile {
         let foundationEncoder = JSONEncoder()
         foundationEncoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
         let encode = try Clock.seconds { for _ in 0..<rounds { _ = try description.canonicalJSON() } }
-        let foundationEncode = try Clock.seconds { for _ in 0..<rounds { _ = try foundationEncoder.encode(description) } }
+        let foundationEncode = try Clock.seconds {
+            for _ in 0..<rounds { _ = try foundationEncoder.encode(description) }
+        }
         let decode = try Clock.seconds { for _ in 0..<rounds { _ = try SchemaDescription(json: json) } }
         let foundationDecode = try Clock.seconds {
             for _ in 0..<rounds { _ = try JSONDecoder().decode(SchemaDescription.self, from: json) }
         }
         let rebuild = try Clock.seconds { for _ in 0..<rounds { _ = try Schema(description: description, version: 2) } }
         func micros(_ seconds: Double) -> String { String(format: "%.1f µs", seconds / Double(rounds) * 1e6) }
-        print("canonical description, \(json.count) bytes: encode \(micros(encode)) (JSONEncoder \(micros(foundationEncode))), decode \(micros(decode)) (JSONDecoder \(micros(foundationDecode))); Schema(description:) \(micros(rebuild))")
+        print(
+            "canonical description, \(json.count) bytes: encode \(micros(encode)) (JSONEncoder \(micros(foundationEncode))), decode \(micros(decode)) (JSONDecoder \(micros(foundationDecode))); Schema(description:) \(micros(rebuild))"
+        )
     }
 
     /// Inserts of `count` objects in one write, each into a new store, until durable.
@@ -68,12 +72,14 @@ struct Profile {
         let rounds = rounds ?? 5
         var seconds = 0.0
         for round in 0..<rounds {
-            let store = try Skyros(sqliteStack: benchSchema, at: directory.appendingPathComponent("insert-\(round).sqlite"))
+            let store = try Skyros(
+                sqliteStack: benchSchema, at: directory.appendingPathComponent("insert-\(round).sqlite"))
             let done = DispatchSemaphore(value: 0)
             seconds += Clock.seconds {
-                store.writeSync({ context in
-                    for index in 0..<count { EmbeddedBenchmark.fill(Item.create(in: context), index) }
-                }, completion: { _ in done.signal() })
+                store.writeSync(
+                    { context in
+                        for index in 0..<count { EmbeddedBenchmark.fill(Item.create(in: context), index) }
+                    }, completion: { _ in done.signal() })
                 done.wait()
             }
         }
@@ -97,33 +103,48 @@ struct Profile {
         try RawSQLite.fillStore(at: url, rows: 1_000_000)
         let store = try Skyros(sqliteStack: benchSchema, at: url, durability: .normal, savesOnStop: false)
         let rounds = min(rounds ?? 5, 24)
-        var fetch = Double.infinity, change = Double.infinity, write = Double.infinity, storeSave = Double.infinity
+        var fetch = Double.infinity
+        var change = Double.infinity
+        var write = Double.infinity
+        var storeSave = Double.infinity
         var load = Double.infinity
         for round in 0..<rounds {
             let base = 4 * round
             let (fetchValue, changeValue, writeValue, storeValue) = (base, base + 1, base + 2, base + 3)
             let score = Double(round) + 0.5
-            fetch = min(fetch, try Clock.seconds {
-                try store.read { context in
-                    _ = try context.fetch(FetchDescriptor<Item>(predicate: #Predicate { $0.value == fetchValue })).count
-                }
-            })
-            change = min(change, Clock.seconds {
-                store.mainContext.performAndWait {
-                    let context = store.mainContext
-                    for item in (try? context.fetch(FetchDescriptor<Item>(predicate: #Predicate { $0.value == changeValue }))) ?? [] {
-                        item.score = score
+            fetch = min(
+                fetch,
+                try Clock.seconds {
+                    try store.read { context in
+                        _ = try context.fetch(FetchDescriptor<Item>(predicate: #Predicate { $0.value == fetchValue }))
+                            .count
                     }
-                    context.rollback()
-                }
-            })
-            write = min(write, try Clock.seconds {
-                try store.writeAndWait { context in
-                    for item in try context.fetch(FetchDescriptor<Item>(predicate: #Predicate { $0.value == writeValue })) {
-                        item.score = score
+                })
+            change = min(
+                change,
+                Clock.seconds {
+                    store.mainContext.performAndWait {
+                        let context = store.mainContext
+                        for item
+                            in (try? context.fetch(
+                                FetchDescriptor<Item>(predicate: #Predicate { $0.value == changeValue }))) ?? []
+                        {
+                            item.score = score
+                        }
+                        context.rollback()
                     }
-                }
-            })
+                })
+            write = min(
+                write,
+                try Clock.seconds {
+                    try store.writeAndWait { context in
+                        for item in try context.fetch(
+                            FetchDescriptor<Item>(predicate: #Predicate { $0.value == writeValue }))
+                        {
+                            item.score = score
+                        }
+                    }
+                })
             let ids = try store.read { context in
                 try context.fetchIdentifiers(FetchDescriptor<Item>(predicate: #Predicate { $0.value == storeValue }))
             }
@@ -137,7 +158,9 @@ struct Profile {
             load = min(load, try Clock.seconds { _ = try sqlite.snapshots(for: ids).count })
         }
         // Each level of a save on its own: contexts made by hand over the same store.
-        var scratchSave = Double.infinity, mainSave = Double.infinity, rootSave = Double.infinity
+        var scratchSave = Double.infinity
+        var mainSave = Double.infinity
+        var rootSave = Double.infinity
         if let sqlite = store.store as? SQLiteStore {
             for round in 0..<rounds {
                 let root = ObjectContext(name: "root", parent: sqlite)
@@ -155,13 +178,17 @@ struct Profile {
                 try root.performAndWait { rootSave = min(rootSave, try Clock.seconds { try root.save() }) }
             }
         }
-        for (name, seconds) in [("scratch.save (into main)", scratchSave), ("main.save (into root)", mainSave),
-                                ("root.save (into the store)", rootSave)] {
+        for (name, seconds) in [
+            ("scratch.save (into main)", scratchSave), ("main.save (into root)", mainSave),
+            ("root.save (into the store)", rootSave),
+        ] {
             print("\(name): \(Int(seconds * 1e3)) ms")
         }
-        for (name, seconds) in [("fetch 10,000 by the indexed attribute", fetch), ("fetch and change, no save", change),
-                                ("fetch, change and save (writeAndWait)", write), ("SQLiteStore.save of 10,000 updates", storeSave),
-                                ("SQLiteStore.snapshots(for: 10,000 identifiers)", load)] {
+        for (name, seconds) in [
+            ("fetch 10,000 by the indexed attribute", fetch), ("fetch and change, no save", change),
+            ("fetch, change and save (writeAndWait)", write), ("SQLiteStore.save of 10,000 updates", storeSave),
+            ("SQLiteStore.snapshots(for: 10,000 identifiers)", load),
+        ] {
             print("\(name): \(Int(seconds * 1e3)) ms, \(Int(seconds / 1e4 * 1e9)) ns per object")
         }
     }
@@ -180,7 +207,9 @@ struct Profile {
         // profiler sees the iteration alone.
         let kept = ProcessInfo.processInfo.environment["SKYROS_PROFILE_STORE"].map { URL(fileURLWithPath: $0) }
         let url = kept ?? directory.appendingPathComponent("iterate.sqlite")
-        if kept == nil || !FileManager.default.fileExists(atPath: url.path) { try RawSQLite.fillStore(at: url, rows: rows) }
+        if kept == nil || !FileManager.default.fileExists(atPath: url.path) {
+            try RawSQLite.fillStore(at: url, rows: rows)
+        }
         let rounds = rounds ?? 3
         var sum = 0.0
         var best = Double.infinity
@@ -189,44 +218,52 @@ struct Profile {
         case "skyros":
             let store = try Skyros(sqliteStack: benchSchema, at: url, durability: .normal, savesOnStop: false)
             for _ in 0..<rounds {
-                best = min(best, try Clock.seconds {
-                    if indexed {
-                        for wanted in 0..<10 { sum += Double(try BatchBenchmark.fetchIndexed(store, wanted)) }
-                        return
-                    }
-                    sum += try store.read { context in
-                        var sum = 0.0
-                        for item in try context.fetch(FetchDescriptor<Item>(), batchSize: 1_000) {
-                            sum += BatchBenchmark.checksum(item.name, item.value, item.flag, item.score, item.created)
+                best = min(
+                    best,
+                    try Clock.seconds {
+                        if indexed {
+                            for wanted in 0..<10 { sum += Double(try BatchBenchmark.fetchIndexed(store, wanted)) }
+                            return
                         }
-                        return sum
-                    }
-                })
+                        sum += try store.read { context in
+                            var sum = 0.0
+                            for item in try context.fetch(FetchDescriptor<Item>(), batchSize: 1_000) {
+                                sum += BatchBenchmark.checksum(
+                                    item.name, item.value, item.flag, item.score, item.created)
+                            }
+                            return sum
+                        }
+                    })
             }
         case "grdb":
             let pool = try DatabasePool(path: url.path)
             for _ in 0..<rounds {
-                best = min(best, try Clock.seconds {
-                    if indexed {
-                        for wanted in 0..<10 { sum += Double(try BatchBenchmark.fetchIndexed(pool, wanted)) }
-                        return
-                    }
-                    sum += try pool.read { db in
-                        var sum = 0.0
-                        let items = try GRDBItemByPosition.fetchCursor(db, sql: GRDBItemByPosition.sql)
-                        while let item = try items.next() {
-                            sum += BatchBenchmark.checksum(item.name, item.value, item.flag, item.score, item.created)
+                best = min(
+                    best,
+                    try Clock.seconds {
+                        if indexed {
+                            for wanted in 0..<10 { sum += Double(try BatchBenchmark.fetchIndexed(pool, wanted)) }
+                            return
                         }
-                        return sum
-                    }
-                })
+                        sum += try pool.read { db in
+                            var sum = 0.0
+                            let items = try GRDBItemByPosition.fetchCursor(db, sql: GRDBItemByPosition.sql)
+                            while let item = try items.next() {
+                                sum += BatchBenchmark.checksum(
+                                    item.name, item.value, item.flag, item.score, item.created)
+                            }
+                            return sum
+                        }
+                    })
             }
         default:
             print("\(side): the store filled, nothing iterated")
             return
         }
         let objects = indexed ? rows / 10 : rows
-        print("\(side): best of \(rounds) \(Int(best * 1e3)) ms, \(Int(best / Double(objects) * 1e9)) ns per object (checksum \(sum))")
+        print(
+            "\(side): best of \(rounds) \(Int(best * 1e3)) ms, \(Int(best / Double(objects) * 1e9)) ns per object (checksum \(sum))"
+        )
     }
 
     /// "Fetch all" of `count` stored objects, stage by stage: with every attribute read, with
@@ -235,7 +272,8 @@ struct Profile {
     func fetch() throws {
         let url = directory.appendingPathComponent("fetch.sqlite")
         let store = try Skyros(sqliteStack: benchSchema, at: url)
-        store.writeSync { context in for index in 0..<count { EmbeddedBenchmark.fill(Item.create(in: context), index) } }
+        store.writeSync { context in for index in 0..<count { EmbeddedBenchmark.fill(Item.create(in: context), index) }
+        }
         _ = store.flush()
         let rounds = rounds ?? 20
         var total = 0
@@ -250,24 +288,32 @@ struct Profile {
         }
         let all = try timed { context in
             for item in try Item.all(in: context) {
-                total += item.value + item.name.utf8.count + (item.flag ? 1 : 0) + Int(item.score)
+                total +=
+                    item.value + item.name.utf8.count + (item.flag ? 1 : 0) + Int(item.score)
                     + Int(item.created.timeIntervalSince1970)
             }
         }
         let unread = try timed { context in total += try Item.all(in: context).count }
         // 1% of the rows, 20 times, through the index on `value`: 20,000 objects, a fifth of `count`.
-        let indexed = try timed { context in
-            for wanted in 0..<20 {
-                for item in try Item.all(where: #Predicate { $0.value == wanted }, in: context) { total += item.value }
-            }
-        } * 5
+        let indexed =
+            try timed { context in
+                for wanted in 0..<20 {
+                    for item in try Item.all(where: #Predicate { $0.value == wanted }, in: context) {
+                        total += item.value
+                    }
+                }
+            } * 5
         let ids = try timed { context in total += try context.fetchIdentifiers(FetchDescriptor<Item>()).count }
         let rawStore = try SQLiteStore(schema: benchSchema, url: url)
         var rows = Double.infinity
         for _ in 0..<rounds {
-            rows = min(rows, try Clock.seconds {
-                try rawStore.forEachSnapshot(StoreRequest(entityName: "Item")) { _, values, _ in total += values.count }
-            })
+            rows = min(
+                rows,
+                try Clock.seconds {
+                    try rawStore.forEachSnapshot(StoreRequest(entityName: "Item")) { _, values, _ in
+                        total += values.count
+                    }
+                })
         }
         let raw = RawSQLite(path: directory.appendingPathComponent("fetch-raw.sqlite").path)
         raw.createItemTable()
@@ -275,9 +321,11 @@ struct Profile {
         var rawRows = Double.infinity
         for _ in 0..<rounds { rawRows = min(rawRows, Clock.seconds { total += Int(raw.readAllItems()) }) }
         let objects = Double(count)
-        for (name, seconds) in [("fetch all, read every attribute", all), ("fetch all, read nothing", unread),
-                                ("1% by an indexed attribute, 20 times", indexed), ("identifiers only", ids), ("store rows only", rows),
-                                ("raw SQLite, read every column", rawRows)] {
+        for (name, seconds) in [
+            ("fetch all, read every attribute", all), ("fetch all, read nothing", unread),
+            ("1% by an indexed attribute, 20 times", indexed), ("identifiers only", ids), ("store rows only", rows),
+            ("raw SQLite, read every column", rawRows),
+        ] {
             print("\(name): \(Int(objects / seconds)) /s, \(Int(seconds / objects * 1e9)) ns each")
         }
         print("checksum \(total)")
@@ -297,7 +345,9 @@ struct Profile {
             for index in 0..<rounds {
                 a.writeSync({ context in Item.create(in: context).value = index }, completion: { _ in done.signal() })
                 done.wait()
-                b.read { context in found += try Item.first(where: #Predicate { $0.value == index }, in: context) == nil ? 0 : 1 }
+                b.read { context in
+                    found += try Item.first(where: #Predicate { $0.value == index }, in: context) == nil ? 0 : 1
+                }
             }
         }
         print("save + fetch: \(Int(seconds / Double(rounds) * 1e6)) us each, \(found) found")

@@ -84,7 +84,9 @@ final class RawSQLite {
     func userVersion() -> Int32 {
         let statement = prepare("PRAGMA user_version")
         defer { sqlite3_finalize(statement) }
-        guard sqlite3_step(statement) == SQLITE_ROW else { fatalError("PRAGMA user_version: \(String(cString: sqlite3_errmsg(db)))") }
+        guard sqlite3_step(statement) == SQLITE_ROW else {
+            fatalError("PRAGMA user_version: \(String(cString: sqlite3_errmsg(db)))")
+        }
         return sqlite3_column_int(statement, 0)
     }
 

@@ -36,16 +36,26 @@ struct SharedBenchmark {
         for durability in [Durability.full, .normal] {
             let (skyros, waited, unique, baseline) = try saves(durability)
             if durability == .full { bareFull = baseline } else { bareNormal = baseline }
-            report(Row(name: "one-object save through the daemon p50 (\(durability.rawValue))", unit: "us",
-                       skyros: percentile(skyros, 50), baseline: percentile(baseline, 50)))
-            report(Row(name: "one-object save through the daemon p99 (\(durability.rawValue))", unit: "us",
-                       skyros: percentile(skyros, 99), baseline: percentile(baseline, 99)))
-            report(Row(name: "one-object writeAndWait through the daemon p50 (\(durability.rawValue))", unit: "us",
-                       skyros: percentile(waited, 50), baseline: percentile(baseline, 50)))
-            report(Row(name: "one-object writeAndWait through the daemon p99 (\(durability.rawValue))", unit: "us",
-                       skyros: percentile(waited, 99), baseline: percentile(baseline, 99)))
-            report(Row(name: "one-object writeAndWait with a unique attribute p50 (\(durability.rawValue))", unit: "us",
-                       skyros: percentile(unique, 50), baseline: percentile(baseline, 50)))
+            report(
+                Row(
+                    name: "one-object save through the daemon p50 (\(durability.rawValue))", unit: "us",
+                    skyros: percentile(skyros, 50), baseline: percentile(baseline, 50)))
+            report(
+                Row(
+                    name: "one-object save through the daemon p99 (\(durability.rawValue))", unit: "us",
+                    skyros: percentile(skyros, 99), baseline: percentile(baseline, 99)))
+            report(
+                Row(
+                    name: "one-object writeAndWait through the daemon p50 (\(durability.rawValue))", unit: "us",
+                    skyros: percentile(waited, 50), baseline: percentile(baseline, 50)))
+            report(
+                Row(
+                    name: "one-object writeAndWait through the daemon p99 (\(durability.rawValue))", unit: "us",
+                    skyros: percentile(waited, 99), baseline: percentile(baseline, 99)))
+            report(
+                Row(
+                    name: "one-object writeAndWait with a unique attribute p50 (\(durability.rawValue))", unit: "us",
+                    skyros: percentile(unique, 50), baseline: percentile(baseline, 50)))
         }
         // Baseline: the bare commit-and-reply round trip of the same run at the same
         // durability, the least any "saved here, known there" can take (a change is published
@@ -53,23 +63,41 @@ struct SharedBenchmark {
         for (durability, bare) in [(Durability.full, bareFull), (.normal, bareNormal)] {
             let (visibility, byID, timeouts) = try crossClientVisibility(durability)
             // A sample that timed out is no figure; it is counted here rather than dropped unseen.
-            report(Row(name: "visibility: saves B did not see within 5 s (\(durability.rawValue); of \(min(saveSamples, 200)))", unit: "saves",
-                       skyros: Double(timeouts), baseline: 0))
-            report(Row(name: "visibility: A saves, B reads it by ID from the change p50 (\(durability.rawValue))", unit: "us",
-                       skyros: percentile(byID, 50), baseline: percentile(bare, 50)))
-            report(Row(name: "visibility: A saves, B reads it by ID from the change p99 (\(durability.rawValue))", unit: "us",
-                       skyros: percentile(byID, 99), baseline: percentile(bare, 99)))
-            report(Row(name: "visibility: A saves, B's main context has it p50 (\(durability.rawValue))", unit: "us",
-                       skyros: percentile(visibility, 50), baseline: percentile(bare, 50)))
-            report(Row(name: "visibility: A saves, B's main context has it p99 (\(durability.rawValue))", unit: "us",
-                       skyros: percentile(visibility, 99), baseline: percentile(bare, 99)))
+            report(
+                Row(
+                    name:
+                        "visibility: saves B did not see within 5 s (\(durability.rawValue); of \(min(saveSamples, 200)))",
+                    unit: "saves",
+                    skyros: Double(timeouts), baseline: 0))
+            report(
+                Row(
+                    name: "visibility: A saves, B reads it by ID from the change p50 (\(durability.rawValue))",
+                    unit: "us",
+                    skyros: percentile(byID, 50), baseline: percentile(bare, 50)))
+            report(
+                Row(
+                    name: "visibility: A saves, B reads it by ID from the change p99 (\(durability.rawValue))",
+                    unit: "us",
+                    skyros: percentile(byID, 99), baseline: percentile(bare, 99)))
+            report(
+                Row(
+                    name: "visibility: A saves, B's main context has it p50 (\(durability.rawValue))", unit: "us",
+                    skyros: percentile(visibility, 50), baseline: percentile(bare, 50)))
+            report(
+                Row(
+                    name: "visibility: A saves, B's main context has it p99 (\(durability.rawValue))", unit: "us",
+                    skyros: percentile(visibility, 99), baseline: percentile(bare, 99)))
         }
         // Three rounds, each timing both sides back to back; the round with the median ratio.
         var rounds: [(shared: Double, embedded: Double)] = []
         for round in 0..<3 { rounds.append(try bulkInsert(round)) }
         let (shared, embedded) = rounds.sorted { $0.embedded / $0.shared < $1.embedded / $1.shared }[1]
-        report(Row(name: "insert \(insertCount) objects in one write through the daemon (baseline: the embedded stack, not raw SQLite)", unit: "objects/s",
-                   skyros: Double(insertCount) / shared, baseline: Double(insertCount) / embedded))
+        report(
+            Row(
+                name:
+                    "insert \(insertCount) objects in one write through the daemon (baseline: the embedded stack, not raw SQLite)",
+                unit: "objects/s",
+                skyros: Double(insertCount) / shared, baseline: Double(insertCount) / embedded))
     }
 
     /// Skyros: writeSync of one object until its completion, and writeAndWait of one object
@@ -80,7 +108,8 @@ struct SharedBenchmark {
         let daemon = try Daemon(directory.appendingPathComponent("s-\(durability.rawValue)"), durability: durability)
         defer { daemon.stop() }
         let store = try Skyros(sharedStack: benchSchema, container: daemon.container.url)
-        let server = try BareServer(directory.appendingPathComponent("bare-\(durability.rawValue)"), durability: durability)
+        let server = try BareServer(
+            directory.appendingPathComponent("bare-\(durability.rawValue)"), durability: durability)
         let baseline = try BareClient(endpoint: server.endpoint, timeoutMilliseconds: 5_000)
         defer {
             server.stop()
@@ -114,7 +143,9 @@ struct SharedBenchmark {
     /// `changes`, and reads the new value from its main context: the time is taken there,
     /// once reading the object by the ID the change names (its values came with the event:
     /// no request), then fetching it by value (a request to the daemon).
-    private func crossClientVisibility(_ durability: Durability) throws -> (fetched: [Double], byID: [Double], timeouts: Int) {
+    private func crossClientVisibility(_ durability: Durability) throws -> (
+        fetched: [Double], byID: [Double], timeouts: Int
+    ) {
         let daemon = try Daemon(directory.appendingPathComponent("v-\(durability.rawValue)"), durability: durability)
         defer { daemon.stop() }
         let a = try Skyros(sharedStack: benchSchema, container: daemon.container.url)
@@ -124,7 +155,9 @@ struct SharedBenchmark {
         let watcher = Task {
             for await change in b.changes {
                 guard let wanted = expected.value else { continue }
-                if let id = change.inserted.first?.id, Self.value(of: id, in: b) == wanted { expected.foundByID(at: Clock.now()) }
+                if let id = change.inserted.first?.id, Self.value(of: id, in: b) == wanted {
+                    expected.foundByID(at: Clock.now())
+                }
                 if Self.value(wanted, in: b) == wanted { expected.found(at: Clock.now()) }
                 seen.signal()
             }
@@ -158,7 +191,9 @@ struct SharedBenchmark {
     /// synchronously (-1 when there is none).
     private static func value(_ wanted: Int, in store: Skyros) -> Int {
         var value = -1
-        store.read { context in value = try Item.first(where: #Predicate { $0.value == wanted }, in: context)?.value ?? -1 }
+        store.read { context in
+            value = try Item.first(where: #Predicate { $0.value == wanted }, in: context)?.value ?? -1
+        }
         return value
     }
 
@@ -182,9 +217,10 @@ struct SharedBenchmark {
         func timeInsert(_ store: Skyros) -> Double {
             let done = DispatchSemaphore(value: 0)
             return Clock.seconds {
-                store.writeSync({ context in
-                    for index in 0..<insertCount { Item.create(in: context).value = index }
-                }, completion: { _ in done.signal() })
+                store.writeSync(
+                    { context in
+                        for index in 0..<insertCount { Item.create(in: context).value = index }
+                    }, completion: { _ in done.signal() })
                 done.wait()
             }
         }
@@ -219,8 +255,9 @@ final class BareServer: @unchecked Sendable {
         context = try ZeroMQContext()
         let router = try ZeroMQSocket(context: context, kind: .router)
         try router.bind(endpoint)
-        let raw = RawSQLite(path: folder.appendingPathComponent("bare.sqlite").path,
-                            synchronous: durability == .full ? "FULL" : "NORMAL")
+        let raw = RawSQLite(
+            path: folder.appendingPathComponent("bare.sqlite").path,
+            synchronous: durability == .full ? "FULL" : "NORMAL")
         raw.createItemTable()
         let box = UncheckedBox((router, raw))
         Thread.detachNewThread { [self] in

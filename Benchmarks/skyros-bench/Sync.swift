@@ -120,33 +120,53 @@ struct SyncBenchmark {
     }
 
     private func reportVisibility(two: Visibility, floor: Visibility, report: (Row) -> Void) {
-        report(Row(name: "sync: A saves, B's main context has it: not seen within \(Int(Self.sampleTimeout)) s (of \(two.samples.count + two.timeouts))",
-                   unit: "saves", skyros: Double(two.timeouts), baseline: Double(floor.timeouts)))
+        report(
+            Row(
+                name:
+                    "sync: A saves, B's main context has it: not seen within \(Int(Self.sampleTimeout)) s (of \(two.samples.count + two.timeouts))",
+                unit: "saves", skyros: Double(two.timeouts), baseline: Double(floor.timeouts)))
         guard !two.samples.isEmpty, !floor.samples.isEmpty else {
-            benchmarkAssert(false, "sync visibility: no sample (Skyros \(two.samples.count), floor \(floor.samples.count))")
+            benchmarkAssert(
+                false, "sync visibility: no sample (Skyros \(two.samples.count), floor \(floor.samples.count))")
             return
         }
-        report(Row(name: "sync: A saves, B's main context has it p50 (floor: INSERT, NOTIFY, SELECT; goal ≤ 2×)", unit: "us",
-                   skyros: percentile(two.samples, 50), baseline: percentile(floor.samples, 50)))
-        report(Row(name: "sync: A saves, B's main context has it p99 (floor: INSERT, NOTIFY, SELECT)", unit: "us",
-                   skyros: percentile(two.samples, 99), baseline: percentile(floor.samples, 99)))
-        report(Row(name: "sync: server CPU per change, 2 machines (floor: INSERT, NOTIFY, SELECT)", unit: "us",
-                   skyros: two.cpuPerChange, baseline: floor.cpuPerChange))
+        report(
+            Row(
+                name: "sync: A saves, B's main context has it p50 (floor: INSERT, NOTIFY, SELECT; goal ≤ 2×)",
+                unit: "us",
+                skyros: percentile(two.samples, 50), baseline: percentile(floor.samples, 50)))
+        report(
+            Row(
+                name: "sync: A saves, B's main context has it p99 (floor: INSERT, NOTIFY, SELECT)", unit: "us",
+                skyros: percentile(two.samples, 99), baseline: percentile(floor.samples, 99)))
+        report(
+            Row(
+                name: "sync: server CPU per change, 2 machines (floor: INSERT, NOTIFY, SELECT)", unit: "us",
+                skyros: two.cpuPerChange, baseline: floor.cpuPerChange))
     }
 
     private func reportFleet(_ fleet: Visibility, two: Visibility, report: (Row) -> Void) {
-        report(Row(name: "sync: \(machines) machines, one writer: not seen by all within \(Int(Self.sampleTimeout)) s (of \(fleet.samples.count + fleet.timeouts))",
-                   unit: "saves", skyros: Double(fleet.timeouts), baseline: Double(two.timeouts)))
+        report(
+            Row(
+                name:
+                    "sync: \(machines) machines, one writer: not seen by all within \(Int(Self.sampleTimeout)) s (of \(fleet.samples.count + fleet.timeouts))",
+                unit: "saves", skyros: Double(fleet.timeouts), baseline: Double(two.timeouts)))
         guard !fleet.samples.isEmpty, !two.samples.isEmpty else {
             benchmarkAssert(false, "sync with \(machines) machines: no sample")
             return
         }
-        report(Row(name: "sync: \(machines) machines, one writer: all have it p50 (baseline: 2 machines)", unit: "us",
-                   skyros: percentile(fleet.samples, 50), baseline: percentile(two.samples, 50)))
-        report(Row(name: "sync: \(machines) machines, one writer: all have it p99 (baseline: 2 machines)", unit: "us",
-                   skyros: percentile(fleet.samples, 99), baseline: percentile(two.samples, 99)))
-        report(Row(name: "sync: \(machines) machines: server CPU per change (baseline: 2 machines)", unit: "us",
-                   skyros: fleet.cpuPerChange, baseline: two.cpuPerChange))
+        report(
+            Row(
+                name: "sync: \(machines) machines, one writer: all have it p50 (baseline: 2 machines)", unit: "us",
+                skyros: percentile(fleet.samples, 50), baseline: percentile(two.samples, 50)))
+        report(
+            Row(
+                name: "sync: \(machines) machines, one writer: all have it p99 (baseline: 2 machines)", unit: "us",
+                skyros: percentile(fleet.samples, 99), baseline: percentile(two.samples, 99)))
+        report(
+            Row(
+                name: "sync: \(machines) machines: server CPU per change (baseline: 2 machines)", unit: "us",
+                skyros: fleet.cpuPerChange, baseline: two.cpuPerChange))
     }
 
     /// Machines on one database of their own: machine 0's client writes, every other
@@ -167,7 +187,9 @@ struct SyncBenchmark {
             for _ in 0..<machines {
                 let daemon = try RunningDaemon(sync: database.configuration, log: log)
                 daemons.append(daemon)
-                clients.append(try Skyros(sharedStack: benchSchema, container: daemon.container.url, timeout: 30, savesOnStop: false))
+                clients.append(
+                    try Skyros(
+                        sharedStack: benchSchema, container: daemon.container.url, timeout: 30, savesOnStop: false))
             }
             self.daemons = daemons
             self.clients = clients
@@ -238,7 +260,8 @@ struct SyncBenchmark {
         init(_ postgres: PostgresServer) throws {
             database = try ServerDatabase(postgres, prefix: "floor")
             postmaster = postgres.processIdentifier
-            try database.psql("""
+            try database.psql(
+                """
                 CREATE TABLE item (_id uuid PRIMARY KEY, name text NOT NULL, value bigint NOT NULL, \
                 score double precision NOT NULL, flag boolean NOT NULL, created timestamptz NOT NULL);
                 CREATE INDEX item_value ON item (value);
@@ -256,7 +279,8 @@ struct SyncBenchmark {
                     for try await notification in notifications {
                         guard let id = UUID(uuidString: notification.payload) else { continue }
                         let rows = try await reader.query(
-                            "SELECT name, value, score, flag, created FROM item WHERE _id = \(id)", logger: database.logger)
+                            "SELECT name, value, score, flag, created FROM item WHERE _id = \(id)",
+                            logger: database.logger)
                         for try await (_, value, _, _, _) in rows.decode((String, Int, Double, Bool, Date).self) {
                             arrivals.saw(value, machine: 1, at: Clock.now())
                         }
@@ -379,20 +403,42 @@ struct SyncBenchmark {
         // The goal's row: the upload's own rate, from the first batch on the server to the
         // last (the engine's delay before it tries the server again is the next rows').
         if let reconnect = skyros.reconnect {
-            report(Row(name: "sync: upload of \(count) change sets queued offline, once the engine reconnected (bare: INSERTs of 1,000; goal ≥ 0.5×)\(suffix)", unit: "rows/s",
-                       skyros: Double(skyros.uploaded) / max(skyros.seconds - reconnect, 1e-9), baseline: Double(count) / bareSeconds))
-            report(Row(name: "sync: upload: PostgreSQL ready until the first batch is on the server (engine's retry delay ≤ 5 s)", unit: "ms",
-                       skyros: reconnect * 1000, baseline: 0))
+            report(
+                Row(
+                    name:
+                        "sync: upload of \(count) change sets queued offline, once the engine reconnected (bare: INSERTs of 1,000; goal ≥ 0.5×)\(suffix)",
+                    unit: "rows/s",
+                    skyros: Double(skyros.uploaded) / max(skyros.seconds - reconnect, 1e-9),
+                    baseline: Double(count) / bareSeconds))
+            report(
+                Row(
+                    name:
+                        "sync: upload: PostgreSQL ready until the first batch is on the server (engine's retry delay ≤ 5 s)",
+                    unit: "ms",
+                    skyros: reconnect * 1000, baseline: 0))
         }
-        report(Row(name: "sync: upload of \(count), from PostgreSQL ready (the retry delay included)\(suffix)",
-                   unit: "rows/s", skyros: Double(skyros.uploaded) / skyros.seconds, baseline: Double(count) / bareSeconds))
-        report(Row(name: "sync: upload: change sets the server recorded (exactly once: baseline = saves + 1)", unit: "change sets",
-                   skyros: Double(skyros.recorded), baseline: Double(count + 1)))
-        report(Row(name: "sync: upload of \(count), peak RSS growth of the whole process (goal < 100)", unit: "MB",
-                   skyros: skyros.growth, baseline: 0))
-        benchmarkAssert(skyros.growth < 100, "uploading \(count) change sets grew the peak RSS by \(Int(skyros.growth)) MB (goal < 100)")
-        benchmarkAssert(skyros.recorded == count + 1, "the server recorded \(skyros.recorded) change sets of \(count + 1)")
-        if capped { note("upload: cut short after \(Int(Self.cap)) s with \(skyros.uploaded) of \(count) rows on the server") }
+        report(
+            Row(
+                name: "sync: upload of \(count), from PostgreSQL ready (the retry delay included)\(suffix)",
+                unit: "rows/s", skyros: Double(skyros.uploaded) / skyros.seconds, baseline: Double(count) / bareSeconds)
+        )
+        report(
+            Row(
+                name: "sync: upload: change sets the server recorded (exactly once: baseline = saves + 1)",
+                unit: "change sets",
+                skyros: Double(skyros.recorded), baseline: Double(count + 1)))
+        report(
+            Row(
+                name: "sync: upload of \(count), peak RSS growth of the whole process (goal < 100)", unit: "MB",
+                skyros: skyros.growth, baseline: 0))
+        benchmarkAssert(
+            skyros.growth < 100,
+            "uploading \(count) change sets grew the peak RSS by \(Int(skyros.growth)) MB (goal < 100)")
+        benchmarkAssert(
+            skyros.recorded == count + 1, "the server recorded \(skyros.recorded) change sets of \(count + 1)")
+        if capped {
+            note("upload: cut short after \(Int(Self.cap)) s with \(skyros.uploaded) of \(count) rows on the server")
+        }
     }
 
     /// A machine saves once online, then `count` times while PostgreSQL is stopped (each save
@@ -403,7 +449,8 @@ struct SyncBenchmark {
         defer { machine.shutDown() }
         var writers: [Skyros] = []
         for _ in 0..<4 {
-            writers.append(try Skyros(sharedStack: benchSchema, container: machine.container.url, timeout: 60, savesOnStop: false))
+            writers.append(
+                try Skyros(sharedStack: benchSchema, container: machine.container.url, timeout: 60, savesOnStop: false))
         }
         // Online first: one save on the server proves the engine has connected.
         try writers[0].writeAndWait { context in EmbeddedBenchmark.fill(Item.create(in: context), -1) }
@@ -412,8 +459,11 @@ struct SyncBenchmark {
         }
         // The machine's upload record of that save: the offline saves are the next numbers of
         // its queue, and the server has them all once it has the record of the last one.
-        let record = try database.psql("SELECT machine || '|' || number FROM \(Self.schema)._skyros_uploads").split(separator: "|")
-        guard record.count == 2, let firstNumber = Int(record[1]) else { throw BenchError("no upload record of the first save") }
+        let record = try database.psql("SELECT machine || '|' || number FROM \(Self.schema)._skyros_uploads").split(
+            separator: "|")
+        guard record.count == 2, let firstNumber = Int(record[1]) else {
+            throw BenchError("no upload record of the first save")
+        }
         let machineID = String(record[0])
 
         try postgres.stop(mode: .fast)
@@ -425,14 +475,18 @@ struct SyncBenchmark {
         DispatchQueue.concurrentPerform(iterations: clients.count) { writer in
             for index in stride(from: writer, to: count, by: clients.count) {
                 do {
-                    try clients[writer].writeAndWait { context in EmbeddedBenchmark.fill(Item.create(in: context), index) }
+                    try clients[writer].writeAndWait { context in
+                        EmbeddedBenchmark.fill(Item.create(in: context), index)
+                    }
                 } catch {
                     failures.withLock { $0 += 1 }
                 }
             }
         }
         let failed = failures.withLock { $0 }
-        note("upload: \(count - failed) saves made offline in \(String(format: "%.1f", Double(Clock.now() - saving) / 1e9)) s")
+        note(
+            "upload: \(count - failed) saves made offline in \(String(format: "%.1f", Double(Clock.now() - saving) / 1e9)) s"
+        )
         guard failed == 0 else {
             try? postgres.start()
             throw BenchError("\(failed) offline saves failed")
@@ -464,7 +518,8 @@ struct SyncBenchmark {
         result.uploaded = try syncAwait { try await database.count(table, on: connection) } - 1
         result.seconds = Double(ended - started) / 1e9
         result.reconnect = first.map { Double($0 - started) / 1e9 }
-        result.recorded = Int(try database.psql("SELECT count(*) FROM \(Self.schema)._skyros_uploads WHERE rejected IS NULL")) ?? 0
+        result.recorded =
+            Int(try database.psql("SELECT count(*) FROM \(Self.schema)._skyros_uploads WHERE rejected IS NULL")) ?? 0
         return result
     }
 
@@ -485,7 +540,9 @@ struct SyncBenchmark {
             VACUUM ANALYZE \(table);
             CHECKPOINT;
             """, timeout: .seconds(1_800))
-        note("initial sync: \(rows) rows inserted on the server in \(String(format: "%.1f", Double(Clock.now() - filling) / 1e9)) s")
+        note(
+            "initial sync: \(rows) rows inserted on the server in \(String(format: "%.1f", Double(Clock.now() - filling) / 1e9)) s"
+        )
 
         // The baseline first: the peak RSS growth of each is then its own (the machine's heap,
         // once grown, would hide the baseline's).
@@ -498,12 +555,20 @@ struct SyncBenchmark {
 
         let capped = local < rows
         let suffix = capped ? " (capped at \(Int(Self.cap)) s: \(local) of \(rows))" : ""
-        report(Row(name: "sync: initial sync of \(rows) rows onto a new machine (bare: SELECT into SQLite with GRDB; goal ≥ 0.5×)\(suffix)",
-                   unit: "rows/s", skyros: Double(local) / seconds, baseline: Double(rows) / bare))
-        report(Row(name: "sync: initial sync of \(rows), peak RSS growth of the whole process (goal < 100)", unit: "MB",
-                   skyros: growth, baseline: bareGrowth))
-        benchmarkAssert(growth < 100, "the initial sync of \(rows) rows grew the peak RSS by \(Int(growth)) MB (goal < 100)")
-        if capped { note("initial sync: cut short after \(Int(Self.cap)) s with \(local) of \(rows) objects on the machine") }
+        report(
+            Row(
+                name:
+                    "sync: initial sync of \(rows) rows onto a new machine (bare: SELECT into SQLite with GRDB; goal ≥ 0.5×)\(suffix)",
+                unit: "rows/s", skyros: Double(local) / seconds, baseline: Double(rows) / bare))
+        report(
+            Row(
+                name: "sync: initial sync of \(rows), peak RSS growth of the whole process (goal < 100)", unit: "MB",
+                skyros: growth, baseline: bareGrowth))
+        benchmarkAssert(
+            growth < 100, "the initial sync of \(rows) rows grew the peak RSS by \(Int(growth)) MB (goal < 100)")
+        if capped {
+            note("initial sync: cut short after \(Int(Self.cap)) s with \(local) of \(rows) objects on the machine")
+        }
     }
 
     /// A new machine on the database: from its daemon's start until its client counts
@@ -514,7 +579,8 @@ struct SyncBenchmark {
         let started = Clock.now()
         let machine = try RunningDaemon(sync: database.configuration, log: log)
         defer { machine.shutDown() }
-        let client = try Skyros(sharedStack: benchSchema, container: machine.container.url, timeout: 120, savesOnStop: false)
+        let client = try Skyros(
+            sharedStack: benchSchema, container: machine.container.url, timeout: 120, savesOnStop: false)
         var local = 0
         while true {
             local = (try? client.read { context in try Item.count(in: context) }) ?? local
@@ -593,7 +659,8 @@ struct ServerDatabase: Sendable {
     /// index as the group's `Item`, 1,000 to a multi-row INSERT, each in its own transaction.
     /// Seconds from the connection on.
     func bareInsert(_ count: Int) async throws -> Double {
-        try psql("""
+        try psql(
+            """
             CREATE TABLE bare_item (_id uuid PRIMARY KEY, name text NOT NULL, value bigint NOT NULL, \
             score double precision NOT NULL, flag boolean NOT NULL, created timestamptz NOT NULL);
             CREATE INDEX bare_item_value ON bare_item (value);
@@ -608,7 +675,8 @@ struct ServerDatabase: Sendable {
                 tuples.reserveCapacity(end - batch)
                 for index in batch..<end {
                     let base = (index - batch) * 6
-                    tuples.append("($\(base + 1), $\(base + 2), $\(base + 3), $\(base + 4), $\(base + 5), $\(base + 6))")
+                    tuples.append(
+                        "($\(base + 1), $\(base + 2), $\(base + 3), $\(base + 4), $\(base + 5), $\(base + 6))")
                     bindings.append(UUID())
                     bindings.append("item \(index)")
                     bindings.append(index % 100)
@@ -619,7 +687,8 @@ struct ServerDatabase: Sendable {
                 try await connection.query("BEGIN", logger: logger)
                 try await connection.query(
                     PostgresQuery(
-                        unsafeSQL: "INSERT INTO bare_item (_id, name, value, score, flag, created) VALUES " + tuples.joined(separator: ", "),
+                        unsafeSQL: "INSERT INTO bare_item (_id, name, value, score, flag, created) VALUES "
+                            + tuples.joined(separator: ", "),
                         binds: bindings),
                     logger: logger)
                 try await connection.query("COMMIT", logger: logger)
@@ -647,11 +716,12 @@ struct ServerDatabase: Sendable {
         configuration.prepareDatabase { db in try db.execute(sql: "PRAGMA synchronous = FULL") }
         let queue = try DatabaseQueue(path: path, configuration: configuration)
         try await queue.writeWithoutTransaction { db in
-            try db.execute(sql: """
-                CREATE TABLE item (id BLOB PRIMARY KEY NOT NULL, name TEXT NOT NULL, value INTEGER NOT NULL, \
-                score REAL NOT NULL, flag INTEGER NOT NULL, created REAL NOT NULL) STRICT, WITHOUT ROWID;
-                CREATE INDEX item_value ON item (value);
-                """)
+            try db.execute(
+                sql: """
+                    CREATE TABLE item (id BLOB PRIMARY KEY NOT NULL, name TEXT NOT NULL, value INTEGER NOT NULL, \
+                    score REAL NOT NULL, flag INTEGER NOT NULL, created REAL NOT NULL) STRICT, WITHOUT ROWID;
+                    CREATE INDEX item_value ON item (value);
+                    """)
         }
         let start = Clock.now()
         let connection = try await connect()
@@ -659,7 +729,8 @@ struct ServerDatabase: Sendable {
         do {
             try await queue.writeWithoutTransaction { db in try db.execute(sql: "BEGIN IMMEDIATE") }
             let result = try await connection.query(
-                "SELECT \"_id\", name, value, score, flag, created FROM \(unescaped: SyncBenchmark.schema).\"Item\"", logger: logger)
+                "SELECT \"_id\", name, value, score, flag, created FROM \(unescaped: SyncBenchmark.schema).\"Item\"",
+                logger: logger)
             var chunk: [(UUID, String, Int, Double, Bool, Date)] = []
             chunk.reserveCapacity(1_000)
             for try await row in result.decode((UUID, String, Int, Double, Bool, Date).self) {
@@ -684,7 +755,9 @@ struct ServerDatabase: Sendable {
         return seconds
     }
 
-    private static func insert(_ rows: [(UUID, String, Int, Double, Bool, Date)], into queue: DatabaseQueue) async throws {
+    private static func insert(_ rows: [(UUID, String, Int, Double, Bool, Date)], into queue: DatabaseQueue)
+        async throws
+    {
         guard !rows.isEmpty else { return }
         try await queue.writeWithoutTransaction { db in
             let statement = try db.cachedStatement(
@@ -708,7 +781,8 @@ func serverCPUSeconds(_ postmaster: pid_t) -> Double {
         // After "pid (comm) ": state ppid pgrp session tty tpgid flags minflt cminflt majflt
         // cmajflt utime stime cutime cstime …
         let fields = text[text.index(after: close)...].split(separator: " ")
-        guard fields.count > 14, let parent = Int32(fields[1]), let user = Int(fields[11]), let system = Int(fields[12]),
+        guard fields.count > 14, let parent = Int32(fields[1]), let user = Int(fields[11]),
+            let system = Int(fields[12]),
             let childrenUser = Int(fields[13]), let childrenSystem = Int(fields[14])
         else { continue }
         if pid == postmaster {

@@ -1,6 +1,6 @@
 import Foundation
-import Synchronization
 import SkyrosTestSupport
+import Synchronization
 
 /// `skyros-bench sync-faults`: the sync fault campaign (issue 35, docs/SYNC.md "Testing"):
 /// machines syncing with one PostgreSQL server while seeded faults break the links, the
@@ -10,12 +10,15 @@ import SkyrosTestSupport
 ///     swift build -c release && .build/release/skyros-bench sync-faults --seed 7 --duration 120 --machines 3 --writers 4 [--rate 10] [--verbose]
 enum SyncFaultsBenchmark {
     /// Runs the campaign; true when it passed.
-    static func run(seed: UInt64, duration: Double, machines: Int, writers: Int, rate: Double, verbose: Bool) throws -> Bool {
+    static func run(seed: UInt64, duration: Double, machines: Int, writers: Int, rate: Double, verbose: Bool) throws
+        -> Bool
+    {
         // skyrosd is a product of the same package, built next to this executable.
         let skyrosd = URL(fileURLWithPath: "/proc/self/exe").resolvingSymlinksInPath().deletingLastPathComponent()
             .appendingPathComponent("skyrosd").path
         var configuration = SyncFaultCampaign.Configuration(
-            seed: seed, duration: duration, machines: machines, writersPerMachine: writers, rate: rate, skyrosd: skyrosd)
+            seed: seed, duration: duration, machines: machines, writersPerMachine: writers, rate: rate, skyrosd: skyrosd
+        )
         if verbose {
             configuration.log = { @Sendable line in
                 print(line)
@@ -39,7 +42,9 @@ enum SyncFaultsBenchmark {
         let done = DispatchSemaphore(value: 0)
         Task {
             let outcome: Result<SyncFaultCampaign.Report, any Error>
-            do { outcome = .success(try await SyncFaultCampaign.run(configuration)) } catch { outcome = .failure(error) }
+            do { outcome = .success(try await SyncFaultCampaign.run(configuration)) } catch {
+                outcome = .failure(error)
+            }
             result.withLock { $0 = outcome }
             done.signal()
         }

@@ -57,10 +57,16 @@ if arguments.count == 2 && arguments[0] == "garbage-daemon" {
 let json = arguments.contains("--json")
 let quick = arguments.contains("--quick")
 // `profile-insert` and `profile-fetch` are hidden suites for profilers (Profile.swift).
-let suites = ["embedded", "model", "shared", "contention", "observe", "backup", "migrate", "batch", "batch-reads", "sync", "sync-faults", "profile-insert", "profile-fetch", "profile-update", "profile-iterate", "profile-shared", "profile-open", "profile-migrate", "profile-schema-json"]
+let suites = [
+    "embedded", "model", "shared", "contention", "observe", "backup", "migrate", "batch", "batch-reads", "sync",
+    "sync-faults", "profile-insert", "profile-fetch", "profile-update", "profile-iterate", "profile-shared",
+    "profile-open", "profile-migrate", "profile-schema-json",
+]
 guard let suite = arguments.first, suites.contains(suite) else {
     FileHandle.standardError.write(
-        Data("usage: skyros-bench embedded|model|shared|contention|observe|backup|migrate|batch|batch-reads|sync|sync-faults [--json] [--quick] [--only fetch|saves|iterate|import|ordered|inheritance] [--garbage] [--count N] [--rows M] [--machines K]\n".utf8))
+        Data(
+            "usage: skyros-bench embedded|model|shared|contention|observe|backup|migrate|batch|batch-reads|sync|sync-faults [--json] [--quick] [--only fetch|saves|iterate|import|ordered|inheritance] [--garbage] [--count N] [--rows M] [--machines K]\n"
+                .utf8))
     exit(64)
 }
 
@@ -90,8 +96,11 @@ if suite.hasPrefix("profile-") {
     default: try profile.fetch()
     }
 } else if !json && suite != "sync-faults" {
-    print("benchmark".padding(toLength: 52, withPad: " ", startingAt: 0), "unit".padding(toLength: 10, withPad: " ", startingAt: 0),
-          "skyros".padding(toLength: 14, withPad: " ", startingAt: 0), "baseline".padding(toLength: 14, withPad: " ", startingAt: 0), "ratio")
+    print(
+        "benchmark".padding(toLength: 52, withPad: " ", startingAt: 0),
+        "unit".padding(toLength: 10, withPad: " ", startingAt: 0),
+        "skyros".padding(toLength: 14, withPad: " ", startingAt: 0),
+        "baseline".padding(toLength: 14, withPad: " ", startingAt: 0), "ratio")
 }
 let encoder = JSONEncoder()
 encoder.outputFormatting = [.sortedKeys]
@@ -99,8 +108,11 @@ let report: (Row) -> Void = { row in
     if json {
         print(String(decoding: try! encoder.encode(row), as: UTF8.self))
     } else {
-        print(row.name.padding(toLength: 52, withPad: " ", startingAt: 0), row.unit.padding(toLength: 10, withPad: " ", startingAt: 0),
-              String(format: "%-14.1f", row.skyros), String(format: "%-14.1f", row.baseline), String(format: "%.3f", row.ratio))
+        print(
+            row.name.padding(toLength: 52, withPad: " ", startingAt: 0),
+            row.unit.padding(toLength: 10, withPad: " ", startingAt: 0),
+            String(format: "%-14.1f", row.skyros), String(format: "%-14.1f", row.baseline),
+            String(format: "%.3f", row.ratio))
     }
     fflush(nil)
 }
@@ -109,11 +121,14 @@ func option(_ flag: String, default value: Int) -> Int {
     Array(zip(arguments, arguments.dropFirst())).last(where: { $0.0 == flag }).flatMap { Int($0.1) } ?? value
 }
 if suite == "sync-faults" {
-    let seed = Array(zip(arguments, arguments.dropFirst())).last(where: { $0.0 == "--seed" }).flatMap { UInt64($0.1) } ?? 1
+    let seed =
+        Array(zip(arguments, arguments.dropFirst())).last(where: { $0.0 == "--seed" }).flatMap { UInt64($0.1) } ?? 1
     let passed = try SyncFaultsBenchmark.run(
-        seed: seed, duration: Double(option("--duration", default: quick ? 20 : 120)), machines: option("--machines", default: 3),
+        seed: seed, duration: Double(option("--duration", default: quick ? 20 : 120)),
+        machines: option("--machines", default: 3),
         writers: option("--writers", default: 4),
-        rate: Array(zip(arguments, arguments.dropFirst())).last(where: { $0.0 == "--rate" }).flatMap { Double($0.1) } ?? 10,
+        rate: Array(zip(arguments, arguments.dropFirst())).last(where: { $0.0 == "--rate" }).flatMap { Double($0.1) }
+            ?? 10,
         verbose: arguments.contains("--verbose"))
     // exit() runs no defer: the (empty) working directory goes first.
     removeWorkingDirectory()
@@ -149,7 +164,8 @@ if suite == "sync" {
         .run(report: report)
 } else if suite == "batch-reads" {
     // Only the streaming-read rows of `batch` (hidden; for profiling them).
-    try BatchBenchmark(directory: directory, rows: quick ? 100_000 : 1_000_000, rounds: quick ? 3 : 5).runReads(report: report)
+    try BatchBenchmark(directory: directory, rows: quick ? 100_000 : 1_000_000, rounds: quick ? 3 : 5).runReads(
+        report: report)
 } else if suite == "batch" {
     let batch = BatchBenchmark(directory: directory, rows: quick ? 100_000 : 1_000_000, rounds: quick ? 3 : 5)
     if zip(arguments, arguments.dropFirst()).contains(where: { $0 == ("--only", "import") }) {
@@ -160,17 +176,23 @@ if suite == "sync" {
 } else if suite == "model" {
     let model = ModelBenchmark(directory: directory, posts: quick ? 10_000 : 100_000, rounds: quick ? 3 : 5)
     if zip(arguments, arguments.dropFirst()).contains(where: { $0 == ("--only", "ordered") }) {
-        try model.orderedMove(try Skyros(sqliteStack: modelSchema, at: directory.appendingPathComponent("ordered.sqlite"), savesOnStop: false), report: report)
+        try model.orderedMove(
+            try Skyros(
+                sqliteStack: modelSchema, at: directory.appendingPathComponent("ordered.sqlite"), savesOnStop: false),
+            report: report)
     } else if zip(arguments, arguments.dropFirst()).contains(where: { $0 == ("--only", "inheritance") }) {
         try model.inheritance(report: report)
     } else {
         try model.run(report: report)
     }
 } else if suite == "observe" {
-    try ObserveBenchmark(directory: directory, sizes: quick ? [10_000] : [10_000, 100_000], samples: quick ? 200 : 1_000)
-        .run(report: report)
+    try ObserveBenchmark(
+        directory: directory, sizes: quick ? [10_000] : [10_000, 100_000], samples: quick ? 200 : 1_000
+    )
+    .run(report: report)
 } else if suite == "migrate" {
-    try MigrateBenchmark(directory: directory, rows: quick ? 100_000 : 1_000_000, rounds: quick ? 1 : 3).run(report: report)
+    try MigrateBenchmark(directory: directory, rows: quick ? 100_000 : 1_000_000, rounds: quick ? 1 : 3).run(
+        report: report)
 } else if suite == "embedded" {
     try EmbeddedBenchmark(
         directory: directory, count: quick ? 10_000 : 100_000, iterateCount: quick ? 100_000 : 1_000_000,

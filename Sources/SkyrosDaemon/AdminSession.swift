@@ -1,9 +1,9 @@
 import Foundation
-import Synchronization
 import Logging
 import Skyros
 import SkyrosWire
 import SkyrosZeroMQ
+import Synchronization
 
 /// The daemon's admin sessions (docs/PROTOCOL.md, "Admin sessions"): `skyros … --group ID`
 /// asks for the status, history, schema, metrics and backups without a schema of its own.
@@ -226,7 +226,8 @@ package final class AdminSessions: @unchecked Sendable {
         metrics.walBytes.record(Self.size(state.container.store.path + "-wal"))
         metrics.sequence.record(Double(state.sequence))
         if let sync = state.sync?() {
-            metrics.syncState.record(sync["state"] as? String == "online" ? 1 : sync["state"] as? String == "error" ? -1 : 0)
+            metrics.syncState.record(
+                sync["state"] as? String == "online" ? 1 : sync["state"] as? String == "error" ? -1 : 0)
             metrics.syncUploadQueue.record(sync["uploadQueue"] as? Int ?? 0)
             metrics.syncOldestQueuedSeconds.record(sync["oldestQueuedSeconds"] as? Double ?? 0)
             metrics.syncCheckpoint.record(Double(sync["checkpoint"] as? UInt64 ?? 0))

@@ -91,9 +91,10 @@ final class ConnectionGuard: Sendable {
 
     /// Starts the guard's thread.
     init(maximumClients: Int, helloTimeout: TimeInterval, log: @escaping @Sendable (String) -> Void) {
-        state = Mutex(State(
-            requests: ConnectionLimiter(maximum: maximumClients, helloTimeout: helloTimeout),
-            events: ConnectionLimiter(maximum: maximumClients, helloTimeout: nil)))
+        state = Mutex(
+            State(
+                requests: ConnectionLimiter(maximum: maximumClients, helloTimeout: helloTimeout),
+                events: ConnectionLimiter(maximum: maximumClients, helloTimeout: nil)))
         self.helloTimeout = helloTimeout
         self.maximumClients = maximumClients
         self.log = log
@@ -108,7 +109,8 @@ final class ConnectionGuard: Sendable {
     func accepted(_ descriptor: Int32, onRequests: Bool) {
         let now = ProcessInfo.processInfo.systemUptime
         state.withLock { state in
-            state.close(onRequests ? state.requests.accepted(descriptor, at: now) : state.events.accepted(descriptor, at: now))
+            state.close(
+                onRequests ? state.requests.accepted(descriptor, at: now) : state.events.accepted(descriptor, at: now))
             state.peakDescriptors = max(state.peakDescriptors, state.requests.descriptors + state.events.descriptors)
         }
     }
@@ -145,7 +147,8 @@ final class ConnectionGuard: Sendable {
             let wait = deadline.map { max(0, min(0.25, $0 - now)) } ?? 0.25
             _ = wake.wait(timeout: .now() + wait)
             state.withLock { state in
-                state.close(state.requests.expired(at: ProcessInfo.processInfo.systemUptime).map { ($0, .helloTimeout) })
+                state.close(
+                    state.requests.expired(at: ProcessInfo.processInfo.systemUptime).map { ($0, .helloTimeout) })
             }
             logIfDue(force: false)
         }
@@ -156,7 +159,8 @@ final class ConnectionGuard: Sendable {
     /// ``logInterval`` seconds.
     private func logIfDue(force: Bool) {
         let now = ProcessInfo.processInfo.systemUptime
-        let due: (closed: [ConnectionLimiter.Reason: Int], peak: Int, requests: Int, events: Int)? = state.withLock { state in
+        let due: (closed: [ConnectionLimiter.Reason: Int], peak: Int, requests: Int, events: Int)? = state.withLock {
+            state in
             guard !state.unlogged.isEmpty, force || now - state.lastLog >= Self.logInterval else { return nil }
             defer {
                 state.unlogged = [:]
@@ -177,9 +181,10 @@ final class ConnectionGuard: Sendable {
             parts.append(
                 "closed \(count) connection\(count == 1 ? "" : "s") that said no hello within \(helloTimeout) s")
         }
-        log(parts.joined(separator: "; ") + """
-             (open: \(due.requests) request, \(due.events) event connections; at most \(due.peak) \
-            descriptors held by connections)
-            """)
+        log(
+            parts.joined(separator: "; ") + """
+                 (open: \(due.requests) request, \(due.events) event connections; at most \(due.peak) \
+                descriptors held by connections)
+                """)
     }
 }

@@ -166,7 +166,8 @@ package final class DaemonServer {
                 throw SkyrosError(.storeFailure, "the schema of the store at \(container.store.path) cannot be read")
             }
             let existing = try SQLiteStore(
-                schema: try Schema(description: description, version: try SQLiteStore.storedSchemaVersion(at: container.store) ?? 1),
+                schema: try Schema(
+                    description: description, version: try SQLiteStore.storedSchemaVersion(at: container.store) ?? 1),
                 url: container.store, durability: configuration.durability,
                 serialAccess: false)
             (store, opened) = (existing, try Journal.open(existing))
@@ -176,14 +177,19 @@ package final class DaemonServer {
                 container: container, durability: configuration.durability,
                 maximumMessageSize: configuration.maximumMessageSize,
                 retention: Journal.Retention(count: configuration.historyCount, age: configuration.historyAge),
-                maximumEventDelay: configuration.maximumEventDelay, maximumConnections: configuration.maximumConnections,
+                maximumEventDelay: configuration.maximumEventDelay,
+                maximumConnections: configuration.maximumConnections,
                 log: configuration.log, maximumCommitDelay: .seconds(configuration.maximumCommitDelay)),
             store: store, opened: opened)
         access = PeerAccess(container: container)
         admin = AdminSessions(log: configuration.log)
         let reader = try ReadWorker()
         self.reader = reader
-        sync = configuration.sync.map { SyncLink(configuration: $0, settings: configuration.syncSettings, wake: { reader.wake() }, log: configuration.log) }
+        sync = configuration.sync.map {
+            SyncLink(
+                configuration: $0, settings: configuration.syncSettings, wake: { reader.wake() }, log: configuration.log
+            )
+        }
         maximumClients = Self.clientLimit(configuration)
         // The high-water mark bounds the memory each connection can hold in the queues, both ways.
         sockets = try ZMTPServer(
@@ -208,7 +214,8 @@ package final class DaemonServer {
         self.connectionGuard = connectionGuard
         configuration.log(
             "serving \(container.url.path)\(store == nil ? " (no store yet)" : " at sequence \(turn.sequence)")")
-        configuration.log("""
+        configuration.log(
+            """
             accepting at most \(maximumClients) clients (descriptor limit \(DescriptorLimit.current)); \
             hello timeout \(configuration.helloTimeout) s
             """)
@@ -220,7 +227,8 @@ package final class DaemonServer {
         let sized = DescriptorLimit.maximumClients(forLimit: DescriptorLimit.raiseToHardLimit())
         guard let wanted = configuration.maximumClients else { return sized }
         if wanted > sized {
-            configuration.log("""
+            configuration.log(
+                """
                 a limit of \(wanted) clients (--max-clients) is more than the descriptor limit \
                 \(DescriptorLimit.current) allows: accepting at most \(sized)
                 """)
@@ -315,7 +323,8 @@ package final class DaemonServer {
         guard saves.count > 1 else { return saves.count }
         if saves.count > 16 { return Set(saves.map(\.identity)).count }
         var count = 0
-        for (index, save) in saves.enumerated() where !saves[..<index].contains(where: { $0.identity == save.identity }) {
+        for (index, save) in saves.enumerated() where !saves[..<index].contains(where: { $0.identity == save.identity })
+        {
             count += 1
         }
         return count
@@ -351,7 +360,9 @@ package final class DaemonServer {
             admin.activity.seen(identity, peer: received.peer)
             let outcome = admin.intercept(
                 [UInt8](received.frames[1]), identity: identity, peer: received.peer,
-                state: adminState(welcomed: { [connectionGuard] in connectionGuard?.welcomed(descriptor: received.descriptor) }))
+                state: adminState(welcomed: { [connectionGuard] in
+                    connectionGuard?.welcomed(descriptor: received.descriptor)
+                }))
             if case .answered = outcome { return }
             if case .notAdmin = outcome { arrival.refusal = access.refusal(of: received.peer) }
             arrival.isAdmin = admin.isAdmin(identity)
@@ -369,7 +380,12 @@ package final class DaemonServer {
             case .read(let job):
                 reader.submit(job)
             case .commit(let saves, let resetting):
-                perform(turn.commit(saves, resetting: resetting, requestsWaiting: { [savingInTurn = turn.commitDelay.savingInTurn] in savingInTurn || sockets.hasInput }))
+                perform(
+                    turn.commit(
+                        saves, resetting: resetting,
+                        requestsWaiting: { [savingInTurn = turn.commitDelay.savingInTurn] in
+                            savingInTurn || sockets.hasInput
+                        }))
             case .queued(let handed, let through):
                 sync?.engine?.localCommitted(handed, through: through)
             case .publish(let topic, let message, let changeSets):
@@ -422,9 +438,12 @@ package final class DaemonServer {
     /// Sends a reply on the request socket (an error is counted and logged, see ``AdminSessions``).
     private func reply(to identity: Data, _ message: WireMessage) {
         switch message.body {
-        case .error(let code, let text): admin.replied(error: code, message: text, to: identity, requestID: message.requestID)
+        case .error(let code, let text):
+            admin.replied(error: code, message: text, to: identity, requestID: message.requestID)
         case .conflicts(let text, _):
-            admin.replied(error: SkyrosError.Code.mergeConflict.rawValue, message: text, to: identity, requestID: message.requestID)
+            admin.replied(
+                error: SkyrosError.Code.mergeConflict.rawValue, message: text, to: identity,
+                requestID: message.requestID)
         default: break
         }
         sockets.send(to: identity, message.encoded())

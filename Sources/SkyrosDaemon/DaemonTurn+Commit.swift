@@ -69,13 +69,15 @@ extension DaemonTurn {
                 case .success(.batch(let affected, let event)): .batchDone(affected: affected, event: event)
                 case .failure(let error): Self.errorReply(error)
                 }
-            actions.append(.reply(save.identity, WireMessage(requestID: save.requestID, body: save.projection?.old(body) ?? body)))
+            actions.append(
+                .reply(save.identity, WireMessage(requestID: save.requestID, body: save.projection?.old(body) ?? body)))
         }
-        actions.append(.committed(
-            zip(saves, outcome.results).map { save, result in
-                (save.identity, save.received, { if case .success = result { true } else { false } }())
-            },
-            changeSets: outcome.committed ? outcome.events.count : nil))
+        actions.append(
+            .committed(
+                zip(saves, outcome.results).map { save, result in
+                    (save.identity, save.received, { if case .success = result { true } else { false } }())
+                },
+                changeSets: outcome.committed ? outcome.events.count : nil))
         actions += publishing(publisher.committed(outcome.events, requestsWaiting: waiting, now: now))
         if resetting != nil { actions += publishing(publisher.flush()) }
         if groupCommit.lastQueued != queuedBefore {
@@ -141,12 +143,14 @@ extension DaemonTurn {
         } catch {
             let wrapped = SkyrosError.wrap(error)
             settings.log(
-                "refused to migrate the store from schema version \(schemaVersion) to \(hello.schemaVersion) for \(Self.describe(hello.clientName)): \(wrapped.message)")
+                "refused to migrate the store from schema version \(schemaVersion) to \(hello.schemaVersion) for \(Self.describe(hello.clientName)): \(wrapped.message)"
+            )
             throw SkyrosError(
                 .migrationFailed,
                 wrapped.code == .migrationFailed
                     ? wrapped.message
-                    : "the store cannot be migrated from schema version \(schemaVersion) to \(hello.schemaVersion): \(wrapped.code): \(wrapped.message)")
+                    : "the store cannot be migrated from schema version \(schemaVersion) to \(hello.schemaVersion): \(wrapped.code): \(wrapped.message)"
+            )
         }
         try? current.close()
         let previous = schemaVersion
@@ -156,26 +160,34 @@ extension DaemonTurn {
         } catch {
             // Migrated, but its journal cannot be opened: serve nothing rather than the wrong schema.
             settings.log("the migrated store's history cannot be opened: \(error)")
-            throw SkyrosError(.storeFailure, "the migrated store's history cannot be opened: \(SkyrosError.wrap(error).message)")
+            throw SkyrosError(
+                .storeFailure, "the migrated store's history cannot be opened: \(SkyrosError.wrap(error).message)")
         }
         (store, epoch, schemaVersion) = (migrated, opened.epoch, opened.schemaVersion)
         groupCommit.restart(sequence: opened.sequence, saves: opened.saves)
         settings.log(
-            "migrated the store from schema version \(previous) to \(schemaVersion) (\(schema.fingerprint)) for \(Self.describe(hello.clientName)), sequence \(sequence)")
+            "migrated the store from schema version \(previous) to \(schemaVersion) (\(schema.fingerprint)) for \(Self.describe(hello.clientName)), sequence \(sequence)"
+        )
         projections = [:]
         for version in sessions.schemaVersions where version < schemaVersion {
             do {
                 projections[version] = try Journal.projection(
                     version: version, fingerprint: nil, storeVersion: schemaVersion, in: migrated)
             } catch {
-                settings.log("sessions of schema version \(version) cannot be served any more: \(SkyrosError.wrap(error).message)")
+                settings.log(
+                    "sessions of schema version \(version) cannot be served any more: \(SkyrosError.wrap(error).message)"
+                )
                 sessions.forget(schemaVersion: version)
             }
         }
         if let event = opened.schemaChanged {
-            actions += publishing(publisher.committed(
-                [EventPublisher.Committed(event: event, encoded: WireMessage(requestID: 0, body: .event(event)).encoded(), topic: nil)],
-                requestsWaiting: false, now: .now))
+            actions += publishing(
+                publisher.committed(
+                    [
+                        EventPublisher.Committed(
+                            event: event, encoded: WireMessage(requestID: 0, body: .event(event)).encoded(), topic: nil)
+                    ],
+                    requestsWaiting: false, now: .now))
             actions += publishing(publisher.flush())
         }
     }
@@ -194,7 +206,8 @@ extension DaemonTurn {
         else { return }
         let changeSets = unloggedPruning.changeSets
         let records = unloggedPruning.saveRecords
-        settings.log("""
+        settings.log(
+            """
             pruned the history (retention: the last \(settings.retention.count) change sets, none older than \
             \(settings.retention.age) s): removed \(changeSets) change set\(changeSets == 1 ? "" : "s") and \
             \(records) exactly-once record\(records == 1 ? "" : "s") of silent clients\

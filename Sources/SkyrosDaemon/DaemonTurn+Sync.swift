@@ -57,7 +57,8 @@ extension DaemonTurn {
             return (.failed(SkyrosError.wrap(error).message), [])
         }
         let rejected = checkpoint.rejected
-        let record: (SQLiteStore.Transaction) throws -> Void = { transaction in try Self.record(checkpoint, transaction) }
+        let record: (SQLiteStore.Transaction) throws -> Void = { transaction in try Self.record(checkpoint, transaction)
+        }
         if changes.isEmpty && rejected.isEmpty {
             // Nothing changes here (often this machine's own upload coming back): the checkpoint
             // is recorded without a change set, and without waiting for the disk (a power loss
@@ -74,7 +75,8 @@ extension DaemonTurn {
         var saves: [GroupCommit.Save] = []
         func save(_ changes: ChangeSet) -> GroupCommit.Save {
             GroupCommit.Save(
-                identity: Data(), requestID: 0, clientID: Self.syncAuthorID, saveNumber: sequence + UInt64(saves.count) + 1,
+                identity: Data(), requestID: 0, clientID: Self.syncAuthorID,
+                saveNumber: sequence + UInt64(saves.count) + 1,
                 changes: changes, author: "sync", fromSync: true)
         }
         if !changes.deleted.isEmpty { saves.append(save(ChangeSet(deleted: changes.deleted))) }
@@ -86,7 +88,8 @@ extension DaemonTurn {
         last.alsoRecord = record
         if !rejected.isEmpty {
             last.extensionKind = (
-                ChangeEvent.syncRejectedKind, ChangeEvent.syncRejectedExtension(rejected.map { ($0.reason, $0.objects) })
+                ChangeEvent.syncRejectedKind,
+                ChangeEvent.syncRejectedExtension(rejected.map { ($0.reason, $0.objects) })
             )
         }
         saves.append(last)
@@ -105,7 +108,9 @@ extension DaemonTurn {
         }
         var changes = ChangeSet()
         for id in SQLiteStore.inKeyOrder(ids) {
-            guard let entity = schema.entity(named: id.entityName), let server = checkpoint.objects[id] else { continue }
+            guard let entity = schema.entity(named: id.entityName), let server = checkpoint.objects[id] else {
+                continue
+            }
             guard let values = server else {
                 if local[id] != nil { changes.deleted.append(id) }
                 continue
@@ -115,7 +120,8 @@ extension DaemonTurn {
                 continue
             }
             var differing: [Int: StoredValue] = [:]
-            for (index, property) in entity.properties.enumerated() where property.kind != .toMany && index < values.count {
+            for (index, property) in entity.properties.enumerated()
+            where property.kind != .toMany && index < values.count {
                 if values[index] != current.values[index] { differing[index] = values[index] }
             }
             if !differing.isEmpty { changes.updated.append(ChangeSet.Update(id: id, changes: differing)) }
@@ -142,14 +148,18 @@ extension DaemonTurn {
             try store.transaction { transaction in
                 if page.isFirst {
                     try Self.dropStage(schema, transaction)
-                    try transaction.execute("CREATE TEMP TABLE skyros_sync_stage (snapshot TEXT NOT NULL, version INTEGER NOT NULL)")
+                    try transaction.execute(
+                        "CREATE TEMP TABLE skyros_sync_stage (snapshot TEXT NOT NULL, version INTEGER NOT NULL)")
                     try transaction.execute(
                         "INSERT INTO temp.skyros_sync_stage (snapshot, version) VALUES (?, ?)",
                         [.text(page.snapshot), .integer(Int64(schema.version))])
                     for entity in schema.entities {
-                        let columns = ["\"_id\" BLOB PRIMARY KEY NOT NULL"] + Self.storedProperties(entity).map { Self.quote($0.name) }
+                        let columns =
+                            ["\"_id\" BLOB PRIMARY KEY NOT NULL"]
+                            + Self.storedProperties(entity).map { Self.quote($0.name) }
                         try transaction.execute(
-                            "CREATE TEMP TABLE \(Self.quote(Self.stagePrefix + entity.name)) (\(columns.joined(separator: ", "))) WITHOUT ROWID")
+                            "CREATE TEMP TABLE \(Self.quote(Self.stagePrefix + entity.name)) (\(columns.joined(separator: ", "))) WITHOUT ROWID"
+                        )
                     }
                 } else {
                     try Self.checkStage(holds: page.snapshot, version: schema.version, transaction)
@@ -183,7 +193,8 @@ extension DaemonTurn {
     /// is: every app refreshes what it holds. Nothing differs: only the checkpoint is
     /// recorded. The checkpoint and the refusals are recorded in the same transaction as the
     /// change set; the refusals are then told in a change set of their own.
-    private mutating func applySnapshot(_ checkpoint: Checkpoint, to store: SQLiteStore) -> (SyncApplyResult, [Action]) {
+    private mutating func applySnapshot(_ checkpoint: Checkpoint, to store: SQLiteStore) -> (SyncApplyResult, [Action])
+    {
         let schema = store.schema
         let differs: Bool
         do {
@@ -202,7 +213,8 @@ extension DaemonTurn {
         var saves: [GroupCommit.Save] = []
         func save() -> GroupCommit.Save {
             GroupCommit.Save(
-                identity: Data(), requestID: 0, clientID: Self.syncAuthorID, saveNumber: sequence + UInt64(saves.count) + 1,
+                identity: Data(), requestID: 0, clientID: Self.syncAuthorID,
+                saveNumber: sequence + UInt64(saves.count) + 1,
                 changes: ChangeSet(), author: "sync", fromSync: true)
         }
         if differs {
@@ -213,7 +225,8 @@ extension DaemonTurn {
         if !rejected.isEmpty {
             var told = save()
             told.extensionKind = (
-                ChangeEvent.syncRejectedKind, ChangeEvent.syncRejectedExtension(rejected.map { ($0.reason, $0.objects) })
+                ChangeEvent.syncRejectedKind,
+                ChangeEvent.syncRejectedExtension(rejected.map { ($0.reason, $0.objects) })
             )
             saves.append(told)
         }
@@ -237,10 +250,14 @@ extension DaemonTurn {
     }
 
     /// Commits a checkpoint's change sets and publishes them.
-    private mutating func commitCheckpoint(_ saves: [GroupCommit.Save], to store: SQLiteStore) -> (SyncApplyResult, [Action]) {
+    private mutating func commitCheckpoint(_ saves: [GroupCommit.Save], to store: SQLiteStore) -> (
+        SyncApplyResult, [Action]
+    ) {
         let outcome = groupCommit.commit(saves, in: store)
         for line in outcome.log { settings.log(line) }
-        let failure = outcome.results.lazy.compactMap { if case .failure(let error) = $0 { error.message } else { nil } }.first
+        let failure = outcome.results.lazy.compactMap {
+            if case .failure(let error) = $0 { error.message } else { nil }
+        }.first
         guard outcome.committed, failure == nil else {
             return (.failed(failure ?? "the checkpoint's change set was not committed"), [])
         }
@@ -268,13 +285,16 @@ extension DaemonTurn {
     }
 
     /// Throws unless the stage holds pages of `snapshot`, staged with the store's schema `version`.
-    private static func checkStage(holds snapshot: String, version: Int, _ transaction: SQLiteStore.Transaction) throws {
+    private static func checkStage(holds snapshot: String, version: Int, _ transaction: SQLiteStore.Transaction) throws
+    {
         let exists = try transaction.rows("SELECT 1 FROM temp.sqlite_master WHERE name = 'skyros_sync_stage'")
-        let row = exists.isEmpty ? nil : try transaction.rows("SELECT snapshot, version FROM temp.skyros_sync_stage").first
+        let row =
+            exists.isEmpty ? nil : try transaction.rows("SELECT snapshot, version FROM temp.skyros_sync_stage").first
         guard let row, row[0] == .text(snapshot), row[1] == .integer(Int64(version)) else {
             throw SkyrosError(
                 .storeFailure,
-                "the snapshot's first pages are not staged (the daemon restarted, the store was migrated, or another snapshot began): it is read again")
+                "the snapshot's first pages are not staged (the daemon restarted, the store was migrated, or another snapshot began): it is read again"
+            )
         }
     }
 
@@ -306,7 +326,8 @@ extension DaemonTurn {
         for entity in schema.entities {
             let table = quote(entity.name)
             try transaction.execute(
-                "DELETE FROM \(table) WHERE NOT EXISTS (SELECT 1 FROM \(stageTable(entity.name)) AS s WHERE s.\"_id\" = \(table).\"_id\")")
+                "DELETE FROM \(table) WHERE NOT EXISTS (SELECT 1 FROM \(stageTable(entity.name)) AS s WHERE s.\"_id\" = \(table).\"_id\")"
+            )
             affected += try changed()
         }
         for entity in schema.entities {
@@ -334,7 +355,8 @@ extension DaemonTurn {
         if transaction.hasUnresolvedReferences {
             throw SkyrosError(
                 .deleteDenied,
-                "relationship integrity: the snapshot leaves a link to an object it does not have (a row skipped as unreadable?)")
+                "relationship integrity: the snapshot leaves a link to an object it does not have (a row skipped as unreadable?)"
+            )
         }
         return affected
     }

@@ -100,7 +100,8 @@ struct DaemonTurn {
         commitDelay = CommitDelay(maximum: settings.maximumCommitDelay)
         sessions = SessionTable(maximumSessions: settings.maximumConnections)
         publisher = EventPublisher(maximumDelay: .seconds(settings.maximumEventDelay))
-        groupCommit = GroupCommit(sequence: opened?.sequence ?? 0, retention: settings.retention, saves: opened?.saves ?? [])
+        groupCommit = GroupCommit(
+            sequence: opened?.sequence ?? 0, retention: settings.retention, saves: opened?.saves ?? [])
         if let store, let opened {
             self.store = store
             (epoch, schemaVersion) = (opened.epoch, opened.schemaVersion)
@@ -124,15 +125,27 @@ struct DaemonTurn {
         guard frames.count == 2 else {
             guard frames.count > 2 || frames.count == 1 else { return [] }
             let header = frames.count > 1 ? WireHeader([UInt8](frames[1])) : nil
-            return [.reply(frames[0], WireMessage(requestID: header?.requestID ?? 0, body: .error(
-                code: SkyrosError.Code.malformedMessage.rawValue,
-                message: "a request is exactly one frame, not \(frames.count - 1)")))]
+            return [
+                .reply(
+                    frames[0],
+                    WireMessage(
+                        requestID: header?.requestID ?? 0,
+                        body: .error(
+                            code: SkyrosError.Code.malformedMessage.rawValue,
+                            message: "a request is exactly one frame, not \(frames.count - 1)")))
+            ]
         }
         let identity = frames[0]
         let bytes = [UInt8](frames[1])
         if let refusal = arrival.refusal {
-            return [.reply(identity, WireMessage(requestID: WireHeader(bytes)?.requestID ?? 0, body: .error(
-                code: SkyrosError.Code.permissionDenied.rawValue, message: refusal)))]
+            return [
+                .reply(
+                    identity,
+                    WireMessage(
+                        requestID: WireHeader(bytes)?.requestID ?? 0,
+                        body: .error(
+                            code: SkyrosError.Code.permissionDenied.rawValue, message: refusal)))
+            ]
         }
         var message: WireMessage
         do {
@@ -140,13 +153,25 @@ struct DaemonTurn {
         } catch {
             let code: SkyrosError.Code =
                 if case .unsupportedVersion = error { .unsupportedProtocolVersion } else { .malformedMessage }
-            return [.reply(identity, WireMessage(requestID: WireHeader(bytes)?.requestID ?? 0, body: .error(
-                code: code.rawValue, message: error.description)))]
+            return [
+                .reply(
+                    identity,
+                    WireMessage(
+                        requestID: WireHeader(bytes)?.requestID ?? 0,
+                        body: .error(
+                            code: code.rawValue, message: error.description)))
+            ]
         }
         switch message.body {
         case .save(_, 0, _), .deleteAll(_, 0), .batch(_, 0, _):
-            return [.reply(identity, WireMessage(requestID: message.requestID, body: .error(
-                code: SkyrosError.Code.malformedMessage.rawValue, message: "save numbers start at 1")))]
+            return [
+                .reply(
+                    identity,
+                    WireMessage(
+                        requestID: message.requestID,
+                        body: .error(
+                            code: SkyrosError.Code.malformedMessage.rawValue, message: "save numbers start at 1")))
+            ]
         default: break
         }
         // A session of an earlier schema version: its request in the store's terms.
@@ -155,11 +180,19 @@ struct DaemonTurn {
             do {
                 message.body = try projection.current(message.body)
             } catch {
-                return [.reply(identity, WireMessage(requestID: message.requestID, body: Self.errorReply(SkyrosError.wrap(error))))]
+                return [
+                    .reply(
+                        identity,
+                        WireMessage(requestID: message.requestID, body: Self.errorReply(SkyrosError.wrap(error))))
+                ]
             }
         }
         let isSession = sessions[identity] != nil
-        let save = { (clientID: UUID, saveNumber: UInt64, changes: ChangeSet, batch: BatchOperation?, projection: SchemaProjection?) in
+        let save = {
+            (
+                clientID: UUID, saveNumber: UInt64, changes: ChangeSet, batch: BatchOperation?,
+                projection: SchemaProjection?
+            ) in
             GroupCommit.Save(
                 identity: identity, requestID: message.requestID, clientID: clientID, saveNumber: saveNumber,
                 changes: changes, batch: batch, projection: projection)
@@ -188,8 +221,12 @@ struct DaemonTurn {
             pending = []
         }
         if ReadWorker.answers(message.body), isSession || arrival.isAdmin, let store {
-            return [.read(ReadWorker.Job(
-                identity: identity, requestID: message.requestID, body: message.body, store: store, projection: projection))]
+            return [
+                .read(
+                    ReadWorker.Job(
+                        identity: identity, requestID: message.requestID, body: message.body, store: store,
+                        projection: projection))
+            ]
         }
         if case .hello(let hello) = message.body, SessionTable.refusal(of: hello) == nil, store != nil,
             hello.schemaVersion > schemaVersion
@@ -254,7 +291,8 @@ struct DaemonTurn {
             } else if hello.schemaFingerprint != accepted {
                 throw SkyrosError(
                     .schemaMismatch,
-                    "the group's store has schema \(accepted) at version \(schemaVersion); the client \(hello.clientName) has \(hello.schemaFingerprint) at the same version: a changed model needs a higher version to be migrated")
+                    "the group's store has schema \(accepted) at version \(schemaVersion); the client \(hello.clientName) has \(hello.schemaFingerprint) at the same version: a changed model needs a higher version to be migrated"
+                )
             }
         }
         return try session(identity, hello, accepted: accepted, actions: &actions)
@@ -262,7 +300,8 @@ struct DaemonTurn {
 
     /// Decides a hello against the schema fingerprint accepted for it (``SessionTable``), and
     /// welcomes the connection.
-    mutating func session(_ identity: Data, _ hello: WireMessage.Hello, accepted: String, actions: inout [Action]) throws
+    mutating func session(_ identity: Data, _ hello: WireMessage.Hello, accepted: String, actions: inout [Action])
+        throws
         -> WireMessage.Body
     {
         switch sessions.hello(identity, hello, storeFingerprint: accepted) {
@@ -273,8 +312,9 @@ struct DaemonTurn {
                 settings.log("forgot the connections that said hello: each says it again")
             }
             actions.append(.welcomed(identity, hello, sessions: sessions.sessions.count))
-            return .welcome(WireMessage.Welcome(
-                sequence: sequence, eventTopic: topic, storeEpoch: epoch, schemaVersion: schemaVersion))
+            return .welcome(
+                WireMessage.Welcome(
+                    sequence: sequence, eventTopic: topic, storeEpoch: epoch, schemaVersion: schemaVersion))
         }
     }
 

@@ -168,7 +168,8 @@ struct GroupCommit {
                         }
                         let apply = {
                             try Self.apply(
-                                save, sequence: next + 1, reset: index == resetting, queue: queues, store.schema, transaction)
+                                save, sequence: next + 1, reset: index == resetting, queue: queues, store.schema,
+                                transaction)
                         }
                         let applied = try isolated ? transaction.savepoint(apply) : apply()
                         next = applied.event.sequence
@@ -179,8 +180,9 @@ struct GroupCommit {
                         ledger.applied(client: save.clientID, save: save.saveNumber, sequence: next)
                         outcome.events.append(
                             EventPublisher.Committed(event: applied.event, encoded: applied.encoded, topic: save.topic))
-                        outcome.results.append(.success(
-                            applied.affected.map { .batch(affected: $0, event: applied.event) } ?? .saved(next)))
+                        outcome.results.append(
+                            .success(
+                                applied.affected.map { .batch(affected: $0, event: applied.event) } ?? .saved(next)))
                         if let line = applied.resetLog { outcome.log.append(line) }
                     } catch {
                         // Without a savepoint, a failed save rolls the transaction back (and,
@@ -224,7 +226,8 @@ struct GroupCommit {
         case .refuseSkipped(let expected):
             throw SkyrosError(
                 .saveNumberSkipped,
-                "save \(save.saveNumber) of client \(save.clientID) skips ahead: its last applied save is \(expected - 1), so the next one is \(expected); it was not applied")
+                "save \(save.saveNumber) of client \(save.clientID) skips ahead: its last applied save is \(expected - 1), so the next one is \(expected); it was not applied"
+            )
         case .apply, .readStore:
             return nil
         }
@@ -271,7 +274,9 @@ struct GroupCommit {
             // The event carries the values as stored (conformed to their types), not as sent.
             let applied = try transaction.applyConformed(save.changes)
             event.inserted = applied.changes.inserted.map { Snapshot(id: $0.id, values: $0.values, version: 1) }
-            event.updated = applied.updates.map { ChangeEvent.Update(id: $0.id, version: $0.version, values: $0.changes) }
+            event.updated = applied.updates.map {
+                ChangeEvent.Update(id: $0.id, version: $0.version, values: $0.changes)
+            }
             event.deleted = applied.changes.deleted
         }
         if let (kind, bytes) = save.extensionKind {
@@ -301,7 +306,8 @@ struct GroupCommit {
     /// The answer to a save applied before (a retry): its sequence, or for a batch its change
     /// set from the history (when the history no longer has it: a batch event with empty
     /// lists, which makes the client refresh what it holds, and 0 objects).
-    private static func answer(_ save: Save, sequence: UInt64, _ transaction: SQLiteStore.Transaction) throws -> Answer {
+    private static func answer(_ save: Save, sequence: UInt64, _ transaction: SQLiteStore.Transaction) throws -> Answer
+    {
         guard save.batch != nil else { return .saved(sequence) }
         if sequence > 0, let recorded = try Journal.batch(at: sequence, in: transaction) {
             return .batch(affected: recorded.affected, event: recorded.event)
@@ -313,7 +319,9 @@ struct GroupCommit {
     /// The change event of a batch operation: its objects with their new values, or empty
     /// lists when the outcome does not name them (too many); a batch that selected nothing is
     /// an empty change set.
-    static func batchEvent(_ outcome: BatchOutcome, _ operation: BatchOperation, _ schema: Schema, _ base: ChangeEvent) -> ChangeEvent {
+    static func batchEvent(_ outcome: BatchOutcome, _ operation: BatchOperation, _ schema: Schema, _ base: ChangeEvent)
+        -> ChangeEvent
+    {
         var event = base
         guard outcome.count > 0 || !outcome.deleted.isEmpty else { return event }
         event.kind = .batch
@@ -327,14 +335,18 @@ struct GroupCommit {
 
     /// Applies the history retention inside a commit: by count in every commit, by age at
     /// most once a second.
-    private mutating func prune(_ current: UInt64, _ now: Date, _ transaction: SQLiteStore.Transaction) throws -> Journal.Pruned {
+    private mutating func prune(_ current: UInt64, _ now: Date, _ transaction: SQLiteStore.Transaction) throws
+        -> Journal.Pruned
+    {
         let byAge = now.timeIntervalSince(lastPrune) >= 1
         if byAge { lastPrune = now }
         let pruned = try Journal.prune(
             retention, current: current, byAge: byAge, goneBelow: historyGoneBelow,
             removing: { below in
                 // A client's last save leaving the history keeps its record in skyros_saves.
-                for sequence in ledger.leaving(below: below) { try Journal.keepRecord(ofSequence: sequence, in: transaction) }
+                for sequence in ledger.leaving(below: below) {
+                    try Journal.keepRecord(ofSequence: sequence, in: transaction)
+                }
             }, in: transaction)
         // Were the transaction rolled back, a later prune's DELETE removes these rows too (the
         // history may hold a few more change sets than its count until then).

@@ -11,7 +11,8 @@ package final class GroupLock: @unchecked Sendable {
     package init(_ container: GroupContainer) throws {
         let fd = open(container.lockFile.path, O_RDWR | O_CREAT | O_CLOEXEC, 0o660)
         guard fd >= 0 else {
-            throw SkyrosError(.storeFailure, "cannot open \(container.lockFile.path): \(String(cString: strerror(errno)))")
+            throw SkyrosError(
+                .storeFailure, "cannot open \(container.lockFile.path): \(String(cString: strerror(errno)))")
         }
         guard flock(fd, LOCK_EX | LOCK_NB) == 0 else {
             close(fd)

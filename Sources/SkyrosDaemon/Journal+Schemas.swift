@@ -15,9 +15,10 @@ extension Journal {
     /// `below`, oldest first (none when they cannot be read); throws
     /// ``SkyrosError/Code/storeFailure`` for a recorded version whose row is damaged.
     static func recordedSchemas(from version: UInt64, below: UInt64, in store: SQLiteStore) throws -> [RecordedSchema] {
-        let rows = (try? store.rows(
-            "SELECT version, fingerprint, description FROM skyros_schema WHERE version >= ? AND version < ? ORDER BY version",
-            [.integer(Int64(clamping: version)), .integer(Int64(clamping: below))])) ?? []
+        let rows =
+            (try? store.rows(
+                "SELECT version, fingerprint, description FROM skyros_schema WHERE version >= ? AND version < ? ORDER BY version",
+                [.integer(Int64(clamping: version)), .integer(Int64(clamping: below))])) ?? []
         return try rows.map { row in
             guard case .integer(let number) = row[0], case .text(let recorded) = row[1], case .text(let json) = row[2],
                 let description = try? SchemaDescription(json: json.utf8).upgradingLegacyTypeNames()
@@ -42,7 +43,8 @@ extension Journal {
                 guard fingerprint == recorded.fingerprint || fingerprint == rebuilt else {
                     throw SkyrosError(
                         .schemaMismatch,
-                        "schema version \(version) of the group's store was recorded with fingerprint \(recorded.fingerprint); the client has \(fingerprint): a changed model needs a higher version than the store's (\(storeVersion))")
+                        "schema version \(version) of the group's store was recorded with fingerprint \(recorded.fingerprint); the client has \(fingerprint): a changed model needs a higher version than the store's (\(storeVersion))"
+                    )
                 }
             }
             chain.append((recorded.version, recorded.description))
@@ -51,7 +53,8 @@ extension Journal {
             guard fingerprint == store.schema.fingerprint else {
                 throw SkyrosError(
                     .schemaMismatch,
-                    "schema version \(version) is not recorded in the group's store (its schema is at version \(storeVersion)): a client of that version cannot be served")
+                    "schema version \(version) is not recorded in the group's store (its schema is at version \(storeVersion)): a client of that version cannot be served"
+                )
             }
             chain.insert((Int(clamping: version), current), at: 0)  // the same model under an earlier number
         }

@@ -75,12 +75,16 @@ struct Journal {
             try transaction.execute(
                 "INSERT OR IGNORE INTO skyros_metadata (key, value) VALUES ('epoch', ?), ('schemaVersion', ?)",
                 [.text(UUID().uuidString), .text(String(store.schema.version))])
-            let version = try transaction.rows("SELECT value FROM skyros_metadata WHERE key = 'schemaVersion'").first?.first
-            guard case .text(let text)? = try transaction.rows("SELECT value FROM skyros_metadata WHERE key = 'epoch'").first?.first,
+            let version = try transaction.rows("SELECT value FROM skyros_metadata WHERE key = 'schemaVersion'").first?
+                .first
+            guard
+                case .text(let text)? = try transaction.rows("SELECT value FROM skyros_metadata WHERE key = 'epoch'")
+                    .first?.first,
                 let epoch = UUID(uuidString: text)
             else { throw SkyrosError(.storeFailure, "the store's epoch cannot be read") }
             let sequence: UInt64
-            if case .integer(let value)? = try transaction.rows("SELECT max(sequence) FROM skyros_history").first?.first {
+            if case .integer(let value)? = try transaction.rows("SELECT max(sequence) FROM skyros_history").first?.first
+            {
                 sequence = UInt64(value)
             } else {
                 sequence = 0
@@ -89,36 +93,46 @@ struct Journal {
             try transaction.execute(
                 "INSERT OR IGNORE INTO skyros_metadata (key, value) VALUES ('historySchemaVersion', ?)",
                 [.text(String(schemaVersion))])
-            let history = try transaction.rows("SELECT value FROM skyros_metadata WHERE key = 'historySchemaVersion'").first?.first
+            let history = try transaction.rows("SELECT value FROM skyros_metadata WHERE key = 'historySchemaVersion'")
+                .first?.first
             guard case .text(let recorded)? = history, recorded != String(schemaVersion) else {
                 return Opened(
-                    sequence: sequence, epoch: epoch, schemaVersion: schemaVersion, saves: try recordedSaves(in: transaction))
+                    sequence: sequence, epoch: epoch, schemaVersion: schemaVersion,
+                    saves: try recordedSaves(in: transaction))
             }
-            let event = ChangeEvent(sequence: sequence + 1, kind: .schemaChanged, author: author, schemaVersion: schemaVersion)
+            let event = ChangeEvent(
+                sequence: sequence + 1, kind: .schemaChanged, author: author, schemaVersion: schemaVersion)
             // The history goes: each client's last save is kept as its record.
             try transaction.execute(
-                Self.keepRecordSQL + "sequence IN (SELECT max(sequence) FROM skyros_history WHERE save IS NOT NULL GROUP BY client)"
+                Self.keepRecordSQL
+                    + "sequence IN (SELECT max(sequence) FROM skyros_history WHERE save IS NOT NULL GROUP BY client)"
                     + Self.keepRecordUpsert)
             try transaction.execute("DELETE FROM skyros_history")
             try transaction.execute(
                 "INSERT INTO skyros_history (sequence, client, process, timestamp, event, save, affected) VALUES (?, ?, ?, ?, ?, NULL, NULL)",
-                [.integer(Int64(event.sequence)), .text(event.authorID.text), .text(author),
-                 .real(Date().timeIntervalSince1970), .blob(Data(WireMessage(requestID: 0, body: .event(event)).encoded()))])
+                [
+                    .integer(Int64(event.sequence)), .text(event.authorID.text), .text(author),
+                    .real(Date().timeIntervalSince1970),
+                    .blob(Data(WireMessage(requestID: 0, body: .event(event)).encoded())),
+                ])
             try transaction.execute(
-                "UPDATE skyros_metadata SET value = ? WHERE key = 'historySchemaVersion'", [.text(String(schemaVersion))])
+                "UPDATE skyros_metadata SET value = ? WHERE key = 'historySchemaVersion'",
+                [.text(String(schemaVersion))])
             return Opened(sequence: event.sequence, epoch: epoch, schemaVersion: schemaVersion, schemaChanged: event)
         }
     }
 
     /// The saves the history records (rows with a save number), oldest first.
     static func recordedSaves(in transaction: SQLiteStore.Transaction) throws -> [(client: UUID, record: SaveRecord)] {
-        try transaction.rows("SELECT client, save, sequence FROM skyros_history WHERE save IS NOT NULL ORDER BY sequence")
-            .compactMap { row in
-                guard case .text(let text) = row[0], let client = UUID(uuidString: text), case .integer(let save) = row[1],
-                    case .integer(let sequence) = row[2]
-                else { return nil }
-                return (client, SaveRecord(save: UInt64(save), sequence: UInt64(sequence)))
-            }
+        try transaction.rows(
+            "SELECT client, save, sequence FROM skyros_history WHERE save IS NOT NULL ORDER BY sequence"
+        )
+        .compactMap { row in
+            guard case .text(let text) = row[0], let client = UUID(uuidString: text), case .integer(let save) = row[1],
+                case .integer(let sequence) = row[2]
+            else { return nil }
+            return (client, SaveRecord(save: UInt64(save), sequence: UInt64(sequence)))
+        }
     }
 
     /// Copies the record of a save from its history row into `skyros_saves` (the row is about
@@ -139,16 +153,20 @@ struct Journal {
     /// The last save number applied for a client and the sequence it got, when `skyros_saves`
     /// has its record (the ledger knows those whose record is a history row).
     static func lastSave(of client: UUID, in transaction: SQLiteStore.Transaction) throws -> SaveRecord? {
-        let row = try transaction.rows("SELECT save, sequence FROM skyros_saves WHERE client = ?", [.text(client.text)]).first
+        let row = try transaction.rows("SELECT save, sequence FROM skyros_saves WHERE client = ?", [.text(client.text)])
+            .first
         guard let row, case .integer(let save) = row[0], case .integer(let sequence) = row[1] else { return nil }
         return SaveRecord(save: UInt64(save), sequence: UInt64(sequence))
     }
 
     /// The sequence an earlier save of a client got, from the history; nil when the history
     /// no longer keeps it.
-    static func sequence(ofSave save: UInt64, by client: UUID, in transaction: SQLiteStore.Transaction) throws -> UInt64? {
+    static func sequence(ofSave save: UInt64, by client: UUID, in transaction: SQLiteStore.Transaction) throws
+        -> UInt64?
+    {
         let row = try transaction.rows(
-            "SELECT sequence FROM skyros_history WHERE client = ? AND save = ?", [.text(client.text), .integer(Int64(save))]
+            "SELECT sequence FROM skyros_history WHERE client = ? AND save = ?",
+            [.text(client.text), .integer(Int64(save))]
         ).first
         guard case .integer(let sequence)? = row?.first else { return nil }
         return UInt64(sequence)
@@ -162,10 +180,14 @@ struct Journal {
 
     /// A batch operation's change set from the history, with the number of objects it
     /// affected (nil when the history no longer has it).
-    static func batch(at sequence: UInt64, in transaction: SQLiteStore.Transaction) throws -> (affected: Int, event: ChangeEvent)? {
+    static func batch(at sequence: UInt64, in transaction: SQLiteStore.Transaction) throws -> (
+        affected: Int, event: ChangeEvent
+    )? {
         let row = try transaction.rows(
-            "SELECT affected, event FROM skyros_history WHERE sequence = ?", [.integer(Int64(sequence))]).first
-        guard let row, case .blob(let bytes) = row[1], case .event(let event)? = try? WireMessage.decode([UInt8](bytes)).body
+            "SELECT affected, event FROM skyros_history WHERE sequence = ?", [.integer(Int64(sequence))]
+        ).first
+        guard let row, case .blob(let bytes) = row[1],
+            case .event(let event)? = try? WireMessage.decode([UInt8](bytes)).body
         else { return nil }
         let affected = if case .integer(let count) = row[0] { Int(count) } else { 0 }
         return (affected, event)
@@ -183,8 +205,10 @@ struct Journal {
         let encoded = WireMessage(requestID: 0, body: .event(event)).encoded()
         try transaction.execute(
             "INSERT INTO skyros_history (sequence, client, process, timestamp, event, save, affected) VALUES (?, ?, ?, ?, ?, ?, ?)",
-            [sequence, client, .text(event.author), .real(now), .blob(Data(encoded)), .integer(Int64(save)),
-             affected.map { .integer(Int64($0)) } ?? .null])
+            [
+                sequence, client, .text(event.author), .real(now), .blob(Data(encoded)), .integer(Int64(save)),
+                affected.map { .integer(Int64($0)) } ?? .null,
+            ])
         return encoded
     }
 
@@ -234,7 +258,8 @@ struct Journal {
         let cutoff = Date().timeIntervalSince1970 - retention.age
         // Timestamps grow with sequence numbers: the first row young enough bounds the range.
         let young = try transaction.rows(
-            "SELECT sequence FROM skyros_history WHERE timestamp >= ? ORDER BY sequence LIMIT 1", [.real(cutoff)]).first?.first
+            "SELECT sequence FROM skyros_history WHERE timestamp >= ? ORDER BY sequence LIMIT 1", [.real(cutoff)]
+        ).first?.first
         let bound = if case .integer(let sequence)? = young { sequence } else { Int64(current) }
         if bound > 0 {
             try removing(UInt64(bound))
@@ -255,17 +280,21 @@ struct Journal {
         -> (events: [ChangeEvent], more: Bool)
     {
         guard sequence < current else { return ([], false) }
-        let page = limit == 0 ? WireProtocol.maximumChangesPage : Int(min(limit, UInt64(WireProtocol.maximumChangesPage)))
+        let page =
+            limit == 0 ? WireProtocol.maximumChangesPage : Int(min(limit, UInt64(WireProtocol.maximumChangesPage)))
         let rows = try store.rows(
             "SELECT sequence, event FROM skyros_history WHERE sequence > ? ORDER BY sequence LIMIT ?",
             [.integer(Int64(sequence)), .integer(Int64(page))])
         let expired = SkyrosError(
-            .historyExpired, "the changes after \(sequence) are no longer kept; refresh everything and go on from \(current)")
+            .historyExpired,
+            "the changes after \(sequence) are no longer kept; refresh everything and go on from \(current)")
         guard case .integer(let first)? = rows.first?[0], UInt64(first) == sequence + 1 else { throw expired }
         var events: [ChangeEvent] = []
         var bytes = 0
         for row in rows {
-            guard case .blob(let data) = row[1] else { throw SkyrosError(.storeFailure, "a history row of the store cannot be read") }
+            guard case .blob(let data) = row[1] else {
+                throw SkyrosError(.storeFailure, "a history row of the store cannot be read")
+            }
             guard case .event(let event)? = try? WireMessage.decode([UInt8](data)).body else { throw expired }
             bytes += data.count
             if !events.isEmpty && bytes > WireProtocol.maximumChangesPageBytes { break }

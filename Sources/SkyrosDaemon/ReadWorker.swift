@@ -118,7 +118,8 @@ final class ReadWorker: @unchecked Sendable {
                 } catch {
                     body = DaemonTurn.errorReply(SkyrosError.wrap(error))
                 }
-                answered.append(Reply(identity: job.identity, message: WireMessage(requestID: job.requestID, body: body).encoded()))
+                answered.append(
+                    Reply(identity: job.identity, message: WireMessage(requestID: job.requestID, body: body).encoded()))
             }
             condition.withLock {
                 replies += answered

@@ -86,7 +86,9 @@ struct SaveLedger {
         var index = head + leavingCount
         while index < order.count, order[index].sequence < bound {
             let entry = order[index]
-            if turn[entry.client] == nil, known[entry.client]?.sequence == entry.sequence { records.append(entry.sequence) }
+            if turn[entry.client] == nil, known[entry.client]?.sequence == entry.sequence {
+                records.append(entry.sequence)
+            }
             index += 1
         }
         leavingCount = index - head

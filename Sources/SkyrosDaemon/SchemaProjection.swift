@@ -73,7 +73,8 @@ struct SchemaProjection: Sendable, Equatable {
             guard let currentName = names[entity.name] ?? nil, let target = current[currentName] else {
                 throw SkyrosError(
                     .schemaMismatch,
-                    "\(label) is no longer in the store's schema (version \(currentVersion)): a client of version \(version) cannot be served")
+                    "\(label) is no longer in the store's schema (version \(currentVersion)): a client of version \(version) cannot be served"
+                )
             }
             let toCurrent = indexes[entity.name]!
             var toOld = [Int?](repeating: nil, count: target.properties.count)
@@ -85,7 +86,8 @@ struct SchemaProjection: Sendable, Equatable {
                         guard let value = property.defaultValue?.value else {
                             throw SkyrosError(
                                 .schemaMismatch,
-                                "\(entity.name).\(property.name) of version \(version) is no longer in the store's schema (version \(currentVersion)) and has no default to send in its place")
+                                "\(entity.name).\(property.name) of version \(version) is no longer in the store's schema (version \(currentVersion)) and has no default to send in its place"
+                            )
                         }
                         oldFill[oldIndex] = value
                     }
@@ -94,22 +96,27 @@ struct SchemaProjection: Sendable, Equatable {
                 toOld[index] = oldIndex
                 let now = target.properties[index]
                 let name = "\(entity.name).\(property.name) of version \(version)"
-                if now.kind != property.kind || now.storageType != property.storageType || now.typeName != property.typeName {
+                if now.kind != property.kind || now.storageType != property.storageType
+                    || now.typeName != property.typeName
+                {
                     throw SkyrosError(
                         .schemaMismatch,
-                        "\(name) is \(Self.describe(property)), but \(currentName).\(now.name) in the store's schema (version \(currentVersion)) is \(Self.describe(now)): its values cannot be translated")
+                        "\(name) is \(Self.describe(property)), but \(currentName).\(now.name) in the store's schema (version \(currentVersion)) is \(Self.describe(now)): its values cannot be translated"
+                    )
                 }
                 if property.kind == "attribute" && !property.isOptional && now.isOptional {
                     throw SkyrosError(
                         .schemaMismatch,
-                        "\(name) is not optional, but \(currentName).\(now.name) in the store's schema (version \(currentVersion)) is: the client cannot read a missing value")
+                        "\(name) is not optional, but \(currentName).\(now.name) in the store's schema (version \(currentVersion)) is: the client cannot read a missing value"
+                    )
                 }
                 if property.kind != "attribute", let destination = property.destination,
                     (names[destination] ?? nil) != now.destination
                 {
                     throw SkyrosError(
                         .schemaMismatch,
-                        "\(name) leads to \(destination), but \(currentName).\(now.name) leads to \(now.destination ?? "?") in the store's schema (version \(currentVersion))")
+                        "\(name) leads to \(destination), but \(currentName).\(now.name) leads to \(now.destination ?? "?") in the store's schema (version \(currentVersion))"
+                    )
                 }
             }
             let insertValues = target.properties.enumerated().map { index, property -> StoredValue? in
@@ -128,7 +135,8 @@ struct SchemaProjection: Sendable, Equatable {
 
     private static func describe(_ property: SchemaDescription.Property) -> String {
         property.kind == "attribute"
-            ? "an attribute of type \(property.typeName)" : "a \(property.kind) relationship to \(property.destination ?? "?")"
+            ? "an attribute of type \(property.typeName)"
+            : "a \(property.kind) relationship to \(property.destination ?? "?")"
     }
 
     /// One step, as a migration infers it: each entity of `older` matched by name in `newer`,
@@ -137,7 +145,8 @@ struct SchemaProjection: Sendable, Equatable {
         -> [String: (name: String, properties: [Int: Int])]
     {
         let entityMatches = RenameInference.match(
-            newer: newer.entities.map(\.name), originalNames: newer.entities.map(\.originalName), older: older.entities.map(\.name))
+            newer: newer.entities.map(\.name), originalNames: newer.entities.map(\.originalName),
+            older: older.entities.map(\.name))
         var result: [String: (name: String, properties: [Int: Int])] = [:]
         for (entity, previous) in zip(newer.entities, entityMatches) {
             guard let previous else { continue }
@@ -191,12 +200,14 @@ struct SchemaProjection: Sendable, Equatable {
                 continue
             }
             guard let index = entity.oldIndex(of: name) else {
-                throw SkyrosError(.unsupportedPredicate, "\(entity.oldName).\(name) is not in schema version \(version)")
+                throw SkyrosError(
+                    .unsupportedPredicate, "\(entity.oldName).\(name) is not in schema version \(version)")
             }
             guard let currentIndex = entity.toCurrent[index] else {
                 throw SkyrosError(
                     .schemaMismatch,
-                    "\(entity.oldName).\(name) of version \(version) is no longer in the store's schema (version \(currentVersion)): it cannot be fetched by")
+                    "\(entity.oldName).\(name) of version \(version) is no longer in the store's schema (version \(currentVersion)): it cannot be fetched by"
+                )
             }
             translated.append(entity.currentProperties[currentIndex].name)
             if let destination = entity.oldProperties[index].destination { entity = try map(destination) }
@@ -206,7 +217,9 @@ struct SchemaProjection: Sendable, Equatable {
 
     private func current(_ node: PredicateNode, scopes: [Int: EntityMap]) throws -> PredicateNode {
         func entity(_ scope: Int) throws -> EntityMap {
-            guard let entity = scopes[scope] else { throw SkyrosError(.unsupportedPredicate, "scope \(scope) is not bound") }
+            guard let entity = scopes[scope] else {
+                throw SkyrosError(.unsupportedPredicate, "scope \(scope) is not bound")
+            }
             return entity
         }
         switch node {
@@ -215,11 +228,13 @@ struct SchemaProjection: Sendable, Equatable {
             return .property(scope: scope, path: try path(names, from: entity(scope)).path)
         case .compare(let op, let left, let right):
             return .compare(op, try current(left, scopes: scopes), try current(right, scopes: scopes))
-        case .and(let left, let right): return .and(try current(left, scopes: scopes), try current(right, scopes: scopes))
+        case .and(let left, let right):
+            return .and(try current(left, scopes: scopes), try current(right, scopes: scopes))
         case .or(let left, let right): return .or(try current(left, scopes: scopes), try current(right, scopes: scopes))
         case .not(let inner): return .not(try current(inner, scopes: scopes))
         case .contains(let left, let right, let caseInsensitive):
-            return .contains(try current(left, scopes: scopes), try current(right, scopes: scopes), caseInsensitive: caseInsensitive)
+            return .contains(
+                try current(left, scopes: scopes), try current(right, scopes: scopes), caseInsensitive: caseInsensitive)
         case .startsWith(let left, let right):
             return .startsWith(try current(left, scopes: scopes), try current(right, scopes: scopes))
         case .lowercased(let inner): return .lowercased(try current(inner, scopes: scopes))
@@ -244,7 +259,8 @@ struct SchemaProjection: Sendable, Equatable {
             guard snapshot.values.count == entity.oldProperties.count else {
                 throw SkyrosError(
                     .valueNotStorable,
-                    "an inserted \(entity.oldName) has \(snapshot.values.count) values; version \(version) has \(entity.oldProperties.count) properties")
+                    "an inserted \(entity.oldName) has \(snapshot.values.count) values; version \(version) has \(entity.oldProperties.count) properties"
+                )
             }
             var values: [StoredValue] = []
             for (index, old) in entity.toOld.enumerated() {
@@ -256,10 +272,13 @@ struct SchemaProjection: Sendable, Equatable {
                     let property = entity.currentProperties[index]
                     throw SkyrosError(
                         .schemaMismatch,
-                        "\(entity.currentName).\(property.name) (schema version \(currentVersion)) has no default the daemon knows: a client of version \(version) cannot insert \(entity.oldName) objects")
+                        "\(entity.currentName).\(property.name) (schema version \(currentVersion)) has no default the daemon knows: a client of version \(version) cannot insert \(entity.oldName) objects"
+                    )
                 }
             }
-            return Snapshot(id: ObjectID(entityName: entity.currentName, uuid: snapshot.id.uuid), values: StoredValues(values), version: snapshot.version)
+            return Snapshot(
+                id: ObjectID(entityName: entity.currentName, uuid: snapshot.id.uuid), values: StoredValues(values),
+                version: snapshot.version)
         }
         translated.updated = try changes.updated.map { update in
             let entity = try map(update.id.entityName)
@@ -276,7 +295,8 @@ struct SchemaProjection: Sendable, Equatable {
         var translated: [Int: StoredValue] = [:]
         for (index, value) in values {
             guard entity.toCurrent.indices.contains(index) else {
-                throw SkyrosError(.valueNotStorable, "\(entity.oldName) has no property \(index) in schema version \(version)")
+                throw SkyrosError(
+                    .valueNotStorable, "\(entity.oldName) has no property \(index) in schema version \(version)")
             }
             if let now = entity.toCurrent[index] { translated[now] = value }
         }
@@ -289,10 +309,12 @@ struct SchemaProjection: Sendable, Equatable {
         case .delete(let request): return .delete(try current(request))
         case .update(let request, let assignments):
             let entity = try map(request.entityName)
-            for index in assignments.keys where entity.toCurrent.indices.contains(index) && entity.toCurrent[index] == nil {
+            for index in assignments.keys
+            where entity.toCurrent.indices.contains(index) && entity.toCurrent[index] == nil {
                 throw SkyrosError(
                     .schemaMismatch,
-                    "\(entity.oldName).\(entity.oldProperties[index].name) of version \(version) is no longer in the store's schema (version \(currentVersion)): it cannot be set")
+                    "\(entity.oldName).\(entity.oldProperties[index].name) of version \(version) is no longer in the store's schema (version \(currentVersion)): it cannot be set"
+                )
             }
             return .update(try current(request), assignments: try current(assignments, entity))
         }
@@ -313,7 +335,9 @@ struct SchemaProjection: Sendable, Equatable {
             guard let current, snapshot.values.indices.contains(current) else { return entity.oldFill[index] }
             return snapshot.values[current]
         }
-        return Snapshot(id: ObjectID(entityName: name, uuid: snapshot.id.uuid), values: StoredValues(values), version: snapshot.version)
+        return Snapshot(
+            id: ObjectID(entityName: name, uuid: snapshot.id.uuid), values: StoredValues(values),
+            version: snapshot.version)
     }
 
     /// Property values by the store's indexes, by the client's (those it does not have left out).
@@ -333,7 +357,8 @@ struct SchemaProjection: Sendable, Equatable {
         translated.updated = event.updated.compactMap { update in
             guard let name = oldNames[update.id.entityName], let entity = entities[name] else { return nil }
             return ChangeEvent.Update(
-                id: ObjectID(entityName: name, uuid: update.id.uuid), version: update.version, values: old(update.values, entity))
+                id: ObjectID(entityName: name, uuid: update.id.uuid), version: update.version,
+                values: old(update.values, entity))
         }
         translated.deleted = event.deleted.compactMap(old)
         return translated
@@ -348,16 +373,20 @@ struct SchemaProjection: Sendable, Equatable {
         case .event(let event): .event(old(event))
         case .batchDone(let affected, let event): .batchDone(affected: affected, event: old(event))
         case .conflicts(let message, let conflicts):
-            .conflicts(message: message, conflicts.compactMap { conflict in
-                guard let id = old(conflict.objectID), let entity = entities[id.entityName] else { return nil }
-                let names = conflict.properties.compactMap { name -> String? in
-                    guard let index = entity.currentProperties.firstIndex(where: { $0.name == name }),
-                        let old = entity.toOld[index]
-                    else { return nil }
-                    return entity.oldProperties[old].name
-                }
-                return MergeConflict(objectID: id, properties: names, baseVersion: conflict.baseVersion, storeVersion: conflict.storeVersion)
-            })
+            .conflicts(
+                message: message,
+                conflicts.compactMap { conflict in
+                    guard let id = old(conflict.objectID), let entity = entities[id.entityName] else { return nil }
+                    let names = conflict.properties.compactMap { name -> String? in
+                        guard let index = entity.currentProperties.firstIndex(where: { $0.name == name }),
+                            let old = entity.toOld[index]
+                        else { return nil }
+                        return entity.oldProperties[old].name
+                    }
+                    return MergeConflict(
+                        objectID: id, properties: names, baseVersion: conflict.baseVersion,
+                        storeVersion: conflict.storeVersion)
+                })
         default: body
         }
     }
@@ -369,7 +398,8 @@ struct SchemaProjection: Sendable, Equatable {
         case .fetchIdentifiers(let request): .fetchIdentifiers(try current(request))
         case .count(let request): .count(try current(request))
         case .snapshots(let ids): .snapshots(try ids.map(current))
-        case .save(let clientID, let number, let changes): .save(clientID: clientID, saveNumber: number, changes: try current(changes))
+        case .save(let clientID, let number, let changes):
+            .save(clientID: clientID, saveNumber: number, changes: try current(changes))
         case .batch(let clientID, let number, let operation):
             .batch(clientID: clientID, saveNumber: number, operation: try current(operation))
         default: body

@@ -70,7 +70,8 @@ struct SessionTable {
         guard nameBytes <= WireProtocol.maximumClientNameBytes else {
             return .refuse(
                 code: .malformedMessage,
-                message: "the client name is \(nameBytes) bytes; at most \(WireProtocol.maximumClientNameBytes) are allowed")
+                message:
+                    "the client name is \(nameBytes) bytes; at most \(WireProtocol.maximumClientNameBytes) are allowed")
         }
         return nil
     }
@@ -89,7 +90,9 @@ struct SessionTable {
         guard storeFingerprint == hello.schemaFingerprint else {
             return .refuse(
                 code: .schemaMismatch,
-                message: "the group's store has schema \(storeFingerprint), the client \(hello.clientName) has \(hello.schemaFingerprint)")
+                message:
+                    "the group's store has schema \(storeFingerprint), the client \(hello.clientName) has \(hello.schemaFingerprint)"
+            )
         }
         var forgot = false
         if sessions[identity] == nil && sessions.count >= maximumSessions {

@@ -92,9 +92,11 @@ package enum StoreCheck {
         }
 
         do {
-            let tables = try rows(db, "SELECT name FROM sqlite_master WHERE type = 'table' AND name = 'skyros_metadata'")
+            let tables = try rows(
+                db, "SELECT name FROM sqlite_master WHERE type = 'table' AND name = 'skyros_metadata'")
             guard !tables.isEmpty else {
-                throw refusal("is not a Skyros store: it is an SQLite database without Skyros' metadata table (skyros_metadata)")
+                throw refusal(
+                    "is not a Skyros store: it is an SQLite database without Skyros' metadata table (skyros_metadata)")
             }
             let schema = try rows(db, "SELECT typeof(value) FROM skyros_metadata WHERE key = 'schema'")
             guard schema == ["text"] else {

@@ -52,10 +52,13 @@ final class SyncLink: Sendable {
             let state = try Self.prepare(store, turn: &turn, log: log)
             let engine = SyncEngine(
                 configuration: configuration, schema: server, machine: state.machine, checkpoint: state.checkpoint,
-                queuedThrough: state.queuedThrough, storePath: turn.settings.container.store.path, host: channel, settings: settings, log: log)
+                queuedThrough: state.queuedThrough, storePath: turn.settings.container.store.path, host: channel,
+                settings: settings, log: log)
             engineBox.withLock { $0 = engine }
             version.withLock { $0 = current }
-            log("sync: machine \(state.machine.uuidString.lowercased()) syncs with \(configuration.redacted); \(state.queued) change sets queued")
+            log(
+                "sync: machine \(state.machine.uuidString.lowercased()) syncs with \(configuration.redacted); \(state.queued) change sets queued"
+            )
             engine.start()
         } catch {
             version.withLock { $0 = current }
@@ -74,7 +77,9 @@ final class SyncLink: Sendable {
 
     /// Creates the queue's tables, the machine id (queueing the objects the store has the first
     /// time), and starts the group commit's queueing.
-    private static func prepare(_ store: SQLiteStore, turn: inout DaemonTurn, log: @Sendable (String) -> Void) throws -> Prepared {
+    private static func prepare(_ store: SQLiteStore, turn: inout DaemonTurn, log: @Sendable (String) -> Void) throws
+        -> Prepared
+    {
         let schema = store.schema
         let prepared = try store.transaction { transaction -> (Prepared, Int64) in
             try SyncTables.create(in: transaction)
@@ -89,8 +94,10 @@ final class SyncLink: Sendable {
                     var ids: [ObjectID] = []
                     for row in try transaction.rows("SELECT \"_id\" FROM \(table)") {
                         guard case .blob(let data)? = row.first, data.count == 16 else { continue }
-                        ids.append(ObjectID(
-                            entityName: entity.name, uuid: UUID(uuid: data.withUnsafeBytes { $0.loadUnaligned(as: uuid_t.self) })))
+                        ids.append(
+                            ObjectID(
+                                entityName: entity.name,
+                                uuid: UUID(uuid: data.withUnsafeBytes { $0.loadUnaligned(as: uuid_t.self) })))
                     }
                     for chunk in stride(from: 0, to: ids.count, by: 1_000) {
                         let snapshots = try store.snapshots(for: Array(ids[chunk..<min(chunk + 1_000, ids.count)]))
@@ -127,7 +134,8 @@ final class SyncLink: Sendable {
             rejected = tables.rejected
         }
         var report: [String: Any] = [
-            "state": status.state.rawValue, "uploadQueue": queue, "oldestQueuedSeconds": (oldest * 1000).rounded() / 1000,
+            "state": status.state.rawValue, "uploadQueue": queue,
+            "oldestQueuedSeconds": (oldest * 1000).rounded() / 1000,
             "checkpoint": status.checkpoint, "lagMilliseconds": status.lagMilliseconds, "rejected": rejected,
             "server": configuration.redacted,
         ]

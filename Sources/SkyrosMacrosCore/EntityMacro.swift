@@ -77,7 +77,8 @@ public struct EntityMacro: MemberMacro, MemberAttributeMacro, ExtensionMacro {
         if let arguments = node.arguments?.as(LabeledExprListSyntax.self), !arguments.isEmpty {
             let indexList = arguments.filter { $0.label == nil || $0.label?.text == "indexes" }
             if !indexList.isEmpty {
-                indexes = ", indexes: [" + indexList.map { $0.expression.trimmedDescription }.joined(separator: ", ") + "]"
+                indexes =
+                    ", indexes: [" + indexList.map { $0.expression.trimmedDescription }.joined(separator: ", ") + "]"
             }
             for label in ["name", "originalName"] {
                 if let argument = arguments.first(where: { $0.label?.text == label }) {
@@ -86,14 +87,18 @@ public struct EntityMacro: MemberMacro, MemberAttributeMacro, ExtensionMacro {
                 }
             }
         }
-        let list = descriptions.isEmpty ? "[]" : "[\n" + descriptions.map { "        \($0)," }.joined(separator: "\n") + "\n    ]"
+        let list =
+            descriptions.isEmpty
+            ? "[]" : "[\n" + descriptions.map { "        \($0)," }.joined(separator: "\n") + "\n    ]"
         guard shape.isInHierarchy else {
             var members: [DeclSyntax] = [
                 "\(raw: access)static let entityDescription = EntityDescription(\(raw: typeName).self\(raw: names), properties: \(raw: list)\(raw: indexes))",
                 "\(raw: access)let skyrosStorage: ObjectStorage",
                 "\(raw: access)init(skyrosStorage: ObjectStorage) {\n    self.skyrosStorage = skyrosStorage\n}",
             ]
-            if let entityName { members.insert("\(raw: access)static let entityName: String = \(raw: entityName)", at: 1) }
+            if let entityName {
+                members.insert("\(raw: access)static let entityName: String = \(raw: entityName)", at: 1)
+            }
             return members
         }
         // A class of a hierarchy: class-level members a subclass overrides, the description in a
@@ -103,7 +108,8 @@ public struct EntityMacro: MemberMacro, MemberAttributeMacro, ExtensionMacro {
         let override = shape.parent != nil ? "override " : ""
         var parentArguments = ""
         if let parent = shape.parent {
-            parentArguments = ", parent: \(parent).self, inheritedKeyPaths: \(parent).\(Shape.keyPathsFunction(of: parent))(\(typeName).self)"
+            parentArguments =
+                ", parent: \(parent).self, inheritedKeyPaths: \(parent).\(Shape.keyPathsFunction(of: parent))(\(typeName).self)"
         }
         var members: [DeclSyntax] = [
             "\(raw: access)static let \(raw: storageName) = EntityDescription(\(raw: typeName).self\(raw: names)\(raw: parentArguments), properties: \(raw: list)\(raw: indexes))",
@@ -112,15 +118,20 @@ public struct EntityMacro: MemberMacro, MemberAttributeMacro, ExtensionMacro {
         ]
         if shape.parent == nil {
             members.append("\(raw: access)let skyrosStorage: ObjectStorage")
-            members.append("\(raw: access)required init(skyrosStorage: ObjectStorage) {\n    self.skyrosStorage = skyrosStorage\n}")
+            members.append(
+                "\(raw: access)required init(skyrosStorage: ObjectStorage) {\n    self.skyrosStorage = skyrosStorage\n}"
+            )
         } else {
-            members.append("\(raw: access)required init(skyrosStorage: ObjectStorage) {\n    super.init(skyrosStorage: skyrosStorage)\n}")
+            members.append(
+                "\(raw: access)required init(skyrosStorage: ObjectStorage) {\n    super.init(skyrosStorage: skyrosStorage)\n}"
+            )
         }
         if !shape.isFinal {
             let own = properties.map { "\\Sub.\($0.name)" }.joined(separator: ", ")
             let inherited = shape.parent.map { "\($0).\(Shape.keyPathsFunction(of: $0))(Sub.self) + " } ?? ""
             members.append(
-                "\(raw: access)static func \(raw: Shape.keyPathsFunction(of: typeName))<Sub: \(raw: typeName)>(_: Sub.Type) -> [AnyKeyPath] {\n    \(raw: inherited)[\(raw: own)]\n}")
+                "\(raw: access)static func \(raw: Shape.keyPathsFunction(of: typeName))<Sub: \(raw: typeName)>(_: Sub.Type) -> [AnyKeyPath] {\n    \(raw: inherited)[\(raw: own)]\n}"
+            )
         }
         return members
     }
@@ -171,7 +182,8 @@ public struct EntityMacro: MemberMacro, MemberAttributeMacro, ExtensionMacro {
 
     /// `.persistent("name", \Type.name, default: { … }, …)`.
     static func description(of property: PersistentProperty, in typeName: String) -> String {
-        var text = ".persistent(\"\(property.name)\", \\\(typeName).\(property.name), default: { \(property.defaultValue) }"
+        var text =
+            ".persistent(\"\(property.name)\", \\\(typeName).\(property.name), default: { \(property.defaultValue) }"
         if let attribute = property.attribute, let arguments = attribute.arguments?.as(LabeledExprListSyntax.self) {
             let options = arguments.filter { $0.label == nil }.map { $0.expression.trimmedDescription }
             if !options.isEmpty { text += ", attributeOptions: [\(options.joined(separator: ", "))]" }
@@ -179,7 +191,9 @@ public struct EntityMacro: MemberMacro, MemberAttributeMacro, ExtensionMacro {
                 text += ", originalName: \(original.expression.trimmedDescription)"
             }
         }
-        if let relationship = property.relationship, let arguments = relationship.arguments?.as(LabeledExprListSyntax.self) {
+        if let relationship = property.relationship,
+            let arguments = relationship.arguments?.as(LabeledExprListSyntax.self)
+        {
             let options = arguments.filter { $0.label == nil }.map { $0.expression.trimmedDescription }
             if !options.isEmpty { text += ", relationshipOptions: [\(options.joined(separator: ", "))]" }
             for label in ["deleteRule", "inverse", "originalName"] {

@@ -31,7 +31,8 @@ struct PersistentProperty {
                     }
                 }
                 if decl.bindingSpecifier.text == "let" {
-                    diagnostics.append(Diagnostic(node: Syntax(decl.bindingSpecifier), message: SkyrosDiagnostic.letProperty))
+                    diagnostics.append(
+                        Diagnostic(node: Syntax(decl.bindingSpecifier), message: SkyrosDiagnostic.letProperty))
                     continue
                 }
                 let initializer = binding.initializer?.value
@@ -54,7 +55,8 @@ struct PersistentProperty {
                 properties.append(
                     PersistentProperty(
                         name: pattern.identifier.text, type: type.trimmed, defaultValue: value.trimmed,
-                        attribute: attribute(decl, "Attribute"), relationship: attribute(decl, "Relationship"), decl: decl))
+                        attribute: attribute(decl, "Attribute"), relationship: attribute(decl, "Relationship"),
+                        decl: decl))
             }
         }
         return (properties, diagnostics)
@@ -104,7 +106,9 @@ struct PersistentProperty {
             return type
         }
         if let optional = type.as(OptionalTypeSyntax.self) { return unsupported(optional.wrappedType) }
-        if let optional = type.as(ImplicitlyUnwrappedOptionalTypeSyntax.self) { return unsupported(optional.wrappedType) }
+        if let optional = type.as(ImplicitlyUnwrappedOptionalTypeSyntax.self) {
+            return unsupported(optional.wrappedType)
+        }
         if let array = type.as(ArrayTypeSyntax.self) { return unsupported(array.element) }
         return nil
     }

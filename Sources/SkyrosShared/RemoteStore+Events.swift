@@ -52,7 +52,8 @@ extension RemoteStore {
                 // Until the end of the silence interval, an event or heartbeat, or a wake-up.
                 let left = Int((silence - Date().timeIntervalSince(lastHeard)) * 1000) + 1
                 // Without a wake pipe (none could be made), it looks at `isStopped` every 50 ms.
-                let ready = socket.waitForInput(orDescriptor: wake, milliseconds: wake >= 0 ? max(1, left) : min(50, max(1, left)))
+                let ready = socket.waitForInput(
+                    orDescriptor: wake, milliseconds: wake >= 0 ? max(1, left) : min(50, max(1, left)))
                 if ready.descriptor {
                     var bytes = [UInt8](repeating: 0, count: 64)
                     while read(wake, &bytes, bytes.count) > 0 {}
@@ -135,10 +136,11 @@ extension RemoteStore {
                 guard !events.isEmpty else { break }
                 let last = events[events.count - 1].sequence  // read in place, the event not copied
                 let (onChange, takesEncoded) = state.withLock { ($0.onChange, $0.onChangeTakesEncodedInserts) }
-                onChange?(events.indices.map { index in
-                    let change = StoreChange(events, at: index, schema: schema)
-                    return takesEncoded ? change : change.decoded
-                })
+                onChange?(
+                    events.indices.map { index in
+                        let change = StoreChange(events, at: index, schema: schema)
+                        return takesEncoded ? change : change.decoded
+                    })
                 state.withLock { $0.delivered = max($0.delivered, last) }
                 let rejecting = events.indices.filter { events[$0].unknownKind == ChangeEvent.syncRejectedKind }
                 let rejected = rejecting.flatMap { index in
@@ -155,7 +157,9 @@ extension RemoteStore {
                 if !rejected.isEmpty { state.withLock { $0.onSyncRejected }?(rejected) }
             case .catchUp(let after):
                 do {
-                    guard case .changes(let events, let more) = try request(.changesSince(after, limit: 0)) else { break }
+                    guard case .changes(let events, let more) = try request(.changesSince(after, limit: 0)) else {
+                        break
+                    }
                     noteSchemaChange(in: events)  // missed on the event socket
                     ownChangeSetsNumbered(in: events)
                     actions += state.withLock { $0.sequencer.page(events, more: more) }

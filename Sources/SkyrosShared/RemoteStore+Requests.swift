@@ -25,7 +25,8 @@ extension RemoteStore {
                 if connection.requestWentOut, let number = Self.saveNumber(of: body) { throw outcomeUnknown(number) }
                 throw SkyrosError(
                     .daemonUnavailable,
-                    "the daemon of \(container.url.path) did not answer within \(timeout) seconds (is skyrosd running?)")
+                    "the daemon of \(container.url.path) did not answer within \(timeout) seconds (is skyrosd running?)"
+                )
             }
             do {
                 if newConnection { connection.dealer.close() }
@@ -53,7 +54,9 @@ extension RemoteStore {
     private enum ExchangeTimeout: Error { case timedOut }
 
     /// One request and its reply, on the current connection.
-    private func exchange(_ body: WireMessage.Body, on connection: inout Connection, wait: TimeInterval) throws -> WireMessage.Body {
+    private func exchange(_ body: WireMessage.Body, on connection: inout Connection, wait: TimeInterval) throws
+        -> WireMessage.Body
+    {
         let id = connection.nextRequestID
         connection.requestsSent[Int(body.kind.rawValue)] += 1
         connection.nextRequestID += 1
@@ -63,7 +66,9 @@ extension RemoteStore {
         while Date() < deadline {
             let remaining = max(1, Int(deadline.timeIntervalSinceNow * 1000))
             guard connection.dealer.waitForInput(milliseconds: remaining) else { break }
-            guard let frame = connection.dealer.receive()?.last, let reply = try? WireMessage.decodeReply([UInt8](frame)) else { continue }
+            guard let frame = connection.dealer.receive()?.last,
+                let reply = try? WireMessage.decodeReply([UInt8](frame))
+            else { continue }
             if reply.requestID == 0, case .error(let code, let message) = reply.body {
                 throw SkyrosError(SkyrosError.Code(rawValue: code), message)
             }
@@ -150,7 +155,8 @@ extension RemoteStore {
     /// Resends a save whose outcome is unknown, until the request's timeout; on an answer the
     /// sequencer forgets it, and what to tell ``onSaveResolved`` is returned (the caller does,
     /// once the connection is released).
-    private func resolve(_ unknown: EventSequencer.UnknownSave, on connection: inout Connection) throws -> ResolvedSave {
+    private func resolve(_ unknown: EventSequencer.UnknownSave, on connection: inout Connection) throws -> ResolvedSave
+    {
         let resolved: ResolvedSave
         do {
             let sequence: UInt64? =
@@ -163,7 +169,8 @@ extension RemoteStore {
         } catch let error as SkyrosError where error.code == .outcomeUnknown || error.code == .daemonUnavailable {
             throw SkyrosError(
                 .daemonUnavailable,
-                "save \(unknown.number)'s outcome is still unknown (the daemon of \(container.url.path) does not answer); nothing new was sent")
+                "save \(unknown.number)'s outcome is still unknown (the daemon of \(container.url.path) does not answer); nothing new was sent"
+            )
         } catch {
             // The daemon answered with a refusal: the save is not in the store.
             resolved = ResolvedSave(saveNumber: unknown.number, sequence: nil, error: SkyrosError.wrap(error))
@@ -190,6 +197,7 @@ extension RemoteStore {
     private func outcomeUnknown(_ number: UInt64) -> SkyrosError {
         SkyrosError(
             .outcomeUnknown,
-            "save \(number) went out but the daemon of \(container.url.path) did not acknowledge it within \(timeout) seconds: it may or may not have been applied; it is resent until the daemon answers (RemoteStore.onSaveResolved)")
+            "save \(number) went out but the daemon of \(container.url.path) did not acknowledge it within \(timeout) seconds: it may or may not have been applied; it is resent until the daemon answers (RemoteStore.onSaveResolved)"
+        )
     }
 }

@@ -181,7 +181,8 @@ public final class RemoteStore: PersistentStore, @unchecked Sendable {
     ) throws {
         try self.init(
             schema: schema, container: GroupContainer(url: container), clientName: clientName, timeout: timeout,
-            retryInterval: retryInterval, eventQueueLimit: eventQueueLimit, eventSocketBufferBytes: eventSocketBufferBytes)
+            retryInterval: retryInterval, eventQueueLimit: eventQueueLimit,
+            eventSocketBufferBytes: eventSocketBufferBytes)
     }
 
     /// Connects to the daemon of `container` and says hello (see
@@ -198,7 +199,8 @@ public final class RemoteStore: PersistentStore, @unchecked Sendable {
         self.timeoutDuration = .seconds(timeout)
         self.retryDuration = .seconds(self.retryInterval)
         let name = String(
-            decoding: Array((clientName ?? ProcessInfo.processInfo.processName).utf8.prefix(WireProtocol.maximumClientNameBytes)),
+            decoding: Array(
+                (clientName ?? ProcessInfo.processInfo.processName).utf8.prefix(WireProtocol.maximumClientNameBytes)),
             as: UTF8.self)
         let clientID = UUID()
         self.clientID = clientID
@@ -208,7 +210,8 @@ public final class RemoteStore: PersistentStore, @unchecked Sendable {
             State(
                 sequencer: EventSequencer(
                     clientID: clientID,
-                    welcome: WireMessage.Welcome(sequence: 0, eventTopic: 0, storeEpoch: ChangeEvent.noAuthor, schemaVersion: 0))))
+                    welcome: WireMessage.Welcome(
+                        sequence: 0, eventTopic: 0, storeEpoch: ChangeEvent.noAuthor, schemaVersion: 0))))
         try container.checkAccess()
         // Subscribe first, then ask for the state (ZeroMQ guide, Clone pattern).
         events = try ZMTPSocket(
@@ -223,7 +226,8 @@ public final class RemoteStore: PersistentStore, @unchecked Sendable {
         connection = Mutex(
             Connection(
                 dealer: try ZMTPSocket(
-                    kind: .dealer, endpoint: container.requestsEndpoint, maximumMessageSize: WireProtocol.maximumMessageSize)))
+                    kind: .dealer, endpoint: container.requestsEndpoint,
+                    maximumMessageSize: WireProtocol.maximumMessageSize)))
         let reply = try request(.hello(helloMessage))
         guard case .welcome(let welcome) = reply else {
             throw SkyrosError(.malformedMessage, "the daemon answered hello with a \(reply.kind) message")
@@ -369,7 +373,9 @@ extension RemoteStore: SequencedObjectStore {
 
     /// Sends a change set like ``save(_:)`` and returns the sequence the daemon gave it.
     package func saveReturningSequence(_ changes: ChangeSet) throws -> UInt64? {
-        guard case .saved(let sequence) = try saveRequest({ .save(clientID: clientID, saveNumber: $0, changes: changes) }) else {
+        guard
+            case .saved(let sequence) = try saveRequest({ .save(clientID: clientID, saveNumber: $0, changes: changes) })
+        else {
             return nil
         }
         return sequence

@@ -37,7 +37,9 @@ extension Skyros {
 
     /// A shared stack on a connection made and configured by the caller (timeouts, event
     /// queue): change events of other processes are merged into the main context.
-    public convenience init(sharedStack remote: RemoteStore, allowsConcurrentWritings: Bool = false, savesOnStop: Bool = true) {
+    public convenience init(
+        sharedStack remote: RemoteStore, allowsConcurrentWritings: Bool = false, savesOnStop: Bool = true
+    ) {
         self.init(store: remote, allowsConcurrentWritings: allowsConcurrentWritings, savesOnStop: savesOnStop)
         // Inserts of other processes come with their values encoded: the main context keeps
         // them as rows, decoded if read (and for observers).

@@ -20,13 +20,15 @@ extension StoreChange {
         case .reset: isReset = true
         case .schemaChanged: isRefresh = true
         case .batch:
-            isRefresh = events[index].inserted.isEmpty && (events[index].encodedInserted?.isEmpty ?? true)
+            isRefresh =
+                events[index].inserted.isEmpty && (events[index].encodedInserted?.isEmpty ?? true)
                 && events[index].updated.isEmpty && events[index].deleted.isEmpty
         case .changes, .heartbeat: break
         }
         self.init(
             sequence: events[index].sequence, author: events[index].author, isReset: isReset, isRefresh: isRefresh,
-            inserted: events[index].inserted, encodedInserted: events[index].encodedInserted, deleted: events[index].deleted)
+            inserted: events[index].inserted, encodedInserted: events[index].encodedInserted,
+            deleted: events[index].deleted)
         guard !events[index].updated.isEmpty else { return }
         for update in events[index].updated {
             let properties = schema.entity(named: update.id.entityName)?.properties ?? []

@@ -93,7 +93,8 @@ final class AdminClient {
         while true {
             guard socket.waitForInput(milliseconds: Int(timeout)), let frames = socket.receive() else {
                 throw ToolFailure(
-                    ToolExit.unavailable, "the daemon of \(container.url.path) did not answer within \(timeout / 1000) s")
+                    ToolExit.unavailable,
+                    "the daemon of \(container.url.path) did not answer within \(timeout / 1000) s")
             }
             let bytes = [UInt8](frames.last ?? Data())
             guard let header = WireHeader(bytes), header.requestID == id else { continue }
@@ -139,7 +140,8 @@ final class AdminClient {
     /// Sends a request (it waits for the connection when there is none yet).
     private func send(_ bytes: [UInt8]) throws {
         guard socket.send([bytes]) else {
-            throw ToolFailure(ToolExit.unavailable, "cannot reach the daemon of \(container.url.path): too many requests wait")
+            throw ToolFailure(
+                ToolExit.unavailable, "cannot reach the daemon of \(container.url.path): too many requests wait")
         }
     }
 

@@ -82,12 +82,15 @@ extension StoreFile: OperatedStore {
         // A store made before versions were recorded has no such table: no versions to show.
         let rows = (try? store.rows("SELECT version, fingerprint, date FROM skyros_schema ORDER BY version")) ?? []
         info.versions = rows.compactMap { row in
-            guard row.count == 3, case .integer(let version) = row[0], case .text(let fingerprint) = row[1] else { return nil }
+            guard row.count == 3, case .integer(let version) = row[0], case .text(let fingerprint) = row[1] else {
+                return nil
+            }
             let date: String
             switch row[2] {
             case .text(let text): date = text
             case .real(let seconds): date = ISO8601DateFormatter().string(from: Date(timeIntervalSince1970: seconds))
-            case .integer(let seconds): date = ISO8601DateFormatter().string(from: Date(timeIntervalSince1970: Double(seconds)))
+            case .integer(let seconds):
+                date = ISO8601DateFormatter().string(from: Date(timeIntervalSince1970: Double(seconds)))
             default: date = ""
             }
             return SchemaInfo.RecordedVersion(version: version, fingerprint: fingerprint, date: date)

@@ -306,7 +306,8 @@ struct Watch: ParsableCommand {
                     "the daemon of \(client.container.url.path) went silent (no heartbeat for 2 s)")
             }
             // A topic followed by a schema version: a copy for clients of an earlier version.
-            guard frames.first?.count == 1, let bytes = frames.last, let message = try? WireMessage.decode([UInt8](bytes))
+            guard frames.first?.count == 1, let bytes = frames.last,
+                let message = try? WireMessage.decode([UInt8](bytes))
             else { continue }
             let events: [ChangeEvent] =
                 switch message.body {

@@ -82,7 +82,9 @@ struct Status: ParsableCommand {
             lines.append(line)
             let queued = Int64(sync["uploadQueue"]?.doubleValue ?? 0)
             var detail = "           \(queued) change set\(queued == 1 ? "" : "s") queued"
-            if queued > 0, let oldest = sync["oldestQueuedSeconds"]?.doubleValue { detail += " (oldest \(duration(oldest)))" }
+            if queued > 0, let oldest = sync["oldestQueuedSeconds"]?.doubleValue {
+                detail += " (oldest \(duration(oldest)))"
+            }
             detail += ", checkpoint \(Int64(sync["checkpoint"]?.doubleValue ?? 0))"
             detail += ", lag \(Int64(sync["lagMilliseconds"]?.doubleValue ?? 0)) ms"
             detail += ", \(Int64(sync["rejected"]?.doubleValue ?? 0)) rejected (each one named in the daemon's log)"
@@ -144,12 +146,13 @@ struct Inspect: ParsableCommand {
                     JSONValue.object([
                         "fingerprint": .string(info.fingerprint), "schemaVersion": .integer(Int64(info.version)),
                         "entities": json["entities"] ?? [],
-                        "versions": .array(info.versions.map { recorded in
-                            JSONValue.object([
-                                "version": .integer(recorded.version), "fingerprint": .string(recorded.fingerprint),
-                                "date": .string(recorded.date),
-                            ])
-                        }),
+                        "versions": .array(
+                            info.versions.map { recorded in
+                                JSONValue.object([
+                                    "version": .integer(recorded.version), "fingerprint": .string(recorded.fingerprint),
+                                    "date": .string(recorded.date),
+                                ])
+                            }),
                     ]).text)
                 return
             }

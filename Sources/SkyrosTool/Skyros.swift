@@ -43,7 +43,9 @@ struct Demo: ParsableCommand {
         let container = groups.appendingPathComponent("demo.todo")
 
         say("starting skyrosd for group demo.todo in \(groups.path)")
-        let daemon = try launch(here.appendingPathComponent("skyrosd"), ["--group", "demo.todo", "--groups-dir", groups.path, "--log-level", "warning"])
+        let daemon = try launch(
+            here.appendingPathComponent("skyrosd"),
+            ["--group", "demo.todo", "--groups-dir", groups.path, "--log-level", "warning"])
         defer {
             if daemon.isRunning {
                 kill(daemon.processIdentifier, SIGTERM)
@@ -53,9 +55,17 @@ struct Demo: ParsableCommand {
         let tool = here.appendingPathComponent("skyros")
         let watcher = try launch(tool, ["demo-client", "--container", container.path, "--role", "watcher"])
         let alice = try launch(
-            tool, ["demo-client", "--container", container.path, "--role", "alice", "--items", "buy milk,call bob,write report"])
+            tool,
+            [
+                "demo-client", "--container", container.path, "--role", "alice", "--items",
+                "buy milk,call bob,write report",
+            ])
         let bob = try launch(
-            tool, ["demo-client", "--container", container.path, "--role", "bob", "--items", "fix bike,book flights,water plants"])
+            tool,
+            [
+                "demo-client", "--container", container.path, "--role", "bob", "--items",
+                "fix bike,book flights,water plants",
+            ])
         var failed = false
         for (name, process) in [("alice", alice), ("bob", bob), ("watcher", watcher)] {
             guard wait(process, seconds: 60) else {
@@ -127,7 +137,9 @@ struct DemoClient: ParsableCommand {
         }
         if let first = titles.first {
             store.writeSync { context in
-                for item in try TodoItem.all(where: #Predicate { $0.title == first }, in: context) { item.isDone = true }
+                for item in try TodoItem.all(where: #Predicate { $0.title == first }, in: context) {
+                    item.isDone = true
+                }
             }
             say("[\(role)] marked '\(first)' done")
         }

@@ -58,4 +58,3 @@ package struct GroupContainer: Sendable {
         }
     }
 }
-

@@ -26,7 +26,8 @@ package enum WireError: Error, Equatable, Sendable, CustomStringConvertible {
         case .truncated: "the message ends too early"
         case .trailingBytes(let count): "\(count) unexpected bytes after the message"
         case .tooLarge(let size): "the message is \(size) bytes, more than allowed"
-        case .unsupportedVersion(let version): "protocol version \(version) is not supported (this side speaks \(WireProtocol.version))"
+        case .unsupportedVersion(let version):
+            "protocol version \(version) is not supported (this side speaks \(WireProtocol.version))"
         case .unknownMessageType(let type): "unknown message type \(type)"
         case .unimplementedMessageType(let type): "message type \(type) is reserved and not implemented by this daemon"
         case .invalidTag(let what, let tag): "invalid \(what) tag \(tag)"
@@ -264,9 +265,10 @@ struct RecentStrings {
             if position + 16 <= buffer.count {
                 let low = UInt64(littleEndian: buffer.loadUnaligned(fromByteOffset: position, as: UInt64.self))
                 let high = UInt64(littleEndian: buffer.loadUnaligned(fromByteOffset: position + 8, as: UInt64.self))
-                return Key(low: length >= 8 ? low : low & ((1 << (UInt64(length) * 8)) - 1),
-                           high: length >= 16 ? high : length <= 8 ? 0 : high & ((1 << (UInt64(length - 8) * 8)) - 1),
-                           length: length)
+                return Key(
+                    low: length >= 8 ? low : low & ((1 << (UInt64(length) * 8)) - 1),
+                    high: length >= 16 ? high : length <= 8 ? 0 : high & ((1 << (UInt64(length - 8) * 8)) - 1),
+                    length: length)
             }
             var words: (UInt64, UInt64) = (0, 0)
             withUnsafeMutableBytes(of: &words) {

@@ -74,7 +74,8 @@ package struct ChangeEvent: Sendable, Hashable {
     /// values still encoded.
     package init(
         sequence: UInt64, kind: Kind = .changes, authorID: UUID = ChangeEvent.noAuthor, author: String = "",
-        inserted: [Snapshot] = [], encodedInserted: EncodedRows? = nil, updated: [Update] = [], deleted: [ObjectID] = [],
+        inserted: [Snapshot] = [], encodedInserted: EncodedRows? = nil, updated: [Update] = [],
+        deleted: [ObjectID] = [],
         schemaVersion: UInt64 = 0
     ) {
         self.schemaVersion = kind == .schemaChanged ? schemaVersion : 0
@@ -125,7 +126,9 @@ package struct ChangeEvent: Sendable, Hashable {
         let list: [[String: Any]] = rejections.map { rejection in
             ["reason": rejection.reason, "objects": rejection.objects.map { "\($0.entityName)/\($0.uuid.uuidString)" }]
         }
-        let data = (try? JSONSerialization.data(withJSONObject: ["rejected": list], options: [.sortedKeys, .withoutEscapingSlashes])) ?? Data()
+        let data =
+            (try? JSONSerialization.data(
+                withJSONObject: ["rejected": list], options: [.sortedKeys, .withoutEscapingSlashes])) ?? Data()
         return [UInt8](data)
     }
 
@@ -133,7 +136,9 @@ package struct ChangeEvent: Sendable, Hashable {
     package static let noAuthor = UUID(uuid: (0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0))
 
     /// The heartbeat of a daemon at `sequence`.
-    package static func heartbeat(_ sequence: UInt64) -> ChangeEvent { ChangeEvent(sequence: sequence, kind: .heartbeat) }
+    package static func heartbeat(_ sequence: UInt64) -> ChangeEvent {
+        ChangeEvent(sequence: sequence, kind: .heartbeat)
+    }
 
     /// Whether this is a change set with a sequence of its own (not a heartbeat).
     package var isChangeSet: Bool { kind != .heartbeat }
@@ -383,7 +388,8 @@ package struct WireMessage: Sendable, Hashable {
     /// reply or an event (kind 64 and up) are ignored, as fields added within protocol
     /// version 4 come at the end (docs/PROTOCOL.md, "Compatibility within version 4").
     private static func decodeMessage(
-        _ bytes: [UInt8], maximumSize: Int, ignoringTrailingBytesOfReplies: Bool, keepingInsertedValuesEncoded: Bool = false
+        _ bytes: [UInt8], maximumSize: Int, ignoringTrailingBytesOfReplies: Bool,
+        keepingInsertedValuesEncoded: Bool = false
     ) throws(WireError) -> WireMessage {
         guard bytes.count <= maximumSize else { throw .tooLarge(bytes.count) }
         var reader = WireReader(bytes)
@@ -406,13 +412,16 @@ package struct WireMessage: Sendable, Hashable {
             let schemaVersion = try reader.uvarint()
             let name = try reader.string()
             let pid = try reader.uvarint()
-            body = .hello(Hello(
-                protocolVersion: version, schemaFingerprint: fingerprint, schemaVersion: schemaVersion, clientName: name,
-                pid: pid, schemaDescription: try reader.data()))
+            body = .hello(
+                Hello(
+                    protocolVersion: version, schemaFingerprint: fingerprint, schemaVersion: schemaVersion,
+                    clientName: name,
+                    pid: pid, schemaDescription: try reader.data()))
         case .fetch: body = .fetch(try reader.request())
         case .fetchIdentifiers: body = .fetchIdentifiers(try reader.request())
         case .count: body = .count(try reader.request())
-        case .snapshots: body = .snapshots(try reader.list(minimumSize: 17) { reader throws(WireError) in try reader.objectID() })
+        case .snapshots:
+            body = .snapshots(try reader.list(minimumSize: 17) { reader throws(WireError) in try reader.objectID() })
         case .save:
             let clientID = try reader.uuid()
             let number = try reader.uvarint()
@@ -428,11 +437,16 @@ package struct WireMessage: Sendable, Hashable {
             let sequence = try reader.uvarint()
             let topic = try reader.byte()
             let epoch = try reader.uuid()
-            body = .welcome(Welcome(
-                protocolVersion: version, sequence: sequence, eventTopic: topic, storeEpoch: epoch,
-                schemaVersion: try reader.uvarint()))
-        case .snapshotsReply: body = .snapshotsReply(try reader.list(minimumSize: 18) { reader throws(WireError) in try reader.snapshot() })
-        case .identifiersReply: body = .identifiersReply(try reader.list(minimumSize: 17) { reader throws(WireError) in try reader.objectID() })
+            body = .welcome(
+                Welcome(
+                    protocolVersion: version, sequence: sequence, eventTopic: topic, storeEpoch: epoch,
+                    schemaVersion: try reader.uvarint()))
+        case .snapshotsReply:
+            body = .snapshotsReply(
+                try reader.list(minimumSize: 18) { reader throws(WireError) in try reader.snapshot() })
+        case .identifiersReply:
+            body = .identifiersReply(
+                try reader.list(minimumSize: 17) { reader throws(WireError) in try reader.objectID() })
         case .countReply: body = .countReply(try reader.int())
         case .saved: body = .saved(sequence: try reader.uvarint())
         case .error:
@@ -443,7 +457,9 @@ package struct WireMessage: Sendable, Hashable {
             body = .changes(events, more: try reader.bool())
         case .conflicts:
             let message = try reader.string()
-            body = .conflicts(message: message, try reader.list(minimumSize: 20) { reader throws(WireError) in try reader.conflict() })
+            body = .conflicts(
+                message: message, try reader.list(minimumSize: 20) { reader throws(WireError) in try reader.conflict() }
+            )
         case .batch:
             let clientID = try reader.uuid()
             let number = try reader.uvarint()
@@ -459,7 +475,8 @@ package struct WireMessage: Sendable, Hashable {
                 body = .batch(clientID: clientID, saveNumber: number, operation: .delete(request))
             case 1:
                 guard !assignments.isEmpty else { throw .refused("a batch update has at least one assignment") }
-                body = .batch(clientID: clientID, saveNumber: number, operation: .update(request, assignments: assignments))
+                body = .batch(
+                    clientID: clientID, saveNumber: number, operation: .update(request, assignments: assignments))
             default:
                 throw .invalidTag("batch operation", operation)
             }
@@ -527,7 +544,9 @@ extension WireReader {
         let tag = try byte()
         // A kind added after this client (5 and up): its common fields, then one `bytes` extension.
         let kind = ChangeEvent.Kind(rawValue: tag) ?? .changes
-        guard kind.rawValue == tag || tag >= ChangeEvent.firstExtensionKind else { throw .invalidTag("event kind", tag) }
+        guard kind.rawValue == tag || tag >= ChangeEvent.firstExtensionKind else {
+            throw .invalidTag("event kind", tag)
+        }
         let authorID = try uuid()
         let author = try string()
         var inserted: [Snapshot] = []

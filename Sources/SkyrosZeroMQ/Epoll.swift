@@ -1,7 +1,7 @@
 import Foundation
 
 #if canImport(Glibc)
-import Glibc
+    import Glibc
 #endif
 
 /// Linux's `epoll`, reached without a C module: Swift's Glibc module leaves `<sys/epoll.h>`
@@ -20,7 +20,9 @@ struct Epoll: ~Copyable {
 
     /// `epoll_ctl`'s operations.
     enum Operation: Int32 {
-        case add = 1, delete = 2, modify = 3
+        case add = 1
+        case delete = 2
+        case modify = 3
     }
 
     private typealias Create = @convention(c) (Int32) -> Int32
@@ -49,11 +51,11 @@ struct Epoll: ~Copyable {
     /// `struct epoll_event`: 32-bit events, then 64 bits of data (here the descriptor, in its
     /// first 4 bytes); packed on x86-64, aligned to 8 bytes elsewhere.
     #if arch(x86_64)
-    private static let stride = 12
-    private static let dataOffset = 4
+        private static let stride = 12
+        private static let dataOffset = 4
     #else
-    private static let stride = 16
-    private static let dataOffset = 8
+        private static let stride = 16
+        private static let dataOffset = 8
     #endif
 
     /// The epoll descriptor.
@@ -97,6 +99,8 @@ struct Epoll: ~Copyable {
     /// The descriptor and events of the `index`th ready descriptor of the last wait.
     func event(_ index: Int) -> (fd: Int32, events: UInt32) {
         let base = ready + index * Self.stride
-        return (base.loadUnaligned(fromByteOffset: Self.dataOffset, as: Int32.self), base.loadUnaligned(as: UInt32.self))
+        return (
+            base.loadUnaligned(fromByteOffset: Self.dataOffset, as: Int32.self), base.loadUnaligned(as: UInt32.self)
+        )
     }
 }

@@ -1,7 +1,7 @@
 import Foundation
 
 #if canImport(Glibc)
-import Glibc
+    import Glibc
 #endif
 
 /// An error of a ZMTP socket's system call (`socket`, `bind`, `epoll_create1`…) or of its

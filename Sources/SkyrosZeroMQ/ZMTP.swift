@@ -40,7 +40,9 @@ package enum ZMTP {
             bytes.append(UInt8(size))
         } else {
             bytes.append(flags | 0x02)
-            for shift in stride(from: 56, through: 0, by: -8) { bytes.append(UInt8(truncatingIfNeeded: UInt64(size) >> UInt64(shift))) }
+            for shift in stride(from: 56, through: 0, by: -8) {
+                bytes.append(UInt8(truncatingIfNeeded: UInt64(size) >> UInt64(shift)))
+            }
         }
     }
 
@@ -51,7 +53,9 @@ package enum ZMTP {
         func property(_ name: String, _ value: [UInt8]) {
             body.append(UInt8(name.utf8.count))
             body += Array(name.utf8)
-            for shift in stride(from: 24, through: 0, by: -8) { body.append(UInt8(truncatingIfNeeded: value.count >> shift)) }
+            for shift in stride(from: 24, through: 0, by: -8) {
+                body.append(UInt8(truncatingIfNeeded: value.count >> shift))
+            }
             body += value
         }
         property("Socket-Type", Array(socketType.utf8))
@@ -64,9 +68,10 @@ package enum ZMTP {
     ///
     /// Specialized (exported) for the frames the client and the daemon send, byte arrays:
     /// called from other modules, the generic version walks every frame through witness tables.
-    @_specialize(exported: true, where Frames == [[UInt8]])
-    @_specialize(exported: true, where Frames == CollectionOfOne<[UInt8]>)
-    package static func encode<Frames: Collection>(_ frames: Frames) -> [UInt8] where Frames.Element: Collection<UInt8> {
+    @_specialize(exported:true,where Frames == [[UInt8]])
+    @_specialize(exported:true,where Frames == CollectionOfOne<[UInt8]>)
+    package static func encode<Frames: Collection>(_ frames: Frames) -> [UInt8]
+    where Frames.Element: Collection<UInt8> {
         var bytes: [UInt8] = []
         var size = 0
         for frame in frames { size += frame.count + 9 }

@@ -35,7 +35,8 @@ extension ZMTPServer {
             self.descriptor = descriptor
             self.role = role
             self.peer = peer
-            codec = ZMTPCodec(socketType: role == .router ? .router : .publisher, maximumMessageSize: maximumMessageSize)
+            codec = ZMTPCodec(
+                socketType: role == .router ? .router : .publisher, maximumMessageSize: maximumMessageSize)
         }
 
         /// Whether a subscriber takes a message whose first frame is `topic`.

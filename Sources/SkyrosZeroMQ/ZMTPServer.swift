@@ -1,7 +1,7 @@
 import Foundation
 
 #if canImport(Glibc)
-import Glibc
+    import Glibc
 #endif
 
 /// The listening ends of ZeroMQ `ROUTER` and `PUB` sockets on Unix-domain socket files
@@ -150,7 +150,9 @@ package final class ZMTPServer {
     /// Listens on the socket file of `endpoint` (`ipc://PATH`, which must not exist) as a
     /// `ROUTER` or a `PUB`; `admit` tells whether a peer with these credentials (nil: unknown)
     /// may stay connected: one it refuses is closed as soon as it is accepted.
-    package func listen(_ role: Role, endpoint: String, admit: @escaping (PeerCredentials?) -> Bool = { _ in true }) throws {
+    package func listen(_ role: Role, endpoint: String, admit: @escaping (PeerCredentials?) -> Bool = { _ in true })
+        throws
+    {
         let scheme = "ipc://"
         guard endpoint.hasPrefix(scheme) else { throw ZMTPError(code: EPROTONOSUPPORT, operation: "bind \(endpoint)") }
         let path = String(endpoint.dropFirst(scheme.count))
@@ -212,7 +214,7 @@ package final class ZMTPServer {
     /// none, or when the high-water mark's worth already waits for it); returns whether it went
     /// out or waits to.
     @discardableResult
-    @_specialize(exported: true, where Frame == [UInt8])  // the daemon's replies
+    @_specialize(exported:true,where Frame == [UInt8])  // the daemon's replies
     package func send<Frame: Collection<UInt8>>(to identity: Data, _ frame: Frame) -> Bool {
         send(to: identity, frames: CollectionOfOne(frame))
     }
@@ -220,8 +222,9 @@ package final class ZMTPServer {
     /// Sends a message of several frames to the connection with `identity` (see
     /// ``send(to:_:)``).
     @discardableResult
-    @_specialize(exported: true, where Frames == CollectionOfOne<[UInt8]>)
-    package func send<Frames: Collection>(to identity: Data, frames: Frames) -> Bool where Frames.Element: Collection<UInt8> {
+    @_specialize(exported:true,where Frames == CollectionOfOne<[UInt8]>)
+    package func send<Frames: Collection>(to identity: Data, frames: Frames) -> Bool
+    where Frames.Element: Collection<UInt8> {
         precondition(!frames.isEmpty, "a message has at least one frame")
         guard let connection = byIdentity[identity], hasRoom(connection) else { return false }
         enqueue(ZMTP.encode(frames), to: connection)
@@ -233,7 +236,7 @@ package final class ZMTPServer {
     /// those for which the high-water mark's worth already waits: dropped for them); returns to
     /// how many it went out or waits to.
     @discardableResult
-    @_specialize(exported: true, where Frame == [UInt8])  // the daemon's events
+    @_specialize(exported:true,where Frame == [UInt8])  // the daemon's events
     package func publish<Frame: Collection<UInt8>>(_ frames: [Frame]) -> Int {
         precondition(!frames.isEmpty, "a message has at least one frame")
         var bytes: [UInt8]?
@@ -272,13 +275,16 @@ package final class ZMTPServer {
     /// writing meanwhile; returns which of the two are ready. For waits shorter than that
     /// method's millisecond: `ppoll` on the `epoll` descriptor, then one `epoll_wait` that
     /// does not wait.
-    package func waitBriefly(microseconds: Int, orDescriptor descriptor: Int32 = -1) -> (socket: Bool, descriptor: Bool) {
+    package func waitBriefly(microseconds: Int, orDescriptor descriptor: Int32 = -1) -> (socket: Bool, descriptor: Bool)
+    {
         if waiting > 0 { return (true, false) }
         guard microseconds > 0 else { return (false, false) }
         var poll = pollfd(fd: poller.descriptor, events: Int16(POLLIN), revents: 0)
         var timeout = timespec(tv_sec: microseconds / 1_000_000, tv_nsec: (microseconds % 1_000_000) * 1_000)
         let ready =
-            if let ppoll = Self.ppoll { ppoll(&poll, 1, &timeout, nil) } else { Glibc.poll(&poll, 1, Int32(max(1, microseconds / 1_000))) }
+            if let ppoll = Self.ppoll { ppoll(&poll, 1, &timeout, nil) } else {
+                Glibc.poll(&poll, 1, Int32(max(1, microseconds / 1_000)))
+            }
         guard ready > 0 else { return (false, false) }
         let other = pollOnce(timeout: 0, other: descriptor)
         return (waiting > 0, other)
@@ -286,7 +292,8 @@ package final class ZMTPServer {
 
     /// The C library's `ppoll` (a GNU extension Swift's Glibc module leaves out, looked up as
     /// ``Epoll``'s functions are); nil where it is missing (`poll`, to the millisecond, instead).
-    private typealias PPoll = @convention(c) (UnsafeMutablePointer<pollfd>?, UInt, UnsafePointer<timespec>?, UnsafeRawPointer?) -> Int32
+    private typealias PPoll =
+        @convention(c) (UnsafeMutablePointer<pollfd>?, UInt, UnsafePointer<timespec>?, UnsafeRawPointer?) -> Int32
     private static let ppoll: PPoll? = dlsym(dlopen(nil, RTLD_NOW), "ppoll").map {
         unsafeBitCast($0, to: PPoll.self)
     }
@@ -366,7 +373,8 @@ package final class ZMTPServer {
             let peer: PeerCredentials? =
                 getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &credentials, &size) == 0
                 ? PeerCredentials(uid: credentials.1, gid: credentials.2, pid: credentials.0) : nil
-            let connection = Connection(descriptor: fd, role: listener.role, peer: peer, maximumMessageSize: maximumMessageSize)
+            let connection = Connection(
+                descriptor: fd, role: listener.role, peer: peer, maximumMessageSize: maximumMessageSize)
             connections[fd] = connection
             enqueue(ZMTP.handshake(connection.codec.socketType), to: connection)
             connection.interest = Epoll.readable
@@ -529,7 +537,8 @@ package final class ZMTPServer {
     private func subscribe(_ connection: Connection, _ prefix: Data, _ subscribing: Bool) {
         if subscribing {
             // Bounded: a client makes 256 at most; past the bound, new prefixes are ignored.
-            guard connection.subscriptions[prefix] != nil || connection.subscriptions.count < Self.maximumSubscriptions else { return }
+            guard connection.subscriptions[prefix] != nil || connection.subscriptions.count < Self.maximumSubscriptions
+            else { return }
             connection.subscriptions[prefix, default: 0] += 1
         } else if let count = connection.subscriptions[prefix] {
             connection.subscriptions[prefix] = count > 1 ? count - 1 : nil
@@ -574,7 +583,8 @@ package final class ZMTPServer {
             case .message(let frames):
                 guard let identity = connection.identity else { return false }
                 if connection.queued == 0 { active.append(connection) }
-                connection.inbox.append(Message(frames: [identity] + frames, peer: connection.peer, descriptor: connection.descriptor))
+                connection.inbox.append(
+                    Message(frames: [identity] + frames, peer: connection.peer, descriptor: connection.descriptor))
                 connection.inboxBytes += identity.count + frames.reduce(0) { $0 + $1.count }
                 waiting += 1
                 if connection.queued >= highWaterMark || connection.inboxBytes >= highWaterMarkBytes {

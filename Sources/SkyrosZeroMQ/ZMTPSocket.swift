@@ -1,7 +1,7 @@
 import Foundation
 
 #if canImport(Glibc)
-import Glibc
+    import Glibc
 #endif
 
 /// The client end of a ZeroMQ `DEALER` or `SUB` socket on a Unix-domain socket file (an
@@ -166,7 +166,9 @@ package final class ZMTPSocket {
         let deadline = ZMTP.deadline(milliseconds: max(0, milliseconds)) ?? .max
         while descriptor >= 0 && !isReady {
             let now = ZMTP.now()
-            guard now < deadline, pollOnce(other: -1, timeout: ZMTP.milliseconds(from: now, to: deadline)) != nil else { break }
+            guard now < deadline, pollOnce(other: -1, timeout: ZMTP.milliseconds(from: now, to: deadline)) != nil else {
+                break
+            }
         }
         flush()
         return isReady
@@ -178,7 +180,7 @@ package final class ZMTPSocket {
     /// connection. Returns false, and drops it, when the send queue is full (`sendQueueLimit`
     /// messages, or `sendQueueBytes` bytes, wait to be written).
     @discardableResult
-    @_specialize(exported: true, where Frame == [UInt8])  // the client's requests
+    @_specialize(exported:true,where Frame == [UInt8])  // the client's requests
     package func send<Frame: Collection<UInt8>>(_ message: [Frame]) -> Bool {
         precondition(!message.isEmpty, "a message has at least one frame")
         precondition(kind == .dealer, "a SUB socket sends nothing but its subscriptions")
@@ -331,7 +333,9 @@ package final class ZMTPSocket {
     private func flush() {
         while descriptor >= 0, let first = output.first {
             let offset = outputOffset
-            switch first.bytes.withUnsafeBytes({ ZMTP.send(descriptor, UnsafeRawBufferPointer(rebasing: $0[offset...])) }) {
+            switch first.bytes.withUnsafeBytes({
+                ZMTP.send(descriptor, UnsafeRawBufferPointer(rebasing: $0[offset...]))
+            }) {
             case .bytes(let sent):
                 outputOffset += sent
                 if outputOffset == first.bytes.count {
@@ -378,7 +382,9 @@ package final class ZMTPSocket {
             // Until the deadline, or the next connection try while there is none.
             var until = deadline
             if descriptor < 0 { until = min(until ?? .max, nextConnect) }
-            guard let otherReady = pollOnce(other: other, timeout: until.map { ZMTP.milliseconds(from: now, to: $0) } ?? -1)
+            guard
+                let otherReady = pollOnce(
+                    other: other, timeout: until.map { ZMTP.milliseconds(from: now, to: $0) } ?? -1)
             else { return (false, false) }
             if otherReady || receivedStart < received.count {
                 return (receivedStart < received.count, otherReady)
@@ -398,7 +404,9 @@ package final class ZMTPSocket {
             pollfd(fd: other, events: Int16(POLLIN), revents: 0)
         )
         let count: nfds_t = other >= 0 ? 2 : 1
-        let polled = withUnsafeMutableBytes(of: &items) { poll($0.baseAddress!.assumingMemoryBound(to: pollfd.self), count, timeout) }
+        let polled = withUnsafeMutableBytes(of: &items) {
+            poll($0.baseAddress!.assumingMemoryBound(to: pollfd.self), count, timeout)
+        }
         guard polled >= 0 else { return errno == EINTR ? false : nil }
         // Read first: what came before a failure is kept (libzmq reads before it writes too).
         let socketEvents = items.0.revents

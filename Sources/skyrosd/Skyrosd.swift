@@ -70,75 +70,89 @@ struct Skyrosd: AsyncParsableCommand {
     @Option(help: "How long the history keeps a change set, in seconds (default: 7 days).")
     var historyAge: Double = 7 * 86_400
 
-    @Option(help: """
-        How long, in milliseconds, a commit's change events may wait for the next commits' \
-        while more requests are waiting, to go out in one message (0: after every commit).
-        """)
+    @Option(
+        help: """
+            How long, in milliseconds, a commit's change events may wait for the next commits' \
+            while more requests are waiting, to go out in one message (0: after every commit).
+            """)
     var eventDelay: Double = 2
 
-    @Option(help: """
-        How long, in milliseconds, a turn may wait for the saves of clients that lately saved \
-        together, to commit them in one transaction (0: commit what is waiting at once).
-        """)
+    @Option(
+        help: """
+            How long, in milliseconds, a turn may wait for the saves of clients that lately saved \
+            together, to commit them in one transaction (0: commit what is waiting at once).
+            """)
     var commitDelay: Double = DaemonServer.Configuration.defaultCommitDelay * 1000
 
-    @Option(help: """
-        The most client connections open at once on each of the two sockets (default: sized to \
-        the file-descriptor limit, which skyrosd raises from its soft to its hard value at start: \
-        half of what a reserve of max(limit/4, min(384, limit/2)) leaves, at most 10,000: 320 for a \
-        limit of 1,024; a larger N is lowered to that). Past it, a \
-        new connection closes the oldest one that has not said hello yet, or is closed itself when \
-        every open connection said hello: the client's request times out and it retries.
-        """)
+    @Option(
+        help: """
+            The most client connections open at once on each of the two sockets (default: sized to \
+            the file-descriptor limit, which skyrosd raises from its soft to its hard value at start: \
+            half of what a reserve of max(limit/4, min(384, limit/2)) leaves, at most 10,000: 320 for a \
+            limit of 1,024; a larger N is lowered to that). Past it, a \
+            new connection closes the oldest one that has not said hello yet, or is closed itself when \
+            every open connection said hello: the client's request times out and it retries.
+            """)
     var maxClients: Int?
 
-    @Option(help: """
-        Close a request connection that has not said hello within this many seconds, so that idle or half-open connections cannot hold the slots members need.
-        """)
+    @Option(
+        help: """
+            Close a request connection that has not said hello within this many seconds, so that idle or half-open connections cannot hold the slots members need.
+            """)
     var helloTimeout: Double = WireProtocol.helloTimeout.timeInterval
 
-    @Option(help: ArgumentHelp("""
-        A Unix group whose members may open admin sessions (skyros status|history|backup|… --group); \
-        root and the daemon's user always may. Repeatable.
-        """, valueName: "name"))
+    @Option(
+        help: ArgumentHelp(
+            """
+            A Unix group whose members may open admin sessions (skyros status|history|backup|… --group); \
+            root and the daemon's user always may. Repeatable.
+            """, valueName: "name"))
     var adminGroup: [String] = []
     @Option(help: "trace, debug, info, notice, warning, error or critical.")
     var logLevel: Logger.Level = .info
 
-    @Flag(help: """
-        Check the group's store (PRAGMA integrity_check) without writing to it, and exit \
-        instead of serving: 0 when it is healthy or absent, 1 with the findings on stderr.
-        """)
+    @Flag(
+        help: """
+            Check the group's store (PRAGMA integrity_check) without writing to it, and exit \
+            instead of serving: 0 when it is healthy or absent, 1 with the findings on stderr.
+            """)
     var check = false
 
-    @Option(help: ArgumentHelp("""
-        Sync the group with this PostgreSQL server: \
-        postgresql://user@host[:port][/database][?sslmode=disable|prefer|require|verify-ca|verify-full\
-        &sslrootcert=PATH&schema=NAME&retention=SECONDS] (default: SKYROS_SYNC_URL, else url in the \
-        container's sync.conf; none: no sync). Secrets never go here: a URL with a password is \
-        refused; see --sync-password-file.
-        """, valueName: "url"))
+    @Option(
+        help: ArgumentHelp(
+            """
+            Sync the group with this PostgreSQL server: \
+            postgresql://user@host[:port][/database][?sslmode=disable|prefer|require|verify-ca|verify-full\
+            &sslrootcert=PATH&schema=NAME&retention=SECONDS] (default: SKYROS_SYNC_URL, else url in the \
+            container's sync.conf; none: no sync). Secrets never go here: a URL with a password is \
+            refused; see --sync-password-file.
+            """, valueName: "url"))
     var sync: String?
 
-    @Option(help: ArgumentHelp("""
-        The file holding the sync role's password, its trailing newline ignored (default: \
-        password-file in sync.conf, else SKYROS_SYNC_PASSWORD, else the systemd credential \
-        skyros-sync-password; none: no password).
-        """, valueName: "path"))
+    @Option(
+        help: ArgumentHelp(
+            """
+            The file holding the sync role's password, its trailing newline ignored (default: \
+            password-file in sync.conf, else SKYROS_SYNC_PASSWORD, else the systemd credential \
+            skyros-sync-password; none: no password).
+            """, valueName: "path"))
     var syncPasswordFile: String?
 
-    @Option(help: ArgumentHelp("""
-        The PostgreSQL schema of the group's tables, [a-z_][a-z0-9_]{0,62} (default: the URL's \
-        schema=, else schema in sync.conf, else the group id lowercased with every other \
-        character made '_').
-        """, valueName: "name"))
+    @Option(
+        help: ArgumentHelp(
+            """
+            The PostgreSQL schema of the group's tables, [a-z_][a-z0-9_]{0,62} (default: the URL's \
+            schema=, else schema in sync.conf, else the group id lowercased with every other \
+            character made '_').
+            """, valueName: "name"))
     var syncSchema: String?
 
-    @Flag(help: """
-        Create or migrate the group's tables on the sync server once, with this role, from the \
-        schema of the group's existing store, and exit instead of serving: 0 when done, 1 on \
-        failure. For servers where the daemons' role may only read and write rows.
-        """)
+    @Flag(
+        help: """
+            Create or migrate the group's tables on the sync server once, with this role, from the \
+            schema of the group's existing store, and exit instead of serving: 0 when done, 1 on \
+            failure. For servers where the daemons' role may only read and write rows.
+            """)
     var syncSetup = false
 
     func validate() throws {
@@ -199,7 +213,8 @@ struct Skyrosd: AsyncParsableCommand {
         if syncSetup {
             guard let syncConfiguration else {
                 let file = containerURL.appendingPathComponent(SyncConfiguration.fileName).path
-                logger.critical("--sync-setup needs the sync server: give it with --sync, SKYROS_SYNC_URL, or url in \(file)")
+                logger.critical(
+                    "--sync-setup needs the sync server: give it with --sync, SKYROS_SYNC_URL, or url in \(file)")
                 throw ExitCode(64)
             }
             try await setUpSyncServer(syncConfiguration, store: GroupContainer(url: containerURL).store, logger: logger)
@@ -252,7 +267,8 @@ struct Skyrosd: AsyncParsableCommand {
     func setUpSyncServer(_ configuration: SyncConfiguration, store: URL, logger: Logger) async throws {
         do {
             guard let description = try SQLiteStore.storedSchemaDescription(at: store) else {
-                logger.critical("""
+                logger.critical(
+                    """
                     --sync-setup takes the schema from the group's store, and there is none at \(store.path): \
                     run an application of the group once (or use the store of another machine)
                     """)

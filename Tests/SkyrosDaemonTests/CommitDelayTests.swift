@@ -1,5 +1,6 @@
-@testable import SkyrosDaemon
 import Testing
+
+@testable import SkyrosDaemon
 
 /// When a turn waits for more saves before its group commit, as transcripts.
 @Suite struct CommitDelayTests {

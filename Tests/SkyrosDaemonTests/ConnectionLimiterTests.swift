@@ -1,6 +1,7 @@
 import Foundation
-@testable import SkyrosDaemon
 import Testing
+
+@testable import SkyrosDaemon
 
 /// The connection limit as transcripts: monitor events and welcomes in, the connections to
 /// close out. No socket, no sleep (time is passed in).

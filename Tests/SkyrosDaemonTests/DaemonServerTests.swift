@@ -69,8 +69,11 @@ extension UUID {
         var bytes = [UInt8](repeating: 0, count: 16)
         for (index, byte) in name.utf8.enumerated() { bytes[index % 16] ^= byte &+ UInt8(truncatingIfNeeded: index) }
         bytes[15] ^= UInt8(truncatingIfNeeded: name.utf8.count)
-        return UUID(uuid: (bytes[0], bytes[1], bytes[2], bytes[3], bytes[4], bytes[5], bytes[6], bytes[7], bytes[8],
-                           bytes[9], bytes[10], bytes[11], bytes[12], bytes[13], bytes[14], bytes[15]))
+        return UUID(
+            uuid: (
+                bytes[0], bytes[1], bytes[2], bytes[3], bytes[4], bytes[5], bytes[6], bytes[7], bytes[8],
+                bytes[9], bytes[10], bytes[11], bytes[12], bytes[13], bytes[14], bytes[15]
+            ))
     }
 }
 
@@ -98,13 +101,18 @@ struct DaemonServerTests {
             return
         }
         // Wait until the subscription is live: ZeroMQ's slow joiner.
-        var saved = try client.call(.save(clientID: .named("c1"), saveNumber: 1, changes: ChangeSet(inserted: [userSnapshot("a")])))
+        var saved = try client.call(
+            .save(clientID: .named("c1"), saveNumber: 1, changes: ChangeSet(inserted: [userSnapshot("a")])))
         #expect(saved == .saved(sequence: 1))
-        saved = try client.call(.save(clientID: .named("c1"), saveNumber: 2, changes: ChangeSet(inserted: [userSnapshot("b")])))
+        saved = try client.call(
+            .save(clientID: .named("c1"), saveNumber: 2, changes: ChangeSet(inserted: [userSnapshot("b")])))
         #expect(saved == .saved(sequence: 2))
         #expect(try client.call(.count(StoreRequest(entityName: "User"))) == .countReply(2))
-        guard case .snapshotsReply(let rows) = try client.call(.fetch(StoreRequest(
-            entityName: "User", predicate: .equals("handle", .text("b")))))
+        guard
+            case .snapshotsReply(let rows) = try client.call(
+                .fetch(
+                    StoreRequest(
+                        entityName: "User", predicate: .equals("handle", .text("b")))))
         else {
             Issue.record("no snapshots")
             return
@@ -117,8 +125,12 @@ struct DaemonServerTests {
         let deadline = Date().addingTimeInterval(5)
         while first == nil && Date() < deadline {
             number += 1
-            _ = try client.call(.save(clientID: .named("c1"), saveNumber: number, changes: ChangeSet(inserted: [userSnapshot("w\(number)")])))
-            if try client.subscriber.waitForInput(milliseconds: 20), case let (eventTopic, message) = try client.event(),
+            _ = try client.call(
+                .save(
+                    clientID: .named("c1"), saveNumber: number,
+                    changes: ChangeSet(inserted: [userSnapshot("w\(number)")])))
+            if try client.subscriber.waitForInput(milliseconds: 20),
+                case (let eventTopic, let message) = try client.event(),
                 case .event(let event) = message.body, event.isChangeSet  // not a heartbeat
             {
                 // An event of one save comes under its connection's topic, which its own
@@ -131,8 +143,12 @@ struct DaemonServerTests {
         #expect(firstEvent.authorID == .named("c1") && firstEvent.author == "test" && firstEvent.inserted.count == 1)
         #expect(firstEvent.inserted.first?.values == userSnapshot("a").values)  // the values travel with the event
         for extra in 1...3 {
-            #expect(try client.call(.save(clientID: .named("c1"), saveNumber: number + UInt64(extra), changes: ChangeSet(
-                inserted: [userSnapshot("e\(extra)")]))) == .saved(sequence: number + UInt64(extra)))
+            #expect(
+                try client.call(
+                    .save(
+                        clientID: .named("c1"), saveNumber: number + UInt64(extra),
+                        changes: ChangeSet(
+                            inserted: [userSnapshot("e\(extra)")]))) == .saved(sequence: number + UInt64(extra)))
         }
         // The next change events are those three, in order; heartbeats (empty author) come between.
         try client.subscriber.setReceiveTimeout(milliseconds: 5_000)
@@ -180,8 +196,10 @@ struct DaemonServerTests {
         // Before hello.
         #expect(errorCode(try client.call(.count(StoreRequest(entityName: "User")))) == "helloRequired")
         #expect(welcomeSequence(try client.hello()) == 0)
-        #expect(try client.call(.save(clientID: .named("c"), saveNumber: 1, changes: ChangeSet(inserted: [userSnapshot("kept")])))
-            == .saved(sequence: 1))
+        #expect(
+            try client.call(
+                .save(clientID: .named("c"), saveNumber: 1, changes: ChangeSet(inserted: [userSnapshot("kept")])))
+                == .saved(sequence: 1))
         // Garbage, a wrong version, an unknown type, extra frames.
         #expect(errorCode(try client.raw([Data([0xFF, 0x00, 0x01])]).body) == "unsupportedProtocolVersion")
         #expect(errorCode(try client.raw([Data([WireProtocol.version, 250, 1])]).body) == "malformedMessage")
@@ -190,21 +208,38 @@ struct DaemonServerTests {
         // Unknown entities and properties, wrong value types and counts, garbage predicates.
         // (A refused save does not use up its number: each one below is save 2 again.)
         #expect(errorCode(try client.call(.count(StoreRequest(entityName: "Nope")))) == "unknownEntity")
-        #expect(errorCode(try client.call(.fetch(StoreRequest(
-            entityName: "User", predicate: .equals("nope", .integer(1)))))) == "unsupportedPredicate")
+        #expect(
+            errorCode(
+                try client.call(
+                    .fetch(
+                        StoreRequest(
+                            entityName: "User", predicate: .equals("nope", .integer(1)))))) == "unsupportedPredicate")
         var wrongType = userSnapshot("x")
         wrongType.values[2] = .text("not a number")
-        #expect(errorCode(try client.call(.save(clientID: .named("c"), saveNumber: 2, changes: ChangeSet(inserted: [wrongType]))))
-            == "typeMismatch")
+        #expect(
+            errorCode(
+                try client.call(.save(clientID: .named("c"), saveNumber: 2, changes: ChangeSet(inserted: [wrongType]))))
+                == "typeMismatch")
         var short = userSnapshot("y")
         short.values = StoredValues(short.values.dropLast(3))
-        #expect(errorCode(try client.call(.save(clientID: .named("c"), saveNumber: 2, changes: ChangeSet(inserted: [short]))))
-            == "valueNotStorable")
-        #expect(errorCode(try client.call(.save(clientID: .named("c"), saveNumber: 2, changes: ChangeSet(
-            updated: [ChangeSet.Update(id: .make(entityName: "User"), changes: [99: .null])])))) == "valueNotStorable")
+        #expect(
+            errorCode(
+                try client.call(.save(clientID: .named("c"), saveNumber: 2, changes: ChangeSet(inserted: [short]))))
+                == "valueNotStorable")
+        #expect(
+            errorCode(
+                try client.call(
+                    .save(
+                        clientID: .named("c"), saveNumber: 2,
+                        changes: ChangeSet(
+                            updated: [ChangeSet.Update(id: .make(entityName: "User"), changes: [99: .null])]))))
+                == "valueNotStorable")
         // A duplicate unique value fails alone.
-        #expect(errorCode(try client.call(.save(clientID: .named("c"), saveNumber: 2, changes: ChangeSet(inserted: [userSnapshot("kept")]))))
-            == "uniqueConstraintViolation")
+        #expect(
+            errorCode(
+                try client.call(
+                    .save(clientID: .named("c"), saveNumber: 2, changes: ChangeSet(inserted: [userSnapshot("kept")]))))
+                == "uniqueConstraintViolation")
         // Still serving, nothing committed lost.
         #expect(try client.call(.count(StoreRequest(entityName: "User"))) == .countReply(1))
     }
@@ -218,9 +253,16 @@ struct DaemonServerTests {
         /// The good client saves one user and counts them all.
         func goodClientIsServed(_ sourceLocation: SourceLocation = #_sourceLocation) throws {
             saved += 1
-            #expect(try good.call(.save(clientID: .named("good"), saveNumber: UInt64(saved), changes: ChangeSet(
-                inserted: [userSnapshot("good-\(saved)")]))) == .saved(sequence: UInt64(saved)), sourceLocation: sourceLocation)
-            #expect(try good.call(.count(StoreRequest(entityName: "User"))) == .countReply(saved), sourceLocation: sourceLocation)
+            #expect(
+                try good.call(
+                    .save(
+                        clientID: .named("good"), saveNumber: UInt64(saved),
+                        changes: ChangeSet(
+                            inserted: [userSnapshot("good-\(saved)")]))) == .saved(sequence: UInt64(saved)),
+                sourceLocation: sourceLocation)
+            #expect(
+                try good.call(.count(StoreRequest(entityName: "User"))) == .countReply(saved),
+                sourceLocation: sourceLocation)
         }
         let bad = try RawClient(daemon)
         _ = try bad.hello()
@@ -230,13 +272,38 @@ struct DaemonServerTests {
             [Data([WireProtocol.version, 77, 1])],  // unknown message type
             [Data([WireProtocol.version - 1, 6, 1])],  // the previous protocol version
             [Data([WireProtocol.version, 2, 1, 1, 0xFF])],  // a fetch cut short
-            [Data(WireMessage(requestID: 9, body: .fetch(StoreRequest(
-                entityName: "User", predicate: .compare(.less, .property(scope: 7, path: ["age"]), .constant(.null))))).encoded())],
+            [
+                Data(
+                    WireMessage(
+                        requestID: 9,
+                        body: .fetch(
+                            StoreRequest(
+                                entityName: "User",
+                                predicate: .compare(.less, .property(scope: 7, path: ["age"]), .constant(.null))))
+                    ).encoded())
+            ],
             [Data(WireMessage(requestID: 9, body: .fetch(StoreRequest(entityName: "Nope"))).encoded())],
-            [Data(WireMessage(requestID: 9, body: .fetch(StoreRequest(
-                entityName: "User", sortKeys: [SortKey(property: "nope", ascending: true)]))).encoded())],
-            [Data(WireMessage(requestID: 9, body: .save(clientID: .named("bad"), saveNumber: 1, changes: ChangeSet(
-                updated: [ChangeSet.Update(id: .make(entityName: "User"), changes: [2: .text("not an int")])]))).encoded())],
+            [
+                Data(
+                    WireMessage(
+                        requestID: 9,
+                        body: .fetch(
+                            StoreRequest(
+                                entityName: "User", sortKeys: [SortKey(property: "nope", ascending: true)]))
+                    ).encoded())
+            ],
+            [
+                Data(
+                    WireMessage(
+                        requestID: 9,
+                        body: .save(
+                            clientID: .named("bad"), saveNumber: 1,
+                            changes: ChangeSet(
+                                updated: [
+                                    ChangeSet.Update(id: .make(entityName: "User"), changes: [2: .text("not an int")])
+                                ]))
+                    ).encoded())
+            ],
             [Data(WireMessage(requestID: 9, body: .snapshots([.make(entityName: "Nope")])).encoded())],
         ]
         for frames in badInputs {
@@ -272,10 +339,15 @@ struct DaemonServerTests {
         #expect(welcomeSequence(try RawClient(daemon).hello()) == 0)
         let other = try RawClient(daemon)
         #expect(errorCode(try other.hello(Schema([Tag.self]))) == "schemaMismatch")
-        #expect(errorCode(try other.call(.hello(WireMessage.Hello(
-            protocolVersion: UInt64(WireProtocol.version) + 1, schemaFingerprint: testSchema.fingerprint, schemaVersion: 1,
-            clientName: "future", pid: 1, schemaDescription: []))))
-            == "unsupportedProtocolVersion")
+        #expect(
+            errorCode(
+                try other.call(
+                    .hello(
+                        WireMessage.Hello(
+                            protocolVersion: UInt64(WireProtocol.version) + 1,
+                            schemaFingerprint: testSchema.fingerprint, schemaVersion: 1,
+                            clientName: "future", pid: 1, schemaDescription: []))))
+                == "unsupportedProtocolVersion")
     }
 
     @Test("serve calls its turn hook at every turn, idle turns included (skyrosd pings the watchdog from it)")
@@ -283,7 +355,8 @@ struct DaemonServerTests {
         let directory = "/tmp/skd-\(getpid())-\(UInt32.random(in: 0...UInt32.max))"
         defer { try? FileManager.default.removeItem(atPath: directory) }
         let server = try DaemonServer(
-            configuration: .init(container: GroupContainer(url: URL(fileURLWithPath: directory).appendingPathComponent("g"))))
+            configuration: .init(
+                container: GroupContainer(url: URL(fileURLWithPath: directory).appendingPathComponent("g"))))
         var turns = 0
         let started = Date()
         server.serve(pollInterval: 10) {

@@ -1,8 +1,9 @@
 import Foundation
 import Skyros
-@testable import SkyrosDaemon
 import SkyrosWire
 import Testing
+
+@testable import SkyrosDaemon
 
 /// The daemon's sessions and publishing as transcripts: an input, then the outcome expected.
 /// No socket, no store, no sleep (time is passed in).
@@ -22,7 +23,8 @@ struct DaemonStateMachineTests {
         var table = SessionTable(maximumSessions: 10)
         #expect(table.hello(Data([1]), hello(), storeFingerprint: "f1") == .welcome(topic: 1, forgotOthers: false))
         #expect(table.hello(Data([2]), hello(), storeFingerprint: "f1") == .welcome(topic: 2, forgotOthers: false))
-        #expect(table.hello(Data([1]), hello("again"), storeFingerprint: "f1") == .welcome(topic: 1, forgotOthers: false))
+        #expect(
+            table.hello(Data([1]), hello("again"), storeFingerprint: "f1") == .welcome(topic: 1, forgotOthers: false))
         #expect(table[Data([1])] == SessionTable.Session(name: "again", pid: 7, schemaVersion: 1, topic: 1))
     }
 
@@ -40,7 +42,8 @@ struct DaemonStateMachineTests {
             return
         }
         #expect(code == .malformedMessage && message.count < 200)  // the name is never copied whole
-        guard case .refuse(let code, _) = table.hello(Data([1]), hello(fingerprint: "f2"), storeFingerprint: "f1") else {
+        guard case .refuse(let code, _) = table.hello(Data([1]), hello(fingerprint: "f2"), storeFingerprint: "f1")
+        else {
             Issue.record("another schema welcomed")
             return
         }
@@ -92,7 +95,8 @@ struct DaemonStateMachineTests {
         let one = committed(1, topic: 4)
         #expect(
             publisher.committed([one], requestsWaiting: false, now: .now)
-                == EventPublisher.Publication(topic: 4, message: one.encoded, firstSequence: 1, changeSets: 1, events: [one.event]))
+                == EventPublisher.Publication(
+                    topic: 4, message: one.encoded, firstSequence: 1, changeSets: 1, events: [one.event]))
     }
 
     @Test("under load, events wait at most the delay, then go out together, to everyone when saved by several")
@@ -100,7 +104,8 @@ struct DaemonStateMachineTests {
         var publisher = EventPublisher(maximumDelay: .milliseconds(2))
         let start = ContinuousClock.now
         #expect(publisher.committed([committed(1, topic: 4)], requestsWaiting: true, now: start) == nil)
-        #expect(publisher.committed([committed(2, topic: 5)], requestsWaiting: true, now: start + .milliseconds(1)) == nil)
+        #expect(
+            publisher.committed([committed(2, topic: 5)], requestsWaiting: true, now: start + .milliseconds(1)) == nil)
         let due = publisher.committed([], requestsWaiting: true, now: start + .milliseconds(3))
         let publication = try #require(due)
         #expect(publication.topic == WireProtocol.broadcastTopic && publication.changeSets == 2)
@@ -125,7 +130,8 @@ struct DaemonStateMachineTests {
         #expect(beat.kind == .heartbeat && beat.sequence == 1 && sent[1].topic == WireProtocol.broadcastTopic)
     }
 
-    @Test("exactly-once: a new save is applied; the same save again is answered with its sequence, even in the same turn")
+    @Test(
+        "exactly-once: a new save is applied; the same save again is answered with its sequence, even in the same turn")
     func ledgerRetries() {
         let client = UUID()
         var ledger = SaveLedger()
@@ -152,7 +158,9 @@ struct DaemonStateMachineTests {
         #expect(restarted.decide(client: client, save: 6, stored: .some(record)) == .apply)
     }
 
-    @Test("a failed commit forgets its turn and the records it was moving; a record that left the history is left to the store")
+    @Test(
+        "a failed commit forgets its turn and the records it was moving; a record that left the history is left to the store"
+    )
     func ledgerAbandonAndLeaving() {
         let (a, b) = (UUID(), UUID())
         var ledger = SaveLedger()

@@ -1,9 +1,10 @@
 import Foundation
 import Skyros
-@testable import SkyrosDaemon
 import SkyrosTestSupport
 import SkyrosWire
 import Testing
+
+@testable import SkyrosDaemon
 
 /// The daemon's turn without sockets: what a test sends, and the actions performed the way
 /// ``DaemonServer`` performs them — commits and migrations run against a real store in a
@@ -101,7 +102,9 @@ func hello(_ name: String, schema: Schema = testSchema) throws -> WireMessage.Bo
 /// The daemon's turn as transcripts: requests in, actions out, no socket.
 @Suite("Daemon turn")
 struct DaemonTurnTests {
-    @Test("the first hello creates the store; saves wait for the end of the turn and commit together; replies, then one event")
+    @Test(
+        "the first hello creates the store; saves wait for the end of the turn and commit together; replies, then one event"
+    )
     func helloAndGroupCommit() throws {
         let t = try TurnTranscript()
         let welcome = t.send("a", try hello("alpha"))
@@ -140,7 +143,9 @@ struct DaemonTurnTests {
         #expect(t.reads.isEmpty && t.turn.sequence == 0)
     }
 
-    @Test("malformed frames, undecodable bytes and save number 0 get malformedMessage with the request's ID; a refused peer permissionDenied")
+    @Test(
+        "malformed frames, undecodable bytes and save number 0 get malformedMessage with the request's ID; a refused peer permissionDenied"
+    )
     func badInput() throws {
         let t = try TurnTranscript()
         _ = t.send("a", try hello("alpha"))
@@ -178,7 +183,8 @@ struct DaemonTurnTests {
         #expect(events.map(\.sequence) == [1])
     }
 
-    @Test("a deleteAll commits the saves that came first, then the reset, in one turn; events before the reset go first")
+    @Test(
+        "a deleteAll commits the saves that came first, then the reset, in one turn; events before the reset go first")
     func deleteAll() throws {
         let t = try TurnTranscript()
         _ = t.send("a", try hello("alpha"))
@@ -276,9 +282,10 @@ struct DaemonTurnTests {
         let saved = t.send("a", save("a", 1, handle: "a1"))
         var newer = try WireMessage.Hello(schema: testSchema, clientName: "newer")
         newer.schemaVersion = 2
-        let actions = t.turn.received(DaemonTurn.Arrival(frames: [
-            Data("n".utf8), Data(WireMessage(requestID: 7, body: .hello(newer)).encoded()),
-        ]))
+        let actions = t.turn.received(
+            DaemonTurn.Arrival(frames: [
+                Data("n".utf8), Data(WireMessage(requestID: 7, body: .hello(newer)).encoded()),
+            ]))
         guard actions.count == 2, case .commit(let saves, nil) = actions[0], case .migrate(_, _, 7) = actions[1] else {
             Issue.record("not a commit, then a migration: \(actions)")
             return
@@ -288,13 +295,19 @@ struct DaemonTurnTests {
         #expect(t.takeReplies("a")[saved] == .saved(sequence: 1))
     }
 
-    @Test("a newer hello migrates the store: schemaChanged is published, the older session is projected and gets copies in its terms")
+    @Test(
+        "a newer hello migrates the store: schemaChanged is published, the older session is projected and gets copies in its terms"
+    )
     func migrationAndMixedVersions() throws {
         let t = try TurnTranscript()
         _ = t.send("old", try hello("v1", schema: MixedVersionModels.v1))
-        _ = t.send("old", .save(clientID: .named("old"), saveNumber: 1, changes: ChangeSet(inserted: [
-            Snapshot(id: .make(entityName: "Task"), values: [.text("a"), .integer(0)]),
-        ])))
+        _ = t.send(
+            "old",
+            .save(
+                clientID: .named("old"), saveNumber: 1,
+                changes: ChangeSet(inserted: [
+                    Snapshot(id: .make(entityName: "Task"), values: [.text("a"), .integer(0)])
+                ])))
         let newer = t.send("new", try hello("v2", schema: MixedVersionModels.v2))
         guard case .welcome(let welcome)? = t.takeReplies("new")[newer] else {
             Issue.record("no welcome for v2")
@@ -313,9 +326,13 @@ struct DaemonTurnTests {
         // The v1 session is still served, projected: its save is translated, and its event
         // goes out twice, in the store's terms and, under its topic and version, in v1's.
         t.published = []
-        let saved = t.send("old", .save(clientID: .named("old"), saveNumber: 2, changes: ChangeSet(inserted: [
-            Snapshot(id: .make(entityName: "Task"), values: [.text("b"), .integer(1)]),
-        ])))
+        let saved = t.send(
+            "old",
+            .save(
+                clientID: .named("old"), saveNumber: 2,
+                changes: ChangeSet(inserted: [
+                    Snapshot(id: .make(entityName: "Task"), values: [.text("b"), .integer(1)])
+                ])))
         t.endOfInput()
         #expect(t.takeReplies("old")[saved] == .saved(sequence: 3))
         #expect(t.published.count == 2 && t.published[1].topic.count == 2 && t.published[1].topic.last == 1)

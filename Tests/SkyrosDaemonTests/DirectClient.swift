@@ -18,9 +18,11 @@ final class DirectClient {
     /// connections are ready (the daemon must be serving).
     init(_ daemon: RunningDaemon) throws {
         dealer = try ZMTPSocket(
-            kind: .dealer, endpoint: daemon.container.requestsEndpoint, maximumMessageSize: WireProtocol.maximumMessageSize)
+            kind: .dealer, endpoint: daemon.container.requestsEndpoint,
+            maximumMessageSize: WireProtocol.maximumMessageSize)
         subscriber = try ZMTPSocket(
-            kind: .subscriber, endpoint: daemon.container.eventsEndpoint, maximumMessageSize: WireProtocol.maximumMessageSize)
+            kind: .subscriber, endpoint: daemon.container.eventsEndpoint,
+            maximumMessageSize: WireProtocol.maximumMessageSize)
         subscriber.subscribe()
         dealer.open()
         subscriber.open()

@@ -1,9 +1,10 @@
 import Foundation
 import Skyros
-@testable import SkyrosDaemon
 import SkyrosTestSupport
 import SkyrosWire
 import Testing
+
+@testable import SkyrosDaemon
 
 /// A store with the daemon's journal in a temporary directory, and a group commit on it.
 final class JournaledStore {
@@ -16,7 +17,8 @@ final class JournaledStore {
         try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
         store = try SQLiteStore(schema: testSchema, url: directory.appendingPathComponent("store.sqlite"))
         let opened = try Journal.open(store)
-        commit = GroupCommit(sequence: opened.sequence, retention: .init(count: retentionCount, age: 7 * 86_400), saves: opened.saves)
+        commit = GroupCommit(
+            sequence: opened.sequence, retention: .init(count: retentionCount, age: 7 * 86_400), saves: opened.saves)
     }
 
     /// A group commit as a restarted daemon makes it: nothing in memory, what the store's
@@ -45,7 +47,9 @@ final class JournaledStore {
 
     /// The number of users stored.
     func users() throws -> Int64 {
-        guard case .integer(let count)? = try store.rows("SELECT count(*) FROM \"User\"").first?.first else { return -1 }
+        guard case .integer(let count)? = try store.rows("SELECT count(*) FROM \"User\"").first?.first else {
+            return -1
+        }
         return count
     }
 }
@@ -149,14 +153,18 @@ struct GroupCommitTests {
     func reset() throws {
         let journaled = try JournaledStore()
         var reset = GroupCommit.Save(
-            identity: Data("r".utf8), requestID: 9, clientID: .named("r"), saveNumber: 1, changes: ChangeSet(), author: "resetter")
+            identity: Data("r".utf8), requestID: 9, clientID: .named("r"), saveNumber: 1, changes: ChangeSet(),
+            author: "resetter")
         reset.topic = 2
-        let outcome = journaled.run([
-            userSave("a", 1, handle: "a1"), userSave("b", 1, handle: "b1"), reset,
-        ], resetting: 2)
+        let outcome = journaled.run(
+            [
+                userSave("a", 1, handle: "a1"), userSave("b", 1, handle: "b1"), reset,
+            ], resetting: 2)
         #expect(answers(outcome) == ["saved 1", "saved 2", "saved 3"])
         #expect(outcome.events.map(\.event.kind) == [.changes, .changes, .reset])
-        #expect(outcome.log.count == 1 && outcome.log[0].contains("deleted 2 objects") && outcome.log[0].contains("'resetter'"))
+        #expect(
+            outcome.log.count == 1 && outcome.log[0].contains("deleted 2 objects")
+                && outcome.log[0].contains("'resetter'"))
         #expect(try journaled.users() == 0)
     }
 
@@ -172,13 +180,18 @@ struct GroupCommitTests {
         #expect(pruned == 2)
     }
 
-    @Test("a record is its history row; when the retention prunes a client's last row it moves to skyros_saves, and a restart still answers its retry once")
+    @Test(
+        "a record is its history row; when the retention prunes a client's last row it moves to skyros_saves, and a restart still answers its retry once"
+    )
     func recordLeavesTheHistory() throws {
         let journaled = try JournaledStore(retentionCount: 2)
         #expect(answers(journaled.run([userSave("a", 1, handle: "a1")])) == ["saved 1"])
         // No separate record while the history keeps the row.
         #expect(try journaled.store.rows("SELECT count(*) FROM skyros_saves") == [[.integer(0)]])
-        #expect(answers(journaled.run([userSave("b", 1, handle: "b1"), userSave("b", 2, handle: "b2")])) == ["saved 2", "saved 3"])
+        #expect(
+            answers(journaled.run([userSave("b", 1, handle: "b1"), userSave("b", 2, handle: "b2")])) == [
+                "saved 2", "saved 3",
+            ])
         // Rows 1 and 2 are pruned: a's last save and b's first; a's record is kept, b's is row 3.
         #expect(try journaled.history() == [2, 3] || journaled.history() == [3])
         #expect(
@@ -187,11 +200,16 @@ struct GroupCommitTests {
         // In memory, and after a restart, a's retry is answered once and its next save follows it.
         #expect(answers(journaled.run([userSave("a", 1, handle: "a1")])) == ["saved 1"])
         var restarted = try journaled.restarted()
-        #expect(answers(restarted.commit([userSave("a", 1, handle: "a1"), userSave("b", 2, handle: "b2")], in: journaled.store))
-            == ["saved 1", "saved 3"])
-        #expect(answers(restarted.commit([userSave("a", 3, handle: "a3")], in: journaled.store)) == ["saveNumberSkipped"])
-        #expect(answers(restarted.commit([userSave("a", 2, handle: "a2"), userSave("b", 3, handle: "b3")], in: journaled.store))
-            == ["saved 4", "saved 5"])
+        #expect(
+            answers(
+                restarted.commit([userSave("a", 1, handle: "a1"), userSave("b", 2, handle: "b2")], in: journaled.store))
+                == ["saved 1", "saved 3"])
+        #expect(
+            answers(restarted.commit([userSave("a", 3, handle: "a3")], in: journaled.store)) == ["saveNumberSkipped"])
+        #expect(
+            answers(
+                restarted.commit([userSave("a", 2, handle: "a2"), userSave("b", 3, handle: "b3")], in: journaled.store))
+                == ["saved 4", "saved 5"])
         #expect(try journaled.users() == 5)
     }
 
@@ -207,13 +225,16 @@ struct GroupCommitTests {
         var restarted = try journaled.restarted()
         #expect(try journaled.history() == [4])  // the schemaChanged event alone
         #expect(
-            answers(restarted.commit(
-                [userSave("a", 2, handle: "a2"), userSave("b", 1, handle: "b1"), userSave("b", 3, handle: "b3")], in: journaled.store))
+            answers(
+                restarted.commit(
+                    [userSave("a", 2, handle: "a2"), userSave("b", 1, handle: "b1"), userSave("b", 3, handle: "b3")],
+                    in: journaled.store))
                 == ["saved 3", "saved 2", "saveNumberSkipped"])
         #expect(try journaled.users() == 3)
     }
 
-    @Test("a save number that skips ahead is refused and not applied: no save is answered 'saved' without being applied")
+    @Test(
+        "a save number that skips ahead is refused and not applied: no save is answered 'saved' without being applied")
     func skippedSaveNumber() throws {
         let journaled = try JournaledStore()
         #expect(answers(journaled.run([userSave("a", 1, handle: "a1")])) == ["saved 1"])
@@ -226,11 +247,14 @@ struct GroupCommitTests {
         // Save 3, never sent before, is refused too (it was answered "saved" with sequence 0 and dropped).
         #expect(answers(journaled.run([userSave("a", 3, handle: "a3")])) == ["saveNumberSkipped"])
         // In one turn, in order: 2 then 3 are applied, 5 still skips.
-        let inOrder = journaled.run([userSave("a", 2, handle: "a2"), userSave("a", 3, handle: "a3"), userSave("a", 5, handle: "a5")])
+        let inOrder = journaled.run([
+            userSave("a", 2, handle: "a2"), userSave("a", 3, handle: "a3"), userSave("a", 5, handle: "a5"),
+        ])
         #expect(answers(inOrder) == ["saved 2", "saved 3", "saveNumberSkipped"])
         // After a restart, the store's record decides the same way.
         var restarted = try journaled.restarted()
-        #expect(answers(restarted.commit([userSave("a", 5, handle: "a5")], in: journaled.store)) == ["saveNumberSkipped"])
+        #expect(
+            answers(restarted.commit([userSave("a", 5, handle: "a5")], in: journaled.store)) == ["saveNumberSkipped"])
         #expect(answers(restarted.commit([userSave("a", 4, handle: "a4")], in: journaled.store)) == ["saved 4"])
         #expect(try journaled.users() == 4)
         // A client without a record (new, or silent past the history age) starts at any number.
@@ -245,9 +269,11 @@ struct JournalTextTests {
     @Test("a UUID's text is Foundation's uuidString, and sorts as the bytes do")
     func uuidText() {
         var ids = (0..<200).map { _ in UUID() }
-        ids += [UUID(uuid: (0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0)),
-                UUID(uuid: (255, 255, 255, 255, 255, 255, 255, 255, 255, 255, 255, 255, 255, 255, 255, 255)),
-                UUID(uuidString: "0A1B2C3D-4E5F-6A7B-8C9D-AEBFC0D1E2F3")!]
+        ids += [
+            UUID(uuid: (0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0)),
+            UUID(uuid: (255, 255, 255, 255, 255, 255, 255, 255, 255, 255, 255, 255, 255, 255, 255, 255)),
+            UUID(uuidString: "0A1B2C3D-4E5F-6A7B-8C9D-AEBFC0D1E2F3")!,
+        ]
         for id in ids { #expect(id.text == id.uuidString) }
         let byText = ids.sorted { $0.text < $1.text }
         func bytes(_ id: UUID) -> [UInt8] { withUnsafeBytes(of: id.uuid) { Array($0) } }

@@ -18,8 +18,11 @@ extension RawClient {
     /// Saves one user per number, as client "c" with that save number; returns the replies.
     func saveUsers(_ numbers: ClosedRange<Int>, handlePrefix: String) throws -> [WireMessage.Body] {
         try numbers.map { number in
-            try call(.save(clientID: .named("c"), saveNumber: UInt64(number), changes: ChangeSet(
-                inserted: [userSnapshot("\(handlePrefix)\(number)")])))
+            try call(
+                .save(
+                    clientID: .named("c"), saveNumber: UInt64(number),
+                    changes: ChangeSet(
+                        inserted: [userSnapshot("\(handlePrefix)\(number)")])))
         }
     }
 
@@ -46,7 +49,9 @@ func teamSnapshot(_ name: String) -> Snapshot {
 }
 
 func playerSnapshot(_ name: String, team: ObjectID?) -> Snapshot {
-    Snapshot(id: .make(entityName: "Player"), values: [.text(name), team.map { .blob(withUnsafeBytes(of: $0.uuid.uuid) { Data($0) }) } ?? .null])
+    Snapshot(
+        id: .make(entityName: "Player"),
+        values: [.text(name), team.map { .blob(withUnsafeBytes(of: $0.uuid.uuid) { Data($0) }) } ?? .null])
 }
 
 @Suite("Daemon journal: history, exactly-once saves, group commit", .timeLimit(.minutes(1)))
@@ -56,7 +61,8 @@ struct JournalTests {
         let daemon = try RunningDaemon()
         let first = try RawClient(daemon)
         _ = try first.hello()
-        let save = WireMessage.Body.save(clientID: .named("c1"), saveNumber: 1, changes: ChangeSet(inserted: [userSnapshot("once")]))
+        let save = WireMessage.Body.save(
+            clientID: .named("c1"), saveNumber: 1, changes: ChangeSet(inserted: [userSnapshot("once")]))
         #expect(try first.call(save) == .saved(sequence: 1))
         // The reply was "lost": the client reconnects, says hello again and resends.
         let again = try RawClient(daemon)
@@ -64,8 +70,10 @@ struct JournalTests {
         #expect(try again.call(save) == .saved(sequence: 1))
         #expect(try again.call(.count(StoreRequest(entityName: "User"))) == .countReply(1))
         // The next save number is a new save.
-        #expect(try again.call(.save(clientID: .named("c1"), saveNumber: 2, changes: ChangeSet(inserted: [userSnapshot("two")])))
-            == .saved(sequence: 2))
+        #expect(
+            try again.call(
+                .save(clientID: .named("c1"), saveNumber: 2, changes: ChangeSet(inserted: [userSnapshot("two")])))
+                == .saved(sequence: 2))
         daemon.shutDown()
         #expect(try historySequences(daemon) == [1, 2])
     }
@@ -80,10 +88,14 @@ struct JournalTests {
         let second = try RunningDaemon(directory: first.directory)
         let back = try RawClient(second)
         #expect(welcomeSequence(try back.hello()) == 3)
-        #expect(try back.call(.save(clientID: .named("c"), saveNumber: 3, changes: ChangeSet(inserted: [userSnapshot("u3")])))
-            == .saved(sequence: 3))
-        #expect(try back.call(.save(clientID: .named("c"), saveNumber: 4, changes: ChangeSet(inserted: [userSnapshot("u4")])))
-            == .saved(sequence: 4))
+        #expect(
+            try back.call(
+                .save(clientID: .named("c"), saveNumber: 3, changes: ChangeSet(inserted: [userSnapshot("u3")])))
+                == .saved(sequence: 3))
+        #expect(
+            try back.call(
+                .save(clientID: .named("c"), saveNumber: 4, changes: ChangeSet(inserted: [userSnapshot("u4")])))
+                == .saved(sequence: 4))
         guard case .changes(let events, _) = try back.call(.changesSince(1, limit: 0)) else {
             Issue.record("no changes reply")
             return
@@ -112,8 +124,11 @@ struct JournalTests {
                 // The last save of client 2 repeats a unique handle of client 0: it fails alone
                 // (its number is free again; a save after it under the next number would skip one).
                 let handle = index == 2 && number == 5 ? "c0-1" : "c\(index)-\(number)"
-                let id = client.send(.save(clientID: .named("client\(index)"), saveNumber: UInt64(number), changes: ChangeSet(
-                    inserted: [userSnapshot(handle)])))
+                let id = client.send(
+                    .save(
+                        clientID: .named("client\(index)"), saveNumber: UInt64(number),
+                        changes: ChangeSet(
+                            inserted: [userSnapshot(handle)])))
                 sent.append((client, id, !(index == 2 && number == 5)))
             }
         }
@@ -143,7 +158,9 @@ struct JournalTests {
         #expect(try historySequences(daemon) == Array(1...19))
     }
 
-    @Test("a save of a client that saved with another waits for the other's, a little: one commit; not once they stopped, nor for a client alone")
+    @Test(
+        "a save of a client that saved with another waits for the other's, a little: one commit; not once they stopped, nor for a client alone"
+    )
     func commitDelay() throws {
         let daemon = try RunningDaemon(maximumCommitDelay: 0.1)
         defer { daemon.shutDown() }
@@ -155,7 +172,9 @@ struct JournalTests {
             }
         }
         func save(_ client: String, _ number: UInt64) -> WireMessage.Body {
-            .save(clientID: .named(client), saveNumber: number, changes: ChangeSet(inserted: [userSnapshot("\(client)\(number)")]))
+            .save(
+                clientID: .named(client), saveNumber: number,
+                changes: ChangeSet(inserted: [userSnapshot("\(client)\(number)")]))
         }
         // Saved together once: the daemon learns that two connections save in turn.
         #expect(daemon.pause())
@@ -200,7 +219,8 @@ struct JournalTests {
         // One save a commit, so that six saves make six commits; they all wait in the socket
         // when the daemon's turn starts, so that after each commit but the last, requests wait.
         // Heartbeats (which publish what waits) are 3 s apart: the six commits take far less.
-        let daemon = try RunningDaemon(maximumGroupCommit: 1, maximumEventDelay: held ? 60 : 0, heartbeatInterval: 3_000)
+        let daemon = try RunningDaemon(
+            maximumGroupCommit: 1, maximumEventDelay: held ? 60 : 0, heartbeatInterval: 3_000)
         defer { daemon.shutDown() }
         // Both subscriptions are in before the commits are published.
         let watcher = try DirectClient(daemon)
@@ -213,8 +233,11 @@ struct JournalTests {
         }
         #expect(daemon.pause())
         let sent = (1...6).map { number in
-            writer.send(.save(clientID: .named("w"), saveNumber: UInt64(number), changes: ChangeSet(
-                inserted: [userSnapshot("h\(number)")])))
+            writer.send(
+                .save(
+                    clientID: .named("w"), saveNumber: UInt64(number),
+                    changes: ChangeSet(
+                        inserted: [userSnapshot("h\(number)")])))
         }
         daemon.resume()
         let replies = try writer.replies(6)
@@ -224,7 +247,7 @@ struct JournalTests {
         var topics: Set<UInt8> = []
         let deadline = Date().addingTimeInterval(10)
         while messages.joined().count < 6 && Date() < deadline {
-            guard case let (topic, message)? = try watcher.event() else { continue }
+            guard case (let topic, let message)? = try watcher.event() else { continue }
             switch message.body {
             case .event(let event) where event.isChangeSet: messages.append([event.sequence])
             case .changes(let events, _): messages.append(events.map(\.sequence))
@@ -250,17 +273,32 @@ struct JournalTests {
         _ = try bob.hello()
         // Deleted first, linked after: the link is refused, nothing dangling is stored.
         let doomed = teamSnapshot("doomed")
-        #expect(try alice.call(.save(clientID: .named("a"), saveNumber: 1, changes: ChangeSet(inserted: [doomed]))) == .saved(sequence: 1))
-        #expect(try alice.call(.save(clientID: .named("a"), saveNumber: 2, changes: ChangeSet(deleted: [doomed.id]))) == .saved(sequence: 2))
-        #expect(errorCode(try bob.call(.save(clientID: .named("b"), saveNumber: 1, changes: ChangeSet(
-            inserted: [playerSnapshot("late", team: doomed.id)])))) == "deleteDenied")
+        #expect(
+            try alice.call(.save(clientID: .named("a"), saveNumber: 1, changes: ChangeSet(inserted: [doomed])))
+                == .saved(sequence: 1))
+        #expect(
+            try alice.call(.save(clientID: .named("a"), saveNumber: 2, changes: ChangeSet(deleted: [doomed.id])))
+                == .saved(sequence: 2))
+        #expect(
+            errorCode(
+                try bob.call(
+                    .save(
+                        clientID: .named("b"), saveNumber: 1,
+                        changes: ChangeSet(
+                            inserted: [playerSnapshot("late", team: doomed.id)])))) == "deleteDenied")
         #expect(try bob.call(.count(StoreRequest(entityName: "Player"))) == .countReply(0))
         // Linked first, deleted after: the store applies the nullify rule.
         let team = teamSnapshot("kept")
         let player = playerSnapshot("early", team: team.id)
-        #expect(try alice.call(.save(clientID: .named("a"), saveNumber: 3, changes: ChangeSet(inserted: [team]))) == .saved(sequence: 3))
-        #expect(try bob.call(.save(clientID: .named("b"), saveNumber: 2, changes: ChangeSet(inserted: [player]))) == .saved(sequence: 4))
-        #expect(try alice.call(.save(clientID: .named("a"), saveNumber: 4, changes: ChangeSet(deleted: [team.id]))) == .saved(sequence: 5))
+        #expect(
+            try alice.call(.save(clientID: .named("a"), saveNumber: 3, changes: ChangeSet(inserted: [team])))
+                == .saved(sequence: 3))
+        #expect(
+            try bob.call(.save(clientID: .named("b"), saveNumber: 2, changes: ChangeSet(inserted: [player])))
+                == .saved(sequence: 4))
+        #expect(
+            try alice.call(.save(clientID: .named("a"), saveNumber: 4, changes: ChangeSet(deleted: [team.id])))
+                == .saved(sequence: 5))
         guard case .snapshotsReply(let rows) = try bob.call(.snapshots([player.id])) else {
             Issue.record("no snapshots")
             return
@@ -286,7 +324,9 @@ struct JournalTests {
         #expect(try client.call(.changesSince(6, limit: 0)) == .changes([], more: false))
     }
 
-    @Test("the count keeps exactly the last N change sets, commit after commit and across a restart with a smaller N (the DELETE skipped while it would remove nothing comes back)")
+    @Test(
+        "the count keeps exactly the last N change sets, commit after commit and across a restart with a smaller N (the DELETE skipped while it would remove nothing comes back)"
+    )
     func retentionExact() throws {
         let first = try RunningDaemon(historyCount: 3)
         let client = try RawClient(first)
@@ -319,16 +359,20 @@ struct JournalTests {
         let second = try RunningDaemon(directory: first.directory, historyAge: 0)
         let again = try RawClient(second)
         #expect(welcomeSequence(try again.hello()) == 3)
-        #expect(try again.call(.save(clientID: .named("c"), saveNumber: 4, changes: ChangeSet(inserted: [userSnapshot("p4")])))
-            == .saved(sequence: 4))
+        #expect(
+            try again.call(
+                .save(clientID: .named("c"), saveNumber: 4, changes: ChangeSet(inserted: [userSnapshot("p4")])))
+                == .saved(sequence: 4))
         #expect(errorCode(try again.call(.changesSince(1, limit: 0))) == "historyExpired")
         second.shutDown()
         #expect(try historySequences(second) == [4])
         let third = try RunningDaemon(directory: first.directory)
         let last = try RawClient(third)
         #expect(welcomeSequence(try last.hello()) == 4)
-        #expect(try last.call(.save(clientID: .named("c"), saveNumber: 5, changes: ChangeSet(inserted: [userSnapshot("p5")])))
-            == .saved(sequence: 5))
+        #expect(
+            try last.call(
+                .save(clientID: .named("c"), saveNumber: 5, changes: ChangeSet(inserted: [userSnapshot("p5")])))
+                == .saved(sequence: 5))
         third.shutDown()
         #expect(try historySequences(third) == [4, 5])
     }

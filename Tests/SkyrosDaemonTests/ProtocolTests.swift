@@ -31,7 +31,9 @@ struct ProtocolTests {
         let daemon = try RunningDaemon()
         let client = try RawClient(daemon)
         // Before hello.
-        var reply = try client.raw([Data(WireMessage(requestID: 41, body: .count(StoreRequest(entityName: "User"))).encoded())])
+        var reply = try client.raw([
+            Data(WireMessage(requestID: 41, body: .count(StoreRequest(entityName: "User"))).encoded())
+        ])
         #expect(reply.requestID == 41 && errorCode(reply.body) == "helloRequired")
         _ = try client.hello()
         // A fetch cut short, an unknown kind, a batch without its body, another protocol version.
@@ -56,7 +58,8 @@ struct ProtocolTests {
         #expect(welcomeSequence(try client.hello()) == 0)  // creates the store
         // The store's fingerprint, announced with another schema's description.
         var lying = try WireMessage.Hello(schema: testSchema, clientName: "liar")
-        lying.schemaDescription = try WireMessage.Hello(schema: Schema([User.self, Post.self]), clientName: "x").schemaDescription
+        lying.schemaDescription = try WireMessage.Hello(schema: Schema([User.self, Post.self]), clientName: "x")
+            .schemaDescription
         let other = try RawClient(daemon)
         guard case .error(let code, let message) = try other.call(.hello(lying)) else {
             Issue.record("a hello whose description lacks its fingerprint was welcomed")
@@ -73,8 +76,10 @@ struct ProtocolTests {
         _ = try client.hello()
         var wrong = userSnapshot("x")
         wrong.values[0] = .integer(5)  // firstname is a String
-        guard case .error(let code, let message) = try client.call(.save(
-            clientID: .named("c"), saveNumber: 1, changes: ChangeSet(inserted: [wrong])))
+        guard
+            case .error(let code, let message) = try client.call(
+                .save(
+                    clientID: .named("c"), saveNumber: 1, changes: ChangeSet(inserted: [wrong])))
         else {
             Issue.record("an integer was stored as a firstname")
             return
@@ -82,15 +87,25 @@ struct ProtocolTests {
         #expect(code == "typeMismatch" && message.contains("User.firstname"))
         var toMany = userSnapshot("y")
         toMany.values[5] = .blob(Data(repeating: 1, count: 16))  // posts: a to-many has no value of its own
-        #expect(errorCode(try client.call(.save(clientID: .named("c"), saveNumber: 1, changes: ChangeSet(inserted: [toMany]))))
-            == "typeMismatch")
-        #expect(errorCode(try client.call(.save(clientID: .named("c"), saveNumber: 0, changes: ChangeSet(inserted: [userSnapshot("z")]))))
-            == "malformedMessage")  // save numbers start at 1
+        #expect(
+            errorCode(
+                try client.call(.save(clientID: .named("c"), saveNumber: 1, changes: ChangeSet(inserted: [toMany]))))
+                == "typeMismatch")
+        #expect(
+            errorCode(
+                try client.call(
+                    .save(clientID: .named("c"), saveNumber: 0, changes: ChangeSet(inserted: [userSnapshot("z")]))))
+                == "malformedMessage")  // save numbers start at 1
         let user = userSnapshot("kept")
-        #expect(try client.call(.save(clientID: .named("c"), saveNumber: 2, changes: ChangeSet(inserted: [user]))) == .saved(sequence: 1))
+        #expect(
+            try client.call(.save(clientID: .named("c"), saveNumber: 2, changes: ChangeSet(inserted: [user])))
+                == .saved(sequence: 1))
         for value in [StoredValue.text("12"), .blob(Data([1])), .null] {  // age is a non-optional Int
-            guard case .error(let code, let message) = try client.call(.save(
-                clientID: .named("c"), saveNumber: 3, changes: ChangeSet(updated: [ChangeSet.Update(id: user.id, changes: [2: value])])))
+            guard
+                case .error(let code, let message) = try client.call(
+                    .save(
+                        clientID: .named("c"), saveNumber: 3,
+                        changes: ChangeSet(updated: [ChangeSet.Update(id: user.id, changes: [2: value])])))
             else {
                 Issue.record("\(value) was stored as an age")
                 continue
@@ -117,12 +132,16 @@ struct ProtocolTests {
             ChangeSet(deleted: [missing]),
             ChangeSet(inserted: [kept], deleted: [missing]),  // the whole change set is refused
         ] {
-            #expect(errorCode(try client.call(.save(clientID: .named("c"), saveNumber: 1, changes: changes))) == "objectNotFound")
+            #expect(
+                errorCode(try client.call(.save(clientID: .named("c"), saveNumber: 1, changes: changes)))
+                    == "objectNotFound")
         }
         #expect(try client.call(.count(StoreRequest(entityName: "User"))) == .countReply(0))
         #expect(try nextChangeEvent(watcher, milliseconds: 200) == nil)
         // The client's save numbers were not used up by the refusals.
-        #expect(try client.call(.save(clientID: .named("c"), saveNumber: 1, changes: ChangeSet(inserted: [kept]))) == .saved(sequence: 1))
+        #expect(
+            try client.call(.save(clientID: .named("c"), saveNumber: 1, changes: ChangeSet(inserted: [kept])))
+                == .saved(sequence: 1))
     }
 
     @Test("a retried save older than the last acknowledged one gets its own original sequence")
@@ -134,8 +153,10 @@ struct ProtocolTests {
         #expect(replies == [.saved(sequence: 1), .saved(sequence: 2), .saved(sequence: 3)])
         let again = try RawClient(daemon)
         _ = try again.hello()
-        #expect(try again.call(.save(clientID: .named("c"), saveNumber: 2, changes: ChangeSet(inserted: [userSnapshot("r2")])))
-            == .saved(sequence: 2))
+        #expect(
+            try again.call(
+                .save(clientID: .named("c"), saveNumber: 2, changes: ChangeSet(inserted: [userSnapshot("r2")])))
+                == .saved(sequence: 2))
         #expect(try again.call(.count(StoreRequest(entityName: "User"))) == .countReply(3))
     }
 
@@ -149,8 +170,11 @@ struct ProtocolTests {
         _ = try writer.call(.save(clientID: .named("w"), saveNumber: 1, changes: ChangeSet(inserted: [user])))
         let inserted = try #require(try nextChangeEvent(reader, milliseconds: 2_000))
         #expect(inserted.inserted == [Snapshot(id: user.id, values: user.values, version: 1)])
-        _ = try writer.call(.save(clientID: .named("w"), saveNumber: 2, changes: ChangeSet(
-            updated: [ChangeSet.Update(id: user.id, changes: [2: .integer(40)], baseVersion: 1)])))
+        _ = try writer.call(
+            .save(
+                clientID: .named("w"), saveNumber: 2,
+                changes: ChangeSet(
+                    updated: [ChangeSet.Update(id: user.id, changes: [2: .integer(40)], baseVersion: 1)])))
         let updated = try #require(try nextChangeEvent(reader, milliseconds: 2_000))
         #expect(updated.updated == [ChangeEvent.Update(id: user.id, version: 2, values: [2: .integer(40)])])
         _ = try writer.call(.save(clientID: .named("w"), saveNumber: 3, changes: ChangeSet(deleted: [user.id])))
@@ -166,15 +190,18 @@ struct ProtocolTests {
             let gone = try RawClient(daemon)
             _ = try gone.hello()
             try gone.dealer.setOption(ZMQ_LINGER, Int32(0))
-            _ = try gone.send(.save(clientID: .named("gone"), saveNumber: 1, changes: ChangeSet(inserted: [userSnapshot("orphan")])))
+            _ = try gone.send(
+                .save(clientID: .named("gone"), saveNumber: 1, changes: ChangeSet(inserted: [userSnapshot("orphan")])))
             gone.dealer.close()  // before its reply comes
         }
         let event = try #require(try nextChangeEvent(watcher, milliseconds: 2_000))
         #expect(event.authorID == .named("gone") && event.inserted.count == 1)
         #expect(try watcher.call(.count(StoreRequest(entityName: "User"))) == .countReply(1))
         // Coming back with the same client ID and save number, it learns the save's sequence.
-        #expect(try watcher.call(.save(clientID: .named("gone"), saveNumber: 1, changes: ChangeSet(inserted: [userSnapshot("orphan")])))
-            == .saved(sequence: event.sequence))
+        #expect(
+            try watcher.call(
+                .save(clientID: .named("gone"), saveNumber: 1, changes: ChangeSet(inserted: [userSnapshot("orphan")])))
+                == .saved(sequence: event.sequence))
         #expect(try watcher.call(.count(StoreRequest(entityName: "User"))) == .countReply(1))
     }
 
@@ -187,7 +214,8 @@ struct ProtocolTests {
         #expect(try client.call(.changesSince(0, limit: 2)).pageSequences == Page(sequences: [1, 2], more: true))
         #expect(try client.call(.changesSince(2, limit: 2)).pageSequences == Page(sequences: [3, 4], more: true))
         #expect(try client.call(.changesSince(4, limit: 2)).pageSequences == Page(sequences: [5], more: false))
-        #expect(try client.call(.changesSince(0, limit: 0)).pageSequences == Page(sequences: [1, 2, 3, 4, 5], more: false))
+        #expect(
+            try client.call(.changesSince(0, limit: 0)).pageSequences == Page(sequences: [1, 2, 3, 4, 5], more: false))
     }
 }
 

@@ -1,8 +1,9 @@
 import Foundation
 import Skyros
-@testable import SkyrosDaemon
 import SkyrosWire
 import Testing
+
+@testable import SkyrosDaemon
 
 /// The daemon's translation for clients of an earlier schema version, as a value: no socket,
 /// no store.
@@ -21,27 +22,34 @@ struct SchemaProjectionTests {
 
     /// v1: Task(title, done, note?); v2: Task(name ← title, done, due?, priority = 3) — note removed.
     static let v1 = SchemaDescription(entities: [
-        .init(name: "Task", properties: [
-            attribute("title", default: .text("")), attribute("done", "bool", storage: .integer, default: .integer(0)),
-            attribute("note", optional: true),
-        ])
+        .init(
+            name: "Task",
+            properties: [
+                attribute("title", default: .text("")),
+                attribute("done", "bool", storage: .integer, default: .integer(0)),
+                attribute("note", optional: true),
+            ])
     ])
     static let v2 = SchemaDescription(entities: [
-        .init(name: "Task", properties: [
-            attribute("name", original: "title", default: .text("")),
-            attribute("done", "bool", storage: .integer, default: .integer(0)),
-            attribute("due", "date", storage: .real, optional: true),
-            attribute("priority", "int", storage: .integer, default: .integer(3)),
-        ])
+        .init(
+            name: "Task",
+            properties: [
+                attribute("name", original: "title", default: .text("")),
+                attribute("done", "bool", storage: .integer, default: .integer(0)),
+                attribute("due", "date", storage: .real, optional: true),
+                attribute("priority", "int", storage: .integer, default: .integer(3)),
+            ])
     ])
     /// v3 renames Task to Todo and name to label (through v2's names).
     static let v3 = SchemaDescription(entities: [
-        .init(name: "Todo", properties: [
-            attribute("label", original: "name", default: .text("")),
-            attribute("done", "bool", storage: .integer, default: .integer(0)),
-            attribute("due", "date", storage: .real, optional: true),
-            attribute("priority", "int", storage: .integer, default: .integer(3)),
-        ], originalName: "Task")
+        .init(
+            name: "Todo",
+            properties: [
+                attribute("label", original: "name", default: .text("")),
+                attribute("done", "bool", storage: .integer, default: .integer(0)),
+                attribute("due", "date", storage: .real, optional: true),
+                attribute("priority", "int", storage: .integer, default: .integer(3)),
+            ], originalName: "Task")
     ])
 
     let id = ObjectID(entityName: "Task", uuid: UUID())
@@ -62,7 +70,8 @@ struct SchemaProjectionTests {
         }
         #expect(short?.code == .valueNotStorable)
         let noSuchProperty = #expect(throws: SkyrosError.self) {
-            try projection.current(ChangeSet(updated: [ChangeSet.Update(id: id, changes: [7: .integer(1)], baseVersion: 1)]))
+            try projection.current(
+                ChangeSet(updated: [ChangeSet.Update(id: id, changes: [7: .integer(1)], baseVersion: 1)]))
         }
         #expect(noSuchProperty?.code == .valueNotStorable && noSuchProperty?.message.contains("version 1") == true)
     }
@@ -71,7 +80,8 @@ struct SchemaProjectionTests {
     func update() throws {
         let projection = try SchemaProjection(chain: [(1, Self.v1), (2, Self.v2)])
         let changes = ChangeSet(
-            updated: [ChangeSet.Update(id: id, changes: [0: .text("eggs"), 2: .text("gone")], baseVersion: 4)], deleted: [id])
+            updated: [ChangeSet.Update(id: id, changes: [0: .text("eggs"), 2: .text("gone")], baseVersion: 4)],
+            deleted: [id])
         let current = try projection.current(changes)
         #expect(current.updated == [ChangeSet.Update(id: id, changes: [0: .text("eggs")], baseVersion: 4)])
         #expect(current.deleted == [id])
@@ -83,7 +93,8 @@ struct SchemaProjectionTests {
         let stored = Snapshot(id: id, values: [.text("milk"), .integer(1), .real(86_400), .integer(5)], version: 2)
         #expect(projection.old(stored) == Snapshot(id: id, values: [.text("milk"), .integer(1), .null], version: 2))
         let event = ChangeEvent(
-            sequence: 9, inserted: [stored], updated: [.init(id: id, version: 3, values: [0: .text("x"), 3: .integer(1)])],
+            sequence: 9, inserted: [stored],
+            updated: [.init(id: id, version: 3, values: [0: .text("x"), 3: .integer(1)])],
             deleted: [id])
         let old = projection.old(event)
         #expect(old.inserted == [Snapshot(id: id, values: [.text("milk"), .integer(1), .null], version: 2)])
@@ -115,7 +126,8 @@ struct SchemaProjectionTests {
         let todo = ObjectID(entityName: "Todo", uuid: id.uuid)
         #expect(projection.old(todo) == id)
         #expect(try projection.current(id) == todo)
-        let inserted = try projection.current(ChangeSet(inserted: [Snapshot(id: id, values: [.text("a"), .integer(0), .null])]))
+        let inserted = try projection.current(
+            ChangeSet(inserted: [Snapshot(id: id, values: [.text("a"), .integer(0), .null])]))
         #expect(inserted.inserted.first?.id == todo)
     }
 
@@ -123,7 +135,9 @@ struct SchemaProjectionTests {
     func refusals() throws {
         var changedType = Self.v2
         changedType.entities[0].properties[1] = Self.attribute("done", "string", default: .text("no"))
-        let error = try #require(throws: SkyrosError.self) { try SchemaProjection(chain: [(1, Self.v1), (2, changedType)]) }
+        let error = try #require(throws: SkyrosError.self) {
+            try SchemaProjection(chain: [(1, Self.v1), (2, changedType)])
+        }
         #expect(error.code == .schemaMismatch)
         #expect(error.message.contains("Task.done"))
         let removed = SchemaDescription(entities: [.init(name: "Other", properties: [Self.attribute("x")])])

@@ -33,7 +33,9 @@ struct StoreCheckTests {
     /// Starts a daemon on `group`, expects it to refuse the store with a message naming the
     /// file and containing `problem`, and the file to be byte for byte as it was, with no
     /// `-wal` or `-shm` file made next to it.
-    func expectRefusal(_ group: TemporaryGroup, _ problem: String, sourceLocation: SourceLocation = #_sourceLocation) throws {
+    func expectRefusal(_ group: TemporaryGroup, _ problem: String, sourceLocation: SourceLocation = #_sourceLocation)
+        throws
+    {
         let before = try Data(contentsOf: group.store)
         do {
             let server = try DaemonServer(configuration: .init(container: group.container))
@@ -41,16 +43,22 @@ struct StoreCheckTests {
             Issue.record("the daemon served the store", sourceLocation: sourceLocation)
         } catch let error as SkyrosError {
             #expect(error.code == .storeFailure, sourceLocation: sourceLocation)
-            #expect(error.message.contains("the store at \(group.store.path) "), "\(error.message)", sourceLocation: sourceLocation)
+            #expect(
+                error.message.contains("the store at \(group.store.path) "), "\(error.message)",
+                sourceLocation: sourceLocation)
             #expect(error.message.contains(problem), "\(error.message)", sourceLocation: sourceLocation)
             #expect(error.message.contains("the file was left untouched"), sourceLocation: sourceLocation)
         }
         #expect(try Data(contentsOf: group.store) == before, "the file changed", sourceLocation: sourceLocation)
         for suffix in ["-wal", "-shm", "-journal"] {
-            #expect(!FileManager.default.fileExists(atPath: group.store.path + suffix), "\(suffix) made", sourceLocation: sourceLocation)
+            #expect(
+                !FileManager.default.fileExists(atPath: group.store.path + suffix), "\(suffix) made",
+                sourceLocation: sourceLocation)
         }
         // Nothing serves: the lock is released and no socket is left.
-        for path in group.container.sockets { #expect(!FileManager.default.fileExists(atPath: path), sourceLocation: sourceLocation) }
+        for path in group.container.sockets {
+            #expect(!FileManager.default.fileExists(atPath: path), sourceLocation: sourceLocation)
+        }
     }
 
     @Test("a 0-byte store.sqlite is damage, never a new store: refused, still 0 bytes")
@@ -75,7 +83,9 @@ struct StoreCheckTests {
         try expectRefusal(group, "is not a Skyros store: it is an SQLite database without Skyros' metadata table")
     }
 
-    @Test("a damaged Skyros store is refused (quick_check's findings in the message), unchanged; the full check refuses it too")
+    @Test(
+        "a damaged Skyros store is refused (quick_check's findings in the message), unchanged; the full check refuses it too"
+    )
     func damagedStore() throws {
         let group = try TemporaryGroup()
         try StoreFiles.makeStore(at: group.store, users: 300)
@@ -102,7 +112,9 @@ struct StoreCheckTests {
         #expect(try client.call(.count(StoreRequest(entityName: "User"))) == .countReply(10))
     }
 
-    @Test("a WAL store whose committed transactions are still in its -wal file (a daemon that died) is checked with them, unchanged")
+    @Test(
+        "a WAL store whose committed transactions are still in its -wal file (a daemon that died) is checked with them, unchanged"
+    )
     func storeWithWAL() throws {
         let original = try TemporaryGroup()
         let copy = try TemporaryGroup()
@@ -136,10 +148,15 @@ struct StoreCheckTests {
         #expect(log.matching("reset").isEmpty)
         #expect(try client.call(.deleteAll(clientID: .named("c"), saveNumber: 4)) == .saved(sequence: 4))
         #expect(log.matching("reset").count == 1)
-        #expect(log.matching("reset (deleteAll) by 'test' (client \(UUID.named("c")), save 4): deleted 3 objects, sequence 4").count == 1)
+        #expect(
+            log.matching(
+                "reset (deleteAll) by 'test' (client \(UUID.named("c")), save 4): deleted 3 objects, sequence 4"
+            ).count == 1)
     }
 
-    @Test("pruning is logged with how many change sets it removed: at once the first time, the rest when the daemon closes")
+    @Test(
+        "pruning is logged with how many change sets it removed: at once the first time, the rest when the daemon closes"
+    )
     func pruningLogged() throws {
         let log = LogLines()
         let daemon = try RunningDaemon(historyCount: 2, log: { log.append($0) })
@@ -155,6 +172,9 @@ struct StoreCheckTests {
         daemon.shutDown()
         let all = log.matching("pruned")
         #expect(all.count == 2)
-        #expect(all.last?.contains("removed 2 change sets and 0 exactly-once records of silent clients since the last such line") == true, "\(all)")
+        #expect(
+            all.last?.contains(
+                "removed 2 change sets and 0 exactly-once records of silent clients since the last such line") == true,
+            "\(all)")
     }
 }

@@ -1,9 +1,10 @@
 import Foundation
 import Skyros
-@testable import SkyrosDaemon
 import SkyrosTestSupport
 import SkyrosWire
 import Testing
+
+@testable import SkyrosDaemon
 
 /// The values of a `Sample` (every attribute type), as its property order has them.
 private func sampleValues() -> StoredValues {
@@ -44,7 +45,9 @@ struct StoredValueTests {
         #expect(stored.values[SampleIndex.int32] == .integer(3))
         #expect(inserted.events.first?.event.inserted.first?.values == stored.values)
 
-        let update = ChangeSet(updated: [.init(id: id, changes: [SampleIndex.date: .integer(9), SampleIndex.double: .integer(2)])])
+        let update = ChangeSet(updated: [
+            .init(id: id, changes: [SampleIndex.date: .integer(9), SampleIndex.double: .integer(2)])
+        ])
         let updated = journaled.run([sampleSave("a", 2, update)])
         #expect(answers(updated) == ["saved 2"])
         let after = try #require(try journaled.store.snapshots(for: [id]).first)
@@ -55,7 +58,8 @@ struct StoredValueTests {
         let page = try Journal.changes(since: 0, current: journaled.commit.sequence, limit: 10, in: journaled.store)
         #expect(page.events.map(\.updated.first?.values) == [nil, published.values])
 
-        let batch = BatchOperation.update(StoreRequest(entityName: "Sample"), assignments: [SampleIndex.date: .integer(11)])
+        let batch = BatchOperation.update(
+            StoreRequest(entityName: "Sample"), assignments: [SampleIndex.date: .integer(11)])
         var save = sampleSave("a", 3, ChangeSet())
         save.batch = batch
         let batched = journaled.run([save])
@@ -92,15 +96,22 @@ struct StoredValueTests {
             }
         }
         let id = ObjectID.make(entityName: "Sample")
-        #expect(answers(journaled.run([sampleSave("u", 1, ChangeSet(inserted: [Snapshot(id: id, values: sampleValues())]))])) == ["saved 1"])
+        #expect(
+            answers(
+                journaled.run([sampleSave("u", 1, ChangeSet(inserted: [Snapshot(id: id, values: sampleValues())]))]))
+                == ["saved 1"])
         for (index, value, name) in cases {
-            let update = journaled.run([sampleSave("u", 2, ChangeSet(updated: [.init(id: id, changes: [index: value])]))])
+            let update = journaled.run([
+                sampleSave("u", 2, ChangeSet(updated: [.init(id: id, changes: [index: value])]))
+            ])
             #expect(answers(update) == ["typeMismatch"], "update \(name) \(value)")
             var save = sampleSave("u", 2, ChangeSet())
             save.batch = .update(StoreRequest(entityName: "Sample"), assignments: [index: value])
             let batch = journaled.run([save])
             #expect(answers(batch) == ["typeMismatch"], "batch \(name) \(value)")
-            if case .failure(let error)? = batch.results.first { #expect(error.message.hasPrefix(name + " is "), Comment(rawValue: error.message)) }
+            if case .failure(let error)? = batch.results.first {
+                #expect(error.message.hasPrefix(name + " is "), Comment(rawValue: error.message))
+            }
         }
         #expect(try journaled.history() == [1])
         #expect(try journaled.store.snapshots(for: [id]).first?.values == sampleValues())

@@ -332,9 +332,12 @@ struct EntityMacroTests {
         expect(
             "@Entity open class Point { var x: Int = 0 }",
             expands: "open class Point { var x: Int = 0 \n}",
-            diagnostics: [DiagnosticSpec(
-                message: "an @Entity class cannot be 'open': its subclasses must be @Entity classes of the same module",
-                line: 1, column: 14)])
+            diagnostics: [
+                DiagnosticSpec(
+                    message:
+                        "an @Entity class cannot be 'open': its subclasses must be @Entity classes of the same module",
+                    line: 1, column: 14)
+            ])
     }
 
     @Test("unsupported types, missing types and defaults, and constants are diagnosed")
@@ -376,9 +379,11 @@ struct EntityMacroTests {
                 DiagnosticSpec(message: unsupported, line: 3, column: 15),
                 DiagnosticSpec(message: unsupported, line: 4, column: 19),
                 DiagnosticSpec(
-                    message: "a persistent property needs a type annotation (for example ': String')", line: 5, column: 9),
+                    message: "a persistent property needs a type annotation (for example ': String')", line: 5,
+                    column: 9),
                 DiagnosticSpec(
-                    message: "a persistent property needs a default value (optionals default to nil)", line: 6, column: 9),
+                    message: "a persistent property needs a default value (optionals default to nil)", line: 6,
+                    column: 9),
                 DiagnosticSpec(
                     message: "a persistent property must be a 'var'; use @Transient for a constant that is not stored",
                     line: 7, column: 5),

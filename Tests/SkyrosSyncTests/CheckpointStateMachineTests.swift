@@ -11,7 +11,8 @@ import Testing
     /// A machine connected at `start` that applied a first checkpoint at `cursor`, then waited
     /// and was woken by a signal.
     func connected(cursor: String = "20:20:", backlogLimit: Int = 1_000) -> CheckpointStateMachine {
-        var machine = CheckpointStateMachine(cursor: nil, pollInterval: Self.poll, compactionInterval: .seconds(600), backlogLimit: backlogLimit)
+        var machine = CheckpointStateMachine(
+            cursor: nil, pollInterval: Self.poll, compactionInterval: .seconds(600), backlogLimit: backlogLimit)
         machine.connected(now: start)
         #expect(machine.uploadsDone() == .read(after: nil))
         #expect(machine.read(summary(cursor), uploadedThrough: 0, now: start) == .apply)
@@ -21,7 +22,9 @@ import Testing
         return machine
     }
 
-    func summary(_ snapshot: String, uploadedThrough: Int64 = 0, isEmpty: Bool = false) -> CheckpointStateMachine.Summary {
+    func summary(_ snapshot: String, uploadedThrough: Int64 = 0, isEmpty: Bool = false)
+        -> CheckpointStateMachine.Summary
+    {
         let xmin = UInt64(snapshot.split(separator: ":")[0]) ?? 0
         return .init(snapshot: snapshot, number: xmin, uploadedThrough: uploadedThrough, isEmpty: isEmpty)
     }
@@ -171,11 +174,14 @@ import Testing
         machine.notified(nil)
         _ = machine.uploadsDone()
         _ = machine.read(summary("22:22:"), uploadedThrough: 0, now: start)
-        #expect(machine.applied(.failed("disk full"), now: start)
-            == .fail("the checkpoint cannot be applied to the store: disk full", retryAfter: Self.poll))
+        #expect(
+            machine.applied(.failed("disk full"), now: start)
+                == .fail("the checkpoint cannot be applied to the store: disk full", retryAfter: Self.poll))
         #expect(machine.cursor == "20:20:")
         #expect(machine.uploadsDone() == .read(after: "20:20:"))
-        #expect(machine.stagingFailed("no room") == .fail("the checkpoint cannot be applied to the store: no room", retryAfter: Self.poll))
+        #expect(
+            machine.stagingFailed("no room")
+                == .fail("the checkpoint cannot be applied to the store: no room", retryAfter: Self.poll))
         #expect(machine.uploadsDone() == .read(after: "20:20:"))
     }
 
@@ -184,7 +190,8 @@ import Testing
         func applyOne(at seconds: Int) -> CheckpointStateMachine.Action {
             machine.notified(nil)
             _ = machine.uploadsDone()
-            _ = machine.read(summary("\(40 + seconds):\(40 + seconds):"), uploadedThrough: 0, now: start + .seconds(seconds))
+            _ = machine.read(
+                summary("\(40 + seconds):\(40 + seconds):"), uploadedThrough: 0, now: start + .seconds(seconds))
             let action = machine.applied(.applied, now: start + .seconds(seconds))
             machine.wokeUp(signaled: true)
             return action

@@ -1,6 +1,7 @@
 import Foundation
-@testable import SkyrosSync
 import Testing
+
+@testable import SkyrosSync
 
 /// The connection machine's transitions, as transcripts.
 @Suite struct ConnectionStateMachineTests {
@@ -8,8 +9,12 @@ import Testing
         var machine = ConnectionStateMachine(maximumRetryDelay: .seconds(5))
         #expect(machine.state == .offline)
         #expect(machine.start() == .connect)
-        #expect(machine.failed(.offline, "cannot reach the server (connection refused)")
-            == [.report(.offline, "cannot reach the server (connection refused)"), .retry(after: .milliseconds(100))])
+        #expect(
+            machine.failed(.offline, "cannot reach the server (connection refused)")
+                == [
+                    .report(.offline, "cannot reach the server (connection refused)"),
+                    .retry(after: .milliseconds(100)),
+                ])
         #expect(machine.retry() == .connect)
         // The same failure again is not reported again; the delay doubles up to its maximum.
         var delays: [Duration] = []
@@ -19,13 +24,18 @@ import Testing
             if case .retry(let delay)? = actions.last { delays.append(delay) }
             #expect(machine.retry() == .connect)
         }
-        #expect(delays == [.milliseconds(200), .milliseconds(400), .milliseconds(800), .milliseconds(1_600), .milliseconds(3_200), .seconds(5), .seconds(5)])
+        #expect(
+            delays == [
+                .milliseconds(200), .milliseconds(400), .milliseconds(800), .milliseconds(1_600), .milliseconds(3_200),
+                .seconds(5), .seconds(5),
+            ])
         #expect(machine.sessionStarted() == .report(.online, nil))
         #expect(machine.state == .online)
         #expect(machine.message == nil)
         // Online once: the next failure waits the first delay again.
-        #expect(machine.failed(.offline, "the connection to the server was closed")
-            == [.report(.offline, "the connection to the server was closed"), .retry(after: .milliseconds(100))])
+        #expect(
+            machine.failed(.offline, "the connection to the server was closed")
+                == [.report(.offline, "the connection to the server was closed"), .retry(after: .milliseconds(100))])
     }
 
     @Test func anErrorAnOperatorMustFixIsReportedAndTriedAgain() {
@@ -34,12 +44,16 @@ import Testing
         #expect(machine.failed(.error, message) == [.report(.error, message), .retry(after: .milliseconds(100))])
         #expect(machine.state == .error)
         #expect(machine.retry() == .connect)
-        #expect(machine.failed(.offline, "cannot reach the server") == [.report(.offline, "cannot reach the server"), .retry(after: .milliseconds(200))])
+        #expect(
+            machine.failed(.offline, "cannot reach the server") == [
+                .report(.offline, "cannot reach the server"), .retry(after: .milliseconds(200)),
+            ])
     }
 
     @Test func aStatementThatTimesOutIsOffline() throws {
         let configuration = SyncConfiguration(host: "db.example", username: "skyros", database: "skyros", schema: "g")
-        let (state, message) = ServerErrors.classify(Watchdog.TimedOut(limit: .seconds(10)), configuration: configuration)
+        let (state, message) = ServerErrors.classify(
+            Watchdog.TimedOut(limit: .seconds(10)), configuration: configuration)
         #expect(state == .offline)
         #expect(message == "the server did not answer within 10.0 seconds")
         var machine = ConnectionStateMachine()

@@ -7,11 +7,14 @@ import Testing
 /// the same (docs: ``QueuedChangeSet/binaryFormat``).
 @Suite struct QueuedChangeSetCodecTests {
     static let id = UUID(uuidString: "00112233-4455-6677-8899-AABBCCDDEEFF")!
-    static let idBytes: [UInt8] = [0x00, 0x11, 0x22, 0x33, 0x44, 0x55, 0x66, 0x77, 0x88, 0x99, 0xAA, 0xBB, 0xCC, 0xDD, 0xEE, 0xFF]
+    static let idBytes: [UInt8] = [
+        0x00, 0x11, 0x22, 0x33, 0x44, 0x55, 0x66, 0x77, 0x88, 0x99, 0xAA, 0xBB, 0xCC, 0xDD, 0xEE, 0xFF,
+    ]
 
     /// One value of each kind, each in a row of its own (a row's values are a dictionary, in no order).
     static func bytes(tag: UInt8, payload: [UInt8]) -> [UInt8] {
-        [QueuedChangeSet.binaryFormat, 0, 1] + [4] + Array("Item".utf8) + idBytes + [1, 1] + Array("n".utf8) + [tag] + payload
+        [QueuedChangeSet.binaryFormat, 0, 1] + [4] + Array("Item".utf8) + idBytes + [1, 1] + Array("n".utf8) + [tag]
+            + payload
             + [0] + [1] + [4] + Array("Item".utf8) + idBytes
     }
 
@@ -40,7 +43,11 @@ import Testing
     @Test func aResetAndManyValuesRoundTrip() throws {
         var changes = QueuedChangeSet()
         changes.reset = true
-        changes.updated = [QueuedChangeSet.Row(entity: "Ü", id: UUID(), values: ["a": .integer(.max), "b": .text(String(repeating: "x", count: 300)), "c": .null])]
+        changes.updated = [
+            QueuedChangeSet.Row(
+                entity: "Ü", id: UUID(),
+                values: ["a": .integer(.max), "b": .text(String(repeating: "x", count: 300)), "c": .null])
+        ]
         #expect(try QueuedChangeSet.decode(changes.encoded()) == changes)
     }
 

@@ -1,9 +1,10 @@
 import Foundation
 import GRDB
 import Skyros
-@testable import SkyrosSync
 import Synchronization
 import Testing
+
+@testable import SkyrosSync
 
 /// The engine's loop driven end to end with no PostgreSQL: a real store file for its queue, a
 /// scripted ``SyncServer`` (the second conformance of the protocol, as a gateway would be) and
@@ -38,7 +39,9 @@ import Testing
         }
 
         /// The first event (recorded already, or to come within `timeout`) that matches.
-        func first(within timeout: Duration = .seconds(20), where predicate: @escaping @Sendable (Event) -> Bool) async -> Event? {
+        func first(within timeout: Duration = .seconds(20), where predicate: @escaping @Sendable (Event) -> Bool) async
+            -> Event?
+        {
             await withCheckedContinuation { continuation in
                 let key = state.withLock { state -> Int? in
                     if state.events.contains(where: predicate) { return nil }
@@ -111,7 +114,9 @@ import Testing
 
             func uploadedThrough(machine: UUID) async throws -> Int64 { server.state.withLock { $0.uploadedThrough } }
 
-            func upload(_ batch: [QueuedEntry], machine: UUID) async throws -> (outcomes: [ServerSession.UploadOutcome], transactions: [UInt64]?) {
+            func upload(_ batch: [QueuedEntry], machine: UUID) async throws -> (
+                outcomes: [ServerSession.UploadOutcome], transactions: [UInt64]?
+            ) {
                 let xid = server.state.withLock { state in
                     state.uploadedThrough = batch.last!.number
                     state.xid += 1
@@ -122,7 +127,8 @@ import Testing
             }
 
             func readCheckpoint(
-                after previous: String?, machine: UUID, pageSize: Int, stage: @escaping @Sendable (SnapshotPage) async -> String?
+                after previous: String?, machine: UUID, pageSize: Int,
+                stage: @escaping @Sendable (SnapshotPage) async -> String?
             ) async throws -> Checkpoint {
                 let (xid, uploaded, objects) = server.state.withLock { state in
                     defer { state.others = [:] }
@@ -168,11 +174,13 @@ import Testing
         var path: String { directory.appendingPathComponent("store.sqlite").path }
 
         init() throws {
-            directory = FileManager.default.temporaryDirectory.appendingPathComponent("skyros-sync-engine-\(UUID().uuidString)")
+            directory = FileManager.default.temporaryDirectory.appendingPathComponent(
+                "skyros-sync-engine-\(UUID().uuidString)")
             try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
             var configuration = Configuration()
             configuration.journalMode = .wal
-            queue = try DatabaseQueue(path: directory.appendingPathComponent("store.sqlite").path, configuration: configuration)
+            queue = try DatabaseQueue(
+                path: directory.appendingPathComponent("store.sqlite").path, configuration: configuration)
             try queue.write { try $0.execute(sql: SyncTables.queueTableSQL) }
         }
 
@@ -187,20 +195,25 @@ import Testing
             changes.inserted = [QueuedChangeSet.Row(entity: "Item", id: UUID(), values: ["title": .text("queued")])]
             let number = try queue.write { db -> Int64 in
                 try db.execute(
-                    sql: "INSERT INTO skyros_sync_queue (sequence, timestamp, changes) VALUES (0, 0, ?)", arguments: [changes.encoded()])
+                    sql: "INSERT INTO skyros_sync_queue (sequence, timestamp, changes) VALUES (0, 0, ?)",
+                    arguments: [changes.encoded()])
                 return db.lastInsertedRowID
             }
             return (number, changes)
         }
     }
 
-    static func engine(_ file: QueueFile, _ server: ScriptedServer, _ host: RecordingHost, queuedThrough: Int64) -> SyncEngine {
+    static func engine(_ file: QueueFile, _ server: ScriptedServer, _ host: RecordingHost, queuedThrough: Int64)
+        -> SyncEngine
+    {
         var settings = SyncEngine.Settings()
         settings.pollInterval = .seconds(60)  // only signals drive it
         return SyncEngine(
             configuration: SyncConfiguration(host: "scripted", username: "u", database: "d", schema: "g"),
-            schema: ServerSchema(SchemaDescription(entities: []), version: 1, name: "g"), machine: UUID(), checkpoint: nil,
-            queuedThrough: queuedThrough, storePath: file.path, host: host, settings: settings, server: server, log: { _ in })
+            schema: ServerSchema(SchemaDescription(entities: []), version: 1, name: "g"), machine: UUID(),
+            checkpoint: nil,
+            queuedThrough: queuedThrough, storePath: file.path, host: host, settings: settings, server: server,
+            log: { _ in })
     }
 
     @Test func theEngineUploadsTheQueueThenAppliesWhatOtherMachinesWrite() async throws {

@@ -27,7 +27,8 @@ import Testing
         #expect(plan.next() == .oneByOne(3..<4))
         plan.uploadedOneByOne(3..<4, outcomes: [.rejected("value too long for type character varying(4)")])
         #expect(plan.next() == .done)
-        #expect(plan.outcomes == [.applied, .applied, .applied, .rejected("value too long for type character varying(4)")])
+        #expect(
+            plan.outcomes == [.applied, .applied, .applied, .rejected("value too long for type character varying(4)")])
         // A part went one by one: its transaction is not known, so neither is the batch's.
         #expect(plan.transactions == nil)
     }

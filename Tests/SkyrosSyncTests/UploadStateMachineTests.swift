@@ -26,7 +26,9 @@ import Testing
         #expect(machine.nextBatch() == .readQueue(after: 2, limit: 1_000, bytes: 4_096))
         #expect(machine.queueRead(Self.entries(3...5)) == .upload(numbers: 3...5))
         #expect(machine.batch.map(\.number) == [3, 4, 5])
-        #expect(machine.uploaded(outcomes: [.applied, .alreadyApplied, .applied]) == .markUploaded(through: 5, refusals: []))
+        #expect(
+            machine.uploaded(outcomes: [.applied, .alreadyApplied, .applied]) == .markUploaded(through: 5, refusals: [])
+        )
         #expect(machine.uploadedThrough == 5)
         #expect(machine.nextBatch() == .readQueue(after: 5, limit: 1_000, bytes: 4_096))
         #expect(machine.queueRead([]) == .idle)

@@ -2,7 +2,7 @@ import Foundation
 import Synchronization
 
 #if canImport(Glibc)
-import Glibc
+    import Glibc
 #endif
 
 /// A TCP proxy between one machine's daemon and PostgreSQL that a test can break and heal:
@@ -88,7 +88,8 @@ public final class FaultProxy: Sendable {
     /// Starts a proxy on a free loopback port relaying to `upstreamPort` on 127.0.0.1.
     public init(upstreamPort: Int) throws {
         self.upstreamPort = upstreamPort
-        let descriptor = socket(AF_INET, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue) | Int32(SOCK_NONBLOCK.rawValue), 0)
+        let descriptor = socket(
+            AF_INET, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue) | Int32(SOCK_NONBLOCK.rawValue), 0)
         guard descriptor >= 0 else { throw PostgresServerError.failed("socket: \(String(cString: strerror(errno)))") }
         var one: Int32 = 1
         setsockopt(descriptor, SOL_SOCKET, SO_REUSEADDR, &one, socklen_t(MemoryLayout<Int32>.size))
@@ -113,7 +114,9 @@ public final class FaultProxy: Sendable {
             _ = fcntl(descriptor, F_SETFL, fcntl(descriptor, F_GETFL) | O_NONBLOCK)
             _ = fcntl(descriptor, F_SETFD, FD_CLOEXEC)
         }
-        core = ProxyCore(listener: descriptor, wakeRead: pipeDescriptors[0], wakeWrite: pipeDescriptors[1], upstreamPort: upstreamPort)
+        core = ProxyCore(
+            listener: descriptor, wakeRead: pipeDescriptors[0], wakeWrite: pipeDescriptors[1],
+            upstreamPort: upstreamPort)
         let loop = Loop(core: core)
         let thread = Thread { loop.run() }
         thread.name = "FaultProxy :\(port)"
@@ -298,20 +301,35 @@ private final class Loop: @unchecked Sendable {  // used by its one thread only
                     serverEvents |= Int16(POLLIN)
                 }
                 if !outbound.held, let first = connection.outbound.chunks.first {
-                    if first.due <= now { serverEvents |= Int16(POLLOUT) } else { nextDue = min(nextDue ?? first.due, first.due) }
+                    if first.due <= now {
+                        serverEvents |= Int16(POLLOUT)
+                    } else {
+                        nextDue = min(nextDue ?? first.due, first.due)
+                    }
                 }
                 if !inbound.held, let first = connection.inbound.chunks.first {
-                    if first.due <= now { machineEvents |= Int16(POLLOUT) } else { nextDue = min(nextDue ?? first.due, first.due) }
+                    if first.due <= now {
+                        machineEvents |= Int16(POLLOUT)
+                    } else {
+                        nextDue = min(nextDue ?? first.due, first.due)
+                    }
                 }
                 // A socket with nothing to wait for is left out (-1): poll would report its
                 // hang-up at every turn.
-                descriptors.append(pollfd(fd: machineEvents == 0 ? -1 : connection.machine, events: machineEvents, revents: 0))
-                descriptors.append(pollfd(fd: serverEvents == 0 ? -1 : connection.server, events: serverEvents, revents: 0))
+                descriptors.append(
+                    pollfd(fd: machineEvents == 0 ? -1 : connection.machine, events: machineEvents, revents: 0))
+                descriptors.append(
+                    pollfd(fd: serverEvents == 0 ? -1 : connection.server, events: serverEvents, revents: 0))
             }
             var timeout: Int32 = 1_000
             if let nextDue {
                 let wait = nextDue - now
-                timeout = Int32(max(1, min(1_000, wait.components.seconds * 1_000 + wait.components.attoseconds / 1_000_000_000_000_000 + 1)))
+                timeout = Int32(
+                    max(
+                        1,
+                        min(
+                            1_000,
+                            wait.components.seconds * 1_000 + wait.components.attoseconds / 1_000_000_000_000_000 + 1)))
             }
             let ready = poll(&descriptors, nfds_t(descriptors.count), timeout)
             if ready < 0 {
@@ -326,10 +344,12 @@ private final class Loop: @unchecked Sendable {  // used by its one thread only
             for (index, connection) in connections.enumerated() where index * 2 + 3 < descriptors.count {
                 let machineEvents = descriptors[2 + index * 2].revents
                 let serverEvents = descriptors[3 + index * 2].revents
-                transfer(connection, way: .outbound, effect: outbound, from: connection.machine, to: connection.server,
-                         readable: machineEvents & Int16(POLLIN | POLLHUP | POLLERR) != 0, buffer: &buffer)
-                transfer(connection, way: .inbound, effect: inbound, from: connection.server, to: connection.machine,
-                         readable: serverEvents & Int16(POLLIN | POLLHUP | POLLERR) != 0, buffer: &buffer)
+                transfer(
+                    connection, way: .outbound, effect: outbound, from: connection.machine, to: connection.server,
+                    readable: machineEvents & Int16(POLLIN | POLLHUP | POLLERR) != 0, buffer: &buffer)
+                transfer(
+                    connection, way: .inbound, effect: inbound, from: connection.server, to: connection.machine,
+                    readable: serverEvents & Int16(POLLIN | POLLHUP | POLLERR) != 0, buffer: &buffer)
             }
         }
         for connection in connections { reset(connection) }
@@ -349,11 +369,13 @@ private final class Loop: @unchecked Sendable {  // used by its one thread only
             setsockopt(machine, Int32(IPPROTO_TCP), TCP_NODELAY, &one, socklen_t(MemoryLayout<Int32>.size))
             let server = socket(AF_INET, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
             var address = FaultProxy.loopback(port: proxy.upstreamPort)
-            let connected = server >= 0 && withUnsafePointer(to: &address) { pointer in
-                pointer.withMemoryRebound(to: sockaddr.self, capacity: 1) {
-                    connect(server, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) == 0
+            let connected =
+                server >= 0
+                && withUnsafePointer(to: &address) { pointer in
+                    pointer.withMemoryRebound(to: sockaddr.self, capacity: 1) {
+                        connect(server, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) == 0
+                    }
                 }
-            }
             guard connected else {
                 if server >= 0 { Glibc.close(server) }
                 Self.abort(machine)

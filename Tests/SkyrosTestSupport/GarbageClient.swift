@@ -20,8 +20,12 @@ public final class GarbageClient {
         socket = try ZeroMQSocket(context: context, kind: .dealer)
         try socket.setReceiveTimeout(milliseconds: 10_000)
         try socket.connect(endpoint)
-        try socket.send([Data(WireMessage(
-            requestID: 1, body: .hello(try WireMessage.Hello(schema: schema, clientName: "garbage"))).encoded())])
+        try socket.send([
+            Data(
+                WireMessage(
+                    requestID: 1, body: .hello(try WireMessage.Hello(schema: schema, clientName: "garbage"))
+                ).encoded())
+        ])
         _ = try socket.receive()
     }
 
@@ -54,14 +58,20 @@ public final class GarbageClient {
     /// returns how many were refused with `malformedMessage`.
     public func longNameHellos(_ count: Int, nameBytes: Int) throws -> Int {
         let name = String(repeating: "n", count: nameBytes)
-        let hello = WireMessage(requestID: 2, body: .hello(WireMessage.Hello(
-            schemaFingerprint: schema.fingerprint, schemaVersion: 1, clientName: name, pid: 1, schemaDescription: [])))
+        let hello = WireMessage(
+            requestID: 2,
+            body: .hello(
+                WireMessage.Hello(
+                    schemaFingerprint: schema.fingerprint, schemaVersion: 1, clientName: name, pid: 1,
+                    schemaDescription: [])))
         let frame = Data(hello.encoded())
         var refused = 0
         for _ in 0..<count {
             try socket.send([frame])
             let reply = try WireMessage.decode([UInt8](try socket.receive().last ?? Data()))
-            if case .error(let code, _) = reply.body, code == SkyrosError.Code.malformedMessage.rawValue { refused += 1 }
+            if case .error(let code, _) = reply.body, code == SkyrosError.Code.malformedMessage.rawValue {
+                refused += 1
+            }
         }
         return refused
     }

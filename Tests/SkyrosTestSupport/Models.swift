@@ -55,7 +55,8 @@ public enum Status: String, Codable, Sendable {
 }
 
 public enum Priority: Int, Sendable {
-    case low = 1, high = 2
+    case low = 1
+    case high = 2
 }
 
 public struct Location: Codable, Equatable, Sendable {
@@ -122,7 +123,8 @@ public let testSchema = Schema([
 /// "UNDELETABLE" cannot be deleted (object rules).
 extension Player: ValidatingObject {
     public enum Rule: Error, Equatable {
-        case invalidName(String), refused, frozen, undeletable
+        case invalidName(String)
+        case refused, frozen, undeletable
     }
 
     public func validateValue(forKey key: String) throws {

@@ -2,7 +2,7 @@ import Foundation
 import Synchronization
 
 #if canImport(Glibc)
-import Glibc
+    import Glibc
 #endif
 
 /// A private PostgreSQL server for tests and benchmarks: its own cluster in a short temporary
@@ -102,7 +102,8 @@ public final class PostgresServer: Sendable {
         if geteuid() == 0 {
             guard let path = Self.which("setpriv") else {
                 throw PostgresServerError.notInstalled(
-                    "setpriv (Debian package util-linux) is needed to run PostgreSQL as nobody when the tests run as root")
+                    "setpriv (Debian package util-linux) is needed to run PostgreSQL as nobody when the tests run as root"
+                )
             }
             setpriv = path
         }
@@ -149,7 +150,8 @@ public final class PostgresServer: Sendable {
         self.settings = settings
         self.port = port
         lockDescriptor = lock
-        psqlPath = FileManager.default.isExecutableFile(atPath: bin + "/psql") ? bin + "/psql" : Self.which("psql") ?? "psql"
+        psqlPath =
+            FileManager.default.isExecutableFile(atPath: bin + "/psql") ? bin + "/psql" : Self.which("psql") ?? "psql"
         state.withLock { $0.pid = pid }
         Self.registry.withLock { $0[directory] = pid }
     }
@@ -187,7 +189,8 @@ public final class PostgresServer: Sendable {
     /// A connection URL, `postgresql://user[:password]@127.0.0.1:<port>/database`, with
     /// every part percent-encoded.
     public func url(database: String = "postgres", user: String = "postgres", password: String? = nil) -> String {
-        var allowed = CharacterSet.alphanumerics.intersection(CharacterSet(charactersIn: Unicode.Scalar(0)..<Unicode.Scalar(128)))
+        var allowed = CharacterSet.alphanumerics.intersection(
+            CharacterSet(charactersIn: Unicode.Scalar(0)..<Unicode.Scalar(128)))
         allowed.insert(charactersIn: "-._~")
         func encode(_ text: String) -> String { text.addingPercentEncoding(withAllowedCharacters: allowed) ?? text }
         let credentials = encode(user) + (password.map { ":" + encode($0) } ?? "")
@@ -222,8 +225,10 @@ public final class PostgresServer: Sendable {
         environment["PGCLIENTENCODING"] = "UTF8"
         if let password { environment["PGPASSWORD"] = password }
         let result = try Self.run(
-            [psqlPath, "-X", "-v", "ON_ERROR_STOP=1", "-qAt", "-h", password == nil ? socketDirectory : host,
-             "-p", String(port), "-U", user, "-d", database, "-f", script],
+            [
+                psqlPath, "-X", "-v", "ON_ERROR_STOP=1", "-qAt", "-h", password == nil ? socketDirectory : host,
+                "-p", String(port), "-U", user, "-d", database, "-f", script,
+            ],
             environment: environment, outputDirectory: directory, timeout: timeout)
         guard result.status == 0 else {
             throw PostgresServerError.commandFailed(
@@ -359,7 +364,8 @@ public final class PostgresServer: Sendable {
         let deadline = ContinuousClock.now + timeout
         while try psql("SELECT string_agg(sync_state, ',') FROM pg_stat_replication") != "sync" {
             guard ContinuousClock.now < deadline else {
-                throw PostgresServerError.timedOut("the standby on port \(standby.port) was not synchronous within \(timeout)")
+                throw PostgresServerError.timedOut(
+                    "the standby on port \(standby.port) was not synchronous within \(timeout)")
             }
             usleep(20_000)
         }
@@ -415,13 +421,17 @@ public final class PostgresServer: Sendable {
     /// The first executable named `name` on PATH.
     static func which(_ name: String) -> String? {
         let path = ProcessInfo.processInfo.environment["PATH"] ?? "/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin"
-        return path.split(separator: ":").map { "\($0)/\(name)" }.first { FileManager.default.isExecutableFile(atPath: $0) }
+        return path.split(separator: ":").map { "\($0)/\(name)" }.first {
+            FileManager.default.isExecutableFile(atPath: $0)
+        }
     }
 
     /// The children's environment: the test's, without the `PG…` variables (they would point
     /// psql elsewhere), in the C locale.
     static let environment: [String: String] = {
-        var environment = ProcessInfo.processInfo.environment.filter { !$0.key.hasPrefix("PG") && !$0.key.hasPrefix("LC_") }
+        var environment = ProcessInfo.processInfo.environment.filter {
+            !$0.key.hasPrefix("PG") && !$0.key.hasPrefix("LC_")
+        }
         environment["LANG"] = "C"
         environment["LC_ALL"] = "C"
         return environment
@@ -431,7 +441,8 @@ public final class PostgresServer: Sendable {
 
     /// glibc's `posix_spawn_file_actions_addchdir_np` (2.29) and `…_addclosefrom_np` (2.34),
     /// which Swift's Glibc module does not show.
-    private typealias AddChdir = @convention(c) (UnsafeMutablePointer<posix_spawn_file_actions_t>, UnsafePointer<CChar>) -> Int32
+    private typealias AddChdir =
+        @convention(c) (UnsafeMutablePointer<posix_spawn_file_actions_t>, UnsafePointer<CChar>) -> Int32
     private typealias AddClosefrom = @convention(c) (UnsafeMutablePointer<posix_spawn_file_actions_t>, Int32) -> Int32
     private static let addChdir: AddChdir? = glibcFunction("posix_spawn_file_actions_addchdir_np")
     private static let addClosefrom: AddClosefrom? = glibcFunction("posix_spawn_file_actions_addclosefrom_np")
@@ -504,7 +515,8 @@ public final class PostgresServer: Sendable {
             unlink(base + ".err")
         }
         guard output >= 0, error >= 0, null >= 0 else { throw PostgresServerError.failed("cannot create \(base).*") }
-        let pid = try spawn(arguments, environment: environment, directory: directory, stdin: null, stdout: output, stderr: error)
+        let pid = try spawn(
+            arguments, environment: environment, directory: directory, stdin: null, stdout: output, stderr: error)
         guard let status = waitForExit(pid, timeout: timeout) else {
             killTree(pid)
             throw PostgresServerError.timedOut("\(arguments.joined(separator: " ")) did not finish within \(timeout)")
@@ -716,15 +728,18 @@ private struct Cluster: Sendable {
         ]
         let passwordFile = directory + "/pwfile"
         if let password {
-            guard FileManager.default.createFile(
-                atPath: passwordFile, contents: Data((password + "\n").utf8), attributes: [.posixPermissions: 0o600])
+            guard
+                FileManager.default.createFile(
+                    atPath: passwordFile, contents: Data((password + "\n").utf8), attributes: [.posixPermissions: 0o600]
+                )
             else { throw PostgresServerError.failed("cannot write \(passwordFile)") }
             if setprivPath != nil { chown(passwordFile, PostgresServer.unprivilegedID, PostgresServer.unprivilegedID) }
             arguments += ["--auth-host=scram-sha-256", "--auth-local=trust", "--pwfile=\(passwordFile)"]
         }
         defer { if password != nil { unlink(passwordFile) } }
         let result = try PostgresServer.run(
-            asServerUser(arguments), environment: PostgresServer.environment, directory: directory, outputDirectory: directory,
+            asServerUser(arguments), environment: PostgresServer.environment, directory: directory,
+            outputDirectory: directory,
             timeout: .seconds(120))
         try? Data((result.output + result.error).utf8).write(to: URL(fileURLWithPath: logFile))
         guard result.status == 0 else {
@@ -747,12 +762,14 @@ private struct Cluster: Sendable {
             "-c", "fast", "--no-sync",
         ]
         let result = try PostgresServer.run(
-            asServerUser(arguments), environment: PostgresServer.environment, directory: directory, outputDirectory: directory,
+            asServerUser(arguments), environment: PostgresServer.environment, directory: directory,
+            outputDirectory: directory,
             timeout: timeout)
         try? Data((result.output + result.error).utf8).write(to: URL(fileURLWithPath: logFile))
         guard result.status == 0 else {
             throw PostgresServerError.commandFailed(
-                command: "pg_basebackup", status: PostgresServer.describe(result.status), output: result.output + result.error)
+                command: "pg_basebackup", status: PostgresServer.describe(result.status),
+                output: result.output + result.error)
         }
     }
 
@@ -795,7 +812,8 @@ private struct Cluster: Sendable {
             if ContinuousClock.now >= deadline {
                 PostgresServer.killTree(pid)
                 throw PostgresServerError.timedOut(
-                    "the server did not accept connections within \(startTimeout):\n" + PostgresServer.logTail(logFile, from: logStart))
+                    "the server did not accept connections within \(startTimeout):\n"
+                        + PostgresServer.logTail(logFile, from: logStart))
             }
             usleep(10_000)
         }

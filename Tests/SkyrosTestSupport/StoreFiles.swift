@@ -9,11 +9,16 @@ public enum StoreFiles {
         try FileManager.default.createDirectory(at: url.deletingLastPathComponent(), withIntermediateDirectories: true)
         let store = try SQLiteStore(schema: testSchema, url: url)
         defer { try? store.close() }
-        try store.save(ChangeSet(inserted: (0..<users).map { number in
-            Snapshot(
-                id: .make(entityName: "User"),
-                values: [.text("First \(number)"), .text("Last \(number)"), .integer(1), .null, .text("user\(number)"), .null])
-        }))
+        try store.save(
+            ChangeSet(
+                inserted: (0..<users).map { number in
+                    Snapshot(
+                        id: .make(entityName: "User"),
+                        values: [
+                            .text("First \(number)"), .text("Last \(number)"), .integer(1), .null,
+                            .text("user\(number)"), .null,
+                        ])
+                }))
     }
 
     /// Damages a closed store the way a failing disk or a stray write does: the cell count

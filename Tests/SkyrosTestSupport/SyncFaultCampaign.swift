@@ -7,7 +7,7 @@ import SkyrosZeroMQ
 import Synchronization
 
 #if canImport(Glibc)
-import Glibc
+    import Glibc
 #endif
 
 /// The sync fault campaign (issue 35): machines (`skyrosd` processes, each with its own
@@ -64,7 +64,8 @@ public enum SyncFaultCampaign {
 
         public init(
             seed: UInt64, duration: Double, machines: Int = 3, writersPerMachine: Int = 4, rate: Double = 10,
-            faultsPerKind: Int? = nil, longestFault: Double? = nil, skyrosd: String, log: (@Sendable (String) -> Void)? = nil
+            faultsPerKind: Int? = nil, longestFault: Double? = nil, skyrosd: String,
+            log: (@Sendable (String) -> Void)? = nil
         ) {
             self.seed = seed
             self.duration = duration
@@ -123,10 +124,14 @@ public enum SyncFaultCampaign {
             let refused: Int = history.uploads.filter { $0.rejected != nil }.count
             let converged: String = convergenceSeconds.map { String(format: "%.2f s", $0) } ?? "not within 60 s"
             var lines: [String] = []
-            lines.append("sync fault campaign: seed \(configuration.seed), \(Int(configuration.duration)) s, \(configuration.machines) machines × \(configuration.writersPerMachine) writers, \(configuration.rate > 0 ? "\(String(format: "%g", configuration.rate)) operations per second each" : "unpaced")")
+            lines.append(
+                "sync fault campaign: seed \(configuration.seed), \(Int(configuration.duration)) s, \(configuration.machines) machines × \(configuration.writersPerMachine) writers, \(configuration.rate > 0 ? "\(String(format: "%g", configuration.rate)) operations per second each" : "unpaced")"
+            )
             lines.append("operations: \(operations.count) (\(kinds.joined(separator: ", "))), \(reads) values read")
             lines.append("saves: \(acknowledged) acknowledged, \(saves.count - acknowledged) failed (outcome unknown)")
-            lines.append("faults: \(injected.joined(separator: ", ")) (\(totalFaults) in all; \(resets) connections reset by the proxies\(killedStops > 0 ? "; \(killedStops) PostgreSQL stops did not end within 30 s and the server was killed" : ""))")
+            lines.append(
+                "faults: \(injected.joined(separator: ", ")) (\(totalFaults) in all; \(resets) connections reset by the proxies\(killedStops > 0 ? "; \(killedStops) PostgreSQL stops did not end within 30 s and the server was killed" : ""))"
+            )
             lines.append("change sets refused by the server: \(refused) of \(history.uploads.count)")
             lines.append("convergence after the quiet period: \(converged)")
             for (kind, reason) in unavailable.sorted(by: { $0.key.rawValue < $1.key.rawValue }) {
@@ -208,7 +213,8 @@ private final class Campaign: Sendable {
     init(_ configuration: SyncFaultCampaign.Configuration) async throws {
         self.configuration = configuration
         guard FileManager.default.isExecutableFile(atPath: configuration.skyrosd) else {
-            throw PostgresServerError.notInstalled("skyrosd is not built at \(configuration.skyrosd): build every product first (swift build)")
+            throw PostgresServerError.notInstalled(
+                "skyrosd is not built at \(configuration.skyrosd): build every product first (swift build)")
         }
         directory = "/tmp/skfc-\(getpid())-\(UInt32.random(in: 0...UInt32.max))"
         try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
@@ -218,7 +224,8 @@ private final class Campaign: Sendable {
             self.postgres = postgres
             database = try postgres.createUniqueDatabase(prefix: "campaign")
             let sync = SyncConfiguration(
-                host: postgres.host, port: postgres.port, username: postgres.superuser, database: database, schema: schemaName,
+                host: postgres.host, port: postgres.port, username: postgres.superuser, database: database,
+                schema: schemaName,
                 tls: .disable)
             try await SyncSetup.run(sync, schema: testSchema, log: { _ in })
             // The audit: every insert, update and delete of a User, in the order they happened.
@@ -244,7 +251,9 @@ private final class Campaign: Sendable {
             var generator = SeededGenerator(seed: configuration.seed)
             var shared: [UUID] = []
             for index in 0..<6 {
-                let id = UUID(uuid: (0, 0, 0, 0, 0, 0, 0x40, 0, 0x80, 0, 0, 0, 0, 0, UInt8(index), UInt8(generator.next() & 0xff)))
+                let id = UUID(
+                    uuid: (0, 0, 0, 0, 0, 0, 0x40, 0, 0x80, 0, 0, 0, 0, 0, UInt8(index), UInt8(generator.next() & 0xff))
+                )
                 shared.append(id)
                 try postgres.psql(
                     #"INSERT INTO \#(schemaName)."User" ("_id", handle, firstname, lastname) VALUES ('\#(id)', 'shared-\#(index)', 'init-\#(index)-f', 'init-\#(index)-l')"#,
@@ -282,7 +291,10 @@ private final class Campaign: Sendable {
         disk?.remove()
         if let keep = ProcessInfo.processInfo.environment["SKYROS_CAMPAIGN_KEEP_LOGS"] {
             // The daemons' logs, for a post-mortem.
-            for machine in machines { try? FileManager.default.copyItem(atPath: machine.logFile, toPath: keep + "/skyrosd-\(machine.index).log") }
+            for machine in machines {
+                try? FileManager.default.copyItem(
+                    atPath: machine.logFile, toPath: keep + "/skyrosd-\(machine.index).log")
+            }
             try? FileManager.default.copyItem(atPath: postgres.logFile, toPath: keep + "/postgres.log")
         }
         try? FileManager.default.removeItem(atPath: directory)
@@ -311,14 +323,18 @@ private final class Campaign: Sendable {
             let ready = await poll(seconds: 60) {
                 try await stacks[index][0].read { context in try User.all(in: context).count } >= self.shared.count
             }
-            guard ready else { throw PostgresServerError.timedOut("machine \(index) has not synced the shared objects in 60 s: \(machine.logTail())") }
+            guard ready else {
+                throw PostgresServerError.timedOut(
+                    "machine \(index) has not synced the shared objects in 60 s: \(machine.logTail())")
+            }
         }
         say("\(machines.count) machines synced; writers and faults start")
         let plan = planFaults()
         let writers = (0..<machines.count * configuration.writersPerMachine).map { client in
             Task {
-                await self.write(client: client, machine: client / configuration.writersPerMachine,
-                                 stack: stacks[client / configuration.writersPerMachine][client % configuration.writersPerMachine])
+                await self.write(
+                    client: client, machine: client / configuration.writersPerMachine,
+                    stack: stacks[client / configuration.writersPerMachine][client % configuration.writersPerMachine])
             }
         }
         let faults = Task { await self.inject(plan) }
@@ -343,13 +359,17 @@ private final class Campaign: Sendable {
             // Why not yet: the server, each machine's state, and the end of its daemon's log.
             let probe = ContinuousClock.now
             let answer = (try? postgres.psql("SELECT 1", database: database, timeout: .seconds(5))) ?? "no answer"
-            notes.append("server: running \(postgres.isRunning), SELECT 1 gave \(answer) in \(ContinuousClock.now - probe); its log ends:\n"
-                + PostgresServer.logTail(postgres.logFile, from: 0).split(separator: "\n").suffix(8).joined(separator: "\n"))
+            notes.append(
+                "server: running \(postgres.isRunning), SELECT 1 gave \(answer) in \(ContinuousClock.now - probe); its log ends:\n"
+                    + PostgresServer.logTail(postgres.logFile, from: 0).split(separator: "\n").suffix(8).joined(
+                        separator: "\n"))
             let server = (try? serverRows()) ?? [:]
             for (index, machine) in machines.enumerated() {
                 let rows = (try? await rows(of: stacks[index][0])) ?? [:]
                 let different = Set(server.keys).union(rows.keys).filter { server[$0] != rows[$0] }.count
-                notes.append("machine \(index) at \(String(format: "%.1f", now - quietEnded)) s: \(machine.queued().map(String.init) ?? "?") queued, \(different) objects differ, checkpoint \(machine.checkpoint() ?? "?"), running \(machine.isRunning), sync \(machine.status()); its log ends:\n" + machine.logTail().split(separator: "\n").suffix(12).joined(separator: "\n"))
+                notes.append(
+                    "machine \(index) at \(String(format: "%.1f", now - quietEnded)) s: \(machine.queued().map(String.init) ?? "?") queued, \(different) objects differ, checkpoint \(machine.checkpoint() ?? "?"), running \(machine.isRunning), sync \(machine.status()); its log ends:\n"
+                        + machine.logTail().split(separator: "\n").suffix(12).joined(separator: "\n"))
             }
             if await poll(seconds: 50, { try await self.converged(stacks) }) { convergence = now - quietEnded }
         }
@@ -371,9 +391,11 @@ private final class Campaign: Sendable {
         var unavailable: [SyncFaultCampaign.FaultKind: String] = [:]
         if let diskUnavailable { unavailable[.diskFull] = diskUnavailable }
         return SyncFaultCampaign.Report(
-            configuration: configuration, history: history, verdict: verdict, faults: faultCounts, unavailable: unavailable,
+            configuration: configuration, history: history, verdict: verdict, faults: faultCounts,
+            unavailable: unavailable,
             convergenceSeconds: convergence, convergenceNotes: notes,
-            resets: machines.reduce(0) { $0 + $1.proxy.statistics.resets }, killedStops: state.withLock { $0.killedStops })
+            resets: machines.reduce(0) { $0 + $1.proxy.statistics.resets },
+            killedStops: state.withLock { $0.killedStops })
     }
 
     /// Polls `condition` every 100 ms until it holds, `seconds` at most.
@@ -414,7 +436,9 @@ private final class Campaign: Sendable {
                 switch roll {
                 case 0..<15:
                     // An insert; one in five takes a handle from a small pool that every writer draws from.
-                    let handle = Int.random(in: 0..<5, using: &generator) == 0 ? "dup-\(Int.random(in: 0..<20, using: &generator))" : "h-\(token)"
+                    let handle =
+                        Int.random(in: 0..<5, using: &generator) == 0
+                        ? "dup-\(Int.random(in: 0..<20, using: &generator))" : "h-\(token)"
                     operation.kind = .insert
                     operation.property = "handle"
                     operation.value = handle
@@ -431,7 +455,8 @@ private final class Campaign: Sendable {
                     operation.kind = .delete
                     operation.object = id
                     try await stack.write { context in
-                        guard let user = context.object(with: ObjectID(entityName: "User", uuid: id), as: User.self) else { return }
+                        guard let user = context.object(with: ObjectID(entityName: "User", uuid: id), as: User.self)
+                        else { return }
                         user.delete(in: context)
                     }
                 case 25..<80:
@@ -442,7 +467,8 @@ private final class Campaign: Sendable {
                     operation.property = property
                     operation.value = token
                     try await stack.write { context in
-                        guard let user = context.object(with: ObjectID(entityName: "User", uuid: id), as: User.self) else { return }
+                        guard let user = context.object(with: ObjectID(entityName: "User", uuid: id), as: User.self)
+                        else { return }
                         if property == "firstname" { user.firstname = token } else { user.lastname = token }
                     }
                 default:
@@ -457,7 +483,8 @@ private final class Campaign: Sendable {
             operations.append(operation)
             if configuration.rate > 0 {
                 let interval = 1 / configuration.rate
-                let pause = Double.random(in: (interval / 2)...(interval * 1.5), using: &generator) - (now - operation.start)
+                let pause =
+                    Double.random(in: (interval / 2)...(interval * 1.5), using: &generator) - (now - operation.start)
                 if pause > 0 { try? await Task.sleep(for: .seconds(pause)) }
             } else {
                 try? await Task.sleep(for: .milliseconds(Int.random(in: 5...25, using: &generator)))
@@ -477,8 +504,10 @@ private final class Campaign: Sendable {
             }
         }
         return (values ?? []).flatMap { id, firstname, lastname in
-            [SyncHistory.Read(object: id, property: "firstname", value: firstname, checkpoint: checkpoint),
-             SyncHistory.Read(object: id, property: "lastname", value: lastname, checkpoint: checkpoint)]
+            [
+                SyncHistory.Read(object: id, property: "firstname", value: firstname, checkpoint: checkpoint),
+                SyncHistory.Read(object: id, property: "lastname", value: lastname, checkpoint: checkpoint),
+            ]
         }
     }
 
@@ -504,19 +533,22 @@ private final class Campaign: Sendable {
                 switch kind {
                 case .cut, .blackHole, .slow: length = Double.random(in: 0...longest, using: &generator)
                 case .diskFull: length = Double.random(in: 0...(longest / 2), using: &generator)
-                case .daemonKill, .postgresFast, .postgresImmediate: length = Double.random(in: 0...1, using: &generator)
+                case .daemonKill, .postgresFast, .postgresImmediate:
+                    length = Double.random(in: 0...1, using: &generator)
                 case .psqlWrite: length = 0
                 }
                 let latest = max(0.5, configuration.duration - length - 0.5)
                 var chosen = Array(0..<configuration.machines).shuffled(using: &generator)
                 switch kind {
-                case .cut, .blackHole: chosen = Array(chosen.prefix(Int.random(in: 1...configuration.machines, using: &generator)))
+                case .cut, .blackHole:
+                    chosen = Array(chosen.prefix(Int.random(in: 1...configuration.machines, using: &generator)))
                 default: chosen = Array(chosen.prefix(1))
                 }
-                plan.append(PlannedFault(
-                    at: Double.random(in: 0.2...latest, using: &generator), kind: kind, machines: chosen,
-                    direction: FaultProxy.Direction.allCases.randomElement(using: &generator)!, length: length,
-                    object: Int.random(in: 0..<shared.count, using: &generator)))
+                plan.append(
+                    PlannedFault(
+                        at: Double.random(in: 0.2...latest, using: &generator), kind: kind, machines: chosen,
+                        direction: FaultProxy.Direction.allCases.randomElement(using: &generator)!, length: length,
+                        object: Int.random(in: 0..<shared.count, using: &generator)))
             }
         }
         return plan.sorted { $0.at < $1.at }
@@ -552,10 +584,13 @@ private final class Campaign: Sendable {
         let length = UInt32(fault.length * 1_000_000)
         switch fault.kind {
         case .cut, .blackHole, .slow:
-            let kind: FaultProxy.FaultKind = fault.kind == .cut ? .cut : fault.kind == .blackHole ? .blackHole : .slow(.milliseconds(200))
+            let kind: FaultProxy.FaultKind =
+                fault.kind == .cut ? .cut : fault.kind == .blackHole ? .blackHole : .slow(.milliseconds(200))
             let injected = fault.machines.map { machines[$0].proxy.inject(kind, fault.direction) }
             counted(fault.kind)
-            say("\(fault.kind.rawValue) \(fault.direction.rawValue) machines \(fault.machines) for \(String(format: "%.1f", fault.length)) s")
+            say(
+                "\(fault.kind.rawValue) \(fault.direction.rawValue) machines \(fault.machines) for \(String(format: "%.1f", fault.length)) s"
+            )
             usleep(length)
             for (machine, injected) in zip(fault.machines, injected) { machines[machine].proxy.heal(injected) }
         case .daemonKill:
@@ -564,12 +599,17 @@ private final class Campaign: Sendable {
             counted(.daemonKill)
             say("daemon of machine \(machine.index) killed, down for \(String(format: "%.1f", fault.length)) s")
             usleep(length)
-            do { try machine.start() } catch { say("machine \(machine.index) did not restart: \(error); again") ; try? machine.start() }
+            do { try machine.start() } catch {
+                say("machine \(machine.index) did not restart: \(error); again")
+                try? machine.start()
+            }
         case .postgresFast, .postgresImmediate:
             do {
                 try postgres.stop(mode: fault.kind == .postgresFast ? .fast : .immediate)
                 counted(fault.kind)
-                say("PostgreSQL stopped (\(fault.kind == .postgresFast ? "fast" : "immediate")) for \(String(format: "%.1f", fault.length)) s")
+                say(
+                    "PostgreSQL stopped (\(fault.kind == .postgresFast ? "fast" : "immediate")) for \(String(format: "%.1f", fault.length)) s"
+                )
             } catch {
                 // A fast stop whose shutdown checkpoint cannot write (the tablespace full) may
                 // not end within 30 s: the server is then killed, and was stopped all the same.
@@ -611,10 +651,13 @@ private final class Campaign: Sendable {
             let property = number % 2 == 0 ? "firstname" : "lastname"
             let id = shared[fault.object]
             var operation = SyncHistory.Operation(
-                client: -1, machine: -1, kind: .update, object: id, property: property, value: token, acknowledged: false,
+                client: -1, machine: -1, kind: .update, object: id, property: property, value: token,
+                acknowledged: false,
                 start: now, end: 0)
             do {
-                try postgres.psql(#"UPDATE \#(schemaName)."User" SET \#(property) = '\#(token)' WHERE "_id" = '\#(id)'"#, database: database, timeout: .seconds(10))
+                try postgres.psql(
+                    #"UPDATE \#(schemaName)."User" SET \#(property) = '\#(token)' WHERE "_id" = '\#(id)'"#,
+                    database: database, timeout: .seconds(10))
                 operation.acknowledged = true
             } catch {
                 operation.error = "\(error)"
@@ -629,29 +672,39 @@ private final class Campaign: Sendable {
 
     func query(_ sql: String) throws -> [[String]] {
         let output = try postgres.psql(sql, database: database, timeout: .seconds(60))
-        return output.isEmpty ? [] : output.split(separator: "\n", omittingEmptySubsequences: false).map {
-            $0.split(separator: "|", omittingEmptySubsequences: false).map(String.init)
-        }
+        return output.isEmpty
+            ? []
+            : output.split(separator: "\n", omittingEmptySubsequences: false).map {
+                $0.split(separator: "|", omittingEmptySubsequences: false).map(String.init)
+            }
     }
 
     func serverRows() throws -> SyncHistory.Rows {
         var rows: SyncHistory.Rows = [:]
-        for row in try query(#"SELECT "_id", handle, firstname, lastname FROM \#(schemaName)."User""#) where row.count == 4 {
+        for row in try query(#"SELECT "_id", handle, firstname, lastname FROM \#(schemaName)."User""#)
+        where row.count == 4 {
             if let id = UUID(uuidString: row[0]) { rows[id] = "\(row[1])|\(row[2])|\(row[3])" }
         }
         return rows
     }
 
     func auditRows() throws -> [SyncHistory.AuditRow] {
-        try query("SELECT seq, op, id, coalesce(handle, ''), coalesce(firstname, ''), coalesce(lastname, '') FROM public.campaign_audit ORDER BY seq")
-            .compactMap { row in
-                guard row.count == 6, let sequence = Int64(row[0]), let operation = row[1].first, let id = UUID(uuidString: row[2]) else { return nil }
-                return SyncHistory.AuditRow(sequence: sequence, operation: operation, object: id, handle: row[3], firstname: row[4], lastname: row[5])
-            }
+        try query(
+            "SELECT seq, op, id, coalesce(handle, ''), coalesce(firstname, ''), coalesce(lastname, '') FROM public.campaign_audit ORDER BY seq"
+        )
+        .compactMap { row in
+            guard row.count == 6, let sequence = Int64(row[0]), let operation = row[1].first,
+                let id = UUID(uuidString: row[2])
+            else { return nil }
+            return SyncHistory.AuditRow(
+                sequence: sequence, operation: operation, object: id, handle: row[3], firstname: row[4],
+                lastname: row[5])
+        }
     }
 
     func uploads() throws -> [SyncHistory.Upload] {
-        try query("SELECT machine, number, coalesce(rejected, E'\\x01') FROM \(schemaName)._skyros_uploads").compactMap { row in
+        try query("SELECT machine, number, coalesce(rejected, E'\\x01') FROM \(schemaName)._skyros_uploads").compactMap
+        { row in
             guard row.count == 3, let machine = UUID(uuidString: row[0]), let number = Int64(row[1]) else { return nil }
             return SyncHistory.Upload(machine: machine, number: number, rejected: row[2] == "\u{1}" ? nil : row[2])
         }
@@ -660,7 +713,9 @@ private final class Campaign: Sendable {
     func rows(of stack: Skyros) async throws -> SyncHistory.Rows {
         try await stack.read { context in
             var rows: SyncHistory.Rows = [:]
-            for user in try User.all(in: context) { rows[user.objectID.uuid] = "\(user.handle)|\(user.firstname)|\(user.lastname)" }
+            for user in try User.all(in: context) {
+                rows[user.objectID.uuid] = "\(user.handle)|\(user.firstname)|\(user.lastname)"
+            }
             return rows
         }
     }
@@ -763,9 +818,11 @@ private final class CampaignMachine: Sendable {
     /// `skyros status --json`'s `sync` object (the tool is built next to skyrosd), for reports.
     func status() -> String {
         let tool = URL(fileURLWithPath: skyrosd).deletingLastPathComponent().appendingPathComponent("skyros").path
-        guard let result = try? PostgresServer.run(
-            [tool, "status", "--group", "g", "--groups-dir", groups, "--json"], environment: ProcessInfo.processInfo.environment,
-            outputDirectory: groups, timeout: .seconds(10)),
+        guard
+            let result = try? PostgresServer.run(
+                [tool, "status", "--group", "g", "--groups-dir", groups, "--json"],
+                environment: ProcessInfo.processInfo.environment,
+                outputDirectory: groups, timeout: .seconds(10)),
             let object = try? JSONSerialization.jsonObject(with: Data(result.output.utf8)) as? [String: Any],
             let sync = object["sync"]
         else { return "?" }
@@ -779,18 +836,26 @@ private final class CampaignMachine: Sendable {
     /// Its machine id, queue, numbering, rejected log and checkpoint (not its rows).
     func finalState() -> SyncHistory.Machine {
         withStore { database in
-            let id = try String.fetchOne(database, sql: "SELECT value FROM skyros_metadata WHERE key = 'syncMachine'").flatMap(UUID.init(uuidString:))
+            let id = try String.fetchOne(database, sql: "SELECT value FROM skyros_metadata WHERE key = 'syncMachine'")
+                .flatMap(UUID.init(uuidString:))
             let queued = try Int.fetchOne(database, sql: "SELECT count(*) FROM skyros_sync_queue") ?? 0
-            let last = try Int64.fetchOne(database, sql: "SELECT seq FROM sqlite_sequence WHERE name = 'skyros_sync_queue'") ?? 0
+            let last =
+                try Int64.fetchOne(database, sql: "SELECT seq FROM sqlite_sequence WHERE name = 'skyros_sync_queue'")
+                ?? 0
             var rejected: [(number: Int64, reason: String, objects: Set<UUID>)] = []
             for row in try Row.fetchAll(database, sql: "SELECT number, reason, objects FROM skyros_sync_rejected") {
                 // `objects`: the change set's objects, `Entity/UUID` separated by spaces.
                 let text: String = row["objects"] ?? ""
-                let objects = Set(text.split(separator: " ").compactMap { UUID(uuidString: String($0.split(separator: "/").last ?? "")) })
+                let objects = Set(
+                    text.split(separator: " ").compactMap {
+                        UUID(uuidString: String($0.split(separator: "/").last ?? ""))
+                    })
                 rejected.append((row["number"], row["reason"], objects))
             }
-            let checkpoint = try String.fetchOne(database, sql: "SELECT value FROM skyros_metadata WHERE key = 'syncCheckpoint'")
-            return SyncHistory.Machine(id: id, rows: [:], queued: queued, lastNumber: last, rejected: rejected, checkpoint: checkpoint)
+            let checkpoint = try String.fetchOne(
+                database, sql: "SELECT value FROM skyros_metadata WHERE key = 'syncCheckpoint'")
+            return SyncHistory.Machine(
+                id: id, rows: [:], queued: queued, lastNumber: last, rejected: rejected, checkpoint: checkpoint)
         } ?? SyncHistory.Machine(id: nil, rows: [:], queued: -1, lastNumber: 0, rejected: [], checkpoint: nil)
     }
 }
@@ -872,7 +937,9 @@ private final class NotifyListener: Sendable {
             guard poll(&entry, 1, 100) >= 0 else { return false }
             guard entry.revents != 0 else { continue }
             let count = recv(descriptor, &buffer, buffer.count, 0)
-            if count > 0, String(decoding: buffer[0..<count], as: UTF8.self).split(separator: "\n").contains(Substring(state)) {
+            if count > 0,
+                String(decoding: buffer[0..<count], as: UTF8.self).split(separator: "\n").contains(Substring(state))
+            {
                 return true
             }
         }

@@ -148,7 +148,8 @@ public struct SyncHistory: Sendable {
             default: break
             }
             guard row.operation != "D" else { continue }
-            for (property, value) in [("firstname", row.firstname), ("lastname", row.lastname), ("handle", row.handle)] {
+            for (property, value) in [("firstname", row.firstname), ("lastname", row.lastname), ("handle", row.handle)]
+            {
                 let key = "\(row.object)/\(property)/\(value)"
                 if position[key] == nil { position[key] = row.sequence }
             }
@@ -164,8 +165,11 @@ public struct SyncHistory: Sendable {
         let rejectedObjects = machines.map { Set($0.rejected.flatMap(\.objects)) }
         var rejectedTokens: Set<String> = []
         for write in writes where write.machine >= 0 && write.machine < machines.count {
-            guard let object = write.object, let value = write.value, rejectedObjects[write.machine].contains(object) else { continue }
-            let onServer = write.kind == .insert ? inserted.contains(object) : positionOf(object, write.property ?? "", value) != nil
+            guard let object = write.object, let value = write.value, rejectedObjects[write.machine].contains(object)
+            else { continue }
+            let onServer =
+                write.kind == .insert
+                ? inserted.contains(object) : positionOf(object, write.property ?? "", value) != nil
             if !onServer { rejectedTokens.insert(value) }
         }
         let deletedBy = Set(writes.filter { $0.kind == .delete }.compactMap(\.object))
@@ -194,7 +198,9 @@ public struct SyncHistory: Sendable {
                 } else if deletedBy.contains(object) {
                     madeAndDeleted += 1  // an object made and deleted within one upload batch is not sent
                 } else {
-                    lost.append("client \(write.client) inserted \(object) (\(write.value ?? "")): not on the server, not refused")
+                    lost.append(
+                        "client \(write.client) inserted \(object) (\(write.value ?? "")): not on the server, not refused"
+                    )
                 }
             case .update:
                 guard let property = write.property, let value = write.value else { continue }
@@ -214,10 +220,14 @@ public struct SyncHistory: Sendable {
                     // machine committed last is not known here; the other's value is the net effect.
                     concurrent += 1
                 } else {
-                    lost.append("client \(write.client) (machine \(write.machine)) wrote \(property) = \(value) on \(object) at \(String(format: "%.3f", write.end)) s: not on the server, not refused")
+                    lost.append(
+                        "client \(write.client) (machine \(write.machine)) wrote \(property) = \(value) on \(object) at \(String(format: "%.3f", write.end)) s: not on the server, not refused"
+                    )
                 }
             case .delete:
-                if serverRows[object] == nil { onServer += 1 } else {
+                if serverRows[object] == nil {
+                    onServer += 1
+                } else {
                     lost.append("client \(write.client) deleted \(object): the server still has it")
                 }
             case .read: break
@@ -233,14 +243,18 @@ public struct SyncHistory: Sendable {
             let numbered: Set<Int64> = expected > 0 ? Set(1...expected) : []
             if Set(numbers) != numbered {
                 let missing = numbered.subtracting(numbers).sorted()
-                lost.append("machine \(index): numbered 1…\(expected), the server recorded \(numbers.count) (missing \(missing.prefix(10)))")
+                lost.append(
+                    "machine \(index): numbered 1…\(expected), the server recorded \(numbers.count) (missing \(missing.prefix(10)))"
+                )
             }
             if machine.queued > 0 { lost.append("machine \(index) still has \(machine.queued) change sets queued") }
         }
-        checks.append(.init(
-            name: "no lost write", passed: lost.isEmpty,
-            detail: "\(writes.count) acknowledged saves: \(onServer) on the server, \(superseded) replaced in their upload batch by a later save of the same machine, \(concurrent) by a concurrent one (order unknown), \(madeAndDeleted) inserts deleted within their upload batch, \(refused) refused; \(machines.map(\.lastNumber).reduce(0, +)) change sets numbered by the machines, \(uploads.count) recorded by the server",
-            violations: Array(lost.prefix(10))))
+        checks.append(
+            .init(
+                name: "no lost write", passed: lost.isEmpty,
+                detail:
+                    "\(writes.count) acknowledged saves: \(onServer) on the server, \(superseded) replaced in their upload batch by a later save of the same machine, \(concurrent) by a concurrent one (order unknown), \(madeAndDeleted) inserts deleted within their upload batch, \(refused) refused; \(machines.map(\.lastNumber).reduce(0, +)) change sets numbered by the machines, \(uploads.count) recorded by the server",
+                violations: Array(lost.prefix(10))))
 
         // Exactly once.
         var twice: [String] = []
@@ -285,17 +299,20 @@ public struct SyncHistory: Sendable {
                     if let earlier = seenAt[value] {
                         let between = values[(earlier + 1)..<index]
                         if !between.allSatisfy({ rejectedTokens.contains($0) }) {
-                            twice.append("client \(client) read \(key) = \(value) again after \(Array(between).prefix(3))")
+                            twice.append(
+                                "client \(client) read \(key) = \(value) again after \(Array(between).prefix(3))")
                         }
                     }
                     seenAt[value] = index
                 }
             }
         }
-        checks.append(.init(
-            name: "exactly once", passed: twice.isEmpty,
-            detail: "\(uploads.count) upload records unique; \(audit.count) audit rows with no value coming back; \(readSequences) per-client read sequences with no value coming back",
-            violations: Array(twice.prefix(10))))
+        checks.append(
+            .init(
+                name: "exactly once", passed: twice.isEmpty,
+                detail:
+                    "\(uploads.count) upload records unique; \(audit.count) audit rows with no value coming back; \(readSequences) per-client read sequences with no value coming back",
+                violations: Array(twice.prefix(10))))
 
         // Convergence.
         var divergent: [String] = []
@@ -311,12 +328,15 @@ public struct SyncHistory: Sendable {
             } else if let object = extra.first {
                 example = "\(object) extra"
             }
-            divergent.append("machine \(index): \(missing.count) missing, \(extra.count) extra, \(different.count) different (e.g. \(example))")
+            divergent.append(
+                "machine \(index): \(missing.count) missing, \(extra.count) extra, \(different.count) different (e.g. \(example))"
+            )
         }
-        checks.append(.init(
-            name: "convergence", passed: divergent.isEmpty,
-            detail: "\(machines.count) machines against the server's \(serverRows.count) objects",
-            violations: divergent))
+        checks.append(
+            .init(
+                name: "convergence", passed: divergent.isEmpty,
+                detail: "\(machines.count) machines against the server's \(serverRows.count) objects",
+                violations: divergent))
 
         // Read-your-writes and monotonic reads.
         var sessions: [String] = []
@@ -341,16 +361,20 @@ public struct SyncHistory: Sendable {
                     }
                     compared += 1
                     if let before = floor[key], position < before.position {
-                        sessions.append("client \(client) read \(key) = \(value) (server position \(position)) at \(String(format: "%.3f", operation.end)) s after \(before.wrote ? "writing" : "reading") \(before.value) (position \(before.position))")
+                        sessions.append(
+                            "client \(client) read \(key) = \(value) (server position \(position)) at \(String(format: "%.3f", operation.end)) s after \(before.wrote ? "writing" : "reading") \(before.value) (position \(before.position))"
+                        )
                     }
                     if (floor[key]?.position ?? -1) < position { floor[key] = (position, value, false) }
                 }
             }
         }
-        checks.append(.init(
-            name: "read-your-writes and monotonic reads", passed: sessions.isEmpty,
-            detail: "\(compared) reads compared in the server's order; \(unknown) reads of values replaced within an upload batch (no server position) skipped",
-            violations: Array(sessions.prefix(10))))
+        checks.append(
+            .init(
+                name: "read-your-writes and monotonic reads", passed: sessions.isEmpty,
+                detail:
+                    "\(compared) reads compared in the server's order; \(unknown) reads of values replaced within an upload batch (no server position) skipped",
+                violations: Array(sessions.prefix(10))))
 
         // No value out of thin air.
         var written = initialTokens
@@ -361,14 +385,17 @@ public struct SyncHistory: Sendable {
             for read in operation.reads {
                 readCount += 1
                 if let value = read.value, !written.contains(value) {
-                    invented.append("client \(operation.client) read \(read.object).\(read.property) = \(value), which nobody wrote")
+                    invented.append(
+                        "client \(operation.client) read \(read.object).\(read.property) = \(value), which nobody wrote"
+                    )
                 }
             }
         }
-        checks.append(.init(
-            name: "no value out of thin air", passed: invented.isEmpty,
-            detail: "\(readCount) values read, \(written.count) values written",
-            violations: Array(invented.prefix(10))))
+        checks.append(
+            .init(
+                name: "no value out of thin air", passed: invented.isEmpty,
+                detail: "\(readCount) values read, \(written.count) values written",
+                violations: Array(invented.prefix(10))))
 
         // Refusals told.
         var untold: [String] = []
@@ -377,13 +404,17 @@ public struct SyncHistory: Sendable {
             let onServer = Set(uploads.filter { $0.machine == id && $0.rejected != nil }.map(\.number))
             let local = Set(machine.rejected.map(\.number))
             if onServer != local {
-                untold.append("machine \(index): server refused \(onServer.sorted().prefix(10)), its rejected log holds \(local.sorted().prefix(10))")
+                untold.append(
+                    "machine \(index): server refused \(onServer.sorted().prefix(10)), its rejected log holds \(local.sorted().prefix(10))"
+                )
             }
         }
-        checks.append(.init(
-            name: "refusals told", passed: untold.isEmpty,
-            detail: "\(uploads.filter { $0.rejected != nil }.count) change sets refused by the server, each in its machine's rejected log",
-            violations: untold))
+        checks.append(
+            .init(
+                name: "refusals told", passed: untold.isEmpty,
+                detail:
+                    "\(uploads.filter { $0.rejected != nil }.count) change sets refused by the server, each in its machine's rejected log",
+                violations: untold))
         return Verdict(checks: checks)
     }
 }

@@ -22,7 +22,8 @@ package struct SyncRoles: Sendable {
     package init(_ postgres: PostgresServer) throws {
         self.postgres = postgres
         database = try postgres.createUniqueDatabase(prefix: "roles")
-        try postgres.psql("""
+        try postgres.psql(
+            """
             CREATE ROLE \(owner) LOGIN PASSWORD '\(Self.ownerPassword)';
             GRANT CREATE ON DATABASE \(PostgresServer.quoteIdentifier(database)) TO \(owner);
             """)
@@ -34,13 +35,15 @@ package struct SyncRoles: Sendable {
         rootCertificate: String? = nil, retention: TimeInterval = 7 * 86_400
     ) -> SyncConfiguration {
         SyncConfiguration(
-            host: postgres.host, port: postgres.port, username: role, password: password, database: database, schema: schema,
+            host: postgres.host, port: postgres.port, username: role, password: password, database: database,
+            schema: schema,
             tls: tls, rootCertificate: rootCertificate, retention: retention)
     }
 
     /// Creates or migrates `schema` for the models of `models` as the owner (`--sync-setup`).
     package func setUp(schema: String, models: Schema) async throws {
-        try await SyncSetup.run(configuration(role: owner, password: Self.ownerPassword, schema: schema), schema: models, log: { _ in })
+        try await SyncSetup.run(
+            configuration(role: owner, password: Self.ownerPassword, schema: schema), schema: models, log: { _ in })
     }
 
     /// Creates a daemon role that may log in (and nothing else).
@@ -51,7 +54,9 @@ package struct SyncRoles: Sendable {
     /// Grants `role` what a DML-only daemon of `schema` needs, run as the owner: the
     /// statements of docs/SYNC.md "Security", word for word, for every entity of `models`.
     package func grant(_ role: String, schema: String, models: Schema) throws {
-        try postgres.psql(Self.grants(role: role, schema: schema, entities: models.entities.map(\.name)), database: database, user: owner)
+        try postgres.psql(
+            Self.grants(role: role, schema: schema, entities: models.entities.map(\.name)), database: database,
+            user: owner)
     }
 
     /// The grants of docs/SYNC.md "Security" for a DML-only daemon role.
@@ -60,7 +65,8 @@ package struct SyncRoles: Sendable {
         let schema = PostgresServer.quoteIdentifier(schema)
         var sql = "GRANT USAGE ON SCHEMA \(schema) TO \(role);\n"
         for entity in entities {
-            sql += "GRANT SELECT, INSERT, UPDATE, DELETE ON \(schema).\(PostgresServer.quoteIdentifier(entity)) TO \(role);\n"
+            sql +=
+                "GRANT SELECT, INSERT, UPDATE, DELETE ON \(schema).\(PostgresServer.quoteIdentifier(entity)) TO \(role);\n"
         }
         sql += """
             GRANT SELECT, INSERT, DELETE ON \(schema)._skyros_log TO \(role);

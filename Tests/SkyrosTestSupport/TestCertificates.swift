@@ -1,7 +1,7 @@
 import Foundation
 
 #if canImport(Glibc)
-import Glibc
+    import Glibc
 #endif
 
 /// Certificates for testing TLS with a real PostgreSQL: a certificate authority made for the
@@ -46,7 +46,8 @@ public final class TestCertificates: Sendable {
     ///   nothing is left behind.
     public init(serverNames: [String] = ["IP:127.0.0.1", "DNS:localhost"]) throws {
         guard let openssl = PostgresServer.which("openssl") else {
-            throw PostgresServerError.notInstalled("openssl (Debian package openssl) is needed to make the tests' certificates")
+            throw PostgresServerError.notInstalled(
+                "openssl (Debian package openssl) is needed to make the tests' certificates")
         }
         let directory = "/tmp/skcert-\(getpid())-\(UInt32.random(in: 0...UInt32.max))"
         guard mkdir(directory, 0o755) == 0 else {
@@ -69,7 +70,8 @@ public final class TestCertificates: Sendable {
     private static func make(in directory: String, openssl: String, serverNames: [String]) throws {
         func run(_ arguments: [String]) throws {
             let result = try PostgresServer.run(
-                [openssl] + arguments, environment: PostgresServer.environment, directory: directory, outputDirectory: directory,
+                [openssl] + arguments, environment: PostgresServer.environment, directory: directory,
+                outputDirectory: directory,
                 timeout: .seconds(30))
             guard result.status == 0 else {
                 throw PostgresServerError.commandFailed(
@@ -97,7 +99,8 @@ public final class TestCertificates: Sendable {
             throw PostgresServerError.failed("cannot write \(directory)/server.ext")
         }
         try run([
-            "x509", "-req", "-in", "server.csr", "-CA", "ca.crt", "-CAkey", "ca.key", "-CAcreateserial", "-out", "server.crt",
+            "x509", "-req", "-in", "server.csr", "-CA", "ca.crt", "-CAkey", "ca.key", "-CAcreateserial", "-out",
+            "server.crt",
             "-days", "2", "-extfile", "server.ext",
         ])
         let serverKey = directory + "/server.key"
@@ -121,12 +124,16 @@ extension PostgresServer {
         let path = dataDirectory + "/pg_hba.conf"
         let text = (["local all all trust"] + lines).joined(separator: "\n") + "\n"
         // Written in place: the file keeps its owner (the server's user) and mode.
-        guard let handle = FileHandle(forWritingAtPath: path) else { throw PostgresServerError.failed("cannot open \(path)") }
+        guard let handle = FileHandle(forWritingAtPath: path) else {
+            throw PostgresServerError.failed("cannot open \(path)")
+        }
         defer { try? handle.close() }
         try handle.truncate(atOffset: 0)
         try handle.write(contentsOf: Data(text.utf8))
         try handle.synchronize()
         let errors = try psql("SELECT pg_reload_conf(); SELECT count(*) FROM pg_hba_file_rules WHERE error IS NOT NULL")
-        guard errors.split(separator: "\n").last == "0" else { throw PostgresServerError.failed("pg_hba.conf refused: \(errors)") }
+        guard errors.split(separator: "\n").last == "0" else {
+            throw PostgresServerError.failed("pg_hba.conf refused: \(errors)")
+        }
     }
 }

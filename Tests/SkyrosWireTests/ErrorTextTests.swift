@@ -26,8 +26,10 @@ struct ErrorTextTests {
         (.invalidValue("integer"), "invalid integer"),
         (.invalidValue("version 9223372036854775808"), "invalid version 9223372036854775808"),
         (.invalidValue("merge policy 7"), "invalid merge policy 7"),
-        (.refused("a batch selects by predicate: no sort keys, limit or offset"),
-         "a batch selects by predicate: no sort keys, limit or offset"),
+        (
+            .refused("a batch selects by predicate: no sort keys, limit or offset"),
+            "a batch selects by predicate: no sort keys, limit or offset"
+        ),
         (.refused("a batch delete has no assignments"), "a batch delete has no assignments"),
         (.refused("a batch update has at least one assignment"), "a batch update has at least one assignment"),
         (.refused("property 3 is given twice"), "property 3 is given twice"),
@@ -42,7 +44,8 @@ struct ErrorTextTests {
 
     /// Whether a text reads badly: an article after "invalid", doubled or stray spaces.
     static func readsBadly(_ text: String) -> Bool {
-        text.contains("invalid a ") || text.contains("invalid an ") || text.contains("invalid the ") || text.contains("  ")
+        text.contains("invalid a ") || text.contains("invalid an ") || text.contains("invalid the ")
+            || text.contains("  ")
             || text.hasPrefix(" ") || text.hasSuffix(" ") || text.contains(" ,") || text.contains(" :")
     }
 
@@ -59,7 +62,8 @@ struct ErrorTextTests {
         var scanned = 0
         for folder in folders {
             let directory = sources.appendingPathComponent(folder)
-            for name in try FileManager.default.contentsOfDirectory(atPath: directory.path) where name.hasSuffix(".swift") {
+            for name in try FileManager.default.contentsOfDirectory(atPath: directory.path)
+            where name.hasSuffix(".swift") {
                 let text = try String(contentsOf: directory.appendingPathComponent(name), encoding: .utf8)
                 scanned += 1
                 for line in text.split(separator: "\n") {
@@ -73,7 +77,9 @@ struct ErrorTextTests {
                     // (Pieces between quotes may be code between interpolations: only what a
                     // literal cannot hold is looked for.)
                     for piece in literal {
-                        #expect(!piece.contains("invalid a ") && !piece.contains("invalid an ") && !piece.contains("  "), "\(name): \(line)")
+                        #expect(
+                            !piece.contains("invalid a ") && !piece.contains("invalid an ") && !piece.contains("  "),
+                            "\(name): \(line)")
                     }
                 }
             }

@@ -14,7 +14,9 @@ let sampleMessages: [WireMessage] = {
     let predicate = PredicateNode.and(
         .or(
             .compare(.greater, .property(scope: 0, path: ["age"]), .constant(.integer(30))),
-            .not(.contains(.lowercased(.property(scope: 0, path: ["name"])), .constant(.text("doe")), caseInsensitive: true))),
+            .not(
+                .contains(
+                    .lowercased(.property(scope: 0, path: ["name"])), .constant(.text("doe")), caseInsensitive: true))),
         .and(
             .anyMatch(
                 scope: 0, path: ["posts"], variable: 1,
@@ -37,9 +39,10 @@ let sampleMessages: [WireMessage] = {
     return [
         WireMessage(
             requestID: 1,
-            body: .hello(WireMessage.Hello(
-                protocolVersion: 2, schemaFingerprint: "abc123", schemaVersion: 3, clientName: "todo", pid: 4242,
-                schemaDescription: Array(#"{"entities":[]}"#.utf8)))),
+            body: .hello(
+                WireMessage.Hello(
+                    protocolVersion: 2, schemaFingerprint: "abc123", schemaVersion: 3, clientName: "todo", pid: 4242,
+                    schemaDescription: Array(#"{"entities":[]}"#.utf8)))),
         WireMessage(requestID: 2, body: .fetch(StoreRequest(entityName: "User", predicate: predicate))),
         WireMessage(requestID: 3, body: .fetchIdentifiers(request)),
         WireMessage(requestID: .max, body: .count(StoreRequest(entityName: "Post"))),
@@ -47,45 +50,79 @@ let sampleMessages: [WireMessage] = {
         WireMessage(requestID: 6, body: .save(clientID: client, saveNumber: 7, changes: changes)),
         WireMessage(requestID: 7, body: .changesSince(99, limit: 500)),
         WireMessage(requestID: 9, body: .deleteAll(clientID: client, saveNumber: 8)),
-        WireMessage(requestID: 10, body: .batch(clientID: client, saveNumber: 9, operation: .delete(StoreRequest(entityName: "User", predicate: predicate)))),
-        WireMessage(requestID: 11, body: .batch(
-            clientID: client, saveNumber: 10, operation: .update(StoreRequest(entityName: "Post"), assignments: [0: .text("t"), 3: .null]))),
-        WireMessage(requestID: 11, body: .batchDone(affected: 2, event: ChangeEvent(
-            sequence: 14, kind: .batch, authorID: client, author: "todo",
-            updated: [ChangeEvent.Update(id: post, version: 5, values: [0: .text("t")])], deleted: [user]))),
-        WireMessage(requestID: 1, body: .welcome(WireMessage.Welcome(
-            sequence: 42, eventTopic: 7, storeEpoch: UUID(uuidString: "00000000-0000-4000-8000-0000000000AB")!, schemaVersion: 2))),
-        WireMessage(requestID: 2, body: .snapshotsReply([Snapshot(id: user, values: values, version: 7), Snapshot(id: post, values: [])])),
+        WireMessage(
+            requestID: 10,
+            body: .batch(
+                clientID: client, saveNumber: 9,
+                operation: .delete(StoreRequest(entityName: "User", predicate: predicate)))),
+        WireMessage(
+            requestID: 11,
+            body: .batch(
+                clientID: client, saveNumber: 10,
+                operation: .update(StoreRequest(entityName: "Post"), assignments: [0: .text("t"), 3: .null]))),
+        WireMessage(
+            requestID: 11,
+            body: .batchDone(
+                affected: 2,
+                event: ChangeEvent(
+                    sequence: 14, kind: .batch, authorID: client, author: "todo",
+                    updated: [ChangeEvent.Update(id: post, version: 5, values: [0: .text("t")])], deleted: [user]))),
+        WireMessage(
+            requestID: 1,
+            body: .welcome(
+                WireMessage.Welcome(
+                    sequence: 42, eventTopic: 7, storeEpoch: UUID(uuidString: "00000000-0000-4000-8000-0000000000AB")!,
+                    schemaVersion: 2))),
+        WireMessage(
+            requestID: 2,
+            body: .snapshotsReply([Snapshot(id: user, values: values, version: 7), Snapshot(id: post, values: [])])),
         WireMessage(requestID: 3, body: .identifiersReply([user, post])),
         WireMessage(requestID: 4, body: .countReply(1_000_000)),
         WireMessage(requestID: 6, body: .saved(sequence: 13)),
-        WireMessage(requestID: 8, body: .error(code: "uniqueConstraintViolation", message: "User.handle must be unique")),
-        WireMessage(requestID: 7, body: .changes([event, ChangeEvent(sequence: 13, kind: .reset, authorID: client, author: "todo")], more: true)),
+        WireMessage(
+            requestID: 8, body: .error(code: "uniqueConstraintViolation", message: "User.handle must be unique")),
+        WireMessage(
+            requestID: 7,
+            body: .changes(
+                [event, ChangeEvent(sequence: 13, kind: .reset, authorID: client, author: "todo")], more: true)),
         WireMessage(requestID: 0, body: .event(.heartbeat(13))),
-        WireMessage(requestID: 6, body: .conflicts(message: "1 object changed", [
-            MergeConflict(objectID: post, properties: ["title", "score"], baseVersion: 2, storeVersion: 5),
-            MergeConflict(objectID: user, properties: [], baseVersion: 1, storeVersion: Int64.max),
-        ])),
+        WireMessage(
+            requestID: 6,
+            body: .conflicts(
+                message: "1 object changed",
+                [
+                    MergeConflict(objectID: post, properties: ["title", "score"], baseVersion: 2, storeVersion: 5),
+                    MergeConflict(objectID: user, properties: [], baseVersion: 1, storeVersion: Int64.max),
+                ])),
         WireMessage(requestID: 0, body: .event(event)),
     ]
 }()
 
 @Suite("Wire codec", .timeLimit(.minutes(1)))
 struct WireCodecTests {
-    @Test("a batch selects by predicate only: sort keys, a limit, an offset, a wrong operation or assignments are refused")
+    @Test(
+        "a batch selects by predicate only: sort keys, a limit, an offset, a wrong operation or assignments are refused"
+    )
     func malformedBatch() {
         let client = UUID()
         let sorted = StoreRequest(entityName: "User", sortKeys: [SortKey(property: "age", ascending: true)])
         let limited = StoreRequest(entityName: "User", limit: 3)
         for message in [
             WireMessage(requestID: 1, body: .batch(clientID: client, saveNumber: 1, operation: .delete(sorted))),
-            WireMessage(requestID: 1, body: .batch(clientID: client, saveNumber: 1, operation: .update(limited, assignments: [0: .null]))),
-            WireMessage(requestID: 1, body: .batch(clientID: client, saveNumber: 1, operation: .update(StoreRequest(entityName: "User"), assignments: [:]))),
+            WireMessage(
+                requestID: 1,
+                body: .batch(clientID: client, saveNumber: 1, operation: .update(limited, assignments: [0: .null]))),
+            WireMessage(
+                requestID: 1,
+                body: .batch(
+                    clientID: client, saveNumber: 1,
+                    operation: .update(StoreRequest(entityName: "User"), assignments: [:]))),
         ] {
             #expect(throws: WireError.self) { try WireMessage.decode(message.encoded()) }
         }
         var bytes = WireMessage(
-            requestID: 1, body: .batch(clientID: client, saveNumber: 1, operation: .delete(StoreRequest(entityName: "User")))
+            requestID: 1,
+            body: .batch(clientID: client, saveNumber: 1, operation: .delete(StoreRequest(entityName: "User")))
         ).encoded()
         bytes[3 + 16 + 1] = 2  // operation 2 does not exist
         #expect(throws: WireError.self) { try WireMessage.decode(bytes) }
@@ -117,10 +154,14 @@ struct WireCodecTests {
         bytes[1] = 200
         #expect(throws: WireError.unknownMessageType(200)) { try WireMessage.decode(bytes) }
         #expect(throws: WireError.trailingBytes(1)) { try WireMessage.decode(sampleMessages[0].encoded() + [0]) }
-        #expect(throws: WireError.tooLarge(100)) { try WireMessage.decode([UInt8](repeating: 1, count: 100), maximumSize: 99) }
+        #expect(throws: WireError.tooLarge(100)) {
+            try WireMessage.decode([UInt8](repeating: 1, count: 100), maximumSize: 99)
+        }
     }
 
-    @Test("a changes list holding a kind-9 event with an extension, then a kind-0 event, decodes on the client side with both sequences")
+    @Test(
+        "a changes list holding a kind-9 event with an extension, then a kind-0 event, decodes on the client side with both sequences"
+    )
     func unknownEventKind() throws {
         let user = ObjectID(entityName: "User", uuid: UUID(uuidString: "0190E4C8-1111-7000-8000-000000000001")!)
         // Built by hand, as a newer daemon would send it.
@@ -164,8 +205,12 @@ struct WireCodecTests {
 
     @Test("trailing bytes: a client ignores them after a welcome, the daemon's decoder refuses them after a request")
     func trailingBytesWithinVersion() throws {
-        let welcome = WireMessage(requestID: 1, body: .welcome(WireMessage.Welcome(
-            sequence: 42, eventTopic: 7, storeEpoch: UUID(uuidString: "00000000-0000-4000-8000-0000000000AB")!, schemaVersion: 2)))
+        let welcome = WireMessage(
+            requestID: 1,
+            body: .welcome(
+                WireMessage.Welcome(
+                    sequence: 42, eventTopic: 7, storeEpoch: UUID(uuidString: "00000000-0000-4000-8000-0000000000AB")!,
+                    schemaVersion: 2)))
         let extra: [UInt8] = [0x01, 0x02, 0x03]
         #expect(try WireMessage.decodeReply(welcome.encoded() + extra) == welcome)
         let hello = try #require(sampleMessages.first)
@@ -207,12 +252,24 @@ struct WireCodecTests {
         #expect(throws: WireError.invalidUTF8) { try WireMessage.decode(writer.bytes) }
         // Invalid sequences whose replacement has the same length as the bytes (a truncated
         // 4-byte sequence, a surrogate, an overlong form), and valid text of every length.
-        for invalid: [UInt8] in [[0xF0, 0x90, 0x80], [0x61, 0xF0, 0x90, 0x80, 0x62], [0xED, 0xA0, 0x80], [0xC0, 0xAF]] {
-            var reader = WireReader({ var w = WireWriter(); w.data(invalid); return w.bytes }())
+        for invalid: [UInt8] in [
+            [0xF0, 0x90, 0x80], [0x61, 0xF0, 0x90, 0x80, 0x62], [0xED, 0xA0, 0x80], [0xC0, 0xAF],
+        ] {
+            var reader = WireReader(
+                {
+                    var w = WireWriter()
+                    w.data(invalid)
+                    return w.bytes
+                }())
             #expect(throws: WireError.invalidUTF8) { try reader.string() }
         }
         for valid in ["", "é", "日本語", "𝄞 clef", String(repeating: "ü", count: 300)] {
-            var reader = WireReader({ var w = WireWriter(); w.string(valid); return w.bytes }())
+            var reader = WireReader(
+                {
+                    var w = WireWriter()
+                    w.string(valid)
+                    return w.bytes
+                }())
             #expect((try? reader.string()) == valid)
             #expect(reader.remaining == 0)
         }
@@ -242,10 +299,14 @@ struct WireCodecTests {
         #expect(throws: WireError.invalidUTF8) { try badText.snapshot() }
     }
 
-    @Test("strings read again from a reader's recent ones are the same strings: no two that share a prefix, a length or padding are taken for each other")
+    @Test(
+        "strings read again from a reader's recent ones are the same strings: no two that share a prefix, a length or padding are taken for each other"
+    )
     func recentStrings() throws {
-        let strings = ["Item", "Items", "Itex", "", "Item", "abcdefgh", "abcdefgh\0", "abcdefghijklmno", "abcdefghijklmnop",
-                       "abcdefghijklmnopq", "abcdefghijklmnop", "é", "Item", "Items", "abcdefgh", "\0", "", "Itex"]
+        let strings = [
+            "Item", "Items", "Itex", "", "Item", "abcdefgh", "abcdefgh\0", "abcdefghijklmno", "abcdefghijklmnop",
+            "abcdefghijklmnopq", "abcdefghijklmnop", "é", "Item", "Items", "abcdefgh", "\0", "", "Itex",
+        ]
         var writer = WireWriter()
         for string in strings { writer.string(string) }
         // Read from the end of a larger buffer too: the last string has fewer than 16 bytes after it.
@@ -256,11 +317,17 @@ struct WireCodecTests {
         for string in strings { #expect(try unremembered.string(remembered: false) == string) }
     }
 
-    @Test("change events decoded with their inserted values kept encoded read back the same snapshots; what the eager decoding refuses (a bad tag, bytes past the end, text not UTF-8) is refused too")
+    @Test(
+        "change events decoded with their inserted values kept encoded read back the same snapshots; what the eager decoding refuses (a bad tag, bytes past the end, text not UTF-8) is refused too"
+    )
     func insertedValuesKeptEncoded() throws {
-        let values: [StoredValue] = [.text("Ada"), .integer(-7), .real(2.5), .null, .blob(Data([1, 2])), .integer(300)]
+        let values: [StoredValue] = [
+            .text("Ada"), .integer(-7), .real(2.5), .null, .blob(Data([1, 2])), .integer(300),
+        ]
         let rows = (0..<3).map { index in
-            Snapshot(id: ObjectID(entityName: index == 1 ? "Post" : "User", uuid: UUID()), values: StoredValues(values), version: Int64(index + 1))
+            Snapshot(
+                id: ObjectID(entityName: index == 1 ? "Post" : "User", uuid: UUID()), values: StoredValues(values),
+                version: Int64(index + 1))
         }
         let events = [
             ChangeEvent(sequence: 7, authorID: UUID(), author: "writer", inserted: Array(rows.prefix(2))),
@@ -268,7 +335,8 @@ struct WireCodecTests {
             ChangeEvent(sequence: 9, authorID: UUID(), author: "writer", inserted: [rows[2]], deleted: [rows[0].id]),
         ]
         let bytes = WireMessage(requestID: 0, body: .changes(events, more: false)).encoded()
-        guard case .changes(let lazy, _) = try WireMessage.decodeReply(bytes, keepingInsertedValuesEncoded: true).body else {
+        guard case .changes(let lazy, _) = try WireMessage.decodeReply(bytes, keepingInsertedValuesEncoded: true).body
+        else {
             Issue.record("not a changes message")
             return
         }
@@ -279,8 +347,9 @@ struct WireCodecTests {
         // The three rows of the message share one source, each event a range of it.
         #expect(lazy[0].encodedInserted?.source === lazy[2].encodedInserted?.source)
         // As a change: decoded, it is the change an eager decoding makes.
-        var change = StoreChange(sequence: 9, author: "writer", isReset: false, isRefresh: false, inserted: [],
-                                 encodedInserted: lazy[2].encodedInserted, deleted: [rows[0].id])
+        var change = StoreChange(
+            sequence: 9, author: "writer", isReset: false, isRefresh: false, inserted: [],
+            encodedInserted: lazy[2].encodedInserted, deleted: [rows[0].id])
         #expect(change.decoded.inserted == [rows[2]] && change.decoded.encodedInserted == nil)
         change.encodedInserted = nil
         #expect(change.decoded == change)
@@ -315,12 +384,16 @@ struct WireCodecTests {
         }
         // Text that is not UTF-8 (an overlong "/", and a truncated 4-byte sequence after ASCII).
         for bad: [UInt8] in [[3, 2, 0xC0, 0xAF], [3, 4, 0x61, 0xF0, 0x90, 0x80]] {
-            #expect(throws: WireError.invalidUTF8) { try WireMessage.decodeReply(message(valueBytes: bad), keepingInsertedValuesEncoded: true) }
+            #expect(throws: WireError.invalidUTF8) {
+                try WireMessage.decodeReply(message(valueBytes: bad), keepingInsertedValuesEncoded: true)
+            }
             #expect(throws: WireError.invalidUTF8) { try WireMessage.decodeReply(message(valueBytes: bad)) }
         }
         // Valid text that is not ASCII is kept, and reads back.
-        guard case .changes(let accented, _) = try WireMessage.decodeReply(
-            message(valueBytes: [3, 3, 0x61, 0xC3, 0xA9]), keepingInsertedValuesEncoded: true).body
+        guard
+            case .changes(let accented, _) = try WireMessage.decodeReply(
+                message(valueBytes: [3, 3, 0x61, 0xC3, 0xA9]), keepingInsertedValuesEncoded: true
+            ).body
         else {
             Issue.record("not a changes message")
             return
@@ -339,7 +412,9 @@ struct WireCodecTests {
         for iteration in 0..<iterations {
             var bytes: [UInt8]
             if iteration % 10 == 0 {
-                bytes = (0..<Int.random(in: 0...64, using: &random)).map { _ in UInt8.random(in: 0...255, using: &random) }
+                bytes = (0..<Int.random(in: 0...64, using: &random)).map { _ in
+                    UInt8.random(in: 0...255, using: &random)
+                }
                 if bytes.count > 1 { bytes[0] = WireProtocol.version }
             } else {
                 bytes = seeds[Int.random(in: 0..<seeds.count, using: &random)]

@@ -24,11 +24,25 @@ struct ZMTPCodecFuzzTests {
         ZMTP.appendSubscription(to: &subscribing, Data(), subscribe: false)
         let ping = T.command("PING", [0, 1] + Array("c".utf8))
         return [
-            (.router, ZMTP.handshake(.dealer) + ZMTP.encode([Data("hello".utf8)]) + ZMTP.encode([Data(), Data(repeating: 1, count: 300)])),
-            (.router, T.greeting(minor: 1) + T.ready("REQ", identity: Array("id".utf8)) + ping + ZMTP.encode([Data(), Data("q".utf8)])),
-            (.publisher, subscribing + ZMTP.encode([Data("x".utf8), Data("y".utf8)]) + T.command("SUBSCRIBE", Array("t".utf8))),
+            (
+                .router,
+                ZMTP.handshake(.dealer) + ZMTP.encode([Data("hello".utf8)])
+                    + ZMTP.encode([Data(), Data(repeating: 1, count: 300)])
+            ),
+            (
+                .router,
+                T.greeting(minor: 1) + T.ready("REQ", identity: Array("id".utf8)) + ping
+                    + ZMTP.encode([Data(), Data("q".utf8)])
+            ),
+            (
+                .publisher,
+                subscribing + ZMTP.encode([Data("x".utf8), Data("y".utf8)]) + T.command("SUBSCRIBE", Array("t".utf8))
+            ),
             (.dealer, ZMTP.handshake(.router) + ZMTP.encode([Data("reply".utf8)]) + T.command("ERROR", [1, 0x41])),
-            (.subscriber, ZMTP.handshake(.publisher) + ZMTP.encode([Data([1]), Data(repeating: 2, count: 260)]) + ping),
+            (
+                .subscriber,
+                ZMTP.handshake(.publisher) + ZMTP.encode([Data([1]), Data(repeating: 2, count: 260)]) + ping
+            ),
         ]
     }()
 
@@ -98,7 +112,9 @@ struct ZMTPCodecFuzzTests {
             var bytes: [UInt8]
             if iteration % 10 == 0 {
                 // Random bytes after a valid greeting, or from the start.
-                bytes = (0..<Int.random(in: 0...128, using: &random)).map { _ in UInt8.random(in: 0...255, using: &random) }
+                bytes = (0..<Int.random(in: 0...128, using: &random)).map { _ in
+                    UInt8.random(in: 0...255, using: &random)
+                }
                 if iteration % 20 == 0 { bytes = ZMTP.greeting + bytes }
             } else {
                 bytes = seed

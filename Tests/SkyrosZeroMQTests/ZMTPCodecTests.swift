@@ -75,7 +75,8 @@ struct ZMTPCodecTests {
 
     @Test("a DEALER's greeting, READY and message come out as its READY and the message, however the bytes are cut")
     func handshakeThenMessage() {
-        let bytes = Self.greeting() + Self.ready("DEALER") + Self.frame(Array("a".utf8), more: true) + Self.frame([])
+        let bytes =
+            Self.greeting() + Self.ready("DEALER") + Self.frame(Array("a".utf8), more: true) + Self.frame([])
             + Self.frame(Array("b".utf8))
         let expected: [ZMTPCodec.Event] = [
             .ready(socketType: "DEALER", identity: nil), .message([Data("a".utf8), Data()]), .message([Data("b".utf8)]),
@@ -97,21 +98,34 @@ struct ZMTPCodecTests {
     func identityProperty() {
         let claimed = Self.transcript(.router, Self.greeting() + Self.ready("DEALER", identity: Array("alice".utf8)))
         #expect(claimed.events == [.ready(socketType: "DEALER", identity: Data("alice".utf8))])
-        let lower = Self.transcript(.router, Self.greeting() + Self.ready([("socket-type", Array("REQ".utf8)), ("IDENTITY", [])]))
+        let lower = Self.transcript(
+            .router, Self.greeting() + Self.ready([("socket-type", Array("REQ".utf8)), ("IDENTITY", [])]))
         #expect(lower.events == [.ready(socketType: "REQ", identity: Data())])
     }
 
     @Test("both ends' own handshakes are read by the other: a ROUTER's has an empty Identity")
     func ownHandshakes() {
-        #expect(Self.transcript(.dealer, ZMTP.handshake(.router)).events == [.ready(socketType: "ROUTER", identity: Data())])
-        #expect(Self.transcript(.router, ZMTP.handshake(.dealer)).events == [.ready(socketType: "DEALER", identity: nil)])
-        #expect(Self.transcript(.subscriber, ZMTP.handshake(.publisher)).events == [.ready(socketType: "PUB", identity: nil)])
-        #expect(Self.transcript(.publisher, ZMTP.handshake(.subscriber)).events == [.ready(socketType: "SUB", identity: nil)])
+        #expect(
+            Self.transcript(.dealer, ZMTP.handshake(.router)).events == [.ready(socketType: "ROUTER", identity: Data())]
+        )
+        #expect(
+            Self.transcript(.router, ZMTP.handshake(.dealer)).events == [.ready(socketType: "DEALER", identity: nil)])
+        #expect(
+            Self.transcript(.subscriber, ZMTP.handshake(.publisher)).events == [
+                .ready(socketType: "PUB", identity: nil)
+            ])
+        #expect(
+            Self.transcript(.publisher, ZMTP.handshake(.subscriber)).events == [
+                .ready(socketType: "SUB", identity: nil)
+            ])
     }
 
     @Test("frames of every size length encoding round-trip through ZMTP.encode")
     func frameSizes() {
-        let frames = [Data(), Data("x".utf8), Data(repeating: 1, count: 255), Data(repeating: 2, count: 256), Data(repeating: 3, count: 70_000)]
+        let frames = [
+            Data(), Data("x".utf8), Data(repeating: 1, count: 255), Data(repeating: 2, count: 256),
+            Data(repeating: 3, count: 70_000),
+        ]
         let result = Self.transcript(.dealer, ZMTP.handshake(.router) + ZMTP.encode(frames), piece: 1_000)
         #expect(result.events.last == .message(frames))
         #expect(result.failure == nil)
@@ -130,21 +144,29 @@ struct ZMTPCodecTests {
         #expect(Self.transcript(.router, Self.greeting(minor: 1) + Self.ready("DEALER")).events.count == 1)
     }
 
-    @Test("a frame larger than the maximum is refused from its header alone; endless frames marked 'more' once they outgrow it")
+    @Test(
+        "a frame larger than the maximum is refused from its header alone; endless frames marked 'more' once they outgrow it"
+    )
     func sizeLimits() {
         let handshake = Self.greeting() + Self.ready("DEALER")
         // A long header announcing 1 GiB: refused before any of its body.
         let header: [UInt8] = [0x02, 0, 0, 0, 0, 0x40, 0, 0, 0]
         #expect(Self.transcript(.router, handshake + header, maximumMessageSize: 1_000).failure == .invalidFrame)
-        #expect(Self.transcript(.router, handshake + Self.frame([UInt8](repeating: 0, count: 101)), maximumMessageSize: 100).failure == .invalidFrame)
-        #expect(Self.transcript(.router, handshake + Self.frame([UInt8](repeating: 0, count: 100)), maximumMessageSize: 100).failure == nil)
+        #expect(
+            Self.transcript(.router, handshake + Self.frame([UInt8](repeating: 0, count: 101)), maximumMessageSize: 100)
+                .failure == .invalidFrame)
+        #expect(
+            Self.transcript(.router, handshake + Self.frame([UInt8](repeating: 0, count: 100)), maximumMessageSize: 100)
+                .failure == nil)
         var endless: [UInt8] = []
         for _ in 0..<200 { endless += Self.frame([UInt8](repeating: 7, count: 100), more: true) }
         let result = Self.transcript(.router, handshake + endless, maximumMessageSize: 1_000)
         #expect(result.failure == .messageTooLarge)
         #expect(result.events.count == 1)  // the READY only
         // The same on a client's end.
-        #expect(Self.transcript(.dealer, ZMTP.handshake(.router) + endless, maximumMessageSize: 1_000).failure == .messageTooLarge)
+        #expect(
+            Self.transcript(.dealer, ZMTP.handshake(.router) + endless, maximumMessageSize: 1_000).failure
+                == .messageTooLarge)
         // Unknown flags.
         #expect(Self.transcript(.router, handshake + [0x08, 0]).failure == .invalidFrame)
     }
@@ -153,7 +175,8 @@ struct ZMTPCodecTests {
     func handshakeOrder() {
         let greeting = Self.greeting()
         #expect(Self.transcript(.router, greeting + Self.command("BOGUS")).failure == .unexpectedCommand("BOGUS"))
-        #expect(Self.transcript(.dealer, greeting + Self.command("PING", [0, 0])).failure == .unexpectedCommand("PING"))
+        #expect(
+            Self.transcript(.dealer, greeting + Self.command("PING", [0, 0])).failure == .unexpectedCommand("PING"))
         #expect(Self.transcript(.router, greeting + Self.frame(Array("early".utf8))).failure == .messageBeforeReady)
         #expect(Self.transcript(.dealer, greeting + Self.frame(Array("early".utf8))).failure == .messageBeforeReady)
         let twice = Self.transcript(.router, greeting + Self.ready("DEALER") + Self.ready("DEALER"))
@@ -192,13 +215,18 @@ struct ZMTPCodecTests {
         let ping = Self.command("PING", [0, 10] + Array("ctx".utf8))
         #expect(Self.transcript(.router, handshake + ping).events.last == .ping(context: Array("ctx".utf8)))
         let long = Self.command("PING", [0, 10] + [UInt8](repeating: 9, count: 40))
-        #expect(Self.transcript(.router, handshake + long).events.last == .ping(context: [UInt8](repeating: 9, count: 16)))
+        #expect(
+            Self.transcript(.router, handshake + long).events.last == .ping(context: [UInt8](repeating: 9, count: 16)))
         #expect(ZMTP.pong(context: Array("ctx".utf8)) == [0x04, 8, 4] + Array("PONG".utf8) + Array("ctx".utf8))
         // A client answers them too.
-        #expect(Self.transcript(.dealer, Self.greeting(minor: 1) + Self.ready("ROUTER") + ping).events.last == .ping(context: Array("ctx".utf8)))
+        #expect(
+            Self.transcript(.dealer, Self.greeting(minor: 1) + Self.ready("ROUTER") + ping).events.last
+                == .ping(context: Array("ctx".utf8)))
     }
 
-    @Test("a publisher takes a first frame of 1 or 0 as a subscription or its cancellation, 3.1's commands too, and drops the rest")
+    @Test(
+        "a publisher takes a first frame of 1 or 0 as a subscription or its cancellation, 3.1's commands too, and drops the rest"
+    )
     func subscriptions() {
         var bytes = Self.greeting() + Self.ready("SUB")
         bytes += Self.frame([1] + Array("ab".utf8))
@@ -210,14 +238,15 @@ struct ZMTPCodecTests {
         bytes += Self.command("SUBSCRIBE", Array("t".utf8)) + Self.command("CANCEL", Array("t".utf8))
         let result = Self.transcript(.publisher, bytes, piece: 3)
         #expect(result.failure == nil)
-        #expect(result.events == [
-            .ready(socketType: "SUB", identity: nil),
-            .subscription(prefix: Data("ab".utf8), subscribe: true),
-            .subscription(prefix: Data("ab".utf8), subscribe: false),
-            .subscription(prefix: Data(), subscribe: true),
-            .subscription(prefix: Data("t".utf8), subscribe: true),
-            .subscription(prefix: Data("t".utf8), subscribe: false),
-        ])
+        #expect(
+            result.events == [
+                .ready(socketType: "SUB", identity: nil),
+                .subscription(prefix: Data("ab".utf8), subscribe: true),
+                .subscription(prefix: Data("ab".utf8), subscribe: false),
+                .subscription(prefix: Data(), subscribe: true),
+                .subscription(prefix: Data("t".utf8), subscribe: true),
+                .subscription(prefix: Data("t".utf8), subscribe: false),
+            ])
         // To anything but a publisher, 3.1's subscriptions are a protocol error; a ZMTP 3.0
         // subscription message to a ROUTER is just a message.
         let router = Self.greeting(minor: 1) + Self.ready("DEALER")
@@ -226,7 +255,9 @@ struct ZMTPCodecTests {
         // What a client's SUB socket sends is read as subscriptions.
         var subscribing = ZMTP.handshake(.subscriber)
         ZMTP.appendSubscription(to: &subscribing, Data("q".utf8), subscribe: true)
-        #expect(Self.transcript(.publisher, subscribing).events.last == .subscription(prefix: Data("q".utf8), subscribe: true))
+        #expect(
+            Self.transcript(.publisher, subscribing).events.last
+                == .subscription(prefix: Data("q".utf8), subscribe: true))
     }
 
     @Test("a large frame's room is reserved only after the handshake, and the buffer is given back once it is taken")

@@ -1,10 +1,11 @@
 import Foundation
-@testable import SkyrosZeroMQ
 import Testing
 import ZeroMQReference
 
+@testable import SkyrosZeroMQ
+
 #if canImport(Glibc)
-import Glibc
+    import Glibc
 #endif
 
 /// The daemon's own ZMTP 3.0 `ROUTER` and `PUB` listeners (``ZMTPServer``) against libzmq's
@@ -37,7 +38,8 @@ struct ZMTPServerTests {
             directory = template.withUnsafeMutableBufferPointer { String(cString: mkdtemp($0.baseAddress!)) }
             context = try ZeroMQContext()
             server = try ZMTPServer(
-                maximumMessageSize: maximumMessageSize, highWaterMark: highWaterMark, highWaterMarkBytes: highWaterMarkBytes,
+                maximumMessageSize: maximumMessageSize, highWaterMark: highWaterMark,
+                highWaterMarkBytes: highWaterMarkBytes,
                 handshakeTimeout: handshakeTimeout)
             let events = events
             server.acceptedConnection = { events.accepted.append(($0, $1)) }
@@ -53,7 +55,9 @@ struct ZMTPServerTests {
         var publisherEndpoint: String { "ipc://\(directory)/p.ipc" }
 
         /// A libzmq socket of `kind` connected to `endpoint` (after `configure`).
-        func connected(_ kind: ZeroMQSocket.Kind, to endpoint: String, configure: (ZeroMQSocket) throws -> Void = { _ in })
+        func connected(
+            _ kind: ZeroMQSocket.Kind, to endpoint: String, configure: (ZeroMQSocket) throws -> Void = { _ in }
+        )
             throws -> ZeroMQSocket
         {
             let socket = try ZeroMQSocket(context: context, kind: kind)
@@ -76,7 +80,9 @@ struct ZMTPServerTests {
         func serverReceive() -> ZMTPServer.Message? {
             let deadline = Date().addingTimeInterval(5)
             while Date() < deadline {
-                if server.wait(orDescriptor: -1, milliseconds: 10).socket, let message = server.receive() { return message }
+                if server.wait(orDescriptor: -1, milliseconds: 10).socket, let message = server.receive() {
+                    return message
+                }
             }
             return server.receive()
         }
@@ -176,7 +182,9 @@ struct ZMTPServerTests {
         let identities = messages.map { $0[0] }
         #expect(Set(identities).count == 2)
         for index in 1..<identities.count {
-            #expect(identities[index] != identities[index - 1], "receive \(index) is from the same connection as the one before")
+            #expect(
+                identities[index] != identities[index - 1],
+                "receive \(index) is from the same connection as the one before")
         }
         // Each connection's messages in the order it sent them.
         for identity in Set(identities) {
@@ -213,7 +221,9 @@ struct ZMTPServerTests {
         let fixture = try Fixture()
         defer { fixture.remove() }
         try fixture.server.listen(.publisher, endpoint: fixture.publisherEndpoint)
-        let subscriber = try fixture.connected(.subscriber, to: fixture.publisherEndpoint) { try $0.subscribe(Data("a".utf8)) }
+        let subscriber = try fixture.connected(.subscriber, to: fixture.publisherEndpoint) {
+            try $0.subscribe(Data("a".utf8))
+        }
         defer { subscriber.close() }
 
         // The subscription arrives some time after the connection: publish until it is heard.
@@ -341,7 +351,9 @@ struct ZMTPServerTests {
         // PING: name, TTL (2 bytes), context "ctx".
         let ping: [UInt8] = [4] + Array("PING".utf8) + [0, 0] + Array("ctx".utf8)
         let pong: [UInt8] = [0x04, 8, 4] + Array("PONG".utf8) + Array("ctx".utf8)
-        let read = rawPeer(fixture, endpoint: fixture.routerEndpoint, socketType: "DEALER", frames: [0x04, UInt8(ping.count)] + ping) {
+        let read = rawPeer(
+            fixture, endpoint: fixture.routerEndpoint, socketType: "DEALER", frames: [0x04, UInt8(ping.count)] + ping
+        ) {
             $0.count >= pong.count && Array($0.suffix(pong.count)) == pong
         }
         #expect(Array(read.suffix(pong.count)) == pong)
@@ -357,7 +369,8 @@ struct ZMTPServerTests {
         let subscribe: [UInt8] = [9] + Array("SUBSCRIBE".utf8) + Array("t".utf8)
         var published = 0
         let read = rawPeer(
-            fixture, endpoint: fixture.publisherEndpoint, socketType: "SUB", frames: [0x04, UInt8(subscribe.count)] + subscribe
+            fixture, endpoint: fixture.publisherEndpoint, socketType: "SUB",
+            frames: [0x04, UInt8(subscribe.count)] + subscribe
         ) { read in
             // Published until it arrives: the subscription is read by the server's pump.
             published += fixture.server.publish([Array("u".utf8), Array("no".utf8)])
@@ -389,7 +402,8 @@ struct ZMTPServerTests {
         for (index, byte) in "NULL".utf8.enumerated() { greeting[12 + index] = byte }
         var bytes = greeting
         if let socketType {
-            var ready = [5] + Array("READY".utf8) + [11] + Array("Socket-Type".utf8) + [0, 0, 0, UInt8(socketType.utf8.count)]
+            var ready =
+                [5] + Array("READY".utf8) + [11] + Array("Socket-Type".utf8) + [0, 0, 0, UInt8(socketType.utf8.count)]
                 + Array(socketType.utf8)
             if let identity { ready += [8] + Array("Identity".utf8) + [0, 0, 0, UInt8(identity.count)] + identity }
             bytes += [0x04, UInt8(ready.count)] + ready
@@ -404,7 +418,9 @@ struct ZMTPServerTests {
         return raw
     }
 
-    @Test("messages read past the high-water mark are handed out once the first ones are taken, with nothing more to read")
+    @Test(
+        "messages read past the high-water mark are handed out once the first ones are taken, with nothing more to read"
+    )
     func pausedConnectionResumes() throws {
         let fixture = try Fixture(highWaterMark: 100)
         defer { fixture.remove() }
@@ -416,10 +432,11 @@ struct ZMTPServerTests {
         #expect(raw >= 0)
         defer { close(raw) }
         var received: [Data] = []
-        #expect(fixture.pump {
-            while let message = fixture.server.receive() { received.append(message.frames[1]) }
-            return received.count == 150
-        })
+        #expect(
+            fixture.pump {
+                while let message = fixture.server.receive() { received.append(message.frames[1]) }
+                return received.count == 150
+            })
         let sent: [Data] = (0..<150).map { (index: Int) -> Data in Data([UInt8(index / 256), UInt8(index % 256)]) }
         #expect(received == sent)
     }
@@ -529,7 +546,9 @@ struct ZMTPServerTests {
         #expect(fixture.events.closing.isEmpty)
     }
 
-    @Test("a connection whose messages waiting make highWaterMarkBytes is not read until they are taken; then all come, in order")
+    @Test(
+        "a connection whose messages waiting make highWaterMarkBytes is not read until they are taken; then all come, in order"
+    )
     func byteHighWaterMarkIn() throws {
         let fixture = try Fixture(highWaterMarkBytes: 10_000)
         defer { fixture.remove() }
@@ -543,14 +562,17 @@ struct ZMTPServerTests {
         #expect(fixture.server.readAhead(until: 10, milliseconds: 5_000))
         #expect(!fixture.server.readAhead(until: 20, milliseconds: 100))  // paused at the mark
         var received: [UInt8] = []
-        #expect(fixture.pump {
-            while let message = fixture.server.receive() { received.append(message.frames[1][0]) }
-            return received.count == 100
-        })
+        #expect(
+            fixture.pump {
+                while let message = fixture.server.receive() { received.append(message.frames[1][0]) }
+                return received.count == 100
+            })
         #expect(received == (0..<100).map { UInt8($0) })
     }
 
-    @Test("a peer claiming another connection's identity, or one starting with a zero byte, gets no reply meant for the other")
+    @Test(
+        "a peer claiming another connection's identity, or one starting with a zero byte, gets no reply meant for the other"
+    )
     func claimedIdentities() throws {
         let fixture = try Fixture()
         defer { fixture.remove() }

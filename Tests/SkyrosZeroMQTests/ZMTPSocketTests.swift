@@ -4,7 +4,7 @@ import Testing
 import ZeroMQReference
 
 #if canImport(Glibc)
-import Glibc
+    import Glibc
 #endif
 
 /// The client's own ZMTP 3.0 sockets against libzmq's `ROUTER` and `PUB` (the daemon's), in one
@@ -62,15 +62,19 @@ struct ZMTPSocketTests {
         socket.waitForInput(milliseconds: 5_000) ? socket.receive() : nil
     }
 
-    @Test("a DEALER's message reaches a ROUTER and the reply comes back: empty, short, 255, 256 and 300 KiB frames, several per message")
+    @Test(
+        "a DEALER's message reaches a ROUTER and the reply comes back: empty, short, 255, 256 and 300 KiB frames, several per message"
+    )
     func requestAndReply() throws {
         let fixture = try Fixture()
         defer { fixture.remove() }
         let router = try fixture.bound(.router)
         defer { router.close() }
         let dealer = try fixture.client(.dealer)
-        let frames = [Data(), Data("hello".utf8), Data(repeating: 7, count: 255), Data(repeating: 8, count: 256),
-                      Data((0..<300_000).map { UInt8(truncatingIfNeeded: $0) })]
+        let frames = [
+            Data(), Data("hello".utf8), Data(repeating: 7, count: 255), Data(repeating: 8, count: 256),
+            Data((0..<300_000).map { UInt8(truncatingIfNeeded: $0) }),
+        ]
         dealer.send(frames)
         let request = try #require(try Self.receive(router) { _ = dealer.waitForInput(milliseconds: 0) })
         #expect(request.count == frames.count + 1)  // the ROUTER adds the connection's identity
@@ -158,7 +162,9 @@ struct ZMTPSocketTests {
         #expect(subscriber.connectionsMade == 2)
     }
 
-    @Test("a frame over the maximum message size closes the connection and is never handed out; the next message goes on a new one")
+    @Test(
+        "a frame over the maximum message size closes the connection and is never handed out; the next message goes on a new one"
+    )
     func oversizeFrame() throws {
         let fixture = try Fixture()
         defer { fixture.remove() }
@@ -207,7 +213,9 @@ struct ZMTPSocketTests {
 
     @Test("an endpoint that is not ipc://, or too long for a socket address, is refused when made")
     func badEndpoints() {
-        #expect(throws: ZMTPError.self) { try ZMTPSocket(kind: .dealer, endpoint: "tcp://127.0.0.1:5555", maximumMessageSize: 10) }
+        #expect(throws: ZMTPError.self) {
+            try ZMTPSocket(kind: .dealer, endpoint: "tcp://127.0.0.1:5555", maximumMessageSize: 10)
+        }
         let long = "ipc:///tmp/" + String(repeating: "x", count: 200)
         #expect(throws: ZMTPError.self) { try ZMTPSocket(kind: .dealer, endpoint: long, maximumMessageSize: 10) }
     }
@@ -216,11 +224,13 @@ struct ZMTPSocketTests {
     func boundedSendQueue() throws {
         let fixture = try Fixture()
         defer { fixture.remove() }
-        let counted = try ZMTPSocket(kind: .dealer, endpoint: fixture.endpoint, maximumMessageSize: 1 << 20, sendQueueLimit: 5)
+        let counted = try ZMTPSocket(
+            kind: .dealer, endpoint: fixture.endpoint, maximumMessageSize: 1 << 20, sendQueueLimit: 5)
         // Nobody listens: every message waits.
         for index in 0..<5 { #expect(counted.send([Data([UInt8(index)])])) }
         #expect(!counted.send([Data([5])]))
-        let sized = try ZMTPSocket(kind: .dealer, endpoint: fixture.endpoint, maximumMessageSize: 1 << 20, sendQueueBytes: 100)
+        let sized = try ZMTPSocket(
+            kind: .dealer, endpoint: fixture.endpoint, maximumMessageSize: 1 << 20, sendQueueBytes: 100)
         #expect(sized.send([Data(repeating: 1, count: 60)]))
         #expect(sized.send([Data(repeating: 2, count: 60)]))  // 62 bytes waited: less than 100
         #expect(!sized.send([Data(repeating: 3, count: 60)]))
@@ -232,7 +242,8 @@ struct ZMTPSocketTests {
         #expect(try !router.waitForInput(milliseconds: 50))
     }
 
-    @Test("a receive queue bounded in bytes stops reading at the bound and loses nothing: every message comes, in order")
+    @Test(
+        "a receive queue bounded in bytes stops reading at the bound and loses nothing: every message comes, in order")
     func receiveQueueBytes() throws {
         let fixture = try Fixture()
         defer { fixture.remove() }
@@ -242,7 +253,9 @@ struct ZMTPSocketTests {
             kind: .dealer, endpoint: fixture.endpoint, maximumMessageSize: 1 << 20, receiveQueueBytes: 150_000)
         dealer.send([Data("ask".utf8)])
         let request = try #require(try Self.receive(router) { _ = dealer.waitForInput(milliseconds: 0) })
-        for index in 0..<20 { try router.send([request[0], Data([UInt8(index)] + [UInt8](repeating: 0, count: 99_999))]) }
+        for index in 0..<20 {
+            try router.send([request[0], Data([UInt8(index)] + [UInt8](repeating: 0, count: 99_999))])
+        }
         var received: [UInt8] = []
         while received.count < 20, let message = Self.receive(dealer) { received.append(message[0][0]) }
         #expect(received == (0..<20).map { UInt8($0) })

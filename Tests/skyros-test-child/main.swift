@@ -65,7 +65,9 @@ func waitForFile(_ path: String) -> String? {
 /// context holds — the held tags (read from their registered instances) and the storm users
 /// with their post counts — to `digest-<name>`, one sorted line each.
 func writeDigest(_ store: Skyros, held: [Tag], container: String, name: String) throws {
-    guard let text = waitForFile(container + "/check-" + name), let target = UInt64(text.trimmingCharacters(in: .whitespacesAndNewlines)) else {
+    guard let text = waitForFile(container + "/check-" + name),
+        let target = UInt64(text.trimmingCharacters(in: .whitespacesAndNewlines))
+    else {
         print("NO CHECK FILE")
         exit(5)
     }
@@ -295,9 +297,10 @@ case "storm-writer":
 case "watcher":
     // A subscriber with a tiny event queue: events are dropped as soon as it falls behind.
     let container = arguments[2]
-    let store = Skyros(sharedStack: try RemoteStore(
-        schema: testSchema, container: GroupContainer(url: URL(fileURLWithPath: container)), timeout: 30,
-        eventQueueLimit: 1, eventSocketBufferBytes: 4_096))
+    let store = Skyros(
+        sharedStack: try RemoteStore(
+            schema: testSchema, container: GroupContainer(url: URL(fileURLWithPath: container)), timeout: 30,
+            eventQueueLimit: 1, eventSocketBufferBytes: 4_096))
     var held: [Tag] = []
     store.read { context in
         held = try Tag.all(in: context)
@@ -340,7 +343,8 @@ case "observed-writer":
     print("DONE")
 case "batch":
     // A batch update or delete through the daemon: users of at least the given age.
-    let store = try Skyros(sharedStack: testSchema, container: URL(fileURLWithPath: arguments[2]), timeout: 30, savesOnStop: false)
+    let store = try Skyros(
+        sharedStack: testSchema, container: URL(fileURLWithPath: arguments[2]), timeout: 30, savesOnStop: false)
     let age = Int(arguments[4])!
     let count =
         if arguments[3] == "delete" {
@@ -354,7 +358,8 @@ case "batch-storm":
     // k even) or deleted (k odd), one batch each; each must count exactly one object.
     let container = arguments[2]
     let count = Int(arguments[3])!
-    let store = try Skyros(sharedStack: testSchema, container: URL(fileURLWithPath: container), timeout: 30, savesOnStop: false)
+    let store = try Skyros(
+        sharedStack: testSchema, container: URL(fileURLWithPath: container), timeout: 30, savesOnStop: false)
     print("READY")
     fflush(nil)
     _ = waitForFile(container + "/go")
@@ -363,7 +368,8 @@ case "batch-storm":
         do {
             let affected =
                 if k % 2 == 0 {
-                    try await store.batchUpdate(Tag.self, where: #Predicate { $0.label == label }, .set(\.uses, to: k + 1))
+                    try await store.batchUpdate(
+                        Tag.self, where: #Predicate { $0.label == label }, .set(\.uses, to: k + 1))
                 } else {
                     try await store.batchDelete(Tag.self, where: #Predicate { $0.label == label })
                 }
@@ -488,7 +494,8 @@ case "mixed-v1-writer":
         }
         written += 1
         var seen = -1
-        store.read { context in seen = try TaskV1.count(where: #Predicate { $0.title.starts(with: "w1-") }, in: context) }
+        store.read { context in seen = try TaskV1.count(where: #Predicate { $0.title.starts(with: "w1-") }, in: context)
+        }
         guard seen == written else {
             print("LOST \(seen) < \(written)")
             exit(3)
@@ -504,7 +511,8 @@ case "mixed-v1-writer":
 case "mixed-v2":
     // Schema version 2: connects (the daemon migrates the store), writes `count` tasks with a due
     // date and a priority, and prints what it reads of everyone's.
-    let store = try Skyros(sharedStack: MixedVersionModels.v2, container: URL(fileURLWithPath: arguments[2]), timeout: 20)
+    let store = try Skyros(
+        sharedStack: MixedVersionModels.v2, container: URL(fileURLWithPath: arguments[2]), timeout: 20)
     let count = Int(arguments[3])!
     store.writeSync { context in
         for index in 0..<count {

@@ -19,24 +19,28 @@ let directory = FileManager.default.temporaryDirectory.appendingPathComponent("s
 try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
 defer { try? FileManager.default.removeItem(at: directory) }
 
-let store = try Skyros(sqliteStack: Schema([User.self, Post.self]), at: directory.appendingPathComponent("store.sqlite"))
+let store = try Skyros(
+    sqliteStack: Schema([User.self, Post.self]), at: directory.appendingPathComponent("store.sqlite"))
 
 // Skopelos style: synchronous, chainable; the completion runs once the write is on disk.
 let durable = DispatchSemaphore(value: 0)
-store.writeSync({ context in
-    for (first, last) in [("John", "Doe"), ("Jane", "Doe"), ("Mark", "Smith")] {
-        let user = User.create(in: context)
-        user.firstname = first
-        user.lastname = last
-        user.handle = first.lowercased()
-        let post = Post.create(in: context)
-        post.title = "Hello from \(first)"
-        post.author = user  // user.posts contains post at once
+store.writeSync(
+    { context in
+        for (first, last) in [("John", "Doe"), ("Jane", "Doe"), ("Mark", "Smith")] {
+            let user = User.create(in: context)
+            user.firstname = first
+            user.lastname = last
+            user.handle = first.lowercased()
+            let post = Post.create(in: context)
+            post.title = "Hello from \(first)"
+            post.author = user  // user.posts contains post at once
+        }
+    },
+    completion: { error in
+        print("durable:", error == nil)
+        durable.signal()
     }
-}, completion: { error in
-    print("durable:", error == nil)
-    durable.signal()
-}).read { context in
+).read { context in
     let does = try User.all(
         where: #Predicate { $0.lastname == "Doe" }, sortedBy: [SortDescriptor(\.firstname)], in: context)
     print("Does:", does.map(\.firstname))

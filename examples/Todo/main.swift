@@ -64,7 +64,9 @@ if let index = arguments.firstIndex(of: "--due"), index + 1 < arguments.count {
     arguments.removeSubrange(index...(index + 1))
 }
 guard let command = arguments.first else {
-    fail("usage: todo [--group ID] add TITLE | done N | list | watch; todo --v2 [--group ID] add TITLE [--due DATE] | done N | list; todo --v3 [--group ID] tag N TAG… | untag N TAG… | list [TAG] | retag-undo N TAG; todo --v4 [--group ID] step N TEXT [--at K] | move N FROM TO | check N K | steps N")
+    fail(
+        "usage: todo [--group ID] add TITLE | done N | list | watch; todo --v2 [--group ID] add TITLE [--due DATE] | done N | list; todo --v3 [--group ID] tag N TAG… | untag N TAG… | list [TAG] | retag-undo N TAG; todo --v4 [--group ID] step N TEXT [--at K] | move N FROM TO | check N K | steps N"
+    )
 }
 
 if isVersion4 {
@@ -202,7 +204,9 @@ if isVersion2 {
                 item.dueDate = dueDate
             }
         case "done":
-            guard arguments.count > 1, let number = Int(arguments[1]), number > 0 else { fail("done needs an item number") }
+            guard arguments.count > 1, let number = Int(arguments[1]), number > 0 else {
+                fail("done needs an item number")
+            }
             try await store.write { context in
                 let items = try TodoItemV2.all(sortedBy: [SortDescriptor(\.created)], in: context)
                 guard number <= items.count else { throw SkyrosError(.objectNotFound, "there is no item \(number)") }
@@ -248,7 +252,8 @@ do {
         // deletes, updates and moves, and the list is redrawn.
         let controllers = [false, true].map { done in
             FetchedResultsController<TodoItem>(
-                fetch: FetchDescriptor(predicate: #Predicate { $0.isDone == done }, sortBy: [SortDescriptor(\.created)]),
+                fetch: FetchDescriptor(
+                    predicate: #Predicate { $0.isDone == done }, sortBy: [SortDescriptor(\.created)]),
                 context: store.mainContext)
         }
         let isTerminal = isatty(STDOUT_FILENO) == 1
@@ -259,7 +264,9 @@ do {
             print(title)
             for (name, controller) in zip(["open", "done"], controllers) {
                 print("\(name) (\(controller.fetchedObjects.count))")
-                for item in controller.fetchedObjects { print("  [\(item.isDone ? "x" : " ")] \(item.title) (\(item.author))") }
+                for item in controller.fetchedObjects {
+                    print("  [\(item.isDone ? "x" : " ")] \(item.title) (\(item.author))")
+                }
             }
             if !summary.isEmpty { print("-- \(summary)") }
             fflush(nil)
@@ -277,7 +284,9 @@ do {
                     case .move: counts["moved", default: 0] += 1
                     }
                 }
-                draw("\(name): " + counts.sorted { $0.key < $1.key }.map { "\($0.value) \($0.key)" }.joined(separator: ", "))
+                draw(
+                    "\(name): "
+                        + counts.sorted { $0.key < $1.key }.map { "\($0.value) \($0.key)" }.joined(separator: ", "))
             }
             try controller.performFetch()
         }

@@ -36,7 +36,8 @@ public let todoSchemaV2 = Schema([TodoItemV2.self], version: 2)
 public func describeTodosV2(in context: ObjectContext) throws -> [String] {
     let format = Date.ISO8601FormatStyle().year().month().day()
     return try TodoItemV2.all(sortedBy: [SortDescriptor(\.created)], in: context).map {
-        "[\($0.isDone ? "x" : " ")] \($0.text) (\($0.author))" + ($0.dueDate.map { ", due \($0.formatted(format))" } ?? "")
+        "[\($0.isDone ? "x" : " ")] \($0.text) (\($0.author))"
+            + ($0.dueDate.map { ", due \($0.formatted(format))" } ?? "")
     }
 }
 
@@ -65,12 +66,14 @@ public func describeTodosV3(in context: ObjectContext, tagged tag: String? = nil
     let items: [TodoItemV3]
     if let tag {
         items = try TodoItemV3.all(
-            where: #Predicate { $0.tags.contains { $0.name == tag } }, sortedBy: [SortDescriptor(\.created)], in: context)
+            where: #Predicate { $0.tags.contains { $0.name == tag } }, sortedBy: [SortDescriptor(\.created)],
+            in: context)
     } else {
         items = try TodoItemV3.all(sortedBy: [SortDescriptor(\.created)], in: context)
     }
     return items.map { item in
-        "[\(item.isDone ? "x" : " ")] \(item.text) (\(item.author))" + item.tags.map { " #\($0.name)" }.sorted().joined()
+        "[\(item.isDone ? "x" : " ")] \(item.text) (\(item.author))"
+            + item.tags.map { " #\($0.name)" }.sorted().joined()
     }
 }
 

@@ -81,7 +81,9 @@ package struct EncodedRows: Sendable, Hashable {
     /// Every row decoded, in order (a row that does not decode is left out).
     package var snapshots: [Snapshot] {
         range.compactMap { index in
-            source.values(at: index).map { Snapshot(id: source.id(at: index), values: $0, version: source.version(at: index)) }
+            source.values(at: index).map {
+                Snapshot(id: source.id(at: index), values: $0, version: source.version(at: index))
+            }
         }
     }
 

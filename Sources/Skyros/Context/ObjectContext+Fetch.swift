@@ -48,10 +48,13 @@ extension ObjectContext {
     ///
     /// - Parameter batchSize: the objects made at a time (positive).
     /// - Throws: what the fetch would throw: an unsupported predicate or sort, a store failure.
-    public func fetch<T: ManagedObject>(_ descriptor: FetchDescriptor<T>, batchSize: Int) throws -> FetchResultsCollection<T> {
+    public func fetch<T: ManagedObject>(_ descriptor: FetchDescriptor<T>, batchSize: Int) throws
+        -> FetchResultsCollection<T>
+    {
         precondition(batchSize > 0, "batchSize must be positive")
         let request = try descriptor.storeRequest(schema: schema)
-        return FetchResultsCollection(context: self, request: request, batchSize: batchSize, source: try batchSource(request))
+        return FetchResultsCollection(
+            context: self, request: request, batchSize: batchSize, source: try batchSource(request))
     }
 
     /// A cursor over the store's rows when nothing between this context and a SQLite store
@@ -119,7 +122,8 @@ extension ObjectContext {
         // The objects being materialised are held by `result`: pruning now would free nothing.
         registryPurgeThreshold = max(registryPurgeThreshold, registry.count + snapshots.count + 1)
         for snapshot in snapshots {
-            result.append(try materialize(snapshot.id, values: snapshot.values, version: snapshot.version, entity: entity))
+            result.append(
+                try materialize(snapshot.id, values: snapshot.values, version: snapshot.version, entity: entity))
         }
         return result
     }
@@ -284,7 +288,8 @@ extension ObjectContext {
             let value = try evaluate(inner, scopes)
             return value.isNull ? .null : truth(!value.isTruthy)
         case .contains(let haystack, let needle, let caseInsensitive):
-            guard case .text(var a) = try evaluate(haystack, scopes), case .text(var b) = try evaluate(needle, scopes) else {
+            guard case .text(var a) = try evaluate(haystack, scopes), case .text(var b) = try evaluate(needle, scopes)
+            else {
                 return .null
             }
             if caseInsensitive {
@@ -293,7 +298,8 @@ extension ObjectContext {
             }
             return truth(b.isEmpty || Self.bytes(a, contain: b))
         case .startsWith(let string, let prefix):
-            guard case .text(let a) = try evaluate(string, scopes), case .text(let b) = try evaluate(prefix, scopes) else {
+            guard case .text(let a) = try evaluate(string, scopes), case .text(let b) = try evaluate(prefix, scopes)
+            else {
                 return .null
             }
             return truth(a.utf8.starts(with: b.utf8))
@@ -316,7 +322,9 @@ extension ObjectContext {
         }
     }
 
-    private func toManyStorages(_ scopes: [Int: ObjectStorage], _ scope: Int, _ path: [String]) throws -> [ObjectStorage] {
+    private func toManyStorages(_ scopes: [Int: ObjectStorage], _ scope: Int, _ path: [String]) throws
+        -> [ObjectStorage]
+    {
         guard let storage = scopes[scope], path.count == 1, let property = storage.entity.property(named: path[0]),
             property.kind == .toMany
         else { throw invalidPredicate("\(path.joined(separator: ".")) is not a to-many relationship") }
@@ -364,7 +372,9 @@ extension ObjectContext {
     ) throws {
         try performAndWait {
             if hasPendingChanges(of: request.entityName) {
-                for snapshot in try mergedSnapshots(request) { try body(snapshot.id, snapshot.values, snapshot.version) }
+                for snapshot in try mergedSnapshots(request) {
+                    try body(snapshot.id, snapshot.values, snapshot.version)
+                }
             } else {
                 try parent.forEachSnapshot(request, body)
             }

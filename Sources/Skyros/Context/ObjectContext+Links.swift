@@ -38,7 +38,9 @@ extension ObjectContext {
     /// their objects; kept up to date from then on until the pending changes are cleared.
     func buildPendingLinkIndex() {
         pendingLinkIndex = [:]
-        inserted.forEach { id, object in if schema.isLinkEntity(id.entityName) { indexPendingLink(id, object.skyrosStorage.values) } }
+        inserted.forEach { id, object in
+            if schema.isLinkEntity(id.entityName) { indexPendingLink(id, object.skyrosStorage.values) }
+        }
         insertedRows.forEach { id, values in if schema.isLinkEntity(id.entityName) { indexPendingLink(id, values) } }
         for (id, object) in deleted where schema.isLinkEntity(id.entityName) {
             let storage = object.skyrosStorage
@@ -65,7 +67,9 @@ extension ObjectContext {
         let links = try linkObjects(of: storage, route)
         guard !links.isEmpty else { return [] }
         let ids = links.compactMap { link in
-            UUID(storedValue: link.skyrosStorage.values[route.other]).map { ObjectID(entityName: destination, uuid: $0) }
+            UUID(storedValue: link.skyrosStorage.values[route.other]).map {
+                ObjectID(entityName: destination, uuid: $0)
+            }
         }
         let objects = loadedObjects(ids)
         guard route.isOrdered else { return objects.sorted { $0.objectID.uuid < $1.objectID.uuid } }
@@ -92,7 +96,8 @@ extension ObjectContext {
         appendsToOrder = true
         if route.isOrdered {
             var seen = Set<UUID>()
-            try placeLinks(storage, route, targets.filter { seen.insert($0.objectID.uuid).inserted }, unplaced: unplaced)
+            try placeLinks(
+                storage, route, targets.filter { seen.insert($0.objectID.uuid).inserted }, unplaced: unplaced)
         }
     }
 
@@ -101,7 +106,8 @@ extension ObjectContext {
     /// object last in the ordered side's list.
     @discardableResult
     func addLink(_ storage: ObjectStorage, _ route: Schema.LinkRoute, to target: ObjectStorage) -> ObjectID? {
-        let (source, destination) = route.own == 0
+        let (source, destination) =
+            route.own == 0
             ? (storage.objectID.uuid, target.objectID.uuid) : (target.objectID.uuid, storage.objectID.uuid)
         let id = Schema.linkID(route.entity, source: source, target: destination)
         let side = schema.positionSides[route.entity.name]
@@ -110,7 +116,8 @@ extension ObjectContext {
         func appended() -> StoredValue? {
             guard let side, appendsToOrder else { return nil }
             return side == route.own
-                ? .integer(appendPosition(route, owner: storage)) : .integer(appendPosition(route.reversed, owner: target))
+                ? .integer(appendPosition(route, owner: storage))
+                : .integer(appendPosition(route.reversed, owner: target))
         }
         if let removed = deleted[id] {
             // Removed here before this save: the removal is withdrawn.
@@ -150,7 +157,9 @@ extension ObjectContext {
     {
         guard property.deleteRule != .deny else { return [] }
         var cascade: [any ManagedObject] = []
-        if property.deleteRule == .cascade, let related = try? linkedObjects(of: storage, route, destination: property.destinationName!) {
+        if property.deleteRule == .cascade,
+            let related = try? linkedObjects(of: storage, route, destination: property.destinationName!)
+        {
             cascade = related
         }
         for link in (try? linkObjects(of: storage, route)) ?? [] { delete(link) }

@@ -58,7 +58,8 @@ extension ObjectContext {
         let inserted = changes[position].inserted
         for index in inserted.indices where registered(inserted[index].id) == nil {
             if observed {
-                _ = try? materialize(inserted[index].id, values: inserted[index].values, version: inserted[index].version)
+                _ = try? materialize(
+                    inserted[index].id, values: inserted[index].values, version: inserted[index].version)
             } else {
                 mergedRows.insert(inserted[index].id, values: inserted[index].values, version: inserted[index].version)
             }
@@ -314,9 +315,11 @@ extension ObjectContext {
             if let row = deletedRows[id], let storage = lookup(id)?.skyrosStorage, storage.isFault {
                 storage.fill(row.values, version: row.version)
             }
-            let object = try lookup(id) ?? makeObject(
-                id, of: try schema.requireEntity(id.entityName), values: deletedRows[id]?.values,
-                version: deletedRows[id]?.version ?? 0)
+            let object =
+                try lookup(id)
+                ?? makeObject(
+                    id, of: try schema.requireEntity(id.entityName), values: deletedRows[id]?.values,
+                    version: deletedRows[id]?.version ?? 0)
             if object.skyrosStorage.isDeleted { continue }
             markDeleted(object)
             object.skyrosStorage.changesValidated = true  // by the child

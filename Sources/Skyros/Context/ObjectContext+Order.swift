@@ -43,7 +43,7 @@ extension ObjectContext {
         let keyed = members.map { member in (member, rows[member.objectID.uuid].map(Self.position)) }
         return keyed.sorted { a, b in
             switch (a.1, b.1) {
-            case let (x?, y?) where x != y: return x < y
+            case (let x?, let y?) where x != y: return x < y
             case (.some, nil): return true
             case (nil, .some): return false
             default: return a.0.objectID.uuid < b.0.objectID.uuid
@@ -81,7 +81,9 @@ extension ObjectContext {
     /// Places the objects of an ordered many-to-many in the order of `list` (each linked):
     /// the positions of the links off the longest run already in order are written, and those
     /// of `unplaced` links (just added, or whose removal was withdrawn here) in any case.
-    func placeLinks(_ storage: ObjectStorage, _ route: Schema.LinkRoute, _ list: [ObjectStorage], unplaced: Set<ObjectID>) throws {
+    func placeLinks(
+        _ storage: ObjectStorage, _ route: Schema.LinkRoute, _ list: [ObjectStorage], unplaced: Set<ObjectID>
+    ) throws {
         guard !list.isEmpty else { return }
         let rows = try positions(of: storage, route)
         place(list, in: storage, route, rows: rows, unplaced: unplaced) { index, position in
@@ -230,10 +232,11 @@ extension ObjectContext {
             } catch {
                 // The parent cannot answer (a daemon away): the row stays; reported, not thrown
                 // (a to-one's setter cannot throw).
-                report(SkyrosError(
-                    SkyrosError.wrap(error).code,
-                    "could not read the position of \(object.objectID) in \(route.entity.name): \(SkyrosError.wrap(error).message)",
-                    underlying: error))
+                report(
+                    SkyrosError(
+                        SkyrosError.wrap(error).code,
+                        "could not read the position of \(object.objectID) in \(route.entity.name): \(SkyrosError.wrap(error).message)",
+                        underlying: error))
                 snapshot = nil
             }
             guard let snapshot else {

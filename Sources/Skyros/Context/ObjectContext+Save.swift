@@ -97,7 +97,8 @@ extension ObjectContext {
         changes.inserted.reserveCapacity(inserted.count + insertedRows.count)
         // Rows passing through, then objects inserted here, each in order; no lookups.
         insertedRows.forEach { id, values in changes.inserted.append(Snapshot(id: id, values: values)) }
-        inserted.forEach { id, object in changes.inserted.append(Snapshot(id: id, values: object.skyrosStorage.values)) }
+        inserted.forEach { id, object in changes.inserted.append(Snapshot(id: id, values: object.skyrosStorage.values))
+        }
         for (id, object) in updated {
             let storage = object.skyrosStorage
             var values: [Int: StoredValue] = [:]
@@ -219,7 +220,9 @@ extension ObjectContext {
         for snapshot in changes.inserted {
             if entity?.name != snapshot.id.entityName { entity = schema.entity(named: snapshot.id.entityName) }
             guard let entity else { continue }
-            for property in entity.uniqueProperties { consider(snapshot.id, property.index, snapshot.values[property.index]) }
+            for property in entity.uniqueProperties {
+                consider(snapshot.id, property.index, snapshot.values[property.index])
+            }
         }
         for update in changes.updated {
             guard let entity = schema.entity(named: update.id.entityName) else { continue }
@@ -269,13 +272,16 @@ extension ObjectContext {
         }
         if let parent = parentContext {
             let known = Set(try pendingStorages(of: request.entityName).map(\.objectID))
-            rows += try parent.performAndWait { try parent.pendingSnapshots(request, property: index) }.filter { !known.contains($0.id) }
+            rows += try parent.performAndWait { try parent.pendingSnapshots(request, property: index) }.filter {
+                !known.contains($0.id)
+            }
         }
         return rows
     }
 
     private func duplicate(
-        _ entity: EntityDescription, _ property: PropertyDescription, _ value: StoredValue, _ id: ObjectID, _ other: ObjectID
+        _ entity: EntityDescription, _ property: PropertyDescription, _ value: StoredValue, _ id: ObjectID,
+        _ other: ObjectID
     ) -> SkyrosError {
         SkyrosError(
             .uniqueConstraintViolation,

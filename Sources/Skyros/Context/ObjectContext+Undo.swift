@@ -41,9 +41,10 @@ extension ObjectContext {
             guard storage.context === self else { return }
         }
         if registry[storage.objectID] == nil && !storage.isInserted { register(object) }
-        undo.record(.value(
-            object, index: index, value: storage.values[index], error: storage.valueErrors[index],
-            changed: storage.changed.contains(index), expected: newValue, generation: saveGeneration))
+        undo.record(
+            .value(
+                object, index: index, value: storage.values[index], error: storage.valueErrors[index],
+                changed: storage.changed.contains(index), expected: newValue, generation: saveGeneration))
     }
 
     /// Before an object goes from `state` to `next` (inserted, deleted, restored): records the way back.
@@ -75,7 +76,9 @@ extension ObjectContext {
     func performUndo(_ action: UndoAction) {
         switch action {
         case .value(let object, let index, let value, let error, let changed, let expected, let generation):
-            undoValue(object, index: index, value: value, error: error, changed: changed, expected: expected, generation: generation)
+            undoValue(
+                object, index: index, value: value, error: error, changed: changed, expected: expected,
+                generation: generation)
         case .membership(let object, let state, let expected, let generation):
             undoMembership(object, to: state, expected: expected, generation: generation)
         }
@@ -94,9 +97,10 @@ extension ObjectContext {
         guard storage.context === self, !storage.isDeleted, index < storage.values.count,
             StoredValue.isIdentical(storage.values[index], expected)
         else { return }
-        recorder?.record(.value(
-            current, index: index, value: storage.values[index], error: storage.valueErrors[index],
-            changed: storage.changed.contains(index), expected: value, generation: saveGeneration))
+        recorder?.record(
+            .value(
+                current, index: index, value: storage.values[index], error: storage.valueErrors[index],
+                changed: storage.changed.contains(index), expected: value, generation: saveGeneration))
         storage.values[index] = value
         if error != nil || !storage.valueErrors.isEmpty { storage.valueErrors[index] = error }
         if changed || generation != saveGeneration || storage.isInserted {
@@ -148,7 +152,9 @@ extension ObjectContext {
         adjustPending(storage.entity, -1)
     }
 
-    private func undoMembership(_ object: any ManagedObject, to state: Membership, expected: Membership, generation: UInt64) {
+    private func undoMembership(
+        _ object: any ManagedObject, to state: Membership, expected: Membership, generation: UInt64
+    ) {
         let storage = object.skyrosStorage
         let id = storage.objectID
         if let registered = registry[id]?.object, registered !== object { return }  // another instance took its place

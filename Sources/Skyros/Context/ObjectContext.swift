@@ -43,11 +43,12 @@ public final class ObjectContext: ObjectStore, @unchecked Sendable, CustomString
             }
         }
         set {
-            let number = switch newValue {
-            case .saverWins: 0
-            case .storeWins: 1
-            case .error: 2
-            }
+            let number =
+                switch newValue {
+                case .saverWins: 0
+                case .storeWins: 1
+                case .error: 2
+                }
             mergePolicyNumber.store(number, ordering: .relaxed)
         }
     }
@@ -324,8 +325,10 @@ public final class ObjectContext: ObjectStore, @unchecked Sendable, CustomString
         // An object of a hierarchy whose row could not be read has no class known for sure:
         // it is not registered (an object of the wrong class would stay for every later fetch).
         if entity.hierarchy != nil, object.skyrosStorage.isFault {
-            makeInaccessible(object.skyrosStorage, SkyrosError(
-                .objectNotFound, "\(id) could not be read (deleted, or the store is away) in context '\(name)'"))
+            makeInaccessible(
+                object.skyrosStorage,
+                SkyrosError(
+                    .objectNotFound, "\(id) could not be read (deleted, or the store is away) in context '\(name)'"))
             return object
         }
         register(object)
@@ -381,9 +384,12 @@ public final class ObjectContext: ObjectStore, @unchecked Sendable, CustomString
             guard let snapshot = try parent.snapshots(for: [storage.objectID]).first else {
                 // A child's update of it passing through here goes with it.
                 if storage.carriesChildChanges { dropUpdate(of: storage) }
-                makeInaccessible(storage, SkyrosError(
-                    .objectNotFound,
-                    "\(storage.objectID) was deleted (by another context or process) before this fault in context '\(name)' was read"))
+                makeInaccessible(
+                    storage,
+                    SkyrosError(
+                        .objectNotFound,
+                        "\(storage.objectID) was deleted (by another context or process) before this fault in context '\(name)' was read"
+                    ))
                 return
             }
             storage.fill(snapshot.values, version: snapshot.version)
@@ -579,7 +585,8 @@ public final class ObjectContext: ObjectStore, @unchecked Sendable, CustomString
     /// observers (who are told what the deleted object was).
     public func delete(_ object: any ManagedObject) {
         let storage = object.skyrosStorage
-        precondition(storage.context === self, "Skyros: deleting \(storage.objectID) in a context it does not belong to")
+        precondition(
+            storage.context === self, "Skyros: deleting \(storage.objectID) in a context it does not belong to")
         guard !storage.isDeleted else { return }
         storage.changesValidated = false
         if storage.isFault && (!storage.entity.relationships.isEmpty || reference.isObserved) { fulfill(storage) }
@@ -597,7 +604,9 @@ public final class ObjectContext: ObjectStore, @unchecked Sendable, CustomString
                     // pending must not be saved pointing to an object that is gone).
                     for row in (try? linkObjects(of: storage, route)) ?? [] { delete(row) }
                 }
-                guard let inverse, let related = try? relatedObjects(of: storage, index: property.index) else { continue }
+                guard let inverse, let related = try? relatedObjects(of: storage, index: property.index) else {
+                    continue
+                }
                 switch property.deleteRule {
                 case .cascade: toCascade += related
                 case .nullify:
@@ -605,7 +614,8 @@ public final class ObjectContext: ObjectStore, @unchecked Sendable, CustomString
                 case .deny: break
                 }
             case .toOne:
-                if !schema.orderedInverses.isEmpty, let ordered = schema.orderedInverses[storage.entity.name]?[property.index],
+                if !schema.orderedInverses.isEmpty,
+                    let ordered = schema.orderedInverses[storage.entity.name]?[property.index],
                     let owner = UUID(storedValue: storage.values[property.index]),
                     let row = lookup(Schema.linkID(ordered.route.entity, source: owner, target: storage.objectID.uuid))
                 {
@@ -636,7 +646,8 @@ public final class ObjectContext: ObjectStore, @unchecked Sendable, CustomString
             }
             if let target {
                 if target.isFault { fulfill(target) }
-                if let previousUUID = UUID(storedValue: target.values[inverse.index]), previousUUID != storage.objectID.uuid,
+                if let previousUUID = UUID(storedValue: target.values[inverse.index]),
+                    previousUUID != storage.objectID.uuid,
                     let previous = registeredOrFault(ObjectID(entityName: storage.entity.name, uuid: previousUUID))
                 {
                     previous.skyrosStorage.setStored(.null, at: index)
@@ -655,7 +666,8 @@ public final class ObjectContext: ObjectStore, @unchecked Sendable, CustomString
                 if let old { removePosition(ordered.route, owner: old, of: storage) }
                 if let target, appendsToOrder {
                     let owner = ObjectID(entityName: ordered.owner.name, uuid: target.objectID.uuid)
-                    setPosition(ordered.route, owner: owner, of: storage, to: appendPosition(ordered.route, owner: target))
+                    setPosition(
+                        ordered.route, owner: owner, of: storage, to: appendPosition(ordered.route, owner: target))
                 }
             }
         }
@@ -665,7 +677,9 @@ public final class ObjectContext: ObjectStore, @unchecked Sendable, CustomString
     /// Sets a to-many by setting the inverse to-one of the objects added and removed.
     func setToMany(_ storage: ObjectStorage, index: Int, to targets: [ObjectStorage]) throws {
         let property = storage.entity.properties[index]
-        if let route = schema.linkRoute(of: property, in: storage.entity) { return try setLinks(storage, route, to: targets) }
+        if let route = schema.linkRoute(of: property, in: storage.entity) {
+            return try setLinks(storage, route, to: targets)
+        }
         guard let inverse = schema.inverse(of: property, in: storage.entity) else { return }
         if let route = schema.orderRoute(of: property, in: storage.entity) {
             return try setOrdered(storage, property, inverse, route, to: targets)
@@ -742,7 +756,9 @@ public final class ObjectContext: ObjectStore, @unchecked Sendable, CustomString
         hasPendingFaults = false
         if !deleted.isEmpty { deleted = [:] }
         // Its storage kept while small: most saves count one or two entities again.
-        if !pendingCountByEntity.isEmpty { pendingCountByEntity.removeAll(keepingCapacity: pendingCountByEntity.capacity <= 16) }
+        if !pendingCountByEntity.isEmpty {
+            pendingCountByEntity.removeAll(keepingCapacity: pendingCountByEntity.capacity <= 16)
+        }
         pendingLinkIndex = nil
         if !orderTails.isEmpty { orderTails = [:] }
     }

@@ -164,7 +164,8 @@ public struct ChangeSet: Sendable, Codable, Hashable {
 
     /// A change set of these insertions, updates and deletions, saved under `mergePolicy`.
     public init(
-        inserted: [Snapshot] = [], updated: [Update] = [], deleted: [ObjectID] = [], mergePolicy: MergePolicy = .saverWins
+        inserted: [Snapshot] = [], updated: [Update] = [], deleted: [ObjectID] = [],
+        mergePolicy: MergePolicy = .saverWins
     ) {
         self.inserted = inserted
         self.updated = updated

@@ -115,10 +115,11 @@ package final class OwnWrites: Sendable {
     package func shielded(_ id: ObjectID, at sequence: UInt64) -> Set<Int> {
         state.withLock { state in
             guard let marks = state.marks[id] else { return [] }
-            return Set(marks.compactMap { index, mark in
-                guard let saved = mark.sequence else { return index }
-                return saved > sequence ? index : nil
-            })
+            return Set(
+                marks.compactMap { index, mark in
+                    guard let saved = mark.sequence else { return index }
+                    return saved > sequence ? index : nil
+                })
         }
     }
 

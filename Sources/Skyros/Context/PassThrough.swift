@@ -51,7 +51,9 @@ extension ObjectContext {
             }
             // A required to-one changed: the save's validation takes its target (registering
             // an object inserted by the same write, which merges then keep current): applied.
-            for property in entity?.requiredToOneProperties ?? [] where update.changes[property.index] != nil { return false }
+            for property in entity?.requiredToOneProperties ?? [] where update.changes[property.index] != nil {
+                return false
+            }
         }
         return true
     }

@@ -196,7 +196,8 @@ struct Registry {
     /// Instances of `storageFirstIn` (a class ``ObjectReuse/holdsOnlyStorage(_:)`` accepted)
     /// have their storage read where it is, with no call through the protocol.
     private static func keepUsed(
-        _ entries: inout [ObjectContext.Entry], from start: Int, to end: Int? = nil, storageFirstIn objectClass: UnsafeRawPointer? = nil
+        _ entries: inout [ObjectContext.Entry], from start: Int, to end: Int? = nil,
+        storageFirstIn objectClass: UnsafeRawPointer? = nil
     ) -> Int {
         entries.withUnsafeMutableBufferPointer { buffer in
             var kept = start
@@ -205,7 +206,8 @@ struct Registry {
                     let object = UnsafeRawPointer(Unmanaged.passUnretained(buffer[position].owner).toOpaque())
                     let hasChanges =
                         objectClass != nil && ObjectReuse.objectClass(ofInstance: object) == objectClass
-                        ? ObjectReuse.withStorage(ofInstance: object) { $0.hasChanges } : buffer[position].object.skyrosStorage.hasChanges
+                        ? ObjectReuse.withStorage(ofInstance: object) { $0.hasChanges }
+                        : buffer[position].object.skyrosStorage.hasChanges
                     if !hasChanges { continue }
                 }
                 if kept != position { buffer.swapAt(kept, position) }

@@ -116,7 +116,11 @@ public final class UndoManager: @unchecked Sendable {
     /// Names the step being recorded (an application's "Undo Add Todo").
     public func setActionName(_ name: String) {
         lock.withLock {
-            if open != nil { open!.name = name } else if !undoStack.isEmpty { undoStack[undoStack.count - 1].name = name }
+            if open != nil {
+                open!.name = name
+            } else if !undoStack.isEmpty {
+                undoStack[undoStack.count - 1].name = name
+            }
         }
     }
 

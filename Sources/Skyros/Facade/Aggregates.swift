@@ -14,7 +14,8 @@ extension SQLiteStore {
         var unsorted = request
         unsorted.sortKeys = []
         let quoted = "t0.\(SQLBuilder.quote(column))"
-        let integerColumn = schema.entity(named: request.entityName)?.property(named: column)?.codec.storageType == .integer
+        let integerColumn =
+            schema.entity(named: request.entityName)?.property(named: column)?.codec.storageType == .integer
         let expression: String
         switch function {
         // An integer column's sum is exact (SUM); it falls back to TOTAL, a real, when it overflows.
@@ -48,7 +49,8 @@ extension SQLiteStore {
         unsorted.sortKeys = []
         var builder = SQLBuilder(schema: schema)
         let quoted = "t0.\(SQLBuilder.quote(column))"
-        let sql = try builder.select("\(quoted), COUNT(*)", for: unsorted, sorted: false, sliced: false)
+        let sql =
+            try builder.select("\(quoted), COUNT(*)", for: unsorted, sorted: false, sliced: false)
             + " GROUP BY \(quoted)"
         return try read { db in
             var result: [(StoredValue, Int)] = []
@@ -61,7 +63,9 @@ extension SQLiteStore {
 
     /// The values of a column over the rows a request selects, each once, in the store's order.
     func distinctValues(column: String, request: StoreRequest) throws -> [StoredValue] {
-        try groupCounts(column: column, request: request).map(\.0).sorted { StoredValue.compare($0, $1) == .orderedAscending }
+        try groupCounts(column: column, request: request).map(\.0).sorted {
+            StoredValue.compare($0, $1) == .orderedAscending
+        }
     }
 
     /// The values of a column over the rows a request selects (for what SQL cannot add up: decimals).
@@ -120,7 +124,8 @@ extension ManagedObject {
         let entityDescription = schema.entity(for: Self.self) ?? Self.entityDescription
         guard let property = entityDescription.property(for: keyPath), property.kind == .attribute else {
             throw SkyrosError(
-                .unsupportedPredicate, "\(function) needs a stored attribute of \(entityDescription.name), not \(keyPath)")
+                .unsupportedPredicate,
+                "\(function) needs a stored attribute of \(entityDescription.name), not \(keyPath)")
         }
         return property
     }
@@ -137,7 +142,9 @@ extension ManagedObject {
         let request = try aggregateRequest(predicate, context)
         let isDecimal = SQLiteStore.isDecimal(property)
         do {
-            if let store = context.aggregatingStore(for: request.entityName), !(isDecimal && (function == .sum || function == .average)) {
+            if let store = context.aggregatingStore(for: request.entityName),
+                !(isDecimal && (function == .sum || function == .average))
+            {
                 return try store.aggregate(function, column: property.name, request: request)
             }
             let values = try context.attributeValues(request, index: property.index).filter { !$0.isNull }
@@ -150,8 +157,10 @@ extension ManagedObject {
     static func fold(_ function: AggregateFunction, _ values: [StoredValue], isDecimal: Bool) throws -> StoredValue {
         guard let first = values.first else { return .null }
         switch function {
-        case .min: return values.dropFirst().reduce(first) { StoredValue.compare($1, $0) == .orderedAscending ? $1 : $0 }
-        case .max: return values.dropFirst().reduce(first) { StoredValue.compare($1, $0) == .orderedDescending ? $1 : $0 }
+        case .min:
+            return values.dropFirst().reduce(first) { StoredValue.compare($1, $0) == .orderedAscending ? $1 : $0 }
+        case .max:
+            return values.dropFirst().reduce(first) { StoredValue.compare($1, $0) == .orderedDescending ? $1 : $0 }
         case .sum, .average:
             if isDecimal {
                 let decimals = values.compactMap { Decimal(storedValue: $0) }
@@ -175,7 +184,8 @@ extension ManagedObject {
     static func decode<V: AttributeValue>(_ value: StoredValue, as type: V.Type, _ function: String) throws -> V? {
         if value.isNull { return nil }
         guard let decoded = V(storedValue: value) else {
-            throw SkyrosError(.valueNotStorable, "\(function) of \(entityDescription.name) gave \(value), which is not a \(V.self)")
+            throw SkyrosError(
+                .valueNotStorable, "\(function) of \(entityDescription.name) gave \(value), which is not a \(V.self)")
         }
         return decoded
     }
@@ -284,7 +294,9 @@ extension ManagedObject {
             .compactMap { try decode($0, as: V.self, "distinct") }
     }
 
-    static func groups(_ keyPath: AnyKeyPath, _ predicate: Predicate<Self>?, _ context: ObjectContext) throws -> [(StoredValue, Int)] {
+    static func groups(_ keyPath: AnyKeyPath, _ predicate: Predicate<Self>?, _ context: ObjectContext) throws -> [(
+        StoredValue, Int
+    )] {
         let property = try aggregated(keyPath, "count(groupedBy:)", in: context.schema)
         let request = try aggregateRequest(predicate, context)
         do {

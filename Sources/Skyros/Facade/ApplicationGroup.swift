@@ -45,9 +45,11 @@ extension Skyros {
             data = URL(fileURLWithPath: xdg, isDirectory: true)
         } else {
             let home = environment["HOME"].flatMap { $0.isEmpty ? nil : $0 } ?? NSHomeDirectory()
-            data = URL(fileURLWithPath: home, isDirectory: true).appendingPathComponent(".local/share", isDirectory: true)
+            data = URL(fileURLWithPath: home, isDirectory: true).appendingPathComponent(
+                ".local/share", isDirectory: true)
         }
-        return data.appendingPathComponent("skyros", isDirectory: true).appendingPathComponent(identifier, isDirectory: true)
+        return data.appendingPathComponent("skyros", isDirectory: true).appendingPathComponent(
+            identifier, isDirectory: true)
     }
 
     /// Checks an application group identifier: reverse-DNS-like names only.

@@ -74,7 +74,8 @@ extension Skyros {
         guard let property = entity.property(for: attribute), property.kind == .attribute, property.isUnique else {
             throw SkyrosError(
                 .unsupportedPredicate,
-                "an upserting import is keyed by a unique attribute of \(entity.name) (@Attribute(.unique)), not \(attribute)")
+                "an upserting import is keyed by a unique attribute of \(entity.name) (@Attribute(.unique)), not \(attribute)"
+            )
         }
         return try await importChunks(records, chunkSize: chunkSize, progress: progress) { chunk, context, marks in
             var objects = try Self.existingObjects(
@@ -157,7 +158,8 @@ extension Skyros {
                 try body(records[index])
             } catch {
                 let wrapped = SkyrosError.wrap(error)
-                throw SkyrosError(wrapped.code, "record \(position) of the import: \(wrapped.message)", underlying: error)
+                throw SkyrosError(
+                    wrapped.code, "record \(position) of the import: \(wrapped.message)", underlying: error)
             }
             marks.append(context.inserted.mark)
             records.formIndex(after: &index)
@@ -168,7 +170,9 @@ extension Skyros {
     /// the last record whose new object the message names (of two objects that both hold a
     /// unique value, the later one is the duplicate), or whose object holds a value that
     /// cannot be stored. The error as it is when no record's object is concerned.
-    private static func naming(_ error: any Error, positions: Range<Int>, marks: [Int], context: ObjectContext) -> SkyrosError {
+    private static func naming(_ error: any Error, positions: Range<Int>, marks: [Int], context: ObjectContext)
+        -> SkyrosError
+    {
         let failure = SkyrosError.wrap(error)
         for record in stride(from: marks.count - 2, through: 0, by: -1) {
             let objects = context.inserted.values(since: marks[record], upTo: marks[record + 1])

@@ -17,15 +17,18 @@ public struct BatchAssignment<T: ManagedObject>: Sendable {
         guard let property = entity.property(for: keyPath), property.kind == .attribute else {
             return BatchAssignment(
                 property: "\(keyPath)",
-                value: .failure(SkyrosError(
-                    .unsupportedPredicate, "a batch update sets stored attributes of \(entity.name), not \(keyPath)")))
+                value: .failure(
+                    SkyrosError(
+                        .unsupportedPredicate, "a batch update sets stored attributes of \(entity.name), not \(keyPath)"
+                    )))
         }
         do {
             return BatchAssignment(property: property.name, value: .success(try property.codec.encodeAny(value)))
         } catch {
             return BatchAssignment(
                 property: property.name,
-                value: .failure(SkyrosError(.valueNotStorable, "\(entity.name).\(property.name) cannot store \(value): \(error)")))
+                value: .failure(
+                    SkyrosError(.valueNotStorable, "\(entity.name).\(property.name) cannot store \(value): \(error)")))
         }
     }
 }
@@ -113,13 +116,16 @@ extension SQLiteStore.Transaction {
             }
             for (index, value) in values.sorted(by: { $0.key < $1.key }) {
                 guard index >= 0, index < entity.properties.count, entity.properties[index].kind == .attribute else {
-                    throw SkyrosError(.typeMismatch, "\(entity.name) has no attribute at index \(index): a batch update sets attributes")
+                    throw SkyrosError(
+                        .typeMismatch,
+                        "\(entity.name) has no attribute at index \(index): a batch update sets attributes")
                 }
                 let property = entity.properties[index]
                 guard let stored = SQLiteStore.conformed(value, property) else {
                     throw SkyrosError(
                         .typeMismatch,
-                        "\(entity.name).\(property.name) \(SQLiteStore.mismatch(value, property)); a batch update gives it \(value.typeDescription)")
+                        "\(entity.name).\(property.name) \(SQLiteStore.mismatch(value, property)); a batch update gives it \(value.typeDescription)"
+                    )
                 }
                 assignments.append((property, stored))
             }
@@ -136,7 +142,9 @@ extension SQLiteStore.Transaction {
             var builder = SQLBuilder(schema: schema)
             let select = try builder.select("t0.\"_id\"", for: limited, sorted: false, sliced: true)
             var ids = Set<ObjectID>()
-            try SQLiteStore.query(db, select, builder.arguments) { ids.insert(ObjectID(entityName: entity.name, uuid: SQLiteStore.uuid($0, 0))) }
+            try SQLiteStore.query(db, select, builder.arguments) {
+                ids.insert(ObjectID(entityName: entity.name, uuid: SQLiteStore.uuid($0, 0)))
+            }
             bounded = ids.count > limit
             held = bounded ? [] : ids
         }
@@ -162,7 +170,9 @@ extension SQLiteStore.Transaction {
     ///
     /// `held`: the objects of the entity that contexts hold, when only those need to be
     /// named in the outcome (nil: every deleted object is named, for observers).
-    private func batchDelete(_ request: StoreRequest, _ entity: EntityDescription, held: Set<ObjectID>?) throws -> BatchOutcome {
+    private func batchDelete(_ request: StoreRequest, _ entity: EntityDescription, held: Set<ObjectID>?) throws
+        -> BatchOutcome
+    {
         let schema = store.schema
         let pointedAt = schema.entities.contains { other in
             other.properties.contains { $0.kind == .toOne && $0.destinationName == entity.name }
@@ -202,17 +212,22 @@ extension SQLiteStore.Transaction {
             var next: [ObjectID] = []
             for (entityName, ids) in Dictionary(grouping: frontier, by: \.entityName) {
                 let source = try schema.requireEntity(entityName)
-                for chunk in stride(from: 0, to: ids.count, by: 500).map({ Array(ids[$0..<min($0 + 500, ids.count)]) }) {
+                for chunk in stride(from: 0, to: ids.count, by: 500).map({ Array(ids[$0..<min($0 + 500, ids.count)]) })
+                {
                     let list = chunk.map(\.uuid.storedValue)
                     let marks = Array(repeating: "?", count: list.count).joined(separator: ", ")
                     // Objects of other entities pointing here: their foreign key's action.
                     for other in schema.entities {
-                        for property in other.properties where property.kind == .toOne && property.destinationName == entityName {
+                        for property in other.properties
+                        where property.kind == .toOne && property.destinationName == entityName {
                             let rows = try SQLiteStore.rows(
-                                db, "SELECT \"_id\" FROM \(SQLBuilder.quote(other.name)) WHERE \(SQLBuilder.quote(property.name)) IN (\(marks))",
+                                db,
+                                "SELECT \"_id\" FROM \(SQLBuilder.quote(other.name)) WHERE \(SQLBuilder.quote(property.name)) IN (\(marks))",
                                 list)
-                            let pointing = rows.compactMap { UUID(storedValue: $0[0]).map { ObjectID(entityName: other.name, uuid: $0) } }
-                                .filter { !doomed.contains($0) }
+                            let pointing = rows.compactMap {
+                                UUID(storedValue: $0[0]).map { ObjectID(entityName: other.name, uuid: $0) }
+                            }
+                            .filter { !doomed.contains($0) }
                             guard !pointing.isEmpty else { continue }
                             if schema.isOrderEntity(other.name) {
                                 // Positions in an ordered to-many: they go with either object (the
@@ -223,18 +238,24 @@ extension SQLiteStore.Transaction {
                             if schema.isLinkEntity(other.name) {
                                 // Links of a many-to-many: they go, and the relationship's own rule applies.
                                 let own = property.index
-                                let end = schema.linkEnds[other.name]?.first { $0.entity == entityName && $0.own == own }
+                                let end = schema.linkEnds[other.name]?.first {
+                                    $0.entity == entityName && $0.own == own
+                                }
                                 let relationship = end.flatMap { source.property(named: $0.property) }
                                 if relationship?.deleteRule == .deny {
                                     throw SkyrosError(
                                         .deleteDenied,
-                                        "the batch delete of \(entity.name) is refused: \(entityName).\(relationship!.name) still has objects (delete rule .deny); nothing was deleted")
+                                        "the batch delete of \(entity.name) is refused: \(entityName).\(relationship!.name) still has objects (delete rule .deny); nothing was deleted"
+                                    )
                                 }
                                 for id in pointing where doomed.insert(id).inserted { next.append(id) }
-                                if relationship?.deleteRule == .cascade, let destination = relationship?.destinationName {
+                                if relationship?.deleteRule == .cascade, let destination = relationship?.destinationName
+                                {
                                     let target = SQLBuilder.quote(other.properties[1 - own].name)
                                     let ends = try SQLiteStore.rows(
-                                        db, "SELECT \(target) FROM \(SQLBuilder.quote(other.name)) WHERE \(SQLBuilder.quote(property.name)) IN (\(marks))", list)
+                                        db,
+                                        "SELECT \(target) FROM \(SQLBuilder.quote(other.name)) WHERE \(SQLBuilder.quote(property.name)) IN (\(marks))",
+                                        list)
                                     for row in ends {
                                         guard let uuid = UUID(storedValue: row[0]) else { continue }
                                         let id = ObjectID(entityName: destination, uuid: uuid)
@@ -252,17 +273,21 @@ extension SQLiteStore.Transaction {
                             case "SET NULL":
                                 for id in pointing { nullified[id, default: []].append(property.name) }
                             default:
-                                let rule = schema.inverse(of: property, in: other).map { "\(entityName).\($0.name)" } ?? entityName
+                                let rule =
+                                    schema.inverse(of: property, in: other).map { "\(entityName).\($0.name)" }
+                                    ?? entityName
                                 throw SkyrosError(
                                     .deleteDenied,
-                                    "the batch delete of \(entity.name) is refused: \(rule) still has \(pointing[0]) (delete rule .deny); nothing was deleted")
+                                    "the batch delete of \(entity.name) is refused: \(rule) still has \(pointing[0]) (delete rule .deny); nothing was deleted"
+                                )
                             }
                         }
                     }
                     // A cascading to-one of the deleted objects: its destination goes too.
                     for property in source.properties where property.kind == .toOne && property.deleteRule == .cascade {
                         let rows = try SQLiteStore.rows(
-                            db, "SELECT \(SQLBuilder.quote(property.name)) FROM \(SQLBuilder.quote(entityName)) WHERE \"_id\" IN (\(marks))",
+                            db,
+                            "SELECT \(SQLBuilder.quote(property.name)) FROM \(SQLBuilder.quote(entityName)) WHERE \"_id\" IN (\(marks))",
                             list)
                         for row in rows {
                             guard let uuid = UUID(storedValue: row[0]) else { continue }
@@ -281,7 +306,8 @@ extension SQLiteStore.Transaction {
             for start in stride(from: 0, to: ids.count, by: 500) {
                 let chunk = ids[start..<min(start + 500, ids.count)].map(\.uuid.storedValue)
                 let marks = Array(repeating: "?", count: chunk.count).joined(separator: ", ")
-                _ = try SQLiteStore.rows(db, "DELETE FROM \(SQLBuilder.quote(entityName)) WHERE \"_id\" IN (\(marks))", chunk)
+                _ = try SQLiteStore.rows(
+                    db, "DELETE FROM \(SQLBuilder.quote(entityName)) WHERE \"_id\" IN (\(marks))", chunk)
             }
         }
         outcome.deleted = Array(doomed)
@@ -294,7 +320,9 @@ extension SQLiteStore.Transaction {
                 let chunk = ids[start..<min(start + 500, ids.count)].map(\.uuid.storedValue)
                 let marks = Array(repeating: "?", count: chunk.count).joined(separator: ", ")
                 _ = try SQLiteStore.rows(
-                    db, "UPDATE \(SQLBuilder.quote(entityName)) SET \"_version\" = \"_version\" + 1 WHERE \"_id\" IN (\(marks))", chunk)
+                    db,
+                    "UPDATE \(SQLBuilder.quote(entityName)) SET \"_version\" = \"_version\" + 1 WHERE \"_id\" IN (\(marks))",
+                    chunk)
             }
             for (id, version) in try SQLiteStore.versions(of: ids, other, db) {
                 let names = nullified[id] ?? []
@@ -318,7 +346,8 @@ extension SQLiteStore.Transaction {
         var builder = SQLBuilder(schema: schema)
         let condition = try builder.condition(for: request)
         let sets = assignments.map { "\(SQLBuilder.quote($0.0.name)) = ?" } + ["\"_version\" = \"_version\" + 1"]
-        let update = "UPDATE \(SQLBuilder.quote(entity.name)) AS t0 SET \(sets.joined(separator: ", "))"
+        let update =
+            "UPDATE \(SQLBuilder.quote(entity.name)) AS t0 SET \(sets.joined(separator: ", "))"
             + (condition.map { " WHERE \($0)" } ?? "")
         var outcome = BatchOutcome()
         let names = assignments.map(\.0.name)
@@ -356,22 +385,29 @@ extension SQLiteStore {
         for start in stride(from: 0, to: ids.count, by: 500) {
             let chunk = ids[start..<Swift.min(start + 500, ids.count)]
             var restricted = request
-            let inChunk = PredicateNode.isIn(.property(scope: 0, path: [PredicateNode.idProperty]), chunk.map(\.uuid.storedValue))
+            let inChunk = PredicateNode.isIn(
+                .property(scope: 0, path: [PredicateNode.idProperty]), chunk.map(\.uuid.storedValue))
             restricted.predicate = request.predicate.map { .and($0, inChunk) } ?? inChunk
             var builder = SQLBuilder(schema: schema)
             let sql = try builder.select("t0.\"_id\"", for: restricted, sorted: false, sliced: false)
-            try query(db, sql, builder.arguments) { result.append(ObjectID(entityName: entity.name, uuid: uuid($0, 0))) }
+            try query(db, sql, builder.arguments) {
+                result.append(ObjectID(entityName: entity.name, uuid: uuid($0, 0)))
+            }
         }
         return result
     }
 
     /// The stored versions of objects of one entity.
-    static func versions(of ids: [ObjectID], _ entity: EntityDescription, _ db: Database) throws -> [(ObjectID, Int64)] {
+    static func versions(of ids: [ObjectID], _ entity: EntityDescription, _ db: Database) throws -> [(ObjectID, Int64)]
+    {
         var result: [(ObjectID, Int64)] = []
         for start in stride(from: 0, to: ids.count, by: 500) {
             let chunk = ids[start..<Swift.min(start + 500, ids.count)].map(\.uuid.storedValue)
             let marks = Array(repeating: "?", count: chunk.count).joined(separator: ", ")
-            try query(db, "SELECT \"_id\", \"_version\" FROM \(SQLBuilder.quote(entity.name)) WHERE \"_id\" IN (\(marks))", chunk) {
+            try query(
+                db, "SELECT \"_id\", \"_version\" FROM \(SQLBuilder.quote(entity.name)) WHERE \"_id\" IN (\(marks))",
+                chunk
+            ) {
                 result.append((ObjectID(entityName: entity.name, uuid: uuid($0, 0)), sqlite3_column_int64($0, 1)))
             }
         }
@@ -399,7 +435,8 @@ extension Skyros {
     /// - Throws: ``SkyrosError/Code/unsupportedPredicate`` for a predicate that cannot be
     ///   translated; ``SkyrosError/Code/deleteDenied``.
     @discardableResult
-    public func batchDelete<T: ManagedObject>(_ type: T.Type, where predicate: Predicate<T>? = nil) async throws -> Int {
+    public func batchDelete<T: ManagedObject>(_ type: T.Type, where predicate: Predicate<T>? = nil) async throws -> Int
+    {
         let request = try FetchDescriptor<T>(predicate: predicate).storeRequest(schema: schema)
         return try await runBatch(.delete(request))
     }
@@ -480,8 +517,10 @@ extension Skyros {
                 merge([StoreChange(sequence: 0, author: "batch", isRefresh: true)], publishing: false)
             } else if !outcome.deleted.isEmpty || !outcome.updatedValues.isEmpty {
                 merge(
-                    [StoreChange(
-                        sequence: 0, author: "batch", updated: outcome.updatedValues, deleted: outcome.deleted)],
+                    [
+                        StoreChange(
+                            sequence: 0, author: "batch", updated: outcome.updatedValues, deleted: outcome.deleted)
+                    ],
                     publishing: false)
             }
             return outcome.count

@@ -113,7 +113,8 @@ extension Skyros {
     /// handlers, whatever its initialiser's `savesOnStop` says.
     @available(
         *, deprecated,
-        message: "pass savesOnStop: false to the stack's initialiser (and stop it with flush(timeout:) or a SkyrosService)"
+        message:
+            "pass savesOnStop: false to the stack's initialiser (and stop it with flush(timeout:) or a SkyrosService)"
     )
     public static var savesOnStop: Bool {
         get { SaveOnStop.isEnabled }

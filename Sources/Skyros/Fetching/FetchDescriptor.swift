@@ -40,9 +40,11 @@ public struct FetchDescriptor<T: ManagedObject> {
     /// The request a store receives.
     public func storeRequest(schema: Schema) throws -> StoreRequest {
         let (entity, member) = try schema.storage(of: T.self)
-        let node = Schema.restricting(try predicate.map { try PredicateTranslator.translate($0, schema: schema) }, to: member)
+        let node = Schema.restricting(
+            try predicate.map { try PredicateTranslator.translate($0, schema: schema) }, to: member)
         let keys = try sortBy.map { descriptor -> SortKey in
-            guard let keyPath = descriptor.keyPath, let property = entity.property(for: keyPath), property.hasColumn else {
+            guard let keyPath = descriptor.keyPath, let property = entity.property(for: keyPath), property.hasColumn
+            else {
                 throw SkyrosError(
                     .unsupportedPredicate,
                     "sort descriptor on \(descriptor.keyPath.map { "\($0)" } ?? "a comparator") is not an attribute or to-one of \(entity.name)"
@@ -50,8 +52,12 @@ public struct FetchDescriptor<T: ManagedObject> {
             }
             return SortKey(property: property.name, ascending: descriptor.order == .forward)
         }
-        if let fetchLimit, fetchLimit < 0 { throw SkyrosError(.unsupportedPredicate, "fetchLimit must not be negative") }
-        if let fetchOffset, fetchOffset < 0 { throw SkyrosError(.unsupportedPredicate, "fetchOffset must not be negative") }
+        if let fetchLimit, fetchLimit < 0 {
+            throw SkyrosError(.unsupportedPredicate, "fetchLimit must not be negative")
+        }
+        if let fetchOffset, fetchOffset < 0 {
+            throw SkyrosError(.unsupportedPredicate, "fetchOffset must not be negative")
+        }
         return StoreRequest(
             entityName: entity.name, predicate: node, sortKeys: keys, limit: fetchLimit, offset: fetchOffset ?? 0)
     }
@@ -112,12 +118,16 @@ public struct FetchResultsCollection<T: ManagedObject>: Sequence {
             do {
                 source = try context.batchSource(request)
             } catch {
-                context.report(SkyrosError(
-                    SkyrosError.wrap(error).code, "could not fetch \(T.self): \(SkyrosError.wrap(error).message)",
-                    underlying: error))
+                context.report(
+                    SkyrosError(
+                        SkyrosError.wrap(error).code, "could not fetch \(T.self): \(SkyrosError.wrap(error).message)",
+                        underlying: error))
             }
         }
-        return Iterator(BatchIteration(context: context, entity: context.schema.entity(for: T.self) ?? T.entityDescription, batchSize: batchSize, source: source))
+        return Iterator(
+            BatchIteration(
+                context: context, entity: context.schema.entity(for: T.self) ?? T.entityDescription,
+                batchSize: batchSize, source: source))
     }
 
     /// Iterates a batched fetch, one batch of objects held at a time.
@@ -209,9 +219,11 @@ final class BatchIteration {
             }
         } catch {
             self.source = nil
-            context.report(SkyrosError(
-                SkyrosError.wrap(error).code, "could not fetch a batch of \(entity.name): \(SkyrosError.wrap(error).message)",
-                underlying: error))
+            context.report(
+                SkyrosError(
+                    SkyrosError.wrap(error).code,
+                    "could not fetch a batch of \(entity.name): \(SkyrosError.wrap(error).message)",
+                    underlying: error))
         }
         guard batchCount > 0 else {
             self.source = nil
@@ -289,13 +301,16 @@ final class BatchIteration {
                 try context.parent.snapshots(for: missing).map { ($0.id, $0) }, uniquingKeysWith: { a, _ in a })
         } catch {
             // The batch stays faults: each one touched becomes inaccessible if the store is still away.
-            context.report(SkyrosError(
-                SkyrosError.wrap(error).code, "could not load a batch of \(entity.name): \(SkyrosError.wrap(error).message)",
-                underlying: error))
+            context.report(
+                SkyrosError(
+                    SkyrosError.wrap(error).code,
+                    "could not load a batch of \(entity.name): \(SkyrosError.wrap(error).message)",
+                    underlying: error))
         }
         madeIDs = missing  // registered through the index: released by identifier
         for id in batchIDs {
-            if let object = try? context.materialize(id, values: snapshots[id]?.values, version: snapshots[id]?.version ?? 0),
+            if let object = try? context.materialize(
+                id, values: snapshots[id]?.values, version: snapshots[id]?.version ?? 0),
                 object.skyrosStorage.entity === entity
             {
                 append(object)

@@ -43,7 +43,9 @@ struct PredicateTranslator {
         case .object(let scope, let path, _):
             return .property(scope: scope, path: path.isEmpty ? [PredicateNode.idProperty] : path)
         case .toMany(_, let path, _):
-            throw unsupported("the to-many relationship \(path.joined(separator: ".")) is used as a value; use contains(where:), isEmpty or count")
+            throw unsupported(
+                "the to-many relationship \(path.joined(separator: ".")) is used as a value; use contains(where:), isEmpty or count"
+            )
         }
     }
 
@@ -121,7 +123,8 @@ extension PredicateExpressions.KeyPath: SkyrosPredicateTranslatable {
                 return .object(scope: scope, path: path + [property.name], entity: destination)
             case .toMany:
                 guard path.isEmpty else {
-                    throw translator.unsupported("the to-many \(property.name) is reached through a to-one relationship")
+                    throw translator.unsupported(
+                        "the to-many \(property.name) is reached through a to-one relationship")
                 }
                 let destination = try translator.schema.requireEntity(property.destinationName!)
                 return .toMany(scope: scope, path: [property.name], destination: destination)
@@ -231,7 +234,8 @@ extension PredicateExpressions.SequenceContains: SkyrosPredicateTranslatable {
             return .node(.isIn(try translator.node(element), values))
         default:
             throw translator.unsupported(
-                "contains on \(PredicateTranslator.shortName(of: sequence)) (a constant array or a to-many relationship is needed)")
+                "contains on \(PredicateTranslator.shortName(of: sequence)) (a constant array or a to-many relationship is needed)"
+            )
         }
     }
 }

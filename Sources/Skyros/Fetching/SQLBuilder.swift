@@ -105,11 +105,13 @@ struct SQLBuilder {
                 scopes[variable] = (inner, destination)
                 let own = Self.quote(route.entity.properties[route.own].name)
                 let other = Self.quote(route.entity.properties[route.other].name)
-                return "\(outer).\"_id\" IN (SELECT \(link).\(own) FROM \(Self.quote(route.entity.name)) \(link) JOIN \(Self.quote(destination.name)) \(inner) ON \(inner).\"_id\" = \(link).\(other) WHERE \(link).\(own) IS NOT NULL AND (\(try expression(test))))"
+                return
+                    "\(outer).\"_id\" IN (SELECT \(link).\(own) FROM \(Self.quote(route.entity.name)) \(link) JOIN \(Self.quote(destination.name)) \(inner) ON \(inner).\"_id\" = \(link).\(other) WHERE \(link).\(own) IS NOT NULL AND (\(try expression(test))))"
             }
             let (alias, destination, join) = try toMany(scope: scope, path: path)
             scopes[variable] = (alias, destination)
-            return "EXISTS (SELECT 1 FROM \(Self.quote(destination.name)) \(alias) WHERE \(join) AND \(try expression(test)))"
+            return
+                "EXISTS (SELECT 1 FROM \(Self.quote(destination.name)) \(alias) WHERE \(join) AND \(try expression(test)))"
         case .count(let scope, let path):
             if let (outer, route, _) = try manyToMany(scope: scope, path: path) {
                 // One link per object at the other end (deleting either object deletes the link).

@@ -77,7 +77,9 @@ extension ManagedObject {
 ///     renames its table instead of dropping it and creating a new one.
 ///   - indexes: indexes over one or more properties, by name:
 ///     `@Entity(indexes: ["lastname", "firstname"], ["age"])`.
-@attached(member, names: named(entityDescription), named(entityName), named(skyrosStorage), named(init(skyrosStorage:)), arbitrary)
+@attached(
+    member, names: named(entityDescription), named(entityName), named(skyrosStorage), named(init(skyrosStorage:)),
+    arbitrary)
 @attached(memberAttribute)
 @attached(extension, conformances: ManagedObject)
 public macro Entity(name: String? = nil, originalName: String? = nil, indexes: [String]...) =

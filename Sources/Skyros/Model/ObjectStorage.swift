@@ -166,10 +166,11 @@ public final class ObjectStorage {
         do {
             return try context.relatedObjects(of: self, index: index).compactMap { $0 as? Destination }
         } catch {
-            context.report(SkyrosError(
-                SkyrosError.wrap(error).code,
-                "could not load \(entity.name).\(entity.properties[index].name): \(SkyrosError.wrap(error).message)",
-                underlying: error))
+            context.report(
+                SkyrosError(
+                    SkyrosError.wrap(error).code,
+                    "could not load \(entity.name).\(entity.properties[index].name): \(SkyrosError.wrap(error).message)",
+                    underlying: error))
             return []
         }
     }
@@ -181,10 +182,11 @@ public final class ObjectStorage {
         do {
             try context.setToMany(self, index: index, to: destinations.map(\.skyrosStorage))
         } catch {
-            context.report(SkyrosError(
-                SkyrosError.wrap(error).code,
-                "could not set \(entity.name).\(entity.properties[index].name): \(SkyrosError.wrap(error).message)",
-                underlying: error))
+            context.report(
+                SkyrosError(
+                    SkyrosError.wrap(error).code,
+                    "could not set \(entity.name).\(entity.properties[index].name): \(SkyrosError.wrap(error).message)",
+                    underlying: error))
         }
     }
 
@@ -310,7 +312,8 @@ enum ObjectReuse {
     /// ``holdsOnlyStorage(_:)`` accepted) without a reference count operation: the instance
     /// holds it for as long as `body` runs.
     @inline(__always)
-    static func withStorage<Result>(ofInstance instance: UnsafeRawPointer, _ body: (ObjectStorage) -> Result) -> Result {
+    static func withStorage<Result>(ofInstance instance: UnsafeRawPointer, _ body: (ObjectStorage) -> Result) -> Result
+    {
         Unmanaged<ObjectStorage>.fromOpaque(instance.load(fromByteOffset: firstFieldOffset, as: UnsafeRawPointer.self))
             ._withUnsafeGuaranteedRef(body)
     }
@@ -429,21 +432,27 @@ extension PropertyDescription {
 
     /// Describes a persistent property: a to-one relationship.
     public static func persistent<Root: ManagedObject, Destination: ManagedObject>(
-        _ name: String, _ keyPath: KeyPath<Root, Destination?>, default makeDefault: @escaping @Sendable () -> Destination?,
+        _ name: String, _ keyPath: KeyPath<Root, Destination?>,
+        default makeDefault: @escaping @Sendable () -> Destination?,
         attributeOptions: [AttributeOption] = [], originalName: String? = nil,
         relationshipOptions: [RelationshipOption] = [], deleteRule: DeleteRule = .nullify,
         inverse: PartialKeyPath<Destination>? = nil
     ) -> PropertyDescription {
-        toOne(name, keyPath, deleteRule: deleteRule, inverse: inverse, options: relationshipOptions, originalName: originalName)
+        toOne(
+            name, keyPath, deleteRule: deleteRule, inverse: inverse, options: relationshipOptions,
+            originalName: originalName)
     }
 
     /// Describes a persistent property: a to-many relationship.
     public static func persistent<Root: ManagedObject, Destination: ManagedObject>(
-        _ name: String, _ keyPath: KeyPath<Root, [Destination]>, default makeDefault: @escaping @Sendable () -> [Destination],
+        _ name: String, _ keyPath: KeyPath<Root, [Destination]>,
+        default makeDefault: @escaping @Sendable () -> [Destination],
         attributeOptions: [AttributeOption] = [], originalName: String? = nil,
         relationshipOptions: [RelationshipOption] = [], deleteRule: DeleteRule = .nullify,
         inverse: PartialKeyPath<Destination>? = nil
     ) -> PropertyDescription {
-        toMany(name, keyPath, deleteRule: deleteRule, inverse: inverse, options: relationshipOptions, originalName: originalName)
+        toMany(
+            name, keyPath, deleteRule: deleteRule, inverse: inverse, options: relationshipOptions,
+            originalName: originalName)
     }
 }

@@ -104,7 +104,9 @@ extension ObjectContext {
     func runValidationRules() throws {
         var failures: [ValidationFailure] = []
         func check(_ object: any ManagedObject, _ property: String?, _ rule: () throws -> Void) {
-            do { try rule() } catch { failures.append(ValidationFailure(objectID: object.objectID, property: property, error: error)) }
+            do { try rule() } catch {
+                failures.append(ValidationFailure(objectID: object.objectID, property: property, error: error))
+            }
         }
         /// The object's rules, when its entity has some and its change was made here.
         func rules(_ object: any ManagedObject) -> (any ValidatingObject)? {
@@ -138,7 +140,8 @@ extension ObjectContext {
         guard !failures.isEmpty else { return }
         var error = SkyrosError(
             .validationFailed,
-            "\(failures.count) validation rule(s) refused the save: " + failures.map(\.description).joined(separator: "; "))
+            "\(failures.count) validation rule(s) refused the save: "
+                + failures.map(\.description).joined(separator: "; "))
         error.validationFailures = failures
         throw error
     }

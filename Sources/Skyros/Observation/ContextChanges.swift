@@ -215,7 +215,8 @@ extension ObjectContext {
             } else {
                 result.updated.append(object)
                 let properties = object.skyrosStorage.entity.properties
-                result.updatedProperties[id] = Set(edit.properties.lazy.filter { $0 < properties.count }.map { properties[$0].name })
+                result.updatedProperties[id] = Set(
+                    edit.properties.lazy.filter { $0 < properties.count }.map { properties[$0].name })
             }
         }
         return result
@@ -232,7 +233,8 @@ extension ObjectContext {
             guard let object = registered(update.id) else { continue }
             let properties = object.skyrosStorage.entity.properties
             result.updated.append(object)
-            result.updatedProperties[update.id] = Set(update.changes.keys.lazy.filter { $0 < properties.count }.map { properties[$0].name })
+            result.updatedProperties[update.id] = Set(
+                update.changes.keys.lazy.filter { $0 < properties.count }.map { properties[$0].name })
         }
         result.deleted = changeSet.deleted
         result.deletedObjects = deletedObjects
@@ -273,7 +275,9 @@ extension ObjectContext {
         for id in ids {
             if let object = registered(id), !object.skyrosStorage.isFault {
                 if !object.skyrosStorage.isDeleted { result.append(object) }
-            } else if let row = mergedRows.take(id), let object = try? materialize(id, values: row.values, version: row.version) {
+            } else if let row = mergedRows.take(id),
+                let object = try? materialize(id, values: row.values, version: row.version)
+            {
                 result.append(object)
             } else {
                 missing.append(id)

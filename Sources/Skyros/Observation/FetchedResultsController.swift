@@ -154,7 +154,9 @@ public final class FetchedResultsController<T: ManagedObject>: @unchecked Sendab
     ///   - keyPath: the to-many relationship, `\Todo.steps`.
     ///   - owner: the object whose relationship is followed (its identifier is kept, not the object).
     ///   - context: the context whose changes are followed.
-    public init<Owner: ManagedObject>(relationship keyPath: KeyPath<Owner, [T]>, of owner: Owner, context: ObjectContext) {
+    public init<Owner: ManagedObject>(
+        relationship keyPath: KeyPath<Owner, [T]>, of owner: Owner, context: ObjectContext
+    ) {
         self.fetchDescriptor = FetchDescriptor<T>()
         self.sectionKeyPath = nil
         self.context = context
@@ -189,7 +191,8 @@ public final class FetchedResultsController<T: ManagedObject>: @unchecked Sendab
                 guard context.object(with: relationship.owner) != nil else {
                     throw SkyrosError(
                         .objectNotFound,
-                        "\(relationship.owner), whose \(relationship.name) this controller follows, is not in context '\(context.name)' or its store")
+                        "\(relationship.owner), whose \(relationship.name) this controller follows, is not in context '\(context.name)' or its store"
+                    )
                 }
                 sortIndexes = [(-1, true)]
                 state = try relationshipResults()
@@ -229,7 +232,9 @@ public final class FetchedResultsController<T: ManagedObject>: @unchecked Sendab
 
     /// The index path of an object in the results, or nil when it is not in them.
     public func indexPath(for object: T) -> IndexPath? {
-        context.performAndWait { state.keys[object.objectID].flatMap { state.locate(object.objectID, $0, sortIndexes) } }
+        context.performAndWait {
+            state.keys[object.objectID].flatMap { state.locate(object.objectID, $0, sortIndexes) }
+        }
     }
 
     // MARK: - Building
@@ -238,7 +243,8 @@ public final class FetchedResultsController<T: ManagedObject>: @unchecked Sendab
         let storage = object.skyrosStorage
         if storage.isFault { context.fulfill(storage) }
         return RowKey(
-            values: sortIndexes.map { storage.values[$0.index] }, section: sectionKeyPath.map { object[keyPath: $0] } ?? "",
+            values: sortIndexes.map { storage.values[$0.index] },
+            section: sectionKeyPath.map { object[keyPath: $0] } ?? "",
             uuid: object.objectID)
     }
 
@@ -271,10 +277,13 @@ public final class FetchedResultsController<T: ManagedObject>: @unchecked Sendab
         guard let owner = context.object(with: relationship.owner) else { return Results() }  // deleted: empty
         let storage = owner.skyrosStorage
         guard let property = storage.entity.property(named: relationship.name), property.kind == .toMany else {
-            throw SkyrosError(.unsupportedPredicate, "\(storage.entity.name).\(relationship.name) is not a to-many relationship")
+            throw SkyrosError(
+                .unsupportedPredicate, "\(storage.entity.name).\(relationship.name) is not a to-many relationship")
         }
         if storage.isFault { context.fulfill(storage) }
-        let objects = storage.isDeleted ? [] : try context.relatedObjects(of: storage, index: property.index).compactMap { $0 as? T }
+        let objects =
+            storage.isDeleted
+            ? [] : try context.relatedObjects(of: storage, index: property.index).compactMap { $0 as? T }
         var results = Results()
         if !objects.isEmpty {
             results.sections = [SectionState(name: "", objects: objects)]
@@ -289,12 +298,15 @@ public final class FetchedResultsController<T: ManagedObject>: @unchecked Sendab
     /// Whether a change may have changed the followed relationship — it names the owner, an
     /// object in the results, an object of the destination whose to-ones changed (it may have
     /// joined), or a new object of the destination — and the objects in the results it updated.
-    private func touchesRelationship(_ changes: ContextChanges, _ relationship: (owner: ObjectID, name: String, entityName: String))
+    private func touchesRelationship(
+        _ changes: ContextChanges, _ relationship: (owner: ObjectID, name: String, entityName: String)
+    )
         -> (touched: Bool, updated: Set<ObjectID>)
     {
         let destination = relationship.entityName
         var updated = Set<ObjectID>()
-        var touched = changes.updatedProperties[relationship.owner] != nil || changes.deleted.contains(relationship.owner)
+        var touched =
+            changes.updatedProperties[relationship.owner] != nil || changes.deleted.contains(relationship.owner)
         let toOnes = Set(context.schema.entity(named: destination)?.toOneProperties.map(\.name) ?? [])
         for (id, names) in changes.updatedProperties where id.entityName == destination {
             if state.keys[id] != nil {
@@ -303,10 +315,12 @@ public final class FetchedResultsController<T: ManagedObject>: @unchecked Sendab
                 touched = true
             }
         }
-        for object in changes.updated where object.objectID.entityName == destination && state.keys[object.objectID] != nil {
+        for object in changes.updated
+        where object.objectID.entityName == destination && state.keys[object.objectID] != nil {
             updated.insert(object.objectID)
         }
-        touched = touched || !updated.isEmpty
+        touched =
+            touched || !updated.isEmpty
             || changes.deleted.contains { $0.entityName == destination && state.keys[$0] != nil }
             || changes.inserted.contains { $0.objectID.entityName == destination }
             || changes.insertedIDs.contains { $0.entityName == destination }
@@ -378,7 +392,8 @@ public final class FetchedResultsController<T: ManagedObject>: @unchecked Sendab
             seen.insert(id)
         }
 
-        var removals: [(uuid: ObjectID, key: RowKey)] = removed.compactMap { uuid in state.keys[uuid].map { (uuid, $0) } }
+        var removals: [(uuid: ObjectID, key: RowKey)] = removed.compactMap { uuid in state.keys[uuid].map { (uuid, $0) }
+        }
         var moved: [T] = []
         var updatedInPlace: [T] = []
         var inserted: [T] = []
@@ -450,7 +465,8 @@ public final class FetchedResultsController<T: ManagedObject>: @unchecked Sendab
             return (object, state.locate(key.uuid, key, sortIndexes)!)
         }
         insertions.sort { $0.1 < $1.1 }
-        result.objects = deletions + insertions.map { .insert(object: $0.0, indexPath: $0.1) } + moves
+        result.objects =
+            deletions + insertions.map { .insert(object: $0.0, indexPath: $0.1) } + moves
             + updates.map { .update(object: $0.0, indexPath: $0.1) }
         result.sections = sectionChanges(from: oldSectionNames, removed: removedAt.map { ($0.path, $0.object) })
         deliver(result)
@@ -464,7 +480,9 @@ public final class FetchedResultsController<T: ManagedObject>: @unchecked Sendab
         var result = FetchedResultsChanges<T>()
         var oldPaths: [ObjectID: IndexPath] = [:]
         for (s, section) in old.sections.enumerated() {
-            for (i, object) in section.objects.enumerated() { oldPaths[object.objectID] = IndexPath(item: i, section: s) }
+            for (i, object) in section.objects.enumerated() {
+                oldPaths[object.objectID] = IndexPath(item: i, section: s)
+            }
         }
         var deletions: [FetchedResultsObjectChange<T>] = []
         for (s, section) in old.sections.enumerated() {
@@ -520,7 +538,8 @@ public final class FetchedResultsController<T: ManagedObject>: @unchecked Sendab
             changes.append(.delete(section: FetchedResultsSection(name: name, objects: objects), index: index))
         }
         for (index, section) in state.sections.enumerated() where !oldSet.contains(section.name) {
-            changes.append(.insert(section: FetchedResultsSection(name: section.name, objects: section.objects), index: index))
+            changes.append(
+                .insert(section: FetchedResultsSection(name: section.name, objects: section.objects), index: index))
         }
         return changes
     }
@@ -675,7 +694,8 @@ enum PredicateReads {
         case .constant: return []
         case .property(let scope, let path):
             return scope == 0 && path.count == 1 ? [path[0]] : nil
-        case .compare(_, let a, let b), .and(let a, let b), .or(let a, let b), .contains(let a, let b, _), .startsWith(let a, let b):
+        case .compare(_, let a, let b), .and(let a, let b), .or(let a, let b), .contains(let a, let b, _),
+            .startsWith(let a, let b):
             guard let x = properties(a), let y = properties(b) else { return nil }
             return x.union(y)
         case .not(let inner), .lowercased(let inner), .isIn(let inner, _):

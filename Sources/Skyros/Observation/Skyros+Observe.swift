@@ -45,7 +45,8 @@ final class ValueObserver<Value: Sendable>: @unchecked Sendable {
 
     init(
         context: ObjectContext, block: @escaping @Sendable (ObjectContext) throws -> Value,
-        isDuplicate: @escaping @Sendable (Value, Value) -> Bool, continuation: AsyncThrowingStream<Value, any Error>.Continuation
+        isDuplicate: @escaping @Sendable (Value, Value) -> Bool,
+        continuation: AsyncThrowingStream<Value, any Error>.Continuation
     ) {
         self.context = context
         self.block = block
@@ -58,7 +59,8 @@ final class ValueObserver<Value: Sendable>: @unchecked Sendable {
         isDuplicate: @escaping @Sendable (Value, Value) -> Bool
     ) -> AsyncThrowingStream<Value, any Error> {
         let (stream, continuation) = AsyncThrowingStream<Value, any Error>.makeStream()
-        let observer = ValueObserver(context: context, block: block, isDuplicate: isDuplicate, continuation: continuation)
+        let observer = ValueObserver(
+            context: context, block: block, isDuplicate: isDuplicate, continuation: continuation)
         continuation.onTermination = { _ in context.perform { observer.stop() } }
         context.perform {
             guard !observer.isFinished else { return }

@@ -61,7 +61,8 @@ public final class EntityDescription: @unchecked Sendable, CustomStringConvertib
     }
 
     init(
-        objectType type: any ManagedObject.Type, name: String, originalName: String?, parent: (any ManagedObject.Type)? = nil,
+        objectType type: any ManagedObject.Type, name: String, originalName: String?,
+        parent: (any ManagedObject.Type)? = nil,
         inheritedKeyPaths: [AnyKeyPath] = [], properties: [PropertyDescription], indexes: [[String]],
         hierarchy: EntityHierarchy? = nil, keyPathAliases: [AnyKeyPath: PropertyDescription] = [:],
         propertyBases: [(type: ObjectIdentifier, base: Int)] = [], isValidating: Bool? = nil
@@ -124,7 +125,8 @@ public final class EntityDescription: @unchecked Sendable, CustomStringConvertib
     /// The error reported at save for a value of property `index` that cannot be stored.
     func valueError(_ error: any Error, at index: Int) -> SkyrosError {
         SkyrosError(
-            .valueNotStorable, "\(name).\(properties[index].name): \(SkyrosError.wrap(error).message)", underlying: error)
+            .valueNotStorable, "\(name).\(properties[index].name): \(SkyrosError.wrap(error).message)",
+            underlying: error)
     }
 
     /// The values of a new object: each property's default; for an object of a hierarchy's

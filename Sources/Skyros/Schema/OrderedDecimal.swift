@@ -57,7 +57,8 @@ public enum OrderedDecimal {
         guard !digits.isEmpty else { return nil }
         var exponent = 0
         if let byte = bytes.first, byte == UInt8(ascii: "e") || byte == UInt8(ascii: "E") {
-            guard let value = Int(String(decoding: bytes.dropFirst(), as: UTF8.self)), (-9_999...9_999).contains(value) else {
+            guard let value = Int(String(decoding: bytes.dropFirst(), as: UTF8.self)), (-9_999...9_999).contains(value)
+            else {
                 return nil
             }
             exponent = value
@@ -72,7 +73,8 @@ public enum OrderedDecimal {
         let significant = digits[first...last]
         if negative {
             return "n" + threeDigits(499 - power)
-                + String(decoding: significant.map { UInt8(ascii: "9") - ($0 - UInt8(ascii: "0")) }, as: UTF8.self) + "~"
+                + String(decoding: significant.map { UInt8(ascii: "9") - ($0 - UInt8(ascii: "0")) }, as: UTF8.self)
+                + "~"
         }
         return "p" + threeDigits(power + 500) + String(decoding: significant, as: UTF8.self)
     }
@@ -104,7 +106,8 @@ public enum OrderedDecimal {
         guard exponent <= 127 else {
             // A Decimal's exponent is at most 127: the rest goes into the mantissa as zeros,
             // which the plain notation lets the parser do.
-            let plain = (negative ? "-" : "") + String(decoding: digits, as: UTF8.self)
+            let plain =
+                (negative ? "-" : "") + String(decoding: digits, as: UTF8.self)
                 + String(repeating: "0", count: exponent - 127) + "e127"
             return Decimal(string: plain, locale: Locale(identifier: "en_US_POSIX")).flatMap { $0.isNaN ? nil : $0 }
         }

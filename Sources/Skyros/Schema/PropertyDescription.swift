@@ -109,7 +109,8 @@ public final class PropertyDescription: @unchecked Sendable, CustomStringConvert
         makeDefault: @escaping @Sendable () throws -> StoredValue,
         isUnique: Bool = false, isIndexed: Bool = false, originalName: String? = nil,
         destinationName: String? = nil, deleteRule: DeleteRule = .nullify,
-        inverseKeyPath: AnyKeyPath? = nil, inverseName: String? = nil, isRequired: Bool = false, isOrdered: Bool = false,
+        inverseKeyPath: AnyKeyPath? = nil, inverseName: String? = nil, isRequired: Bool = false,
+        isOrdered: Bool = false,
         isSubentityColumn: Bool = false
     ) {
         self.name = name

@@ -36,7 +36,8 @@ extension Schema {
         }
         func copy(_ property: PropertyDescription, isSubentityColumn: Bool) -> PropertyDescription {
             property.copy(
-                destinationName: property.destinationName.map { storageName[$0] ?? $0 }, isSubentityColumn: isSubentityColumn)
+                destinationName: property.destinationName.map { storageName[$0] ?? $0 },
+                isSubentityColumn: isSubentityColumn)
         }
         var result: [EntityDescription] = []
         for entity in declared where entity.parentType == nil && !orphans.contains(entity.name) {
@@ -44,9 +45,11 @@ extension Schema {
                 result.append(hierarchyEntity(root: entity, children: children, copy: copy, errors: &errors))
             } else if entity.properties.contains(where: { $0.destinationName.map { storageName[$0] != $0 } ?? false }) {
                 // A relationship to a subentity: to its hierarchy's entity.
-                result.append(EntityDescription(
-                    objectType: entity.objectType, name: entity.name, originalName: entity.originalName,
-                    properties: entity.properties.map { copy($0, isSubentityColumn: false) }, indexes: entity.indexes))
+                result.append(
+                    EntityDescription(
+                        objectType: entity.objectType, name: entity.name, originalName: entity.originalName,
+                        properties: entity.properties.map { copy($0, isSubentityColumn: false) },
+                        indexes: entity.indexes))
             } else {
                 result.append(entity)
             }
@@ -72,7 +75,8 @@ extension Schema {
             for property in entity.properties {
                 if let owner = owners[property.name] {
                     errors.append(
-                        "\(entity.name).\(property.name): \(owner) already has a property \(property.name) (the entities of a hierarchy share one table; declare it once, on their common parent)")
+                        "\(entity.name).\(property.name): \(owner) already has a property \(property.name) (the entities of a hierarchy share one table; declare it once, on their common parent)"
+                    )
                     continue
                 }
                 owners[property.name] = entity.name
@@ -81,10 +85,13 @@ extension Schema {
             }
             let inherited = (parent?.propertyIndexes ?? []).sorted()
             if entity.inheritedKeyPaths.count == inherited.count {
-                for (keyPath, index) in zip(entity.inheritedKeyPaths, inherited) { aliases[keyPath] = properties[index] }
+                for (keyPath, index) in zip(entity.inheritedKeyPaths, inherited) {
+                    aliases[keyPath] = properties[index]
+                }
             } else if parent != nil {
                 errors.append(
-                    "\(entity.name): \(entity.inheritedKeyPaths.count) inherited key paths for the \(inherited.count) properties of its parents")
+                    "\(entity.name): \(entity.inheritedKeyPaths.count) inherited key paths for the \(inherited.count) properties of its parents"
+                )
             }
             let member = EntityHierarchy.Member(
                 name: entity.name, parent: parent?.name, type: entity.objectType, base: base, ownProperties: own,
@@ -102,7 +109,8 @@ extension Schema {
         properties.append(entityProperty(root: root.name))
         return EntityDescription(
             objectType: root.objectType, name: root.name, originalName: root.originalName, properties: properties,
-            indexes: indexes, hierarchy: EntityHierarchy(root: root.name, entityIndex: properties.count - 1, members: withNames(members)),
+            indexes: indexes,
+            hierarchy: EntityHierarchy(root: root.name, entityIndex: properties.count - 1, members: withNames(members)),
             keyPathAliases: aliases, propertyBases: bases, isValidating: isValidating)
     }
 
@@ -138,32 +146,43 @@ extension Schema {
     ) throws -> EntityHierarchy? {
         guard let subentities = entity.subentities, !subentities.isEmpty else { return nil }
         guard let entityIndex = properties.firstIndex(where: { $0.name == EntityHierarchy.entityProperty }) else {
-            throw SkyrosError(.invalidSchema, "\(entity.name) has subentities but no \(EntityHierarchy.entityProperty) property")
+            throw SkyrosError(
+                .invalidSchema, "\(entity.name) has subentities but no \(EntityHierarchy.entityProperty) property")
         }
         let indexOf = Dictionary(properties.enumerated().map { ($1.name, $0) }, uniquingKeysWith: { a, _ in a })
         var members: [EntityHierarchy.Member] = []
         let rootOwn = properties.indices.filter { index in
             index != entityIndex && !subentities.contains { $0.properties.contains(properties[index].name) }
         }
-        members.append(EntityHierarchy.Member(
-            name: entity.name, parent: nil, type: DynamicObject.self, base: 0,
-            ownProperties: rootOwn.map { properties[$0].name }, propertyIndexes: Set(rootOwn), names: [entity.name]))
+        members.append(
+            EntityHierarchy.Member(
+                name: entity.name, parent: nil, type: DynamicObject.self, base: 0,
+                ownProperties: rootOwn.map { properties[$0].name }, propertyIndexes: Set(rootOwn), names: [entity.name])
+        )
         for subentity in subentities {
             guard let parent = members.first(where: { $0.name == subentity.parent }) else {
                 throw SkyrosError(
-                    .invalidSchema, "\(entity.name): the subentity \(subentity.name)'s parent \(subentity.parent) is not listed before it")
+                    .invalidSchema,
+                    "\(entity.name): the subentity \(subentity.name)'s parent \(subentity.parent) is not listed before it"
+                )
             }
             var own: [Int] = []
             for name in subentity.properties {
                 guard let index = indexOf[name] else {
-                    throw SkyrosError(.invalidSchema, "\(entity.name): the subentity \(subentity.name)'s property \(name) is not one of its properties")
+                    throw SkyrosError(
+                        .invalidSchema,
+                        "\(entity.name): the subentity \(subentity.name)'s property \(name) is not one of its properties"
+                    )
                 }
                 own.append(index)
             }
-            members.append(EntityHierarchy.Member(
-                name: subentity.name, parent: parent.name, type: DynamicObject.self, base: own.min() ?? properties.count,
-                ownProperties: subentity.properties, propertyIndexes: parent.propertyIndexes.union(own), names: [subentity.name],
-                originalName: subentity.originalName))
+            members.append(
+                EntityHierarchy.Member(
+                    name: subentity.name, parent: parent.name, type: DynamicObject.self,
+                    base: own.min() ?? properties.count,
+                    ownProperties: subentity.properties, propertyIndexes: parent.propertyIndexes.union(own),
+                    names: [subentity.name],
+                    originalName: subentity.originalName))
         }
         return EntityHierarchy(root: entity.name, entityIndex: entityIndex, members: withNames(members))
     }
@@ -177,7 +196,8 @@ extension Schema {
     /// The entity storing `type`'s objects and, for a class of a hierarchy, its place there. A
     /// class the schema was not made of is found by its entity name (another version's class
     /// of the same entity, as a fetch by name always allowed).
-    func storage(of type: any ManagedObject.Type) throws -> (entity: EntityDescription, member: EntityHierarchy.Member?) {
+    func storage(of type: any ManagedObject.Type) throws -> (entity: EntityDescription, member: EntityHierarchy.Member?)
+    {
         if let found = entitiesByType[ObjectIdentifier(type)] { return found }
         let name = type.entityName
         guard let entity = entitiesByName[name] else {
@@ -192,7 +212,8 @@ extension Schema {
     /// subentities (no member), takes every row: `predicate` as it is.
     static func restricting(_ predicate: PredicateNode?, to member: EntityHierarchy.Member?) -> PredicateNode? {
         guard let member, member.parent != nil else { return predicate }
-        let filter = PredicateNode.isIn(.property(scope: 0, path: [EntityHierarchy.entityProperty]), member.names.map { .text($0) })
+        let filter = PredicateNode.isIn(
+            .property(scope: 0, path: [EntityHierarchy.entityProperty]), member.names.map { .text($0) })
         return predicate.map { .and(filter, $0) } ?? filter
     }
 }

@@ -81,7 +81,8 @@ public final class Schema: Sendable {
         for entity in entities {
             for index in entity.indexes {
                 for name in index where entity.property(named: name)?.hasColumn != true {
-                    errors.append("\(entity.name): the index on \(index) names \(name), which is not an attribute or to-one")
+                    errors.append(
+                        "\(entity.name): the index on \(index) names \(name), which is not an attribute or to-one")
                 }
             }
             for property in entity.properties {
@@ -117,7 +118,9 @@ public final class Schema: Sendable {
                 let otherLabel = "\(destination.name).\(inverse.name)"
                 if property.isOrdered && inverse.isOrdered {
                     if label <= otherLabel {
-                        errors.append("\(label): a many-to-many relationship ordered on both sides is not supported yet (order one side)")
+                        errors.append(
+                            "\(label): a many-to-many relationship ordered on both sides is not supported yet (order one side)"
+                        )
                     }
                     continue
                 }
@@ -126,25 +129,30 @@ public final class Schema: Sendable {
                     continue
                 }
                 let isOwner = label < otherLabel
-                let (ownerEntity, ownerProperty, otherEntity) = isOwner
+                let (ownerEntity, ownerProperty, otherEntity) =
+                    isOwner
                     ? (entity, property, destination) : (destination, inverse, entity)
                 let name = Schema.linkEntityName(ownerEntity: ownerEntity.name, property: ownerProperty.name)
                 // An ordered many-to-many: its links hold the ordered side's positions.
                 let positioned = property.isOrdered || inverse.isOrdered
-                guard let link = Schema.pairEntity(
-                    name, of: ownerEntity, ownerProperty, declared: byName, all: &allEntities,
-                    hasShape: {
-                        positioned
-                            ? Schema.hasOrderShape($0, source: ownerEntity.name, target: otherEntity.name)
-                            : Schema.hasLinkShape($0, source: ownerEntity.name, target: otherEntity.name)
-                    },
-                    make: {
-                        positioned
-                            ? Schema.makeOrderEntity(name, source: ownerEntity.name, target: otherEntity.name, originalName: $0)
-                            : Schema.makeLinkEntity(name, source: ownerEntity.name, target: otherEntity.name, originalName: $0)
-                    })
+                guard
+                    let link = Schema.pairEntity(
+                        name, of: ownerEntity, ownerProperty, declared: byName, all: &allEntities,
+                        hasShape: {
+                            positioned
+                                ? Schema.hasOrderShape($0, source: ownerEntity.name, target: otherEntity.name)
+                                : Schema.hasLinkShape($0, source: ownerEntity.name, target: otherEntity.name)
+                        },
+                        make: {
+                            positioned
+                                ? Schema.makeOrderEntity(
+                                    name, source: ownerEntity.name, target: otherEntity.name, originalName: $0)
+                                : Schema.makeLinkEntity(
+                                    name, source: ownerEntity.name, target: otherEntity.name, originalName: $0)
+                        })
                 else {
-                    errors.append("\(label): the entity \(name) is not the link entity of this many-to-many relationship")
+                    errors.append(
+                        "\(label): the entity \(name) is not the link entity of this many-to-many relationship")
                     continue
                 }
                 linkEntityNames.insert(name)
@@ -157,7 +165,8 @@ public final class Schema: Sendable {
         // Ordered to-manys: the positions of their objects are the rows of an order entity, made
         // here (or found, in a schema rebuilt from a description).
         var orders: [String: [Int: LinkRoute]] = [:]
-        var orderedInverses: [String: [Int: (owner: EntityDescription, property: PropertyDescription, route: LinkRoute)]] = [:]
+        var orderedInverses:
+            [String: [Int: (owner: EntityDescription, property: PropertyDescription, route: LinkRoute)]] = [:]
         var orderEntityNames = Set<String>()
         for entity in entities {
             for property in entity.properties where property.isOrdered {
@@ -170,10 +179,14 @@ public final class Schema: Sendable {
                     let destination = byName[property.destinationName!]
                 else { continue }  // a many-to-many (its links hold the positions) or an error already listed
                 let name = Schema.linkEntityName(ownerEntity: entity.name, property: property.name)
-                guard let order = Schema.pairEntity(
-                    name, of: entity, property, declared: byName, all: &allEntities,
-                    hasShape: { Schema.hasOrderShape($0, source: entity.name, target: destination.name) },
-                    make: { Schema.makeOrderEntity(name, source: entity.name, target: destination.name, originalName: $0) })
+                guard
+                    let order = Schema.pairEntity(
+                        name, of: entity, property, declared: byName, all: &allEntities,
+                        hasShape: { Schema.hasOrderShape($0, source: entity.name, target: destination.name) },
+                        make: {
+                            Schema.makeOrderEntity(
+                                name, source: entity.name, target: destination.name, originalName: $0)
+                        })
                 else {
                     errors.append("\(label): the entity \(name) is not the order entity of this ordered relationship")
                     continue
@@ -196,7 +209,9 @@ public final class Schema: Sendable {
         var entitiesByType: [ObjectIdentifier: (entity: EntityDescription, member: EntityHierarchy.Member?)] = [:]
         for entity in allEntities {
             guard let hierarchy = entity.hierarchy else {
-                if entity.objectType != DynamicObject.self { entitiesByType[ObjectIdentifier(entity.objectType)] = (entity, nil) }
+                if entity.objectType != DynamicObject.self {
+                    entitiesByType[ObjectIdentifier(entity.objectType)] = (entity, nil)
+                }
                 continue
             }
             for member in hierarchy.members {
@@ -206,17 +221,22 @@ public final class Schema: Sendable {
                     }
                     entitiesByName[member.name] = entity
                 }
-                if member.type != DynamicObject.self { entitiesByType[ObjectIdentifier(member.type)] = (entity, member) }
+                if member.type != DynamicObject.self {
+                    entitiesByType[ObjectIdentifier(member.type)] = (entity, member)
+                }
             }
         }
         self.entitiesByName = entitiesByName
         if entitiesByName.count <= Self.maximumScannedNames {
             // The entities in their order (the first ones declared are looked up first), then subentities.
             var named: [(name: String, entity: EntityDescription)] = []
-            for entity in allEntities where entitiesByName[entity.name] === entity && !named.contains(where: { $0.name == entity.name }) {
+            for entity in allEntities
+            where entitiesByName[entity.name] === entity && !named.contains(where: { $0.name == entity.name }) {
                 named.append((entity.name, entity))
             }
-            for (name, entity) in entitiesByName where !named.contains(where: { $0.name == name }) { named.append((name, entity)) }
+            for (name, entity) in entitiesByName where !named.contains(where: { $0.name == name }) {
+                named.append((name, entity))
+            }
             namedEntities = named
         } else {
             namedEntities = nil
@@ -272,8 +292,10 @@ public final class Schema: Sendable {
         hasShape: (EntityDescription) -> Bool, make: (String?) -> EntityDescription
     ) -> EntityDescription? {
         if let found = declared[name] ?? all.first(where: { $0.name == name }) { return hasShape(found) ? found : nil }
-        let originalName = owner.originalName != nil || property.originalName != nil
-            ? linkEntityName(ownerEntity: owner.originalName ?? owner.name, property: property.originalName ?? property.name)
+        let originalName =
+            owner.originalName != nil || property.originalName != nil
+            ? linkEntityName(
+                ownerEntity: owner.originalName ?? owner.name, property: property.originalName ?? property.name)
             : nil
         let made = make(originalName)
         all.append(made)
@@ -298,7 +320,8 @@ public final class Schema: Sendable {
     /// One of a link's or an order's two to-ones, indexed.
     private static func linkSide(_ name: String, _ destination: String) -> PropertyDescription {
         PropertyDescription(
-            name: name, kind: .toOne, keyPath: \DynamicObject.skyrosStorage, codec: AttributeCodecs.codec(for: UUID?.self)!,
+            name: name, kind: .toOne, keyPath: \DynamicObject.skyrosStorage,
+            codec: AttributeCodecs.codec(for: UUID?.self)!,
             makeDefault: { .null }, isIndexed: true, destinationName: destination)
     }
 
@@ -366,9 +389,11 @@ public final class Schema: Sendable {
         var digest = StableHash.bytes128(bytes)
         digest[6] = (digest[6] & 0x0F) | 0x80  // version 8: custom
         digest[8] = (digest[8] & 0x3F) | 0x80  // RFC 4122 variant
-        let uuid = UUID(uuid: (
-            digest[0], digest[1], digest[2], digest[3], digest[4], digest[5], digest[6], digest[7],
-            digest[8], digest[9], digest[10], digest[11], digest[12], digest[13], digest[14], digest[15]))
+        let uuid = UUID(
+            uuid: (
+                digest[0], digest[1], digest[2], digest[3], digest[4], digest[5], digest[6], digest[7],
+                digest[8], digest[9], digest[10], digest[11], digest[12], digest[13], digest[14], digest[15]
+            ))
         return ObjectID(entityName: link.name, uuid: uuid)
     }
 
@@ -404,7 +429,10 @@ public final class Schema: Sendable {
         inverses[entity.name]?[property.index]
     }
 
-    private enum Resolution { case success(PropertyDescription?), failure(String) }
+    private enum Resolution {
+        case success(PropertyDescription?)
+        case failure(String)
+    }
 
     private static func resolveInverse(
         of property: PropertyDescription, in entity: EntityDescription, destination: EntityDescription
@@ -436,7 +464,8 @@ public final class Schema: Sendable {
                 return .failure(
                     candidates.isEmpty
                         ? "a to-many relationship needs a to-one inverse in \(destination.name)"
-                        : "several to-one relationships of \(destination.name) could be its inverse; name one with inverse:")
+                        : "several to-one relationships of \(destination.name) could be its inverse; name one with inverse:"
+                )
             }
             inverse = candidates[0]
         } else {
@@ -463,7 +492,9 @@ public final class Schema: Sendable {
         StableHash.hex128(Array(fingerprintText(of: entities, inverses: inverses).utf8))
     }
 
-    private static func fingerprintText(of entities: [EntityDescription], inverses: [String: [Int: PropertyDescription]])
+    private static func fingerprintText(
+        of entities: [EntityDescription], inverses: [String: [Int: PropertyDescription]]
+    )
         -> String
     {
         var text = "skyros-schema-2\n"
@@ -485,7 +516,8 @@ public final class Schema: Sendable {
             }
             for index in entity.indexes { text += "  index \(index.joined(separator: ","))\n" }
             for member in entity.hierarchy?.members.dropFirst() ?? [] {
-                text += "  subentity \(member.name) < \(member.parent ?? "?"): \(member.ownProperties.joined(separator: ","))\n"
+                text +=
+                    "  subentity \(member.name) < \(member.parent ?? "?"): \(member.ownProperties.joined(separator: ","))\n"
             }
         }
         return text

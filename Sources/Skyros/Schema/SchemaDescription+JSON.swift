@@ -102,9 +102,13 @@ extension SchemaDescription {
                         try Property(json: value, path.appending("properties[\(index)]"))
                     },
                     indexes: try value.array(for: "indexes", path).enumerated().map { index, value in
-                        guard case .array(let names) = value else { throw path.mismatch("indexes[\(index)]", "an array") }
+                        guard case .array(let names) = value else {
+                            throw path.mismatch("indexes[\(index)]", "an array")
+                        }
                         return try names.map { name in
-                            guard case .string(let text) = name else { throw path.mismatch("indexes[\(index)]", "strings") }
+                            guard case .string(let text) = name else {
+                                throw path.mismatch("indexes[\(index)]", "strings")
+                            }
                             return text
                         }
                     },
@@ -113,14 +117,19 @@ extension SchemaDescription {
                         try value.array(for: "subentities", path).enumerated().map { index, subentity in
                             let path = path.appending("subentities[\(index)]")
                             return Subentity(
-                                name: try subentity.string(for: "name", path), parent: try subentity.string(for: "parent", path),
+                                name: try subentity.string(for: "name", path),
+                                parent: try subentity.string(for: "parent", path),
                                 properties: try subentity.array(for: "properties", path).map { name in
-                                    guard case .string(let text) = name else { throw path.mismatch("properties", "strings") }
+                                    guard case .string(let text) = name else {
+                                        throw path.mismatch("properties", "strings")
+                                    }
                                     return text
                                 },
                                 nonOptional: try subentity.member("nonOptional", path).map { _ in
                                     try subentity.array(for: "nonOptional", path).map { name in
-                                        guard case .string(let text) = name else { throw path.mismatch("nonOptional", "strings") }
+                                        guard case .string(let text) = name else {
+                                            throw path.mismatch("nonOptional", "strings")
+                                        }
                                         return text
                                     }
                                 },
@@ -143,12 +152,16 @@ extension SchemaDescription.Property {
             name: try value.string(for: "name", path), kind: try value.string(for: "kind", path),
             storageType: storageType, isOptional: try value.bool(for: "isOptional", path),
             typeName: try value.string(for: "typeName", path), isUnique: try value.bool(for: "isUnique", path),
-            isIndexed: try value.bool(for: "isIndexed", path), originalName: try value.optionalString(for: "originalName", path),
+            isIndexed: try value.bool(for: "isIndexed", path),
+            originalName: try value.optionalString(for: "originalName", path),
             destination: try value.optionalString(for: "destination", path), deleteRule: deleteRule,
-            inverse: try value.optionalString(for: "inverse", path), isRequired: try value.bool(for: "isRequired", path),
+            inverse: try value.optionalString(for: "inverse", path),
+            isRequired: try value.bool(for: "isRequired", path),
             isOrdered: try value.member("isOrdered", path).map { _ in try value.bool(for: "isOrdered", path) } ?? false)
         // Set after the initializer, which leaves out a null default: an explicit one is kept as read.
-        defaultValue = try value.member("defaultValue", path).map { try SchemaDescription.DefaultValue(json: $0, path.appending("defaultValue")) }
+        defaultValue = try value.member("defaultValue", path).map {
+            try SchemaDescription.DefaultValue(json: $0, path.appending("defaultValue"))
+        }
     }
 }
 
@@ -409,10 +422,14 @@ private struct JSONReader {
             }
             while true {
                 skipWhitespace()
-                guard position < bytes.count, bytes[position] == UInt8(ascii: "\"") else { throw failure("expected a key") }
+                guard position < bytes.count, bytes[position] == UInt8(ascii: "\"") else {
+                    throw failure("expected a key")
+                }
                 let key = try string()
                 skipWhitespace()
-                guard position < bytes.count, bytes[position] == UInt8(ascii: ":") else { throw failure("expected ':'") }
+                guard position < bytes.count, bytes[position] == UInt8(ascii: ":") else {
+                    throw failure("expected ':'")
+                }
                 position += 1
                 members.append((key, try value(depth: depth + 1)))
                 skipWhitespace()
@@ -450,7 +467,9 @@ private struct JSONReader {
         let start = position
         func digits() -> Int {
             let first = position
-            while position < bytes.count, (UInt8(ascii: "0")...UInt8(ascii: "9")).contains(bytes[position]) { position += 1 }
+            while position < bytes.count, (UInt8(ascii: "0")...UInt8(ascii: "9")).contains(bytes[position]) {
+                position += 1
+            }
             return position - first
         }
         if position < bytes.count, bytes[position] == UInt8(ascii: "-") { position += 1 }
@@ -464,7 +483,9 @@ private struct JSONReader {
         }
         if position < bytes.count, bytes[position] == UInt8(ascii: "e") || bytes[position] == UInt8(ascii: "E") {
             position += 1
-            if position < bytes.count, bytes[position] == UInt8(ascii: "+") || bytes[position] == UInt8(ascii: "-") { position += 1 }
+            if position < bytes.count, bytes[position] == UInt8(ascii: "+") || bytes[position] == UInt8(ascii: "-") {
+                position += 1
+            }
             guard digits() > 0 else { throw failure("invalid number") }
         }
         return String(decoding: bytes[start..<position], as: UTF8.self)
@@ -494,7 +515,9 @@ private struct JSONReader {
             position += 1
             switch byte {
             case UInt8(ascii: "\""):
-                guard let string = String(validating: text, as: UTF8.self) else { throw failure("a string is not valid UTF-8") }
+                guard let string = String(validating: text, as: UTF8.self) else {
+                    throw failure("a string is not valid UTF-8")
+                }
                 return string
             case UInt8(ascii: "\\"):
                 guard position < bytes.count else { throw failure("unterminated string") }
@@ -511,14 +534,17 @@ private struct JSONReader {
                     var scalar = try hex4()
                     if (0xD800..<0xDC00).contains(scalar) {
                         // A high surrogate: its low half must follow as another \u escape.
-                        guard position + 1 < bytes.count, bytes[position] == UInt8(ascii: "\\"), bytes[position + 1] == UInt8(ascii: "u")
+                        guard position + 1 < bytes.count, bytes[position] == UInt8(ascii: "\\"),
+                            bytes[position + 1] == UInt8(ascii: "u")
                         else { throw failure("a lone surrogate in a \\u escape") }
                         position += 2
                         let low = try hex4()
                         guard (0xDC00..<0xE000).contains(low) else { throw failure("a lone surrogate in a \\u escape") }
                         scalar = 0x10000 + ((scalar - 0xD800) << 10) + (low - 0xDC00)
                     }
-                    guard let unicode = Unicode.Scalar(scalar) else { throw failure("a lone surrogate in a \\u escape") }
+                    guard let unicode = Unicode.Scalar(scalar) else {
+                        throw failure("a lone surrogate in a \\u escape")
+                    }
                     text.append(contentsOf: String(Character(unicode)).utf8)
                 default: throw failure("an invalid escape in a string")
                 }

@@ -112,7 +112,8 @@ public struct SchemaDescription: Codable, Sendable, Hashable {
 
         /// A subentity description.
         public init(
-            name: String, parent: String, properties: [String], nonOptional: [String]? = nil, originalName: String? = nil
+            name: String, parent: String, properties: [String], nonOptional: [String]? = nil,
+            originalName: String? = nil
         ) {
             self.originalName = originalName
             self.name = name
@@ -145,8 +146,10 @@ public struct SchemaDescription: Codable, Sendable, Hashable {
             } else if let blob = try container.decodeIfPresent(Data.self, forKey: .blob) {
                 value = .blob(blob)
             } else {
-                throw DecodingError.dataCorrupted(.init(
-                    codingPath: decoder.codingPath, debugDescription: "a default value is one of integer, real, text, blob"))
+                throw DecodingError.dataCorrupted(
+                    .init(
+                        codingPath: decoder.codingPath,
+                        debugDescription: "a default value is one of integer, real, text, blob"))
             }
         }
 
@@ -246,9 +249,11 @@ extension Schema {
                     subentities: entity.hierarchy.map { hierarchy in
                         hierarchy.members.dropFirst().map { member in
                             SchemaDescription.Subentity(
-                                name: member.name, parent: member.parent ?? hierarchy.root, properties: member.ownProperties,
+                                name: member.name, parent: member.parent ?? hierarchy.root,
+                                properties: member.ownProperties,
                                 nonOptional: member.ownProperties.filter { name in
-                                    entity.property(named: name).map { $0.kind == .attribute && !$0.codec.isOptional } ?? false
+                                    entity.property(named: name).map { $0.kind == .attribute && !$0.codec.isOptional }
+                                        ?? false
                                 },
                                 originalName: member.originalName)
                         }
@@ -287,18 +292,22 @@ extension Schema {
                 case "toOne": kind = .toOne
                 case "toMany": kind = .toMany
                 default:
-                    throw SkyrosError(.invalidSchema, "\(entity.name).\(property.name) has an unknown kind \(property.kind)")
+                    throw SkyrosError(
+                        .invalidSchema, "\(entity.name).\(property.name) has an unknown kind \(property.kind)")
                 }
                 let codec = AttributeCodec<StoredValue>(
-                    storageType: property.storageType, isOptional: property.isOptional && !nonOptional.contains(property.name),
+                    storageType: property.storageType,
+                    isOptional: property.isOptional && !nonOptional.contains(property.name),
                     typeName: property.typeName, decode: { $0 }, encode: { $0 })
                 properties.append(
                     PropertyDescription(
                         name: property.name, kind: kind, keyPath: \DynamicObject.skyrosStorage, codec: codec,
-                        makeDefault: { [value = property.defaultValue?.value] in value ?? .null }, isUnique: property.isUnique, isIndexed: property.isIndexed,
+                        makeDefault: { [value = property.defaultValue?.value] in value ?? .null },
+                        isUnique: property.isUnique, isIndexed: property.isIndexed,
                         originalName: property.originalName, destinationName: property.destination,
                         deleteRule: property.deleteRule, inverseName: property.inverse, isRequired: property.isRequired,
-                        isOrdered: property.isOrdered == true, isSubentityColumn: subentityColumns.contains(property.name)))
+                        isOrdered: property.isOrdered == true,
+                        isSubentityColumn: subentityColumns.contains(property.name)))
             }
             entities.append(
                 EntityDescription(

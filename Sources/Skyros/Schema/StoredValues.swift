@@ -55,7 +55,9 @@ public struct StoredValues: RandomAccessCollection, MutableCollection, Hashable,
 
     /// Makes `count` values that `initializer` initializes, all of them, in place.
     @inlinable
-    public init(unsafeUninitializedCount count: Int, initializingWith initializer: (UnsafeMutablePointer<StoredValue>) -> Void) {
+    public init(
+        unsafeUninitializedCount count: Int, initializingWith initializer: (UnsafeMutablePointer<StoredValue>) -> Void
+    ) {
         precondition(count >= 0 && count <= Int(Int32.max), "an impossible count of values")
         let buffer = Buffer.make(capacity: count)
         buffer.withUnsafeMutablePointers { header, elements in

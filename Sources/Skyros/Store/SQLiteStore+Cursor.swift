@@ -42,7 +42,8 @@ extension SQLiteStore {
             for (column, index) in columnIndexes.enumerated() { sources[index] = column }
             if let entityConstant { sources[entityConstant.index] = -2 }
             self.sources = sources
-            if let hierarchy = table.entity.hierarchy, let column = columnIndexes.firstIndex(of: hierarchy.entityIndex) {
+            if let hierarchy = table.entity.hierarchy, let column = columnIndexes.firstIndex(of: hierarchy.entityIndex)
+            {
                 entityColumn = column
                 entityNames = hierarchy.members.map { (Array($0.name.utf8), StoredValue.text($0.name)) }
             } else {
@@ -56,7 +57,9 @@ extension SQLiteStore {
         /// other entities' are NULL in its rows) and, for a subentity without subentities, not
         /// `_entity` (it is that subentity's name); every column otherwise.
         static func reading(_ table: TableInfo, for request: StoreRequest) -> (selectList: String, reader: RowReader) {
-            guard let hierarchy = table.entity.hierarchy, let names = EntityHierarchy.filteredNames(in: request.predicate) else {
+            guard let hierarchy = table.entity.hierarchy,
+                let names = EntityHierarchy.filteredNames(in: request.predicate)
+            else {
                 return (table.selectList, RowReader(table))
             }
             let members = hierarchy.members.filter { names.contains(.text($0.name)) }
@@ -65,7 +68,9 @@ extension SQLiteStore {
             let constant = members.count == 1 ? (hierarchy.entityIndex, StoredValue.text(members[0].name)) : nil
             if constant == nil { wanted.insert(hierarchy.entityIndex) }
             let columns = table.columnIndexes.indices.filter { wanted.contains(table.columnIndexes[$0]) }
-            let selectList = (["\"_id\"", "\"_version\""] + columns.map { SQLBuilder.quote(table.entity.properties[table.columnIndexes[$0]].name) })
+            let selectList =
+                (["\"_id\"", "\"_version\""]
+                + columns.map { SQLBuilder.quote(table.entity.properties[table.columnIndexes[$0]].name) })
                 .map { "t0.\($0)" }.joined(separator: ", ")
             return (selectList, RowReader(table, columns: columns, entityConstant: constant))
         }
@@ -76,7 +81,9 @@ extension SQLiteStore {
             let length = Int(sqlite3_column_bytes(statement, column))
             if let text = sqlite3_column_text(statement, column) {
                 for name in entityNames where name.bytes.count == length {
-                    if name.bytes.withUnsafeBufferPointer({ memcmp($0.baseAddress!, text, length) == 0 }) { return name.value }
+                    if name.bytes.withUnsafeBufferPointer({ memcmp($0.baseAddress!, text, length) == 0 }) {
+                        return name.value
+                    }
                 }
             }
             return SQLiteStore.value(statement, column, nil)
@@ -90,23 +97,28 @@ extension SQLiteStore {
                 arena.make(count: count) { buffer in
                     if dense {
                         for index in 0..<count where index != entityColumn {
-                            (buffer + index).initialize(to: SQLiteStore.value(statement, Int32(index + 2), types[index]))
+                            (buffer + index).initialize(
+                                to: SQLiteStore.value(statement, Int32(index + 2), types[index]))
                         }
-                        if entityColumn < count { (buffer + entityColumn).initialize(to: entity(statement, Int32(entityColumn + 2))) }
+                        if entityColumn < count {
+                            (buffer + entityColumn).initialize(to: entity(statement, Int32(entityColumn + 2)))
+                        }
                     } else {
                         // Each value made once, in place: no NULL first to overwrite.
                         sources.withUnsafeBufferPointer { sources in
-                        for index in 0..<count {
-                            let column = sources[index]
-                            let value: StoredValue
-                            if column >= 0 {
-                                value = column == entityColumn
-                                    ? entity(statement, Int32(column + 2)) : SQLiteStore.value(statement, Int32(column + 2), types[column])
-                            } else {
-                                value = column == -2 ? entityConstant!.value : .null
+                            for index in 0..<count {
+                                let column = sources[index]
+                                let value: StoredValue
+                                if column >= 0 {
+                                    value =
+                                        column == entityColumn
+                                        ? entity(statement, Int32(column + 2))
+                                        : SQLiteStore.value(statement, Int32(column + 2), types[column])
+                                } else {
+                                    value = column == -2 ? entityConstant!.value : .null
+                                }
+                                (buffer + index).initialize(to: value)
                             }
-                            (buffer + index).initialize(to: value)
-                        }
                         }
                     }
                 }
@@ -130,7 +142,10 @@ extension SQLiteStore {
         /// The first row, stepped when the cursor was opened, not handed out yet.
         @exclusivity(unchecked) private var hasPendingRow = false
 
-        fileprivate init(pool: CursorConnections, connection: CursorConnection, statement: OpaquePointer, reader: RowReader, sql: String) {
+        fileprivate init(
+            pool: CursorConnections, connection: CursorConnection, statement: OpaquePointer, reader: RowReader,
+            sql: String
+        ) {
             self.pool = pool
             self.connection = connection
             self.statement = statement
@@ -209,7 +224,8 @@ extension SQLiteStore {
             throw error
         }
         for (position, value) in builder.arguments.enumerated() { Self.bind(statement, Int32(position + 1), value) }
-        let cursor = Cursor(pool: cursorConnections, connection: connection, statement: statement, reader: reader, sql: sql)
+        let cursor = Cursor(
+            pool: cursorConnections, connection: connection, statement: statement, reader: reader, sql: sql)
         try cursor.start()  // closes the cursor (giving the connection back) on failure
         return cursor
     }
@@ -238,7 +254,8 @@ final class CursorConnection {
     func statement(_ sql: String) throws -> OpaquePointer {
         if let statement = statements[sql] { return statement }
         var statement: OpaquePointer?
-        guard sqlite3_prepare_v3(db, sql, -1, UInt32(SQLITE_PREPARE_PERSISTENT), &statement, nil) == SQLITE_OK, let statement
+        guard sqlite3_prepare_v3(db, sql, -1, UInt32(SQLITE_PREPARE_PERSISTENT), &statement, nil) == SQLITE_OK,
+            let statement
         else {
             throw SkyrosError(.storeFailure, "\(String(cString: sqlite3_errmsg(db))) (preparing \(sql))")
         }

@@ -19,21 +19,26 @@ extension SQLiteStore {
         for property in entity.properties where property.hasColumn {
             columns.append(columnDefinition(property, of: entity, in: schema))
         }
-        return "CREATE TABLE \(SQLBuilder.quote(table ?? entity.name)) (\(columns.joined(separator: ", "))) STRICT, WITHOUT ROWID"
+        return
+            "CREATE TABLE \(SQLBuilder.quote(table ?? entity.name)) (\(columns.joined(separator: ", "))) STRICT, WITHOUT ROWID"
     }
 
     /// The definition of a property's column: its type and NOT NULL, or for a to-one the
     /// foreign key with the inverse's delete rule.
-    static func columnDefinition(_ property: PropertyDescription, of entity: EntityDescription, in schema: Schema) -> String {
+    static func columnDefinition(_ property: PropertyDescription, of entity: EntityDescription, in schema: Schema)
+        -> String
+    {
         let name = SQLBuilder.quote(property.name)
         if property.kind == .toOne {
-            return "\(name) BLOB REFERENCES \(SQLBuilder.quote(property.destinationName!))(\"_id\") ON DELETE \(deleteAction(property, of: entity, in: schema)) DEFERRABLE INITIALLY DEFERRED"
+            return
+                "\(name) BLOB REFERENCES \(SQLBuilder.quote(property.destinationName!))(\"_id\") ON DELETE \(deleteAction(property, of: entity, in: schema)) DEFERRABLE INITIALLY DEFERRED"
         }
         return "\(name) \(property.codec.storageType.rawValue)\(property.isStoredOptional ? "" : " NOT NULL")"
     }
 
     /// The ON DELETE action of a to-one's foreign key: its inverse's delete rule.
-    static func deleteAction(_ property: PropertyDescription, of entity: EntityDescription, in schema: Schema) -> String {
+    static func deleteAction(_ property: PropertyDescription, of entity: EntityDescription, in schema: Schema) -> String
+    {
         // A link of a many-to-many relationship goes with either of its objects.
         if schema.isLinkEntity(entity.name) { return "CASCADE" }
         return switch schema.inverse(of: property, in: entity)?.deleteRule {
@@ -59,21 +64,27 @@ extension SQLiteStore {
     static func indexDefinitions(_ entity: EntityDescription) -> [IndexDefinition] {
         let table = SQLBuilder.quote(entity.name)
         var indexes: [IndexDefinition] = []
-        let entitySuffix = entity.hierarchy.map { ", " + SQLBuilder.quote(entity.properties[$0.entityIndex].name) } ?? ""
+        let entitySuffix =
+            entity.hierarchy.map { ", " + SQLBuilder.quote(entity.properties[$0.entityIndex].name) } ?? ""
         for property in entity.properties where property.hasColumn && (property.isUnique || property.isIndexed) {
             let name = "\(entity.name)_\(property.name)"
             let kind = property.isUnique ? "UNIQUE INDEX" : "INDEX"
             let suffix = property.isUnique || property.index == entity.hierarchy?.entityIndex ? "" : entitySuffix
-            indexes.append(IndexDefinition(
-                name: name, sql: "CREATE \(kind) \(SQLBuilder.quote(name)) ON \(table) (\(SQLBuilder.quote(property.name))\(suffix))",
-                property: property))
+            indexes.append(
+                IndexDefinition(
+                    name: name,
+                    sql:
+                        "CREATE \(kind) \(SQLBuilder.quote(name)) ON \(table) (\(SQLBuilder.quote(property.name))\(suffix))",
+                    property: property))
         }
         for (number, index) in entity.indexes.enumerated() {
             let name = "\(entity.name)_index\(number)"
-            indexes.append(IndexDefinition(
-                name: name,
-                sql: "CREATE INDEX \(SQLBuilder.quote(name)) ON \(table) (\(index.map(SQLBuilder.quote).joined(separator: ", "))\(entitySuffix))",
-                property: nil))
+            indexes.append(
+                IndexDefinition(
+                    name: name,
+                    sql:
+                        "CREATE INDEX \(SQLBuilder.quote(name)) ON \(table) (\(index.map(SQLBuilder.quote).joined(separator: ", "))\(entitySuffix))",
+                    property: nil))
         }
         return indexes
     }

@@ -57,7 +57,8 @@ extension SQLiteStore {
             do {
                 return try SchemaDescription(json: json.utf8).upgradingLegacyTypeNames()
             } catch {
-                throw SkyrosError(.storeFailure, "could not read the schema recorded in the store at \(path)", underlying: error)
+                throw SkyrosError(
+                    .storeFailure, "could not read the schema recorded in the store at \(path)", underlying: error)
             }
         }
         let stored = try description.map { try Schema(description: $0, version: state.version) }
@@ -65,14 +66,16 @@ extension SQLiteStore {
         if state.version > schema.version {
             throw SkyrosError(
                 .schemaTooNew,
-                "the store at \(path) has schema version \(state.version), newer than this schema's version \(schema.version) (an older version of the application?); it is never downgraded, and the file was left untouched")
+                "the store at \(path) has schema version \(state.version), newer than this schema's version \(schema.version) (an older version of the application?); it is never downgraded, and the file was left untouched"
+            )
         }
         if state.version == schema.version {
             if state.fingerprint == schema.fingerprint { return state.hasHistory ? .open : .refreshRecords }
             if sameModel { return .refreshRecords }
             throw SkyrosError(
                 .schemaMismatch,
-                "the store at \(path) was made with schema \(state.fingerprint ?? "?") at version \(state.version), not \(schema.fingerprint): a changed model needs a higher version (Schema(…, version: \(schema.version + 1))) to be migrated; the file was left untouched")
+                "the store at \(path) was made with schema \(state.fingerprint ?? "?") at version \(state.version), not \(schema.fingerprint): a changed model needs a higher version (Schema(…, version: \(schema.version + 1))) to be migrated; the file was left untouched"
+            )
         }
         guard let stored else {
             throw SkyrosError(.storeFailure, "the store at \(path) has no recorded schema to migrate from")
@@ -129,7 +132,9 @@ extension SQLiteStore {
         guard FileManager.default.fileExists(atPath: url.path) else { return nil }
         // The state statement, or the metadata alone for a store without a history.
         var values: [String: String] = [:]
-        for row in try readOnlyRows(stateSQL, of: url) ?? readOnlyRows("SELECT key, value FROM skyros_metadata", of: url) ?? [] {
+        for row in try readOnlyRows(stateSQL, of: url) ?? readOnlyRows(
+            "SELECT key, value FROM skyros_metadata", of: url) ?? []
+        {
             if let key = row[0], let value = row[1], key != " index" { values[key] = value }
         }
         let state = StoredState(values)
@@ -138,19 +143,24 @@ extension SQLiteStore {
 
     /// Records a version in the history; creates the history table first unless `historyExists`.
     static func record(
-        _ schema: Schema, version: Int, fingerprint: String? = nil, json: String? = nil, historyExists: Bool = false, _ db: Database
+        _ schema: Schema, version: Int, fingerprint: String? = nil, json: String? = nil, historyExists: Bool = false,
+        _ db: Database
     ) throws {
         if !historyExists {
-            try db.execute(sql: """
-                CREATE TABLE IF NOT EXISTS skyros_schema (
-                    version INTEGER PRIMARY KEY NOT NULL, fingerprint TEXT NOT NULL, description TEXT NOT NULL, date TEXT NOT NULL)
-                """)
+            try db.execute(
+                sql: """
+                    CREATE TABLE IF NOT EXISTS skyros_schema (
+                        version INTEGER PRIMARY KEY NOT NULL, fingerprint TEXT NOT NULL, description TEXT NOT NULL, date TEXT NOT NULL)
+                    """)
         }
         let description = try json ?? schema.schemaDescription.canonicalText()
         // Stepped directly, as the statements of a save (GRDB's execute adds its bookkeeping).
         try query(
             db, "INSERT OR REPLACE INTO skyros_schema (version, fingerprint, description, date) VALUES (?, ?, ?, ?)",
-            [.integer(Int64(version)), .text(fingerprint ?? schema.fingerprint), .text(description), .text(Self.timestamp())]
+            [
+                .integer(Int64(version)), .text(fingerprint ?? schema.fingerprint), .text(description),
+                .text(Self.timestamp()),
+            ]
         ) { _ in }
     }
 
@@ -162,7 +172,8 @@ extension SQLiteStore {
         var parts = tm()
         gmtime_r(&seconds, &parts)
         func two(_ value: Int32) -> String { value < 10 ? "0\(value)" : "\(value)" }
-        return "\(parts.tm_year + 1900)-\(two(parts.tm_mon + 1))-\(two(parts.tm_mday))T\(two(parts.tm_hour)):\(two(parts.tm_min)):\(two(parts.tm_sec))Z"
+        return
+            "\(parts.tm_year + 1900)-\(two(parts.tm_mon + 1))-\(two(parts.tm_mday))T\(two(parts.tm_hour)):\(two(parts.tm_min)):\(two(parts.tm_sec))Z"
     }
 
     /// Makes `schema` at its version the store's current schema in `skyros_metadata` and the history.
@@ -185,7 +196,9 @@ extension SQLiteStore {
     /// columns of to-one relationships): only then are they turned off during it and checked
     /// before commit.
     static func mayMeetForeignKeys(from stored: Schema, through milestones: [MigrationMilestone]) -> Bool {
-        ([stored] + milestones.map(\.schema)).contains { schema in schema.entities.contains { !$0.toOneProperties.isEmpty } }
+        ([stored] + milestones.map(\.schema)).contains { schema in
+            schema.entities.contains { !$0.toOneProperties.isEmpty }
+        }
     }
 
     // MARK: - Running a migration
@@ -209,13 +222,15 @@ extension SQLiteStore {
             }
         }
         let violations =
-            Self.mayMeetForeignKeys(from: stored, through: milestones) ? try Row.fetchAll(db, sql: "PRAGMA foreign_key_check") : []
+            Self.mayMeetForeignKeys(from: stored, through: milestones)
+            ? try Row.fetchAll(db, sql: "PRAGMA foreign_key_check") : []
         if let first = violations.first {
             let table: String = first[0] ?? "?"
             let parent: String = first[2] ?? "?"
             throw SkyrosError(
                 .migrationFailed,
-                "cannot migrate the store to schema version \(schema.version): \(violations.count) object(s) of \(table) refer to \(parent) objects that do not exist; the store was left as it was")
+                "cannot migrate the store to schema version \(schema.version): \(violations.count) object(s) of \(table) refer to \(parent) objects that do not exist; the store was left as it was"
+            )
         }
         try Self.recordCurrent(schema, historyExists: true, db)
     }
@@ -225,7 +240,8 @@ extension SQLiteStore {
     private static func indexes(of table: String, _ db: Database) throws -> [String: String] {
         var indexes: [String: String] = [:]
         try query(
-            db, "SELECT name, sql FROM main.sqlite_master WHERE type = 'index' AND tbl_name = ? AND sql IS NOT NULL", [.text(table)]
+            db, "SELECT name, sql FROM main.sqlite_master WHERE type = 'index' AND tbl_name = ? AND sql IS NOT NULL",
+            [.text(table)]
         ) { raw in
             if let name = sqlite3_column_text(raw, 0), let sql = sqlite3_column_text(raw, 1) {
                 indexes[String(cString: name)] = String(cString: sql)
@@ -249,7 +265,9 @@ extension SQLiteStore {
                 guard let source = table.sourceName else { continue }
                 let name = "skyros_previous_\(table.entity.name)"
                 try db.execute(
-                    sql: "CREATE TEMP TABLE \(quote(name)) AS SELECT \"_id\", \(table.previous.map(quote).joined(separator: ", ")) FROM main.\(quote(source))")
+                    sql:
+                        "CREATE TEMP TABLE \(quote(name)) AS SELECT \"_id\", \(table.previous.map(quote).joined(separator: ", ")) FROM main.\(quote(source))"
+                )
                 temporary.append(name)
                 previousColumns[table.entity.name] = (name, Set(table.previous))
             }
@@ -269,10 +287,12 @@ extension SQLiteStore {
         // also updates the foreign keys of other tables that refer to them.
         let renamed = step.tables.filter { $0.sourceName != nil && $0.sourceName != $0.entity.name }
         for (number, table) in renamed.enumerated() {
-            try db.execute(sql: "ALTER TABLE main.\(quote(table.sourceName!)) RENAME TO \(quote("skyros_renaming_\(number)"))")
+            try db.execute(
+                sql: "ALTER TABLE main.\(quote(table.sourceName!)) RENAME TO \(quote("skyros_renaming_\(number)"))")
         }
         for (number, table) in renamed.enumerated() {
-            try db.execute(sql: "ALTER TABLE main.\(quote("skyros_renaming_\(number)")) RENAME TO \(quote(table.entity.name))")
+            try db.execute(
+                sql: "ALTER TABLE main.\(quote("skyros_renaming_\(number)")) RENAME TO \(quote(table.entity.name))")
         }
         // The index definitions each table has after the DDL below, when they are known
         // without asking sqlite_master again (see the index creation at the end).
@@ -296,7 +316,11 @@ extension SQLiteStore {
                 current = try Self.indexes(of: table.entity.name, db)
             }
             for (index, sql) in current.sorted(by: { $0.key < $1.key }) {
-                if wanted.contains(sql) { kept.insert(sql) } else { try db.execute(sql: "DROP INDEX main.\(quote(index))") }
+                if wanted.contains(sql) {
+                    kept.insert(sql)
+                } else {
+                    try db.execute(sql: "DROP INDEX main.\(quote(index))")
+                }
             }
             // Dropping the table drops its indexes. A renamed column rewrites the indexes that
             // name it (SQLite's RENAME COLUMN), so those are read again; a kept index names its
@@ -310,24 +334,29 @@ extension SQLiteStore {
                 let temporaryName = "skyros_rebuilding_\(table.entity.name)"
                 try db.execute(sql: Self.tableSQL(table.entity, in: step.target, table: temporaryName))
                 let columns = ["\"_id\"", "\"_version\""] + table.columns.map { quote($0.property.name) }
-                let values = ["\"_id\"", "\"_version\""] + table.columns.map { column -> String in
-                    switch column.source {
-                    case .column(let old): quote(old)
-                    case .coalesce(let old, let value): "COALESCE(\(quote(old)), \(Self.literal(value)))"
-                    case .constant(let value): Self.literal(value)
+                let values =
+                    ["\"_id\"", "\"_version\""]
+                    + table.columns.map { column -> String in
+                        switch column.source {
+                        case .column(let old): quote(old)
+                        case .coalesce(let old, let value): "COALESCE(\(quote(old)), \(Self.literal(value)))"
+                        case .constant(let value): Self.literal(value)
+                        }
                     }
-                }
-                try db.execute(sql: """
-                    INSERT INTO main.\(quote(temporaryName)) (\(columns.joined(separator: ", "))) \
-                    SELECT \(values.joined(separator: ", ")) FROM main.\(name)
-                    """)
+                try db.execute(
+                    sql: """
+                        INSERT INTO main.\(quote(temporaryName)) (\(columns.joined(separator: ", "))) \
+                        SELECT \(values.joined(separator: ", ")) FROM main.\(name)
+                        """)
                 try db.execute(sql: "DROP TABLE main.\(name)")
                 try db.execute(sql: "ALTER TABLE main.\(quote(temporaryName)) RENAME TO \(name)")
             } else {
                 for (old, new) in table.renamed {
                     try db.execute(sql: "ALTER TABLE main.\(name) RENAME COLUMN \(quote(old)) TO \(quote(new))")
                 }
-                for column in table.dropped { try db.execute(sql: "ALTER TABLE main.\(name) DROP COLUMN \(quote(column))") }
+                for column in table.dropped {
+                    try db.execute(sql: "ALTER TABLE main.\(name) DROP COLUMN \(quote(column))")
+                }
                 for (property, value) in table.added {
                     var definition = Self.columnDefinition(property, of: table.entity, in: step.target)
                     if !value.isNull { definition += " DEFAULT \(Self.literal(value))" }
@@ -349,22 +378,32 @@ extension SQLiteStore {
                     let column = index.property.map { quote($0.name) } ?? "?"
                     let duplicate = try? String.fetchOne(
                         db,
-                        sql: "SELECT quote(\(column)) FROM main.\(quote(table.entity.name)) GROUP BY \(column) HAVING COUNT(*) > 1 LIMIT 1")
+                        sql:
+                            "SELECT quote(\(column)) FROM main.\(quote(table.entity.name)) GROUP BY \(column) HAVING COUNT(*) > 1 LIMIT 1"
+                    )
                     throw step.refusal(
-                        "\(table.entity.name).\(index.property?.name ?? "?") becomes unique, but existing objects share a value\(duplicate.map { " (\($0))" } ?? ""); a migration stage for version \(step.version) can make them unique")
+                        "\(table.entity.name).\(index.property?.name ?? "?") becomes unique, but existing objects share a value\(duplicate.map { " (\($0))" } ?? ""); a migration stage for version \(step.version) can make them unique"
+                    )
                 }
             }
             for property in table.required {
                 // A subentity's: in its rows only.
                 var rows = ""
-                if let owner = table.entity.hierarchy?.members.first(where: { $0.parent != nil && $0.ownProperties.contains(property.name) }) {
+                if let owner = table.entity.hierarchy?.members.first(where: {
+                    $0.parent != nil && $0.ownProperties.contains(property.name)
+                }) {
                     rows = " AND " + Self.rowsCondition(of: owner)
                 }
-                let missing = try Int.fetchOne(
-                    db, sql: "SELECT COUNT(*) FROM main.\(quote(table.entity.name)) WHERE \(quote(property.name)) IS NULL\(rows)") ?? 0
+                let missing =
+                    try Int.fetchOne(
+                        db,
+                        sql:
+                            "SELECT COUNT(*) FROM main.\(quote(table.entity.name)) WHERE \(quote(property.name)) IS NULL\(rows)"
+                    ) ?? 0
                 if missing > 0 {
                     throw step.refusal(
-                        "\(table.entity.name).\(property.name) is a new required relationship and \(missing) existing object(s) have none; a migration stage for version \(step.version) can set it")
+                        "\(table.entity.name).\(property.name) is a new required relationship and \(missing) existing object(s) have none; a migration stage for version \(step.version) can set it"
+                    )
                 }
             }
         }
@@ -381,7 +420,8 @@ extension SQLiteStore {
         let entityColumn = SQLBuilder.quote(EntityHierarchy.entityProperty)
         let source = table.sourceName.flatMap { step.source.entity(named: $0) }
         func setEntity(_ new: String, where old: String) throws {
-            try db.execute(sql: "UPDATE main.\(name) SET \(entityColumn) = ? WHERE \(entityColumn) = ?", arguments: [new, old])
+            try db.execute(
+                sql: "UPDATE main.\(name) SET \(entityColumn) = ? WHERE \(entityColumn) = ?", arguments: [new, old])
         }
         if let previous = source?.hierarchy {
             let remaining = Set(hierarchy.members.map(\.name))
@@ -405,15 +445,20 @@ extension SQLiteStore {
                 else { continue }
                 // Its rows have a value already when it was a non-optional attribute of the same
                 // subentity, or of every row, in the previous version.
-                if let before = source?.property(named: property.originalName ?? property.name) ?? source?.property(named: property.name),
+                if let before = source?.property(named: property.originalName ?? property.name)
+                    ?? source?.property(named: property.name),
                     before.kind == .attribute, !before.codec.isOptional
                 {
-                    let owner = source?.hierarchy?.members.first { $0.parent != nil && $0.ownProperties.contains(before.name) }
+                    let owner = source?.hierarchy?.members.first {
+                        $0.parent != nil && $0.ownProperties.contains(before.name)
+                    }
                     if owner == nil || owner?.name == member.name || owner?.name == member.originalName { continue }
                 }
                 let column = SQLBuilder.quote(property.name)
                 try db.execute(
-                    sql: "UPDATE main.\(name) SET \(column) = \(literal(value)) WHERE \(column) IS NULL AND \(rowsCondition(of: member))")
+                    sql:
+                        "UPDATE main.\(name) SET \(column) = \(literal(value)) WHERE \(column) IS NULL AND \(rowsCondition(of: member))"
+                )
             }
         }
     }
@@ -462,7 +507,8 @@ extension SQLiteStore {
     // MARK: - The previous version, for stages
 
     func previousValue(_ property: String, of id: ObjectID) throws -> StoredValue? {
-        guard let db = migrationDatabase, let (table, columns) = previousColumns[id.entityName], columns.contains(property)
+        guard let db = migrationDatabase, let (table, columns) = previousColumns[id.entityName],
+            columns.contains(property)
         else { return nil }
         return try Self.rows(
             db, "SELECT \(SQLBuilder.quote(property)) FROM temp.\(SQLBuilder.quote(table)) WHERE \"_id\" = ?",

@@ -48,7 +48,8 @@ extension SQLiteStore {
             if let format = state.format, format != Self.format {
                 throw SkyrosError(
                     .schemaMismatch,
-                    "the store at \(path) has file format \(format), this Skyros reads format \(Self.format); the file was left untouched")
+                    "the store at \(path) has file format \(format), this Skyros reads format \(Self.format); the file was left untouched"
+                )
             }
             let decision = try Self.decide(state, schema: schema, plan: plan, path: path)
             guard Self.writes(decision, state) else { return true }
@@ -83,7 +84,8 @@ extension SQLiteStore {
             }
             // Read again inside the transaction: another process may have migrated the store
             // meanwhile (the decision stands when the state is the one it was made on).
-            let decision = try decided.flatMap { $0.state == state ? $0.decision : nil }
+            let decision =
+                try decided.flatMap { $0.state == state ? $0.decision : nil }
                 ?? Self.decide(state, schema: schema, plan: plan, path: path)
             switch decision {
             case .open:
@@ -135,11 +137,14 @@ extension SQLiteStore {
             for (table, column) in columns {
                 let name = SQLBuilder.quote(column)
                 try db.execute(
-                    sql: "UPDATE \(SQLBuilder.quote(table)) SET \(name) = skyros_ordered_decimal(\(name)) WHERE \(name) NOT GLOB '[nop]*'")
+                    sql:
+                        "UPDATE \(SQLBuilder.quote(table)) SET \(name) = skyros_ordered_decimal(\(name)) WHERE \(name) NOT GLOB '[nop]*'"
+                )
             }
         }
         try db.execute(
-            sql: "INSERT OR REPLACE INTO skyros_metadata (key, value) VALUES ('decimals', ?)", arguments: [Self.decimalsForm])
+            sql: "INSERT OR REPLACE INTO skyros_metadata (key, value) VALUES ('decimals', ?)",
+            arguments: [Self.decimalsForm])
     }
 }
 

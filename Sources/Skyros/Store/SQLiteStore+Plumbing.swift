@@ -77,7 +77,9 @@ extension SQLiteStore {
             }
         case .blob(let data):
             data.withUnsafeBytes { buffer in
-                _ = sqlite3_bind_blob(statement, position, buffer.baseAddress ?? UnsafeRawPointer(bitPattern: 1), Int32(buffer.count), transient)
+                _ = sqlite3_bind_blob(
+                    statement, position, buffer.baseAddress ?? UnsafeRawPointer(bitPattern: 1), Int32(buffer.count),
+                    transient)
             }
         }
     }
@@ -180,7 +182,8 @@ extension SQLiteStore {
                 guard code == SQLITE_DONE else { throw failure(String(cString: sqlite3_errmsg(db))) }
                 break
             }
-            rows.append((0..<count).map { column in sqlite3_column_text(statement, column).map { String(cString: $0) } })
+            rows.append(
+                (0..<count).map { column in sqlite3_column_text(statement, column).map { String(cString: $0) } })
         }
         return rows
     }

@@ -44,7 +44,8 @@ extension SQLiteStore {
             if hasUnresolvedReferences {
                 throw SkyrosError(
                     .deleteDenied,
-                    "relationship integrity: the change set refers to an object that does not exist, or deletes one that is still referenced under a deny rule")
+                    "relationship integrity: the change set refers to an object that does not exist, or deletes one that is still referenced under a deny rule"
+                )
             }
             return applied
         }

@@ -82,9 +82,10 @@ extension SQLiteStore {
                 if check && current != update.baseVersion {
                     // The object changed in the store since the saver read it.
                     if changes.mergePolicy == .storeWins { continue }
-                    conflicts.append(MergeConflict(
-                        objectID: update.id, properties: indexes.map { table.entity.properties[$0].name },
-                        baseVersion: update.baseVersion, storeVersion: current))
+                    conflicts.append(
+                        MergeConflict(
+                            objectID: update.id, properties: indexes.map { table.entity.properties[$0].name },
+                            baseVersion: update.baseVersion, storeVersion: current))
                     continue
                 }
                 if indexes.isEmpty {
@@ -97,9 +98,13 @@ extension SQLiteStore {
             if let known = updateStatements[shape] {
                 raw = known
             } else {
-                let assignments = indexes.map { "\(SQLBuilder.quote(table.entity.properties[$0].name)) = ?" } + ["\"_version\" = \"_version\" + 1"]
+                let assignments =
+                    indexes.map { "\(SQLBuilder.quote(table.entity.properties[$0].name)) = ?" } + [
+                        "\"_version\" = \"_version\" + 1"
+                    ]
                 raw = try db.cachedStatement(
-                    sql: "UPDATE \(SQLBuilder.quote(table.entity.name)) SET \(assignments.joined(separator: ", ")) WHERE \"_id\" = ? RETURNING \"_version\""
+                    sql:
+                        "UPDATE \(SQLBuilder.quote(table.entity.name)) SET \(assignments.joined(separator: ", ")) WHERE \"_id\" = ? RETURNING \"_version\""
                 ).sqliteStatement
                 updateStatements[shape] = raw
             }
@@ -109,7 +114,8 @@ extension SQLiteStore {
             }
             Self.bind(raw, Int32(indexes.count + 1), update.id.uuid)
             // The values written: usually every change (properties with a column).
-            let values = indexes.count == update.changes.count
+            let values =
+                indexes.count == update.changes.count
                 ? update.changes : update.changes.filter { table.entity.properties[$0.key].hasColumn }
             let version: Int64?
             do {
@@ -140,7 +146,8 @@ extension SQLiteStore {
         }
         for id in changes.deleted {
             let table = try tableInfo(id.entityName)
-            let statement = try db.cachedStatement(sql: "DELETE FROM \(SQLBuilder.quote(table.entity.name)) WHERE \"_id\" = ?")
+            let statement = try db.cachedStatement(
+                sql: "DELETE FROM \(SQLBuilder.quote(table.entity.name)) WHERE \"_id\" = ?")
             let raw = statement.sqliteStatement
             sqlite3_reset(raw)
             Self.bind(raw, 1, id.uuid.storedValue)
@@ -184,8 +191,10 @@ extension SQLiteStore {
     @inline(__always)
     private static func keyHalves(_ uuid: UUID) -> (UInt64, UInt64) {
         withUnsafeBytes(of: uuid.uuid) { bytes in
-            (UInt64(bigEndian: bytes.loadUnaligned(as: UInt64.self)),
-             UInt64(bigEndian: bytes.loadUnaligned(fromByteOffset: 8, as: UInt64.self)))
+            (
+                UInt64(bigEndian: bytes.loadUnaligned(as: UInt64.self)),
+                UInt64(bigEndian: bytes.loadUnaligned(fromByteOffset: 8, as: UInt64.self))
+            )
         }
     }
 
@@ -210,7 +219,9 @@ extension SQLiteStore {
             let property = entity.property(named: column), let held = value(property.index)
         else { return error }
         let other = try Self.rows(
-            db, "SELECT \"_id\" FROM \(SQLBuilder.quote(entity.name)) WHERE \(SQLBuilder.quote(property.name)) = ? LIMIT 1", [held]
+            db,
+            "SELECT \"_id\" FROM \(SQLBuilder.quote(entity.name)) WHERE \(SQLBuilder.quote(property.name)) = ? LIMIT 1",
+            [held]
         ).first.flatMap { UUID(storedValue: $0[0]) }.map { ObjectID(entityName: entity.name, uuid: $0) }
         return SkyrosError(
             .uniqueConstraintViolation,
@@ -241,8 +252,10 @@ extension SQLiteStore {
 
     /// The stored version of an object; nil when it does not exist (any more).
     private static func version(of id: ObjectID, _ table: TableInfo, _ db: Database) throws -> Int64? {
-        let raw = try db.cachedStatement(sql: "SELECT \"_version\" FROM \(SQLBuilder.quote(table.entity.name)) WHERE \"_id\" = ?")
-            .sqliteStatement
+        let raw = try db.cachedStatement(
+            sql: "SELECT \"_version\" FROM \(SQLBuilder.quote(table.entity.name)) WHERE \"_id\" = ?"
+        )
+        .sqliteStatement
         sqlite3_reset(raw)
         bind(raw, 1, id.uuid.storedValue)
         defer { sqlite3_reset(raw) }
@@ -263,7 +276,8 @@ extension SQLiteStore {
             guard snapshot.values.count == table.entity.properties.count else {
                 throw SkyrosError(
                     .valueNotStorable,
-                    "\(snapshot.id) has \(snapshot.values.count) values; \(table.entity.name) has \(table.entity.properties.count) properties")
+                    "\(snapshot.id) has \(snapshot.values.count) values; \(table.entity.name) has \(table.entity.properties.count) properties"
+                )
             }
             for property in table.entity.properties {
                 let value = snapshot.values[property.index]
@@ -273,7 +287,8 @@ extension SQLiteStore {
                     if property.kind == .toMany && !value.isNull {
                         throw SkyrosError(
                             .typeMismatch,
-                            "\(table.entity.name).\(property.name) is a to-many relationship, whose value is always null; \(snapshot.id) gives it \(value.typeDescription)")
+                            "\(table.entity.name).\(property.name) is a to-many relationship, whose value is always null; \(snapshot.id) gives it \(value.typeDescription)"
+                        )
                     }
                     continue
                 }
@@ -297,10 +312,14 @@ extension SQLiteStore {
 
     /// A value as its property stores it, or ``SkyrosError/Code/typeMismatch`` naming the
     /// property when it does not fit.
-    private static func conformed(_ value: StoredValue, _ entity: EntityDescription, _ index: Int, _ id: ObjectID) throws -> StoredValue {
+    private static func conformed(_ value: StoredValue, _ entity: EntityDescription, _ index: Int, _ id: ObjectID)
+        throws -> StoredValue
+    {
         let property = entity.properties[index]
         if let stored = conformed(value, property) { return stored }
-        throw SkyrosError(.typeMismatch, "\(entity.name).\(property.name) \(mismatch(value, property)); \(id) gives it \(value.typeDescription)")
+        throw SkyrosError(
+            .typeMismatch,
+            "\(entity.name).\(property.name) \(mismatch(value, property)); \(id) gives it \(value.typeDescription)")
     }
 
     /// What a property holds, for a ``SkyrosError/Code/typeMismatch`` message: "is a date
@@ -310,7 +329,8 @@ extension SQLiteStore {
             return "is a reference to \(property.destinationName ?? "?") (a 16-byte blob or null)"
         }
         let codec = property.codec
-        var declared = "is \(property.isStoredOptional ? "an optional" : "a") \(codec.typeName) (\(codec.storageType.rawValue))"
+        var declared =
+            "is \(property.isStoredOptional ? "an optional" : "a") \(codec.typeName) (\(codec.storageType.rawValue))"
         if value.isNull && !property.isStoredOptional { declared += ", which is not optional" }
         let type = String(rawTypeName(property))
         if let range = integerRanges[type] { declared += " from \(range.lowerBound) to \(range.upperBound)" }

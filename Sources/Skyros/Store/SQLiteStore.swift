@@ -136,7 +136,8 @@ public final class SQLiteStore: ObjectStore, @unchecked Sendable {
         } catch let error as SkyrosError {
             throw error
         } catch {
-            throw SkyrosError(.storeFailure, "could not open the store at \(url?.path ?? ":memory:")", underlying: error)
+            throw SkyrosError(
+                .storeFailure, "could not open the store at \(url?.path ?? ":memory:")", underlying: error)
         }
     }
 
@@ -170,7 +171,6 @@ public final class SQLiteStore: ObjectStore, @unchecked Sendable {
         }
         return tables
     }
-
 
     // MARK: - Reading
 
@@ -265,7 +265,8 @@ public final class SQLiteStore: ObjectStore, @unchecked Sendable {
                 while end < sorted.count && sorted[end].entityName == table.entity.name { end += 1 }
                 let reader = RowReader(table)
                 let raw = try db.cachedStatement(
-                    sql: "SELECT \(table.selectList) FROM \(SQLBuilder.quote(table.entity.name)) AS t0 WHERE t0.\"_id\" = ?"
+                    sql:
+                        "SELECT \(table.selectList) FROM \(SQLBuilder.quote(table.entity.name)) AS t0 WHERE t0.\"_id\" = ?"
                 ).sqliteStatement
                 defer { sqlite3_reset(raw) }
                 for id in sorted[start..<end] {

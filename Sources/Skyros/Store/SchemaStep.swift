@@ -51,7 +51,8 @@ struct SchemaStep {
         var sourceOf: [String: EntityDescription] = [:]
         var claimed = Set<String>()
         let entityMatches = RenameInference.match(
-            newer: target.entities.map(\.name), originalNames: target.entities.map(\.originalName), older: source.entities.map(\.name))
+            newer: target.entities.map(\.name), originalNames: target.entities.map(\.originalName),
+            older: source.entities.map(\.name))
         for (entity, previous) in zip(target.entities, entityMatches) {
             guard let previous else { continue }
             sourceOf[entity.name] = source.entities[previous]
@@ -64,14 +65,16 @@ struct SchemaStep {
             if let hierarchy = target.entity(named: name)?.hierarchy, hierarchy.root != name {
                 throw SkyrosError(
                     .migrationFailed,
-                    "cannot migrate the store to schema version \(version): \(name) becomes a subentity of \(hierarchy.root), and its objects would move to \(hierarchy.root)'s table, which is not inferred (keep \(name) an entity of its own, or copy its objects in a migration stage of an intermediate version); the store was left as it was")
+                    "cannot migrate the store to schema version \(version): \(name) becomes a subentity of \(hierarchy.root), and its objects would move to \(hierarchy.root)'s table, which is not inferred (keep \(name) an entity of its own, or copy its objects in a migration stage of an intermediate version); the store was left as it was"
+                )
             }
         }
         for entity in target.entities where entity.hierarchy == nil && sourceOf[entity.name] == nil {
             if let hierarchy = source.entity(named: entity.name)?.hierarchy, hierarchy.root != entity.name {
                 throw SkyrosError(
                     .migrationFailed,
-                    "cannot migrate the store to schema version \(version): \(entity.name) leaves the hierarchy of \(hierarchy.root) to be an entity of its own, and its objects would move out of \(hierarchy.root)'s table, which is not inferred; the store was left as it was")
+                    "cannot migrate the store to schema version \(version): \(entity.name) leaves the hierarchy of \(hierarchy.root) to be an entity of its own, and its objects would move out of \(hierarchy.root)'s table, which is not inferred; the store was left as it was"
+                )
             }
         }
         var newNameOf: [String: String] = [:]
@@ -86,7 +89,8 @@ struct SchemaStep {
             let newColumns = entity.properties.filter(\.hasColumn)
             var matched: [String: PropertyDescription] = [:]  // new name → old property
             let propertyMatches = RenameInference.match(
-                newer: newColumns.map(\.name), originalNames: newColumns.map(\.originalName), older: old.properties.map(\.name),
+                newer: newColumns.map(\.name), originalNames: newColumns.map(\.originalName),
+                older: old.properties.map(\.name),
                 isCandidate: { old.properties[$0].hasColumn })
             for (property, previous) in zip(newColumns, propertyMatches) {
                 if let previous { matched[property.name] = old.properties[previous] }
@@ -105,7 +109,8 @@ struct SchemaStep {
                         table.added.append((property, .null))
                     } else {
                         guard let value = Self.defaultValue(of: property) else {
-                            throw refusal("\(label) is a new non-optional attribute without a default that can be stored")
+                            throw refusal(
+                                "\(label) is a new non-optional attribute without a default that can be stored")
                         }
                         table.columns.append((property, .constant(value)))
                         table.added.append((property, value))
@@ -116,9 +121,12 @@ struct SchemaStep {
                 if let change = Self.typeChange(from: previous, to: property, newNameOf: newNameOf) {
                     guard hasStages else {
                         throw refusal(
-                            "\(label) changes \(change), which is not inferred; a migration stage for version \(version) (MigrationPlan.stage(to: \(version))) can set it from its previous value")
+                            "\(label) changes \(change), which is not inferred; a migration stage for version \(version) (MigrationPlan.stage(to: \(version))) can set it from its previous value"
+                        )
                     }
-                    let value = property.isStoredOptional || property.kind == .toOne ? StoredValue.null : Self.defaultValue(of: property)
+                    let value =
+                        property.isStoredOptional || property.kind == .toOne
+                        ? StoredValue.null : Self.defaultValue(of: property)
                     guard let value else {
                         throw refusal("\(label) changes \(change) and has no default that can be stored")
                     }
@@ -129,14 +137,18 @@ struct SchemaStep {
                 }
                 if property.kind == .attribute && !property.isStoredOptional && previous.isStoredOptional {
                     guard let value = Self.defaultValue(of: property) else {
-                        throw refusal("\(label) becomes non-optional and has no default that can be stored for the objects that have none")
+                        throw refusal(
+                            "\(label) becomes non-optional and has no default that can be stored for the objects that have none"
+                        )
                     }
                     table.columns.append((property, .coalesce(previous.name, value)))
                     table.rebuild = true
                     continue
                 }
                 table.columns.append((property, .column(previous.name)))
-                if property.kind == .attribute && property.isStoredOptional != previous.isStoredOptional { table.rebuild = true }
+                if property.kind == .attribute && property.isStoredOptional != previous.isStoredOptional {
+                    table.rebuild = true
+                }
                 if property.kind == .toOne
                     && SQLiteStore.deleteAction(property, of: entity, in: target)
                         != SQLiteStore.deleteAction(previous, of: old, in: source)
@@ -166,14 +178,18 @@ struct SchemaStep {
     }
 
     func refusal(_ message: String) -> SkyrosError {
-        SkyrosError(.migrationFailed, "cannot migrate the store to schema version \(version): \(message); the store was left as it was")
+        SkyrosError(
+            .migrationFailed,
+            "cannot migrate the store to schema version \(version): \(message); the store was left as it was")
     }
 
     /// The value every existing object takes for a new or newly non-optional attribute: its
     /// declared default, evaluated once; nil when it has none (a schema rebuilt from a
     /// description) or it cannot be stored.
     static func defaultValue(of property: PropertyDescription) -> StoredValue? {
-        guard let value = try? property.makeDefault(), !value.isNull, SQLiteStore.fits(value, property) else { return nil }
+        guard let value = try? property.makeDefault(), !value.isNull, SQLiteStore.fits(value, property) else {
+            return nil
+        }
         return value
     }
 
@@ -194,7 +210,8 @@ struct SchemaStep {
         case .attribute:
             let (a, b) = (old.codec, new.codec)
             if a.storageType == b.storageType
-                && (a.typeName == b.typeName || compatible.contains { $0.contains(a.typeName) && $0.contains(b.typeName) })
+                && (a.typeName == b.typeName
+                    || compatible.contains { $0.contains(a.typeName) && $0.contains(b.typeName) })
             {
                 return nil
             }
@@ -244,7 +261,9 @@ struct MigrationMilestone {
         for milestone in milestones {
             try milestone.schema.validate()
             steps.append(
-                try SchemaStep(from: source, to: milestone.schema, version: milestone.version, hasStages: !milestone.stages.isEmpty))
+                try SchemaStep(
+                    from: source, to: milestone.schema, version: milestone.version, hasStages: !milestone.stages.isEmpty
+                ))
             source = milestone.schema
         }
         return steps

@@ -211,7 +211,8 @@ extension SyncConfiguration {
         guard entries.count == 1 || entries.count == servers.count else {
             throw invalid(
                 "the sync URL's port= has \(entries.count) ports for \(servers.count) "
-                    + "host\(servers.count == 1 ? "" : "s"): give one port for every host, or one per host in the hosts' order")
+                    + "host\(servers.count == 1 ? "" : "s"): give one port for every host, or one per host in the hosts' order"
+            )
         }
         for index in servers.indices {
             let entry = entries.count == 1 ? entries[0] : entries[index]

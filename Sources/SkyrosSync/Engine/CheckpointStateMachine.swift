@@ -48,7 +48,8 @@ package struct CheckpointStateMachine: Sendable {
         /// Nothing to apply: no object, no refusal, not a snapshot.
         package var isEmpty: Bool
 
-        package init(snapshot: String, number: UInt64, uploadedThrough: Int64, lagMilliseconds: Int = 0, isEmpty: Bool) {
+        package init(snapshot: String, number: UInt64, uploadedThrough: Int64, lagMilliseconds: Int = 0, isEmpty: Bool)
+        {
             self.snapshot = snapshot
             self.number = number
             self.uploadedThrough = uploadedThrough
@@ -95,7 +96,10 @@ package struct CheckpointStateMachine: Sendable {
     private var lastCompaction: ContinuousClock.Instant?
 
     /// A machine whose store last applied `cursor`.
-    package init(cursor: String?, pollInterval: Duration = .seconds(5), compactionInterval: Duration = .seconds(600), backlogLimit: Int = 1_000) {
+    package init(
+        cursor: String?, pollInterval: Duration = .seconds(5), compactionInterval: Duration = .seconds(600),
+        backlogLimit: Int = 1_000
+    ) {
         self.cursor = cursor
         self.pollInterval = pollInterval
         self.compactionInterval = compactionInterval

@@ -97,7 +97,8 @@ package final class SyncEngine: Sendable {
     /// highest number its queue ever had (`queuedThrough`; nil: unknown, read the queue).
     /// `server`: where it syncs (nil: the PostgreSQL server of `configuration`).
     package init(
-        configuration: SyncConfiguration, schema: ServerSchema, machine: UUID, checkpoint: String?, queuedThrough: Int64? = nil,
+        configuration: SyncConfiguration, schema: ServerSchema, machine: UUID, checkpoint: String?,
+        queuedThrough: Int64? = nil,
         storePath: String, host: any SyncHost, settings: Settings = Settings(), server: (any SyncServer)? = nil,
         log: @escaping @Sendable (String) -> Void
     ) {
@@ -107,17 +108,23 @@ package final class SyncEngine: Sendable {
         self.storePath = storePath
         self.host = host
         self.log = log
-        self.server = server ?? PostgresSyncServer(
-            configuration: configuration, statementTimeout: settings.statementTimeout, createsSchema: settings.createsSchema,
-            executor: executor)
-        mutable = Mutex(Mutable(
-            schema: schema,
-            upload: UploadStateMachine(
-                queuedThrough: queuedThrough, maximumBatch: settings.uploadBatch, maximumBytes: settings.uploadBatchBytes),
-            checkpoints: CheckpointStateMachine(
-                cursor: checkpoint, pollInterval: settings.pollInterval, compactionInterval: settings.compactionInterval,
-                backlogLimit: settings.uploadBatch),
-            connection: ConnectionStateMachine(maximumRetryDelay: settings.maximumRetryDelay)))
+        self.server =
+            server
+            ?? PostgresSyncServer(
+                configuration: configuration, statementTimeout: settings.statementTimeout,
+                createsSchema: settings.createsSchema,
+                executor: executor)
+        mutable = Mutex(
+            Mutable(
+                schema: schema,
+                upload: UploadStateMachine(
+                    queuedThrough: queuedThrough, maximumBatch: settings.uploadBatch,
+                    maximumBytes: settings.uploadBatchBytes),
+                checkpoints: CheckpointStateMachine(
+                    cursor: checkpoint, pollInterval: settings.pollInterval,
+                    compactionInterval: settings.compactionInterval,
+                    backlogLimit: settings.uploadBatch),
+                connection: ConnectionStateMachine(maximumRetryDelay: settings.maximumRetryDelay)))
         wakeup = Wakeup(eventLoop: executor.eventLoop)
     }
 
@@ -194,7 +201,10 @@ package final class SyncEngine: Sendable {
         do {
             queue = try SyncTables.reader(of: storePath)
         } catch {
-            report(mutable.withLock { $0.connection.checkpointFailed("cannot read the upload queue in \(storePath): \(error)") })
+            report(
+                mutable.withLock {
+                    $0.connection.checkpointFailed("cannot read the upload queue in \(storePath): \(error)")
+                })
             return
         }
         defer { try? queue.close() }
@@ -311,16 +321,18 @@ package final class SyncEngine: Sendable {
                     }
                     checkpoint = read
                     step = mutable.withLock { mutable in
-                        mutable.checkpoints.read(.init(read), uploadedThrough: mutable.upload.uploadedThrough, now: .now)
+                        mutable.checkpoints.read(
+                            .init(read), uploadedThrough: mutable.upload.uploadedThrough, now: .now)
                     }
                     accepted(read, step)
                 } catch let failure as Checkpoint.StagingFailed {
                     step = mutable.withLock { $0.checkpoints.stagingFailed(failure.reason) }
                 }
             case .apply:
-                let result = if let checkpoint, let host { await host.apply(checkpoint) } else {
-                    SyncApplyResult.failed("the sync engine has no daemon any more")
-                }
+                let result =
+                    if let checkpoint, let host { await host.apply(checkpoint) } else {
+                        SyncApplyResult.failed("the sync engine has no daemon any more")
+                    }
                 step = mutable.withLock { $0.checkpoints.applied(result, now: .now) }
                 if let checkpoint { accepted(checkpoint, step) }
             case .compact:
@@ -372,7 +384,8 @@ package final class SyncEngine: Sendable {
         guard case .report(let state, let message) = action else { return }
         switch state {
         case .online: log("sync: online with \(server.redacted)")
-        case .offline: log("sync: offline: \(message ?? "the server cannot be reached"); saves go on locally and are queued")
+        case .offline:
+            log("sync: offline: \(message ?? "the server cannot be reached"); saves go on locally and are queued")
         case .error: log("sync: error: \(message ?? "")")
         }
         host?.syncStateChanged(status)

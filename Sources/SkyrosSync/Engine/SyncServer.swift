@@ -43,7 +43,8 @@ package protocol SyncServerConnection: Sendable {
     /// as they are read (nil: staged; else why not, and the read throws
     /// ``Checkpoint/StagingFailed``).
     func readCheckpoint(
-        after previous: String?, machine: UUID, pageSize: Int, stage: @escaping @Sendable (SnapshotPage) async -> String?
+        after previous: String?, machine: UUID, pageSize: Int,
+        stage: @escaping @Sendable (SnapshotPage) async -> String?
     ) async throws -> Checkpoint
 
     /// Compacts the server's log, keeping `retention` seconds of it.

@@ -39,7 +39,9 @@ package final class Wakeup: Sendable {
         if state.withLock({ state in
             defer { state.signaled = false }
             return state.signaled
-        }) { return true }
+        }) {
+            return true
+        }
         return await withTaskCancellationHandler {
             await withCheckedContinuation { (continuation: CheckedContinuation<Bool, Never>) in
                 let generation = state.withLock { state -> UInt64? in

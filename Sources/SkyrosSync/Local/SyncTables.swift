@@ -34,24 +34,32 @@ package enum SyncTables {
     /// Queues a change set (`sequence`: the change event's; 0 for objects queued when sync was
     /// turned on); its number in the queue.
     @discardableResult
-    package static func enqueue(_ changes: QueuedChangeSet, sequence: Int64, in transaction: SQLiteStore.Transaction) throws -> Int64? {
+    package static func enqueue(_ changes: QueuedChangeSet, sequence: Int64, in transaction: SQLiteStore.Transaction)
+        throws -> Int64?
+    {
         try transaction.execute(
             "INSERT INTO skyros_sync_queue (sequence, timestamp, changes) VALUES (?, ?, ?)",
             [.integer(sequence), .real(Date().timeIntervalSince1970), .blob(changes.encoded())])
-        guard case .integer(let number)? = try transaction.rows("SELECT last_insert_rowid()").first?.first else { return nil }
+        guard case .integer(let number)? = try transaction.rows("SELECT last_insert_rowid()").first?.first else {
+            return nil
+        }
         return number
     }
 
     /// The highest number the queue ever had (0: none).
     package static func highestNumber(in transaction: SQLiteStore.Transaction) throws -> Int64 {
-        guard case .integer(let number)? = try transaction.rows("SELECT seq FROM sqlite_sequence WHERE name = 'skyros_sync_queue'").first?.first
+        guard
+            case .integer(let number)? = try transaction.rows(
+                "SELECT seq FROM sqlite_sequence WHERE name = 'skyros_sync_queue'"
+            ).first?.first
         else { return 0 }
         return number
     }
 
     /// How many change sets are queued.
     package static func count(in transaction: SQLiteStore.Transaction) throws -> Int {
-        guard case .integer(let count)? = try transaction.rows("SELECT count(*) FROM skyros_sync_queue").first?.first else { return 0 }
+        guard case .integer(let count)? = try transaction.rows("SELECT count(*) FROM skyros_sync_queue").first?.first
+        else { return 0 }
         return Int(count)
     }
 
@@ -62,9 +70,13 @@ package enum SyncTables {
 
     /// The change sets queued after `number` (how many, and the oldest one's time), and the
     /// number of change sets in the rejected log, for `skyros status`.
-    package static func status(after number: Int64, in store: SQLiteStore) throws -> (queued: Int, oldest: Date?, rejected: Int) {
+    package static func status(after number: Int64, in store: SQLiteStore) throws -> (
+        queued: Int, oldest: Date?, rejected: Int
+    ) {
         var result: (queued: Int, oldest: Date?, rejected: Int) = (0, nil, 0)
-        if let row = try store.rows("SELECT count(*), min(timestamp) FROM skyros_sync_queue WHERE number > ?", [.integer(number)]).first {
+        if let row = try store.rows(
+            "SELECT count(*), min(timestamp) FROM skyros_sync_queue WHERE number > ?", [.integer(number)]
+        ).first {
             if case .integer(let count) = row[0] { result.queued = Int(count) }
             if case .real(let time) = row[1] { result.oldest = Date(timeIntervalSince1970: time) }
         }
@@ -75,37 +87,49 @@ package enum SyncTables {
     }
 
     /// Records change sets the server refused, with their reasons and the objects they named.
-    package static func recordRejections(_ rejections: [Checkpoint.Rejection], in transaction: SQLiteStore.Transaction) throws {
+    package static func recordRejections(_ rejections: [Checkpoint.Rejection], in transaction: SQLiteStore.Transaction)
+        throws
+    {
         for rejection in rejections {
             try transaction.execute(
                 "INSERT OR REPLACE INTO skyros_sync_rejected (number, timestamp, reason, objects, changes) VALUES (?, ?, ?, ?, NULL)",
-                [.integer(rejection.number), .real(Date().timeIntervalSince1970), .text(rejection.reason),
-                 .text(rejection.objects.map(\.description).joined(separator: " "))])
+                [
+                    .integer(rejection.number), .real(Date().timeIntervalSince1970), .text(rejection.reason),
+                    .text(rejection.objects.map(\.description).joined(separator: " ")),
+                ])
         }
     }
 
     /// The machine's id on the server (nil: never synced).
     package static func machine(in transaction: SQLiteStore.Transaction) throws -> UUID? {
-        guard case .text(let text)? = try transaction.rows("SELECT value FROM skyros_metadata WHERE key = 'syncMachine'").first?.first
+        guard
+            case .text(let text)? = try transaction.rows("SELECT value FROM skyros_metadata WHERE key = 'syncMachine'")
+                .first?.first
         else { return nil }
         return UUID(uuidString: text)
     }
 
     /// Gives the machine its id on the server.
     package static func setMachine(_ machine: UUID, in transaction: SQLiteStore.Transaction) throws {
-        try transaction.execute("INSERT OR REPLACE INTO skyros_metadata (key, value) VALUES ('syncMachine', ?)", [.text(machine.uuidString)])
+        try transaction.execute(
+            "INSERT OR REPLACE INTO skyros_metadata (key, value) VALUES ('syncMachine', ?)", [.text(machine.uuidString)]
+        )
     }
 
     /// The last checkpoint applied (a `pg_snapshot` text; nil: none).
     package static func checkpoint(in transaction: SQLiteStore.Transaction) throws -> String? {
-        guard case .text(let text)? = try transaction.rows("SELECT value FROM skyros_metadata WHERE key = 'syncCheckpoint'").first?.first
+        guard
+            case .text(let text)? = try transaction.rows(
+                "SELECT value FROM skyros_metadata WHERE key = 'syncCheckpoint'"
+            ).first?.first
         else { return nil }
         return text
     }
 
     /// Records the last checkpoint applied.
     package static func recordCheckpoint(_ snapshot: String, in transaction: SQLiteStore.Transaction) throws {
-        try transaction.execute("INSERT OR REPLACE INTO skyros_metadata (key, value) VALUES ('syncCheckpoint', ?)", [.text(snapshot)])
+        try transaction.execute(
+            "INSERT OR REPLACE INTO skyros_metadata (key, value) VALUES ('syncCheckpoint', ?)", [.text(snapshot)])
     }
 
     // MARK: - The engine's side
@@ -121,7 +145,9 @@ package enum SyncTables {
     /// Queued change sets after `number`, oldest first: at most `limit`, and no more than
     /// about `bytes` of them (at least one), read through `queue` (``reader(of:)``), on the
     /// caller's thread (a read of the local file: short).
-    package static func batch(after number: Int64, limit: Int, bytes: Int, from queue: DatabaseQueue) throws -> [QueuedEntry] {
+    package static func batch(after number: Int64, limit: Int, bytes: Int, from queue: DatabaseQueue) throws
+        -> [QueuedEntry]
+    {
         try queue.read { try batch(after: number, limit: limit, bytes: bytes, in: $0) }
     }
 
@@ -130,7 +156,8 @@ package enum SyncTables {
         var batch: [QueuedEntry] = []
         var total = 0
         let rows = try Row.fetchCursor(
-            db, sql: "SELECT number, changes FROM skyros_sync_queue WHERE number > ? ORDER BY number LIMIT ?", arguments: [number, limit])
+            db, sql: "SELECT number, changes FROM skyros_sync_queue WHERE number > ? ORDER BY number LIMIT ?",
+            arguments: [number, limit])
         while let row = try rows.next() {
             let data: Data = row["changes"]
             if !batch.isEmpty && total + data.count > bytes { break }

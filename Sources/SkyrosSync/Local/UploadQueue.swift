@@ -15,7 +15,8 @@ package enum UploadQueue {
         func row(_ id: ObjectID, _ values: [Int: StoredValue]) -> QueuedChangeSet.Row? {
             guard let entity = schema.entity(named: id.entityName) else { return nil }
             var named: [String: StoredValue] = [:]
-            for (index, value) in values where index < entity.properties.count && entity.properties[index].kind != .toMany {
+            for (index, value) in values
+            where index < entity.properties.count && entity.properties[index].kind != .toMany {
                 named[entity.properties[index].name] = value
             }
             return QueuedChangeSet.Row(entity: id.entityName, id: id.uuid, values: named)
@@ -77,7 +78,8 @@ package struct QueuedChangeSet: Codable, Sendable, Equatable {
 
     /// Every object the change set names.
     package var objects: [Reference] {
-        inserted.map { Reference(entity: $0.entity, id: $0.id) } + updated.map { Reference(entity: $0.entity, id: $0.id) }
+        inserted.map { Reference(entity: $0.entity, id: $0.id) }
+            + updated.map { Reference(entity: $0.entity, id: $0.id) }
             + deleted
     }
 
@@ -119,7 +121,9 @@ package struct QueuedChangeSet: Codable, Sendable, Equatable {
             for _ in 0..<(try reader.count(minimumSize: 17)) {
                 changes.deleted.append(Reference(entity: try reader.string(), id: try reader.uuid()))
             }
-            guard reader.remaining == 0 else { throw SkyrosError(.storeFailure, "a change set in the upload queue has trailing bytes") }
+            guard reader.remaining == 0 else {
+                throw SkyrosError(.storeFailure, "a change set in the upload queue has trailing bytes")
+            }
             return changes
         } catch let error as WireError {
             throw SkyrosError(.storeFailure, "a change set in the upload queue cannot be read: \(error)")

@@ -30,18 +30,22 @@ extension ServerSession {
             lagMilliseconds: Int(head[3] ?? "0") ?? 0)
         // Every object the log names first: the ones without a row are gone.
         for row in rows where row[0] == "1" {
-            guard let entity = row[1], schema.table(entity) != nil, let text = row[2], let uuid = UUID(uuidString: text) else { continue }
+            guard let entity = row[1], schema.table(entity) != nil, let text = row[2], let uuid = UUID(uuidString: text)
+            else { continue }
             checkpoint.objects[ObjectID(entityName: entity, uuid: uuid)] = .some(nil)
         }
         for row in rows {
             switch row[0] {
             case "2":
-                guard let entity = row[1], let table = schema.table(entity), let text = row[2], let uuid = UUID(uuidString: text) else {
+                guard let entity = row[1], let table = schema.table(entity), let text = row[2],
+                    let uuid = UUID(uuidString: text)
+                else {
                     continue
                 }
                 let id = ObjectID(entityName: entity, uuid: uuid)
                 guard let cells = Self.arrayElements(row[3] ?? ""), cells.count == max(table.columns.count, 1) else {
-                    checkpoint.unreadable.append("\(entity) \(text): the server's answer could not be read; the row is skipped")
+                    checkpoint.unreadable.append(
+                        "\(entity) \(text): the server's answer could not be read; the row is skipped")
                     checkpoint.objects[id] = nil
                     continue
                 }
@@ -54,8 +58,9 @@ extension ServerSession {
                     checkpoint.objects[id] = nil
                 }
             case "3":
-                checkpoint.rejected.append(Checkpoint.Rejection(
-                    number: Int64(row[1] ?? "0") ?? 0, reason: row[2] ?? "", objects: Self.objects(row[3])))
+                checkpoint.rejected.append(
+                    Checkpoint.Rejection(
+                        number: Int64(row[1] ?? "0") ?? 0, reason: row[2] ?? "", objects: Self.objects(row[3])))
             default:
                 continue
             }
@@ -79,12 +84,14 @@ extension ServerSession {
         ]
         for table in schema.tables {
             let cells = table.columns.map { $0.type.output("t." + ServerSchema.quote($0.name)) + "::text" }
-            parts.append("""
+            parts.append(
+                """
                 SELECT '2', \(ServerSchema.literal(table.name)), t."_id"::text, ARRAY[\(cells.isEmpty ? "NULL" : cells.joined(separator: ", "))]::text[]::text \
                 FROM \(schema.qualified(table.name)) AS t WHERE t."_id" IN (SELECT id FROM changed WHERE entity = \(ServerSchema.literal(table.name)))
                 """)
         }
-        parts.append("""
+        parts.append(
+            """
             SELECT '3', number::text, rejected, objects::text FROM \(quoted)._skyros_uploads \
             WHERE machine = ($2::text)::uuid AND rejected IS NOT NULL AND xid >= pg_snapshot_xmin(($1::text)::pg_snapshot) \
             AND NOT pg_visible_in_snapshot(xid, ($1::text)::pg_snapshot)

@@ -121,7 +121,8 @@ extension ServerSession {
             }
             var checkpoint = Checkpoint(
                 snapshot: snapshot, number: UInt64(row[1] ?? "0") ?? 0, isSnapshot: row[4] == "true",
-                uploadedThrough: Int64(row[3] ?? "0") ?? 0, objects: [:], unreadable: [], rejected: [], lagMilliseconds: 0)
+                uploadedThrough: Int64(row[3] ?? "0") ?? 0, objects: [:], unreadable: [], rejected: [],
+                lagMilliseconds: 0)
             // Here only for a first sync or past the horizon (``readChanges`` answered the rest,
             // and the horizon never moves back): a snapshot.
             checkpoint.isSnapshot = true
@@ -136,8 +137,9 @@ extension ServerSession {
                     AND NOT pg_visible_in_snapshot(xid, $2::pg_snapshot) ORDER BY number
                     """, [machine.uuidString.lowercased(), previous])
                 {
-                    checkpoint.rejected.append(Checkpoint.Rejection(
-                        number: Int64(row[0] ?? "0") ?? 0, reason: row[1] ?? "", objects: Self.objects(row[2])))
+                    checkpoint.rejected.append(
+                        Checkpoint.Rejection(
+                            number: Int64(row[0] ?? "0") ?? 0, reason: row[1] ?? "", objects: Self.objects(row[2])))
                 }
             }
             try await run("COMMIT")
@@ -169,16 +171,19 @@ extension ServerSession {
                 var after: String?
                 while true {
                     let rows = try await run(
-                        after == nil ? "\(select) ORDER BY \"_id\" LIMIT \(pageSize)"
+                        after == nil
+                            ? "\(select) ORDER BY \"_id\" LIMIT \(pageSize)"
                             : "\(select) WHERE \"_id\" > $1::uuid ORDER BY \"_id\" LIMIT \(pageSize)",
                         after.map { [$0] } ?? [])
-                    var page = SnapshotPage(snapshot: snapshot, isFirst: first, entity: table.name, rows: [], unreadable: [])
+                    var page = SnapshotPage(
+                        snapshot: snapshot, isFirst: first, entity: table.name, rows: [], unreadable: [])
                     page.rows.reserveCapacity(rows.count)
                     for row in rows {
                         guard let text = row[0], let uuid = UUID(uuidString: text) else { continue }
                         switch Self.values(of: row, in: table) {
                         case .success(let values): page.rows.append((uuid, values))
-                        case .failure(let problem): page.unreadable.append("\(table.name) \(text): \(problem.reason); the row is skipped")
+                        case .failure(let problem):
+                            page.unreadable.append("\(table.name) \(text): \(problem.reason); the row is skipped")
                         }
                     }
                     first = false
@@ -212,8 +217,11 @@ extension ServerSession {
         for (position, column) in table.columns.enumerated() {
             let cell = row[position + 1]
             guard let value = column.type.storedValue(cell, typeName: column.typeName) else {
-                return .failure(Unreadable(
-                    reason: "\(column.name) holds \(cell.map { "'\($0.prefix(32))'" } ?? "NULL"), which a \(column.typeName) cannot hold"))
+                return .failure(
+                    Unreadable(
+                        reason:
+                            "\(column.name) holds \(cell.map { "'\($0.prefix(32))'" } ?? "NULL"), which a \(column.typeName) cannot hold"
+                    ))
             }
             if value.isNull && !column.isOptional {
                 return .failure(Unreadable(reason: "\(column.name) is NULL, and the attribute is not optional"))
@@ -225,9 +233,12 @@ extension ServerSession {
 
     /// The objects of a rejection's JSON list.
     static func objects(_ json: String?) -> [ObjectID] {
-        guard let json, let list = try? JSONSerialization.jsonObject(with: Data(json.utf8)) as? [[String: String]] else { return [] }
+        guard let json, let list = try? JSONSerialization.jsonObject(with: Data(json.utf8)) as? [[String: String]]
+        else { return [] }
         return list.compactMap { entry in
-            guard let entity = entry["entity"], let text = entry["id"], let uuid = UUID(uuidString: text) else { return nil }
+            guard let entity = entry["entity"], let text = entry["id"], let uuid = UUID(uuidString: text) else {
+                return nil
+            }
             return ObjectID(entityName: entity, uuid: uuid)
         }
     }

@@ -18,7 +18,9 @@ package struct PostgresSyncServer: SyncServer {
 
     /// The server of `configuration`, its statements bounded by `statementTimeout`, its
     /// connections on `executor`'s event loop.
-    package init(configuration: SyncConfiguration, statementTimeout: Duration, createsSchema: Bool, executor: SyncExecutor) {
+    package init(
+        configuration: SyncConfiguration, statementTimeout: Duration, createsSchema: Bool, executor: SyncExecutor
+    ) {
         self.configuration = configuration
         self.statementTimeout = statementTimeout
         self.createsSchema = createsSchema
@@ -67,7 +69,9 @@ package struct PostgresSyncServer: SyncServer {
             group.addTask { [logger] in
                 while !Task.isCancelled {
                     try await Task.sleep(for: ping * 2)
-                    _ = try await watchdog.bounded(ping) { try await connection.query("SELECT 1", logger: logger).collect().count }
+                    _ = try await watchdog.bounded(ping) {
+                        try await connection.query("SELECT 1", logger: logger).collect().count
+                    }
                 }
             }
             try await group.next()
@@ -102,7 +106,8 @@ final class PostgresSyncConnection: SyncServerConnection {
     private func session(_ schema: ServerSchema? = nil) throws -> ServerSession {
         if let schema {
             let made = ServerSession(
-                connection: connection, schema: schema, logger: server.logger, watchdog: watchdog, timeout: server.statementTimeout,
+                connection: connection, schema: schema, logger: server.logger, watchdog: watchdog,
+                timeout: server.statementTimeout,
                 statements: statements)
             current.withLock { $0 = made }
             return made
@@ -149,12 +154,15 @@ final class PostgresSyncConnection: SyncServerConnection {
         try await session().uploadedThrough(machine: machine)
     }
 
-    func upload(_ batch: [QueuedEntry], machine: UUID) async throws -> (outcomes: [ServerSession.UploadOutcome], transactions: [UInt64]?) {
+    func upload(_ batch: [QueuedEntry], machine: UUID) async throws -> (
+        outcomes: [ServerSession.UploadOutcome], transactions: [UInt64]?
+    ) {
         try await session().uploadReportingTransactions(batch, machine: machine)
     }
 
     func readCheckpoint(
-        after previous: String?, machine: UUID, pageSize: Int, stage: @escaping @Sendable (SnapshotPage) async -> String?
+        after previous: String?, machine: UUID, pageSize: Int,
+        stage: @escaping @Sendable (SnapshotPage) async -> String?
     ) async throws -> Checkpoint {
         try await session().readCheckpoint(after: previous, machine: machine, pageSize: pageSize, stage: stage)
     }

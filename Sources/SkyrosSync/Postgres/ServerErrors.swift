@@ -56,17 +56,24 @@ enum ServerErrors {
         if let failure = error as? SyncConfiguration.NoServerAvailable {
             // Each server's reason in the engine's words; an error only when every server
             // refused for something an operator must fix (a wrong password everywhere).
-            let verdicts = failure.attempts.map { $0.error.map { classify($0, configuration: configuration) } ?? (.offline, $0.refusal ?? "not used") }
+            let verdicts = failure.attempts.map {
+                $0.error.map { classify($0, configuration: configuration) } ?? (.offline, $0.refusal ?? "not used")
+            }
             let message = failure.description(reasons: verdicts.map(\.1))
             return (verdicts.allSatisfy { $0.0 == .error } ? .error : .offline, message)
         }
         if let usage = error as? NoSchemaUsage { return (.error, usage.description) }
         if let certificate = Self.certificateRefusal(error) {
-            let roots = configuration.rootCertificate.map { "the CA certificate \($0) (sslrootcert)" } ?? "the system's CA certificates"
-            return (.error, """
+            let roots =
+                configuration.rootCertificate.map { "the CA certificate \($0) (sslrootcert)" }
+                ?? "the system's CA certificates"
+            return (
+                .error,
+                """
                 the server's TLS certificate was not accepted (sslmode=\(configuration.tls.rawValue)): \(certificate); \
                 it must be signed by \(roots)\(configuration.tls == .verifyFull ? " and name the host \(configuration.host)" : "")
-                """)
+                """
+            )
         }
         if let timeout = error as? Watchdog.TimedOut { return (.offline, timeout.description) }
         if let report = ServerSession.serverReport(error) {
@@ -76,10 +83,13 @@ enum ServerErrors {
             let text = ServerSession.describe(error)
             if report.state == "28000", report.message?.contains("no encryption") == true {
                 // pg_hba.conf has only hostssl lines for us.
-                return (.error, """
+                return (
+                    .error,
+                    """
                     \(text): the server accepts this connection only over TLS; set sslmode=verify-full (with sslrootcert) \
                     or sslmode=require in the sync URL
-                    """)
+                    """
+                )
             }
             if ["28", "42", "3D", "3F", "23"].contains(where: { report.state.hasPrefix($0) }) {
                 return (.error, text)
@@ -93,7 +103,10 @@ enum ServerErrors {
             case .sslUnsupported:
                 return (.error, "the server does not offer TLS, which the sync URL requires (sslmode)")
             case .authMechanismRequiresPassword, .unsupportedAuthMechanism, .saslError:
-                return (.error, "the server asks for a password: give it with --sync-password-file, SKYROS_SYNC_PASSWORD or the credential skyros-sync-password")
+                return (
+                    .error,
+                    "the server asks for a password: give it with --sync-password-file, SKYROS_SYNC_PASSWORD or the credential skyros-sync-password"
+                )
             default:
                 let cause = error.underlying.map { "\($0)" } ?? "\(error.code)"
                 return (.offline, "cannot reach the server (\(cause))")

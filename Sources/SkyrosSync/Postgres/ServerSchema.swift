@@ -78,25 +78,29 @@ package struct ServerSchema: Sendable {
                     let rule = description.entities.first(where: { $0.name == destination })?
                         .properties.first(where: { $0.name == inverse })?.deleteRule
                 {
-                    onDelete = switch rule {
-                    case .cascade: "CASCADE"
-                    case .deny: "NO ACTION"
-                    case .nullify: "SET NULL"
-                    }
+                    onDelete =
+                        switch rule {
+                        case .cascade: "CASCADE"
+                        case .deny: "NO ACTION"
+                        case .nullify: "SET NULL"
+                        }
                 }
-                columns.append(Column(
-                    index: index, name: property.name,
-                    type: property.kind == "toOne" ? .uuid : ServerType(typeName: property.typeName, storage: property.storageType),
-                    isOptional: property.isOptional || property.kind == "toOne", typeName: property.typeName,
-                    destination: property.kind == "toOne" ? property.destination : nil,
-                    originalName: property.originalName,
-                    defaultValue: subentityColumns.contains(property.name) ? nil : property.defaultValue?.value,
-                    isUnique: property.isUnique, isIndexed: property.isIndexed || property.kind == "toOne",
-                    onDelete: onDelete))
+                columns.append(
+                    Column(
+                        index: index, name: property.name,
+                        type: property.kind == "toOne"
+                            ? .uuid : ServerType(typeName: property.typeName, storage: property.storageType),
+                        isOptional: property.isOptional || property.kind == "toOne", typeName: property.typeName,
+                        destination: property.kind == "toOne" ? property.destination : nil,
+                        originalName: property.originalName,
+                        defaultValue: subentityColumns.contains(property.name) ? nil : property.defaultValue?.value,
+                        isUnique: property.isUnique, isIndexed: property.isIndexed || property.kind == "toOne",
+                        onDelete: onDelete))
             }
-            tables.append(Table(
-                name: entity.name, originalName: entity.originalName, propertyCount: entity.properties.count,
-                columns: columns, indexes: entity.indexes))
+            tables.append(
+                Table(
+                    name: entity.name, originalName: entity.originalName, propertyCount: entity.properties.count,
+                    columns: columns, indexes: entity.indexes))
         }
         self.tables = tables
         byName = Dictionary(uniqueKeysWithValues: tables.enumerated().map { ($1.name, $0) })
@@ -228,7 +232,8 @@ package struct ServerSchema: Sendable {
                 for column in table.columns where !have.contains(column.name) {
                     if let original = column.originalName, have.contains(original) {
                         statements.append(
-                            "ALTER TABLE \(qualified) RENAME COLUMN \(Self.quote(original)) TO \(Self.quote(column.name))")
+                            "ALTER TABLE \(qualified) RENAME COLUMN \(Self.quote(original)) TO \(Self.quote(column.name))"
+                        )
                     } else {
                         repaired = true
                         statements.append("ALTER TABLE \(qualified) ADD COLUMN IF NOT EXISTS \(columnSQL(column))")
@@ -243,21 +248,25 @@ package struct ServerSchema: Sendable {
                 if let destination = column.destination, tables.contains(where: { $0.name == destination }) {
                     let constraint = "\(table.name)_\(column.name)_fkey"
                     if !constraints.contains(constraint) {
-                        statements.append("""
+                        statements.append(
+                            """
                             ALTER TABLE \(qualified) ADD CONSTRAINT \(Self.quote(constraint)) FOREIGN KEY (\(Self.quote(column.name))) \
                             REFERENCES \(self.qualified(destination)) ("_id") ON DELETE \(column.onDelete) DEFERRABLE INITIALLY DEFERRED
                             """)
                     }
                 }
                 if (column.isUnique || column.isIndexed) && !found.indexes.contains("\(table.name)_\(column.name)") {
-                    statements.append("""
+                    statements.append(
+                        """
                         CREATE \(column.isUnique ? "UNIQUE " : "")INDEX IF NOT EXISTS \(Self.quote("\(table.name)_\(column.name)")) \
                         ON \(qualified) (\(Self.quote(column.name)))
                         """)
                 }
             }
-            for index in table.indexes where !index.isEmpty && !found.indexes.contains(([table.name] + index).joined(separator: "_")) {
-                statements.append("""
+            for index in table.indexes
+            where !index.isEmpty && !found.indexes.contains(([table.name] + index).joined(separator: "_")) {
+                statements.append(
+                    """
                     CREATE INDEX IF NOT EXISTS \(Self.quote(([table.name] + index).joined(separator: "_"))) \
                     ON \(qualified) (\(index.map(Self.quote).joined(separator: ", ")))
                     """)
@@ -267,15 +276,18 @@ package struct ServerSchema: Sendable {
             for old in ["_skyros_record", "_skyros_notify"] where found.triggers.contains("\(table.name).\(old)") {
                 statements.append("DROP TRIGGER IF EXISTS \(old) ON \(qualified)")
             }
-            for (trigger, event, transition) in Self.changeTriggers where !found.triggers.contains("\(table.name).\(trigger)") {
-                statements.append("""
+            for (trigger, event, transition) in Self.changeTriggers
+            where !found.triggers.contains("\(table.name).\(trigger)") {
+                statements.append(
+                    """
                     CREATE OR REPLACE TRIGGER \(trigger) AFTER \(event) ON \(qualified) \
                     REFERENCING \(transition) FOR EACH STATEMENT EXECUTE FUNCTION \(Self.quote(name))._skyros_changes()
                     """)
             }
         }
         for table in tables.map(\.name) + ["_skyros_log"] where !found.triggers.contains("\(table)._skyros_truncated") {
-            statements.append("""
+            statements.append(
+                """
                 CREATE OR REPLACE TRIGGER _skyros_truncated BEFORE TRUNCATE ON \(qualified(table)) \
                 FOR EACH STATEMENT EXECUTE FUNCTION \(Self.quote(name))._skyros_truncated()
                 """)
@@ -286,12 +298,14 @@ package struct ServerSchema: Sendable {
         // horizon moves past this repair, so that every machine re-reads a snapshot and
         // converges to the server's (default) values.
         if found.schemaVersion >= version, repaired {
-            statements.append("""
+            statements.append(
+                """
                 UPDATE \(Self.quote(name))._skyros_meta SET value = pg_snapshot_xmax(pg_current_snapshot())::text \
                 WHERE key = 'horizon' AND value::xid8 < pg_snapshot_xmax(pg_current_snapshot())
                 """)
         }
-        statements.append("""
+        statements.append(
+            """
             INSERT INTO \(Self.quote(name))._skyros_meta (key, value) VALUES ('schemaVersion', \(Self.literal(String(version)))) \
             ON CONFLICT (key) DO UPDATE SET value = greatest(EXCLUDED.value::bigint, \(Self.quote(name))._skyros_meta.value::bigint)::text
             """)

@@ -83,7 +83,9 @@ extension ServerSession {
     /// `PostgresError`, an unprepared one's as a `PSQLError`. Nil for anything but the
     /// server's refusal (a lost connection, a timeout).
     package static func serverReport(_ error: any Error) -> (state: String, message: String?, detail: String?)? {
-        if let error = error as? PSQLError, error.code == .server, let info = error.serverInfo, let state = info[.sqlState] {
+        if let error = error as? PSQLError, error.code == .server, let info = error.serverInfo,
+            let state = info[.sqlState]
+        {
             return (state, info[.message], info[.detail])
         }
         if case .server(let report)? = error as? PostgresError, let state = report.fields[.sqlState] {

@@ -54,7 +54,7 @@ extension ServerSession {
         while true {
             do {
                 return try await body()
-            } catch where Self.isTransientConflict(error) && attempt < Self.conflictRetries {
+            } catch  where Self.isTransientConflict(error) && attempt < Self.conflictRetries {
                 attempt += 1
                 try await Task.sleep(for: .milliseconds(Int.random(in: 2...20) * attempt))
             }
@@ -63,15 +63,19 @@ extension ServerSession {
 
     /// Uploads `batch` as ``UploadPlan`` splits it: together, and in parts down to the change
     /// set at fault when the server refuses.
-    private func upload(_ batch: [QueuedEntry], machine: UUID) async throws -> (outcomes: [UploadOutcome], transactions: [UInt64]?) {
+    private func upload(_ batch: [QueuedEntry], machine: UUID) async throws -> (
+        outcomes: [UploadOutcome], transactions: [UInt64]?
+    ) {
         var plan = UploadPlan(resets: batch.map(\.changes.reset))
         while true {
             switch plan.next() {
             case .together(let range):
                 do {
-                    let transaction = try await retryingConflicts { try await uploadTogether(batch[range], machine: machine) }
+                    let transaction = try await retryingConflicts {
+                        try await uploadTogether(batch[range], machine: machine)
+                    }
                     plan.appliedTogether(range, transaction: transaction)
-                } catch where Self.isBatchFault(error) {
+                } catch  where Self.isBatchFault(error) {
                     // A change set of the part is at fault (or one was applied before): find it.
                     plan.refusedTogether(range, culprit: Self.culprit(of: error, in: batch[range], schema: schema))
                 } catch is Refusal {
@@ -79,7 +83,9 @@ extension ServerSession {
                     plan.refusedTogether(range, culprit: nil)
                 }
             case .oneByOne(let range):
-                let outcomes = try await retryingConflicts { try await uploadOneByOne(Array(batch[range]), machine: machine) }
+                let outcomes = try await retryingConflicts {
+                    try await uploadOneByOne(Array(batch[range]), machine: machine)
+                }
                 plan.uploadedOneByOne(range, outcomes: outcomes)
             case .done:
                 return (plan.outcomes, plan.transactions)
@@ -141,7 +147,7 @@ extension ServerSession {
                     try await run("ROLLBACK TO SAVEPOINT change_set")
                     try await recordRejection(number, machine: machineText, refusal.reason, changes)
                     outcomes.append(.rejected(refusal.reason))
-                } catch where Self.isChangeSetsFault(error) {
+                } catch  where Self.isChangeSetsFault(error) {
                     try await run("ROLLBACK TO SAVEPOINT change_set")
                     let reason = Self.describe(error)
                     try await recordRejection(number, machine: machineText, reason, changes)
@@ -192,7 +198,8 @@ extension ServerSession {
                 parameters.append(try text(value, column, row))
                 assignments.append("\(ServerSchema.quote(column.name)) = \(column.type.input("$\(parameters.count)"))")
             }
-            let sql = assignments.isEmpty
+            let sql =
+                assignments.isEmpty
                 ? "SELECT 1 FROM \(schema.qualified(table.name)) WHERE \"_id\" = $1::uuid"
                 : "UPDATE \(schema.qualified(table.name)) SET \(assignments.joined(separator: ", ")) WHERE \"_id\" = $1::uuid RETURNING 1"
             if try await run(sql, parameters).isEmpty {
@@ -201,16 +208,21 @@ extension ServerSession {
         }
         for reference in changes.deleted {
             guard let table = schema.table(reference.entity) else { continue }
-            try await run("DELETE FROM \(schema.qualified(table.name)) WHERE \"_id\" = $1::uuid", [reference.id.uuidString.lowercased()])
+            try await run(
+                "DELETE FROM \(schema.qualified(table.name)) WHERE \"_id\" = $1::uuid",
+                [reference.id.uuidString.lowercased()])
         }
     }
 
-    private func text(_ value: StoredValue, _ column: ServerSchema.Column, _ row: QueuedChangeSet.Row) throws -> String? {
+    private func text(_ value: StoredValue, _ column: ServerSchema.Column, _ row: QueuedChangeSet.Row) throws -> String?
+    {
         try Self.text(value, column, row.entity, row.id)
     }
 
     /// A value as the server's text for `column`; a ``Refusal`` when it does not fit.
-    static func text(_ value: StoredValue, _ column: ServerSchema.Column, _ entity: String, _ id: UUID) throws -> String? {
+    static func text(_ value: StoredValue, _ column: ServerSchema.Column, _ entity: String, _ id: UUID) throws
+        -> String?
+    {
         do {
             return try column.type.serverText(value, typeName: column.typeName)
         } catch let error as SkyrosError {
@@ -220,9 +232,13 @@ extension ServerSession {
 
     /// Records a refused change set: its (machine, number) with the reason, and its objects in
     /// the log, so that the next checkpoint brings them back as the server has them.
-    private func recordRejection(_ number: Int64, machine: String, _ reason: String, _ changes: QueuedChangeSet) async throws {
+    private func recordRejection(_ number: Int64, machine: String, _ reason: String, _ changes: QueuedChangeSet)
+        async throws
+    {
         let objects = changes.objects
-        let json = "[" + objects.map { "{\"entity\":\(Self.jsonString($0.entity)),\"id\":\"\($0.id.uuidString.lowercased())\"}" }
+        let json =
+            "["
+            + objects.map { "{\"entity\":\(Self.jsonString($0.entity)),\"id\":\"\($0.id.uuidString.lowercased())\"}" }
             .joined(separator: ",") + "]"
         try await run(
             "INSERT INTO \(ServerSchema.quote(schema.name))._skyros_uploads (machine, number, rejected, objects) VALUES ($1::uuid, $2::bigint, $3, $4::jsonb)",
@@ -236,7 +252,8 @@ extension ServerSession {
     }
 
     private static func jsonString(_ text: String) -> String {
-        let data = (try? JSONSerialization.data(withJSONObject: text, options: [.fragmentsAllowed])) ?? Data("\"\"".utf8)
+        let data =
+            (try? JSONSerialization.data(withJSONObject: text, options: [.fragmentsAllowed])) ?? Data("\"\"".utf8)
         return String(decoding: data, as: UTF8.self)
     }
 }

@@ -117,7 +117,8 @@ package struct ServerSession: Sendable {
         found.constraints = Set(try await run(schema.constraintsQuery).compactMap { $0[0] })
         found.indexes = Set(try await run(schema.indexesQuery).compactMap { $0[0] })
         found.triggers = Set(try await run(schema.triggersQuery).compactMap { $0[0] })
-        if found.columns["_skyros_meta"] != nil, let text = try await run(schema.schemaVersionQuery).first?.first ?? nil {
+        if found.columns["_skyros_meta"] != nil, let text = try await run(schema.schemaVersionQuery).first?.first ?? nil
+        {
             found.schemaVersion = UInt64(text) ?? 0
         }
         return found
@@ -164,7 +165,8 @@ package struct ServerSession: Sendable {
     /// later), instead of taking the upload lock, or committing, for nobody.
     package func limitWaits(statementTimeout: Duration) async throws {
         let milliseconds = { (duration: Duration) in
-            String(max(1, duration.components.seconds * 1_000 + duration.components.attoseconds / 1_000_000_000_000_000))
+            String(
+                max(1, duration.components.seconds * 1_000 + duration.components.attoseconds / 1_000_000_000_000_000))
         }
         _ = try await run(
             """

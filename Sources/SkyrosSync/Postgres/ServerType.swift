@@ -25,12 +25,13 @@ package enum ServerType: String, Sendable, Equatable {
         case "decimal": self = .numeric
         case "json": self = .jsonb
         default:
-            self = switch storage {
-            case .integer: .bigint
-            case .real: .double
-            case .text: .text
-            default: .bytea
-            }
+            self =
+                switch storage {
+                case .integer: .bigint
+                case .real: .double
+                case .text: .text
+                default: .bytea
+                }
         }
     }
 
@@ -110,12 +111,13 @@ package enum ServerType: String, Sendable, Equatable {
         case .bigint:
             guard let number = Int64(text) else { return nil }
             let base = typeName.hasPrefix("enum:") ? String(typeName.dropFirst(5)) : typeName
-            let range: ClosedRange<Int64>? = switch base {
-            case "int32": Int64(Int32.min)...Int64(Int32.max)
-            case "int16": Int64(Int16.min)...Int64(Int16.max)
-            case "int8": Int64(Int8.min)...Int64(Int8.max)
-            default: nil
-            }
+            let range: ClosedRange<Int64>? =
+                switch base {
+                case "int32": Int64(Int32.min)...Int64(Int32.max)
+                case "int16": Int64(Int16.min)...Int64(Int16.max)
+                case "int8": Int64(Int8.min)...Int64(Int8.max)
+                default: nil
+                }
             if let range, !range.contains(number) { return nil }
             return .integer(number)
         case .boolean:

@@ -20,7 +20,9 @@ package enum SyncSetup {
         do {
             let server = ServerSchema(schema, name: configuration.schema)
             try await ServerSession(connection: connection, schema: server, logger: logger).ensureSchema()
-            log("sync setup: the schema \(configuration.schema) at \(configuration.redacted) has the tables of schema version \(schema.version)")
+            log(
+                "sync setup: the schema \(configuration.schema) at \(configuration.redacted) has the tables of schema version \(schema.version)"
+            )
         } catch {
             try? await connection.close()
             throw error

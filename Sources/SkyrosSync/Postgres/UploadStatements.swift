@@ -24,9 +24,13 @@ extension ServerSession {
     ) throws -> (sql: String, parameters: [String?]) {
         var net = NetEffect()
         for (_, changes) in batch {
-            guard net.add(changes, schema: schema) else { throw Refusal(reason: "an object is deleted and then inserted again in the batch") }
+            guard net.add(changes, schema: schema) else {
+                throw Refusal(reason: "an object is deleted and then inserted again in the batch")
+            }
         }
-        var parameters: [String?] = [machine.uuidString.lowercased(), Self.arrayLiteral(batch.map { String($0.number) })]
+        var parameters: [String?] = [
+            machine.uuidString.lowercased(), Self.arrayLiteral(batch.map { String($0.number) }),
+        ]
         func parameter(_ value: String) -> String {
             parameters.append(value)
             return "($\(parameters.count)::text)"
@@ -48,23 +52,30 @@ extension ServerSession {
                 arrays.append(parameter(Self.arrayLiteral(texts)))
             }
             let names = (0...group.columns.count).map { "c\($0)" }
-            let source = "unnest(\(arrays.map { "\($0)::text[]" }.joined(separator: ", "))) AS u(\(names.joined(separator: ", ")))"
+            let source =
+                "unnest(\(arrays.map { "\($0)::text[]" }.joined(separator: ", "))) AS u(\(names.joined(separator: ", ")))"
             let label = "\(group.kind.rawValue)\(clauses.count)"
             switch group.kind {
             case .insert:
                 let columns = ["\"_id\""] + group.columns.map { ServerSchema.quote($0.name) }
                 let inputs = ["u.c0::uuid"] + group.columns.enumerated().map { $1.type.input("u.c\($0 + 1)") }
-                clauses.append("\(label) AS (INSERT INTO \(qualified) (\(columns.joined(separator: ", "))) SELECT \(inputs.joined(separator: ", ")) FROM \(source))")
+                clauses.append(
+                    "\(label) AS (INSERT INTO \(qualified) (\(columns.joined(separator: ", "))) SELECT \(inputs.joined(separator: ", ")) FROM \(source))"
+                )
             case .update:
                 if group.columns.isEmpty {
                     // Only to-manys changed: the object must still be there.
                     // Locked (FOR KEY SHARE), so that the rows are read as they are now, not
                     // as the statement's snapshot had them: an object another upload deleted
                     // while this one waited for the upload lock is not counted.
-                    checks.append("(SELECT count(*) FROM (SELECT 1 FROM \(qualified) WHERE \"_id\" = ANY(\(arrays[0])::uuid[]) FOR KEY SHARE) AS present) = cardinality(\(arrays[0])::uuid[])")
+                    checks.append(
+                        "(SELECT count(*) FROM (SELECT 1 FROM \(qualified) WHERE \"_id\" = ANY(\(arrays[0])::uuid[]) FOR KEY SHARE) AS present) = cardinality(\(arrays[0])::uuid[])"
+                    )
                     continue
                 }
-                let assignments = group.columns.enumerated().map { "\(ServerSchema.quote($1.name)) = \($1.type.input("u.c\($0 + 1)"))" }
+                let assignments = group.columns.enumerated().map {
+                    "\(ServerSchema.quote($1.name)) = \($1.type.input("u.c\($0 + 1)"))"
+                }
                 // The rows are locked first, in the order of their ids (a one-time filter,
                 // evaluated before the update touches a row): two machines updating the same
                 // objects take their locks in the same order instead of deadlocking.
@@ -72,7 +83,8 @@ extension ServerSession {
                     (SELECT count(*) FROM (SELECT 1 FROM \(qualified) WHERE "_id" = ANY(\(arrays[0])::uuid[]) \
                     ORDER BY "_id" FOR UPDATE) AS locked) >= 0
                     """
-                clauses.append("""
+                clauses.append(
+                    """
                     \(label) AS (UPDATE \(qualified) AS t SET \(assignments.joined(separator: ", ")) FROM \(source) \
                     WHERE t."_id" = u.c0::uuid AND \(lockInOrder) RETURNING 1)
                     """)
@@ -107,7 +119,9 @@ extension ServerSession {
     /// between them in one statement).
     struct NetEffect {
         enum Kind: String {
-            case insert = "i", update = "u", delete = "d"
+            case insert = "i"
+            case update = "u"
+            case delete = "d"
             /// Inserted and deleted in the batch: the server never sees it.
             case none = "n"
         }

@@ -30,15 +30,23 @@ struct AggregateTests {
         let _: Void = try store.read { context in
             for (name, predicate) in predicates {
                 let objects = try context.fetch(FetchDescriptor<Sample>(predicate: predicate))
-                #expect(try Sample.sum(\.int, where: predicate, in: context) == objects.map(\.int).reduce(0, +), "\(name)")
+                #expect(
+                    try Sample.sum(\.int, where: predicate, in: context) == objects.map(\.int).reduce(0, +), "\(name)")
                 let doubles = objects.map(\.double).reduce(0, +)
                 #expect(abs(try Sample.sum(\.double, where: predicate, in: context) - doubles) < 1e-9, "\(name)")
-                #expect(try Sample.sum(\.decimal, where: predicate, in: context) == objects.map(\.decimal).reduce(0, +), "\(name)")
-                #expect(try Sample.sum(\.optionalInt, where: predicate, in: context) == objects.compactMap(\.optionalInt).reduce(0, +), "\(name)")
+                #expect(
+                    try Sample.sum(\.decimal, where: predicate, in: context) == objects.map(\.decimal).reduce(0, +),
+                    "\(name)")
+                #expect(
+                    try Sample.sum(\.optionalInt, where: predicate, in: context)
+                        == objects.compactMap(\.optionalInt).reduce(0, +), "\(name)")
                 #expect(try Sample.min(\.int, where: predicate, in: context) == objects.map(\.int).min(), "\(name)")
-                #expect(try Sample.max(\.decimal, where: predicate, in: context) == objects.map(\.decimal).max(), "\(name)")
+                #expect(
+                    try Sample.max(\.decimal, where: predicate, in: context) == objects.map(\.decimal).max(), "\(name)")
                 #expect(try Sample.max(\.date, where: predicate, in: context) == objects.map(\.date).max(), "\(name)")
-                #expect(try Sample.min(\.optionalInt, where: predicate, in: context) == objects.compactMap(\.optionalInt).min(), "\(name)")
+                #expect(
+                    try Sample.min(\.optionalInt, where: predicate, in: context)
+                        == objects.compactMap(\.optionalInt).min(), "\(name)")
                 let ints = objects.map(\.int)
                 let average = try Sample.average(\.int, where: predicate, in: context)
                 if ints.isEmpty {
@@ -47,20 +55,34 @@ struct AggregateTests {
                     #expect(abs(average! - Double(ints.reduce(0, +)) / Double(ints.count)) < 1e-9, "\(name)")
                 }
                 let decimals = objects.map(\.decimal)
-                #expect(try Sample.average(\.decimal, where: predicate, in: context) == (decimals.isEmpty ? nil : decimals.reduce(0, +) / Decimal(decimals.count)), "\(name)")
+                #expect(
+                    try Sample.average(\.decimal, where: predicate, in: context)
+                        == (decimals.isEmpty ? nil : decimals.reduce(0, +) / Decimal(decimals.count)), "\(name)")
                 let optionalInts = objects.compactMap(\.optionalInt)
                 let optionalAverage = try Sample.average(\.optionalInt, where: predicate, in: context)
                 #expect((optionalAverage == nil) == optionalInts.isEmpty, "\(name)")
-                #expect(try Sample.count(groupedBy: \.code, where: predicate, in: context) == Dictionary(grouping: objects, by: \.code).mapValues(\.count), "\(name)")
-                #expect(try Sample.count(groupedBy: \.optionalString, where: predicate, in: context) == Dictionary(grouping: objects, by: \.optionalString).mapValues(\.count), "\(name)")
+                #expect(
+                    try Sample.count(groupedBy: \.code, where: predicate, in: context)
+                        == Dictionary(grouping: objects, by: \.code).mapValues(\.count), "\(name)")
+                #expect(
+                    try Sample.count(groupedBy: \.optionalString, where: predicate, in: context)
+                        == Dictionary(grouping: objects, by: \.optionalString).mapValues(\.count), "\(name)")
                 // Strings in the store's order: byte by byte ("B" < "a" < "b" < "é").
-                #expect(try Sample.distinct(\.optionalString, where: predicate, in: context) == Set(objects.compactMap(\.optionalString)).sorted { Array($0.utf8).lexicographicallyPrecedes(Array($1.utf8)) }, "\(name)")
-                #expect(try Sample.distinct(\.code, where: predicate, in: context) == Set(objects.map(\.code)).sorted(), "\(name)")
+                #expect(
+                    try Sample.distinct(\.optionalString, where: predicate, in: context)
+                        == Set(objects.compactMap(\.optionalString)).sorted {
+                            Array($0.utf8).lexicographicallyPrecedes(Array($1.utf8))
+                        }, "\(name)")
+                #expect(
+                    try Sample.distinct(\.code, where: predicate, in: context) == Set(objects.map(\.code)).sorted(),
+                    "\(name)")
             }
         }
     }
 
-    @Test("sum, min, max, average, count(groupedBy:), distinct agree with Swift: predicates, empty sets, NULLs, Decimal", arguments: StoreKind.allCases)
+    @Test(
+        "sum, min, max, average, count(groupedBy:), distinct agree with Swift: predicates, empty sets, NULLs, Decimal",
+        arguments: StoreKind.allCases)
     func agree(kind: StoreKind) throws {
         let stack = try TestStack(kind)
         try Self.fill(stack.store)

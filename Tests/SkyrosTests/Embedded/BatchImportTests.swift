@@ -14,7 +14,9 @@ struct BatchImportTests {
         func record(_ done: Int, _ total: Int) { lock.withLock { _calls.append((done, total)) } }
     }
 
-    @Test("imports every record in chunks, with progress to the total; a controller sees them once", arguments: StoreKind.allCases)
+    @Test(
+        "imports every record in chunks, with progress to the total; a controller sees them once",
+        arguments: StoreKind.allCases)
     func imports(kind: StoreKind) async throws {
         let stack = try TestStack(kind)
         let store = stack.store
@@ -26,7 +28,8 @@ struct BatchImportTests {
         try controller.performFetch()
         let progress = Progress()
         let records = (0..<2_500).map { "r\($0)" }
-        let imported = try await store.importBatch(records, chunkSize: 1_000, progress: { progress.record($0, $1) }) { record, context in
+        let imported = try await store.importBatch(records, chunkSize: 1_000, progress: { progress.record($0, $1) }) {
+            record, context in
             let user = User.create(in: context)
             user.handle = record
         }
@@ -50,7 +53,9 @@ struct BatchImportTests {
                 Tag.create(in: context).label = "t\(record)"
             }
         }
-        #expect(error?.message.contains("record 25") == true && error?.message.contains("20..<30") == true, "\(String(describing: error))")
+        #expect(
+            error?.message.contains("record 25") == true && error?.message.contains("20..<30") == true,
+            "\(String(describing: error))")
         let count = try await stack.store.read { context in try Tag.count(in: context) }
         #expect(count == 20)
         // A unique attribute imported twice: the chunk's save fails, nothing of it is kept.
@@ -65,7 +70,9 @@ struct BatchImportTests {
         #expect(after == 20)
     }
 
-    @Test("a record whose object breaks a unique constraint is named by its position, in its chunk or against a stored object", arguments: StoreKind.allCases)
+    @Test(
+        "a record whose object breaks a unique constraint is named by its position, in its chunk or against a stored object",
+        arguments: StoreKind.allCases)
     func constraintNamesRecord(kind: StoreKind) async throws {
         let stack = try TestStack(kind)
         // Chunks [a, b] and [c, b]: the second b is refused against the stored one.
@@ -75,7 +82,9 @@ struct BatchImportTests {
             }
         }
         #expect(error?.code == .uniqueConstraintViolation)
-        #expect(error?.message.contains("record 3 of the import") == true && error?.message.contains("2..<4") == true, "\(String(describing: error))")
+        #expect(
+            error?.message.contains("record 3 of the import") == true && error?.message.contains("2..<4") == true,
+            "\(String(describing: error))")
         let labels = try await stack.store.read { context in try Tag.all(in: context).map(\.label).sorted() }
         #expect(labels == ["a", "b"])
         // A value that cannot be stored (NaN) in the third record of a chunk: that record is named.
@@ -117,7 +126,9 @@ struct BatchImportTests {
         var age: Int
     }
 
-    @Test("an upserting import updates the objects whose key is stored and inserts the others, never a unique violation", arguments: StoreKind.allCases)
+    @Test(
+        "an upserting import updates the objects whose key is stored and inserts the others, never a unique violation",
+        arguments: StoreKind.allCases)
     func upsert(kind: StoreKind) async throws {
         let stack = try TestStack(kind)
         let store = stack.store
@@ -127,16 +138,23 @@ struct BatchImportTests {
             return user.objectID
         }
         // Held by the main context: the import refreshes it.
-        let held = try #require(store.mainContext.performAndWait { store.mainContext.object(with: kept, as: User.self) })
+        let held = try #require(
+            store.mainContext.performAndWait { store.mainContext.object(with: kept, as: User.self) })
         let first = (0..<10).map { Person(handle: "h\($0)", age: $0) }
-        let imported = try await store.importBatch(first, upserting: User.self, by: \.handle, key: \.handle, chunkSize: 4) { record, user, _ in
+        let imported = try await store.importBatch(
+            first, upserting: User.self, by: \.handle, key: \.handle, chunkSize: 4
+        ) { record, user, _ in
             user.age = record.age + 100
         }
         #expect(imported == 10)
         // Overlapping records (h5…h14), a key twice in one chunk (the later record wins), and
         // twice across chunks.
-        let second = (5..<15).map { Person(handle: "h\($0)", age: $0) } + [Person(handle: "h14", age: 1_000), Person(handle: "h6", age: 2_000)]
-        let again = try await store.importBatch(second, upserting: User.self, by: \.handle, key: \.handle, chunkSize: 4) { record, user, _ in
+        let second =
+            (5..<15).map { Person(handle: "h\($0)", age: $0) } + [
+                Person(handle: "h14", age: 1_000), Person(handle: "h6", age: 2_000),
+            ]
+        let again = try await store.importBatch(second, upserting: User.self, by: \.handle, key: \.handle, chunkSize: 4)
+        { record, user, _ in
             user.age = record.age + 200
         }
         #expect(again == 12)
@@ -158,9 +176,13 @@ struct BatchImportTests {
     func upsertNeedsUniqueKey() async throws {
         let stack = try TestStack(.sqlite)
         let error = await #expect(throws: SkyrosError.self) {
-            try await stack.store.importBatch([Person(handle: "a", age: 1)], upserting: User.self, by: \.firstname, key: \.handle) { _, _, _ in }
+            try await stack.store.importBatch(
+                [Person(handle: "a", age: 1)], upserting: User.self, by: \.firstname, key: \.handle
+            ) { _, _, _ in }
         }
-        #expect(error?.code == .unsupportedPredicate && error?.message.contains("unique") == true, "\(String(describing: error))")
+        #expect(
+            error?.code == .unsupportedPredicate && error?.message.contains("unique") == true,
+            "\(String(describing: error))")
         let count = try await stack.store.read { context in try User.count(in: context) }
         #expect(count == 0)
     }

@@ -25,7 +25,9 @@ struct BatchOperationTests {
         }
     }
 
-    @Test("batchUpdate sets attributes of the selected objects; held objects take the values; one observer change", arguments: kinds)
+    @Test(
+        "batchUpdate sets attributes of the selected objects; held objects take the values; one observer change",
+        arguments: kinds)
     func update(kind: StoreKind) async throws {
         let stack = try TestStack(kind)
         let store = stack.store
@@ -36,7 +38,9 @@ struct BatchOperationTests {
         final class Calls: @unchecked Sendable { var changes: [EntityMonitorChange<User>] = [] }
         let calls = Calls()
         monitor.onChange = { calls.changes.append($0) }
-        let changed = try await store.batchUpdate(User.self, where: #Predicate { $0.age > 50 }, .set(\.lastname, to: "Senior"), .set(\.email, to: "old@example.com"))
+        let changed = try await store.batchUpdate(
+            User.self, where: #Predicate { $0.age > 50 }, .set(\.lastname, to: "Senior"),
+            .set(\.email, to: "old@example.com"))
         #expect(changed == 4)
         try main.performAndWait { () throws in
             let context = main
@@ -46,7 +50,9 @@ struct BatchOperationTests {
             #expect(calls.changes.count == 1 && calls.changes[0].updated.count == 4)
         }
         // Nothing selected: nothing changed, no call.
-        #expect(try await store.batchUpdate(User.self, where: #Predicate { $0.age > 1_000 }, .set(\.lastname, to: "x")) == 0)
+        #expect(
+            try await store.batchUpdate(User.self, where: #Predicate { $0.age > 1_000 }, .set(\.lastname, to: "x")) == 0
+        )
         main.performAndWait { #expect(calls.changes.count == 1) }
         // A unique attribute set twice: refused, nothing updated.
         await #expect(throws: SkyrosError.self) {
@@ -58,7 +64,9 @@ struct BatchOperationTests {
         }
     }
 
-    @Test("batchDelete deletes the selected objects, cascades, nullifies, and refuses a deny; held objects read as deleted", arguments: kinds)
+    @Test(
+        "batchDelete deletes the selected objects, cascades, nullifies, and refuses a deny; held objects read as deleted",
+        arguments: kinds)
     func delete(kind: StoreKind) async throws {
         let stack = try TestStack(kind)
         let store = stack.store
@@ -104,7 +112,9 @@ struct BatchOperationTests {
         let denied = await #expect(throws: SkyrosError.self) {
             try await store.batchDelete(Team.self)
         }
-        #expect(denied?.code == .deleteDenied && denied?.message.contains("Team.badges") == true, "\(String(describing: denied))")
+        #expect(
+            denied?.code == .deleteDenied && denied?.message.contains("Team.badges") == true,
+            "\(String(describing: denied))")
         try main.performAndWait { () throws in #expect(try Team.count(in: main) == 1) }
     }
 
@@ -126,7 +136,9 @@ struct BatchOperationTests {
         main.performAndWait { #expect(held.isDeleted) }
     }
 
-    @Test("without observers only the held objects are named: they take the new values, the count is right", arguments: kinds)
+    @Test(
+        "without observers only the held objects are named: they take the new values, the count is right",
+        arguments: kinds)
     func updateWithoutObservers(kind: StoreKind) async throws {
         let stack = try TestStack(kind)
         let store = stack.store
@@ -134,7 +146,9 @@ struct BatchOperationTests {
         let main = store.mainContext
         let held = try main.performAndWait { try User.first(where: #Predicate { $0.age == 90 }, in: main)! }
         let untouched = try main.performAndWait { try User.first(where: #Predicate { $0.age == 10 }, in: main)! }
-        #expect(try await store.batchUpdate(User.self, where: #Predicate { $0.age >= 50 }, .set(\.lastname, to: "Held")) == 5)
+        #expect(
+            try await store.batchUpdate(User.self, where: #Predicate { $0.age >= 50 }, .set(\.lastname, to: "Held"))
+                == 5)
         try main.performAndWait { () throws in
             #expect(held.lastname == "Held" && untouched.lastname == "")
             #expect(try User.count(where: #Predicate { $0.lastname == "Held" }, in: main) == 5)
@@ -146,7 +160,9 @@ struct BatchOperationTests {
         }
     }
 
-    @Test("deleteAll(in:) deletes by identifier without reading values, pending inserts included; with relationships the rules hold", arguments: kinds)
+    @Test(
+        "deleteAll(in:) deletes by identifier without reading values, pending inserts included; with relationships the rules hold",
+        arguments: kinds)
     func deleteAllInContext(kind: StoreKind) async throws {
         let stack = try TestStack(kind)
         let store = stack.store
@@ -166,7 +182,9 @@ struct BatchOperationTests {
             return context.deletedObjects.count
         }
         #expect(pending == 50 + 10 + 20)
-        let counts = try await store.read { context in [try Tag.count(in: context), try User.count(in: context), try Post.count(in: context)] }
+        let counts = try await store.read { context in
+            [try Tag.count(in: context), try User.count(in: context), try Post.count(in: context)]
+        }
         #expect(counts == [0, 0, 0])
         store.mainContext.performAndWait { #expect(held.isDeleted) }
     }

@@ -115,16 +115,19 @@ struct ConformanceTests {
         #expect(steps == [1, 2, 3, 4, 5])
     }
 
-    @Test("writeSync runs its block before returning; the completion comes later, once, with nil", arguments: StoreKind.allCases)
+    @Test(
+        "writeSync runs its block before returning; the completion comes later, once, with nil",
+        arguments: StoreKind.allCases)
     func writeSyncThenCompletion(kind: StoreKind) throws {
         let stack = try TestStack(kind)
         let probe = CompletionProbe()
         var ran = false
         var seen = -1
-        stack.store.writeSync({ context in
-            ran = true
-            makeUsers([("A", "X")], in: context)
-        }, completion: probe.completion)
+        stack.store.writeSync(
+            { context in
+                ran = true
+                makeUsers([("A", "X")], in: context)
+            }, completion: probe.completion)
         #expect(ran)
         stack.store.read { seen = try User.count(in: $0) }
         #expect(seen == 1)
@@ -141,16 +144,19 @@ struct ConformanceTests {
         }
     }
 
-    @Test("a write block that throws saves nothing; completion and handleError get the error", arguments: StoreKind.allCases)
+    @Test(
+        "a write block that throws saves nothing; completion and handleError get the error",
+        arguments: StoreKind.allCases)
     func throwingWrite(kind: StoreKind) throws {
         let stack = try TestStack(kind)
         let recorder = ErrorRecorder()
         stack.store.errorHandler = { recorder.record($0) }
         let probe = CompletionProbe()
-        stack.store.writeSync({ context in
-            makeUsers([("A", "X"), ("B", "Y")], in: context)
-            throw TestFailure(reason: "boom")
-        }, completion: probe.completion)
+        stack.store.writeSync(
+            { context in
+                makeUsers([("A", "X"), ("B", "Y")], in: context)
+                throw TestFailure(reason: "boom")
+            }, completion: probe.completion)
         #expect(probe.wait())
         let error = try #require(probe.calls.first ?? nil)
         #expect(error.code == .blockFailed)
@@ -177,7 +183,8 @@ struct ConformanceTests {
             matching = try User.all(where: does, sortedBy: [SortDescriptor(\.firstname)], in: context).map(\.firstname)
             counts.append(try User.count(where: does, in: context))
             try User.first(where: #Predicate { $0.firstname == "John" }, in: context)!.delete(in: context)
-            afterDelete = try User.all(where: does, sortedBy: [SortDescriptor(\.firstname)], in: context).map(\.firstname)
+            afterDelete = try User.all(where: does, sortedBy: [SortDescriptor(\.firstname)], in: context).map(
+                \.firstname)
             counts.append(try User.count(where: does, in: context))
             // A pending update is matched on its new value.
             try User.first(where: #Predicate { $0.firstname == "Saved" }, in: context)!.lastname = "Renamed"
@@ -289,9 +296,10 @@ struct ConformanceTests {
             let team = Team.create(in: context)
             let badge = Badge.create(in: context)
             badge.team = team
-        }.writeSync({ context in
-            try Team.first(in: context)!.delete(in: context)
-        }, completion: probe.completion)
+        }.writeSync(
+            { context in
+                try Team.first(in: context)!.delete(in: context)
+            }, completion: probe.completion)
         #expect(probe.wait())
         #expect(probe.calls.first??.code == .deleteDenied)
         stack.store.read { context in
@@ -312,22 +320,25 @@ struct ConformanceTests {
         #expect(count == 0)
     }
 
-    @Test("a duplicate unique value fails the second save; the first user survives alone", arguments: StoreKind.allCases)
+    @Test(
+        "a duplicate unique value fails the second save; the first user survives alone", arguments: StoreKind.allCases)
     func unique(kind: StoreKind) throws {
         let stack = try TestStack(kind)
         let first = CompletionProbe()
         let second = CompletionProbe()
         var handles: [String] = []
-        stack.store.writeSync({ context in
-            let user = User.create(in: context)
-            user.handle = "same"
-            user.firstname = "first"
-        }, completion: first.completion)
-        stack.store.writeSync({ context in
-            let user = User.create(in: context)
-            user.handle = "same"
-            user.firstname = "second"
-        }, completion: second.completion)
+        stack.store.writeSync(
+            { context in
+                let user = User.create(in: context)
+                user.handle = "same"
+                user.firstname = "first"
+            }, completion: first.completion)
+        stack.store.writeSync(
+            { context in
+                let user = User.create(in: context)
+                user.handle = "same"
+                user.firstname = "second"
+            }, completion: second.completion)
         #expect(first.wait() && second.wait())
         #expect(first.calls.first! == nil)
         #expect(second.calls.first??.code == .uniqueConstraintViolation)
@@ -337,9 +348,10 @@ struct ConformanceTests {
         #expect(handles == ["first"])
         // Two duplicates in one write fail too.
         let third = CompletionProbe()
-        stack.store.writeSync({ context in
-            for _ in 0..<2 { User.create(in: context).handle = "twin" }
-        }, completion: third.completion)
+        stack.store.writeSync(
+            { context in
+                for _ in 0..<2 { User.create(in: context).handle = "twin" }
+            }, completion: third.completion)
         #expect(third.wait())
         #expect(third.calls.first??.code == .uniqueConstraintViolation)
     }
@@ -356,7 +368,9 @@ struct ConformanceTests {
         #expect(counts == [1, 0, 1])
     }
 
-    @Test("writeAndWait returns once durable, after the writes before it; its errors are thrown and handled", arguments: StoreKind.allCases)
+    @Test(
+        "writeAndWait returns once durable, after the writes before it; its errors are thrown and handled",
+        arguments: StoreKind.allCases)
     func writeAndWait(kind: StoreKind) throws {
         let stack = try TestStack(kind)
         let store = stack.store
@@ -397,7 +411,8 @@ struct ConformanceTests {
         #expect(recorder.errors.count == 2)
     }
 
-    @Test("completions run in order on the completion queue, and may read, write and nuke", arguments: StoreKind.allCases)
+    @Test(
+        "completions run in order on the completion queue, and may read, write and nuke", arguments: StoreKind.allCases)
     func completionsInOrder(kind: StoreKind) throws {
         let stack = try TestStack(kind)
         let store = stack.store
@@ -407,29 +422,38 @@ struct ConformanceTests {
         let done = CompletionProbe()
         // A failed write's completion comes in turn, after those of the writes before it.
         for index in 0..<12 {
-            store.writeAsync({ context in
-                if index == 5 { throw TestFailure(reason: "write 5 fails") }
-                makeUsers([("U\(index)", "X")], in: context)
-            }, completion: { error in
-                order.withValue { $0.append(DispatchQueue.getSpecific(key: key) == 1 && (error == nil) == (index != 5) ? index : -1) }
-                if index == 11 { done.completion(nil) }
-            })
+            store.writeAsync(
+                { context in
+                    if index == 5 { throw TestFailure(reason: "write 5 fails") }
+                    makeUsers([("U\(index)", "X")], in: context)
+                },
+                completion: { error in
+                    order.withValue {
+                        $0.append(
+                            DispatchQueue.getSpecific(key: key) == 1 && (error == nil) == (index != 5) ? index : -1)
+                    }
+                    if index == 11 { done.completion(nil) }
+                })
         }
         #expect(done.wait())
         #expect(order.value == Array(0..<12))
         // From a completion: a read, a write (whose own completion comes after), then a nuke.
         let counts = Locked<[Int]>([])
         let inner = CompletionProbe()
-        store.writeSync({ makeUsers([("V", "Y")], in: $0) }, completion: { _ in
-            store.read { context in counts.withValue { $0.append((try? User.count(in: context)) ?? -1) } }
-            store.writeSync({ makeUsers([("W", "Z")], in: $0) }, completion: inner.completion)
-        })
+        store.writeSync(
+            { makeUsers([("V", "Y")], in: $0) },
+            completion: { _ in
+                store.read { context in counts.withValue { $0.append((try? User.count(in: context)) ?? -1) } }
+                store.writeSync({ makeUsers([("W", "Z")], in: $0) }, completion: inner.completion)
+            })
         #expect(inner.wait())
         let nuked = CompletionProbe()
-        store.writeSync({ makeUsers([("N", "N")], in: $0) }, completion: { _ in
-            do { try store.nuke() } catch { nuked.completion(SkyrosError.wrap(error)) }
-            nuked.completion(nil)
-        })
+        store.writeSync(
+            { makeUsers([("N", "N")], in: $0) },
+            completion: { _ in
+                do { try store.nuke() } catch { nuked.completion(SkyrosError.wrap(error)) }
+                nuked.completion(nil)
+            })
         #expect(nuked.wait())
         #expect(nuked.calls.count == 1 && nuked.calls.first! == nil)
         store.read { context in counts.withValue { $0.append((try? User.count(in: context)) ?? -1) } }
@@ -510,12 +534,14 @@ struct ConformanceTests {
         let probes = (0..<5).map { _ in CompletionProbe() }
         let order = ErrorRecorder()  // records the order through fake errors' messages
         for (index, probe) in probes.enumerated() {
-            stack.store.writeAsync({ context in
-                User.create(in: context).handle = "u\(index)"
-            }, completion: { error in
-                order.record(SkyrosError(.blockFailed, "\(index)"))
-                probe.completion(error)
-            })
+            stack.store.writeAsync(
+                { context in
+                    User.create(in: context).handle = "u\(index)"
+                },
+                completion: { error in
+                    order.record(SkyrosError(.blockFailed, "\(index)"))
+                    probe.completion(error)
+                })
         }
         for probe in probes { #expect(probe.wait()) }
         #expect(order.errors.map(\.message) == ["0", "1", "2", "3", "4"])
@@ -529,9 +555,10 @@ struct ConformanceTests {
         let stack = try TestStack(kind, allowsConcurrentWritings: true)
         let probes = (0..<20).map { _ in CompletionProbe() }
         DispatchQueue.concurrentPerform(iterations: 20) { index in
-            stack.store.writeSync({ context in
-                User.create(in: context).handle = "c\(index)"
-            }, completion: probes[index].completion)
+            stack.store.writeSync(
+                { context in
+                    User.create(in: context).handle = "c\(index)"
+                }, completion: probes[index].completion)
         }
         for probe in probes { #expect(probe.wait()) }
         var count = -1
@@ -548,12 +575,14 @@ struct ConformanceTests {
             let tag = Tag.create(in: context)
             tag.label = "swift"
             tag.uses = 3
-        }.writeSync({ context in
-            Tag.create(in: context).label = "swift"
-        }, completion: probe.completion)
-            .read { context in
-                labels = try Tag.all(where: #Predicate { $0.uses > 2 }, in: context).map(\.label)
-            }
+        }.writeSync(
+            { context in
+                Tag.create(in: context).label = "swift"
+            }, completion: probe.completion
+        )
+        .read { context in
+            labels = try Tag.all(where: #Predicate { $0.uses > 2 }, in: context).map(\.label)
+        }
         #expect(labels == ["swift"])
         #expect(probe.wait())
         #expect(probe.calls.first??.code == .uniqueConstraintViolation)
@@ -583,10 +612,11 @@ struct ErrorHandlingTests {
     func writeAsyncFailure() throws {
         let store = try RecordingSkyros(inMemoryStack: testSchema)
         let probe = CompletionProbe()
-        store.writeAsync({ context in
-            User.create(in: context).handle = "x"
-            throw TestFailure(reason: "async")
-        }, completion: probe.completion)
+        store.writeAsync(
+            { context in
+                User.create(in: context).handle = "x"
+                throw TestFailure(reason: "async")
+            }, completion: probe.completion)
         #expect(probe.wait())
         #expect(!probe.wait(seconds: 0.2))
         #expect(probe.calls.count == 1)

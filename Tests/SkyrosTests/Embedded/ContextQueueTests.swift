@@ -1,8 +1,9 @@
 import Foundation
-@testable import Skyros
 import SkyrosTestSupport
 import Synchronization
 import Testing
+
+@testable import Skyros
 
 /// A context's queue: waited-for blocks of an idle context run at once on the caller's thread;
 /// otherwise every block waits its turn. One block at a time, in the order scheduled.
@@ -95,7 +96,9 @@ struct ContextQueueTests {
         #expect(overlaps.load(ordering: .relaxed) == 0)
     }
 
-    @Test("a context's block that waits for its own context runs inline; a nested context's block sees both contexts as its thread's")
+    @Test(
+        "a context's block that waits for its own context runs inline; a nested context's block sees both contexts as its thread's"
+    )
     func reentrancy() throws {
         let stack = try Skyros(inMemoryStack: testSchema)
         let main = stack.mainContext

@@ -58,7 +58,9 @@ struct ContextTests {
         }
     }
 
-    @Test("a fresh context's first fetch registers its objects: later fetches and lookups give the same instances, and a fetch fills a registered fault")
+    @Test(
+        "a fresh context's first fetch registers its objects: later fetches and lookups give the same instances, and a fetch fills a registered fault"
+    )
     func firstFetchRegisters() throws {
         let (_, root, main) = try makeStack()
         try main.performAndWait {
@@ -286,7 +288,9 @@ struct ContextTests {
         #expect(try store.snapshots(for: [personID]).isEmpty)
     }
 
-    @Test("an update of an object the store no longer has is dropped at the root's save, and the rest of the save is stored")
+    @Test(
+        "an update of an object the store no longer has is dropped at the root's save, and the rest of the save is stored"
+    )
     func updateOfObjectGoneFromStore() throws {
         let (store, root, main) = try makeStack()
         let (gone, kept) = try main.performAndWait {
@@ -314,7 +318,9 @@ struct ContextTests {
         #expect(root.performAndWait { root.hasChanges } == false)
     }
 
-    @Test("a root's uniqueness check does not take the values its child handed it for properties the save did not change as pending")
+    @Test(
+        "a root's uniqueness check does not take the values its child handed it for properties the save did not change as pending"
+    )
     func rootUniquenessIgnoresChildViews() throws {
         let (store, root, main) = try makeStack()
         let id = try main.performAndWait {
@@ -342,7 +348,9 @@ struct ContextTests {
         #expect(try store.snapshots(for: [id]).first?.values[handle] == .text("b"))
     }
 
-    @Test("a fault with a pending change keeps it when it is read: a one-to-one taken from a person the context never read stays taken")
+    @Test(
+        "a fault with a pending change keeps it when it is read: a one-to-one taken from a person the context never read stays taken"
+    )
     func faultKeepsPendingChange() throws {
         let (store, root, main) = try makeStack()
         let (first, second, passportID) = try main.performAndWait {

@@ -38,7 +38,8 @@ struct DecimalOrderTests {
         let byDecimal = [SortDescriptor(\Sample.decimal)]
         var results = Results()
         results.ascending = try Sample.all(sortedBy: byDecimal, in: context).map(\.decimal)
-        results.descending = try Sample.all(sortedBy: [SortDescriptor(\.decimal, order: .reverse)], in: context).map(\.decimal)
+        results.descending = try Sample.all(sortedBy: [SortDescriptor(\.decimal, order: .reverse)], in: context).map(
+            \.decimal)
         results.greaterThan10 = try Sample.all(where: #Predicate { $0.decimal > ten }, sortedBy: byDecimal, in: context)
             .map(\.decimal)
         results.equal1_5 = try Sample.all(where: #Predicate { $0.decimal == oneAndAHalf }, in: context).map(\.decimal)
@@ -47,8 +48,10 @@ struct DecimalOrderTests {
         ).map(\.decimal)
         results.negative = try Sample.all(where: #Predicate { $0.decimal < 0 }, sortedBy: byDecimal, in: context)
             .map(\.decimal)
-        results.inList = try Sample.all(where: #Predicate { list.contains($0.decimal) }, sortedBy: byDecimal, in: context)
-            .map(\.decimal)
+        results.inList = try Sample.all(
+            where: #Predicate { list.contains($0.decimal) }, sortedBy: byDecimal, in: context
+        )
+        .map(\.decimal)
         return results
     }
 
@@ -93,7 +96,8 @@ struct DecimalOrderTests {
             Decimal(string: "12345678901234567890123456789012345678")!,
             Decimal(string: "-0.12345678901234567890123456789012345678")!,
             Decimal(string: "1" + String(repeating: "0", count: 128))!,
-            Decimal(string: "-25" + String(repeating: "0", count: 127))!, Decimal(sign: .minus, exponent: -128, significand: 7),
+            Decimal(string: "-25" + String(repeating: "0", count: 127))!,
+            Decimal(sign: .minus, exponent: -128, significand: 7),
             Decimal.greatestFiniteMagnitude, Decimal.leastNonzeroMagnitude,
         ]
         var read: [Decimal] = []
@@ -107,9 +111,10 @@ struct DecimalOrderTests {
     func nanRefused(kind: StoreKind) throws {
         let stack = try TestStack(kind)
         let probe = CompletionProbe()
-        stack.store.writeSync({ context in
-            Sample.create(in: context).decimal = .nan
-        }, completion: probe.completion)
+        stack.store.writeSync(
+            { context in
+                Sample.create(in: context).decimal = .nan
+            }, completion: probe.completion)
         #expect(probe.wait())
         #expect(probe.calls.first??.code == .valueNotStorable)
     }
@@ -238,7 +243,8 @@ struct OrderedDecimalTests {
             let low = Decimal(UInt64.random(in: 0..<10_000_000_000_000_000_000, using: &generator))
             let mantissa = high * Decimal(sign: .plus, exponent: 19, significand: 1) + low
             let sign: FloatingPointSign = Bool.random(using: &generator) ? .minus : .plus
-            let value = Decimal(sign: sign, exponent: Int.random(in: -100...100, using: &generator), significand: mantissa)
+            let value = Decimal(
+                sign: sign, exponent: Int.random(in: -100...100, using: &generator), significand: mantissa)
             let text = try #require(OrderedDecimal.encode(value), "\(value)")
             #expect(OrderedDecimal.decode(text) == value, "\(value): \(text)")
         }

@@ -55,12 +55,15 @@ struct DesignContractTests {
             let counts = [
                 try User.count(in: context),
                 try User.count(where: #Predicate<User> { $0.age > 30 }, in: context),
-                try User.all(where: #Predicate { $0.firstname == "John" }, sortedBy: [SortDescriptor(\.handle)], in: context)
-                    .count,
+                try User.all(
+                    where: #Predicate { $0.firstname == "John" }, sortedBy: [SortDescriptor(\.handle)], in: context
+                )
+                .count,
             ]
             #expect(counts == [4, 0, 1])
             let firsts = [
-                try User.first(in: context), try User.first(where: #Predicate { $0.firstname == "John" }, sortedBy: [], in: context),
+                try User.first(in: context),
+                try User.first(where: #Predicate { $0.firstname == "John" }, sortedBy: [], in: context),
             ]
             #expect(firsts.allSatisfy { $0 != nil })
             #expect(user.inContext(context) === user)
@@ -75,15 +78,19 @@ struct DesignContractTests {
         // delete(in:) one user, then deleteAll the rest; each write is durable when its
         // completion runs.
         let deletedOne = CompletionProbe()
-        store.writeSync({ context in
-            let first = try #require(try User.first(where: #Predicate { $0.firstname == "John" }, sortedBy: [], in: context))
-            first.delete(in: context)
-            try context.save()
-        }, completion: deletedOne.completion)
+        store.writeSync(
+            { context in
+                let first = try #require(
+                    try User.first(where: #Predicate { $0.firstname == "John" }, sortedBy: [], in: context))
+                first.delete(in: context)
+                try context.save()
+            }, completion: deletedOne.completion)
         #expect(deletedOne.wait())
         #expect(deletedOne.calls.first! == nil)
         #expect(try store.read { context in try User.count(in: context) } == 3)
-        #expect(try store.read { context in try User.count(where: #Predicate { $0.firstname == "John" }, in: context) } == 0)
+        #expect(
+            try store.read { context in try User.count(where: #Predicate { $0.firstname == "John" }, in: context) } == 0
+        )
         let deletedAll = CompletionProbe()
         store.writeSync({ context in try User.deleteAll(in: context) }, completion: deletedAll.completion)
         #expect(deletedAll.wait())
@@ -115,8 +122,9 @@ struct DesignContractTests {
             changed.signal()
         }
         try controller.performFetch()
-        let monitor = EntityMonitor<User>(context: store.mainContext, frequency: .onSave,
-                                          filter: #Predicate<User> { $0.age > 30 })
+        let monitor = EntityMonitor<User>(
+            context: store.mainContext, frequency: .onSave,
+            filter: #Predicate<User> { $0.age > 30 })
         var monitored = 0
         monitor.onChange = { (change: EntityMonitorChange<User>) in monitored += change.inserted.count }
         let values = store.observe({ context in try User.count(in: context) })

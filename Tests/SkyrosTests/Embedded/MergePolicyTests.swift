@@ -58,16 +58,19 @@ struct MergePolicyTests {
         return names
     }
 
-    @Test("A and B update one object from the same version: each merge policy gives its documented result", arguments: cases)
+    @Test(
+        "A and B update one object from the same version: each merge policy gives its documented result",
+        arguments: cases)
     func sameVersion(kind: TwoSavers.Kind, policy: MergePolicy) throws {
         let savers = try TwoSavers(kind)
         let (a, b) = (savers.a, savers.b)
         b.mergePolicy = policy
         let created = CompletionProbe()
-        a.writeSync({ context in
-            let user = User.create(in: context)
-            (user.firstname, user.lastname, user.handle) = ("Ada", "Lovelace", "ada")
-        }, completion: created.completion)
+        a.writeSync(
+            { context in
+                let user = User.create(in: context)
+                (user.firstname, user.lastname, user.handle) = ("Ada", "Lovelace", "ada")
+            }, completion: created.completion)
         #expect(created.wait() && created.calls.count == 1 && created.calls[0] == nil)
 
         // B reads the user (version 1) and changes its last name; before B's save reaches
@@ -75,15 +78,17 @@ struct MergePolicyTests {
         let first = CompletionProbe()
         let second = CompletionProbe()
         var id: ObjectID?
-        b.writeSync({ context in
-            let user = try #require(try User.first(where: #Predicate { $0.handle == "ada" }, in: context))
-            id = user.objectID
-            user.lastname = "King"
-            a.writeSync({ context in
-                try User.first(where: #Predicate { $0.handle == "ada" }, in: context)?.firstname = "Augusta"
-            }, completion: first.completion)
-            #expect(first.wait() && first.calls.count == 1 && first.calls[0] == nil)
-        }, completion: second.completion)
+        b.writeSync(
+            { context in
+                let user = try #require(try User.first(where: #Predicate { $0.handle == "ada" }, in: context))
+                id = user.objectID
+                user.lastname = "King"
+                a.writeSync(
+                    { context in
+                        try User.first(where: #Predicate { $0.handle == "ada" }, in: context)?.firstname = "Augusta"
+                    }, completion: first.completion)
+                #expect(first.wait() && first.calls.count == 1 && first.calls[0] == nil)
+            }, completion: second.completion)
         #expect(second.wait())
         let error = second.calls.first ?? nil
         let userID = try #require(id)
@@ -98,9 +103,10 @@ struct MergePolicyTests {
             #expect(try storedNames(savers) == ("Augusta", "Lovelace"))
         case .error:
             #expect(error?.code == .mergeConflict)
-            #expect(error?.conflicts == [
-                MergeConflict(objectID: userID, properties: ["lastname"], baseVersion: 1, storeVersion: 2)
-            ])
+            #expect(
+                error?.conflicts == [
+                    MergeConflict(objectID: userID, properties: ["lastname"], baseVersion: 1, storeVersion: 2)
+                ])
             #expect(try storedNames(savers) == ("Augusta", "Lovelace"))
         }
         // B's main context shows the store's values.
@@ -114,10 +120,13 @@ struct MergePolicyTests {
         // B goes on: its next saves of the object are not conflicts with itself.
         for name in ["Byron", "Noel"] {
             let next = CompletionProbe()
-            b.writeSync({ context in
-                try User.first(where: #Predicate { $0.handle == "ada" }, in: context)?.lastname = name
-            }, completion: next.completion)
-            #expect(next.wait() && next.calls.count == 1 && next.calls[0] == nil, "\(name): \(String(describing: next.calls))")
+            b.writeSync(
+                { context in
+                    try User.first(where: #Predicate { $0.handle == "ada" }, in: context)?.lastname = name
+                }, completion: next.completion)
+            #expect(
+                next.wait() && next.calls.count == 1 && next.calls[0] == nil,
+                "\(name): \(String(describing: next.calls))")
         }
         #expect(try storedNames(savers).1 == "Noel")
     }

@@ -1,9 +1,10 @@
 import Foundation
-@testable import Skyros
-@testable import SkyrosShared
 import SkyrosTestSupport
 import SkyrosWire
 import Testing
+
+@testable import Skyros
+@testable import SkyrosShared
 
 /// Another process's inserts merged into a main context nobody observes are kept as rows:
 /// no object is made for them until someone asks, and asking costs no request to the daemon
@@ -13,14 +14,18 @@ import Testing
 struct MergedRowsTests {
     /// A daemon in this process, client A, and client B built on a `RemoteStore` whose
     /// requests can be counted.
-    func clients(_ running: RunningDaemon? = nil) throws -> (daemon: RunningDaemon, a: Skyros, b: Skyros, remote: RemoteStore) {
+    func clients(_ running: RunningDaemon? = nil) throws -> (
+        daemon: RunningDaemon, a: Skyros, b: Skyros, remote: RemoteStore
+    ) {
         let daemon = try running ?? RunningDaemon()
         let a = try Skyros(sharedStack: testSchema, container: daemon.container.url)
         let remote = try RemoteStore(schema: testSchema, container: GroupContainer(url: daemon.container.url))
         return (daemon, a, Skyros(sharedStack: remote), remote)
     }
 
-    @Test("inserts merged as rows are read by ID, through a relationship and from a scratch context with no request; updates and deletes keep them current")
+    @Test(
+        "inserts merged as rows are read by ID, through a relationship and from a scratch context with no request; updates and deletes keep them current"
+    )
     func rows() async throws {
         let (daemon, a, b, remote) = try clients()
         defer { withExtendedLifetime(daemon) {} }
@@ -99,7 +104,9 @@ struct MergedRowsTests {
         return c.mainContext.performAndWait { c.mainContext.object(with: id, as: User.self)?.age }
     }
 
-    @Test("two increments through scratch contexts of the process that keeps the row: none is lost, in the store or in the main context")
+    @Test(
+        "two increments through scratch contexts of the process that keeps the row: none is lost, in the store or in the main context"
+    )
     func noLostUpdate() async throws {
         let (daemon, a, b, remote, id) = try await keptRow()
         defer { withExtendedLifetime(a) {} }
@@ -127,7 +134,9 @@ struct MergedRowsTests {
         }
     }
 
-    @Test("fetched in the main context, updated, then dropped from its registry: read again, it has the update, not the old row")
+    @Test(
+        "fetched in the main context, updated, then dropped from its registry: read again, it has the update, not the old row"
+    )
     func fetchedThenPruned() async throws {
         let (daemon, a, b, _, id) = try await keptRow()
         defer { withExtendedLifetime((daemon, a)) {} }
@@ -154,7 +163,9 @@ struct MergedRowsTests {
         #expect(b.mainContext.performAndWait { b.mainContext.object(with: id) } == nil)
     }
 
-    @Test("a handler set on RemoteStore.onChange is handed other processes' inserts with their values, and the main context keeps them encoded")
+    @Test(
+        "a handler set on RemoteStore.onChange is handed other processes' inserts with their values, and the main context keeps them encoded"
+    )
     func publicHandlerGetsValues() async throws {
         let daemon = try RunningDaemon()
         defer { withExtendedLifetime(daemon) {} }
@@ -173,7 +184,9 @@ struct MergedRowsTests {
         let (_, _, b, _) = try clients(daemon)
         let changes = b.changes
         let other = try await insertUser(handle: "ann", into: a)
-        #expect(try #require(await nextChange(changes) { $0.inserted.map(\.id) == [other] }).inserted.first?.values[handle] == .text("ann"))
+        #expect(
+            try #require(await nextChange(changes) { $0.inserted.map(\.id) == [other] }).inserted.first?.values[handle]
+                == .text("ann"))
         let main = b.mainContext
         main.performAndWait {
             #expect(main.mergedRows.isKeptEncoded(other))
@@ -219,7 +232,9 @@ struct MergedRowsTests {
         }
     }
 
-    @Test("the context merges a change by itself, no daemon: a held object takes the new values, an insert stays a row, a delete is forgotten")
+    @Test(
+        "the context merges a change by itself, no daemon: a held object takes the new values, an insert stays a row, a delete is forgotten"
+    )
     func contextMerge() async throws {
         let store = try Skyros(inMemoryStack: testSchema)
         let ids = try await store.write { context in
@@ -230,7 +245,8 @@ struct MergedRowsTests {
         let main = store.mainContext
         let firstname = try #require(testSchema.entity(named: "User")?.property(named: "firstname")).index
         main.performAndWait {
-            guard let john = main.object(with: johnID, as: User.self), let ann = main.object(with: annID, as: User.self) else {
+            guard let john = main.object(with: johnID, as: User.self), let ann = main.object(with: annID, as: User.self)
+            else {
                 Issue.record("the objects are not in the main context")
                 return
             }
@@ -238,8 +254,12 @@ struct MergedRowsTests {
             let newID = ObjectID(entityName: "User", uuid: UUID())
             main.merge([
                 StoreChange(
-                    sequence: 1, author: "elsewhere", inserted: [Snapshot(id: newID, values: ann.skyrosStorage.values, version: 1)],
-                    updated: [johnID: StoreChange.Update(properties: ["firstname"], version: 2, values: [firstname: .text("Johnny")])],
+                    sequence: 1, author: "elsewhere",
+                    inserted: [Snapshot(id: newID, values: ann.skyrosStorage.values, version: 1)],
+                    updated: [
+                        johnID: StoreChange.Update(
+                            properties: ["firstname"], version: 2, values: [firstname: .text("Johnny")])
+                    ],
                     deleted: [annID])
             ])
             #expect(john.firstname == "Johnny" && john.skyrosStorage.version == 2)

@@ -1,8 +1,8 @@
 import Foundation
 import Skyros
 import SkyrosShared
-import SkyrosWire
 import SkyrosTestSupport
+import SkyrosWire
 import Testing
 
 /// Collects the errors a stack hands to `handleError`.
@@ -22,7 +22,9 @@ final class ErrorLog: @unchecked Sendable {
     func waitFor(_ code: SkyrosError.Code, seconds: Double = 10) -> Bool {
         let deadline = Date().addingTimeInterval(seconds)
         while !lock.withLock({ errors.contains { $0.code == code } }) {
-            guard arrived.wait(timeout: .now() + max(0, deadline.timeIntervalSinceNow)) == .success else { return false }
+            guard arrived.wait(timeout: .now() + max(0, deadline.timeIntervalSinceNow)) == .success else {
+                return false
+            }
         }
         return true
     }
@@ -37,7 +39,8 @@ struct NeverTrapTests {
 
     @Test("a fault whose object another stack deleted reads as deleted, with defaults, and reports objectNotFound")
     func deletedFault() throws {
-        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("skyros-trap-\(UUID().uuidString)")
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent(
+            "skyros-trap-\(UUID().uuidString)")
         try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
         defer { try? FileManager.default.removeItem(at: directory) }
         let file = directory.appendingPathComponent("store.sqlite")
@@ -56,7 +59,8 @@ struct NeverTrapTests {
         let reader = try Skyros(sqliteStack: testSchema, at: file)
         let log = ErrorLog()
         log.attach(to: reader)
-        let post = try #require(reader.mainContext.performAndWait { reader.mainContext.object(with: postID, as: Post.self) })
+        let post = try #require(
+            reader.mainContext.performAndWait { reader.mainContext.object(with: postID, as: Post.self) })
         try writer.writeAndWait { context in try context.existingObject(with: userID).delete(in: context) }
 
         reader.mainContext.performAndWait {
@@ -71,7 +75,9 @@ struct NeverTrapTests {
         #expect(log.waitFor(.objectNotFound))
     }
 
-    @Test("daemon SIGKILLed: touching a fault reports daemonUnavailable, a save and a fetch throw a code, unsaved edits are kept, no trap")
+    @Test(
+        "daemon SIGKILLed: touching a fault reports daemonUnavailable, a save and a fetch throw a code, unsaved edits are kept, no trap"
+    )
     func daemonKilled() throws {
         let groups = process.groupsDirectory()
         defer { try? FileManager.default.removeItem(atPath: groups) }
@@ -124,7 +130,9 @@ struct NeverTrapTests {
         }
     }
 
-    @Test("daemon SIGSTOPped across a save: outcomeUnknown (never 'failed'), then the truth once it resumes; a save reported failed is absent")
+    @Test(
+        "daemon SIGSTOPped across a save: outcomeUnknown (never 'failed'), then the truth once it resumes; a save reported failed is absent"
+    )
     func stoppedDaemon() throws {
         let daemon = try StoppableDaemon(process)
         defer { daemon.stop() }

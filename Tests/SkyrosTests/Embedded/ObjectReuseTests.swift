@@ -1,7 +1,8 @@
 import Foundation
-@testable import Skyros
 import SkyrosTestSupport
 import Testing
+
+@testable import Skyros
 
 /// A batched fetch over a store file reuses the objects of a released batch that nothing
 /// references for its next rows (``ObjectReuse``): an object someone holds — strongly,
@@ -25,13 +26,16 @@ struct ObjectReuseTests {
         try main.performAndWait { try body(main) }
     }
 
-    @Test("a context holding nothing reuses the objects of released batches; every row reads as itself; a weakly held object is never another row's")
+    @Test(
+        "a context holding nothing reuses the objects of released batches; every row reads as itself; a weakly held object is never another row's"
+    )
     func nothingHeldReuses() throws {
         let stack = try TestStack(.sqlite)
         try fill(stack.store)
         try onMain(stack.store) { context in
             context.reset()
-            var iterator = try context.fetch(FetchDescriptor<Post>(sortBy: [SortDescriptor(\.title)]), batchSize: 50).makeIterator()
+            var iterator = try context.fetch(FetchDescriptor<Post>(sortBy: [SortDescriptor(\.title)]), batchSize: 50)
+                .makeIterator()
             var ids = Set<ObjectID>()
             weak var weaklyHeld: Post?
             var weakID: ObjectID?
@@ -46,7 +50,9 @@ struct ObjectReuseTests {
                     weakID = post.objectID
                 }
                 if let weaklyHeld {
-                    #expect(weaklyHeld.objectID == weakID && weaklyHeld.title == "p0005", "a weakly held object became another row's")
+                    #expect(
+                        weaklyHeld.objectID == weakID && weaklyHeld.title == "p0005",
+                        "a weakly held object became another row's")
                 }
                 index += 1
             }
@@ -101,7 +107,8 @@ struct ObjectReuseTests {
         try fill(stack.store)
         try onMain(stack.store) { context in
             context.reset()
-            let firstID = try #require(try context.fetch(FetchDescriptor<Post>(predicate: #Predicate { $0.title == "p0000" })).first?.objectID)
+            let firstID = try #require(
+                try context.fetch(FetchDescriptor<Post>(predicate: #Predicate { $0.title == "p0000" })).first?.objectID)
             var index = 0
             var previous: ObjectID?
             for post in try context.fetch(FetchDescriptor<Post>(sortBy: [SortDescriptor(\.title)]), batchSize: 40) {
@@ -109,7 +116,9 @@ struct ObjectReuseTests {
                 if index % 33 == 0 {
                     // Indexes the registry: the batch is released by identifier.
                     #expect(context.object(with: firstID, as: Post.self)?.title == "p0000")
-                    if let previous { #expect(context.object(with: previous, as: Post.self)?.score == Double(index - 1)) }
+                    if let previous {
+                        #expect(context.object(with: previous, as: Post.self)?.score == Double(index - 1))
+                    }
                 }
                 previous = post.objectID
                 index += 1
@@ -152,18 +161,23 @@ struct ObjectReuseTests {
         }
     }
 
-    @Test("a batched fetch of another entity after one that reused objects (ended or left early) makes its own class's objects")
+    @Test(
+        "a batched fetch of another entity after one that reused objects (ended or left early) makes its own class's objects"
+    )
     func anotherEntityAfterwards() throws {
         let stack = try TestStack(.sqlite)
         try fillTwoEntities(stack.store)
         try onMain(stack.store) { context in
             var posts = 0
-            for post in try context.fetch(FetchDescriptor<Post>(), batchSize: 10) where post.title.hasPrefix("p") { posts += 1 }
+            for post in try context.fetch(FetchDescriptor<Post>(), batchSize: 10) where post.title.hasPrefix("p") {
+                posts += 1
+            }
             #expect(posts == 30)
             #expect(context.registry.spareCount == 0, "spares outlived their iteration")
             for _ in try context.fetch(FetchDescriptor<Post>(), batchSize: 10).prefix(15) {}  // left early
             #expect(context.registry.spareCount == 0)
-            var iterator = try context.fetch(FetchDescriptor<Player>(sortBy: [SortDescriptor(\.name)]), batchSize: 10).makeIterator()
+            var iterator = try context.fetch(FetchDescriptor<Player>(sortBy: [SortDescriptor(\.name)]), batchSize: 10)
+                .makeIterator()
             var names: [String] = []
             while let player = iterator.next() {
                 #expect(type(of: player as AnyObject) == Player.self && player.objectID.entityName == "Player")
@@ -179,7 +193,8 @@ struct ObjectReuseTests {
         let stack = try TestStack(.sqlite)
         try fillTwoEntities(stack.store)
         try onMain(stack.store) { context in
-            var iterator = try context.fetch(FetchDescriptor<Post>(sortBy: [SortDescriptor(\.title)]), batchSize: 10).makeIterator()
+            var iterator = try context.fetch(FetchDescriptor<Post>(sortBy: [SortDescriptor(\.title)]), batchSize: 10)
+                .makeIterator()
             var titles: [String] = []
             while let post = iterator.next() {
                 #expect(type(of: post as AnyObject) == Post.self && post.objectID.entityName == "Post")
@@ -188,7 +203,9 @@ struct ObjectReuseTests {
                     context.reset()
                     #expect(try context.fetch(FetchDescriptor<Player>()).count == 30)
                 }
-                if titles.count == 22 { #expect(try context.fetch(FetchDescriptor<Player>()).allSatisfy { $0.name.hasPrefix("n") }) }
+                if titles.count == 22 {
+                    #expect(try context.fetch(FetchDescriptor<Player>()).allSatisfy { $0.name.hasPrefix("n") })
+                }
             }
             #expect(titles == (0..<30).map { "p\($0)" }.sorted())
         }
@@ -201,7 +218,8 @@ struct ObjectReuseTests {
         try onMain(stack.store) { context in
             var storage: ObjectStorage?
             var heldID: ObjectID?
-            var iterator = try context.fetch(FetchDescriptor<Post>(sortBy: [SortDescriptor(\.title)]), batchSize: 20).makeIterator()
+            var iterator = try context.fetch(FetchDescriptor<Post>(sortBy: [SortDescriptor(\.title)]), batchSize: 20)
+                .makeIterator()
             var index = 0
             while let post = iterator.next() {
                 if index == 4 {
@@ -219,7 +237,9 @@ struct ObjectReuseTests {
     @Test("the reference count word is read as the Swift runtime lays it out")
     func referenceCountWord() {
         final class Probe {}
-        func isSole(_ reference: inout Probe?) -> Bool { withUnsafePointer(to: &reference) { ObjectReuse.isSoleReference(at: $0) } }
+        func isSole(_ reference: inout Probe?) -> Bool {
+            withUnsafePointer(to: &reference) { ObjectReuse.isSoleReference(at: $0) }
+        }
         var strong: Probe? = Probe()
         #expect(isSole(&strong))
         var second = strong

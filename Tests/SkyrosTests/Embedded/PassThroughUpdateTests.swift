@@ -1,7 +1,8 @@
 import Foundation
-@testable import Skyros
 import SkyrosTestSupport
 import Testing
+
+@testable import Skyros
 
 /// A child's save that updates objects its parent context does not hold: the parent keeps them
 /// as faults carrying the changes (Core Data's parent does the same) instead of reading their
@@ -113,7 +114,9 @@ struct PassThroughUpdateTests {
         case fetch, existingObject, property
     }
 
-    @Test("the store checks the version the change was made on, however the parent read the row", arguments: Reading.allCases)
+    @Test(
+        "the store checks the version the change was made on, however the parent read the row",
+        arguments: Reading.allCases)
     func conflictStillSeen(reading: Reading) throws {
         root.mergePolicy = .error
         let id = try renameAdaInScratch(to: "Augusta")
@@ -194,7 +197,9 @@ struct PassThroughUpdateTests {
         #expect(row.version == 2)
     }
 
-    @Test("an observed parent, or one recording undo, reads the rows at the child's save (its observers and undo need them)")
+    @Test(
+        "an observed parent, or one recording undo, reads the rows at the child's save (its observers and undo need them)"
+    )
     func observedOrUndoReads() throws {
         main.undoManager = UndoManager()
         let id = try renameAdaInScratch(to: "Augusta")

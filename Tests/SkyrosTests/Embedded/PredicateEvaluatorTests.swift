@@ -9,13 +9,16 @@ import Testing
 @Suite("The in-memory predicate evaluator agrees with SQL", .timeLimit(.minutes(3)))
 struct PredicateEvaluatorTests {
     /// The objects a predicate selects: by the store's SQL, and by the evaluator over every object.
-    func selections<T: ManagedObject>(_ predicate: Predicate<T>, _ store: Skyros) throws -> (sql: Set<ObjectID>, memory: Set<ObjectID>) {
+    func selections<T: ManagedObject>(_ predicate: Predicate<T>, _ store: Skyros) throws -> (
+        sql: Set<ObjectID>, memory: Set<ObjectID>
+    ) {
         let context = ObjectContext(name: "check", parent: store.rootContext)
         return try context.performAndWait {
             let sql = Set(try context.fetch(FetchDescriptor(predicate: predicate)).map(\.objectID))
             let node = try PredicateTranslator.translate(predicate, schema: store.schema)
             var memory = Set<ObjectID>()
-            for object in try context.fetch(FetchDescriptor<T>()) where try context.matches(node, object.skyrosStorage) {
+            for object in try context.fetch(FetchDescriptor<T>()) where try context.matches(node, object.skyrosStorage)
+            {
                 memory.insert(object.objectID)
             }
             return (sql, memory)
@@ -27,7 +30,8 @@ struct PredicateEvaluatorTests {
         try store.writeAndWait { context in
             let people: [(String, String, Int, String?)] = [
                 ("Ann", "Baker", 40, "ann@doe.org"), ("bob", "baker", 30, nil), ("Émile", "Zola", 62, "emile@x.fr"),
-                ("emile", "Ézola", 17, ""), ("Zoë", "Doe", 30, "zoe@DOE.org"), ("", "", 0, nil), ("Mark", "Smith", -5, "m@s"),
+                ("emile", "Ézola", 17, ""), ("Zoë", "Doe", 30, "zoe@DOE.org"), ("", "", 0, nil),
+                ("Mark", "Smith", -5, "m@s"),
                 ("Eve", "Stone", 25, nil),
             ]
             for (index, (first, last, age, email)) in people.enumerated() {
@@ -51,7 +55,8 @@ struct PredicateEvaluatorTests {
                 sample.double = Double(index) * 1.5 - 4
                 sample.date = Date(timeIntervalSince1970: Double(index * 1000))
                 sample.optionalDate = index % 3 == 0 ? nil : Date(timeIntervalSince1970: Double(index))
-                sample.decimal = Decimal(string: ["-1.5", "0", "0.001", "11.25", "11.3", "100", "-100.75", "1e-3"][index])!
+                sample.decimal = Decimal(
+                    string: ["-1.5", "0", "0.001", "11.25", "11.3", "100", "-100.75", "1e-3"][index])!
                 sample.bool = index % 2 == 0
                 sample.status = index % 3 == 1 ? .done : .todo
                 sample.optionalStatus = index % 2 == 0 ? nil : .done
@@ -127,7 +132,8 @@ struct PredicateEvaluatorTests {
             ("int vs double", #Predicate { $0.double == 2 }),
             ("date", #Predicate { $0.date > date }), ("optional date nil", #Predicate { $0.optionalDate == nil }),
             ("optional date", #Predicate { $0.optionalDate != nil && $0.optionalDate! < date }),
-            ("decimal equal", #Predicate { $0.decimal == small }), ("decimal order", #Predicate { $0.decimal < eleven }),
+            ("decimal equal", #Predicate { $0.decimal == small }),
+            ("decimal order", #Predicate { $0.decimal < eleven }),
             ("decimal negative", #Predicate { $0.decimal > small }),
             ("bool", #Predicate { $0.bool }), ("not bool", #Predicate { !$0.bool }),
             ("enum", #Predicate { $0.status == done }), ("optional enum", #Predicate { $0.optionalStatus == done }),

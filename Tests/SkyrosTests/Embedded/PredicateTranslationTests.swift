@@ -9,7 +9,8 @@ import Testing
 struct PredicateTranslationTests {
     static let select =
         "SELECT t0.\"_id\", t0.\"_version\", t0.\"firstname\", t0.\"lastname\", t0.\"age\", t0.\"email\", t0.\"handle\" FROM \"User\" t0"
-    static let postSelect = "SELECT t0.\"_id\", t0.\"_version\", t0.\"title\", t0.\"score\", t0.\"author\" FROM \"Post\" t0"
+    static let postSelect =
+        "SELECT t0.\"_id\", t0.\"_version\", t0.\"title\", t0.\"score\", t0.\"author\" FROM \"Post\" t0"
     static let order = " ORDER BY t0.\"_id\" ASC"
 
     /// A case: a user predicate, its expected WHERE clause, arguments, and matching handles.
@@ -30,7 +31,8 @@ struct PredicateTranslationTests {
             name: "equality", predicate: #Predicate { $0.lastname == "Doe" }, whereClause: "(t0.\"lastname\" IS ?)",
             arguments: [.text("Doe")], handles: ["john", "jane"]),
         UserCase(
-            name: "inequality", predicate: #Predicate { $0.lastname != "Doe" }, whereClause: "(t0.\"lastname\" IS NOT ?)",
+            name: "inequality", predicate: #Predicate { $0.lastname != "Doe" },
+            whereClause: "(t0.\"lastname\" IS NOT ?)",
             arguments: [.text("Doe")], handles: ["mark", "anna"]),
         UserCase(
             name: "and, or, not", predicate: #Predicate { ($0.age >= 20 && $0.age < 40) || !($0.lastname != "Smith") },
@@ -137,7 +139,8 @@ struct PredicateTranslationTests {
         let (sql, arguments) = try store.sql(for: request)
         #expect(
             sql == Self.postSelect
-                + " WHERE ((SELECT t1.\"lastname\" FROM \"User\" t1 WHERE t1.\"_id\" = t0.\"author\") IS ?)" + Self.order)
+                + " WHERE ((SELECT t1.\"lastname\" FROM \"User\" t1 WHERE t1.\"_id\" = t0.\"author\") IS ?)"
+                + Self.order)
         #expect(arguments == [.text("Doe")])
         let stack = try TestStack(.sqlite)
         var stored: [String] = []
@@ -159,7 +162,9 @@ struct PredicateTranslationTests {
     @Test("sorts, limit and offset")
     func sortLimitOffset() throws {
         let store = try SQLiteStore(schema: testSchema, url: nil)
-        var descriptor = FetchDescriptor<User>(sortBy: [SortDescriptor(\.lastname), SortDescriptor(\.age, order: .reverse)])
+        var descriptor = FetchDescriptor<User>(sortBy: [
+            SortDescriptor(\.lastname), SortDescriptor(\.age, order: .reverse),
+        ])
         descriptor.fetchLimit = 2
         descriptor.fetchOffset = 1
         let (sql, _) = try store.sql(for: try descriptor.storeRequest(schema: testSchema))
@@ -183,18 +188,22 @@ struct PredicateTranslationTests {
         let id = UUID(uuidString: "12345678-1234-1234-1234-123456789ABC")!
         let (int, int64, text, flag, ratio) = (3, Int64(5), "x", true, 1.5)
         let date = Date(timeIntervalSince1970: 7)
-        let request = try FetchDescriptor<Sample>(predicate: #Predicate {
-            $0.int == int && $0.int64 == int64 && $0.string == text && $0.bool == flag && $0.uuid == id
-                && $0.double == ratio && $0.date == date && $0.optionalInt == nil
-        }).storeRequest(schema: testSchema)
+        let request = try FetchDescriptor<Sample>(
+            predicate: #Predicate {
+                $0.int == int && $0.int64 == int64 && $0.string == text && $0.bool == flag && $0.uuid == id
+                    && $0.double == ratio && $0.date == date && $0.optionalInt == nil
+            }
+        ).storeRequest(schema: testSchema)
         let (_, arguments) = try store.sql(for: request)
-        #expect(arguments == [
-            .integer(3), .integer(5), .text("x"), .integer(1), .blob(withUnsafeBytes(of: id.uuid) { Data($0) }),
-            .real(1.5), .real(7),
-        ])
+        #expect(
+            arguments == [
+                .integer(3), .integer(5), .text("x"), .integer(1), .blob(withUnsafeBytes(of: id.uuid) { Data($0) }),
+                .real(1.5), .real(7),
+            ])
         let notANumber = Double("nan")!  // a run-time value: the compiler warns of a literal NaN
         #expect {
-            _ = try FetchDescriptor<Sample>(predicate: #Predicate { $0.double == notANumber }).storeRequest(schema: testSchema)
+            _ = try FetchDescriptor<Sample>(predicate: #Predicate { $0.double == notANumber }).storeRequest(
+                schema: testSchema)
         } throws: { error in
             (error as? SkyrosError)?.code == .valueNotStorable
         }

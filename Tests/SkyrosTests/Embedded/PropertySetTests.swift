@@ -1,5 +1,6 @@
-@testable import Skyros
 import Testing
+
+@testable import Skyros
 
 /// An object's changed properties: bits for the first 64 indexes, a set beside for the rest.
 @Suite("Changed-property sets")

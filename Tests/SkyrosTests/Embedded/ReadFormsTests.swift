@@ -47,10 +47,12 @@ import Testing
         let errors = Locked<[SkyrosError.Code]>([])
         store.errorHandler = { error in errors.withValue { $0.append(error.code) } }
         let seen = Locked<[Int]>([])
-        store.read { context in let count = try User.count(in: context)
-            seen.withValue { $0.append(count) } }
-            .read { _ in throw SkyrosError(.objectNotFound, "chained failure") }
-            .read { _ in seen.withValue { $0.append(-1) } }
+        store.read { context in
+            let count = try User.count(in: context)
+            seen.withValue { $0.append(count) }
+        }
+        .read { _ in throw SkyrosError(.objectNotFound, "chained failure") }
+        .read { _ in seen.withValue { $0.append(-1) } }
         // A chaining read as the only statement of a closure that returns Void.
         let run: () -> Void = { store.read { _ in seen.withValue { $0.append(0) } } }
         run()

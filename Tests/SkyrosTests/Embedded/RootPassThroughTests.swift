@@ -1,7 +1,8 @@
 import Foundation
-@testable import Skyros
 import SkyrosTestSupport
 import Testing
+
+@testable import Skyros
 
 /// A stack's main and root contexts, holding nothing, keep their child's change set as it came
 /// and their save pushes or sends it, instead of making pending rows and objects of it only to
@@ -153,7 +154,9 @@ struct RootPassThroughTests {
         #expect(try stored().keys.sorted() == ["Ada", "Alan", "Edsger", "Grace"])
     }
 
-    @Test("a save reentering the stack while the root's change set is on its way is stored too, and nothing is sent twice")
+    @Test(
+        "a save reentering the stack while the root's change set is on its way is stored too, and nothing is sent twice"
+    )
     func reentrantSave() throws {
         // What `RemoteStore.onSaveResolved` may do: save through the same stack, on the saving thread.
         let store = CallingBackStore(try SQLiteStore(schema: testSchema, url: directory.file("hook.sqlite")))

@@ -11,32 +11,33 @@ struct StoreTests {
         let url = directory.file("store.sqlite")
         let store = try Skyros(sqliteStack: testSchema, at: url)
         let probe = CompletionProbe()
-        store.writeSync({ context in
-            _ = Sample.create(in: context)  // defaults
-            let sample = Sample.create(in: context)
-            sample.string = "héllo"
-            sample.int = -42
-            sample.int64 = .max
-            sample.int32 = .min
-            sample.int16 = 16
-            sample.double = 0.1
-            sample.float = 1.5
-            sample.bool = false
-            sample.date = Date(timeIntervalSince1970: 1_700_000_000.5)
-            sample.data = Data([0, 1, 2, 255])
-            sample.uuid = UUID(uuidString: "12345678-1234-1234-1234-123456789ABC")!
-            sample.url = URL(string: "file:///tmp/a%20b")!
-            sample.decimal = Decimal(string: "12345678901234567890.123")!
-            sample.status = .done
-            sample.priority = .high
-            sample.location = Location(latitude: 48.85, longitude: 2.35)
-            sample.optionalString = "present"
-            sample.optionalInt = 7
-            sample.optionalDate = Date(timeIntervalSince1970: 1)
-            sample.optionalStatus = .todo
-            sample.optionalLocation = Location(latitude: -1, longitude: -2)
-            sample.code = 1
-        }, completion: probe.completion)
+        store.writeSync(
+            { context in
+                _ = Sample.create(in: context)  // defaults
+                let sample = Sample.create(in: context)
+                sample.string = "héllo"
+                sample.int = -42
+                sample.int64 = .max
+                sample.int32 = .min
+                sample.int16 = 16
+                sample.double = 0.1
+                sample.float = 1.5
+                sample.bool = false
+                sample.date = Date(timeIntervalSince1970: 1_700_000_000.5)
+                sample.data = Data([0, 1, 2, 255])
+                sample.uuid = UUID(uuidString: "12345678-1234-1234-1234-123456789ABC")!
+                sample.url = URL(string: "file:///tmp/a%20b")!
+                sample.decimal = Decimal(string: "12345678901234567890.123")!
+                sample.status = .done
+                sample.priority = .high
+                sample.location = Location(latitude: 48.85, longitude: 2.35)
+                sample.optionalString = "present"
+                sample.optionalInt = 7
+                sample.optionalDate = Date(timeIntervalSince1970: 1)
+                sample.optionalStatus = .todo
+                sample.optionalLocation = Location(latitude: -1, longitude: -2)
+                sample.code = 1
+            }, completion: probe.completion)
         #expect(probe.wait())
         #expect(probe.calls.first! == nil)
 
@@ -50,7 +51,8 @@ struct StoreTests {
             #expect(defaults.int16 == 4 && defaults.double == 5.5 && defaults.float == 6.5 && defaults.bool)
             #expect(defaults.date == Date(timeIntervalSince1970: 7) && defaults.data == Data([8]))
             #expect(defaults.uuid == UUID(uuidString: "00000000-0000-0000-0000-000000000009"))
-            #expect(defaults.url == URL(string: "https://example.com/10") && defaults.decimal == Decimal(string: "11.25"))
+            #expect(
+                defaults.url == URL(string: "https://example.com/10") && defaults.decimal == Decimal(string: "11.25"))
             #expect(defaults.status == .todo && defaults.priority == .low)
             #expect(defaults.location == Location(latitude: 1, longitude: 2))
             #expect(defaults.optionalString == nil && defaults.optionalInt == nil && defaults.optionalDate == nil)
@@ -83,10 +85,11 @@ struct StoreTests {
         let stack = try TestStack(.sqlite)
         let probe = CompletionProbe()
         stack.store.writeSync { context in Sample.create(in: context).code = 1 }
-        stack.store.writeSync({ context in
-            try Sample.first(in: context)!.double = .nan
-            Sample.create(in: context).code = 2
-        }, completion: probe.completion)
+        stack.store.writeSync(
+            { context in
+                try Sample.first(in: context)!.double = .nan
+                Sample.create(in: context).code = 2
+            }, completion: probe.completion)
         #expect(probe.wait())
         #expect(probe.calls.first??.code == .valueNotStorable)
         var state: [Double] = []
@@ -158,7 +161,9 @@ struct StoreTests {
         #expect(try normal.effectiveDurability() == .normal)
     }
 
-    @Test("a transaction committed with weaker durability (the daemon's sync checkpoints) commits, and leaves the store at FULL")
+    @Test(
+        "a transaction committed with weaker durability (the daemon's sync checkpoints) commits, and leaves the store at FULL"
+    )
     func weakerDurabilityForOneTransaction() throws {
         let directory = try TemporaryDirectory()
         let store = try SQLiteStore(schema: testSchema, url: directory.file("store.sqlite"))
@@ -246,9 +251,12 @@ struct SchemaDescriptionTests {
         #expect(try dynamic.fetchSnapshots(request).map { $0.values[0] } == [.text("Jane"), .text("John")])
         let root = ObjectContext(name: "root", parent: dynamic)
         try root.performAndWait {
-            try root.save(ChangeSet(inserted: [Snapshot(
-                id: .make(entityName: "User"),
-                values: [.text("Mark"), .text("Smith"), .integer(30), .null, .text("mark"), .null])]))
+            try root.save(
+                ChangeSet(inserted: [
+                    Snapshot(
+                        id: .make(entityName: "User"),
+                        values: [.text("Mark"), .text("Smith"), .integer(30), .null, .text("mark"), .null])
+                ]))
             try root.save()
         }
         #expect(try dynamic.count(StoreRequest(entityName: "User")) == 3)

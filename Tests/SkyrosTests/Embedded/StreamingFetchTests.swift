@@ -1,7 +1,8 @@
 import Foundation
-@testable import Skyros
 import SkyrosTestSupport
 import Testing
+
+@testable import Skyros
 
 /// `fetch(_:batchSize:)`: a cursor over the store when nothing is pending, else batches of
 /// identifiers; the same objects as `fetch(_:)` either way, and only a batch held at a time.
@@ -30,13 +31,16 @@ struct StreamingFetchTests {
 
     /// Descriptors with and without predicate, sort, limit and offset.
     func descriptors() -> [FetchDescriptor<User>] {
-        var limited = FetchDescriptor<User>(predicate: #Predicate { $0.age >= 30 }, sortBy: [SortDescriptor(\.handle, order: .reverse)])
+        var limited = FetchDescriptor<User>(
+            predicate: #Predicate { $0.age >= 30 }, sortBy: [SortDescriptor(\.handle, order: .reverse)])
         limited.fetchLimit = 250
         limited.fetchOffset = 17
         return [
             FetchDescriptor<User>(),
             FetchDescriptor<User>(sortBy: [SortDescriptor(\.handle)]),
-            FetchDescriptor<User>(predicate: #Predicate { $0.age < 20 && $0.email != nil }, sortBy: [SortDescriptor(\.lastname), SortDescriptor(\.age, order: .reverse)]),
+            FetchDescriptor<User>(
+                predicate: #Predicate { $0.age < 20 && $0.email != nil },
+                sortBy: [SortDescriptor(\.lastname), SortDescriptor(\.age, order: .reverse)]),
             limited,
             FetchDescriptor<User>(predicate: #Predicate { $0.age == 1_000 }),
         ]
@@ -187,7 +191,8 @@ struct StreamingFetchTests {
             context.reset()
             let descriptor = FetchDescriptor<User>(sortBy: [SortDescriptor(\.handle)])
             // Held before the fetch: the fetch gives the same instance.
-            let early = try #require(try context.fetch(FetchDescriptor<User>(predicate: #Predicate { $0.handle == "h00500" })).first)
+            let early = try #require(
+                try context.fetch(FetchDescriptor<User>(predicate: #Predicate { $0.handle == "h00500" })).first)
             weak var dropped: User?
             var kept: User?
             var changedID: ObjectID?

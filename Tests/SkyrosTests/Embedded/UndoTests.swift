@@ -29,7 +29,9 @@ struct UndoTests {
         }
     }
 
-    @Test("a write is one undo step: undone and redone in the main context, saved by saveMainContext", arguments: StoreKind.allCases)
+    @Test(
+        "a write is one undo step: undone and redone in the main context, saved by saveMainContext",
+        arguments: StoreKind.allCases)
     func writeUndoneAndRedone(kind: StoreKind) throws {
         let (stack, undo) = try undoableStack(kind)
         #expect(!undo.canUndo)
@@ -69,7 +71,9 @@ struct UndoTests {
         #expect(try stack.store.read { context in try User.first(in: context)?.objectID } == id)
     }
 
-    @Test("edits made in the main context are grouped per block; undoing them all leaves no changes", arguments: StoreKind.allCases)
+    @Test(
+        "edits made in the main context are grouped per block; undoing them all leaves no changes",
+        arguments: StoreKind.allCases)
     func editsInMainGroupedPerBlock(kind: StoreKind) throws {
         let (stack, undo) = try undoableStack(kind)
         undo.disableUndoRegistration()
@@ -102,7 +106,9 @@ struct UndoTests {
         #expect(try storedUsers(stack) == ["Grace  40"])
     }
 
-    @Test("a deletion and what its delete rules did come back together, relationships included", arguments: StoreKind.allCases)
+    @Test(
+        "a deletion and what its delete rules did come back together, relationships included",
+        arguments: StoreKind.allCases)
     func deleteWithCascadeUndone(kind: StoreKind) throws {
         let (stack, undo) = try undoableStack(kind)
         try stack.store.writeAndWait { context in
@@ -148,7 +154,9 @@ struct UndoTests {
         }
     }
 
-    @Test("relationship changes undo on both sides: a to-one and its to-many, a one-to-one", arguments: [StoreKind.inMemory, .sqlite])
+    @Test(
+        "relationship changes undo on both sides: a to-one and its to-many, a one-to-one",
+        arguments: [StoreKind.inMemory, .sqlite])
     func relationshipsUndone(kind: StoreKind) throws {
         let (stack, undo) = try undoableStack(kind)
         try stack.store.writeAndWait { context in
@@ -171,7 +179,8 @@ struct UndoTests {
             try main.performAndWait {
                 let users = try User.all(in: main).map { "\($0.handle)=\($0.posts.count)" }.sorted()
                 let passport = try #require(try Passport.first(in: main))
-                return "\(users) \(passport.holder?.name ?? "-") \(try #require(try Person.first(in: main)).passport?.number ?? "-")"
+                return
+                    "\(users) \(passport.holder?.name ?? "-") \(try #require(try Person.first(in: main)).passport?.number ?? "-")"
             }
         }
         #expect(try state() == "[\"ada=0\", \"grace=1\"] holder A1")
@@ -188,7 +197,9 @@ struct UndoTests {
         }
     }
 
-    @Test("a one-to-one moved off an object never read comes back whole: the unread side's old value is its stored one, not a fault's placeholder", arguments: [StoreKind.sqlite, .shared])
+    @Test(
+        "a one-to-one moved off an object never read comes back whole: the unread side's old value is its stored one, not a fault's placeholder",
+        arguments: [StoreKind.sqlite, .shared])
     func oneToOneOffAFault(kind: StoreKind) throws {
         let stack = try TestStack(kind)
         try stack.store.writeAndWait { context in
@@ -300,18 +311,23 @@ struct UndoTests {
     /// with its author.
     static func graph(_ context: ObjectContext) throws -> String {
         try context.performAndWait {
-            let users = try User.all(in: context).map { "\($0.handle):\($0.firstname):\($0.posts.map(\.title).sorted())" }
+            let users = try User.all(in: context).map {
+                "\($0.handle):\($0.firstname):\($0.posts.map(\.title).sorted())"
+            }
             let posts = try Post.all(in: context).map { "\($0.title)>\($0.author?.handle ?? "-")" }
             return "users \(users.sorted()) posts \(posts.sorted())"
         }
     }
 
-    @Test("seeded random edits, deletions with rules, undos and redos: each undo gives back the graph before the step, each save stores what the main context shows", arguments: StoreKind.allCases)
+    @Test(
+        "seeded random edits, deletions with rules, undos and redos: each undo gives back the graph before the step, each save stores what the main context shows",
+        arguments: StoreKind.allCases)
     func randomSequences(kind: StoreKind) throws {
         let (stack, undo) = try undoableStack(kind)
         let main = stack.store.mainContext
         // Half edits, a quarter undos, a quarter redos: runs of each. UNDO_SEED=<n> explores another sequence.
-        let sequence = UndoSequence(edits: 8, undos: 4, redos: 4, steps: 160, seedVariable: "UNDO_SEED", seed: 0x5EED_0037)
+        let sequence = UndoSequence(
+            edits: 8, undos: 4, redos: 4, steps: 160, seedVariable: "UNDO_SEED", seed: 0x5EED_0037)
         let counts = try sequence.run(stack, undo, graph: Self.graph) { choice, serial, generator in
             let name = "\(serial)"
             let users = try User.all(in: main).sorted { $0.handle < $1.handle }

@@ -22,7 +22,9 @@ struct ValidationTests {
         try stack.store.read { context in try Player.all(in: context).map(\.name).sorted() }
     }
 
-    @Test("every failing rule of a save is reported, by object and property, and nothing of the save is stored", arguments: StoreKind.allCases)
+    @Test(
+        "every failing rule of a save is reported, by object and property, and nothing of the save is stored",
+        arguments: StoreKind.allCases)
     func insertRefused(kind: StoreKind) throws {
         let stack = try TestStack(kind)
         var ids: [String: ObjectID] = [:]
@@ -34,7 +36,9 @@ struct ValidationTests {
             }
         }
         #expect(error.code == .validationFailed)
-        let failures = error.validationFailures.map { "\($0.objectID == ids["INVALID one"] ? "one" : $0.objectID == ids["INVALID two"] ? "two" : $0.objectID == ids["REFUSED"] ? "refused" : "?") \($0.property ?? "-")" }
+        let failures = error.validationFailures.map {
+            "\($0.objectID == ids["INVALID one"] ? "one" : $0.objectID == ids["INVALID two"] ? "two" : $0.objectID == ids["REFUSED"] ? "refused" : "?") \($0.property ?? "-")"
+        }
         #expect(failures.sorted() == ["one name", "refused -", "two name"])
         #expect(error.validationFailures.contains { ($0.error as? Player.Rule) == .refused })
         #expect(error.message.contains("3 validation rule(s)"))
@@ -44,12 +48,16 @@ struct ValidationTests {
         #expect(try names(stack) == ["fine"])
     }
 
-    @Test("an update is checked on the properties it changed, then as a whole; a refused one leaves the store as it was", arguments: StoreKind.allCases)
+    @Test(
+        "an update is checked on the properties it changed, then as a whole; a refused one leaves the store as it was",
+        arguments: StoreKind.allCases)
     func updateRefused(kind: StoreKind) throws {
         let stack = try TestStack(kind)
         try stack.store.writeAndWait { context in Player.create(in: context).name = "before" }
         for refused in ["INVALID now", "FROZEN"] {
-            let error = try validationError(stack) { context in try #require(try Player.first(in: context)).name = refused }
+            let error = try validationError(stack) { context in
+                try #require(try Player.first(in: context)).name = refused
+            }
             #expect(error.code == .validationFailed)
             #expect(error.validationFailures.count == 1)
             #expect(error.validationFailures.first?.property == (refused == "FROZEN" ? nil : "name"))

@@ -14,7 +14,8 @@ private func contents(of directory: TemporaryDirectory) throws -> [String: Data]
 
 /// Opens, runs `body` on a context of the store, closes.
 private func withStore(
-    _ schema: Schema, at url: URL, plan: MigrationPlan = MigrationPlan(), _ body: (ObjectContext, SQLiteStore) throws -> Void
+    _ schema: Schema, at url: URL, plan: MigrationPlan = MigrationPlan(),
+    _ body: (ObjectContext, SQLiteStore) throws -> Void
 ) throws {
     let store = try SQLiteStore(schema: schema, url: url, migrations: plan)
     defer { try? store.close() }
@@ -23,9 +24,10 @@ private func withStore(
 }
 
 private func indexes(_ store: SQLiteStore) throws -> Set<String> {
-    Set(try store.rows("SELECT name FROM sqlite_master WHERE type = 'index' AND sql IS NOT NULL").compactMap {
-        if case .text(let name) = $0[0] { name } else { nil }
-    })
+    Set(
+        try store.rows("SELECT name FROM sqlite_master WHERE type = 'index' AND sql IS NOT NULL").compactMap {
+            if case .text(let name) = $0[0] { name } else { nil }
+        })
 }
 
 private func columns(_ store: SQLiteStore, _ table: String) throws -> [String] {
@@ -35,9 +37,10 @@ private func columns(_ store: SQLiteStore, _ table: String) throws -> [String] {
 }
 
 private func tables(_ store: SQLiteStore) throws -> Set<String> {
-    Set(try store.rows("SELECT name FROM sqlite_master WHERE type = 'table'").compactMap {
-        if case .text(let name) = $0[0] { name } else { nil }
-    })
+    Set(
+        try store.rows("SELECT name FROM sqlite_master WHERE type = 'table'").compactMap {
+            if case .text(let name) = $0[0] { name } else { nil }
+        })
 }
 
 private func recordedVersions(_ store: SQLiteStore) throws -> [Int64] {
@@ -61,7 +64,8 @@ private func expectRefusal(
     } catch let error as SkyrosError {
         #expect(error.code == code, "\(error)", sourceLocation: sourceLocation)
         for word in words {
-            #expect(error.message.contains(word), "\(error.message) does not name \(word)", sourceLocation: sourceLocation)
+            #expect(
+                error.message.contains(word), "\(error.message) does not name \(word)", sourceLocation: sourceLocation)
         }
     }
     let after = try contents(of: directory)
@@ -148,7 +152,9 @@ struct MigrationTests {
         }
         try checkV3(url, rating: 5)
         // Reopening changes nothing and needs no plan.
-        try withStore(MigrationModels.v3, at: url) { _, store throws in #expect(try recordedVersions(store) == [1, 2, 3]) }
+        try withStore(MigrationModels.v3, at: url) { _, store throws in
+            #expect(try recordedVersions(store) == [1, 2, 3])
+        }
     }
 
     @Test("v1 → v3 straight")
@@ -177,7 +183,9 @@ struct MigrationTests {
             .stage(to: 3, MigrationModels.stage3.stages[0].body)
         try withStore(MigrationModels.v3, at: url, plan: plan) { _, _ in }
         try checkV3(url, rating: 20)
-        try withStore(MigrationModels.v3, at: url) { _, store throws in #expect(try recordedVersions(store) == [1, 2, 3]) }
+        try withStore(MigrationModels.v3, at: url) { _, store throws in
+            #expect(try recordedVersions(store) == [1, 2, 3])
+        }
     }
 
     @Test("a type change without a stage is refused, naming entity and property; the file is untouched")
@@ -186,8 +194,10 @@ struct MigrationTests {
         let url = directory.file("store.sqlite")
         try MigrationModels.fillV1(at: url, authors: 3)
         try withStore(MigrationModels.v2, at: url) { _, _ in }
-        try expectRefusal(.migrationFailed, ["Author.age", "int", "string", "stage"], MigrationModels.v3, in: directory)
-        try withStore(MigrationModels.v2, at: url) { context, _ throws in #expect(try AuthorV2.count(in: context) == 3) }
+        try expectRefusal(
+            .migrationFailed, ["Author.age", "int", "string", "stage"], MigrationModels.v3, in: directory)
+        try withStore(MigrationModels.v2, at: url) { context, _ throws in #expect(try AuthorV2.count(in: context) == 3)
+        }
     }
 
     @Test("a new unique constraint that existing objects violate is refused; the file is untouched")
@@ -200,7 +210,8 @@ struct MigrationTests {
         let pages = try #require(description.entities[book].properties.firstIndex { $0.name == "pages" })
         description.entities[book].properties[pages].isUnique = true
         try expectRefusal(
-            .migrationFailed, ["Book.pages", "unique", "100"], try Schema(description: description, version: 2), in: directory)
+            .migrationFailed, ["Book.pages", "unique", "100"], try Schema(description: description, version: 2),
+            in: directory)
         try withStore(MigrationModels.v1, at: url) { context, _ throws in #expect(try BookV1.count(in: context) == 6) }
     }
 
@@ -212,9 +223,11 @@ struct MigrationTests {
         var description = MigrationModels.v1.schemaDescription
         let author = try #require(description.entities.firstIndex { $0.name == "Author" })
         description.entities[author].properties.append(
-            SchemaDescription.Property(name: "rank", kind: "attribute", storageType: .integer, isOptional: false, typeName: "int"))
+            SchemaDescription.Property(
+                name: "rank", kind: "attribute", storageType: .integer, isOptional: false, typeName: "int"))
         try expectRefusal(
-            .migrationFailed, ["Author.rank", "default"], try Schema(description: description, version: 2), in: directory)
+            .migrationFailed, ["Author.rank", "default"], try Schema(description: description, version: 2),
+            in: directory)
     }
 
     @Test("a stage that throws fails the migration, and nothing of it is stored")
@@ -227,7 +240,8 @@ struct MigrationTests {
             try context.save()
             throw TestFailure(reason: "stage failed on purpose")
         }
-        try expectRefusal(.migrationFailed, ["stage for version 2", "on purpose"], MigrationModels.v2, plan: plan, in: directory)
+        try expectRefusal(
+            .migrationFailed, ["stage for version 2", "on purpose"], MigrationModels.v2, plan: plan, in: directory)
         try withStore(MigrationModels.v1, at: url) { context, _ throws in
             let authors = try AuthorV1.all(in: context)
             #expect(authors.count == 3 && authors.allSatisfy { $0.name.hasPrefix("Author") })
@@ -268,7 +282,8 @@ struct MigrationTests {
         let directory = try TemporaryDirectory()
         let url = directory.file("store.sqlite")
         try MigrationModels.fillV1(at: url, authors: 10)
-        let stack = try Skyros(sqliteStack: MigrationModels.v3, at: url, savesOnStop: false, migrations: MigrationModels.stage3)
+        let stack = try Skyros(
+            sqliteStack: MigrationModels.v3, at: url, savesOnStop: false, migrations: MigrationModels.stage3)
         let ages = try stack.read { context in try AuthorV3.all(in: context).map(\.age) }
         #expect(ages.count == 10 && ages.allSatisfy { $0.hasSuffix("years") })
         try (stack.store as! SQLiteStore).close()
@@ -305,7 +320,9 @@ struct MigrationTests {
         func definitions(_ schema: Schema, at url: URL) throws -> Set<String> {
             let store = try SQLiteStore(schema: schema, url: url)
             defer { try? store.close() }
-            return Set(try store.rows("SELECT name, sql FROM sqlite_master WHERE type = 'index' ORDER BY name").map { "\($0)" })
+            return Set(
+                try store.rows("SELECT name, sql FROM sqlite_master WHERE type = 'index' ORDER BY name").map { "\($0)" }
+            )
         }
         let v1 = Schema([IndexedV1.self])
         let v2 = Schema([IndexedV2.self], version: 2)

@@ -30,7 +30,8 @@ struct MixedVersionProcessTests {
         return output
     }
 
-    @Test("""
+    @Test(
+        """
         v1 clients write and read while a v2 client connects and the daemon migrates; both versions then \
         read each other's objects, nothing is lost; v1 merges v2's saves; unmigratable and unrecorded hellos are refused
         """)
@@ -76,8 +77,10 @@ struct MixedVersionProcessTests {
         let first = Self.numbers(try Self.run(["mixed-v2", container.path, "5"]))
         #expect(first["V2"] == 5)
         #expect(first["V2VALUES"] == 5)
-        #expect(first["V1"] != nil && first["V1"] == first["V1DEFAULTS"], "v1's objects read with v2's defaults: \(first)")
-        #expect(FileManager.default.createFile(atPath: container.appendingPathComponent("stop-v1").path, contents: Data()))
+        #expect(
+            first["V1"] != nil && first["V1"] == first["V1DEFAULTS"], "v1's objects read with v2's defaults: \(first)")
+        #expect(
+            FileManager.default.createFile(atPath: container.appendingPathComponent("stop-v1").path, contents: Data()))
         #expect(writer.wait(seconds: 60) == .exited(0))
         let wrote = Self.numbers(writer.readAll())
         let written = try #require(wrote["WROTE"])

@@ -24,12 +24,16 @@ struct SchemaDocumentTests {
         let root = try #require(try JSONSerialization.jsonObject(with: Data(json.utf8)) as? [String: Any])
         let entities = try #require(root["entities"] as? [[String: Any]])
         var text = "skyros-schema-2\n"
-        let sorted = entities.sorted { Array(($0["name"] as? String ?? "").utf8).lexicographicallyPrecedes(Array(($1["name"] as? String ?? "").utf8)) }
+        let sorted = entities.sorted {
+            Array(($0["name"] as? String ?? "").utf8).lexicographicallyPrecedes(
+                Array(($1["name"] as? String ?? "").utf8))
+        }
         for entity in sorted {
             text += "entity \(entity["name"] as? String ?? "")\n"
             for (index, property) in (entity["properties"] as? [[String: Any]] ?? []).enumerated() {
                 let kind = property["kind"] as? String ?? ""
-                text += "  \(index) \(property["name"] as? String ?? "") \(kind) \(property["storageType"] as? String ?? "")"
+                text +=
+                    "  \(index) \(property["name"] as? String ?? "") \(kind) \(property["storageType"] as? String ?? "")"
                 text += property["isOptional"] as? Bool == true ? "?" : "!"
                 if kind == "attribute" { text += " \(property["typeName"] as? String ?? "")" }
                 if property["isUnique"] as? Bool == true { text += " unique" }
@@ -75,7 +79,9 @@ struct SchemaDocumentTests {
         for _ in 0..<500 {
             let schema = Schema([Folder.self, Note.self])
             fingerprints.insert(schema.fingerprint)
-            let created = schema.schemaDescription.entities.first { $0.name == "Note" }?.properties.first { $0.name == "created" }
+            let created = schema.schemaDescription.entities.first { $0.name == "Note" }?.properties.first {
+                $0.name == "created"
+            }
             #expect(created?.defaultValue == nil)
         }
         #expect(fingerprints.count == 1)
@@ -110,7 +116,9 @@ struct SchemaDocumentTests {
         ])
     func canonicalReals(written: String, canonical: String) throws {
         let description = try SchemaDescription(json: Array(Self.description(default: #"{"real":\#(written)}"#).utf8))
-        #expect(String(decoding: try description.canonicalJSON(), as: UTF8.self) == Self.description(default: #"{"real":\#(canonical)}"#))
+        #expect(
+            String(decoding: try description.canonicalJSON(), as: UTF8.self)
+                == Self.description(default: #"{"real":\#(canonical)}"#))
     }
 
     @Test("canonical JSON escapes quotes, backslashes and control characters only")
@@ -118,7 +126,8 @@ struct SchemaDocumentTests {
         let written = #"{"text":"a\u001fb\n\t\"\\\/é\u007f\u0008\u000c\r\u0000"}"#
         let canonical = #"{"text":"a\u001fb\n\t\"\\/é"# + "\u{7f}" + #"\b\f\r\u0000"}"#
         let description = try SchemaDescription(json: Array(Self.description(default: written).utf8))
-        #expect(String(decoding: try description.canonicalJSON(), as: UTF8.self) == Self.description(default: canonical))
+        #expect(
+            String(decoding: try description.canonicalJSON(), as: UTF8.self) == Self.description(default: canonical))
     }
 
     @Test("a blob default is standard base64 with padding")

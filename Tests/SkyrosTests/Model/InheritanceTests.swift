@@ -46,14 +46,18 @@ struct InheritanceTests {
         garage.favorite = car
     }
 
-    @Test("one table per hierarchy: the root's entity holds every class's properties and _entity; the description lists the subentities")
+    @Test(
+        "one table per hierarchy: the root's entity holds every class's properties and _entity; the description lists the subentities"
+    )
     func schemaShape() throws {
         try vehicleSchema.validate()
         #expect(vehicleSchema.entities.map(\.name) == ["Vehicle", "Garage", "Load"])
         let vehicle = try #require(vehicleSchema.entity(named: "Vehicle"))
-        #expect(vehicle.properties.map(\.name) == [
-            "plate", "name", "wheels", "garage", "doors", "convertible", "payload", "loads", "hookRating", "_entity",
-        ])
+        #expect(
+            vehicle.properties.map(\.name) == [
+                "plate", "name", "wheels", "garage", "doors", "convertible", "payload", "loads", "hookRating",
+                "_entity",
+            ])
         #expect(vehicleSchema.entity(named: "Car") === vehicle)
         #expect(vehicleSchema.entity(for: TowTruck.self) === vehicle)
         #expect(vehicle.property(for: \Car.name)?.name == "name")
@@ -64,18 +68,25 @@ struct InheritanceTests {
         #expect(vehicleSchema.entity(named: "Garage")?.property(named: "favorite")?.destinationName == "Vehicle")
         let description = vehicleSchema.schemaDescription
         let subentities = try #require(description.entities[0].subentities)
-        #expect(subentities == [
-            SchemaDescription.Subentity(
-                name: "Car", parent: "Vehicle", properties: ["doors", "convertible"], nonOptional: ["doors", "convertible"]),
-            SchemaDescription.Subentity(name: "Truck", parent: "Vehicle", properties: ["payload", "loads"], nonOptional: ["payload"]),
-            SchemaDescription.Subentity(name: "TowTruck", parent: "Truck", properties: ["hookRating"], nonOptional: ["hookRating"]),
-        ])
+        #expect(
+            subentities == [
+                SchemaDescription.Subentity(
+                    name: "Car", parent: "Vehicle", properties: ["doors", "convertible"],
+                    nonOptional: ["doors", "convertible"]),
+                SchemaDescription.Subentity(
+                    name: "Truck", parent: "Vehicle", properties: ["payload", "loads"], nonOptional: ["payload"]),
+                SchemaDescription.Subentity(
+                    name: "TowTruck", parent: "Truck", properties: ["hookRating"], nonOptional: ["hookRating"]),
+            ])
         // A subentity's own columns may hold NULL (the other entities' rows), whatever their type;
         // nonOptional says which of them its own rows always fill.
         #expect(description.entities[0].properties.first { $0.name == "doors" }?.isOptional == true)
         #expect(description.entities[0].properties.first { $0.name == "wheels" }?.isOptional == false)
         let json = String(decoding: try description.canonicalJSON(), as: UTF8.self)
-        #expect(json.contains(#""subentities":[{"name":"Car","nonOptional":["doors","convertible"],"parent":"Vehicle","properties":["doors","convertible"]},"#))
+        #expect(
+            json.contains(
+                #""subentities":[{"name":"Car","nonOptional":["doors","convertible"],"parent":"Vehicle","properties":["doors","convertible"]},"#
+            ))
         #expect(try Schema(description: description).fingerprint == vehicleSchema.fingerprint)
         let decoded = try JSONDecoder().decode(SchemaDescription.self, from: try description.canonicalJSON())
         #expect(try Schema(description: decoded).fingerprint == vehicleSchema.fingerprint)
@@ -83,25 +94,34 @@ struct InheritanceTests {
         #expect(vehicleSchema.fingerprintText.contains("subentity TowTruck < Truck: hookRating"))
     }
 
-    @Test("a subentity's fetch by an indexed inherited attribute goes through that attribute's index (which ends with _entity) and reads its entities' columns only")
+    @Test(
+        "a subentity's fetch by an indexed inherited attribute goes through that attribute's index (which ends with _entity) and reads its entities' columns only"
+    )
     func queryShape() throws {
         let stack = try stack(.sqlite)
         try stack.store.writeAndWait { context in Self.seed(in: context) }
         let sqlite = try #require(stack.store.store as? SQLiteStore)
-        let request = try FetchDescriptor<Car>(predicate: #Predicate { $0.wheels == 4 }).storeRequest(schema: vehicleSchema)
+        let request = try FetchDescriptor<Car>(predicate: #Predicate { $0.wheels == 4 }).storeRequest(
+            schema: vehicleSchema)
         let (sql, arguments) = try sqlite.sql(for: request)
         #expect(sql.contains(#"WHERE (+(t0."_entity" IN (?)) AND "#), "\(sql)")
-        #expect(sql.hasPrefix(#"SELECT t0."_id", t0."_version", t0."plate", t0."name", t0."wheels", t0."garage", t0."doors", t0."convertible" FROM"#), "\(sql)")
+        #expect(
+            sql.hasPrefix(
+                #"SELECT t0."_id", t0."_version", t0."plate", t0."name", t0."wheels", t0."garage", t0."doors", t0."convertible" FROM"#
+            ), "\(sql)")
         let plan = try sqlite.rows("EXPLAIN QUERY PLAN " + sql, arguments).map { "\($0[3])" }.joined(separator: "; ")
         #expect(plan.contains("USING INDEX Vehicle_wheels"), "\(plan)")
-        let indexes = try sqlite.rows("SELECT sql FROM sqlite_master WHERE type = 'index' AND tbl_name = 'Vehicle'").map { row in
+        let indexes = try sqlite.rows("SELECT sql FROM sqlite_master WHERE type = 'index' AND tbl_name = 'Vehicle'").map
+        { row in
             if case .text(let sql) = row[0] { sql } else { "" }
         }
         #expect(indexes.contains(#"CREATE INDEX "Vehicle_wheels" ON "Vehicle" ("wheels", "_entity")"#), "\(indexes)")
         #expect(indexes.contains(#"CREATE UNIQUE INDEX "Vehicle_plate" ON "Vehicle" ("plate")"#), "\(indexes)")
         // A fetch of a subentity with subentities reads _entity (its objects are of two classes).
         let trucks = try sqlite.sql(for: FetchDescriptor<Truck>().storeRequest(schema: vehicleSchema)).sql
-        #expect(trucks.contains(#"t0."payload", t0."hookRating", t0."_entity" FROM"#) && !trucks.contains("doors"), "\(trucks)")
+        #expect(
+            trucks.contains(#"t0."payload", t0."hookRating", t0."_entity" FROM"#) && !trucks.contains("doors"),
+            "\(trucks)")
     }
 
     @Test("a subentity without its parent, and two entities of a hierarchy declaring one property, are refused")
@@ -125,12 +145,18 @@ struct InheritanceTests {
             #expect(try Truck.count(in: context) == 2)
             #expect(try Car.count(in: context) == 1)
             // A predicate on the parent's properties applies to every subentity.
-            #expect(Self.describe(try Vehicle.all(where: #Predicate { $0.wheels == 6 }, in: context)) == ["TowTruck:W1", "Truck:T1"])
+            #expect(
+                Self.describe(try Vehicle.all(where: #Predicate { $0.wheels == 6 }, in: context)) == [
+                    "TowTruck:W1", "Truck:T1",
+                ])
             // On a subentity, inherited and own properties, sorted by an inherited one.
-            let trucks = try context.fetch(FetchDescriptor<Truck>(
-                predicate: #Predicate { $0.wheels == 6 && $0.payload >= 0 }, sortBy: [SortDescriptor(\.name, order: .reverse)]))
+            let trucks = try context.fetch(
+                FetchDescriptor<Truck>(
+                    predicate: #Predicate { $0.wheels == 6 && $0.payload >= 0 },
+                    sortBy: [SortDescriptor(\.name, order: .reverse)]))
             #expect(trucks.map(\.name) == ["hook", "hauler"])
-            let car = try #require(try Car.first(where: #Predicate { $0.doors == 2 && $0.name == "roadster" }, in: context))
+            let car = try #require(
+                try Car.first(where: #Predicate { $0.doors == 2 && $0.name == "roadster" }, in: context))
             #expect(car.convertible && car.plate == "C1" && car.wheels == 4)
             let tow = try #require(try TowTruck.first(in: context))
             #expect(tow.hookRating == 9 && tow.payload == 0 && tow.wheels == 6)
@@ -143,7 +169,10 @@ struct InheritanceTests {
             #expect(Self.describe(garage.vehicles) == ["Car:C1", "Truck:T1"])
             let favorite = try #require(garage.favorite)
             #expect(favorite.doors == 2)
-            #expect(Self.describe(try Vehicle.all(where: #Predicate { $0.garage?.name == "central" }, in: other)) == ["Car:C1", "Truck:T1"])
+            #expect(
+                Self.describe(try Vehicle.all(where: #Predicate { $0.garage?.name == "central" }, in: other)) == [
+                    "Car:C1", "Truck:T1",
+                ])
             let truck = try #require(try Truck.first(where: #Predicate { $0.loads.count == 2 }, in: other))
             #expect(truck.loads.map(\.weight).sorted() == [1, 2])
             let load = try #require(try Load.first(in: other))
@@ -151,7 +180,8 @@ struct InheritanceTests {
         }
     }
 
-    @Test("unsaved objects of subentities are fetched, counted and filtered as saved ones", arguments: StoreKind.allCases)
+    @Test(
+        "unsaved objects of subentities are fetched, counted and filtered as saved ones", arguments: StoreKind.allCases)
     func pendingObjects(_ kind: StoreKind) throws {
         let stack = try stack(kind)
         try stack.store.writeAndWait { context in Self.seed(in: context) }
@@ -166,15 +196,18 @@ struct InheritanceTests {
             #expect(Self.describe(try Truck.all(in: main)) == ["TowTruck:W1", "TowTruck:W2", "Truck:T1"])
             #expect(try Vehicle.count(in: main) == 6)
             #expect(try TowTruck.count(in: main) == 2)
-            #expect(Self.describe(try Vehicle.all(where: #Predicate { $0.wheels >= 6 }, in: main)) == [
-                "Car:C2", "TowTruck:W1", "Truck:T1",
-            ])
+            #expect(
+                Self.describe(try Vehicle.all(where: #Predicate { $0.wheels >= 6 }, in: main)) == [
+                    "Car:C2", "TowTruck:W1", "Truck:T1",
+                ])
             #expect(Self.describe(try Car.all(where: #Predicate { $0.wheels >= 6 }, in: main)) == ["Car:C2"])
             main.rollback()
         }
     }
 
-    @Test("updates, deletes with a subentity's delete rule, and unique constraints across subentities", arguments: StoreKind.allCases)
+    @Test(
+        "updates, deletes with a subentity's delete rule, and unique constraints across subentities",
+        arguments: StoreKind.allCases)
     func savesAndConstraints(_ kind: StoreKind) throws {
         let stack = try stack(kind)
         try stack.store.writeAndWait { context in Self.seed(in: context) }
@@ -203,7 +236,8 @@ struct InheritanceTests {
         #expect(try stack.store.mainContext.performAndWait { try Vehicle.count(in: stack.store.mainContext) } == 3)
         // deleteAll of a subentity: its objects (of its subentities too), nothing else.
         try stack.store.writeAndWait { context in try TowTruck.deleteAll(in: context) }
-        #expect(try stack.store.read { context in Self.describe(try Vehicle.all(in: context)) } == ["Car:C1", "Vehicle:V1"])
+        #expect(
+            try stack.store.read { context in Self.describe(try Vehicle.all(in: context)) } == ["Car:C1", "Vehicle:V1"])
         try stack.store.writeAndWait { context in try Vehicle.deleteAll(in: context) }
         #expect(try stack.store.read { context in try Vehicle.count(in: context) } == 0)
     }
@@ -212,9 +246,13 @@ struct InheritanceTests {
     func batchOperations() async throws {
         let stack = try stack(.sqlite)
         try stack.store.writeAndWait { context in Self.seed(in: context) }
-        #expect(try await stack.store.batchUpdate(Truck.self, where: #Predicate { $0.wheels == 6 }, .set(\.name, to: "big")) == 2)
+        #expect(
+            try await stack.store.batchUpdate(Truck.self, where: #Predicate { $0.wheels == 6 }, .set(\.name, to: "big"))
+                == 2)
         #expect(try await stack.store.batchUpdate(Car.self, .set(\.doors, to: 3)) == 1)
-        let names = try await stack.store.read { context in try Vehicle.all(in: context).map { "\($0.plate)=\($0.name)" }.sorted() }
+        let names = try await stack.store.read { context in
+            try Vehicle.all(in: context).map { "\($0.plate)=\($0.name)" }.sorted()
+        }
         #expect(names == ["C1=roadster", "T1=big", "V1=cart", "W1=big"])
         let wheels = try await stack.store.read { context in try Truck.sum(\.wheels, in: context) }
         #expect(wheels == 12)
@@ -238,7 +276,9 @@ struct InheritanceTests {
         }
     }
 
-    @Test("a controller on a subentity reports its objects only; a monitor of a parent reports its subentities' objects", arguments: StoreKind.allCases)
+    @Test(
+        "a controller on a subentity reports its objects only; a monitor of a parent reports its subentities' objects",
+        arguments: StoreKind.allCases)
     func observation(_ kind: StoreKind) throws {
         let stack = try stack(kind)
         try stack.store.writeAndWait { context in Self.seed(in: context) }
@@ -251,7 +291,9 @@ struct InheritanceTests {
         controller.onChange = { changes in reported.changes.append(changes.objects.map(Self.describe)) }
         let monitor = EntityMonitor<Truck>(context: main)
         let trucks = Reported()
-        monitor.onChange = { change in trucks.changes.append(InheritanceTests.describe(change.inserted + change.updated)) }
+        monitor.onChange = { change in
+            trucks.changes.append(InheritanceTests.describe(change.inserted + change.updated))
+        }
         try stack.store.writeAndWait { context in
             let car = Car.create(in: context)
             car.plate = "C2"
@@ -320,14 +362,17 @@ struct InheritanceTests {
         }
     }
 
-    @Test("seeded random inserts of every class, edits of inherited and own properties, relationships, deletes, undos and redos: each save stores what the main context shows", arguments: StoreKind.allCases)
+    @Test(
+        "seeded random inserts of every class, edits of inherited and own properties, relationships, deletes, undos and redos: each save stores what the main context shows",
+        arguments: StoreKind.allCases)
     func randomSequences(_ kind: StoreKind) throws {
         let stack = try stack(kind)
         let main = stack.store.mainContext
         let undo = UndoManager()
         main.undoManager = undo
         // VEHICLE_SEED=<n> explores another sequence.
-        let sequence = UndoSequence(edits: 10, undos: 3, redos: 2, steps: 120, seedVariable: "VEHICLE_SEED", seed: 0x5EED_CA75)
+        let sequence = UndoSequence(
+            edits: 10, undos: 3, redos: 2, steps: 120, seedVariable: "VEHICLE_SEED", seed: 0x5EED_CA75)
         let counts = try sequence.run(stack, undo, graph: Self.fullGraph) { choice, serial, generator in
             let vehicles = try Vehicle.all(in: main).sorted { $0.plate < $1.plate }
             let garages = try Garage.all(in: main).sorted { $0.name < $1.name }
@@ -351,9 +396,15 @@ struct InheritanceTests {
                 guard let garage = garages.randomElement(using: &generator),
                     let vehicle = vehicles.randomElement(using: &generator)
                 else { return false }
-                if let car = vehicle as? Car, Bool.random(using: &generator) { garage.favorite = car } else { vehicle.garage = garage }
+                if let car = vehicle as? Car, Bool.random(using: &generator) {
+                    garage.favorite = car
+                } else {
+                    vehicle.garage = garage
+                }
             case 7:  // a load on a truck
-                guard let truck = vehicles.compactMap({ $0 as? Truck }).randomElement(using: &generator) else { return false }
+                guard let truck = vehicles.compactMap({ $0 as? Truck }).randomElement(using: &generator) else {
+                    return false
+                }
                 let load = Load.create(in: main)
                 load.weight = Double(serial)
                 load.truck = truck
@@ -399,7 +450,8 @@ struct InheritanceTests {
         let directory = try TemporaryDirectory()
         let url = directory.file("store.sqlite")
         do {
-            let store = try Skyros(sqliteStack: Schema([VehicleV1.self, GarageV1.self, LoadV1.self]), at: url, savesOnStop: false)
+            let store = try Skyros(
+                sqliteStack: Schema([VehicleV1.self, GarageV1.self, LoadV1.self]), at: url, savesOnStop: false)
             try store.writeAndWait { context in
                 let garage = GarageV1.create(in: context)
                 garage.name = "g"
@@ -426,7 +478,10 @@ struct InheritanceTests {
         }
         // Version 3: Truck and TowTruck added under it.
         do {
-            let store = try Skyros(sqliteStack: Schema([Vehicle.self, Car.self, Truck.self, TowTruck.self, Garage.self, Load.self], version: 3), at: url, savesOnStop: false)
+            let store = try Skyros(
+                sqliteStack: Schema(
+                    [Vehicle.self, Car.self, Truck.self, TowTruck.self, Garage.self, Load.self], version: 3), at: url,
+                savesOnStop: false)
             try store.writeAndWait { context in
                 let all = try Vehicle.all(in: context)
                 #expect(Self.describe(all) == ["Car:C", "Vehicle:A", "Vehicle:B"])
@@ -446,14 +501,20 @@ struct InheritanceTests {
         // Version 4: TowTruck removed. Its object becomes a Truck (what it inherited stays).
         do {
             let v4 = try Skyros(
-                sqliteStack: Schema([Vehicle.self, Car.self, Truck.self, Garage.self, Load.self], version: 4), at: url, savesOnStop: false)
-            #expect(try v4.read { context in Self.describe(try Vehicle.all(in: context)) } == [
-                "Car:C", "Truck:T", "Truck:W", "Vehicle:A", "Vehicle:B",
-            ])
+                sqliteStack: Schema([Vehicle.self, Car.self, Truck.self, Garage.self, Load.self], version: 4), at: url,
+                savesOnStop: false)
+            #expect(
+                try v4.read { context in Self.describe(try Vehicle.all(in: context)) } == [
+                    "Car:C", "Truck:T", "Truck:W", "Vehicle:A", "Vehicle:B",
+                ])
         }
         // Version 5: no subentity left: Vehicle is a flat entity again, every object kept.
-        let v5 = try Skyros(sqliteStack: Schema([VehicleV1.self, GarageV1.self, LoadV1.self], version: 5), at: url, savesOnStop: false)
-        #expect(try v5.read { context in try VehicleV1.all(in: context).map(\.plate).sorted() } == ["A", "B", "C", "T", "W"])
+        let v5 = try Skyros(
+            sqliteStack: Schema([VehicleV1.self, GarageV1.self, LoadV1.self], version: 5), at: url, savesOnStop: false)
+        #expect(
+            try v5.read { context in try VehicleV1.all(in: context).map(\.plate).sorted() } == [
+                "A", "B", "C", "T", "W",
+            ])
     }
 
     @Test("skyros dump lists a hierarchy's rows with their _entity; skyros import brings each back as its class")
@@ -475,13 +536,16 @@ struct InheritanceTests {
         let imported = try OperatingToolTests.run(["import", file, "--store", copy.path])
         #expect(imported.status == 0, "\(imported.stderr)")
         let store = try Skyros(sqliteStack: vehicleSchema, at: copy, savesOnStop: false)
-        #expect(try store.read { context in Self.describe(try Vehicle.all(in: context)) } == [
-            "Car:C1", "TowTruck:W1", "Truck:T1", "Vehicle:V1",
-        ])
+        #expect(
+            try store.read { context in Self.describe(try Vehicle.all(in: context)) } == [
+                "Car:C1", "TowTruck:W1", "Truck:T1", "Vehicle:V1",
+            ])
         #expect(try store.read { context in try TowTruck.first(in: context)?.hookRating } == 9)
     }
 
-    @Test("two client processes through skyrosd: objects of subentities made in one are of their classes in the other, and reach its controller and monitor")
+    @Test(
+        "two client processes through skyrosd: objects of subentities made in one are of their classes in the other, and reach its controller and monitor"
+    )
     func acrossProcesses() async throws {
         let stack = try stack(.shared)
         let container = try #require(stack.daemon).container.url
@@ -500,7 +564,9 @@ struct InheritanceTests {
         #expect(reported.changes == [["insert C9"]])
         let seen = try main.performAndWait { Self.describe(try Vehicle.all(in: main)) }
         #expect(seen == ["Car:C1", "Car:C9", "TowTruck:W1", "TowTruck:W9", "Truck:T1", "Vehicle:V1"])
-        #expect(try main.performAndWait { try TowTruck.first(where: #Predicate { $0.plate == "W9" }, in: main)?.hookRating } == 4)
+        #expect(
+            try main.performAndWait { try TowTruck.first(where: #Predicate { $0.plate == "W9" }, in: main)?.hookRating }
+                == 4)
     }
 }
 
@@ -511,7 +577,9 @@ extension InheritanceTests {
 /// Problems a review found in the first version, each with the scenario that showed it.
 @Suite("Entity inheritance: review regressions", .timeLimit(.minutes(3)))
 struct InheritanceReviewTests {
-    @Test("an object a child cannot read (deleted, unsaved, in its parent) is not registered with a guessed class: fetched again after the parent's rollback, it is a Car")
+    @Test(
+        "an object a child cannot read (deleted, unsaved, in its parent) is not registered with a guessed class: fetched again after the parent's rollback, it is a Car"
+    )
     func unreadableFaultNotRegistered() throws {
         let stack = try TestStack(.sqlite, schema: vehicleSchema)
         try stack.store.writeAndWait { context in InheritanceTests.seed(in: context) }
@@ -530,12 +598,16 @@ struct InheritanceReviewTests {
         }
     }
 
-    @Test("a subentity's required to-one binds its objects only; its new non-optional attribute gets its default in its rows only; aggregates over unsaved subentity objects")
+    @Test(
+        "a subentity's required to-one binds its objects only; its new non-optional attribute gets its default in its rows only; aggregates over unsaved subentity objects"
+    )
     func subentityColumns() throws {
         let directory = try TemporaryDirectory()
         let url = directory.file("store.sqlite")
         do {
-            let store = try Skyros(sqliteStack: Schema([Vehicle.self, Car.self, Truck.self, Garage.self, Load.self]), at: url, savesOnStop: false)
+            let store = try Skyros(
+                sqliteStack: Schema([Vehicle.self, Car.self, Truck.self, Garage.self, Load.self]), at: url,
+                savesOnStop: false)
             try store.writeAndWait { context in
                 Truck.create(in: context).plate = "T1"
                 Vehicle.create(in: context).plate = "V1"
@@ -572,7 +644,8 @@ struct InheritanceReviewTests {
         }
     }
 
-    @Test("a relationship controller whose destination is a subentity reports its changes", arguments: StoreKind.allCases)
+    @Test(
+        "a relationship controller whose destination is a subentity reports its changes", arguments: StoreKind.allCases)
     func relationshipToSubentity(_ kind: StoreKind) throws {
         let stack = try TestStack(kind, schema: petSchema)
         try stack.store.writeAndWait { context in
@@ -589,7 +662,9 @@ struct InheritanceReviewTests {
         try controller.performFetch()
         #expect(controller.fetchedObjects.map(\.name) == ["rex"])
         let reported = InheritanceTests.Reported()
-        controller.onChange = { changes in reported.changes.append(changes.objects.map { "\($0)".contains("insert") ? "insert" : "other" }) }
+        controller.onChange = { changes in
+            reported.changes.append(changes.objects.map { "\($0)".contains("insert") ? "insert" : "other" })
+        }
         try stack.store.writeAndWait { context in
             let dog = Dog.create(in: context)
             dog.name = "fido"
@@ -598,54 +673,70 @@ struct InheritanceReviewTests {
         }
         #expect(controller.fetchedObjects.map(\.name) == ["rex", "fido"])
         #expect(reported.changes == [["insert"]])
-        #expect(try main.performAndWait { try Pet.all(in: main).map { "\(type(of: $0)):\($0.name)" }.sorted() } == [
-            "Cat:kit", "Cat:tom", "Dog:fido", "Dog:rex",
-        ])
+        #expect(
+            try main.performAndWait { try Pet.all(in: main).map { "\(type(of: $0)):\($0.name)" }.sorted() } == [
+                "Cat:kit", "Cat:tom", "Dog:fido", "Dog:rex",
+            ])
     }
 
-    @Test("a non-optional attribute added to a subentity with objects: they get its default, the other entities' rows NULL")
+    @Test(
+        "a non-optional attribute added to a subentity with objects: they get its default, the other entities' rows NULL"
+    )
     func addedAttributeFilled() throws {
         let directory = try TemporaryDirectory()
         let url = directory.file("store.sqlite")
         do {
-            let store = try Skyros(sqliteStack: Schema([Vehicle.self, Car.self, Truck.self, Garage.self, Load.self]), at: url, savesOnStop: false)
+            let store = try Skyros(
+                sqliteStack: Schema([Vehicle.self, Car.self, Truck.self, Garage.self, Load.self]), at: url,
+                savesOnStop: false)
             try store.writeAndWait { context in
                 Car.create(in: context).plate = "C1"
                 Truck.create(in: context).plate = "T1"
             }
         }
         let store = try Skyros(
-            sqliteStack: Schema([Vehicle.self, CarV3.self, Truck.self, Garage.self, Load.self], version: 2), at: url, savesOnStop: false)
+            sqliteStack: Schema([Vehicle.self, CarV3.self, Truck.self, Garage.self, Load.self], version: 2), at: url,
+            savesOnStop: false)
         #expect(try store.read { context in try CarV3.all(in: context).map(\.color) } == ["red"])
         let sqlite = try #require(store.store as? SQLiteStore)
         #expect(try sqlite.rows(#"SELECT "_entity" FROM "Vehicle" WHERE "color" IS NULL"#) == [[.text("Truck")]])
     }
 
-    @Test("renaming a subentity keeps its objects; a flat entity becoming a subentity is refused, the store left as it was")
+    @Test(
+        "renaming a subentity keeps its objects; a flat entity becoming a subentity is refused, the store left as it was"
+    )
     func renamesAndMoves() throws {
         let directory = try TemporaryDirectory()
         let url = directory.file("store.sqlite")
         do {
-            let store = try Skyros(sqliteStack: Schema([Vehicle.self, Car.self, GarageV1.self, LoadV1.self]), at: url, savesOnStop: false)
+            let store = try Skyros(
+                sqliteStack: Schema([Vehicle.self, Car.self, GarageV1.self, LoadV1.self]), at: url, savesOnStop: false)
             try store.writeAndWait { context in Car.create(in: context).plate = "C1" }
         }
         do {
             let store = try Skyros(
-                sqliteStack: Schema([Vehicle.self, Coupe.self, GarageV1.self, LoadV1.self], version: 2), at: url, savesOnStop: false)
+                sqliteStack: Schema([Vehicle.self, Coupe.self, GarageV1.self, LoadV1.self], version: 2), at: url,
+                savesOnStop: false)
             let coupes = try store.read { context in try Coupe.all(in: context).map(\.plate) }
             #expect(coupes == ["C1"])
         }
         let flat = directory.file("flat.sqlite")
         do {
-            let store = try Skyros(sqliteStack: Schema([VehicleV1.self, FlatCar.self, GarageV1.self, LoadV1.self]), at: flat, savesOnStop: false)
+            let store = try Skyros(
+                sqliteStack: Schema([VehicleV1.self, FlatCar.self, GarageV1.self, LoadV1.self]), at: flat,
+                savesOnStop: false)
             try store.writeAndWait { context in FlatCar.create(in: context).doors = 3 }
         }
         let error = try #require(throws: SkyrosError.self) {
-            _ = try Skyros(sqliteStack: Schema([Vehicle.self, Car.self, GarageV1.self, LoadV1.self], version: 2), at: flat, savesOnStop: false)
+            _ = try Skyros(
+                sqliteStack: Schema([Vehicle.self, Car.self, GarageV1.self, LoadV1.self], version: 2), at: flat,
+                savesOnStop: false)
         }
         #expect(error.code == .migrationFailed)
         #expect(error.message.contains("Car becomes a subentity of Vehicle"), "\(error.message)")
-        let kept = try Skyros(sqliteStack: Schema([VehicleV1.self, FlatCar.self, GarageV1.self, LoadV1.self]), at: flat, savesOnStop: false)
+        let kept = try Skyros(
+            sqliteStack: Schema([VehicleV1.self, FlatCar.self, GarageV1.self, LoadV1.self]), at: flat,
+            savesOnStop: false)
         #expect(try kept.read { context in try FlatCar.first(in: context)?.doors } == 3)
     }
 }

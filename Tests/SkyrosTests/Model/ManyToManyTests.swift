@@ -11,8 +11,12 @@ struct ManyToManyTests {
     /// Every article with its keywords and every keyword with its articles, as a context sees them.
     static func graph(_ context: ObjectContext) throws -> String {
         try context.performAndWait {
-            let articles = try Article.all(in: context).map { "\($0.title):\($0.keywords.map(\.name).joined(separator: ","))" }
-            let keywords = try Keyword.all(in: context).map { "\($0.name):\($0.articles.map(\.title).sorted().joined(separator: ","))" }
+            let articles = try Article.all(in: context).map {
+                "\($0.title):\($0.keywords.map(\.name).joined(separator: ","))"
+            }
+            let keywords = try Keyword.all(in: context).map {
+                "\($0.name):\($0.articles.map(\.title).sorted().joined(separator: ","))"
+            }
             return "\(articles.sorted()) \(keywords.sorted())"
         }
     }
@@ -49,7 +53,9 @@ struct ManyToManyTests {
         #expect(rebuilt.entities.count == 6)
     }
 
-    @Test("linking from either side shows on both sides at once, and in the store after the save", arguments: StoreKind.allCases)
+    @Test(
+        "linking from either side shows on both sides at once, and in the store after the save",
+        arguments: StoreKind.allCases)
     func linkAndUnlink(kind: StoreKind) throws {
         let stack = try stack(kind)
         try stack.store.writeAndWait { context in
@@ -67,7 +73,8 @@ struct ManyToManyTests {
             #expect(keywords[1].articles.map(\.title) == ["first"])
             #expect(keywords[2].articles.isEmpty)
         }
-        let expected = "[\"first:swift,linux\", \"second:swift\"] [\"linux:first\", \"sqlite:\", \"swift:first,second\"]"
+        let expected =
+            "[\"first:swift,linux\", \"second:swift\"] [\"linux:first\", \"sqlite:\", \"swift:first,second\"]"
         #expect(try Self.graph(stack.store.mainContext) == expected)
         #expect(try Self.stored(stack) == expected)
         #expect(try Self.linkCount(stack) == 3)
@@ -78,7 +85,8 @@ struct ManyToManyTests {
             try keyword("sqlite", in: context).articles = [first, try article("second", in: context)]  // from the other side
             first.keywords = first.keywords + [try keyword("linux", in: context)]  // linking twice is one link
         }
-        let after = "[\"first:linux,sqlite\", \"second:swift,sqlite\"] [\"linux:first\", \"sqlite:first,second\", \"swift:second\"]"
+        let after =
+            "[\"first:linux,sqlite\", \"second:swift,sqlite\"] [\"linux:first\", \"sqlite:first,second\", \"swift:second\"]"
         #expect(try Self.graph(stack.store.mainContext) == after)
         #expect(try Self.stored(stack) == after)
         #expect(try Self.linkCount(stack) == 4)
@@ -93,7 +101,9 @@ struct ManyToManyTests {
         #expect(try Self.linkCount(stack) == 4)
     }
 
-    @Test("delete rules on both sides: nullify removes the links, cascade the objects too, deny refuses while linked", arguments: StoreKind.allCases)
+    @Test(
+        "delete rules on both sides: nullify removes the links, cascade the objects too, deny refuses while linked",
+        arguments: StoreKind.allCases)
     func deleteRules(kind: StoreKind) throws {
         let stack = try stack(kind)
         try stack.store.writeAndWait { context in
@@ -149,7 +159,8 @@ struct ManyToManyTests {
         }
         #expect(throws: SkyrosError.self) {
             try stack.store.writeAndWait { context in
-                try #require(try Playlist.first(where: #Predicate { $0.name == "more" }, in: context)).delete(in: context)
+                try #require(try Playlist.first(where: #Predicate { $0.name == "more" }, in: context)).delete(
+                    in: context)
             }
         }
         try fresh.performAndWait { () throws in
@@ -162,7 +173,9 @@ struct ManyToManyTests {
         #expect(try Self.linkCount(stack) == 0)
     }
 
-    @Test("batch deletes apply the many-to-many rules: nullify drops the links, cascade the other ends, deny refuses", arguments: [StoreKind.sqlite, .shared])
+    @Test(
+        "batch deletes apply the many-to-many rules: nullify drops the links, cascade the other ends, deny refuses",
+        arguments: [StoreKind.sqlite, .shared])
     func batchDeleteRules(kind: StoreKind) async throws {
         let stack = try stack(kind)
         try stack.store.writeAndWait { context in
@@ -223,7 +236,9 @@ struct ManyToManyTests {
         #expect(try store.store.count(StoreRequest(entityName: "_Bulletin_keywords")) == 1)
     }
 
-    @Test("predicates over a many-to-many: contains, isEmpty, count, in SQL and over unsaved links", arguments: [StoreKind.sqlite, .shared])
+    @Test(
+        "predicates over a many-to-many: contains, isEmpty, count, in SQL and over unsaved links",
+        arguments: [StoreKind.sqlite, .shared])
     func predicates(kind: StoreKind) throws {
         let stack = try stack(kind)
         try stack.store.writeAndWait { context in
@@ -246,7 +261,8 @@ struct ManyToManyTests {
         let found = try stack.store.read { context in
             [
                 try titles(tagged, in: context), try titles(untagged, in: context), try titles(several, in: context),
-                try Keyword.all(where: #Predicate { $0.articles.contains { $0.title == "swift" } }, in: context).map(\.name),
+                try Keyword.all(where: #Predicate { $0.articles.contains { $0.title == "swift" } }, in: context).map(
+                    \.name),
             ]
         }
         #expect(found == [["both", "swift"], ["none"], ["both"], ["swift"]])
@@ -258,7 +274,9 @@ struct ManyToManyTests {
         }
     }
 
-    @Test("adding a many-to-many between entities of a populated store is inferred: the link table is made, the data kept")
+    @Test(
+        "adding a many-to-many between entities of a populated store is inferred: the link table is made, the data kept"
+    )
     func migrationAddsLinks() throws {
         let directory = try TemporaryDirectory()
         let url = directory.file("store.sqlite")
@@ -271,7 +289,10 @@ struct ManyToManyTests {
         }
         let linked = Schema([Article.self, Keyword.self, Playlist.self, Song.self], version: 2)
         let store = try Skyros(sqliteStack: linked, at: url, savesOnStop: false)
-        #expect(try store.read { context in try Article.all(in: context).map { "\($0.title):\($0.keywords.count)" } } == ["kept:0"])
+        #expect(
+            try store.read { context in try Article.all(in: context).map { "\($0.title):\($0.keywords.count)" } } == [
+                "kept:0"
+            ])
         try store.writeAndWait { context in
             try article("kept", in: context).keywords = [try keyword("old", in: context)]
         }
@@ -279,7 +300,9 @@ struct ManyToManyTests {
         #expect(try Self.graph(fresh) == "[\"kept:old\"] [\"old:kept\"]")
     }
 
-    @Test("a controller whose predicate goes through a many-to-many follows the links; observers see them as updates of both sides", arguments: StoreKind.allCases)
+    @Test(
+        "a controller whose predicate goes through a many-to-many follows the links; observers see them as updates of both sides",
+        arguments: StoreKind.allCases)
     func controllerFollowsLinks(kind: StoreKind) throws {
         let stack = try stack(kind)
         try stack.store.writeAndWait { context in
@@ -288,14 +311,18 @@ struct ManyToManyTests {
         }
         let main = stack.store.mainContext
         let controller = FetchedResultsController<Article>(
-            fetch: FetchDescriptor(predicate: #Predicate { $0.keywords.contains { $0.name == "swift" } }, sortBy: [SortDescriptor(\.title)]),
+            fetch: FetchDescriptor(
+                predicate: #Predicate { $0.keywords.contains { $0.name == "swift" } }, sortBy: [SortDescriptor(\.title)]
+            ),
             context: main)
         try controller.performFetch()
         let seen = LockedChanges()
         let observation = main.addChangeObserver { seen.append($0) }
         func titles() -> [String] { main.performAndWait { controller.fetchedObjects.map(\.title) } }
         #expect(titles() == [])
-        try stack.store.writeAndWait { context in try article("b", in: context).keywords = [try keyword("swift", in: context)] }
+        try stack.store.writeAndWait { context in
+            try article("b", in: context).keywords = [try keyword("swift", in: context)]
+        }
         #expect(titles() == ["b"])
         let change = try #require(seen.all.last)
         #expect(change.inserted.isEmpty && change.deleted.isEmpty, "links are not objects for observers")
@@ -329,7 +356,9 @@ struct ManyToManyTests {
         #expect(dump.status == 0, "\(dump.stderr)")
         let links = dump.jsonLines.filter { $0["entity"] as? String == "_Article_keywords" }
         #expect(links.count == 2)
-        #expect(links.allSatisfy { (($0["values"] as? [String: Any])?["source"] as? String)?.hasPrefix("Article/") == true })
+        #expect(
+            links.allSatisfy { (($0["values"] as? [String: Any])?["source"] as? String)?.hasPrefix("Article/") == true }
+        )
         let file = directory.file("dump.jsonl").path
         try dump.stdout.write(toFile: file, atomically: true, encoding: .utf8)
         let copy = directory.file("copy.sqlite")
@@ -350,14 +379,17 @@ struct ManyToManyTests {
         return try graph(context) + " " + playlists
     }
 
-    @Test("seeded random links, unlinks, deletions under each rule, undos and redos: each undo gives back the graph before the step, each save stores what the main context shows", arguments: StoreKind.allCases)
+    @Test(
+        "seeded random links, unlinks, deletions under each rule, undos and redos: each undo gives back the graph before the step, each save stores what the main context shows",
+        arguments: StoreKind.allCases)
     func randomSequences(kind: StoreKind) throws {
         let stack = try stack(kind)
         let main = stack.store.mainContext
         let undo = UndoManager()
         main.undoManager = undo
         // LINK_SEED=<n> explores another sequence.
-        var sequence = UndoSequence(edits: 12, undos: 4, redos: 8, steps: 150, seedVariable: "LINK_SEED", seed: 0x11_4C_1A_37)
+        var sequence = UndoSequence(
+            edits: 12, undos: 4, redos: 8, steps: 150, seedVariable: "LINK_SEED", seed: 0x11_4C_1A_37)
         sequence.unchangedIsNoStep = true  // linking what is linked already records nothing
         let counts = try sequence.run(stack, undo, graph: Self.fullGraph) { choice, serial, generator in
             let name = "\(serial)"
@@ -378,7 +410,9 @@ struct ManyToManyTests {
                     keyword.articles = keyword.articles + [article]
                 }
             case 4:  // unlink one
-                guard let article = articles.randomElement(using: &generator), !article.keywords.isEmpty else { return false }
+                guard let article = articles.randomElement(using: &generator), !article.keywords.isEmpty else {
+                    return false
+                }
                 var keywords = article.keywords
                 keywords.remove(at: Int.random(in: 0..<keywords.count, using: &generator))
                 article.keywords = keywords
@@ -433,8 +467,10 @@ struct ManyToManyTests {
                 }
             }
         }
-        let expected = ["ann follows [\"bob\", \"cy\"] followed by []", "bob follows [] followed by [\"ann\", \"cy\"]",
-            "cy follows [\"bob\"] followed by [\"ann\"]"]
+        let expected = [
+            "ann follows [\"bob\", \"cy\"] followed by []", "bob follows [] followed by [\"ann\", \"cy\"]",
+            "cy follows [\"bob\"] followed by [\"ann\"]",
+        ]
         #expect(try graph(stack.store.mainContext) == expected)
         #expect(try graph(ObjectContext(name: "fresh", parent: stack.store.store)) == expected)
         let followed = try stack.store.read { context in
@@ -444,8 +480,10 @@ struct ManyToManyTests {
         try stack.store.writeAndWait { context in
             try #require(try Follower.first(where: #Predicate { $0.name == "cy" }, in: context)).delete(in: context)
         }
-        #expect(try graph(ObjectContext(name: "fresh", parent: stack.store.store)) == [
-            "ann follows [\"bob\"] followed by []", "bob follows [] followed by [\"ann\"]"])
+        #expect(
+            try graph(ObjectContext(name: "fresh", parent: stack.store.store)) == [
+                "ann follows [\"bob\"] followed by []", "bob follows [] followed by [\"ann\"]",
+            ])
     }
 
     @Test("links undo and redo on both sides")
@@ -458,7 +496,9 @@ struct ManyToManyTests {
             keyword.name = "k"
             Article.create(in: context).title = "a"
         }
-        try stack.store.writeAndWait { context in try article("a", in: context).keywords = [try keyword("k", in: context)] }
+        try stack.store.writeAndWait { context in
+            try article("a", in: context).keywords = [try keyword("k", in: context)]
+        }
         #expect(try Self.graph(stack.store.mainContext) == "[\"a:k\"] [\"k:a\"]")
         undo.undo()
         #expect(try Self.graph(stack.store.mainContext) == "[\"a:\"] [\"k:\"]")
@@ -490,7 +530,9 @@ struct ManyToManyTests {
         #expect(child.wait(seconds: 30) == .exited(0), "\(child.readAll())")
         #expect(await nextChange(changes, seconds: 10, where: { !$0.inserted.isEmpty }) != nil)
         #expect(try Self.graph(stack.store.mainContext) == "[\"a:k2\"] [\"k1:\", \"k2:a\", \"k3:\"]")
-        #expect(main.performAndWait { controller.fetchedObjects.map(\.title) } == ["a"], "the other process's link, in this one's controller")
+        #expect(
+            main.performAndWait { controller.fetchedObjects.map(\.title) } == ["a"],
+            "the other process's link, in this one's controller")
         // This process, which read k1 linked and k2 not, adds k3: the other's edits stay.
         try stack.store.writeAndWait { context in
             let article = try article("a", in: context)

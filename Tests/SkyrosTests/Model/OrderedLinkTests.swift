@@ -13,10 +13,18 @@ struct OrderedLinkTests {
     /// other sides (sorted: they are not ordered).
     static func graph(_ context: ObjectContext) throws -> String {
         try context.performAndWait {
-            let albums = try Album.all(in: context).map { "\($0.name):\($0.tracks.map(\.title).joined(separator: ","))" }.sorted()
-            let tracks = try Track.all(in: context).map { "\($0.title):\($0.albums.map(\.name).sorted().joined(separator: ","))" }.sorted()
-            let listeners = try Listener.all(in: context).map { "\($0.name):\($0.queue.map(\.title).joined(separator: ","))" }.sorted()
-            let episodes = try Episode.all(in: context).map { "\($0.title):\($0.listeners.map(\.name).sorted().joined(separator: ","))" }.sorted()
+            let albums = try Album.all(in: context).map {
+                "\($0.name):\($0.tracks.map(\.title).joined(separator: ","))"
+            }.sorted()
+            let tracks = try Track.all(in: context).map {
+                "\($0.title):\($0.albums.map(\.name).sorted().joined(separator: ","))"
+            }.sorted()
+            let listeners = try Listener.all(in: context).map {
+                "\($0.name):\($0.queue.map(\.title).joined(separator: ","))"
+            }.sorted()
+            let episodes = try Episode.all(in: context).map {
+                "\($0.title):\($0.listeners.map(\.name).sorted().joined(separator: ","))"
+            }.sorted()
             return "\(albums) \(tracks) \(listeners) \(episodes)"
         }
     }
@@ -44,7 +52,8 @@ struct OrderedLinkTests {
             let link = try #require(orderedLinkSchema.entity(named: name))
             #expect(link.properties.map(\.name) == ["source", "target", "position"])
         }
-        #expect(try Schema(description: orderedLinkSchema.schemaDescription).fingerprint == orderedLinkSchema.fingerprint)
+        #expect(
+            try Schema(description: orderedLinkSchema.schemaDescription).fingerprint == orderedLinkSchema.fingerprint)
     }
 
     @Test("order set, moved, shared between lists, and joined from the unordered side", arguments: StoreKind.allCases)
@@ -72,21 +81,26 @@ struct OrderedLinkTests {
             listener.queue = [episodes[1], episodes[2]]
             episodes[0].listeners = [listener]  // last in the queue
         }
-        let expected = #"["a:t3,t1,t2,t4", "b:t2,t3"] ["t1:a", "t2:a,b", "t3:a,b", "t4:a"] ["l:e2,e3,e1"] ["e1:l", "e2:l", "e3:l"]"#
+        let expected =
+            #"["a:t3,t1,t2,t4", "b:t2,t3"] ["t1:a", "t2:a,b", "t3:a,b", "t4:a"] ["l:e2,e3,e1"] ["e1:l", "e2:l", "e3:l"]"#
         #expect(try Self.graph(stack.store.mainContext) == expected)
         #expect(try Self.stored(stack) == expected)
 
         // A move: one link's position written; b's order untouched; a controller of a's tracks
         // reports a move.
         let main = stack.store.mainContext
-        let controller = FetchedResultsController(relationship: \Album.tracks, of: try main.performAndWait { try album("a", in: main) }, context: main)
+        let controller = FetchedResultsController(
+            relationship: \Album.tracks, of: try main.performAndWait { try album("a", in: main) }, context: main)
         try controller.performFetch()
         let reported = OrderedTests.Reported()
         controller.onChange = { changes in
-            reported.changes.append(changes.objects.map { change in
-                if case .move(let track, let from, let to) = change { return "move \(track.title) \(from.item)→\(to.item)" }
-                return "\(change)"
-            })
+            reported.changes.append(
+                changes.objects.map { change in
+                    if case .move(let track, let from, let to) = change {
+                        return "move \(track.title) \(from.item)→\(to.item)"
+                    }
+                    return "\(change)"
+                })
         }
         try stack.store.writeAndWait { context in
             let a = try album("a", in: context)
@@ -97,7 +111,8 @@ struct OrderedLinkTests {
             let listener = try #require(try Listener.first(in: context))
             listener.queue = listener.queue.reversed()
         }
-        let moved = #"["a:t4,t3,t1,t2", "b:t2,t3"] ["t1:a", "t2:a,b", "t3:a,b", "t4:a"] ["l:e1,e3,e2"] ["e1:l", "e2:l", "e3:l"]"#
+        let moved =
+            #"["a:t4,t3,t1,t2", "b:t2,t3"] ["t1:a", "t2:a,b", "t3:a,b", "t4:a"] ["l:e1,e3,e2"] ["e1:l", "e2:l", "e3:l"]"#
         #expect(try Self.stored(stack) == moved)
         #expect(reported.changes.last == ["move t4 3→0"])
 
@@ -109,16 +124,21 @@ struct OrderedLinkTests {
             try track("t1", in: context).delete(in: context)
             #expect(a.tracks.map(\.title) == ["t4", "t3", "t2"])
         }
-        #expect(try Self.stored(stack) == #"["a:t4,t3,t2", "b:t2,t3"] ["t2:a,b", "t3:a,b", "t4:a"] ["l:e1,e3,e2"] ["e1:l", "e2:l", "e3:l"]"#)
+        #expect(
+            try Self.stored(stack)
+                == #"["a:t4,t3,t2", "b:t2,t3"] ["t2:a,b", "t3:a,b", "t4:a"] ["l:e1,e3,e2"] ["e1:l", "e2:l", "e3:l"]"#)
     }
 
-    @Test("seeded random placements, moves, unlinks from either side, deletions, undo and redo", arguments: StoreKind.allCases)
+    @Test(
+        "seeded random placements, moves, unlinks from either side, deletions, undo and redo",
+        arguments: StoreKind.allCases)
     func randomSequences(kind: StoreKind) throws {
         let stack = try stack(kind)
         let main = stack.store.mainContext
         let undo = UndoManager()
         main.undoManager = undo
-        var sequence = UndoSequence(edits: 10, undos: 3, redos: 3, steps: 120, seedVariable: "ORDERED_LINK_SEED", seed: 0x11_0D_E5)
+        var sequence = UndoSequence(
+            edits: 10, undos: 3, redos: 3, steps: 120, seedVariable: "ORDERED_LINK_SEED", seed: 0x11_0D_E5)
         sequence.unchangedIsNoStep = true
         let counts = try sequence.run(stack, undo, graph: Self.graph) { choice, serial, generator in
             let albums = try Album.all(in: main).sorted { $0.name < $1.name }
@@ -127,7 +147,8 @@ struct OrderedLinkTests {
             case 0: Album.create(in: main).name = "a\(serial)"
             case 1: Track.create(in: main).title = "t\(serial)"
             case 2, 3:  // place a track at an index of an album
-                guard let album = albums.randomElement(using: &generator), let track = tracks.randomElement(using: &generator)
+                guard let album = albums.randomElement(using: &generator),
+                    let track = tracks.randomElement(using: &generator)
                 else { return false }
                 var list = album.tracks.filter { $0 !== track }
                 list.insert(track, at: Int.random(in: 0...list.count, using: &generator))
@@ -142,12 +163,14 @@ struct OrderedLinkTests {
                 list.insert(list.remove(at: from), at: to)
                 album.tracks = list
             case 6:  // link from the unordered side (last in the album)
-                guard let album = albums.randomElement(using: &generator), let track = tracks.randomElement(using: &generator),
+                guard let album = albums.randomElement(using: &generator),
+                    let track = tracks.randomElement(using: &generator),
                     !track.albums.contains(where: { $0 === album })
                 else { return false }
                 track.albums = track.albums + [album]
             case 7:  // unlink from either side
-                guard let album = albums.randomElement(using: &generator), let track = album.tracks.randomElement(using: &generator)
+                guard let album = albums.randomElement(using: &generator),
+                    let track = album.tracks.randomElement(using: &generator)
                 else { return false }
                 if Bool.random(using: &generator) {
                     album.tracks = album.tracks.filter { $0 !== track }
@@ -185,7 +208,8 @@ struct OrderedLinkTests {
             }
         }
         let store = try Skyros(
-            sqliteStack: Schema([Album.self, Track.self, Listener.self, Episode.self], version: 2), at: url, savesOnStop: false)
+            sqliteStack: Schema([Album.self, Track.self, Listener.self, Episode.self], version: 2), at: url,
+            savesOnStop: false)
         func titles(_ context: ObjectContext) throws -> [String] {
             try context.performAndWait { try #require(try Album.first(in: context)).tracks.map(\.title) }
         }

@@ -62,8 +62,12 @@ struct OrderedTests {
         let steps = try #require(description.entities[0].properties.first { $0.name == "steps" })
         #expect(steps.isOrdered == true)
         #expect(String(decoding: try description.canonicalJSON(), as: UTF8.self).contains("\"isOrdered\":true"))
-        let orderJSON = String(decoding: try SchemaDescription(entities: [description.entities[2]]).canonicalJSON(), as: UTF8.self)
-        #expect(orderJSON.contains(#"{"defaultValue":{"integer":0},"deleteRule":"nullify","isIndexed":false,"isOptional":false,"isRequired":false,"isUnique":false,"kind":"attribute","name":"position","storageType":"INTEGER","typeName":"int64"}"#))
+        let orderJSON = String(
+            decoding: try SchemaDescription(entities: [description.entities[2]]).canonicalJSON(), as: UTF8.self)
+        #expect(
+            orderJSON.contains(
+                #"{"defaultValue":{"integer":0},"deleteRule":"nullify","isIndexed":false,"isOptional":false,"isRequired":false,"isUnique":false,"kind":"attribute","name":"position","storageType":"INTEGER","typeName":"int64"}"#
+            ))
         let rebuilt = try Schema(description: description)
         #expect(rebuilt.fingerprint == orderSchema.fingerprint)
         let decoded = try JSONDecoder().decode(SchemaDescription.self, from: try description.canonicalJSON())
@@ -77,10 +81,14 @@ struct OrderedTests {
     func orderedManyToManyRefused() throws {
         let error = try #require(throws: SkyrosError.self) { try Schema([Shelf.self, Volume.self]).validate() }
         #expect(error.code == .invalidSchema)
-        #expect(error.message.contains("Shelf.volumes: a many-to-many relationship ordered on both sides is not supported yet"))
+        #expect(
+            error.message.contains(
+                "Shelf.volumes: a many-to-many relationship ordered on both sides is not supported yet"))
     }
 
-    @Test("insert, move and remove at an index keep the order, in the context, the main context and the store", arguments: StoreKind.allCases)
+    @Test(
+        "insert, move and remove at an index keep the order, in the context, the main context and the store",
+        arguments: StoreKind.allCases)
     func insertMoveRemove(kind: StoreKind) throws {
         let stack = try stack(kind)
         try stack.store.writeAndWait { context in
@@ -137,7 +145,9 @@ struct OrderedTests {
         #expect(try Self.positionCount(stack) == 7)
     }
 
-    @Test("a reversed list, many inserts at one place and a list set anew keep the order the user gave", arguments: StoreKind.allCases)
+    @Test(
+        "a reversed list, many inserts at one place and a list set anew keep the order the user gave",
+        arguments: StoreKind.allCases)
     func reorderings(kind: StoreKind) throws {
         let stack = try stack(kind)
         let titles = (0..<50).map { "s\($0)" }
@@ -276,13 +286,16 @@ struct OrderedTests {
         #expect(try Self.stored(stack) == "l:c,b,a")
     }
 
-    @Test("seeded random sequences of inserts, moves, removals, deletes, undo and redo: the store always shows the main context's order", arguments: StoreKind.allCases)
+    @Test(
+        "seeded random sequences of inserts, moves, removals, deletes, undo and redo: the store always shows the main context's order",
+        arguments: StoreKind.allCases)
     func randomSequences(kind: StoreKind) throws {
         let stack = try stack(kind)
         let main = stack.store.mainContext
         let undo = UndoManager()
         main.undoManager = undo
-        let sequence = UndoSequence(edits: 10, undos: 3, redos: 3, steps: 120, seedVariable: "ORDER_SEED", seed: 0x0D_E5_ED)
+        let sequence = UndoSequence(
+            edits: 10, undos: 3, redos: 3, steps: 120, seedVariable: "ORDER_SEED", seed: 0x0D_E5_ED)
         let counts = try sequence.run(stack, undo, graph: Self.graph) { choice, serial, generator in
             let lists = try Checklist.all(in: main).sorted { $0.name < $1.name }
             switch choice {
@@ -304,7 +317,8 @@ struct OrderedTests {
                 steps.insert(step, at: to)
                 list.steps = steps
             case 7:  // move to another list, through the to-one (last there)
-                guard let from = lists.randomElement(using: &generator), let step = from.steps.randomElement(using: &generator),
+                guard let from = lists.randomElement(using: &generator),
+                    let step = from.steps.randomElement(using: &generator),
                     let to = lists.randomElement(using: &generator), to !== from
                 else { return false }
                 step.checklist = to
@@ -330,7 +344,9 @@ struct OrderedTests {
         #expect(try Self.graph(main).contains(","), "some list has several steps at the end")
     }
 
-    @Test("turning a to-many into an ordered to-many on a populated store is inferred: the steps keep their creation order, then move")
+    @Test(
+        "turning a to-many into an ordered to-many on a populated store is inferred: the steps keep their creation order, then move"
+    )
     func migrationToOrdered() throws {
         let directory = try TemporaryDirectory()
         let url = directory.file("store.sqlite")
@@ -346,7 +362,8 @@ struct OrderedTests {
                 }
             }
         }
-        let store = try Skyros(sqliteStack: Schema([Checklist.self, Step.self], version: 2), at: url, savesOnStop: false)
+        let store = try Skyros(
+            sqliteStack: Schema([Checklist.self, Step.self], version: 2), at: url, savesOnStop: false)
         #expect(try Self.graph(store.mainContext) == "l:a,b,c")
         #expect(try Self.positionCount(store) == 0)
         // The first move places every step (they had no position); later ones write one row.
@@ -371,12 +388,15 @@ struct OrderedTests {
             let store = try Skyros(sqliteStack: orderSchema, at: url, savesOnStop: false)
             try store.writeAndWait { context in Self.make("l", ["b", "a"], in: context) }
         }
-        let store = try Skyros(sqliteStack: Schema([ChecklistV1.self, StepV1.self], version: 2), at: url, savesOnStop: false)
+        let store = try Skyros(
+            sqliteStack: Schema([ChecklistV1.self, StepV1.self], version: 2), at: url, savesOnStop: false)
         let steps = try store.read { context in try ChecklistV1.first(in: context)?.steps.map(\.title).sorted() }
         #expect(steps == ["a", "b"])
         let sqlite = try #require(store.store as? SQLiteStore)
         let tables = try sqlite.rows("SELECT name FROM sqlite_master WHERE type = 'table'").map { "\($0[0])" }
-        #expect(tables.contains { $0.contains("Step") } && !tables.contains { $0.contains("_Checklist_steps") }, "\(tables)")
+        #expect(
+            tables.contains { $0.contains("Step") } && !tables.contains { $0.contains("_Checklist_steps") }, "\(tables)"
+        )
     }
 
     @Test("skyros dump lists positions as rows of the order entity, and skyros import brings the order back")
@@ -400,7 +420,9 @@ struct OrderedTests {
         #expect(try Self.graph(store.mainContext) == "l:z,y,x")
     }
 
-    @Test("two client processes through skyrosd: a move in one is a move in the other's controller; moves of two steps are both kept")
+    @Test(
+        "two client processes through skyrosd: a move in one is a move in the other's controller; moves of two steps are both kept"
+    )
     func movesAcrossProcesses() async throws {
         let stack = try stack(.shared)
         let container = try #require(stack.daemon).container.url
@@ -483,7 +505,9 @@ struct OrderedTests {
             Self.make("l", ["a", "b", "s"], in: context)
             Self.make("m", ["x"], in: context)
         }
-        let (a, b) = (ObjectContext(name: "A", parent: stack.store.store), ObjectContext(name: "B", parent: stack.store.store))
+        let (a, b) = (
+            ObjectContext(name: "A", parent: stack.store.store), ObjectContext(name: "B", parent: stack.store.store)
+        )
         try a.performAndWait {
             let list = try checklist("l", in: a)
             list.steps = [try step("s", in: a)] + list.steps.filter { $0.title != "s" }
@@ -503,7 +527,9 @@ struct OrderedTests {
             Self.make("l", ["a", "b"], in: context)
             Self.make("m", ["s"], in: context)
         }
-        let (a, b) = (ObjectContext(name: "A", parent: stack.store.store), ObjectContext(name: "B", parent: stack.store.store))
+        let (a, b) = (
+            ObjectContext(name: "A", parent: stack.store.store), ObjectContext(name: "B", parent: stack.store.store)
+        )
         try a.performAndWait {
             let list = try checklist("l", in: a)
             list.steps = [try step("s", in: a)] + list.steps

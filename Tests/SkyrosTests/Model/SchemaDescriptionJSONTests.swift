@@ -48,7 +48,9 @@ struct SchemaDescriptionJSONTests {
                         inverse: maybe(text()), isRequired: flag(),
                         defaultValue: defaults[Int(generator.next() % UInt64(defaults.count))])
                 },
-                indexes: (0..<Int(generator.next() % 3)).map { _ in (0..<Int(1 + generator.next() % 2)).map { _ in text() } },
+                indexes: (0..<Int(generator.next() % 3)).map { _ in
+                    (0..<Int(1 + generator.next() % 2)).map { _ in text() }
+                },
                 originalName: maybe(text()))
         }
         return SchemaDescription(entities: entities)
@@ -64,10 +66,18 @@ struct SchemaDescriptionJSONTests {
         }
         for value in Self.doubles {
             let description = SchemaDescription(entities: [
-                .init(name: "E", properties: [.init(name: "d", kind: "attribute", storageType: .real, isOptional: false, typeName: "double", defaultValue: .real(value))])
+                .init(
+                    name: "E",
+                    properties: [
+                        .init(
+                            name: "d", kind: "attribute", storageType: .real, isOptional: false, typeName: "double",
+                            defaultValue: .real(value))
+                    ])
             ])
             #expect(Array(try description.canonicalJSON()) == (try Self.foundationBytes(description)), "\(value)")
-            #expect(try SchemaDescription(json: description.canonicalJSON()).entities[0].properties[0].defaultValue?.value == .real(value))
+            #expect(
+                try SchemaDescription(json: description.canonicalJSON()).entities[0].properties[0].defaultValue?.value
+                    == .real(value))
         }
     }
 
@@ -75,7 +85,13 @@ struct SchemaDescriptionJSONTests {
     func nonFiniteDefault() throws {
         for value in [Double.nan, .infinity, -.infinity] {
             let description = SchemaDescription(entities: [
-                .init(name: "E", properties: [.init(name: "d", kind: "attribute", storageType: .real, isOptional: false, typeName: "double", defaultValue: .real(value))])
+                .init(
+                    name: "E",
+                    properties: [
+                        .init(
+                            name: "d", kind: "attribute", storageType: .real, isOptional: false, typeName: "double",
+                            defaultValue: .real(value))
+                    ])
             ])
             #expect(throws: EncodingError.self) { try description.canonicalJSON() }
             #expect(throws: EncodingError.self) { try Self.foundationBytes(description) }

@@ -47,7 +47,9 @@ struct ObservationProcessTests {
         return log
     }
 
-    @Test("a controller receives another process's saves as the same incremental changes, and converges after the daemon is SIGKILLed and restarted")
+    @Test(
+        "a controller receives another process's saves as the same incremental changes, and converges after the daemon is SIGKILLed and restarted"
+    )
     func acrossProcesses() throws {
         let groups = process.groupsDirectory()
         defer { try? FileManager.default.removeItem(atPath: groups) }
@@ -85,7 +87,9 @@ struct ObservationProcessTests {
         #expect(daemon.wait() == .exited(0))
     }
 
-    @Test("a controller whose client missed events (a tiny event queue, the main context held busy) catches up with consistent changes and converges")
+    @Test(
+        "a controller whose client missed events (a tiny event queue, the main context held busy) catches up with consistent changes and converges"
+    )
     func missedEvents() throws {
         let groups = process.groupsDirectory()
         defer { try? FileManager.default.removeItem(atPath: groups) }
@@ -124,7 +128,8 @@ struct ObservationProcessTests {
         // every 100 ms).
         let metrics = try OperatingToolTests.run(["metrics", "--group", "g", "--groups-dir", groups])
         #expect(metrics.status == 0, "\(metrics.stderr)")
-        let catchUps = metrics.stdout.split(separator: "\n").first { $0.hasPrefix("skyros_catch_ups_total ") }
+        let catchUps =
+            metrics.stdout.split(separator: "\n").first { $0.hasPrefix("skyros_catch_ups_total ") }
             .flatMap { Double($0.split(separator: " ").last ?? "") } ?? 0
         #expect(catchUps >= 1, "\(metrics.stdout)")
         store.mainContext.performAndWait {

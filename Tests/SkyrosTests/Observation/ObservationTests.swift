@@ -70,7 +70,8 @@ struct SectionedIDs: Equatable, CustomStringConvertible {
                 insertions.append((to, object.objectID))
             }
         }
-        for path in removals.sorted(by: >) where path.section < result.sections.count && path.item < result.sections[path.section].ids.count {
+        for path in removals.sorted(by: >)
+        where path.section < result.sections.count && path.item < result.sections[path.section].ids.count {
             result.sections[path.section].ids.remove(at: path.item)
         }
         var deletedSections: [Int] = []
@@ -132,9 +133,12 @@ struct ObservationTests {
             predicate: #Predicate { $0.age > 30 }, sortBy: [SortDescriptor(\.lastname), SortDescriptor(\.firstname)])
     }
 
-    func controller(_ stack: TestStack, sections: Bool = true) throws -> (FetchedResultsController<User>, ChangeRecorder<User>) {
+    func controller(_ stack: TestStack, sections: Bool = true) throws -> (
+        FetchedResultsController<User>, ChangeRecorder<User>
+    ) {
         let controller = FetchedResultsController<User>(
-            fetch: Self.descriptor, sectionKeyPath: sections ? \.lastnameInitial : nil, context: stack.store.mainContext)
+            fetch: Self.descriptor, sectionKeyPath: sections ? \.lastnameInitial : nil, context: stack.store.mainContext
+        )
         let recorder = ChangeRecorder<User>()
         controller.onChange = { recorder.calls.append($0) }
         try controller.performFetch()
@@ -142,7 +146,9 @@ struct ObservationTests {
     }
 
     /// A stack of this kind holding Ann Baker (40), and a controller over it.
-    func controllerOverAnn(_ kind: StoreKind) throws -> (TestStack, FetchedResultsController<User>, ChangeRecorder<User>) {
+    func controllerOverAnn(_ kind: StoreKind) throws -> (
+        TestStack, FetchedResultsController<User>, ChangeRecorder<User>
+    ) {
         let stack = try TestStack(kind)
         try stack.store.writeAndWait { context in _ = user(context, "Ann", "Baker", age: 40) }
         let (controller, recorder) = try controller(stack)
@@ -162,7 +168,9 @@ struct ObservationTests {
         if let last = recorder.calls.last {
             var invalid: [String] = []
             let applied = before.applying(last, invalid: &invalid)
-            #expect(invalid.isEmpty, "\(invalid) before \(before) changes \(last.objects.map { "\($0)" })", sourceLocation: sourceLocation)
+            #expect(
+                invalid.isEmpty, "\(invalid) before \(before) changes \(last.objects.map { "\($0)" })",
+                sourceLocation: sourceLocation)
             #expect(applied == fresh, "applied \(applied) vs fetch \(fresh)", sourceLocation: sourceLocation)
         }
     }
@@ -186,12 +194,16 @@ struct ObservationTests {
         #expect(recorder.calls.isEmpty)
     }
 
-    @Test("insert, update in place, move across the sort and sections, start and stop matching, delete: one onChange per save, consistent index paths", arguments: kinds)
+    @Test(
+        "insert, update in place, move across the sort and sections, start and stop matching, delete: one onChange per save, consistent index paths",
+        arguments: kinds)
     func scenarios(kind: StoreKind) throws {
         let stack = try TestStack(kind)
         var ids: [String: ObjectID] = [:]
         try stack.store.writeAndWait { context in
-            for (first, last, age) in [("Ann", "Baker", 40), ("Bob", "Adams", 35), ("Cid", "Brown", 50), ("Dan", "Young", 20)] {
+            for (first, last, age) in [
+                ("Ann", "Baker", 40), ("Bob", "Adams", 35), ("Cid", "Brown", 50), ("Dan", "Young", 20),
+            ] {
                 ids[first] = user(context, first, last, age: age).objectID
             }
         }
@@ -249,7 +261,9 @@ struct ObservationTests {
         }
     }
 
-    @Test("the main context's own edits reach the controller, once (not again at their save); a reset reloads it", arguments: kinds)
+    @Test(
+        "the main context's own edits reach the controller, once (not again at their save); a reset reloads it",
+        arguments: kinds)
     func mainContextEdits(kind: StoreKind) throws {
         let (stack, controller, recorder) = try controllerOverAnn(kind)
         let main = stack.store.mainContext
@@ -279,7 +293,8 @@ struct ObservationTests {
         try stack.store.writeAndWait { context in
             for age in [31, 32, 33, 34] { _ = user(context, "U\(age)", "Same", age: age) }
         }
-        var descriptor = FetchDescriptor<User>(predicate: #Predicate { $0.age > 30 }, sortBy: [SortDescriptor(\.age, order: .reverse)])
+        var descriptor = FetchDescriptor<User>(
+            predicate: #Predicate { $0.age > 30 }, sortBy: [SortDescriptor(\.age, order: .reverse)])
         descriptor.fetchLimit = 3
         let controller = FetchedResultsController<User>(fetch: descriptor, context: stack.store.mainContext)
         let recorder = ChangeRecorder<User>()
@@ -307,13 +322,23 @@ struct ObservationTests {
     final class Delegate: FetchedResultsControllerDelegate {
         typealias Object = User
         var log: [String] = []
-        func fetchedResultsControllerDidPerformFetch(_ controller: FetchedResultsController<User>) { log.append("fetch") }
-        func fetchedResultsControllerWillChangeContent(_ controller: FetchedResultsController<User>) { log.append("will") }
-        func fetchedResultsControllerDidChangeContent(_ controller: FetchedResultsController<User>) { log.append("did") }
-        func fetchedResultsController(_ controller: FetchedResultsController<User>, didChangeObject change: FetchedResultsObjectChange<User>) {
+        func fetchedResultsControllerDidPerformFetch(_ controller: FetchedResultsController<User>) {
+            log.append("fetch")
+        }
+        func fetchedResultsControllerWillChangeContent(_ controller: FetchedResultsController<User>) {
+            log.append("will")
+        }
+        func fetchedResultsControllerDidChangeContent(_ controller: FetchedResultsController<User>) {
+            log.append("did")
+        }
+        func fetchedResultsController(
+            _ controller: FetchedResultsController<User>, didChangeObject change: FetchedResultsObjectChange<User>
+        ) {
             if case .insert(let object, _) = change { log.append("insert \(object.firstname)") }
         }
-        func fetchedResultsController(_ controller: FetchedResultsController<User>, didChangeSection change: FetchedResultsSectionChange<User>) {
+        func fetchedResultsController(
+            _ controller: FetchedResultsController<User>, didChangeSection change: FetchedResultsSectionChange<User>
+        ) {
             if case .insert(let section, _) = change { log.append("section \(section.name)") }
         }
     }
@@ -342,10 +367,13 @@ struct ObservationTests {
             fetch: FetchDescriptor(sortBy: [SortDescriptor(\.age)]), sectionKeyPath: \.lastnameInitial,
             context: stack.store.mainContext)
         let error = #expect(throws: SkyrosError.self) { try controller.performFetch() }
-        #expect(error?.code == .unsupportedPredicate && error?.message.contains("sort by the section key first") == true)
+        #expect(
+            error?.code == .unsupportedPredicate && error?.message.contains("sort by the section key first") == true)
     }
 
-    @Test("random inserts, updates and deletes: each reported change turns the old results into a fresh fetch's", arguments: [1, 2, 3, 4] as [UInt64])
+    @Test(
+        "random inserts, updates and deletes: each reported change turns the old results into a fresh fetch's",
+        arguments: [1, 2, 3, 4] as [UInt64])
     func randomSequences(seed: UInt64) throws {
         let stack = try TestStack(seed % 2 == 0 ? .inMemory : .sqlite)
         let (controller, recorder) = try controller(stack)
@@ -366,7 +394,13 @@ struct ObservationTests {
             var created: [ObjectID] = []
             var removed: Set<ObjectID> = []
             let operations = Int.random(in: 1...3, using: &random)
-            let plan = (0..<operations).map { _ in (Int.random(in: 0..<10, using: &random), Int.random(in: 0..<1_000, using: &random), Int.random(in: 0..<70, using: &random), lastnames[Int.random(in: 0..<lastnames.count, using: &random)]) }
+            let plan = (0..<operations).map { _ in
+                (
+                    Int.random(in: 0..<10, using: &random), Int.random(in: 0..<1_000, using: &random),
+                    Int.random(in: 0..<70, using: &random),
+                    lastnames[Int.random(in: 0..<lastnames.count, using: &random)]
+                )
+            }
             let targets = alive
             try stack.store.writeAndWait { context in
                 for (kind, pick, age, lastname) in plan {
@@ -391,7 +425,10 @@ struct ObservationTests {
             alive = alive.filter { !removed.contains($0) } + created
             #expect(recorder.calls.count <= calls + 1)
             if recorder.calls.count == calls + 1 { try expectConsistent(controller, recorder, before: before) }
-            #expect(SectionedIDs(controller.sections) == (try SectionedIDs(fetching: Self.descriptor, section: { $0.lastnameInitial }, in: stack.store.mainContext)))
+            #expect(
+                SectionedIDs(controller.sections)
+                    == (try SectionedIDs(
+                        fetching: Self.descriptor, section: { $0.lastnameInitial }, in: stack.store.mainContext)))
             #expect(windowRecorder.calls.count <= windowCalls + 1)
             if windowRecorder.calls.count == windowCalls + 1 {
                 try expectConsistent(window, windowRecorder, before: windowBefore, sections: false)
@@ -402,7 +439,9 @@ struct ObservationTests {
         #expect(recorder.calls.count > 100)
     }
 
-    @Test("entity monitors: .onSave sees saves and merges, .onChange also the main context's own edits; a filter applies; one call per change", arguments: kinds)
+    @Test(
+        "entity monitors: .onSave sees saves and merges, .onChange also the main context's own edits; a filter applies; one call per change",
+        arguments: kinds)
     func entityMonitor(kind: StoreKind) throws {
         let stack = try TestStack(kind)
         let main = stack.store.mainContext
@@ -437,7 +476,9 @@ struct ObservationTests {
         #expect((saves.count, changes.count) == counts)
     }
 
-    @Test("an .onChange monitor reports a main-context insert, update and delete once, when the block ends, and not again at the save; .onSave reports the save", arguments: kinds)
+    @Test(
+        "an .onChange monitor reports a main-context insert, update and delete once, when the block ends, and not again at the save; .onSave reports the save",
+        arguments: kinds)
     func onChangeMonitorReportsOnce(kind: StoreKind) throws {
         let stack = try TestStack(kind)
         let main = stack.store.mainContext
@@ -480,7 +521,9 @@ struct ObservationTests {
         #expect(savesLog.calls.count == 5 && savesLog.calls[4].inserted.map(\.firstname) == ["Cid"])
     }
 
-    @Test("a controller reports a main-context edit once: at the end of the block, not again at the save", arguments: kinds)
+    @Test(
+        "a controller reports a main-context edit once: at the end of the block, not again at the save",
+        arguments: kinds)
     func controllerReportsMainEditOnce(kind: StoreKind) throws {
         let (stack, controller, recorder) = try controllerOverAnn(kind)
         let main = stack.store.mainContext
@@ -525,7 +568,9 @@ struct ObservationTests {
         #expect(try await iterator.next()?.total == 9)
     }
 
-    @Test("observe: the first value at once, a new value after a change to what the block read, duplicates dropped, nothing for other entities; ending the loop frees it", arguments: kinds)
+    @Test(
+        "observe: the first value at once, a new value after a change to what the block read, duplicates dropped, nothing for other entities; ending the loop frees it",
+        arguments: kinds)
     func observe(kind: StoreKind) async throws {
         let stack = try TestStack(kind)
         let store = stack.store
@@ -565,7 +610,9 @@ struct ObservationTests {
         var total: Int
     }
 
-    @Test("observe of a value that is not Equatable keeps equal values, and gives nothing for another entity's change", arguments: kinds)
+    @Test(
+        "observe of a value that is not Equatable keeps equal values, and gives nothing for another entity's change",
+        arguments: kinds)
     func observeKeepsDuplicates(kind: StoreKind) async throws {
         let stack = try TestStack(kind)
         let store = stack.store
@@ -597,4 +644,3 @@ struct ObservationTests {
         }
     }
 }
-

@@ -9,7 +9,8 @@ struct ApplicationGroupTests {
     @Test("SKYROS_GROUPS_DIR comes first")
     func groupsDirFirst() throws {
         let url = try Skyros.containerURL(
-            forApplicationGroup: "com.example.todo", environment: ["SKYROS_GROUPS_DIR": "/tmp/groups", "HOME": "/home/a"],
+            forApplicationGroup: "com.example.todo",
+            environment: ["SKYROS_GROUPS_DIR": "/tmp/groups", "HOME": "/home/a"],
             systemStateDirectory: noSystem)
         #expect(url.path == "/tmp/groups/com.example.todo")
     }
@@ -38,7 +39,9 @@ struct ApplicationGroupTests {
 
     @Test(
         "invalid identifiers are refused with a typed error, and no file is touched",
-        arguments: ["", String(repeating: "a", count: 129), "a/b", "..", "a..b", "a b", "é", "a;b", "../etc", "a\u{0}b"])
+        arguments: [
+            "", String(repeating: "a", count: 129), "a/b", "..", "a..b", "a b", "é", "a;b", "../etc", "a\u{0}b",
+        ])
     func invalid(identifier: String) throws {
         let directory = try TemporaryDirectory()
         #expect {

@@ -1,9 +1,10 @@
 import Foundation
 import Skyros
-@testable import SkyrosShared
 import SkyrosTestSupport
 import SkyrosWire
 import Testing
+
+@testable import SkyrosShared
 
 /// Batch operations through a group's daemon (issue 18): one change set, exactly once, its
 /// event reaching the other processes.
@@ -27,17 +28,23 @@ struct BatchProcessTests {
         }
     }
 
-    @Test("a batch saved by another process reaches this one: held objects take the new values, deleted ones read as deleted, one monitor change each")
+    @Test(
+        "a batch saved by another process reaches this one: held objects take the new values, deleted ones read as deleted, one monitor change each"
+    )
     func otherProcess() throws {
         let daemon = try RunningDaemon()
-        let store = try Skyros(sharedStack: testSchema, container: daemon.container.url, timeout: 10, savesOnStop: false)
+        let store = try Skyros(
+            sharedStack: testSchema, container: daemon.container.url, timeout: 10, savesOnStop: false)
         try users(store, count: 20)
         let main = store.mainContext
         let held = try main.performAndWait { try User.all(in: main) }
         #expect(held.count == 20)
         let monitor = EntityMonitor<User>(context: main, frequency: .onSave)
         let log = MonitorLog()
-        monitor.onChange = { log.changes.append($0); log.signal.signal() }
+        monitor.onChange = {
+            log.changes.append($0)
+            log.signal.signal()
+        }
 
         let updater = try ChildProcess(["batch", daemon.container.url.path, "update", "10"])
         #expect(updater.waitForLine("DONE 10", seconds: 30))
@@ -64,11 +71,15 @@ struct BatchProcessTests {
         #expect(daemon.server.statistics.changeSets == 3)
     }
 
-    @Test("a batch of more objects than an event names: the event has empty lists, and the other clients read again what they hold")
+    @Test(
+        "a batch of more objects than an event names: the event has empty lists, and the other clients read again what they hold"
+    )
     func unlisted() async throws {
         let daemon = try RunningDaemon()
-        let author = try Skyros(sharedStack: testSchema, container: daemon.container.url, timeout: 20, savesOnStop: false)
-        let other = try Skyros(sharedStack: testSchema, container: daemon.container.url, timeout: 20, savesOnStop: false)
+        let author = try Skyros(
+            sharedStack: testSchema, container: daemon.container.url, timeout: 20, savesOnStop: false)
+        let other = try Skyros(
+            sharedStack: testSchema, container: daemon.container.url, timeout: 20, savesOnStop: false)
         let total = WireProtocol.maximumBatchEventObjects + 5
         try users(author, count: total)
         let main = other.mainContext
@@ -78,7 +89,9 @@ struct BatchProcessTests {
         let observation = main.addChangeObserver { changes in
             if changes.kind == .reloaded { reloaded.signal() }
         }
-        let authorHeld = try author.mainContext.performAndWait { try User.first(where: #Predicate { $0.age == 7 }, in: author.mainContext)! }
+        let authorHeld = try author.mainContext.performAndWait {
+            try User.first(where: #Predicate { $0.age == 7 }, in: author.mainContext)!
+        }
 
         #expect(try await author.batchUpdate(User.self, .set(\.lastname, to: "All")) == total)
         author.mainContext.performAndWait { #expect(authorHeld.lastname == "All") }
@@ -97,9 +110,12 @@ struct BatchProcessTests {
         let remote = try RemoteStore(schema: testSchema, container: daemon.container, timeout: 5, retryInterval: 0.3)
         let store = Skyros(sharedStack: remote, savesOnStop: false)
         try users(store, count: 10)
-        let held = try store.mainContext.performAndWait { try User.first(where: #Predicate { $0.age == 9 }, in: store.mainContext)! }
+        let held = try store.mainContext.performAndWait {
+            try User.first(where: #Predicate { $0.age == 9 }, in: store.mainContext)!
+        }
         remote.droppedSaveRepliesForTesting = 2
-        let changed = try await store.batchUpdate(User.self, where: #Predicate { $0.age >= 5 }, .set(\.lastname, to: "Once"))
+        let changed = try await store.batchUpdate(
+            User.self, where: #Predicate { $0.age >= 5 }, .set(\.lastname, to: "Once"))
         #expect(changed == 5)
         #expect(remote.droppedSaveRepliesForTesting == 0)
         store.mainContext.performAndWait { #expect(held.lastname == "Once") }

@@ -120,7 +120,8 @@ struct ConnectionLimitProcessTests {
             print("skyrosd's log:\n" + text.suffix(4_000))
         }
         let container = GroupContainer(url: URL(fileURLWithPath: groups).appendingPathComponent("g"))
-        let requests = Self.idleConnections(1_100, to: container.url.appendingPathComponent("requests.ipc").path, seconds: 3)
+        let requests = Self.idleConnections(
+            1_100, to: container.url.appendingPathComponent("requests.ipc").path, seconds: 3)
         let events = Self.idleConnections(600, to: container.url.appendingPathComponent("events.ipc").path, seconds: 2)
         defer { for fd in requests + events { close(fd) } }
         #expect(requests.count == 1_100)
@@ -143,7 +144,8 @@ struct ConnectionLimitProcessTests {
         #expect(isRunning(daemon.pid))
         #expect(openDescriptors(daemon.pid) < 1_024)
         // More idle connections while the member is connected: it is kept (it said hello).
-        let more = Self.idleConnections(1_100, to: container.url.appendingPathComponent("requests.ipc").path, seconds: 3)
+        let more = Self.idleConnections(
+            1_100, to: container.url.appendingPathComponent("requests.ipc").path, seconds: 3)
         defer { for fd in more { close(fd) } }
         var count = -1
         store.read { count = try User.count(in: $0) }
@@ -164,8 +166,12 @@ struct ConnectionLimitProcessTests {
         defer { member.close() }
         try member.setReceiveTimeout(milliseconds: 5_000)
         try member.connect(container.requestsEndpoint)
-        try member.send([Data(WireMessage(
-            requestID: 1, body: .hello(try WireMessage.Hello(schema: testSchema, clientName: "member"))).encoded())])
+        try member.send([
+            Data(
+                WireMessage(
+                    requestID: 1, body: .hello(try WireMessage.Hello(schema: testSchema, clientName: "member"))
+                ).encoded())
+        ])
         let welcome = try WireMessage.decode([UInt8](try member.receive().last ?? Data()))
         guard case .welcome = welcome.body else {
             Issue.record("no welcome: \(welcome.body)")
@@ -211,11 +217,14 @@ struct ConnectionLimitProcessTests {
         #expect(answered == 30_000)
         let rss1 = Self.residentKB(daemon.pid)
         let log1 = logSize()
-        let refused = try GarbageClient(container.requestsEndpoint, schema: testSchema).longNameHellos(60, nameBytes: 1 << 20)
+        let refused = try GarbageClient(container.requestsEndpoint, schema: testSchema).longNameHellos(
+            60, nameBytes: 1 << 20)
         #expect(refused == 60)
         let rss2 = Self.residentKB(daemon.pid)
         let log2 = logSize()
-        print("garbage: RSS \(rss0) kB, after 30,000 malformed frames \(rss1) kB, after 60 1 MiB hellos \(rss2) kB; log \(log0) → \(log1) → \(log2) bytes")
+        print(
+            "garbage: RSS \(rss0) kB, after 30,000 malformed frames \(rss1) kB, after 60 1 MiB hellos \(rss2) kB; log \(log0) → \(log1) → \(log2) bytes"
+        )
         #expect(rss1 - rss0 < 20 * 1_024)
         #expect(rss2 - rss1 < 20 * 1_024)
         #expect(log1 - log0 < 1 << 20 && log2 - log1 < 1 << 20)

@@ -20,7 +20,8 @@ struct StoreContents {
         func text(_ value: StoredValue) -> String { if case .text(let v) = value { v } else { "?" } }
         var lines = try store.rows("SELECT label, uses FROM \"Tag\"").map { "tag \(text($0[0]))=\(int($0[1]))" }
         users = [:]
-        for row in try store.rows("""
+        for row in try store.rows(
+            """
             SELECT u."lastname", (SELECT count(*) FROM "Post" p WHERE p."author" = u."_id") FROM "User" u \
             WHERE u."firstname" = 'storm'
             """)
@@ -52,7 +53,9 @@ struct CrashRecoveryTests {
         return text.split(separator: "\n").map(String.init).sorted()
     }
 
-    @Test("kill storm: 8 clients × 500 change sets while skyrosd is SIGKILLed at random moments; nothing lost, nothing twice")
+    @Test(
+        "kill storm: 8 clients × 500 change sets while skyrosd is SIGKILLed at random moments; nothing lost, nothing twice"
+    )
     func killStorm() throws {
         let groups = process.groupsDirectory()
         defer { try? FileManager.default.removeItem(atPath: groups) }
@@ -62,7 +65,9 @@ struct CrashRecoveryTests {
         let perWriter = 500
         let writers = try (0..<8).map { try ChildProcess(["storm-writer", container.path, "\($0)", "\(perWriter)"]) }
         for writer in writers { #expect(writer.waitForLine("READY")) }
-        #expect(FileManager.default.createFile(atPath: container.appendingPathComponent("go").path, contents: Data("go\n".utf8)))
+        #expect(
+            FileManager.default.createFile(
+                atPath: container.appendingPathComponent("go").path, contents: Data("go\n".utf8)))
 
         // SIGKILL the daemon at random moments while the writers write, at least 5 times (the
         // writers' work is sized for that: with 300 change sets each, a faster client once
@@ -107,17 +112,23 @@ struct CrashRecoveryTests {
             #expect(writer.wait(seconds: 40) == .exited(0))
             let output = writer.readAll()
             // Every change set a client saw acknowledged is stored, exactly once.
-            let acknowledged = output.split(separator: "\n").filter { $0.hasPrefix("ACK ") }.map { String($0.dropFirst(4)) }
+            let acknowledged = output.split(separator: "\n").filter { $0.hasPrefix("ACK ") }.map {
+                String($0.dropFirst(4))
+            }
             #expect(acknowledged.count == perWriter)
             let missing = acknowledged.filter { contents.users[$0] != 1 }
             #expect(missing.isEmpty, "writer \(index): acknowledged but not stored once: \(missing.prefix(5))")
-            #expect(digest(container, "\(index)") == contents.digest, "writer \(index)'s main context differs from the store")
+            #expect(
+                digest(container, "\(index)") == contents.digest,
+                "writer \(index)'s main context differs from the store")
         }
         kill(daemon.pid, SIGTERM)
         #expect(daemon.wait() == .exited(0))
     }
 
-    @Test("batch storm: 200 batch updates and deletes while skyrosd is SIGKILLed at random moments; each applied exactly once")
+    @Test(
+        "batch storm: 200 batch updates and deletes while skyrosd is SIGKILLed at random moments; each applied exactly once"
+    )
     func batchStorm() throws {
         let groups = process.groupsDirectory()
         defer { try? FileManager.default.removeItem(atPath: groups) }
@@ -127,7 +138,9 @@ struct CrashRecoveryTests {
         try makeTags(container, (0..<count).map { "s\($0)" })
         let batcher = try ChildProcess(["batch-storm", container.path, "\(count)"])
         #expect(batcher.waitForLine("READY"))
-        #expect(FileManager.default.createFile(atPath: container.appendingPathComponent("go").path, contents: Data("go\n".utf8)))
+        #expect(
+            FileManager.default.createFile(
+                atPath: container.appendingPathComponent("go").path, contents: Data("go\n".utf8)))
         var random = SystemRandomNumberGenerator()
         var kills = 0
         let deadline = Date().addingTimeInterval(90)
@@ -177,7 +190,9 @@ struct CrashRecoveryTests {
             try store.writeAndWait { context in Tag.create(in: context).label = "after-\(delay)" }
             let tags = try store.read { try Tag.count(in: $0) }
             #expect(tags == Int(delay == 0 ? 1 : delay == 20_000 ? 2 : 3))
-            if big == 20_000 { try store.writeAndWait { context in try User.all(in: context).forEach { context.delete($0) } } }
+            if big == 20_000 {
+                try store.writeAndWait { context in try User.all(in: context).forEach { context.delete($0) } }
+            }
         }
         // Otherwise every save was whole before its kill, and nothing here was tested.
         #expect(interrupted >= 1, "no kill landed before its save was committed")
@@ -216,7 +231,8 @@ struct CrashRecoveryTests {
             ["--group", "g", "--groups-dir", groups, "--history-count", "\(historyCount)"],
             executable: DaemonProcessTests.skyrosd, environment: ["NOTIFY_SOCKET": notify.path])
         #expect(notify.waitFor("READY=1"))
-        try "\(contents.lastSequence)\n".write(to: container.appendingPathComponent("check-w"), atomically: true, encoding: .utf8)
+        try "\(contents.lastSequence)\n".write(
+            to: container.appendingPathComponent("check-w"), atomically: true, encoding: .utf8)
         watcher.resume()
         #expect(watcher.wait(seconds: 40) == .exited(0))
         #expect(digest(container, "w") == contents.digest.filter { $0.hasPrefix("tag ") })

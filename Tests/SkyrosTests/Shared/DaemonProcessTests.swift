@@ -25,7 +25,9 @@ final class NotifySocket: @unchecked Sendable {
             guard descriptor.revents != 0 else { continue }
             var buffer = [UInt8](repeating: 0, count: 4096)
             let count = recv(fd, &buffer, buffer.count, 0)
-            if count > 0, String(decoding: buffer[0..<count], as: UTF8.self).split(separator: "\n").contains(Substring(state)) {
+            if count > 0,
+                String(decoding: buffer[0..<count], as: UTF8.self).split(separator: "\n").contains(Substring(state))
+            {
                 return true
             }
         }
@@ -47,7 +49,8 @@ struct DaemonProcessTests {
     func startDaemon(_ groups: String, sourceLocation: SourceLocation = #_sourceLocation) throws -> ChildProcess {
         let notify = try NotifySocket()
         let daemon = try ChildProcess(
-            ["--group", "g", "--groups-dir", groups], executable: Self.skyrosd, environment: ["NOTIFY_SOCKET": notify.path])
+            ["--group", "g", "--groups-dir", groups], executable: Self.skyrosd,
+            environment: ["NOTIFY_SOCKET": notify.path])
         #expect(notify.waitFor("READY=1"), "skyrosd did not get ready", sourceLocation: sourceLocation)
         return daemon
     }
@@ -106,9 +109,10 @@ struct DaemonProcessTests {
         #expect(!FileManager.default.fileExists(atPath: container.appendingPathComponent("store.sqlite-wal").path))
         let store = try SQLiteStore(schema: testSchema, url: container.appendingPathComponent("store.sqlite"))
         defer { try? store.close() }
-        let stored = Set(try store.rows(#"SELECT "lastname" FROM "User" WHERE "firstname" = 'ack'"#).map { row in
-            if case .text(let label) = row[0] { label } else { "?" }
-        })
+        let stored = Set(
+            try store.rows(#"SELECT "lastname" FROM "User" WHERE "firstname" = 'ack'"#).map { row in
+                if case .text(let label) = row[0] { label } else { "?" }
+            })
         #expect(Set(acknowledged).subtracting(stored).isEmpty, "acknowledged but not stored")
     }
 
@@ -120,7 +124,8 @@ struct DaemonProcessTests {
         let second = try ChildProcess(["--group", "g", "--groups-dir", groups], executable: Self.skyrosd)
         #expect(second.wait() == .exited(2))
         #expect(second.readAll().contains("another skyrosd already serves the group"))
-        let store = try Skyros(sharedStack: testSchema, container: URL(fileURLWithPath: groups).appendingPathComponent("g"))
+        let store = try Skyros(
+            sharedStack: testSchema, container: URL(fileURLWithPath: groups).appendingPathComponent("g"))
         var count = -1
         store.read { count = try User.count(in: $0) }
         #expect(count == 0)
@@ -219,7 +224,8 @@ struct DaemonProcessTests {
         let seenByMember = member.readAll()
         #expect(seenByOutsider.contains("RECEIVED 0"), "\(seenByOutsider)")
         // The control: the same subscriber run by a member receives heartbeats and the saves.
-        let count = seenByMember.split(separator: "\n").first { $0.hasPrefix("RECEIVED ") }
+        let count =
+            seenByMember.split(separator: "\n").first { $0.hasPrefix("RECEIVED ") }
             .flatMap { Int($0.dropFirst("RECEIVED ".count)) } ?? 0
         #expect(count >= 5, "\(seenByMember)")
         kill(daemon.pid, SIGTERM)
@@ -251,7 +257,8 @@ struct DaemonProcessTests {
                 failures.append(error.code)
             }
         }
-        #expect(FileManager.default.createFile(atPath: container.appendingPathComponent("stop-flood").path, contents: nil))
+        #expect(
+            FileManager.default.createFile(atPath: container.appendingPathComponent("stop-flood").path, contents: nil))
         for reader in readers {
             #expect(reader.wait(seconds: 30) == .exited(0))
             let output = reader.readAll()
@@ -360,9 +367,10 @@ struct DaemonProcessTests {
         let demo = try ChildProcess(["demo"], executable: ChildProcess.builtExecutable("skyros"))
         #expect(demo.wait(seconds: 50) == .exited(0))
         let output = demo.readAll()
-        for line in ["[alice] added 'buy milk'", "[bob] marked 'fix bike' done", "[watcher] saw everything",
-            "skyrosd stopped with status 0", "demo finished: 3 processes shared 6 todos through one daemon"]
-        {
+        for line in [
+            "[alice] added 'buy milk'", "[bob] marked 'fix bike' done", "[watcher] saw everything",
+            "skyrosd stopped with status 0", "demo finished: 3 processes shared 6 todos through one daemon",
+        ] {
             #expect(output.contains(line), "missing: \(line)")
         }
     }

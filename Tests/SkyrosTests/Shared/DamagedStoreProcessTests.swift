@@ -45,7 +45,9 @@ struct DamagedStoreProcessTests {
         #expect(try Data(contentsOf: store) == before)
     }
 
-    @Test("skyrosd --check: 0 for a healthy store, 1 with the findings for a damaged one, which skyrosd then refuses to serve")
+    @Test(
+        "skyrosd --check: 0 for a healthy store, 1 with the findings for a damaged one, which skyrosd then refuses to serve"
+    )
     func check() throws {
         let (directory, store) = try groups()
         defer { try? FileManager.default.removeItem(atPath: directory) }
@@ -62,12 +64,17 @@ struct DamagedStoreProcessTests {
         let before = try Data(contentsOf: store)
         (ending, output) = try skyrosd(directory, ["--check"])
         #expect(ending == .exited(1))
-        #expect(output.contains("the store at \(store.path) is damaged: PRAGMA integrity_check found: On tree page"), "\(output)")
+        #expect(
+            output.contains("the store at \(store.path) is damaged: PRAGMA integrity_check found: On tree page"),
+            "\(output)")
         #expect(try Data(contentsOf: store) == before)
 
         (ending, output) = try skyrosd(directory)
         #expect(ending == .exited(1))
-        #expect(output.contains("refusing to serve: the store at \(store.path) is damaged: PRAGMA quick_check found: On tree page"), "\(output)")
+        #expect(
+            output.contains(
+                "refusing to serve: the store at \(store.path) is damaged: PRAGMA quick_check found: On tree page"),
+            "\(output)")
         #expect(try Data(contentsOf: store) == before)
         #expect(!FileManager.default.fileExists(atPath: store.path + "-wal"))
     }

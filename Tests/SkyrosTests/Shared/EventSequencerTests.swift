@@ -1,8 +1,9 @@
 import Foundation
 import Skyros
-@testable import SkyrosShared
 import SkyrosWire
 import Testing
+
+@testable import SkyrosShared
 
 /// The client's event sequencing as a transcript: what happens, then the action expected.
 /// No socket, no thread, no sleep.
@@ -64,7 +65,9 @@ struct EventSequencerTests {
         #expect(machine.sequence == 4)
     }
 
-    @Test("own saves answered ahead of the events: counted once the events reach them, in any order, and forgotten once passed")
+    @Test(
+        "own saves answered ahead of the events: counted once the events reach them, in any order, and forgotten once passed"
+    )
     func ownSavesAhead() {
         var machine = EventSequencer(clientID: me, welcome: welcome(0))
         machine.saveSent()
@@ -239,11 +242,14 @@ struct RequestAttemptsTests {
         var attempts = RequestAttempts(now: start, timeout: .seconds(2), retryInterval: .seconds(1))
         _ = attempts.next(now: start)
         attempts.timedOut()
-        #expect(attempts.next(now: start + .seconds(1)) == .attempt(wait: .seconds(1), newConnection: true, sayHelloFirst: false))
+        #expect(
+            attempts.next(now: start + .seconds(1))
+                == .attempt(wait: .seconds(1), newConnection: true, sayHelloFirst: false))
         attempts.timedOut()
         // The last attempt gets what is left of the timeout, never less than 10 ms.
-        #expect(attempts.next(now: start + .milliseconds(1_995))
-            == .attempt(wait: .milliseconds(10), newConnection: true, sayHelloFirst: false))
+        #expect(
+            attempts.next(now: start + .milliseconds(1_995))
+                == .attempt(wait: .milliseconds(10), newConnection: true, sayHelloFirst: false))
         attempts.timedOut()
         #expect(attempts.next(now: start + .seconds(2)) == .fail)
         #expect(attempts.attempts == 3)
@@ -254,17 +260,22 @@ struct RequestAttemptsTests {
         var attempts = RequestAttempts(now: start, timeout: .seconds(5), retryInterval: .seconds(1))
         _ = attempts.next(now: start)
         attempts.helloRequired()
-        #expect(attempts.next(now: start + .milliseconds(1))
-            == .attempt(wait: .seconds(1), newConnection: false, sayHelloFirst: true))
+        #expect(
+            attempts.next(now: start + .milliseconds(1))
+                == .attempt(wait: .seconds(1), newConnection: false, sayHelloFirst: true))
         attempts.welcomed()
         attempts.timedOut()
-        #expect(attempts.next(now: start + .seconds(2)) == .attempt(wait: .seconds(1), newConnection: true, sayHelloFirst: false))
+        #expect(
+            attempts.next(now: start + .seconds(2))
+                == .attempt(wait: .seconds(1), newConnection: true, sayHelloFirst: false))
     }
 
     @Test("a request always gets one attempt, even with a timeout already past")
     func alwaysOneAttempt() {
         var attempts = RequestAttempts(now: start, timeout: .zero, retryInterval: .seconds(1))
-        #expect(attempts.next(now: start + .seconds(1)) == .attempt(wait: .milliseconds(10), newConnection: false, sayHelloFirst: false))
+        #expect(
+            attempts.next(now: start + .seconds(1))
+                == .attempt(wait: .milliseconds(10), newConnection: false, sayHelloFirst: false))
         #expect(attempts.next(now: start + .seconds(1)) == .fail)
     }
 }

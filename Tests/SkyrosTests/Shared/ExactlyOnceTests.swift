@@ -1,11 +1,12 @@
 import Foundation
-@testable import SkyrosShared
 import Skyros
 import SkyrosTestSupport
 import SkyrosWire
 import SkyrosZeroMQ
 import Testing
 import ZeroMQReference
+
+@testable import SkyrosShared
 
 @Suite("Exactly-once saves", .timeLimit(.minutes(3)))
 struct ExactlyOnceTests {
@@ -33,7 +34,9 @@ struct ExactlyOnceTests {
         #expect(daemon.server.statistics.changeSets == 1)
     }
 
-    @Test("a save with a unique attribute is one round trip: the store's commit is the check, naming entity, property and value")
+    @Test(
+        "a save with a unique attribute is one round trip: the store's commit is the check, naming entity, property and value"
+    )
     func uniqueCheckedAtCommit() throws {
         let daemon = try RunningDaemon()
         let remote = try RemoteStore(schema: testSchema, container: daemon.container)
@@ -62,7 +65,9 @@ struct ExactlyOnceTests {
         #expect(try remote.count(StoreRequest(entityName: "User")) == 2)
     }
 
-    @Test("updating objects the main context does not hold: the write's fetch and its save, no request to read them again")
+    @Test(
+        "updating objects the main context does not hold: the write's fetch and its save, no request to read them again"
+    )
     func updateOfObjectsNotHeld() throws {
         let daemon = try RunningDaemon()
         let remote = try RemoteStore(schema: testSchema, container: daemon.container)
@@ -79,7 +84,11 @@ struct ExactlyOnceTests {
         var sent = remote.requestsSentForTesting
         for (kind, count) in before { sent[kind, default: 0] -= count }
         #expect(sent.filter { $0.value > 0 } == [.fetch: 1, .save: 1])
-        #expect(try remote.count(StoreRequest(entityName: "User", predicate: .compare(.equal, .property(scope: 0, path: ["age"]), .constant(.integer(42))))) == 20)
+        #expect(
+            try remote.count(
+                StoreRequest(
+                    entityName: "User",
+                    predicate: .compare(.equal, .property(scope: 0, path: ["age"]), .constant(.integer(42))))) == 20)
         var ages: Set<Int> = []
         store.read { ages = Set(try User.all(in: $0).map(\.age)) }
         #expect(ages == [42])
@@ -111,9 +120,12 @@ struct ExactlyOnceTests {
         #expect(second == "After")
         // No fetch of what the events carried (a catch-up by changes-since, which a loaded
         // machine's late heartbeat may cause, is not one).
-        let asked = remoteB.requestsSentForTesting.filter { [.fetch, .snapshots, .fetchIdentifiers, .count].contains($0.key) }
-        #expect(asked == before.filter { [.fetch, .snapshots, .fetchIdentifiers, .count].contains($0.key) },
-                "B asked the daemon for what the events carried")
+        let asked = remoteB.requestsSentForTesting.filter {
+            [.fetch, .snapshots, .fetchIdentifiers, .count].contains($0.key)
+        }
+        #expect(
+            asked == before.filter { [.fetch, .snapshots, .fetchIdentifiers, .count].contains($0.key) },
+            "B asked the daemon for what the events carried")
     }
 
     @Test("a client is not sent the events of its own saves: it counts them as merged from their replies")
@@ -137,7 +149,8 @@ struct ExactlyOnceTests {
         #expect(seenByB == 30)
         // A was sent (almost) none of its own: only what was on its way before its event
         // socket's subscription reached the daemon.
-        #expect(remoteA.receivedEventsForTesting <= 3, "A received \(remoteA.receivedEventsForTesting) of its own events")
+        #expect(
+            remoteA.receivedEventsForTesting <= 3, "A received \(remoteA.receivedEventsForTesting) of its own events")
         // A still hears B.
         try await b.write { User.create(in: $0).handle = "b" }
         let change = try #require(await nextChange(aChanges))
@@ -164,9 +177,17 @@ struct ExactlyOnceTests {
             try socket.setReceiveTimeout(milliseconds: 5_000)
             try socket.connect(daemon.container.requestsEndpoint)
             // (A hello's description must have its fingerprint: the daemon checks every one.)
-            try socket.send([Data(WireMessage(requestID: 1, body: .hello(WireMessage.Hello(
-                schemaFingerprint: testSchema.fingerprint, schemaVersion: 1, clientName: "other \(index)", pid: 1,
-                schemaDescription: description))).encoded())])
+            try socket.send([
+                Data(
+                    WireMessage(
+                        requestID: 1,
+                        body: .hello(
+                            WireMessage.Hello(
+                                schemaFingerprint: testSchema.fingerprint, schemaVersion: 1,
+                                clientName: "other \(index)", pid: 1,
+                                schemaDescription: description))
+                    ).encoded())
+            ])
             _ = try socket.receive()
         }
         let remoteB = try RemoteStore(schema: testSchema, container: daemon.container)

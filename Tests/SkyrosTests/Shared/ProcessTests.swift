@@ -63,7 +63,8 @@ struct ProcessTests {
             setenv("SKYROS_CONCURRENCY_DEBUG", "1", 1)
             // A store file: only a cursor (SQLite) reuses objects. Removed before the trap
             // (the open files stay readable), as the process cannot clean up after it.
-            let directory = FileManager.default.temporaryDirectory.appendingPathComponent("skyros-concurrency-\(getpid())")
+            let directory = FileManager.default.temporaryDirectory.appendingPathComponent(
+                "skyros-concurrency-\(getpid())")
             try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
             let store = try Skyros(sqliteStack: testSchema, at: directory.appendingPathComponent("store.sqlite"))
             try store.writeAndWait { context in
@@ -74,7 +75,8 @@ struct ProcessTests {
                 context.reset()  // nothing registered: the fetch makes its objects (Post has no @Transient)
                 // Batches of 10: the objects of a batch are the previous batch's, reused when
                 // nothing holds them (so the one kept is taken once the last batch is made).
-                for (index, post) in try context.fetch(FetchDescriptor<Post>(), batchSize: 10).enumerated() where index == 20 {
+                for (index, post) in try context.fetch(FetchDescriptor<Post>(), batchSize: 10).enumerated()
+                where index == 20 {
                     leaked = post
                 }
             }

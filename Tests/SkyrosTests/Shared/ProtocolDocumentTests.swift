@@ -11,7 +11,8 @@ import ZeroMQReference
 @Suite("docs/PROTOCOL.md", .timeLimit(.minutes(3)))
 struct ProtocolDocumentTests {
     static let document: String = {
-        let url = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
+        let url = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
+            .deletingLastPathComponent()
             .deletingLastPathComponent().appendingPathComponent("docs/PROTOCOL.md")
         return (try? String(contentsOf: url, encoding: .utf8)) ?? ""
     }()
@@ -29,7 +30,9 @@ struct ProtocolDocumentTests {
     /// The bytes of a hex block: on each line, the two-digit hex tokens before the comment.
     static func hex(_ name: String) -> [UInt8] {
         example(name).split(separator: "\n").flatMap { line in
-            line.split(separator: " ").prefix { $0.count == 2 && UInt8($0, radix: 16) != nil }.map { UInt8($0, radix: 16)! }
+            line.split(separator: " ").prefix { $0.count == 2 && UInt8($0, radix: 16) != nil }.map {
+                UInt8($0, radix: 16)!
+            }
         }
     }
 
@@ -47,7 +50,8 @@ struct ProtocolDocumentTests {
     @Test("the document's decimal examples are the code's ordered texts")
     func decimalExamples() throws {
         let section = try #require(Self.document.range(of: "#### Decimal values"))
-        let end = Self.document.range(of: "`ObjectID` =", range: section.upperBound..<Self.document.endIndex)?.lowerBound
+        let end = Self.document.range(of: "`ObjectID` =", range: section.upperBound..<Self.document.endIndex)?
+            .lowerBound
         let rows = Self.document[section.upperBound..<(end ?? Self.document.endIndex)].split(separator: "\n")
             .filter { $0.hasPrefix("| ") && $0.hasSuffix("` |") }
         #expect(rows.count >= 4)
@@ -61,7 +65,9 @@ struct ProtocolDocumentTests {
     @Test("every message kind is in the document's tables with its tag")
     func kindsAreDocumented() {
         for kind in WireProtocol.Kind.allCases {
-            #expect(Self.document.contains("| \(kind.rawValue) | `\(kind)` |"), "\(kind) (\(kind.rawValue)) is not documented")
+            #expect(
+                Self.document.contains("| \(kind.rawValue) | `\(kind)` |"),
+                "\(kind) (\(kind.rawValue)) is not documented")
         }
         #expect(Self.document.contains("# The Skyros wire protocol, version \(WireProtocol.version)"))
     }

@@ -48,7 +48,9 @@ struct ServiceLifecycleTests {
         #expect(saved.count == 0)
     }
 
-    @Test("savesOnStop: true (the default) still installs the handler: SIGTERM saves the main context, then ends as signalled")
+    @Test(
+        "savesOnStop: true (the default) still installs the handler: SIGTERM saves the main context, then ends as signalled"
+    )
     func defaultStillSaves() throws {
         let directory = try TemporaryDirectory()
         let path = directory.file("store.sqlite").path
@@ -70,11 +72,14 @@ struct SystemdUnitTests {
     }
 
     static var unitFile: URL {
-        URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
+        URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
+            .deletingLastPathComponent()
             .deletingLastPathComponent().appendingPathComponent("systemd/skyrosd@.service")
     }
 
-    @Test("the unit does not run as root and its exposure is at most 1.5", .enabled(if: analyzer != nil, "systemd-analyze is missing"))
+    @Test(
+        "the unit does not run as root and its exposure is at most 1.5",
+        .enabled(if: analyzer != nil, "systemd-analyze is missing"))
     func exposure() throws {
         let unit = try String(contentsOf: Self.unitFile, encoding: .utf8)
         let settings = unit.split(separator: "\n").map { $0.trimmingCharacters(in: .whitespaces) }

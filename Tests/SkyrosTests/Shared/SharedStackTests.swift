@@ -47,7 +47,9 @@ struct SharedStackTests {
         #expect(await nextChange(aChanges, seconds: 0.3) == nil)
     }
 
-    @Test("read-your-writes: another process's change older than a save, merged after it, does not undo the save in the main context; a newer one does")
+    @Test(
+        "read-your-writes: another process's change older than a save, merged after it, does not undo the save in the main context; a newer one does"
+    )
     func ownSaveNotUndoneByOlderChange() async throws {
         let daemon = try RunningDaemon()
         let b = try Skyros(sharedStack: testSchema, container: daemon.container.url)
@@ -77,11 +79,14 @@ struct SharedStackTests {
         #expect(firstname() == "newer")
     }
 
-    @Test("the ledger of own saves: a save numbered by the daemon before another process's newer change does not shield from it; one not numbered yet does")
+    @Test(
+        "the ledger of own saves: a save numbered by the daemon before another process's newer change does not shield from it; one not numbered yet does"
+    )
     func ownWritesLedger() throws {
         let ledger = OwnWrites()
         let id = ObjectID(entityName: "User", uuid: UUID())
-        let generation = ledger.record(ChangeSet(updated: [ChangeSet.Update(id: id, changes: [0: .text("mine")], baseVersion: 1)]))
+        let generation = ledger.record(
+            ChangeSet(updated: [ChangeSet.Update(id: id, changes: [0: .text("mine")], baseVersion: 1)]))
         // Applied in main, not sent yet: any change merged meanwhile is older.
         #expect(ledger.shielded(id, at: 100) == [0])
         ledger.sending(through: generation)

@@ -1,7 +1,7 @@
 import Foundation
 import Skyros
-import SkyrosTestSupport
 import SkyrosShared
+import SkyrosTestSupport
 import Testing
 
 /// The stores the conformance suite runs against.
@@ -136,4 +136,3 @@ final class Locked<Value>: @unchecked Sendable {
     var value: Value { lock.withLock { _value } }
     func withValue<T>(_ body: (inout Value) -> T) -> T { lock.withLock { body(&_value) } }
 }
-

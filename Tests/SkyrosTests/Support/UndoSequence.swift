@@ -64,7 +64,9 @@ struct UndoSequence {
             if Bool.random(using: &generator) {
                 try stack.store.saveMainContext()
                 counts.saves += 1
-                #expect(try graph(ObjectContext(name: "fresh", parent: stack.store.store)) == graph(main), "step \(step): stored")
+                #expect(
+                    try graph(ObjectContext(name: "fresh", parent: stack.store.store)) == graph(main),
+                    "step \(step): stored")
             }
         }
         return counts

@@ -42,14 +42,16 @@ struct PostgresServerTests {
                 CREATE TABLE items (id int PRIMARY KEY, name text NOT NULL);
                 INSERT INTO items VALUES (1, 'one'), (2, 'ünïcödé');
                 """, database: database)
-            #expect(try running.psql("SELECT id, name FROM items ORDER BY id", database: database) == "1|one\n2|ünïcödé")
+            #expect(
+                try running.psql("SELECT id, name FROM items ORDER BY id", database: database) == "1|one\n2|ünïcödé")
 
             let first = try #require(running.processIdentifier)
             try running.stop(mode: .fast)
             #expect(!running.isRunning)
             #expect(isReaped(first))
             #expect(throws: PostgresServerError.self) { try running.psql("SELECT 1") }
-            #expect(try String(contentsOfFile: running.logFile, encoding: .utf8).contains("database system is shut down"))
+            #expect(
+                try String(contentsOfFile: running.logFile, encoding: .utf8).contains("database system is shut down"))
 
             try running.start()
             #expect(running.port == port)
@@ -84,9 +86,12 @@ struct PostgresServerTests {
             #expect(!isAlive(sleeping))
             #expect(clientDone.wait(timeout: .now() + 30) == .success)
             try running.start()
-            #expect(try running.psql("SELECT string_agg(name, ',' ORDER BY id) FROM items", database: database)
-                == "one,ünïcödé,three,four")
-            #expect(try String(contentsOfFile: running.logFile, encoding: .utf8).contains("database system was interrupted"))
+            #expect(
+                try running.psql("SELECT string_agg(name, ',' ORDER BY id) FROM items", database: database)
+                    == "one,ünïcödé,three,four")
+            #expect(
+                try String(contentsOfFile: running.logFile, encoding: .utf8).contains("database system was interrupted")
+            )
 
             last = try #require(running.processIdentifier)
         }  // the server is released here
@@ -120,7 +125,9 @@ struct PostgresServerTests {
         let server = try PostgresServer()
         let pid = try #require(server.processIdentifier)
         let entries = try FileManager.default.contentsOfDirectory(atPath: "/proc/\(pid)/fd")
-        let targets = entries.compactMap { try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/\(pid)/fd/\($0)") }
+        let targets = entries.compactMap {
+            try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/\(pid)/fd/\($0)")
+        }
         #expect(!targets.isEmpty)
         #expect(!targets.contains("pipe:[\(information.st_ino)]"))
     }
@@ -133,25 +140,32 @@ struct PostgresServerTests {
         let b = try server.createUniqueDatabase(prefix: "shared")
         #expect(a != b)
         #expect(server.url(database: a) == "postgresql://postgres@127.0.0.1:\(server.port)/\(a)")
-        #expect(server.url(database: "d", user: "u", password: "p@ss/word") == "postgresql://u:p%40ss%2Fword@127.0.0.1:\(server.port)/d")
-        #expect(try server.psql("SELECT datname FROM pg_database WHERE datname IN ('\(a)', '\(b)') ORDER BY 1")
-            == [a, b].sorted().joined(separator: "\n"))
+        #expect(
+            server.url(database: "d", user: "u", password: "p@ss/word")
+                == "postgresql://u:p%40ss%2Fword@127.0.0.1:\(server.port)/d")
+        #expect(
+            try server.psql("SELECT datname FROM pg_database WHERE datname IN ('\(a)', '\(b)') ORDER BY 1")
+                == [a, b].sorted().joined(separator: "\n"))
         try server.createDatabase("with \"quotes\" and spaces")
         #expect(try server.psql("SELECT 1", database: "with \"quotes\" and spaces") == "1")
         let error = #expect(throws: PostgresServerError.self) {
             try server.psql("SELECT 1; SELECT * FROM missing_table; SELECT 2", database: a)
         }
         #expect(error?.description.contains("relation \"missing_table\" does not exist") == true)
-        #expect(try server.psql("SHOW server_encoding; SHOW fsync; SHOW server_version_num", database: a)
-            .split(separator: "\n").prefix(2) == ["UTF8", "on"])
+        #expect(
+            try server.psql("SHOW server_encoding; SHOW fsync; SHOW server_version_num", database: a)
+                .split(separator: "\n").prefix(2) == ["UTF8", "on"])
     }
 
     @Test("a password for TCP clients (SCRAM-SHA-256) and extra settings")
     func passwordAndSettings() throws {
-        let server = try PostgresServer(password: "s3cret", settings: ["max_connections": "37", "wal_level": "logical"])
+        let server = try PostgresServer(
+            password: "s3cret", settings: ["max_connections": "37", "wal_level": "logical"])
         #expect(try server.psql("SHOW max_connections; SHOW wal_level") == "37\nlogical")
         #expect(try server.psql("SELECT 42", password: "s3cret") == "42")
-        #expect(try server.psql("SELECT DISTINCT auth_method FROM pg_hba_file_rules WHERE type = 'host'") == "scram-sha-256")
+        #expect(
+            try server.psql("SELECT DISTINCT auth_method FROM pg_hba_file_rules WHERE type = 'host'") == "scram-sha-256"
+        )
         let error = #expect(throws: PostgresServerError.self) { try server.psql("SELECT 1", password: "wrong") }
         #expect(error?.description.contains("password authentication failed") == true)
         #expect(!FileManager.default.fileExists(atPath: server.directory + "/pwfile"))

@@ -207,11 +207,19 @@ struct SyncConfigurationTests {
             Hosts(
                 url: "postgresql://u@127.0.0.1:6001,127.0.0.1:6002/db?target_session_attrs=read-write",
                 servers: ["127.0.0.1:6001", "127.0.0.1:6002"], target: .readWrite),
-            Hosts(url: "postgresql://u@h1,h2,h3/db?target_session_attrs=any", servers: ["h1:5432", "h2:5432", "h3:5432"], target: .any),
-            Hosts(url: "postgres://u@[::1]:5433,[2001:db8::7]/db?target_session_attrs=primary", servers: ["[::1]:5433", "[2001:db8::7]:5432"], target: .primary),
-            Hosts(url: "postgresql://u@%2Ftmp%2Fpg,db.example.com:5444/db", servers: ["%2Ftmp%2Fpg:5432", "db.example.com:5444"], target: .readWrite),
+            Hosts(
+                url: "postgresql://u@h1,h2,h3/db?target_session_attrs=any", servers: ["h1:5432", "h2:5432", "h3:5432"],
+                target: .any),
+            Hosts(
+                url: "postgres://u@[::1]:5433,[2001:db8::7]/db?target_session_attrs=primary",
+                servers: ["[::1]:5433", "[2001:db8::7]:5432"], target: .primary),
+            Hosts(
+                url: "postgresql://u@%2Ftmp%2Fpg,db.example.com:5444/db",
+                servers: ["%2Ftmp%2Fpg:5432", "db.example.com:5444"], target: .readWrite),
             Hosts(url: "postgresql://u@h1,h2/db?port=6000", servers: ["h1:6000", "h2:6000"], target: .readWrite),
-            Hosts(url: "postgresql://u@h1,h2,h3/db?port=6001,,6003", servers: ["h1:6001", "h2:5432", "h3:6003"], target: .readWrite),
+            Hosts(
+                url: "postgresql://u@h1,h2,h3/db?port=6001,,6003", servers: ["h1:6001", "h2:5432", "h3:6003"],
+                target: .readWrite),
             Hosts(url: "postgresql://u@h/db?port=6000", servers: ["h:6000"], target: .any),
             Hosts(url: "postgresql://u@h/db?target_session_attrs=read-write", servers: ["h:5432"], target: .readWrite),
             Hosts(url: "postgresql://u@h/db", servers: ["h:5432"], target: .any),
@@ -246,12 +254,17 @@ struct SyncConfigurationTests {
     @Test("a configuration made in code: read-write with several servers unless told, any with one")
     func targetDefaults() {
         let servers = [SyncConfiguration.Server(host: "h1"), SyncConfiguration.Server(host: "h2", port: 5433)]
-        #expect(SyncConfiguration(servers: servers, username: "u", database: "d", schema: "s").targetSessionAttributes == .readWrite)
         #expect(
-            SyncConfiguration(servers: servers, targetSessionAttributes: .primary, username: "u", database: "d", schema: "s")
-                .targetSessionAttributes == .primary)
+            SyncConfiguration(servers: servers, username: "u", database: "d", schema: "s").targetSessionAttributes
+                == .readWrite)
+        #expect(
+            SyncConfiguration(
+                servers: servers, targetSessionAttributes: .primary, username: "u", database: "d", schema: "s"
+            )
+            .targetSessionAttributes == .primary)
         #expect(SyncConfiguration(host: "h", username: "u", database: "d", schema: "s").targetSessionAttributes == .any)
-        #expect(SyncConfiguration(servers: [servers[1]], username: "u", database: "d", schema: "s").servers == [servers[1]])
+        #expect(
+            SyncConfiguration(servers: [servers[1]], username: "u", database: "d", schema: "s").servers == [servers[1]])
     }
 
     @Test("none of several servers available: the message names each server and why, in order")
@@ -271,7 +284,8 @@ struct SyncConfigurationTests {
                 + "10.0.0.1:5432: connection refused; [::1]:5433: a standby (in recovery), read-only")
         #expect(
             failure.description(reasons: ["down", "standby"])
-                == "no server of the sync URL could be used (target_session_attrs=read-write): 10.0.0.1:5432: down; [::1]:5433: standby")
+                == "no server of the sync URL could be used (target_session_attrs=read-write): 10.0.0.1:5432: down; [::1]:5433: standby"
+        )
     }
 
     @Test("a schema name of 63 characters is accepted, 64 is refused")
@@ -520,7 +534,8 @@ struct SyncConfigurationTests {
         let directory = try container(
             conf: "url = postgresql://u@db1:5433,db2/db?target_session_attrs=primary\n")
         let configuration = try #require(
-            try SyncConfiguration.resolve(group: "g", container: directory.url, url: nil, passwordFile: nil, environment: [:]))
+            try SyncConfiguration.resolve(
+                group: "g", container: directory.url, url: nil, passwordFile: nil, environment: [:]))
         #expect(configuration.servers == [.init(host: "db1", port: 5433), .init(host: "db2", port: 5432)])
         #expect(configuration.targetSessionAttributes == .primary)
         #expect(configuration.source == directory.file("sync.conf").path)

@@ -9,7 +9,7 @@ import SkyrosTestSupport
 import Testing
 
 #if canImport(Glibc)
-import Glibc
+    import Glibc
 #endif
 
 /// Failover (issue 35 item 4): a PostgreSQL primary with a synchronous streaming standby, two

@@ -23,7 +23,8 @@ struct SyncSecurityTests {
         var logger = Logger(label: "test")
         logger.logLevel = .critical
         let connection = try await PostgresConnection.connect(
-            on: MultiThreadedEventLoopGroup.singleton.any(), configuration: try configuration.connectionConfiguration(), id: 7,
+            on: MultiThreadedEventLoopGroup.singleton.any(), configuration: try configuration.connectionConfiguration(),
+            id: 7,
             logger: logger)
         var state: String?
         do {
@@ -35,7 +36,9 @@ struct SyncSecurityTests {
         return state
     }
 
-    @Test("a DML-only role with exactly the documented grants: inserts, updates and deletes both ways, the log compacted; without DELETE on _skyros_log, error 42501")
+    @Test(
+        "a DML-only role with exactly the documented grants: inserts, updates and deletes both ways, the log compacted; without DELETE on _skyros_log, error 42501"
+    )
     func dmlOnlyRole() async throws {
         let postgres = try PostgresServer(password: "superuser secret")
         let roles = try SyncRoles(postgres)
@@ -43,8 +46,12 @@ struct SyncSecurityTests {
         try roles.createDaemonRole("skyros_daemon", password: Self.daemonPassword)
         try roles.grant("skyros_daemon", schema: "g_sec", models: testSchema)
         // No superuser, no DDL: the role may not create a table in the schema, nor a schema.
-        #expect(try postgres.psql("SELECT rolsuper::text || rolcreatedb::text || rolcreaterole::text FROM pg_roles WHERE rolname = 'skyros_daemon'") == "falsefalsefalse")
-        let daemonRole = roles.configuration(role: "skyros_daemon", password: Self.daemonPassword, schema: "g_sec", retention: 1)
+        #expect(
+            try postgres.psql(
+                "SELECT rolsuper::text || rolcreatedb::text || rolcreaterole::text FROM pg_roles WHERE rolname = 'skyros_daemon'"
+            ) == "falsefalsefalse")
+        let daemonRole = roles.configuration(
+            role: "skyros_daemon", password: Self.daemonPassword, schema: "g_sec", retention: 1)
         #expect(try await refusal("CREATE TABLE g_sec.intruder (x int)", as: daemonRole) == "42501")
         #expect(try await refusal("CREATE SCHEMA intruder", as: daemonRole) == "42501")
         #expect(try await refusal("TRUNCATE g_sec.\"User\"", as: daemonRole) == "42501")
@@ -77,7 +84,10 @@ struct SyncSecurityTests {
         let compacted = await sync.eventually(seconds: 20) {
             try roles.psql("SELECT count(*) FROM g_sec._skyros_log") == "0"
         }
-        #expect(compacted, "log: \((try? roles.psql("SELECT count(*) FROM g_sec._skyros_log")) ?? "?"), A: \(sync.syncState(machineA))")
+        #expect(
+            compacted,
+            "log: \((try? roles.psql("SELECT count(*) FROM g_sec._skyros_log")) ?? "?"), A: \(sync.syncState(machineA))"
+        )
         #expect(try horizon() > horizonAtSetup)
         #expect(sync.syncState(machineA).state == "online")
 
@@ -101,11 +111,14 @@ struct SyncSecurityTests {
         host: String? = nil
     ) -> SyncConfiguration {
         SyncConfiguration(
-            host: host ?? postgres.host, port: postgres.port, username: postgres.superuser, database: database, schema: "g_tls", tls: tls,
+            host: host ?? postgres.host, port: postgres.port, username: postgres.superuser, database: database,
+            schema: "g_tls", tls: tls,
             rootCertificate: rootCertificate)
     }
 
-    @Test("TLS with verify-full against the test's CA syncs over TLS, by address and by name; a daemon trusting another CA is in error about the certificate and uploads nothing")
+    @Test(
+        "TLS with verify-full against the test's CA syncs over TLS, by address and by name; a daemon trusting another CA is in error about the certificate and uploads nothing"
+    )
     func verifyFull() async throws {
         let certificates = try TestCertificates()
         let postgres = try PostgresServer(settings: certificates.serverSettings)
@@ -114,9 +127,10 @@ struct SyncSecurityTests {
             sync: tlsConfiguration(postgres, database: database, .verifyFull, rootCertificate: certificates.authority))
         let a = try Skyros(sharedStack: testSchema, container: machineA.container.url)
         try await sync.insert("over-tls", into: a)
-        #expect(await sync.eventually {
-            try postgres.psql(#"SELECT count(*) FROM g_tls."User""#, database: database) == "1"
-        })
+        #expect(
+            await sync.eventually {
+                try postgres.psql(#"SELECT count(*) FROM g_tls."User""#, database: database) == "1"
+            })
         #expect(sync.syncState(machineA).state == "online")
         // Its connections are encrypted (psql itself comes through the Unix socket).
         let encrypted = try postgres.psql(
@@ -125,13 +139,15 @@ struct SyncSecurityTests {
         #expect((Int(encrypted) ?? 0) >= 1, "\(encrypted)")
         // By name too: the certificate names localhost.
         let machineC = try RunningDaemon(
-            sync: tlsConfiguration(postgres, database: database, .verifyFull, rootCertificate: certificates.authority, host: "localhost"))
+            sync: tlsConfiguration(
+                postgres, database: database, .verifyFull, rootCertificate: certificates.authority, host: "localhost"))
         let c = try Skyros(sharedStack: testSchema, container: machineC.container.url)
         #expect(await sync.eventually { try await sync.handles(c) == ["over-tls"] })
         #expect(sync.syncState(machineC).state == "online")
 
         let machineB = try RunningDaemon(
-            sync: tlsConfiguration(postgres, database: database, .verifyFull, rootCertificate: certificates.otherAuthority))
+            sync: tlsConfiguration(
+                postgres, database: database, .verifyFull, rootCertificate: certificates.otherAuthority))
         let b = try Skyros(sharedStack: testSchema, container: machineB.container.url)
         try await sync.insert("untrusting", into: b)
         let refused = await sync.reaches("error", machineB)
@@ -140,10 +156,13 @@ struct SyncSecurityTests {
         #expect(refused.message.contains(certificates.otherAuthority), "\(refused.message)")
         #expect(try await sync.handles(b) == ["untrusting"])
         #expect(try sync.syncStatus(machineB)["uploadQueue"] as? Int == 1)
-        #expect(try postgres.psql(#"SELECT string_agg(handle, ',') FROM g_tls."User""#, database: database) == "over-tls")
+        #expect(
+            try postgres.psql(#"SELECT string_agg(handle, ',') FROM g_tls."User""#, database: database) == "over-tls")
     }
 
-    @Test("a certificate of the test's CA for another host: verify-ca syncs, verify-full is in error saying the certificate does not name the host")
+    @Test(
+        "a certificate of the test's CA for another host: verify-ca syncs, verify-full is in error saying the certificate does not name the host"
+    )
     func verifyFullChecksTheHost() async throws {
         let certificates = try TestCertificates(serverNames: ["DNS:db.example.com"])
         let postgres = try PostgresServer(settings: certificates.serverSettings)
@@ -152,9 +171,10 @@ struct SyncSecurityTests {
             sync: tlsConfiguration(postgres, database: database, .verifyCA, rootCertificate: certificates.authority))
         let a = try Skyros(sharedStack: testSchema, container: machineA.container.url)
         try await sync.insert("ca-only", into: a)
-        #expect(await sync.eventually {
-            try postgres.psql(#"SELECT count(*) FROM g_tls."User""#, database: database) == "1"
-        })
+        #expect(
+            await sync.eventually {
+                try postgres.psql(#"SELECT count(*) FROM g_tls."User""#, database: database) == "1"
+            })
 
         let machineB = try RunningDaemon(
             sync: tlsConfiguration(postgres, database: database, .verifyFull, rootCertificate: certificates.authority))
@@ -165,16 +185,22 @@ struct SyncSecurityTests {
         #expect(refused.message.contains("it does not name the host"), "\(refused.message)")
         #expect(refused.message.contains("name the host 127.0.0.1"), "\(refused.message)")
         #expect(try sync.syncStatus(machineB)["uploadQueue"] as? Int == 1)
-        #expect(try postgres.psql(#"SELECT string_agg(handle, ',') FROM g_tls."User""#, database: database) == "ca-only")
+        #expect(
+            try postgres.psql(#"SELECT string_agg(handle, ',') FROM g_tls."User""#, database: database) == "ca-only")
     }
 
-    @Test("a server that accepts only TLS (hostssl): sslmode=require syncs; sslmode=disable is in error with advice, keeps its queue, and uploads it once when pg_hba.conf lets it in")
+    @Test(
+        "a server that accepts only TLS (hostssl): sslmode=require syncs; sslmode=disable is in error with advice, keeps its queue, and uploads it once when pg_hba.conf lets it in"
+    )
     func hostsslOnly() async throws {
         let certificates = try TestCertificates()
         let postgres = try PostgresServer(settings: certificates.serverSettings)
         try postgres.replaceHostBasedAuthentication(["hostssl all all 127.0.0.1/32 trust"])
         let database = try postgres.createUniqueDatabase(prefix: "tls")
-        let onServer = { try postgres.psql(#"SELECT coalesce(string_agg(handle, ',' ORDER BY handle), '') FROM g_tls."User""#, database: database) }
+        let onServer = {
+            try postgres.psql(
+                #"SELECT coalesce(string_agg(handle, ',' ORDER BY handle), '') FROM g_tls."User""#, database: database)
+        }
 
         let machineB = try RunningDaemon(sync: tlsConfiguration(postgres, database: database, .require))
         let b = try Skyros(sharedStack: testSchema, container: machineB.container.url)
@@ -193,18 +219,23 @@ struct SyncSecurityTests {
         #expect(try onServer() == "b")
 
         // The server lets unencrypted connections in again: A resumes, its save uploaded once.
-        try postgres.replaceHostBasedAuthentication(["hostssl all all 127.0.0.1/32 trust", "host all all 127.0.0.1/32 trust"])
+        try postgres.replaceHostBasedAuthentication([
+            "hostssl all all 127.0.0.1/32 trust", "host all all 127.0.0.1/32 trust",
+        ])
         #expect(await sync.eventually(seconds: 45) { try onServer() == "a,b" })
-        #expect(await sync.eventually {
-            let onA = try await sync.handles(a)
-            let onB = try await sync.handles(b)
-            return onA == ["a", "b"] && onB == ["a", "b"]
-        })
+        #expect(
+            await sync.eventually {
+                let onA = try await sync.handles(a)
+                let onB = try await sync.handles(b)
+                return onA == ["a", "b"] && onB == ["a", "b"]
+            })
         #expect(await sync.reaches("online", machineA).ok)
         #expect(try postgres.psql("SELECT count(*) FROM g_tls._skyros_uploads", database: database) == "2")
     }
 
-    @Test("one group's role cannot read or write another group's schema (42501); a daemon given X's role and Y's schema is in error and writes nothing")
+    @Test(
+        "one group's role cannot read or write another group's schema (42501); a daemon given X's role and Y's schema is in error and writes nothing"
+    )
     func groupsAreIsolated() async throws {
         let postgres = try PostgresServer(password: "superuser secret")
         let roles = try SyncRoles(postgres)
@@ -214,18 +245,22 @@ struct SyncSecurityTests {
             try roles.grant(role, schema: schema, models: testSchema)
         }
         try roles.psql(#"INSERT INTO g_y."User" (handle) VALUES ('y-user')"#)
-        let x = { (schema: String) in roles.configuration(role: "skyros_x", password: Self.daemonPassword, schema: schema) }
+        let x = { (schema: String) in
+            roles.configuration(role: "skyros_x", password: Self.daemonPassword, schema: schema)
+        }
 
         // A direct connection with X's role: its own schema yes, Y's no.
         #expect(try await refusal(#"SELECT count(*) FROM g_x."User""#, as: x("g_x")) == nil)
         #expect(try await refusal(#"SELECT count(*) FROM g_y."User""#, as: x("g_x")) == "42501")
         #expect(try await refusal(#"INSERT INTO g_y."User" (handle) VALUES ('intruder')"#, as: x("g_x")) == "42501")
         #expect(try await refusal("SELECT count(*) FROM g_y._skyros_log", as: x("g_x")) == "42501")
-        #expect(try await refusal("UPDATE g_y._skyros_meta SET value = '0' WHERE key = 'horizon'", as: x("g_x")) == "42501")
+        #expect(
+            try await refusal("UPDATE g_y._skyros_meta SET value = '0' WHERE key = 'horizon'", as: x("g_x")) == "42501")
 
         // A daemon with X's credentials pointed at Y's schema.
         let everything = {
-            try roles.psql("""
+            try roles.psql(
+                """
                 SELECT (SELECT string_agg(handle, ',') FROM g_y."User") || ' ' || (SELECT count(*) FROM g_y._skyros_log) || ' ' || \
                 (SELECT count(*) FROM g_y._skyros_uploads) || ' ' || (SELECT string_agg(key || '=' || value, ',' ORDER BY key) FROM g_y._skyros_meta)
                 """)

@@ -30,7 +30,8 @@ struct SyncServerFaultTests {
             try await roles.setUp(schema: schema, models: testSchema)
             try roles.createDaemonRole("skyros_daemon", password: SyncServerFaultTests.daemonPassword)
             try roles.grant("skyros_daemon", schema: schema, models: testSchema)
-            let configuration = roles.configuration(role: "skyros_daemon", password: SyncServerFaultTests.daemonPassword, schema: schema)
+            let configuration = roles.configuration(
+                role: "skyros_daemon", password: SyncServerFaultTests.daemonPassword, schema: schema)
             machines = (try RunningDaemon(sync: configuration), try RunningDaemon(sync: configuration))
             a = try Skyros(sharedStack: testSchema, container: machines.0.container.url)
             b = try Skyros(sharedStack: testSchema, container: machines.1.container.url)
@@ -38,20 +39,26 @@ struct SyncServerFaultTests {
 
         /// The server's users, `handle:firstname:lastname`, by handle.
         func onServer() throws -> String {
-            try roles.psql(#"SELECT coalesce(string_agg(handle || ':' || firstname || ':' || lastname, ',' ORDER BY handle), '') FROM g_fault."User""#)
+            try roles.psql(
+                #"SELECT coalesce(string_agg(handle || ':' || firstname || ':' || lastname, ',' ORDER BY handle), '') FROM g_fault."User""#
+            )
         }
 
         /// The change sets the server recorded (applied, none refused), and the refused ones.
         func uploads() throws -> String {
-            try roles.psql("SELECT count(*) FILTER (WHERE rejected IS NULL) || ' ' || count(rejected) FROM g_fault._skyros_uploads")
+            try roles.psql(
+                "SELECT count(*) FILTER (WHERE rejected IS NULL) || ' ' || count(rejected) FROM g_fault._skyros_uploads"
+            )
         }
     }
 
     /// A machine's users as ``Group/onServer()`` lists the server's.
     func users(_ stack: Skyros) async throws -> String {
         try await stack.read { context in
-            try User.all(in: context).sorted { $0.handle < $1.handle }.map { "\($0.handle):\($0.firstname):\($0.lastname)" }
-                .joined(separator: ",")
+            try User.all(in: context).sorted { $0.handle < $1.handle }.map {
+                "\($0.handle):\($0.firstname):\($0.lastname)"
+            }
+            .joined(separator: ",")
         }
     }
 
@@ -79,7 +86,8 @@ struct SyncServerFaultTests {
         let result = await sync.reaches(expected, daemon, where: matches)
         if !result.ok {
             let states = await describe(group)
-            Issue.record("not \(expected): \(result.state) \(result.message); \(states)", sourceLocation: sourceLocation)
+            Issue.record(
+                "not \(expected): \(result.state) \(result.message); \(states)", sourceLocation: sourceLocation)
         }
         return result.message
     }
@@ -88,10 +96,13 @@ struct SyncServerFaultTests {
     func describe(_ group: Group) async -> String {
         let onA = (try? await users(group.a)) ?? "?"
         let onB = (try? await users(group.b)) ?? "?"
-        return "server: \((try? group.onServer()) ?? "?"); A: \(onA) \(sync.syncState(group.machines.0)); B: \(onB) \(sync.syncState(group.machines.1))"
+        return
+            "server: \((try? group.onServer()) ?? "?"); A: \(onA) \(sync.syncState(group.machines.0)); B: \(onB) \(sync.syncState(group.machines.1))"
     }
 
-    @Test("a group table truncated on the server (TRUNCATE … CASCADE): every machine deletes its rows, and goes on syncing")
+    @Test(
+        "a group table truncated on the server (TRUNCATE … CASCADE): every machine deletes its rows, and goes on syncing"
+    )
     func truncatedTable() async throws {
         let (server, machines, a, b) = try sync.twoMachines()
         defer { withExtendedLifetime(machines) {} }
@@ -102,29 +113,33 @@ struct SyncServerFaultTests {
             post.author = try User.all(in: context).first { $0.handle == "u1" }
         }
         let posts = { (stack: Skyros) in try await stack.read { context in try Post.all(in: context).count } }
-        #expect(await sync.eventually {
-            let handles = try await sync.handles(b)
-            let count = try await posts(b)
-            return handles == ["u1", "u2", "u3"] && count == 1
-        })
+        #expect(
+            await sync.eventually {
+                let handles = try await sync.handles(b)
+                let count = try await posts(b)
+                return handles == ["u1", "u2", "u3"] && count == 1
+            })
 
         // TRUNCATE fires no row trigger: the BEFORE TRUNCATE trigger logs the rows it removes.
         try server.psql(#"TRUNCATE g_sync."User" CASCADE"#)
         #expect(try server.psql(#"SELECT count(DISTINCT id) FROM g_sync._skyros_log WHERE entity = 'User'"#) == "3")
-        #expect(await sync.eventually {
-            let onA = try await sync.handles(a)
-            let onB = try await sync.handles(b)
-            let postsOnA = try await posts(a)
-            let postsOnB = try await posts(b)
-            return onA.isEmpty && onB.isEmpty && postsOnA == 0 && postsOnB == 0
-        })
+        #expect(
+            await sync.eventually {
+                let onA = try await sync.handles(a)
+                let onB = try await sync.handles(b)
+                let postsOnA = try await posts(a)
+                let postsOnB = try await posts(b)
+                return onA.isEmpty && onB.isEmpty && postsOnA == 0 && postsOnB == 0
+            })
         #expect(sync.syncState(machines.0).state == "online")
         #expect(sync.syncState(machines.1).state == "online")
         try await sync.insert("after", into: b)
         #expect(await sync.eventually { try await sync.handles(a) == ["after"] })
     }
 
-    @Test("the change log truncated on the server: the horizon moves, and a machine that was away re-syncs from a snapshot, deletions included")
+    @Test(
+        "the change log truncated on the server: the horizon moves, and a machine that was away re-syncs from a snapshot, deletions included"
+    )
     func truncatedLog() async throws {
         let server = try SyncTests.Server()
         let machineA = try RunningDaemon(sync: server.configuration)
@@ -153,7 +168,9 @@ struct SyncServerFaultTests {
         #expect(await sync.eventually { try await sync.handles(a) == ["after", "kept"] })
     }
 
-    @Test("a column dropped on the server: error naming it and --sync-setup, saves queued; set up again, each uploaded once, every machine converges to the server")
+    @Test(
+        "a column dropped on the server: error naming it and --sync-setup, saves queued; set up again, each uploaded once, every machine converges to the server"
+    )
     func droppedColumn() async throws {
         let group = try await Group()
         // Carl is not touched after the drop: only a re-read of every row brings him the
@@ -187,7 +204,9 @@ struct SyncServerFaultTests {
         #expect(try group.uploads() == "3 0")
     }
 
-    @Test("the group's schema dropped: error with --sync-setup, saves queued; set up and granted again, each queued save uploaded once, and every machine converges to the server")
+    @Test(
+        "the group's schema dropped: error with --sync-setup, saves queued; set up and granted again, each queued save uploaded once, and every machine converges to the server"
+    )
     func droppedSchema() async throws {
         let group = try await Group()
         try await sync.insert("before", into: group.a)
@@ -212,13 +231,16 @@ struct SyncServerFaultTests {
         _ = await expectState("online", group.machines.1, of: group)
     }
 
-    @Test("the daemon's password changed on the server: error saying so, saves queued; the password back, each uploaded once")
+    @Test(
+        "the daemon's password changed on the server: error saying so, saves queued; the password back, each uploaded once"
+    )
     func wrongPassword() async throws {
         let group = try await Group()
         try await sync.insert("first", into: group.a)
         await expectConverged(group, to: "first::")
 
-        try group.roles.postgres.psql("""
+        try group.roles.postgres.psql(
+            """
             ALTER ROLE skyros_daemon PASSWORD 'changed';
             SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE usename = 'skyros_daemon';
             """)

@@ -25,7 +25,8 @@ struct SyncTests {
 
         var configuration: SyncConfiguration {
             SyncConfiguration(
-                host: postgres.host, port: postgres.port, username: postgres.superuser, database: database, schema: schema,
+                host: postgres.host, port: postgres.port, username: postgres.superuser, database: database,
+                schema: schema,
                 tls: .disable)
         }
 
@@ -39,11 +40,14 @@ struct SyncTests {
             var logger = Logger(label: "test")
             logger.logLevel = .critical
             let connection = try await PostgresConnection.connect(
-                on: MultiThreadedEventLoopGroup.singleton.any(), configuration: try configuration.connectionConfiguration(),
+                on: MultiThreadedEventLoopGroup.singleton.any(),
+                configuration: try configuration.connectionConfiguration(),
                 id: 3, logger: logger)
             do {
-                try await ServerSession(connection: connection, schema: ServerSchema(testSchema, name: schema), logger: logger)
-                    .compact(retention: 0)
+                try await ServerSession(
+                    connection: connection, schema: ServerSchema(testSchema, name: schema), logger: logger
+                )
+                .compact(retention: 0)
             } catch {
                 try? await connection.close()
                 throw error
@@ -79,7 +83,8 @@ struct SyncTests {
     /// Waits until `daemon` is in `expected` state with a message that `matches` (45 s at
     /// most), and returns its last status.
     func reaches(
-        _ expected: String, _ daemon: RunningDaemon, seconds: Double = 45, where matches: (String) -> Bool = { _ in true }
+        _ expected: String, _ daemon: RunningDaemon, seconds: Double = 45,
+        where matches: (String) -> Bool = { _ in true }
     ) async -> (ok: Bool, state: String, message: String) {
         var last = ("?", "")
         let ok = await eventually(seconds: seconds) {
@@ -126,7 +131,8 @@ struct SyncTests {
         // (The engine runs on its own event loop: other tests that block Swift's cooperative
         // pool meanwhile, as CI's parallel suites do, do not hold it back.)
         if !(await eventually({ ((try syncStatus(machines.1))["checkpoint"] as? Int ?? 0) > 0 })) {
-            Issue.record("B has no checkpoint after 30 s; its sync: \((try? syncStatus(machines.1)).map { "\($0)" } ?? "?")")
+            Issue.record(
+                "B has no checkpoint after 30 s; its sync: \((try? syncStatus(machines.1)).map { "\($0)" } ?? "?")")
         }
         let bChanges = b.changes
 
@@ -139,7 +145,9 @@ struct SyncTests {
         // when the status shows the checkpoint (seen once under a loaded full run): skipped.
         guard let arrived = await nextChange(bChanges, seconds: 30, where: { !$0.isRefresh }) else {
             let statuses = [machines.0, machines.1].map { (try? syncStatus($0)).map { "\($0)" } ?? "?" }
-            Issue.record("B's changes gave nothing in 30 s; A's sync: \(statuses[0]); B's: \(statuses[1]); B has \((try? await handles(b)) ?? [])")
+            Issue.record(
+                "B's changes gave nothing in 30 s; A's sync: \(statuses[0]); B's: \(statuses[1]); B has \((try? await handles(b)) ?? [])"
+            )
             return
         }
         #expect(arrived.inserted.count == 1)
@@ -154,18 +162,20 @@ struct SyncTests {
         let firstname = { (stack: Skyros) in
             try await stack.read { context in try User.all(in: context).first { $0.handle == "bob" }?.firstname }
         }
-        #expect(await eventually {
-            let onA = try await firstname(a)
-            let onB = try await firstname(b)
-            return onA == "Bobby" && onB == "Bobby"
-        })
+        #expect(
+            await eventually {
+                let onA = try await firstname(a)
+                let onB = try await firstname(b)
+                return onA == "Bobby" && onB == "Bobby"
+            })
 
         try server.psql(#"DELETE FROM g_sync."User" WHERE handle = 'ann'"#)
-        #expect(await eventually {
-            let onA = try await handles(a)
-            let onB = try await handles(b)
-            return onA == ["bob"] && onB == ["bob"]
-        })
+        #expect(
+            await eventually {
+                let onA = try await handles(a)
+                let onB = try await handles(b)
+                return onA == ["bob"] && onB == ["bob"]
+            })
     }
 
     @Test("many-to-many links sync: a link table on the server, links made on A seen on B, removed on B gone from A")
@@ -177,7 +187,8 @@ struct SyncTests {
         let b = try Skyros(sharedStack: linkSchema, container: machines.1.container.url)
         func graph(_ stack: Skyros) async throws -> String {
             try await stack.read { context in
-                try Article.all(in: context).map { "\($0.title):\($0.keywords.map(\.name).joined(separator: ","))" }.sorted()
+                try Article.all(in: context).map { "\($0.title):\($0.keywords.map(\.name).joined(separator: ","))" }
+                    .sorted()
                     .joined(separator: " ")
             }
         }
@@ -205,7 +216,9 @@ struct SyncTests {
         #expect(try server.psql(#"SELECT count(*) FROM g_sync."_Article_keywords""#) == "1")
     }
 
-    @Test("ordered to-manys sync: an order table on the server, steps placed on A in A's order on B, a move on B a move on A")
+    @Test(
+        "ordered to-manys sync: an order table on the server, steps placed on A in A's order on B, a move on B a move on A"
+    )
     func orderedSteps() async throws {
         let server = try Server()
         let machines = (try RunningDaemon(sync: server.configuration), try RunningDaemon(sync: server.configuration))
@@ -214,7 +227,8 @@ struct SyncTests {
         let b = try Skyros(sharedStack: orderSchema, container: machines.1.container.url)
         func graph(_ stack: Skyros) async throws -> String {
             try await stack.read { context in
-                try Checklist.all(in: context).map { "\($0.name):\($0.steps.map(\.title).joined(separator: ","))" }.sorted()
+                try Checklist.all(in: context).map { "\($0.name):\($0.steps.map(\.title).joined(separator: ","))" }
+                    .sorted()
                     .joined(separator: " ")
             }
         }
@@ -241,7 +255,9 @@ struct SyncTests {
         #expect(onA, "A: \(seenOnA)")
     }
 
-    @Test("entity hierarchies sync: one table on the server with _entity; a car and a tow truck made on A are of their classes on B, B's edit of a subentity's property reaches A")
+    @Test(
+        "entity hierarchies sync: one table on the server with _entity; a car and a tow truck made on A are of their classes on B, B's edit of a subentity's property reaches A"
+    )
     func subentities() async throws {
         let server = try Server()
         let machines = (try RunningDaemon(sync: server.configuration), try RunningDaemon(sync: server.configuration))
@@ -272,7 +288,9 @@ struct SyncTests {
         let onB = await eventually { try await graph(b) == "Car:C1:2 TowTruck:W1:7 Vehicle:V1" }
         let seenOnB = (try? await graph(b)) ?? "?"
         #expect(onB, "B: \(seenOnB)")
-        #expect(try server.psql(#"SELECT string_agg("_entity", ',' ORDER BY "_entity") FROM g_sync."Vehicle""#) == "Car,TowTruck,Vehicle")
+        #expect(
+            try server.psql(#"SELECT string_agg("_entity", ',' ORDER BY "_entity") FROM g_sync."Vehicle""#)
+                == "Car,TowTruck,Vehicle")
         #expect(try server.psql(#"SELECT count(*) FROM g_sync."Vehicle" WHERE "doors" IS NULL"#) == "2")
         try await b.write { context in
             try #require(try Car.first(in: context)).doors = 5
@@ -282,7 +300,9 @@ struct SyncTests {
         #expect(onA, "A: \(seenOnA)")
     }
 
-    @Test("offline: saves go on and are queued (status says so); after PostgreSQL restarts, A = B = server, each save once")
+    @Test(
+        "offline: saves go on and are queued (status says so); after PostgreSQL restarts, A = B = server, each save once"
+    )
     func offline() async throws {
         let postgres = try PostgresServer()
         let (server, (machineA, machineB), a, b) = try twoMachines(postgres)
@@ -303,11 +323,12 @@ struct SyncTests {
 
         try postgres.start()
         let all = ["a0", "a1", "a2", "a3", "a4", "b0", "b1", "b2", "b3", "b4", "first"]
-        #expect(await eventually(seconds: 45) {
-            let onA = try await handles(a)
-            let onB = try await handles(b)
-            return onA == all && onB == all
-        })
+        #expect(
+            await eventually(seconds: 45) {
+                let onA = try await handles(a)
+                let onB = try await handles(b)
+                return onA == all && onB == all
+            })
         let onServer = try server.psql(#"SELECT string_agg(handle, ',' ORDER BY handle) FROM g_sync."User""#)
         #expect(onServer == all.joined(separator: ","))
         #expect(try syncStatus(machineA)["state"] as? String == "online")
@@ -316,7 +337,9 @@ struct SyncTests {
         #expect(try server.psql("SELECT count(*) FROM g_sync._skyros_uploads WHERE rejected IS NULL") == "11")
     }
 
-    @Test("conflicts while apart: other properties both kept, the same property alike everywhere, a unique value taken twice rejected and told")
+    @Test(
+        "conflicts while apart: other properties both kept, the same property alike everywhere, a unique value taken twice rejected and told"
+    )
     func conflicts() async throws {
         let postgres = try PostgresServer()
         let (server, (machineA, machineB), a, b) = try twoMachines(postgres)
@@ -349,7 +372,11 @@ struct SyncTests {
         }
         // Whichever machine uploads last wins `age`, the same everywhere; the other properties
         // are both kept; one `taken` is refused.
-        let onServer = { try server.psql(#"SELECT string_agg(handle || ':' || firstname || ':' || lastname || ':' || age, ',' ORDER BY handle) FROM g_sync."User""#) }
+        let onServer = {
+            try server.psql(
+                #"SELECT string_agg(handle || ':' || firstname || ':' || lastname || ':' || age, ',' ORDER BY handle) FROM g_sync."User""#
+            )
+        }
         let converged = await eventually(seconds: 45) {
             let onServer = try onServer()
             let onA = try await read(a)
@@ -357,7 +384,8 @@ struct SyncTests {
             return onA == onServer && onB == onServer && onServer.hasPrefix("shared:from A:from B:")
                 && onServer.hasSuffix(",taken:::0")
         }
-        let states = "A: \((try? await read(a)) ?? "?"), B: \((try? await read(b)) ?? "?"), server: \((try? onServer()) ?? "?")"
+        let states =
+            "A: \((try? await read(a)) ?? "?"), B: \((try? await read(b)) ?? "?"), server: \((try? onServer()) ?? "?")"
         #expect(converged, "\(states)")
         #expect(await eventually { rejections.errors.contains { $0.code == .syncRejected } })
         let rejected = try #require(rejections.errors.first { $0.code == .syncRejected })
@@ -367,7 +395,9 @@ struct SyncTests {
         #expect(statuses.compactMap { $0["rejected"] as? Int }.sorted() == [0, 1])
     }
 
-    @Test("transactions that commit out of their order on the server (the later one first) never make a machine skip a change")
+    @Test(
+        "transactions that commit out of their order on the server (the later one first) never make a machine skip a change"
+    )
     func outOfOrderCommits() async throws {
         let server = try Server()
         let machine = try RunningDaemon(sync: server.configuration)
@@ -379,8 +409,10 @@ struct SyncTests {
         logger.logLevel = .critical
         let configuration = try server.configuration.connectionConfiguration()
         let group = MultiThreadedEventLoopGroup.singleton
-        let first = try await PostgresConnection.connect(on: group.any(), configuration: configuration, id: 1, logger: logger)
-        let second = try await PostgresConnection.connect(on: group.any(), configuration: configuration, id: 2, logger: logger)
+        let first = try await PostgresConnection.connect(
+            on: group.any(), configuration: configuration, id: 1, logger: logger)
+        let second = try await PostgresConnection.connect(
+            on: group.any(), configuration: configuration, id: 2, logger: logger)
         // The first transaction takes its id first, and commits last.
         try await first.query("BEGIN", logger: logger)
         try await first.query(#"INSERT INTO g_sync."User" (handle) VALUES ('early')"#, logger: logger)
@@ -425,7 +457,9 @@ struct SyncTests {
         #expect(await eventually { try await handles(again) == ["kept", "new"] })
     }
 
-    @Test("a compaction moves the horizon just past the log rows it drops; one that drops nothing leaves it, and a machine synced before it reads changes, not a snapshot")
+    @Test(
+        "a compaction moves the horizon just past the log rows it drops; one that drops nothing leaves it, and a machine synced before it reads changes, not a snapshot"
+    )
     func compactionHorizon() async throws {
         let server = try Server(try PostgresServer())  // its own: compaction waits for every running transaction
         try await SyncSetup.run(server.configuration, schema: testSchema, log: { _ in })
@@ -457,7 +491,9 @@ struct SyncTests {
         withExtendedLifetime(machine) {}
     }
 
-    @Test("a snapshot of many pages: a new machine gets every row; back past the retention, it deletes what the server lacks in every page's range")
+    @Test(
+        "a snapshot of many pages: a new machine gets every row; back past the retention, it deletes what the server lacks in every page's range"
+    )
     func pagedSnapshot() async throws {
         let server = try Server(try PostgresServer())  // its own: compaction waits for every running transaction
         let directory = "/tmp/skd-\(getpid())-\(UInt32.random(in: 0...UInt32.max))"
@@ -469,16 +505,20 @@ struct SyncTests {
         func id(_ prefix: String) -> String { "\(prefix)000000-0000-4000-8000-0000000000\(prefix)" }
         try await SyncSetup.run(server.configuration, schema: testSchema, log: { _ in })
         for prefix in prefixes {
-            try server.psql(#"INSERT INTO g_sync."User" ("_id", handle, age) VALUES ('\#(id(prefix))', 'u\#(prefix)', 1)"#)
+            try server.psql(
+                #"INSERT INTO g_sync."User" ("_id", handle, age) VALUES ('\#(id(prefix))', 'u\#(prefix)', 1)"#)
         }
-        try server.psql(#"INSERT INTO g_sync."Post" (title, author) VALUES ('by 10', '\#(id("10"))'), ('by 80', '\#(id("80"))')"#)
+        try server.psql(
+            #"INSERT INTO g_sync."Post" (title, author) VALUES ('by 10', '\#(id("10"))'), ('by 80', '\#(id("80"))')"#)
 
         // A new machine: its first checkpoint is a snapshot of 12 users in 4 pages, 2 posts.
         let machineB = try RunningDaemon(directory: directory, sync: server.configuration, syncSettings: settings)
         var b: Skyros? = try Skyros(sharedStack: testSchema, container: machineB.container.url)
         #expect(await eventually { try await handles(b!) == prefixes.map { "u\($0)" } })
         let posts = { (stack: Skyros) in
-            try await stack.read { context in try Post.all(in: context).map { "\($0.title) \($0.author?.handle ?? "-")" }.sorted() }
+            try await stack.read { context in
+                try Post.all(in: context).map { "\($0.title) \($0.author?.handle ?? "-")" }.sorted()
+            }
         }
         #expect(try await posts(b!) == ["by 10 u10", "by 80 u80"])
         b = nil
@@ -486,9 +526,12 @@ struct SyncTests {
 
         // While B is away: deletions in the first, a middle and the last page, new users between
         // them, an update, a post of a new user; then the log is compacted past B's checkpoint.
-        try server.psql(#"DELETE FROM g_sync."User" WHERE "_id" IN ('\#(id("00"))', '\#(id("7f"))', '\#(id("80"))', '\#(id("ff"))')"#)
+        try server.psql(
+            #"DELETE FROM g_sync."User" WHERE "_id" IN ('\#(id("00"))', '\#(id("7f"))', '\#(id("80"))', '\#(id("ff"))')"#
+        )
         for prefix in ["05", "85", "fe"] {
-            try server.psql(#"INSERT INTO g_sync."User" ("_id", handle, age) VALUES ('\#(id(prefix))', 'u\#(prefix)', 1)"#)
+            try server.psql(
+                #"INSERT INTO g_sync."User" ("_id", handle, age) VALUES ('\#(id(prefix))', 'u\#(prefix)', 1)"#)
         }
         try server.psql(#"UPDATE g_sync."User" SET age = 42 WHERE handle = 'u90'"#)
         try server.psql(#"INSERT INTO g_sync."Post" (title, author) VALUES ('by fe', '\#(id("fe"))')"#)
@@ -500,7 +543,8 @@ struct SyncTests {
         let expected = ["05", "10", "20", "40", "60", "85", "90", "c0", "e0", "f0", "fe"].map { "u\($0)" }
         #expect(await eventually { try await handles(again) == expected })
         #expect(try await posts(again) == ["by 10 u10", "by fe ufe"])
-        let ages = try await again.read { context in try User.all(in: context).map { "\($0.handle)=\($0.age)" }.sorted() }
+        let ages = try await again.read { context in try User.all(in: context).map { "\($0.handle)=\($0.age)" }.sorted()
+        }
         #expect(ages == expected.map { "\($0)=\($0 == "u90" ? 42 : 1)" })
         // Nothing came back up: the snapshot was applied, not queued.
         #expect(try server.psql(#"SELECT count(*) FROM g_sync."User""#) == "11")
@@ -520,7 +564,9 @@ struct SyncTests {
         return daemon
     }
 
-    @Test("skyrosd processes: SKYROS_SYNC_URL and --sync-schema; a save on A reaches B's controller, psql reaches both, each save uploaded once")
+    @Test(
+        "skyrosd processes: SKYROS_SYNC_URL and --sync-schema; a save on A reaches B's controller, psql reaches both, each save uploaded once"
+    )
     func daemonProcesses() async throws {
         let server = try Server()
         let process = DaemonProcessTests()
@@ -555,7 +601,9 @@ struct SyncTests {
         #expect(try server.psql("SELECT count(*) FROM g_sync._skyros_uploads") == "1")
     }
 
-    @Test("a SIGKILLed skyrosd with saves queued (and maybe in flight) uploads each once after its restart, and converges")
+    @Test(
+        "a SIGKILLed skyrosd with saves queued (and maybe in flight) uploads each once after its restart, and converges"
+    )
     func killedDaemonRestarts() async throws {
         let server = try Server()
         let process = DaemonProcessTests()
@@ -592,8 +640,13 @@ struct SyncTests {
         let onServer = (try? server.psql(#"SELECT string_agg(handle, ',' ORDER BY handle) FROM g_sync."User""#)) ?? "?"
         if !converged {
             // The logs, read once the daemons are gone (a live daemon's pipe never ends).
-            for daemon in daemons { kill(daemon.pid, SIGKILL); _ = daemon.wait() }
-            Issue.record("B: \(onB), A: \(onA), server: \(onServer)\nA's first life: \(firstLife)\nA: \(daemonA.readAll())\nB: \(daemonB.readAll())")
+            for daemon in daemons {
+                kill(daemon.pid, SIGKILL)
+                _ = daemon.wait()
+            }
+            Issue.record(
+                "B: \(onB), A: \(onA), server: \(onServer)\nA's first life: \(firstLife)\nA: \(daemonA.readAll())\nB: \(daemonB.readAll())"
+            )
         }
         #expect(onA == all)
         #expect(try server.psql(#"SELECT count(*) FROM g_sync."User""#) == "4")
@@ -609,7 +662,9 @@ struct SyncTests {
         let machineB = try RunningDaemon(sync: server.configuration)
         let a = try Skyros(sharedStack: older, container: machineA.container.url)
         let b = try Skyros(sharedStack: newer, container: machineB.container.url)
-        let readB = { try await b.read { context in try JotV2.all(in: context).map { "\($0.text):\($0.color)" }.sorted() } }
+        let readB = {
+            try await b.read { context in try JotV2.all(in: context).map { "\($0.text):\($0.color)" }.sorted() }
+        }
         let readA = { try await a.read { context in try JotV1.all(in: context).map(\.text).sorted() } }
         _ = try await readA()
 
@@ -626,7 +681,9 @@ struct SyncTests {
         }
         try await a.write { context in JotV1.create(in: context).text = "a" }
         #expect(await eventually { try await readB() == ["a:none", "b, edited on the older version:red"] })
-        #expect(try server.psql(#"SELECT string_agg(text || ':' || color, ',' ORDER BY text) FROM g_sync."Jot""#) == "a:none,b, edited on the older version:red")
+        #expect(
+            try server.psql(#"SELECT string_agg(text || ':' || color, ',' ORDER BY text) FROM g_sync."Jot""#)
+                == "a:none,b, edited on the older version:red")
     }
 }
 

@@ -27,12 +27,14 @@ struct SyncUploadTests {
             let postgres = try PostgresServer.shared()
             let database = try postgres.createUniqueDatabase(prefix: "upload")
             let configuration = SyncConfiguration(
-                host: postgres.host, port: postgres.port, username: postgres.superuser, database: database, schema: "g_up",
+                host: postgres.host, port: postgres.port, username: postgres.superuser, database: database,
+                schema: "g_up",
                 tls: .disable)
             var logger = Logger(label: "test")
             logger.logLevel = .critical
             let connection = try await PostgresConnection.connect(
-                on: MultiThreadedEventLoopGroup.singleton.any(), configuration: try configuration.connectionConfiguration(),
+                on: MultiThreadedEventLoopGroup.singleton.any(),
+                configuration: try configuration.connectionConfiguration(),
                 id: 1, logger: logger)
             let session = ServerSession(
                 connection: connection, schema: ServerSchema(testSchema, name: "g_up"), logger: logger,
@@ -48,12 +50,17 @@ struct SyncUploadTests {
     }
 
     static func user(_ id: UUID, handle: String, age: Int64 = 0, lastname: String = "") -> QueuedChangeSet.Row {
-        QueuedChangeSet.Row(entity: "User", id: id, values: [
-            "firstname": .text("f"), "lastname": .text(lastname), "age": .integer(age), "email": .null, "handle": .text(handle),
-        ])
+        QueuedChangeSet.Row(
+            entity: "User", id: id,
+            values: [
+                "firstname": .text("f"), "lastname": .text(lastname), "age": .integer(age), "email": .null,
+                "handle": .text(handle),
+            ])
     }
 
-    static func change(inserted: [QueuedChangeSet.Row] = [], updated: [QueuedChangeSet.Row] = [], deleted: [UUID] = []) -> QueuedChangeSet {
+    static func change(inserted: [QueuedChangeSet.Row] = [], updated: [QueuedChangeSet.Row] = [], deleted: [UUID] = [])
+        -> QueuedChangeSet
+    {
         var changes = QueuedChangeSet()
         changes.inserted = inserted
         changes.updated = updated
@@ -61,8 +68,9 @@ struct SyncUploadTests {
         return changes
     }
 
-    @Test("a batch goes as its net effect: inserts, later updates merged, made-and-deleted never sent, deletes; each change set recorded once",
-          arguments: [false, true])
+    @Test(
+        "a batch goes as its net effect: inserts, later updates merged, made-and-deleted never sent, deletes; each change set recorded once",
+        arguments: [false, true])
     func netEffect(prepared: Bool) async throws {
         let server = try await Session.make(prepared: prepared)
         defer { Task { await server.close() } }
@@ -70,11 +78,23 @@ struct SyncUploadTests {
         let ids = (0..<40).map { _ in UUID() }
         var batch: Batch = []
         for (index, id) in ids.enumerated() {
-            batch.append((Int64(index + 1), Self.change(inserted: [Self.user(id, handle: "h\(index)", age: Int64(index))])))
+            batch.append(
+                (Int64(index + 1), Self.change(inserted: [Self.user(id, handle: "h\(index)", age: Int64(index))])))
         }
         // Later change sets of the same batch: an update of one property, then another.
-        batch.append((41, Self.change(updated: [QueuedChangeSet.Row(entity: "User", id: ids[0], values: ["age": .integer(100)])])))
-        batch.append((42, Self.change(updated: [QueuedChangeSet.Row(entity: "User", id: ids[0], values: ["lastname": .text("O'Brien \"q\" {a,b} \\")])])))
+        batch.append(
+            (
+                41,
+                Self.change(updated: [QueuedChangeSet.Row(entity: "User", id: ids[0], values: ["age": .integer(100)])])
+            ))
+        batch.append(
+            (
+                42,
+                Self.change(updated: [
+                    QueuedChangeSet.Row(
+                        entity: "User", id: ids[0], values: ["lastname": .text("O'Brien \"q\" {a,b} \\")])
+                ])
+            ))
         // Made and deleted in the batch: the server never has it.
         let ephemeral = UUID()
         batch.append((43, Self.change(inserted: [Self.user(ephemeral, handle: "gone")])))
@@ -82,9 +102,14 @@ struct SyncUploadTests {
         let outcomes = try await server.session.upload(batch, machine: machine)
         #expect(outcomes == Array(repeating: .applied, count: 44))
         #expect(try server.psql("SELECT count(*) FROM g_up.\"User\"") == "39")
-        #expect(try server.psql("SELECT age || '|' || lastname FROM g_up.\"User\" WHERE handle = 'h0'") == "100|O'Brien \"q\" {a,b} \\")
+        #expect(
+            try server.psql("SELECT age || '|' || lastname FROM g_up.\"User\" WHERE handle = 'h0'")
+                == "100|O'Brien \"q\" {a,b} \\")
         #expect(try server.psql("SELECT count(*) FROM g_up.\"User\" WHERE handle IN ('h1', 'gone')") == "0")
-        #expect(try server.psql("SELECT count(*) || '|' || min(number) || '|' || max(number) FROM g_up._skyros_uploads WHERE rejected IS NULL") == "44|1|44")
+        #expect(
+            try server.psql(
+                "SELECT count(*) || '|' || min(number) || '|' || max(number) FROM g_up._skyros_uploads WHERE rejected IS NULL"
+            ) == "44|1|44")
         // The statement-level triggers logged each object the server saw once: the 39 inserts
         // (h1 and the ephemeral one were deleted in the batch; h0's updates went in its insert).
         #expect(try server.psql("SELECT count(*) || '|' || count(DISTINCT id) FROM g_up._skyros_log") == "39|39")
@@ -96,15 +121,17 @@ struct SyncUploadTests {
         #expect(try server.psql("SELECT age FROM g_up.\"User\" WHERE handle = 'h0'") == "100")
     }
 
-    @Test("refused change sets in a batch are found and rejected alone, with their reasons; the others are applied",
-          arguments: [false, true])
+    @Test(
+        "refused change sets in a batch are found and rejected alone, with their reasons; the others are applied",
+        arguments: [false, true])
     func refusalsFound(prepared: Bool) async throws {
         let server = try await Session.make(prepared: prepared)
         defer { Task { await server.close() } }
         let machine = UUID()
         let taken = UUID()
         let doomed = UUID()
-        try server.psql("""
+        try server.psql(
+            """
             INSERT INTO g_up."User" ("_id", firstname, lastname, age, handle) VALUES ('\(taken.uuidString)', 'a', 'b', 1, 'taken');
             INSERT INTO g_up."User" ("_id", firstname, lastname, age, handle) VALUES ('\(doomed.uuidString)', 'a', 'b', 1, 'doomed');
             """)
@@ -115,12 +142,17 @@ struct SyncUploadTests {
             batch.append((Int64(index), Self.change(inserted: [Self.user(UUID(), handle: handle)])))
         }
         // 40: an update of an object deleted on the server.
-        batch[39] = (40, Self.change(updated: [QueuedChangeSet.Row(entity: "User", id: doomed, values: ["age": .integer(9)])]))
+        batch[39] = (
+            40, Self.change(updated: [QueuedChangeSet.Row(entity: "User", id: doomed, values: ["age": .integer(9)])])
+        )
         let outcomes = try await server.session.upload(batch, machine: machine)
         for (index, outcome) in outcomes.enumerated() {
             switch index + 1 {
             case 23:
-                guard case .rejected(let reason) = outcome else { Issue.record("23 was \(outcome)"); continue }
+                guard case .rejected(let reason) = outcome else {
+                    Issue.record("23 was \(outcome)")
+                    continue
+                }
                 #expect(reason.contains("23505") || reason.lowercased().contains("unique"))
             case 40:
                 #expect(outcome == .rejected("User \(doomed.uuidString) was deleted on the server"))
@@ -129,17 +161,23 @@ struct SyncUploadTests {
             }
         }
         #expect(try server.psql("SELECT count(*) FROM g_up.\"User\"") == "63")
-        #expect(try server.psql("SELECT string_agg(number::text, ',' ORDER BY number) FROM g_up._skyros_uploads WHERE rejected IS NOT NULL") == "23,40")
+        #expect(
+            try server.psql(
+                "SELECT string_agg(number::text, ',' ORDER BY number) FROM g_up._skyros_uploads WHERE rejected IS NOT NULL"
+            ) == "23,40")
         #expect(try server.psql("SELECT count(*) FROM g_up._skyros_uploads") == "64")
     }
 
-    @Test("a unique violation names its change set: the first of the batch writing that value to a unique column of that name")
+    @Test(
+        "a unique violation names its change set: the first of the batch writing that value to a unique column of that name"
+    )
     func uniqueViolationNamesItsChangeSet() async throws {
         let server = try await Session.make()
         defer { Task { await server.close() } }
         let taken = UUID()
         let other = UUID()
-        try server.psql("""
+        try server.psql(
+            """
             INSERT INTO g_up."User" ("_id", firstname, lastname, age, handle) VALUES ('\(taken.uuidString)', 'a', 'b', 1, 'taken');
             INSERT INTO g_up."User" ("_id", firstname, lastname, age, handle) VALUES ('\(other.uuidString)', 'a', 'b', 1, 'other');
             """)
@@ -158,7 +196,10 @@ struct SyncUploadTests {
         var batch: Batch = (1...40).map { (Int64($0), Self.change(inserted: [Self.user(UUID(), handle: "u\($0)")])) }
         // The 31st takes the value by an update (of an object the server has); the 35th by an
         // insert: the first is named.
-        batch[30] = (31, Self.change(updated: [QueuedChangeSet.Row(entity: "User", id: other, values: ["handle": .text("taken")])]))
+        batch[30] = (
+            31,
+            Self.change(updated: [QueuedChangeSet.Row(entity: "User", id: other, values: ["handle": .text("taken")])])
+        )
         batch[34] = (35, Self.change(inserted: [Self.user(UUID(), handle: "taken")]))
         #expect(ServerSession.culprit(of: error, in: batch[...], schema: schema) == 30)
         // In a slice, a position of the batch (as the uploader splits it).
@@ -171,7 +212,10 @@ struct SyncUploadTests {
         let outcomes = try await server.session.upload(batch, machine: UUID())
         for (index, outcome) in outcomes.enumerated() {
             if index == 30 || index == 34 {
-                guard case .rejected(let reason) = outcome else { Issue.record("\(index + 1) was \(outcome)"); continue }
+                guard case .rejected(let reason) = outcome else {
+                    Issue.record("\(index + 1) was \(outcome)")
+                    continue
+                }
                 #expect(reason.contains("23505") && reason.contains("(handle)=(taken)"), "\(index + 1): \(reason)")
             } else {
                 #expect(outcome == .applied, "change set \(index + 1)")
@@ -184,10 +228,13 @@ struct SyncUploadTests {
         // A schema of its own, whose unique property's column PostgreSQL quotes in its detail.
         let server = try await Session.make()
         defer { Task { await server.close() } }
-        try server.psql(#"CREATE TABLE g_up.quoted ("_id" uuid PRIMARY KEY, "userName" text UNIQUE); INSERT INTO g_up.quoted VALUES (gen_random_uuid(), 'x')"#)
+        try server.psql(
+            #"CREATE TABLE g_up.quoted ("_id" uuid PRIMARY KEY, "userName" text UNIQUE); INSERT INTO g_up.quoted VALUES (gen_random_uuid(), 'x')"#
+        )
         var refusal: (any Error)?
         do {
-            _ = try await server.connection.query(#"INSERT INTO g_up.quoted VALUES (gen_random_uuid(), 'x')"#, logger: Logger(label: "test"))
+            _ = try await server.connection.query(
+                #"INSERT INTO g_up.quoted VALUES (gen_random_uuid(), 'x')"#, logger: Logger(label: "test"))
         } catch {
             refusal = error
         }
@@ -197,14 +244,17 @@ struct SyncUploadTests {
         var batch: Batch = []
         for (number, name) in ["a", "b", "x", "c"].enumerated() {
             var changes = QueuedChangeSet()
-            changes.inserted = [QueuedChangeSet.Row(entity: "QuotedUnique", id: UUID(), values: ["userName": .text(name)])]
+            changes.inserted = [
+                QueuedChangeSet.Row(entity: "QuotedUnique", id: UUID(), values: ["userName": .text(name)])
+            ]
             batch.append((Int64(number + 1), changes))
         }
         #expect(ServerSession.culprit(of: error, in: batch[...], schema: schema) == 2)
     }
 
-    @Test("a checkpoint in one statement: what psql changed since the previous one, gone objects, unreadable rows, refusals",
-          arguments: [false, true])
+    @Test(
+        "a checkpoint in one statement: what psql changed since the previous one, gone objects, unreadable rows, refusals",
+        arguments: [false, true])
     func checkpointInOneStatement(prepared: Bool) async throws {
         let server = try await Session.make(prepared: prepared)
         defer { Task { await server.close() } }
@@ -212,7 +262,8 @@ struct SyncUploadTests {
         let first = try await server.session.readCheckpoint(after: nil, machine: machine) { _ in nil }
         let kept = UUID()
         let gone = UUID()
-        try server.psql("""
+        try server.psql(
+            """
             INSERT INTO g_up."User" ("_id", firstname, lastname, age, handle) VALUES ('\(kept.uuidString)', 'a', 'b', 7, 'kept'), \
             ('\(gone.uuidString)', 'a', 'b', 1, 'gone');
             DELETE FROM g_up."User" WHERE handle = 'gone';
@@ -273,13 +324,20 @@ struct SyncUploadTests {
     func visibilityAsTheServerSays() async throws {
         let server = try await Session.make()
         defer { Task { await server.close() } }
-        let snapshots = ["100:100:", "100:110:", "100:110:100,104,109", "5:9:5,7", "18446744073709551000:18446744073709551010:18446744073709551005"]
+        let snapshots = [
+            "100:100:", "100:110:", "100:110:100,104,109", "5:9:5,7",
+            "18446744073709551000:18446744073709551010:18446744073709551005",
+        ]
         for snapshot in snapshots {
             let numbers = snapshot.split(separator: ":").prefix(2).compactMap { UInt64($0) }
-            let candidates = [0, numbers[0] - 1, numbers[0], numbers[0] + 4, numbers[0] + 5, numbers[1] - 1, numbers[1], numbers[1] + 1]
+            let candidates = [
+                0, numbers[0] - 1, numbers[0], numbers[0] + 4, numbers[0] + 5, numbers[1] - 1, numbers[1],
+                numbers[1] + 1,
+            ]
             for xid in candidates {
                 let server = try await server.session.run(
-                    "SELECT pg_visible_in_snapshot($1::xid8, $2::pg_snapshot)::text", [String(xid), snapshot]).first?[0]
+                    "SELECT pg_visible_in_snapshot($1::xid8, $2::pg_snapshot)::text", [String(xid), snapshot]
+                ).first?[0]
                 #expect(Checkpoint.isVisible(xid, in: snapshot) == (server == "true"), "\(xid) in \(snapshot)")
             }
         }
@@ -287,13 +345,20 @@ struct SyncUploadTests {
         #expect(Checkpoint.isVisible(1, in: "1:2:x") == nil)
     }
 
-    @Test("queued change sets: the binary form round-trips every kind of value; JSON queued before still reads; cut bytes are a typed error")
+    @Test(
+        "queued change sets: the binary form round-trips every kind of value; JSON queued before still reads; cut bytes are a typed error"
+    )
     func queuedForm() throws {
         var changes = QueuedChangeSet()
-        changes.inserted = [QueuedChangeSet.Row(entity: "Ünïcode", id: UUID(), values: [
-            "n": .null, "i": .integer(-42), "max": .integer(.max), "r": .real(-0.5), "inf": .real(.infinity),
-            "t": .text("naïve \"q\" 🎉"), "empty": .text(""), "b": .blob(Data([0, 1, 255])), "long": .text(String(repeating: "x", count: 300)),
-        ])]
+        changes.inserted = [
+            QueuedChangeSet.Row(
+                entity: "Ünïcode", id: UUID(),
+                values: [
+                    "n": .null, "i": .integer(-42), "max": .integer(.max), "r": .real(-0.5), "inf": .real(.infinity),
+                    "t": .text("naïve \"q\" 🎉"), "empty": .text(""), "b": .blob(Data([0, 1, 255])),
+                    "long": .text(String(repeating: "x", count: 300)),
+                ])
+        ]
         changes.updated = [QueuedChangeSet.Row(entity: "User", id: UUID(), values: ["age": .integer(3)])]
         changes.deleted = [QueuedChangeSet.Reference(entity: "User", id: UUID())]
         let bytes = changes.encoded()
@@ -314,13 +379,18 @@ struct SyncUploadTests {
         #expect(throws: SkyrosError.self) { try QueuedChangeSet.decode(bytes + [0]) }
     }
 
-    @Test("a column of any text crosses as one array parameter: quotes, backslashes, commas, braces, NULL, empty, non-ASCII")
+    @Test(
+        "a column of any text crosses as one array parameter: quotes, backslashes, commas, braces, NULL, empty, non-ASCII"
+    )
     func arrayLiteral() async throws {
         let server = try await Session.make()
         defer { Task { await server.close() } }
-        let texts: [String?] = ["plain", "", nil, "a,b", "{x}", "q\"uote", "back\\slash", "NULL", "  spaced  ", "é 漢字 🎉", "'single'"]
+        let texts: [String?] = [
+            "plain", "", nil, "a,b", "{x}", "q\"uote", "back\\slash", "NULL", "  spaced  ", "é 漢字 🎉", "'single'",
+        ]
         let rows = try await server.session.run(
-            "SELECT x FROM unnest($1::text[]) WITH ORDINALITY AS t(x, n) ORDER BY n", [ServerSession.arrayLiteral(texts)])
+            "SELECT x FROM unnest($1::text[]) WITH ORDINALITY AS t(x, n) ORDER BY n",
+            [ServerSession.arrayLiteral(texts)])
         #expect(rows.map { $0[0] } == texts)
         // And back: the server's own text of the array, read as a checkpoint reads a row's cells.
         #expect(ServerSession.arrayElements(ServerSession.arrayLiteral(texts)) == texts)
