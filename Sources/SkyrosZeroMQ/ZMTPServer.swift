@@ -83,21 +83,21 @@ package final class ZMTPServer {
     package func connectionCount(_ role: Role) -> Int { connections.values.count(where: { $0.role == role }) }
 
     private let maximumMessageSize: Int
-    private let highWaterMark: Int
-    private let highWaterMarkBytes: Int
+    let highWaterMark: Int
+    let highWaterMarkBytes: Int
     private let poller: Epoll
     /// The listening sockets, by descriptor.
     private var listeners: [Int32: Listener] = [:]
     /// The connections of the publisher listeners that finished their handshake.
-    private var subscribers: [Connection] = []
+    var subscribers: [Connection] = []
     private var connections: [Int32: Connection] = [:]
-    private var byIdentity: [Data: Connection] = [:]
-    private var nextIdentity = UInt32.random(in: 0...UInt32.max)
+    var byIdentity: [Data: Connection] = [:]
+    var nextIdentity = UInt32.random(in: 0...UInt32.max)
     /// The connections with messages received and not taken yet, in turn: each hands out one
     /// message, then goes to the back (libzmq's fair queueing).
-    private var active = FIFO<Connection>()
+    var active = FIFO<Connection>()
     /// Messages received and not taken yet, all connections.
-    private var waiting = 0
+    var waiting = 0
     /// Connections in the order they were accepted, until their handshake ended: one that has
     /// not ended it within `handshakeTimeout` is closed.
     private var handshaking = FIFO<Connection>()
@@ -456,17 +456,17 @@ package final class ZMTPServer {
     }
 
     /// Whether less than the high-water mark's worth waits to be written to the connection.
-    private func hasRoom(_ connection: Connection) -> Bool {
+    func hasRoom(_ connection: Connection) -> Bool {
         connection.output.count < highWaterMark && connection.outputBytes < highWaterMarkBytes
     }
 
     /// Queues bytes to be written to the connection.
-    private func enqueue(_ bytes: [UInt8], to connection: Connection) {
+    func enqueue(_ bytes: [UInt8], to connection: Connection) {
         connection.output.append(bytes)
         connection.outputBytes += bytes.count
     }
 
-    private func updateInterest(_ connection: Connection) {
+    func updateInterest(_ connection: Connection) {
         guard connection.isOpen else { return }
         var interest: UInt32 = connection.paused ? 0 : Epoll.readable
         if !connection.output.isEmpty { interest |= Epoll.writable }
@@ -534,7 +534,7 @@ package final class ZMTPServer {
     }
 
     /// Counts a subscription to `prefix`, or cancels one.
-    private func subscribe(_ connection: Connection, _ prefix: Data, _ subscribing: Bool) {
+    func subscribe(_ connection: Connection, _ prefix: Data, _ subscribing: Bool) {
         if subscribing {
             // Bounded: a client makes 256 at most; past the bound, new prefixes are ignored.
             guard connection.subscriptions[prefix] != nil || connection.subscriptions.count < Self.maximumSubscriptions
@@ -552,65 +552,6 @@ package final class ZMTPServer {
         poller.control(operation, fd, interest)
     }
 
-    // MARK: ZMTP
-
-    /// Takes in what the peer sent, until it has nothing more or the connection is paused:
-    /// READY, messages, subscriptions, PINGs. False on a protocol error (``ZMTPCodec``), or a
-    /// routing identity another connection holds.
-    private func parse(_ connection: Connection) -> Bool {
-        while connection.isOpen && !connection.paused {
-            let event: ZMTPCodec.Event?
-            do {
-                event = try connection.codec.next()
-            } catch {
-                return false
-            }
-            switch event {
-            case nil: return true
-            case .ready(_, let claimed):
-                if connection.role == .publisher {
-                    subscribers.append(connection)
-                } else {
-                    guard let identity = routingIdentity(claimed) else { return false }
-                    connection.identity = identity
-                    byIdentity[identity] = connection
-                }
-            case .subscription(let prefix, let subscribing):
-                subscribe(connection, prefix, subscribing)
-            case .ping(let context):
-                // A PONG with the ping's context, unless the high-water mark's worth waits already.
-                if hasRoom(connection) { enqueue(ZMTP.pong(context: context), to: connection) }
-            case .message(let frames):
-                guard let identity = connection.identity else { return false }
-                if connection.queued == 0 { active.append(connection) }
-                connection.inbox.append(
-                    Message(frames: [identity] + frames, peer: connection.peer, descriptor: connection.descriptor))
-                connection.inboxBytes += identity.count + frames.reduce(0) { $0 + $1.count }
-                waiting += 1
-                if connection.queued >= highWaterMark || connection.inboxBytes >= highWaterMarkBytes {
-                    connection.paused = true
-                    updateInterest(connection)
-                }
-            }
-        }
-        return true
-    }
-
-    /// The routing identity of a new connection of the router: the one its peer claimed
-    /// (nil when another connection holds it: libzmq without `ZMQ_ROUTER_HANDOVER` closes
-    /// it), else one made here, that skips those in use. A claim that starts with a zero byte
-    /// is not taken: those are the ones made here (libzmq reserves them likewise), and one
-    /// made for a connection that closed may still have replies on their way to it.
-    private func routingIdentity(_ claimed: Data?) -> Data? {
-        var identity = claimed ?? Data()
-        if identity.first == 0 { identity = Data() }
-        guard byIdentity[identity] == nil else { return nil }
-        while identity.isEmpty || byIdentity[identity] != nil {
-            identity = Data([0]) + withUnsafeBytes(of: nextIdentity.bigEndian) { Data($0) }
-            nextIdentity &+= 1
-        }
-        return identity
-    }
 }
 
 @available(*, unavailable)
