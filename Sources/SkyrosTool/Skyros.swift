@@ -8,6 +8,7 @@ import ArgumentParser
 import Foundation
 import Skyros
 import SkyrosShared
+import Synchronization
 import TodoModel
 
 @main
@@ -187,12 +188,11 @@ struct DemoClient: ParsableCommand {
 }
 
 /// How the demo's watcher ended, handed from its task to the waiting thread.
-private final class DemoOutcome: @unchecked Sendable {
-    private let lock = NSLock()
-    private var stored: Result<Bool, any Error>?
+private final class DemoOutcome: Sendable {
+    private let stored = Mutex<Result<Bool, any Error>?>(nil)
     /// Set once by the task, read after it signalled.
     var result: Result<Bool, any Error>? {
-        get { lock.withLock { stored } }
-        set { lock.withLock { stored = newValue } }
+        get { stored.withLock { $0 } }
+        set { stored.withLock { $0 = newValue } }
     }
 }

@@ -1,4 +1,5 @@
 import Foundation
+import Synchronization
 
 /// What another process committed, as merged into a shared stack's main context.
 public struct StoreChange: Sendable, Hashable {
@@ -119,23 +120,22 @@ extension Skyros {
 }
 
 /// The continuations of ``Skyros/changes``.
-final class ChangeObservers: @unchecked Sendable {
-    private let lock = NSLock()
-    private var continuations: [UUID: AsyncStream<StoreChange>.Continuation] = [:]
+final class ChangeObservers: Sendable {
+    private let continuations = Mutex<[UUID: AsyncStream<StoreChange>.Continuation]>([:])
 
     func add(_ continuation: AsyncStream<StoreChange>.Continuation) {
         let key = UUID()
-        lock.withLock { continuations[key] = continuation }
+        continuations.withLock { $0[key] = continuation }
         continuation.onTermination = { [weak self] _ in
             guard let self else { return }
-            self.lock.withLock { _ = self.continuations.removeValue(forKey: key) }
+            _ = self.continuations.withLock { $0.removeValue(forKey: key) }
         }
     }
 
     /// Yields `changes` in order to every stream, looking at the streams once (most stacks
     /// have none: the event thread's merges then pay one lock for all).
     func yield(_ changes: some Collection<StoreChange>) {
-        let streams = lock.withLock { continuations.isEmpty ? [] : Array(continuations.values) }
+        let streams = continuations.withLock { $0.isEmpty ? [] : Array($0.values) }
         guard !streams.isEmpty else { return }
         for change in changes {
             for continuation in streams { continuation.yield(change) }
@@ -143,6 +143,6 @@ final class ChangeObservers: @unchecked Sendable {
     }
 
     deinit {
-        for continuation in continuations.values { continuation.finish() }
+        for continuation in continuations.withLock({ Array($0.values) }) { continuation.finish() }
     }
 }

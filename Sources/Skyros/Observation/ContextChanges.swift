@@ -1,4 +1,5 @@
 import Foundation
+import Synchronization
 
 /// What a context processed: its own edits, its own save, a child context's save merged into
 /// it, another process's save merged from the daemon, or a reload (Core Data's
@@ -86,12 +87,11 @@ public final class ContextChangeObservation: Sendable {
 
     deinit { cancel() }
 
-    private final class CancelFlag: @unchecked Sendable {
-        private let lock = NSLock()
-        private var isSet = false
+    private final class CancelFlag: Sendable {
+        private let isSet = Mutex(false)
         /// Sets the flag; true the first time.
         func set() -> Bool {
-            lock.withLock {
+            isSet.withLock { isSet in
                 defer { isSet = true }
                 return !isSet
             }

@@ -1,6 +1,7 @@
 import Foundation
 import GRDB
 import GRDBSQLite
+import Synchronization
 
 // Opening a store file: what it records about itself (`skyros_metadata`, `skyros_schema`),
 // and the decision to create, open, refresh or migrate it, made on the writer connection.
@@ -152,23 +153,21 @@ extension SQLiteStore {
 /// ``SQLiteStore/init(schema:url:durability:serialAccess:migrations:)``): run once, on the
 /// first connection that is not read-only, then dropped (the pool's configuration keeps the
 /// hook, not the store).
-final class OpeningHook: @unchecked Sendable {
-    private let lock = NSLock()
-    private var body: ((Database) throws -> Bool)?
-    private var done = false
+final class OpeningHook: Sendable {
+    private let state = Mutex<(body: (@Sendable (Database) throws -> Bool)?, done: Bool)>((nil, false))
 
     /// Whether the body ran and opened the store.
-    var opened: Bool { lock.withLock { done } }
+    var opened: Bool { state.withLock { $0.done } }
 
-    func set(_ body: @escaping (Database) throws -> Bool) { lock.withLock { self.body = body } }
+    func set(_ body: @escaping @Sendable (Database) throws -> Bool) { state.withLock { $0.body = body } }
 
     func run(_ db: Database) throws {
-        let body = lock.withLock {
-            defer { self.body = nil }
-            return self.body
+        let body = state.withLock { state in
+            defer { state.body = nil }
+            return state.body
         }
         guard let body else { return }
         let opened = try body(db)
-        lock.withLock { done = opened }
+        state.withLock { $0.done = opened }
     }
 }
