@@ -54,6 +54,22 @@ if arguments.count == 2 && arguments[0] == "garbage-daemon" {
     try GarbageBenchmark.daemon(groups: arguments[1])
     exit(0)
 }
+// `--help` anywhere prints the usage and runs nothing (`sync --help` used to run the whole sync suite).
+if arguments.contains("--help") || arguments.contains("-h") {
+    print(
+        """
+        usage: skyros-bench SUITE [options]   (release builds: swift run -c release skyros-bench …)
+          embedded [--json] [--quick] [--only fetch|saves|iterate]
+          shared [--json] [--quick] [--flood] [--garbage]
+          contention [--json] [--quick] [--clients N …] [--ceiling]
+          observe | backup | migrate | batch | batch-reads [--json] [--quick]
+          sync [--json] [--quick] [--count N] [--rows M] [--machines K] [--samples S]
+               [--only visibility|fleet|upload|initial] [--verbose]   (needs Debian's postgresql)
+          sync-faults [--seed S] [--duration SECONDS] [--machines K] [--writers W] [--rate OPS] [--verbose]
+        Each prints a table (or one JSON object per line with --json) with a raw baseline measured in the same run.
+        """)
+    exit(0)
+}
 let json = arguments.contains("--json")
 let quick = arguments.contains("--quick")
 // `profile-insert` and `profile-fetch` are hidden suites for profilers (Profile.swift).
