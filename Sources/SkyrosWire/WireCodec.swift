@@ -71,9 +71,7 @@ package struct WireWriter {
     }
 
     /// IEEE 754 binary64, little-endian.
-    package mutating func double(_ value: Double) {
-        withUnsafeBytes(of: value.bitPattern.littleEndian) { bytes.append(contentsOf: $0) }
-    }
+    package mutating func double(_ value: Double) { fixed64(value.bitPattern) }
 
     package mutating func bool(_ value: Bool) { bytes.append(value ? 1 : 0) }
 

@@ -66,8 +66,8 @@ import Testing
     @Test func aCheckpointTheStoreRefusesIsAnErrorUntilOneIsApplied() {
         var machine = ConnectionStateMachine()
         #expect(machine.sessionStarted() == .report(.online, nil))
-        #expect(machine.checkpointFailed("disk full") == .report(.error, "disk full"))
-        #expect(machine.checkpointFailed("disk full") == ConnectionStateMachine.Action.none)
+        #expect(machine.storeFailed("disk full") == .report(.error, "disk full"))
+        #expect(machine.storeFailed("disk full") == ConnectionStateMachine.Action.none)
         #expect(machine.checkpointApplied() == .report(.online, nil))
         #expect(machine.checkpointApplied() == ConnectionStateMachine.Action.none)
     }

@@ -78,8 +78,9 @@ package struct ConnectionStateMachine: Sendable {
         isStopping ? .stop : .connect
     }
 
-    /// A checkpoint could not be applied to the store (the message says why).
-    package mutating func checkpointFailed(_ message: String) -> Action {
+    /// The machine's own store refused sync's work (a checkpoint it cannot apply, a queue it
+    /// cannot read; the message says why): an error until a checkpoint is applied.
+    package mutating func storeFailed(_ message: String) -> Action {
         set(.error, message)
     }
 

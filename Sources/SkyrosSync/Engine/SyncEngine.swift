@@ -203,7 +203,7 @@ package final class SyncEngine: Sendable {
         } catch {
             report(
                 mutable.withLock {
-                    $0.connection.checkpointFailed("cannot read the upload queue in \(storePath): \(error)")
+                    $0.connection.storeFailed("cannot read the upload queue in \(storePath): \(error)")
                 })
             return
         }
@@ -242,7 +242,7 @@ package final class SyncEngine: Sendable {
         // statement fails at once and the engine goes offline, then connects again.
         let connection = try await server.connect { [weak self] in self?.notify(nil) }
         defer { connection.close() }
-        try await connection.prepare(takeSchema(changedOnly: false)!)
+        try await connection.prepare(takeSchema())
         let listener = listen()
         defer { listener.cancel() }
         let uploaded = try await connection.uploadedThrough(machine: machine)
@@ -254,7 +254,7 @@ package final class SyncEngine: Sendable {
         report(online)
         if let name = connection.serverName { log("sync: connected to \(name)") }
         while !isStopping {
-            if let changed = takeSchema(changedOnly: true) {
+            if let changed = takeChangedSchema() {
                 try await connection.prepare(changed)
                 mutable.withLock { $0.checkpoints.schemaChanged() }
             }
@@ -264,12 +264,20 @@ package final class SyncEngine: Sendable {
         }
     }
 
-    /// The schema to prepare on the server: the current one, or (`changedOnly`) the one the
-    /// store migrated to since it was last taken (nil: none).
-    private func takeSchema(changedOnly: Bool) -> ServerSchema? {
+    /// The schema to prepare on the server, taken: a migration since is told again.
+    private func takeSchema() -> ServerSchema {
         mutable.withLock { state in
-            defer { state.schemaChanged = false }
-            return !changedOnly || state.schemaChanged ? state.schema : nil
+            state.schemaChanged = false
+            return state.schema
+        }
+    }
+
+    /// The schema the store migrated to since it was last taken (nil: none).
+    private func takeChangedSchema() -> ServerSchema? {
+        mutable.withLock { state in
+            guard state.schemaChanged else { return nil }
+            state.schemaChanged = false
+            return state.schema
         }
     }
 
@@ -345,7 +353,7 @@ package final class SyncEngine: Sendable {
                 mutable.withLock { $0.checkpoints.wokeUp(signaled: signaled) }
                 return
             case .fail(let message, let delay):
-                report(mutable.withLock { $0.connection.checkpointFailed(message) })
+                report(mutable.withLock { $0.connection.storeFailed(message) })
                 await wakeup.wait(timeout: delay)
                 return
             }
