@@ -84,7 +84,8 @@ package final class AdminSessions: @unchecked Sendable {
         guard AdminMessage.isAdmin(header) else {
             guard let name = admins[identity] else { return .notAdmin }
             switch WireProtocol.Kind(rawValue: header.kind) {
-            case .fetch, .fetchIdentifiers, .count, .snapshots, .changesSince, .save:
+            case .fetch, .fetchIdentifiers, .count, .snapshots, .changesSince, .save, .syncRejections,
+                .acknowledgeRejections:
                 return allowed(peer) ? .clientRequest : refuse(identity, header.requestID, peer, state().send)
             case .hello:
                 admins[identity] = nil  // the connection becomes a client's

@@ -89,7 +89,7 @@ extension DaemonTurn {
         if !rejected.isEmpty {
             last.extensionKind = (
                 ChangeEvent.syncRejectedKind,
-                ChangeEvent.syncRejectedExtension(rejected.map { ($0.reason, $0.objects) })
+                ChangeEvent.syncRejectedExtension(Self.told(rejected))
             )
         }
         saves.append(last)
@@ -226,7 +226,7 @@ extension DaemonTurn {
             var told = save()
             told.extensionKind = (
                 ChangeEvent.syncRejectedKind,
-                ChangeEvent.syncRejectedExtension(rejected.map { ($0.reason, $0.objects) })
+                ChangeEvent.syncRejectedExtension(Self.told(rejected))
             )
             saves.append(told)
         }
@@ -243,9 +243,15 @@ extension DaemonTurn {
         return commitCheckpoint(saves, to: store)
     }
 
+    /// Refusals as the event tells them.
+    private static func told(_ rejected: [Checkpoint.Rejection]) -> [SyncRejection] {
+        rejected.map { SyncRejection(number: $0.number, date: Date(), reason: $0.reason, objectIDs: $0.objects) }
+    }
+
     /// Records a checkpoint (the cursor) and the change sets the server refused.
     private static func record(_ checkpoint: Checkpoint, _ transaction: SQLiteStore.Transaction) throws {
-        try SyncTables.recordCheckpoint(checkpoint.snapshot, in: transaction)
+        try SyncTables.recordCheckpoint(
+            checkpoint.snapshot, rejectedThrough: checkpoint.uploadedThrough, in: transaction)
         try SyncTables.recordRejections(checkpoint.rejected, in: transaction)
     }
 

@@ -258,6 +258,14 @@ struct DaemonTurn {
             actions.append(.caughtUp)
             let page = try Journal.changes(since: since, current: sequence, limit: limit, in: store)
             return .changes(page.events, more: page.more)
+        case .syncRejections:
+            return .rejectionsReply(try SyncTables.rejections(in: store))
+        case .acknowledgeRejections(let numbers):
+            let removed = try store.transaction { transaction in
+                try SyncTables.acknowledge(numbers.map { Int64(clamping: $0) }, in: transaction)
+            }
+            if removed > 0 { settings.log("acknowledged \(removed) refused change set(s)") }
+            return .countReply(removed)
         default:
             throw SkyrosError(.malformedMessage, "a client cannot send a \(body.kind) message")
         }

@@ -52,7 +52,8 @@ final class SyncLink: Sendable {
             let state = try Self.prepare(store, turn: &turn, log: log)
             let engine = SyncEngine(
                 configuration: configuration, schema: server, machine: state.machine, checkpoint: state.checkpoint,
-                queuedThrough: state.queuedThrough, storePath: turn.settings.container.store.path, host: channel,
+                rejectedThrough: state.rejectedThrough, queuedThrough: state.queuedThrough,
+                storePath: turn.settings.container.store.path, host: channel,
                 settings: settings, log: log)
             engineBox.withLock { $0 = engine }
             version.withLock { $0 = current }
@@ -70,6 +71,8 @@ final class SyncLink: Sendable {
     private struct Prepared {
         var machine: UUID
         var checkpoint: String?
+        /// The upload number through which refusals are recorded.
+        var rejectedThrough: Int64
         var queued: Int
         /// The highest number the queue ever had.
         var queuedThrough: Int64
@@ -110,7 +113,12 @@ final class SyncLink: Sendable {
             let checkpoint = try SyncTables.checkpoint(in: transaction)
             let last = try SyncTables.highestNumber(in: transaction)
             let count = try SyncTables.count(in: transaction)
-            return (Prepared(machine: machine!, checkpoint: checkpoint, queued: count, queuedThrough: last), last)
+            let rejectedThrough = try SyncTables.rejectedThrough(in: transaction)
+            return (
+                Prepared(
+                    machine: machine!, checkpoint: checkpoint, rejectedThrough: rejectedThrough, queued: count,
+                    queuedThrough: last), last
+            )
         }
         turn.groupCommit.startQueueing(after: prepared.1)
         return prepared.0

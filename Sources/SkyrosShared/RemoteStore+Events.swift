@@ -145,12 +145,11 @@ extension RemoteStore {
                 let rejecting = events.indices.filter { events[$0].unknownKind == ChangeEvent.syncRejectedKind }
                 let rejected = rejecting.flatMap { index in
                     (events[index].syncRejections ?? []).map { rejection in
-                        var error = SkyrosError(
-                            .syncRejected,
-                            "the sync server refused a change set of this machine: \(rejection.reason); "
-                                + "\(rejection.objects.count) object(s) are back to the server's values: "
-                                + rejection.objects.prefix(10).map(\.description).joined(separator: ", "))
-                        error.objectIDs = rejection.objects
+                        var error = SyncRejection(
+                            number: rejection.number ?? 0, date: Date(),
+                            reason: rejection.reason, objectIDs: rejection.objects
+                        ).error
+                        error.rejectionNumber = rejection.number
                         return error
                     }
                 }

@@ -106,7 +106,7 @@ package struct ChangeEvent: Sendable, Hashable {
     package static let syncRejectedKind: UInt8 = 5
 
     /// For a `syncRejected` event: each refused change set's reason and objects.
-    package var syncRejections: [(reason: String, objects: [ObjectID])]? {
+    package var syncRejections: [(reason: String, objects: [ObjectID], number: Int64?)]? {
         guard unknownKind == Self.syncRejectedKind,
             let root = try? JSONSerialization.jsonObject(with: Data(extensionBytes)) as? [String: Any],
             let list = root["rejected"] as? [[String: Any]]
@@ -117,14 +117,17 @@ package struct ChangeEvent: Sendable, Hashable {
                 guard parts.count == 2, let uuid = UUID(uuidString: String(parts[1])) else { return nil }
                 return ObjectID(entityName: String(parts[0]), uuid: uuid)
             }
-            return (entry["reason"] as? String ?? "", objects)
+            return (entry["reason"] as? String ?? "", objects, (entry["number"] as? NSNumber)?.int64Value)
         }
     }
 
     /// The extension bytes of a `syncRejected` event.
-    package static func syncRejectedExtension(_ rejections: [(reason: String, objects: [ObjectID])]) -> [UInt8] {
+    package static func syncRejectedExtension(_ rejections: [SyncRejection]) -> [UInt8] {
         let list: [[String: Any]] = rejections.map { rejection in
-            ["reason": rejection.reason, "objects": rejection.objects.map { "\($0.entityName)/\($0.uuid.uuidString)" }]
+            [
+                "number": rejection.number, "reason": rejection.reason,
+                "objects": rejection.objectIDs.map { "\($0.entityName)/\($0.uuid.uuidString)" },
+            ]
         }
         let data =
             (try? JSONSerialization.data(
@@ -233,6 +236,10 @@ package struct WireMessage: Sendable, Hashable {
         case deleteAll(clientID: UUID, saveNumber: UInt64)
         /// A batch update or delete by predicate: one change set, exactly-once like a save.
         case batch(clientID: UUID, saveNumber: UInt64, operation: BatchOperation)
+        /// The refusals of the group's sync server still in the rejected log (docs/SYNC.md).
+        case syncRejections
+        /// Removes these refusals (by number) from the rejected log; answered by how many it removed.
+        case acknowledgeRejections([UInt64])
         // Replies
         case welcome(Welcome)
         case snapshotsReply([Snapshot])
@@ -248,6 +255,8 @@ package struct WireMessage: Sendable, Hashable {
         /// The reply to a `batch`: how many objects it affected, and its change set as published
         /// (the author merges it as its own).
         case batchDone(affected: Int, event: ChangeEvent)
+        /// The reply to `syncRejections`, oldest first.
+        case rejectionsReply([SyncRejection])
         // Published on the event socket
         case event(ChangeEvent)
 
@@ -263,6 +272,8 @@ package struct WireMessage: Sendable, Hashable {
             case .changesSince: .changesSince
             case .deleteAll: .deleteAll
             case .batch: .batch
+            case .syncRejections: .syncRejections
+            case .acknowledgeRejections: .acknowledgeRejections
             case .welcome: .welcome
             case .snapshotsReply: .snapshotsReply
             case .identifiersReply: .identifiersReply
@@ -272,6 +283,7 @@ package struct WireMessage: Sendable, Hashable {
             case .changes: .changes
             case .conflicts: .conflicts
             case .batchDone: .batchDone
+            case .rejectionsReply: .rejectionsReply
             case .event: .event
             }
         }
@@ -353,6 +365,17 @@ package struct WireMessage: Sendable, Hashable {
         case .batchDone(let affected, let event):
             writer.uvarint(UInt64(affected))
             writer.event(event)
+        case .syncRejections:
+            break
+        case .acknowledgeRejections(let numbers):
+            writer.list(numbers) { $0.uvarint($1) }
+        case .rejectionsReply(let rejections):
+            writer.list(rejections) { writer, rejection in
+                writer.uvarint(UInt64(max(0, rejection.number)))
+                writer.double(rejection.date.timeIntervalSince1970)
+                writer.string(rejection.reason)
+                writer.list(rejection.objectIDs) { $0.objectID($1) }
+            }
         case .event(let event):
             writer.event(event)
         }
@@ -483,6 +506,21 @@ package struct WireMessage: Sendable, Hashable {
         case .batchDone:
             let affected = try reader.int()
             body = .batchDone(affected: affected, event: try reader.event())
+        case .syncRejections: body = .syncRejections
+        case .acknowledgeRejections:
+            body = .acknowledgeRejections(
+                try reader.list(minimumSize: 1) { reader throws(WireError) in try reader.uvarint() })
+        case .rejectionsReply:
+            body = .rejectionsReply(
+                try reader.list(minimumSize: 11) { reader throws(WireError) in
+                    let number = try reader.uvarint()
+                    let time = try reader.double()
+                    let reason = try reader.string()
+                    let objects = try reader.list(minimumSize: 17) { reader throws(WireError) in try reader.objectID() }
+                    return SyncRejection(
+                        number: Int64(clamping: number), date: Date(timeIntervalSince1970: time), reason: reason,
+                        objectIDs: objects)
+                })
         case .event: body = .event(try reader.event())
         default: throw .unimplementedMessageType(tag)
         }

@@ -62,6 +62,10 @@ package enum WireProtocol {
         case deleteAll = 8
         /// A batch update or delete by predicate (one change set, one sequence).
         case batch = 9
+        /// The change sets the sync server refused that no app has acknowledged yet.
+        case syncRejections = 10
+        /// Acknowledges refused change sets: they leave the rejected log.
+        case acknowledgeRejections = 11
         /// The hello of an admin session (no schema; see ``AdminMessage``).
         case adminHello = 16
         /// The daemon's status (admin).
@@ -95,6 +99,8 @@ package enum WireProtocol {
         case metricsReply = 76
         /// The reply to `batch`.
         case batchDone = 77
+        /// The reply to `syncRejections`.
+        case rejectionsReply = 78
         // Published on the event socket
         case event = 96
 

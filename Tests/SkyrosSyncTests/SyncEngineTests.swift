@@ -127,7 +127,7 @@ import Testing
             }
 
             func readCheckpoint(
-                after previous: String?, machine: UUID, pageSize: Int,
+                after previous: String?, rejectedAfter: Int64, machine: UUID, pageSize: Int,
                 stage: @escaping @Sendable (SnapshotPage) async -> String?
             ) async throws -> Checkpoint {
                 let (xid, uploaded, objects) = server.state.withLock { state in

@@ -67,6 +67,16 @@ let sampleMessages: [WireMessage] = {
                 event: ChangeEvent(
                     sequence: 14, kind: .batch, authorID: client, author: "todo",
                     updated: [ChangeEvent.Update(id: post, version: 5, values: [0: .text("t")])], deleted: [user]))),
+        WireMessage(requestID: 12, body: .syncRejections),
+        WireMessage(requestID: 13, body: .acknowledgeRejections([1, 300])),
+        WireMessage(
+            requestID: 12,
+            body: .rejectionsReply([
+                SyncRejection(
+                    number: 3, date: Date(timeIntervalSince1970: 1_795_640_212.5), reason: "duplicate key",
+                    objectIDs: [post, user]),
+                SyncRejection(number: 7, date: Date(timeIntervalSince1970: 0), reason: "", objectIDs: []),
+            ])),
         WireMessage(
             requestID: 1,
             body: .welcome(

@@ -14,3 +14,43 @@ extension SkyrosError.Code {
     /// else is lost.
     public static let syncRejected = SkyrosError.Code(rawValue: "syncRejected")
 }
+
+/// A change set of this machine that the group's sync server refused (DESIGN §9): kept in the
+/// daemon's rejected log until an app acknowledges it, so that an app that was not running
+/// when the refusal came still learns of it.
+///
+/// A shared stack tells each refusal to ``Skyros/handleError(_:)`` (a ``SkyrosError`` of code
+/// ``SkyrosError/Code/syncRejected`` whose ``SkyrosError/rejectionNumber`` is ``number``) when
+/// it comes, and the outstanding ones again when the stack connects; ``Skyros/syncRejections()``
+/// lists them and ``Skyros/acknowledgeSyncRejections(_:)`` removes them once the app has dealt
+/// with them (told its user, made the change again).
+public struct SyncRejection: Sendable, Hashable {
+    /// The change set's number in this machine's upload queue: what acknowledging names.
+    public var number: Int64
+    /// When the machine learned of the refusal.
+    public var date: Date
+    /// Why the server refused it (the constraint or rule, in the server's words).
+    public var reason: String
+    /// The objects of the change set (back to the server's values on this machine).
+    public var objectIDs: [ObjectID]
+
+    /// A refusal, as the daemon reports it.
+    public init(number: Int64, date: Date, reason: String, objectIDs: [ObjectID]) {
+        self.number = number
+        self.date = date
+        self.reason = reason
+        self.objectIDs = objectIDs
+    }
+
+    /// The refusal as the error a shared stack hands to ``Skyros/handleError(_:)``.
+    public var error: SkyrosError {
+        var error = SkyrosError(
+            .syncRejected,
+            "the sync server refused change set \(number) of this machine: \(reason); "
+                + "\(objectIDs.count) object(s) are back to the server's values: "
+                + objectIDs.prefix(10).map(\.description).joined(separator: ", "))
+        error.objectIDs = objectIDs
+        error.rejectionNumber = number
+        return error
+    }
+}

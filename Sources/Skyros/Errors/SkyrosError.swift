@@ -78,6 +78,10 @@ public struct SkyrosError: Error, Sendable, CustomStringConvertible {
     /// The objects the error is about, when it names some: for ``Code/syncRejected``, the
     /// objects of the change set the sync server refused.
     public var objectIDs: [ObjectID] = []
+    /// For ``Code/syncRejected``: the refused change set's number, which
+    /// ``Skyros/acknowledgeSyncRejections(_:)`` takes once the app has dealt with it (nil for
+    /// a refusal told by a daemon older than this field).
+    public var rejectionNumber: Int64? = nil
     /// For ``Code/validationFailed``: every rule that refused the save, with its object and
     /// property (Core Data's detailed errors).
     public var validationFailures: [ValidationFailure] = []

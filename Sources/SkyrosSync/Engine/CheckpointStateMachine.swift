@@ -81,6 +81,11 @@ package struct CheckpointStateMachine: Sendable {
     package private(set) var checkpointNumber: UInt64 = 0
     /// How old the newest change of the last checkpoint applied was when it was read.
     package private(set) var lagMilliseconds = 0
+    /// The highest upload number of this machine whose refusal, if it was refused, the store
+    /// has recorded (the last checkpoint applied's ``Checkpoint/uploadedThrough``): a checkpoint
+    /// carries the refusals numbered after it, whatever its kind, so that none is missed (a
+    /// refusal followed by a first sync) or told twice.
+    package private(set) var rejectedThrough: Int64
     /// Whether the next round reads a checkpoint whatever was notified.
     package private(set) var mustRead = true
     /// The transactions notified since the last look.
@@ -95,12 +100,14 @@ package struct CheckpointStateMachine: Sendable {
     private var pending: Summary?
     private var lastCompaction: ContinuousClock.Instant?
 
-    /// A machine whose store last applied `cursor`.
+    /// A machine whose store last applied `cursor`, and recorded the refusals of its uploads
+    /// through `rejectedThrough`.
     package init(
-        cursor: String?, pollInterval: Duration = .seconds(5), compactionInterval: Duration = .seconds(600),
-        backlogLimit: Int = 1_000
+        cursor: String?, rejectedThrough: Int64 = 0, pollInterval: Duration = .seconds(5),
+        compactionInterval: Duration = .seconds(600), backlogLimit: Int = 1_000
     ) {
         self.cursor = cursor
+        self.rejectedThrough = rejectedThrough
         self.pollInterval = pollInterval
         self.compactionInterval = compactionInterval
         self.backlogLimit = backlogLimit
@@ -199,6 +206,7 @@ package struct CheckpointStateMachine: Sendable {
         guard let checkpoint = pending else { return .wait(pollInterval) }
         pending = nil
         cursor = checkpoint.snapshot
+        rejectedThrough = max(rejectedThrough, checkpoint.uploadedThrough)
         checkpointNumber = checkpoint.number
         lagMilliseconds = checkpoint.lagMilliseconds
         // The uploads this checkpoint brought back are read.

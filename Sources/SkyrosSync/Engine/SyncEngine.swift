@@ -93,12 +93,12 @@ package final class SyncEngine: Sendable {
     private let finished = DispatchSemaphore(value: 0)
 
     /// An engine for the store at `storePath` (read through a read-only connection of its
-    /// own), this machine's `machine` id, the checkpoint the store last applied, and the
-    /// highest number its queue ever had (`queuedThrough`; nil: unknown, read the queue).
+    /// own), this machine's `machine` id, the checkpoint the store last applied (and the upload
+    /// number through which it recorded refusals), and the highest number its queue ever had (`queuedThrough`; nil: unknown, read the queue).
     /// `server`: where it syncs (nil: the PostgreSQL server of `configuration`).
     package init(
         configuration: SyncConfiguration, schema: ServerSchema, machine: UUID, checkpoint: String?,
-        queuedThrough: Int64? = nil,
+        rejectedThrough: Int64 = 0, queuedThrough: Int64? = nil,
         storePath: String, host: any SyncHost, settings: Settings = Settings(), server: (any SyncServer)? = nil,
         log: @escaping @Sendable (String) -> Void
     ) {
@@ -121,7 +121,7 @@ package final class SyncEngine: Sendable {
                     queuedThrough: queuedThrough, maximumBatch: settings.uploadBatch,
                     maximumBytes: settings.uploadBatchBytes),
                 checkpoints: CheckpointStateMachine(
-                    cursor: checkpoint, pollInterval: settings.pollInterval,
+                    cursor: checkpoint, rejectedThrough: rejectedThrough, pollInterval: settings.pollInterval,
                     compactionInterval: settings.compactionInterval,
                     backlogLimit: settings.uploadBatch),
                 connection: ConnectionStateMachine(maximumRetryDelay: settings.maximumRetryDelay)))
@@ -320,8 +320,10 @@ package final class SyncEngine: Sendable {
             case .read(let previous):
                 do {
                     // A snapshot's pages are staged by the daemon as they are read.
+                    let rejectedAfter = mutable.withLock { $0.checkpoints.rejectedThrough }
                     let read = try await connection.readCheckpoint(
-                        after: previous, machine: machine, pageSize: settings.snapshotPageSize
+                        after: previous, rejectedAfter: rejectedAfter, machine: machine,
+                        pageSize: settings.snapshotPageSize
                     ) { [weak host = self.host, log = self.log] page in
                         for line in page.unreadable { log("sync: \(line)") }
                         guard let host else { return "the sync engine has no daemon any more" }

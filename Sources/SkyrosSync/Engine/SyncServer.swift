@@ -39,11 +39,12 @@ package protocol SyncServerConnection: Sendable {
     func upload(_ batch: [QueuedEntry], machine: UUID) async throws
         -> (outcomes: [ServerSession.UploadOutcome], transactions: [UInt64]?)
 
-    /// The checkpoint after `previous` (nil: a first sync). A snapshot's pages go to `stage`
+    /// The checkpoint after `previous` (nil: a first sync), with the refusals of this
+    /// machine's uploads numbered after `rejectedAfter`. A snapshot's pages go to `stage`
     /// as they are read (nil: staged; else why not, and the read throws
     /// ``Checkpoint/StagingFailed``).
     func readCheckpoint(
-        after previous: String?, machine: UUID, pageSize: Int,
+        after previous: String?, rejectedAfter: Int64, machine: UUID, pageSize: Int,
         stage: @escaping @Sendable (SnapshotPage) async -> String?
     ) async throws -> Checkpoint
 

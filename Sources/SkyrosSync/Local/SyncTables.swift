@@ -100,6 +100,59 @@ package enum SyncTables {
         }
     }
 
+    /// The change sets in the rejected log (refused by the server, not yet acknowledged by an
+    /// app), oldest first; none when the store never synced.
+    package static func rejections(in store: SQLiteStore) throws -> [SyncRejection] {
+        guard try store.rows("SELECT 1 FROM sqlite_master WHERE name = 'skyros_sync_rejected'").first != nil else {
+            return []
+        }
+        return try store.rows("SELECT number, timestamp, reason, objects FROM skyros_sync_rejected ORDER BY number")
+            .map { row in
+                guard case .integer(let number) = row[0] else { return nil }
+                let time: Double =
+                    switch row[1] {
+                    case .real(let time): time
+                    case .integer(let time): Double(time)
+                    default: 0
+                    }
+                guard case .text(let reason) = row[2], case .text(let objects) = row[3] else { return nil }
+                return SyncRejection(
+                    number: number, date: Date(timeIntervalSince1970: time), reason: reason,
+                    objectIDs: objects.split(separator: " ").compactMap { text -> ObjectID? in
+                        let parts = text.split(separator: "/", maxSplits: 1)
+                        guard parts.count == 2, let uuid = UUID(uuidString: String(parts[1])) else { return nil }
+                        return ObjectID(entityName: String(parts[0]), uuid: uuid)
+                    })
+            }.compactMap { $0 }
+    }
+
+    /// Removes the refusals numbered `numbers` from the rejected log (an app dealt with them);
+    /// how many it removed.
+    package static func acknowledge(_ numbers: [Int64], in transaction: SQLiteStore.Transaction) throws -> Int {
+        guard try transaction.rows("SELECT 1 FROM sqlite_master WHERE name = 'skyros_sync_rejected'").first != nil
+        else { return 0 }
+        var removed = 0
+        for number in Set(numbers) {
+            try transaction.execute("DELETE FROM skyros_sync_rejected WHERE number = ?", [.integer(number)])
+            if case .integer(let count)? = try transaction.rows("SELECT changes()").first?.first {
+                removed += Int(count)
+            }
+        }
+        return removed
+    }
+
+    /// The upload number through which the store recorded the server's refusals (the last
+    /// checkpoint applied's `uploadedThrough`; 0: none yet, or a store of an older version,
+    /// whose refusals are then all read once more).
+    package static func rejectedThrough(in transaction: SQLiteStore.Transaction) throws -> Int64 {
+        guard
+            case .text(let text)? = try transaction.rows(
+                "SELECT value FROM skyros_metadata WHERE key = 'syncRejectedThrough'"
+            ).first?.first
+        else { return 0 }
+        return Int64(text) ?? 0
+    }
+
     /// The machine's id on the server (nil: never synced).
     package static func machine(in transaction: SQLiteStore.Transaction) throws -> UUID? {
         guard
@@ -126,10 +179,16 @@ package enum SyncTables {
         return text
     }
 
-    /// Records the last checkpoint applied.
-    package static func recordCheckpoint(_ snapshot: String, in transaction: SQLiteStore.Transaction) throws {
+    /// Records the last checkpoint applied, and the upload number through which its refusals
+    /// are recorded (``rejectedThrough(in:)``).
+    package static func recordCheckpoint(
+        _ snapshot: String, rejectedThrough: Int64, in transaction: SQLiteStore.Transaction
+    ) throws {
         try transaction.execute(
             "INSERT OR REPLACE INTO skyros_metadata (key, value) VALUES ('syncCheckpoint', ?)", [.text(snapshot)])
+        try transaction.execute(
+            "INSERT OR REPLACE INTO skyros_metadata (key, value) VALUES ('syncRejectedThrough', ?)",
+            [.text(String(rejectedThrough))])
     }
 
     // MARK: - The engine's side

@@ -6,7 +6,8 @@ extension ServerSession {
     /// statement reads at one snapshot, `pg_current_snapshot()` is that snapshot, so its head,
     /// the log rows that became visible since `previous`, the changed objects' rows and the
     /// refusals are one consistent checkpoint, as the REPEATABLE READ transaction of
-    /// ``readCheckpoint(after:machine:)`` gives with five or more.
+    /// ``readCheckpoint(after:rejectedAfter:machine:pageSize:stage:)`` gives with five or more.
+    /// The refusals are those of this machine's uploads numbered after `rejectedAfter`.
     ///
     /// Every row of the answer is `(part, a, b, c)`: part 0 the head (snapshot, its xmin, the
     /// machine's highest upload, whether `previous` is past the horizon, the lag), 1 an object
@@ -15,8 +16,9 @@ extension ServerSession {
     ///
     /// - Returns: nil when `previous` is older than the log's horizon: the machine needs a
     ///   snapshot instead.
-    package func readChanges(after previous: String, machine: UUID) async throws -> Checkpoint? {
-        let rows = try await run(changesSQL, [previous, machine.uuidString.lowercased()], prepared: true)
+    package func readChanges(after previous: String, rejectedAfter: Int64, machine: UUID) async throws -> Checkpoint? {
+        let rows = try await run(
+            changesSQL, [previous, machine.uuidString.lowercased(), String(rejectedAfter)], prepared: true)
         guard let head = rows.first(where: { $0[0] == "0" }),
             let snapshotPart = head[1]?.split(separator: "|"), snapshotPart.count == 2,
             let uploadPart = head[2]?.split(separator: "|"), uploadPart.count == 2
@@ -69,7 +71,7 @@ extension ServerSession {
         return checkpoint
     }
 
-    /// The statement of ``readChanges(after:machine:)`` for `schema` (made once per session:
+    /// The statement of ``readChanges(after:rejectedAfter:machine:)`` for `schema` (made once per session:
     /// it is the same for every read).
     static func changesSQL(_ schema: ServerSchema) -> String {
         let quoted = ServerSchema.quote(schema.name)
@@ -93,8 +95,7 @@ extension ServerSession {
         parts.append(
             """
             SELECT '3', number::text, rejected, objects::text FROM \(quoted)._skyros_uploads \
-            WHERE machine = ($2::text)::uuid AND rejected IS NOT NULL AND xid >= pg_snapshot_xmin(($1::text)::pg_snapshot) \
-            AND NOT pg_visible_in_snapshot(xid, ($1::text)::pg_snapshot)
+            WHERE machine = ($2::text)::uuid AND rejected IS NOT NULL AND number > ($3::text)::bigint
             """)
         return """
             WITH changed AS (SELECT entity, id, max(at) AS at FROM \(quoted)._skyros_log \

@@ -92,20 +92,29 @@ extension Checkpoint {
 
 extension ServerSession {
     /// Reads the checkpoint after `previous` (a `pg_snapshot` text; nil: a first sync): in one
-    /// statement when `previous` is within the log's retention (``readChanges(after:machine:)``),
+    /// statement when `previous` is within the log's retention (``readChanges(after:rejectedAfter:machine:)``),
     /// else in one REPEATABLE READ transaction. A first sync, or a machine whose previous
     /// checkpoint is older than the log's compaction horizon, gets a snapshot of every table: its rows are read
     /// `pageSize` at a time, table by table in `"_id"` order (keyset pagination in the same
     /// transaction), and handed to `stage` as they come — the next page is read while `stage`
     /// takes the previous one — and the checkpoint returned carries no object.
     ///
+    /// Every path carries the refusals of this machine's uploads numbered after
+    /// `rejectedAfter` (the last checkpoint applied's ``Checkpoint/uploadedThrough``): selected
+    /// by number, not by the snapshots' visibility, a refusal is told whichever kind of
+    /// checkpoint comes next, a first sync's snapshot included.
+    ///
     /// - Parameter stage: takes a snapshot's page; returns nil when it was staged, or why not.
     /// - Throws: ``Checkpoint/StagingFailed`` when `stage` refused a page; the server's errors.
     package func readCheckpoint(
-        after previous: String?, machine: UUID, pageSize: Int = 10_000,
+        after previous: String?, rejectedAfter: Int64, machine: UUID, pageSize: Int = 10_000,
         stage: @escaping @Sendable (SnapshotPage) async -> String? = { _ in "snapshots are not staged here" }
     ) async throws -> Checkpoint {
-        if let previous, let changes = try await readChanges(after: previous, machine: machine) { return changes }
+        if let previous,
+            let changes = try await readChanges(after: previous, rejectedAfter: rejectedAfter, machine: machine)
+        {
+            return changes
+        }
         let quoted = ServerSchema.quote(schema.name)
         try await run("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
         do {
@@ -127,20 +136,18 @@ extension ServerSession {
             // and the horizon never moves back): a snapshot.
             checkpoint.isSnapshot = true
             try await readSnapshot(snapshot, pageSize: max(1, pageSize), stage: stage)
-            if let previous {
-                // Refusals since the previous checkpoint, a snapshot's too (the uploads' records
-                // are never compacted).
-                for row in try await run(
-                    """
-                    SELECT number::text, rejected, objects::text FROM \(quoted)._skyros_uploads \
-                    WHERE machine = $1::uuid AND rejected IS NOT NULL AND xid >= pg_snapshot_xmin($2::pg_snapshot) \
-                    AND NOT pg_visible_in_snapshot(xid, $2::pg_snapshot) ORDER BY number
-                    """, [machine.uuidString.lowercased(), previous])
-                {
-                    checkpoint.rejected.append(
-                        Checkpoint.Rejection(
-                            number: Int64(row[0] ?? "0") ?? 0, reason: row[1] ?? "", objects: Self.objects(row[2])))
-                }
+            // The refusals not yet recorded, a first sync's too (the uploads' records are never
+            // compacted): a machine that uploads, is refused and only then takes its first
+            // checkpoint is told.
+            for row in try await run(
+                """
+                SELECT number::text, rejected, objects::text FROM \(quoted)._skyros_uploads \
+                WHERE machine = $1::uuid AND rejected IS NOT NULL AND number > $2::bigint ORDER BY number
+                """, [machine.uuidString.lowercased(), String(rejectedAfter)])
+            {
+                checkpoint.rejected.append(
+                    Checkpoint.Rejection(
+                        number: Int64(row[0] ?? "0") ?? 0, reason: row[1] ?? "", objects: Self.objects(row[2])))
             }
             try await run("COMMIT")
             return checkpoint
@@ -261,7 +268,7 @@ extension ServerSession {
                 """, [String(retention)])
             if let bound = rows.first?[0] ?? nil {
                 // A checkpoint is past the horizon when its snapshot's xmin is below it
-                // (``readChanges(after:machine:)``): just past the last row dropped, a machine
+                // (``readChanges(after:rejectedAfter:machine:)``): just past the last row dropped, a machine
                 // whose snapshot had that transaction already is not sent back to a snapshot.
                 // Nothing dropped: no update. Never lowered (a truncation or a repair may have
                 // raised it further).

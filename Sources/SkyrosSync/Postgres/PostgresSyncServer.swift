@@ -161,10 +161,11 @@ final class PostgresSyncConnection: SyncServerConnection {
     }
 
     func readCheckpoint(
-        after previous: String?, machine: UUID, pageSize: Int,
+        after previous: String?, rejectedAfter: Int64, machine: UUID, pageSize: Int,
         stage: @escaping @Sendable (SnapshotPage) async -> String?
     ) async throws -> Checkpoint {
-        try await session().readCheckpoint(after: previous, machine: machine, pageSize: pageSize, stage: stage)
+        try await session().readCheckpoint(
+            after: previous, rejectedAfter: rejectedAfter, machine: machine, pageSize: pageSize, stage: stage)
     }
 
     func compact(retention: TimeInterval) async throws {

@@ -16,7 +16,7 @@ package struct ServerSession: Sendable {
     /// The connection's named prepared statements (nil: every statement is parsed and
     /// planned each time it runs).
     package let statements: PreparedStatements?
-    /// The checkpoint read's statement (``readChanges(after:machine:)``).
+    /// The checkpoint read's statement (``readChanges(after:rejectedAfter:machine:)``).
     let changesSQL: String
 
     /// A session of `schema` on `connection`; with a `watchdog`, a statement that gets no

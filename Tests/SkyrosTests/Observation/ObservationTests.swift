@@ -273,7 +273,7 @@ struct ObservationTests {
         #expect(recorder.calls.count == 1)
         try expectConsistent(controller, recorder, before: before)
         before = SectionedIDs(controller.sections)
-        main.performAndWait { try? main.save() }
+        try main.performAndWait { try main.save() }
         #expect(controller.fetchedObjects.count == 2)
         // The save of an edit already reported is not reported again.
         #expect(recorder.calls.count == 1)
@@ -465,7 +465,7 @@ struct ObservationTests {
         stack.store.read { context in (context.object(with: ann!) as! User).email = "a@example.com" }
         #expect(saves.count == 1)
         #expect(changes.count == 2 && changes[1].updated.map(\.firstname) == ["Ann"])
-        main.performAndWait { try? main.save() }
+        try main.performAndWait { try main.save() }
         #expect(saves.count == 2 && saves[1].updated.map(\.firstname) == ["Ann"])
         // A deletion: the deleted object reads as its last values.
         try stack.store.writeAndWait { context in context.delete(context.object(with: ann!)!) }
@@ -493,25 +493,25 @@ struct ObservationTests {
         main.performAndWait { ann = user(main, "Ann", "Baker", age: 40).objectID }
         #expect(changesLog.calls.count == 1 && changesLog.calls[0].inserted.map(\.firstname) == ["Ann"])
         #expect(savesLog.calls.isEmpty)
-        main.performAndWait { try? main.save() }
+        try main.performAndWait { try main.save() }
         #expect(changesLog.calls.count == 1)
         #expect(savesLog.calls.count == 1 && savesLog.calls[0].inserted.map(\.firstname) == ["Ann"])
         // Update, then save.
         main.performAndWait { (main.object(with: ann!) as! User).age = 41 }
         #expect(changesLog.calls.count == 2 && changesLog.calls[1].updated.map(\.firstname) == ["Ann"])
-        main.performAndWait { try? main.save() }
+        try main.performAndWait { try main.save() }
         #expect(changesLog.calls.count == 2)
         #expect(savesLog.calls.count == 2 && savesLog.calls[1].updated.map(\.firstname) == ["Ann"])
         // Delete, then save.
         main.performAndWait { main.delete(main.object(with: ann!)!) }
         #expect(changesLog.calls.count == 3 && changesLog.calls[2].deleted.map(\.firstname) == ["Ann"])
-        main.performAndWait { try? main.save() }
+        try main.performAndWait { try main.save() }
         #expect(changesLog.calls.count == 3)
         #expect(savesLog.calls.count == 3 && savesLog.calls[2].deleted.map(\.firstname) == ["Ann"])
         // An insert saved in the block that made it: reported once to each.
-        main.performAndWait {
+        try main.performAndWait {
             _ = user(main, "Bob", "Adams", age: 45)
-            try? main.save()
+            try main.save()
         }
         #expect(changesLog.calls.count == 4 && changesLog.calls[3].inserted.map(\.firstname) == ["Bob"])
         #expect(savesLog.calls.count == 4 && savesLog.calls[3].inserted.map(\.firstname) == ["Bob"])
@@ -532,17 +532,17 @@ struct ObservationTests {
         main.performAndWait { _ = user(main, "Bob", "Adams", age: 45) }
         #expect(recorder.calls.count == 1)
         try expectConsistent(controller, recorder, before: before)
-        main.performAndWait { try? main.save() }
+        try main.performAndWait { try main.save() }
         #expect(recorder.calls.count == 1)
         before = SectionedIDs(controller.sections)
         main.performAndWait { (main.object(with: ann) as! User).age = 50 }
         #expect(recorder.calls.count == 2)
-        main.performAndWait { try? main.save() }
+        try main.performAndWait { try main.save() }
         #expect(recorder.calls.count == 2)
         try expectConsistent(controller, recorder, before: before)
         before = SectionedIDs(controller.sections)
         main.performAndWait { main.delete(main.object(with: ann)!) }
-        main.performAndWait { try? main.save() }
+        try main.performAndWait { try main.save() }
         #expect(recorder.calls.count == 3)
         try expectConsistent(controller, recorder, before: before)
     }
@@ -562,7 +562,7 @@ struct ObservationTests {
             return user.objectID
         }
         #expect(try await iterator.next()?.total == 7)
-        main.performAndWait { try? main.save() }
+        try main.performAndWait { try main.save() }
         // Had the save given a value, this would read a second 7.
         main.performAndWait { (main.object(with: id) as! User).age = 9 }
         #expect(try await iterator.next()?.total == 9)

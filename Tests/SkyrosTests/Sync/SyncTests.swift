@@ -360,8 +360,17 @@ struct SyncTests {
             user.lastname = "from B"
             user.age = 2
         }
-        try await insert("taken", into: a)
-        try await insert("taken", into: b)
+        // Two objects with one handle, told apart by their ids and first names.
+        let takenOnA = try await a.write { context in
+            let user = User.create(in: context)
+            (user.handle, user.firstname) = ("taken", "A")
+            return user.objectID
+        }
+        let takenOnB = try await b.write { context in
+            let user = User.create(in: context)
+            (user.handle, user.firstname) = ("taken", "B")
+            return user.objectID
+        }
         try postgres.start()
 
         let read = { (stack: Skyros) in
@@ -382,15 +391,26 @@ struct SyncTests {
             let onA = try await read(a)
             let onB = try await read(b)
             return onA == onServer && onB == onServer && onServer.hasPrefix("shared:from A:from B:")
-                && onServer.hasSuffix(",taken:::0")
+                && (onServer.hasSuffix(",taken:A::0") || onServer.hasSuffix(",taken:B::0"))
         }
         let states =
             "A: \((try? await read(a)) ?? "?"), B: \((try? await read(b)) ?? "?"), server: \((try? onServer()) ?? "?")"
         #expect(converged, "\(states)")
         #expect(await eventually { rejections.errors.contains { $0.code == .syncRejected } })
         let rejected = try #require(rejections.errors.first { $0.code == .syncRejected })
-        #expect(rejected.objectIDs.count == 1)
         #expect(rejected.message.contains("duplicate key"), "\(rejected.message)")
+        // The refused one is the one the server does not have; both machines hold the other.
+        let kept = try server.psql(#"SELECT "_id"::text FROM g_sync."User" WHERE handle = 'taken'"#)
+        let winner = [takenOnA, takenOnB].first { $0.uuid.uuidString.lowercased() == kept }
+        let loser = [takenOnA, takenOnB].first { $0 != winner }
+        #expect(winner != nil, "the server's taken is \(kept), neither machine's")
+        #expect(rejected.objectIDs == [loser].compactMap { $0 })
+        for stack in [a, b] {
+            let ids = try await stack.read { context in
+                try User.all(in: context).filter { $0.handle == "taken" }.map(\.objectID)
+            }
+            #expect(ids == [winner].compactMap { $0 })
+        }
         let statuses = try [syncStatus(machineA), syncStatus(machineB)]
         #expect(statuses.compactMap { $0["rejected"] as? Int }.sorted() == [0, 1])
     }

@@ -146,6 +146,7 @@ struct SyncUploadTests {
             40, Self.change(updated: [QueuedChangeSet.Row(entity: "User", id: doomed, values: ["age": .integer(9)])])
         )
         let outcomes = try await server.session.upload(batch, machine: machine)
+        try #require(outcomes.count == batch.count, "one outcome per change set")
         for (index, outcome) in outcomes.enumerated() {
             switch index + 1 {
             case 23:
@@ -210,6 +211,7 @@ struct SyncUploadTests {
         #expect(ServerSession.culprit(of: Other(), in: batch[...], schema: schema) == nil)
         // And the upload finds it: 31 and 35 refused, the others applied.
         let outcomes = try await server.session.upload(batch, machine: UUID())
+        try #require(outcomes.count == batch.count, "one outcome per change set")
         for (index, outcome) in outcomes.enumerated() {
             if index == 30 || index == 34 {
                 guard case .rejected(let reason) = outcome else {
@@ -259,7 +261,7 @@ struct SyncUploadTests {
         let server = try await Session.make(prepared: prepared)
         defer { Task { await server.close() } }
         let machine = UUID()
-        let first = try await server.session.readCheckpoint(after: nil, machine: machine) { _ in nil }
+        let first = try await server.session.readCheckpoint(after: nil, rejectedAfter: 0, machine: machine) { _ in nil }
         let kept = UUID()
         let gone = UUID()
         try server.psql(
@@ -269,8 +271,14 @@ struct SyncUploadTests {
             DELETE FROM g_up."User" WHERE handle = 'gone';
             """)
         let batch: Batch = [(1, Self.change(inserted: [Self.user(UUID(), handle: "kept")]))]
-        #expect(try await server.session.upload(batch, machine: machine).first != .applied)
-        let changes = try #require(try await server.session.readChanges(after: first.snapshot, machine: machine))
+        let refused = try await server.session.upload(batch, machine: machine)
+        try #require(refused.count == 1)
+        guard case .rejected = refused[0] else {
+            Issue.record("the upload of a taken handle was \(refused[0])")
+            return
+        }
+        let changes = try #require(
+            try await server.session.readChanges(after: first.snapshot, rejectedAfter: 0, machine: machine))
         #expect(!changes.isSnapshot)
         #expect(changes.uploadedThrough == 1)
         let user = try #require(changes.objects[ObjectID(entityName: "User", uuid: kept)] ?? nil)
@@ -282,12 +290,16 @@ struct SyncUploadTests {
         #expect(changes.objects[ObjectID(entityName: "User", uuid: gone)] == .some(nil))
         #expect(changes.rejected.map(\.number) == [1])
         // Nothing since: an empty checkpoint, at a later snapshot.
-        let none = try #require(try await server.session.readChanges(after: changes.snapshot, machine: machine))
+        let none = try #require(
+            try await server.session.readChanges(
+                after: changes.snapshot, rejectedAfter: changes.uploadedThrough, machine: machine))
         #expect(none.objects.isEmpty && none.rejected.isEmpty)
         // A value the attribute cannot hold (a double's NaN) is skipped and named.
         let post = UUID()
         try server.psql(#"INSERT INTO g_up."Post" ("_id", title, score) VALUES ('\#(post.uuidString)', 'p', 'NaN')"#)
-        let bad = try #require(try await server.session.readChanges(after: none.snapshot, machine: machine))
+        let bad = try #require(
+            try await server.session.readChanges(
+                after: none.snapshot, rejectedAfter: none.uploadedThrough, machine: machine))
         #expect(bad.objects[ObjectID(entityName: "Post", uuid: post)] == nil)
         #expect(bad.unreadable.count == 1)
         if prepared {
