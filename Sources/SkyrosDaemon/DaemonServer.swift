@@ -121,6 +121,9 @@ package final class DaemonServer {
     package let admin: AdminSessions
     /// Sync with PostgreSQL (DESIGN §9), when configured.
     private let sync: SyncLink?
+    /// Without sync: whether the store was looked at for a machine id (a store that has synced
+    /// keeps queueing its commits, uploaded when sync is on again).
+    private var queueingChecked = false
 
     /// What the server has committed since it started.
     package struct Statistics: Sendable, Equatable {
@@ -257,7 +260,12 @@ package final class DaemonServer {
     package func serve(pollInterval: Int = 100, turn startOfTurn: () -> Void = {}) {
         while !handle.isStopRequested {
             startOfTurn()
-            sync?.refresh(&turn)  // starts sync once the group has a store (at start, or made by a hello)
+            if let sync {
+                sync.refresh(&turn)  // starts sync once the group has a store (at start, or made by a hello)
+            } else if !queueingChecked, turn.store != nil {
+                queueingChecked = true
+                SyncLink.queueWithoutSync(&turn, log: { [settings = turn.settings] in settings.log($0) })
+            }
             performSync()  // work whose wake-up a read's reply drained
             perform(turn.heartbeatIfDue(every: Double(pollInterval) / 1000))
             for (identity, message) in admin.takeReplies() { sockets.send(to: identity, message) }

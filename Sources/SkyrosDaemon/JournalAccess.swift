@@ -1,5 +1,6 @@
 import Foundation
 import Skyros
+import SkyrosSync
 import SkyrosWire
 
 /// The change log of a store, for the operating tool and admin sessions: read its entries,
@@ -51,22 +52,36 @@ package enum JournalAccess {
     }
 
     /// Applies a change set in `transaction` and, when the store has a change log, records
-    /// it there with the next sequence. Returns that sequence (0 without a change log).
+    /// it there with the next sequence; a store that has synced (a machine id) also queues it
+    /// for upload. Returns that sequence (0 without a change log).
     package static func apply(
         _ changes: ChangeSet, author: String, authorID: UUID, save: UInt64, journal: Bool,
         in transaction: SQLiteStore.Transaction
     ) throws -> UInt64 {
         let applied = try transaction.applyConformed(changes)
-        guard journal else { return 0 }
-        var next: UInt64 = 1
-        if case .integer(let value)? = try transaction.rows("SELECT max(sequence) FROM skyros_history").first?.first {
-            next = UInt64(max(0, value)) + 1
+        var next: UInt64 = 0
+        if journal {
+            next = 1
+            if case .integer(let value)? = try transaction.rows("SELECT max(sequence) FROM skyros_history").first?
+                .first
+            {
+                next = UInt64(max(0, value)) + 1
+            }
         }
         let event = ChangeEvent(
             sequence: next, kind: .changes, authorID: authorID, author: author,
             inserted: applied.changes.inserted.map { Snapshot(id: $0.id, values: $0.values, version: 1) },
             updated: applied.updates.map { ChangeEvent.Update(id: $0.id, version: $0.version, values: $0.changes) },
             deleted: applied.changes.deleted)
+        // A store that has synced queues what is written to it, as the daemon does: uploaded
+        // when its daemon next syncs (`skyros import --store` on a synced store).
+        if try SyncTables.machine(in: transaction) != nil,
+            let queued = UploadQueue.changeSet(of: event, schema: transaction.schema)
+        {
+            try SyncTables.create(in: transaction)
+            try SyncTables.enqueue(queued, sequence: Int64(next), in: transaction)
+        }
+        guard journal else { return 0 }
         _ = try Journal.record(event, save: save, in: transaction)
         return next
     }

@@ -124,6 +124,29 @@ final class SyncLink: Sendable {
         return prepared.0
     }
 
+    /// A daemon started without sync on a store that has synced (it has a machine id): its
+    /// commits are queued all the same, and uploaded when the daemon syncs again, so that sync
+    /// switched off and on loses nothing (a new store, or one that never synced, queues nothing).
+    static func queueWithoutSync(_ turn: inout DaemonTurn, log: @Sendable (String) -> Void) {
+        guard let store = turn.store else { return }
+        do {
+            let found = try store.transaction { transaction -> (UUID, Int64, Int)? in
+                guard let machine = try SyncTables.machine(in: transaction) else { return nil }
+                try SyncTables.create(in: transaction)
+                return (
+                    machine, try SyncTables.highestNumber(in: transaction), try SyncTables.count(in: transaction)
+                )
+            }
+            guard let (machine, last, count) = found else { return }
+            turn.groupCommit.startQueueing(after: last)
+            log(
+                "sync is off; the store has synced (machine \(machine.uuidString.lowercased())): its commits are queued (\(count) so far) and uploaded when the daemon syncs again"
+            )
+        } catch {
+            log("sync is off; cannot read the store's upload queue: \(SkyrosError.wrap(error).message)")
+        }
+    }
+
     /// Stops the engine and answers the work still posted.
     func stop() {
         engine?.stop()

@@ -14,7 +14,8 @@ struct Import: ParsableCommand {
             Each line: {"entity": NAME, "id": UUID, "values": {PROPERTY: VALUE}}, values as `skyros dump` \
             prints them; a property left out is null. Objects are saved in change sets of --chunk objects. With \
             --store, in one transaction (relationships may point to objects later in the file), recorded in \
-            the store's history when it has one; refused while a daemon serves the store. With --group, \
+            the store's history when it has one, and queued for upload when the store has synced (docs/SYNC.md); \
+            refused while a daemon serves the store. With --group, \
             through the daemon (one save per chunk; a relationship to an object later in the file is set by \
             an update at the end). An object whose id exists is refused (uniqueConstraintViolation) unless \
             --upsert is given, which updates it instead. --json prints {"objects", "inserted", "updated", \

@@ -17,6 +17,9 @@ extension SQLiteStore {
             self.store = store
         }
 
+        /// The schema of the store the transaction writes.
+        package var schema: Schema { store.schema }
+
         /// Writes a change set. Every reference it leaves must resolve: a change set that
         /// links to an object that no longer exists (another process deleted it) or deletes
         /// an object still referenced under a `.deny` rule fails with

@@ -1,0 +1,140 @@
+import Foundation
+import GRDB
+import Skyros
+import SkyrosShared
+import SkyrosSync
+import SkyrosTestSupport
+import Testing
+
+#if canImport(Glibc)
+    import Glibc
+#endif
+
+/// Sync under an operator's hands (issue 57): a daemon restarted with nobody talking to it,
+/// sync switched off and on, a store written by `skyros import --store`. Each loses nothing.
+@Suite("Sync under operations", .serialized, .timeLimit(.minutes(3)))
+struct SyncOperationsTests {
+    let sync = SyncTests()
+
+    /// The handles of the users in a store file, read directly (nobody talks to its daemon).
+    static func handlesInStoreFile(_ container: URL) throws -> [String] {
+        var options = GRDB.Configuration()
+        options.readonly = true
+        let queue = try DatabaseQueue(
+            path: container.appendingPathComponent("store.sqlite").path, configuration: options)
+        defer { try? queue.close() }
+        return try queue.read { db in try String.fetchAll(db, sql: #"SELECT handle FROM "User" ORDER BY handle"#) }
+    }
+
+    /// The handles of the users on the server, comma-separated in order.
+    static func handlesOnServer(_ server: SyncTests.Server) throws -> String {
+        try server.psql(#"SELECT coalesce(string_agg(handle, ',' ORDER BY handle), '') FROM g_sync."User""#)
+    }
+
+    @Test(
+        "sync starts with the daemon: a restarted skyrosd that no app or tool talks to uploads its queue and applies the server's changes"
+    )
+    func syncStartsWithTheDaemon() async throws {
+        let postgres = try PostgresServer()
+        let server = try SyncTests.Server(postgres)
+        let process = DaemonProcessTests()
+        let groups = process.groupsDirectory()
+        defer { try? FileManager.default.removeItem(atPath: groups) }
+        var daemon: ChildProcess? = try sync.startDaemon(groups, server)
+        defer {
+            if let daemon {
+                kill(daemon.pid, SIGKILL)
+                _ = daemon.wait()
+            }
+        }
+        let container = URL(fileURLWithPath: groups).appendingPathComponent("g")
+        do {
+            let app = try Skyros(sharedStack: testSchema, container: container, timeout: 10, savesOnStop: false)
+            try await sync.insert("first", into: app)
+            #expect(await sync.eventually { try Self.handlesOnServer(server) == "first" })
+            // Saved while the server is down: queued.
+            try postgres.stop(mode: .fast)
+            try await sync.insert("queued", into: app)
+        }
+        let stopping = try #require(daemon)
+        kill(stopping.pid, SIGTERM)
+        #expect(stopping.wait() == .exited(0), "\(stopping.readAll())")
+        daemon = nil
+        try postgres.start()
+        try server.psql(#"INSERT INTO g_sync."User" (handle) VALUES ('from-psql')"#)
+
+        // Started again; nothing connects to it, not even `skyros status`.
+        daemon = try sync.startDaemon(groups, server)
+        #expect(await sync.eventually { try Self.handlesOnServer(server) == "first,from-psql,queued" })
+        #expect(
+            await sync.eventually { try Self.handlesInStoreFile(container) == ["first", "from-psql", "queued"] },
+            "\((try? Self.handlesInStoreFile(container)) ?? [])")
+        #expect(try server.psql("SELECT count(*) FROM g_sync._skyros_uploads") == "2", "each save uploaded once")
+    }
+
+    @Test(
+        "sync off and on: saves made while the daemon of a synced store runs without sync are uploaded once sync is on again"
+    )
+    func syncOffAndOn() async throws {
+        let server = try SyncTests.Server()
+        let directory = "/tmp/sko-\(getpid())-\(UInt32.random(in: 0...UInt32.max))"
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        let other = try RunningDaemon(sync: server.configuration)
+        let b = try Skyros(sharedStack: testSchema, container: other.container.url)
+        let first = try RunningDaemon(directory: directory, sync: server.configuration)
+        var a: Skyros? = try Skyros(sharedStack: testSchema, container: first.container.url)
+        try await sync.insert("synced", into: a!)
+        #expect(await sync.eventually { try await sync.handles(b) == ["synced"] })
+        a = nil
+        first.shutDown()
+
+        // Without sync: the saves are queued all the same.
+        let log = Locked<[String]>([])
+        let off = try RunningDaemon(directory: directory, log: { line in log.withValue { $0.append(line) } })
+        var offApp: Skyros? = try Skyros(sharedStack: testSchema, container: off.container.url)
+        for index in 0..<5 { try await sync.insert("off\(index)", into: offApp!) }
+        #expect(
+            log.withValue { $0 }.contains { $0.contains("sync is off; the store has synced") },
+            "\(log.withValue { $0 })")
+        offApp = nil
+        off.shutDown()
+
+        // On again: uploaded once each, seen by the other machine.
+        let again = try RunningDaemon(directory: directory, sync: server.configuration)
+        defer { withExtendedLifetime([first, off, again]) {} }  // a released one removes the directory
+        let all = ["off0", "off1", "off2", "off3", "off4", "synced"]
+        #expect(await sync.eventually { try await sync.handles(b) == all })
+        #expect(try Self.handlesOnServer(server) == all.joined(separator: ","))
+        #expect(try server.psql("SELECT count(*) FROM g_sync._skyros_uploads") == "6")
+        let onA = try Skyros(sharedStack: testSchema, container: again.container.url)
+        #expect(try await sync.handles(onA) == all)
+    }
+
+    @Test("skyros import --store on a synced store queues what it writes: uploaded when the daemon syncs again")
+    func importIntoSyncedStore() async throws {
+        let server = try SyncTests.Server()
+        let directory = "/tmp/ski-\(getpid())-\(UInt32.random(in: 0...UInt32.max))"
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        let machine = try RunningDaemon(directory: directory, sync: server.configuration)
+        var app: Skyros? = try Skyros(sharedStack: testSchema, container: machine.container.url)
+        try await sync.insert("before", into: app!)
+        #expect(await sync.eventually { try Self.handlesOnServer(server) == "before" })
+        app = nil
+        machine.shutDown()
+
+        let id = UUID()
+        let file = directory + "/import.jsonl"
+        try
+            #"{"entity": "User", "id": "\#(id.uuidString)", "values": {"handle": "imported", "firstname": "I", "lastname": "M", "age": 3}}"#
+            .write(toFile: file, atomically: true, encoding: .utf8)
+        let run = try OperatingToolTests.run(["import", file, "--store", machine.container.store.path])
+        #expect(run.status == 0, "\(run.stderr)")
+
+        let again = try RunningDaemon(directory: directory, sync: server.configuration)
+        defer { withExtendedLifetime([machine, again]) {} }
+        #expect(await sync.eventually { try Self.handlesOnServer(server) == "before,imported" })
+        #expect(
+            try server.psql(#"SELECT "_id"::text || ':' || age FROM g_sync."User" WHERE handle = 'imported'"#)
+                == "\(id.uuidString.lowercased()):3")
+    }
+}
