@@ -234,7 +234,7 @@ struct Skyrosd: AsyncParsableCommand {
             historyCount: historyCount, historyAge: historyAge, maximumEventDelay: eventDelay / 1000,
             maximumCommitDelay: commitDelay / 1000,
             maximumClients: maxClients, helloTimeout: helloTimeout,
-            log: { message in logger.info("\(message)") })
+            log: { message in logger.log(level: DaemonLogLevel.of(message), "\(message)") })
         configuration.sync = syncConfiguration
         let server: DaemonServer.Handle
         do {

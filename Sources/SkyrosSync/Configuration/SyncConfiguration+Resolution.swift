@@ -93,10 +93,23 @@ extension SyncConfiguration {
         return configuration
     }
 
+    /// Reads the password again from ``passwordFilePath`` (when it came from a file): an
+    /// operator who corrected the file is heard at the next connection. A file that cannot be
+    /// read now, or is empty, leaves the password as it was (the connection then fails as
+    /// before, and says so).
+    package mutating func rereadPassword() {
+        guard let path = passwordFilePath, var text = try? String(contentsOfFile: path, encoding: .utf8) else {
+            return
+        }
+        while text.hasSuffix("\n") || text.hasSuffix("\r") { text.removeLast() }
+        if !text.isEmpty { password = text }
+    }
+
     /// Sets ``password`` to the contents of a file, its trailing newlines removed; warns when
     /// other users may read it.
-    mutating func readPassword(from path: String, relativeTo base: URL?, setting: String, checkMode: Bool = true) throws
-    {
+    package mutating func readPassword(
+        from path: String, relativeTo base: URL?, setting: String, checkMode: Bool = true
+    ) throws {
         let resolved = base.map { path.hasPrefix("/") ? path : $0.appendingPathComponent(path).path } ?? path
         var password = try Self.readText(resolved, what: "the password file of \(setting)")
         while password.hasSuffix("\n") || password.hasSuffix("\r") || password.hasSuffix("\r\n") {
@@ -106,6 +119,7 @@ extension SyncConfiguration {
             throw Self.invalid("the password file \(resolved) (\(setting)) is empty: write the role's password in it")
         }
         self.password = password
+        passwordFilePath = resolved
         passwordSource = "the file \(resolved)"
         var status = stat()
         if checkMode, stat(resolved, &status) == 0, status.st_mode & 0o077 != 0 {

@@ -122,6 +122,9 @@ package struct SyncConfiguration: Sendable, Equatable {
     /// Where the password came from (`the file /etc/skyros/pw`, `SKYROS_SYNC_PASSWORD`, `the
     /// systemd credential skyros-sync-password`), for the log; nil when there is none.
     package var passwordSource: String?
+    /// The file the password was read from (resolved), read again at every connection
+    /// (nil: the password came from the URL or the environment, or there is none).
+    package var passwordFilePath: String?
     /// What the daemon should log about the configuration without refusing it (a password
     /// file that other users can read).
     package var warnings: [String]

@@ -44,8 +44,14 @@ package struct PostgresSyncServer: SyncServer {
     /// A connection to the configuration's first server that qualifies, in order (see
     /// ``SyncConfiguration/connect(on:id:logger:)``): every connection, after any failure,
     /// starts again at the first server, so both of the engine's find the primary of the moment.
+    ///
+    /// The password is read again from its file (``SyncConfiguration/passwordFilePath``) at
+    /// every connection: a corrected password file is used at the next retry, without a restart.
     func open() async throws -> (connection: PostgresConnection, server: SyncConfiguration.Server) {
-        try await configuration.connect(on: executor.eventLoop, id: Int.random(in: 1...Int.max), logger: logger)
+        var configuration = self.configuration
+        configuration.rereadPassword()
+        return try await configuration.connect(
+            on: executor.eventLoop, id: Int.random(in: 1...Int.max), logger: logger)
     }
 
     /// Keeps a LISTEN connection open, calling `notify` at each notification. The connection

@@ -1,6 +1,7 @@
 import Foundation
 import GRDB
 import Skyros
+import SkyrosDaemon
 import SkyrosShared
 import SkyrosSync
 import SkyrosTestSupport
@@ -136,5 +137,50 @@ struct SyncOperationsTests {
         #expect(
             try server.psql(#"SELECT "_id"::text || ':' || age FROM g_sync."User" WHERE handle = 'imported'"#)
                 == "\(id.uuidString.lowercased()):3")
+    }
+
+    @Test(
+        "credentials that recover: a corrected password file is used at the next retry, without a restart; sync errors are logged at error level"
+    )
+    func correctedPasswordFile() async throws {
+        let postgres = try PostgresServer(password: "superuser secret")
+        let roles = try SyncRoles(postgres)
+        try await roles.setUp(schema: "g_pw", models: testSchema)
+        try roles.createDaemonRole("skyros_pw", password: "right")
+        try roles.grant("skyros_pw", schema: "g_pw", models: testSchema)
+        let directory = "/tmp/skp-\(getpid())-\(UInt32.random(in: 0...UInt32.max))"
+        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        let file = directory + "/password"
+        try "wrong\n".write(toFile: file, atomically: true, encoding: .utf8)
+        var configuration = roles.configuration(role: "skyros_pw", password: nil, schema: "g_pw")
+        try configuration.readPassword(from: file, relativeTo: nil, setting: "--sync-password-file", checkMode: false)
+        #expect(configuration.password == "wrong" && configuration.passwordFilePath == file)
+
+        let log = Locked<[String]>([])
+        let machine = try RunningDaemon(sync: configuration, log: { line in log.withValue { $0.append(line) } })
+        let app = try Skyros(sharedStack: testSchema, container: machine.container.url)
+        try await sync.insert("waiting", into: app)
+        let failing = await sync.reaches("error", machine) { $0.contains("password") || $0.contains("28P01") }
+        #expect(failing.ok, "\(failing)")
+        let errorLine = log.withValue { $0 }.first { $0.hasPrefix("sync: error") }
+        #expect(errorLine.map { DaemonLogLevel.of($0) } == .error, "\(log.withValue { $0 })")
+
+        // The operator corrects the file; nothing is restarted.
+        try "right\n".write(toFile: file, atomically: true, encoding: .utf8)
+        let online = await sync.reaches("online", machine, seconds: 30)
+        #expect(online.ok, "\(online)")
+        #expect(
+            await sync.eventually { try roles.psql(#"SELECT string_agg(handle, ',') FROM g_pw."User""#) == "waiting" })
+    }
+
+    @Test("the daemon's log levels: sync errors at error, offline and refusals at warning, the rest at info")
+    func logLevels() {
+        #expect(DaemonLogLevel.of("sync: error: password authentication failed for user \"x\"") == .error)
+        #expect(DaemonLogLevel.of("sync: cannot start: the store cannot be read") == .error)
+        #expect(DaemonLogLevel.of("sync: offline: connection refused; saves go on locally and are queued") == .warning)
+        #expect(DaemonLogLevel.of("sync: change set 4 was refused by the server: duplicate key") == .warning)
+        #expect(DaemonLogLevel.of("sync: online with postgresql://u@h:5432/d (schema s)") == .info)
+        #expect(DaemonLogLevel.of("created the store for schema abc") == .info)
     }
 }
