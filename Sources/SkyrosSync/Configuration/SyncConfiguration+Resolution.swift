@@ -67,6 +67,7 @@ extension SyncConfiguration {
             username: parsed.username, database: parsed.database, schema: "", tls: parsed.tls,
             rootCertificate: parsed.rootCertificate,
             retention: parsed.retention ?? file?.retention ?? defaultRetention, source: given.source)
+        configuration.group = group
         if let schema {
             configuration.schema = try checkedSchema(schema, from: "--sync-schema")
         } else if let named = parsed.schema ?? file?.schema {

@@ -116,6 +116,11 @@ package struct SyncConfiguration: Sendable, Equatable {
     /// How long the server keeps its change log (seconds): a machine away for longer
     /// re-syncs from a snapshot.
     package var retention: TimeInterval
+    /// The group id the daemon serves (from ``resolve(group:container:url:passwordFile:schema:environment:)``;
+    /// nil when the configuration was made in code): recorded in the server schema by the first
+    /// daemon or `--sync-setup`, so that another group whose id maps to the same schema name is
+    /// refused instead of sharing its rows.
+    package var group: String?
     /// Where the URL came from (`--sync`, `SKYROS_SYNC_URL`, the path of `sync.conf`), for
     /// the log; nil when the configuration was made in code.
     package var source: String?

@@ -141,6 +141,7 @@ final class PostgresSyncConnection: SyncServerConnection {
         if server.createsSchema {
             do {
                 try await session.ensureSchema()
+                if let group = server.configuration.group { try await session.claimGroup(group) }
                 return
             } catch let error as PSQLError where error.serverInfo?[.sqlState] == "42501" {
                 // Insufficient privilege: an operator set the schema up (--sync-setup).
@@ -154,6 +155,7 @@ final class PostgresSyncConnection: SyncServerConnection {
             }
             throw ServerErrors.SetupNeeded(missing: missing, schema: schema.name)
         }
+        if let group = server.configuration.group { try await session.claimGroup(group) }
     }
 
     func uploadedThrough(machine: UUID) async throws -> Int64 {

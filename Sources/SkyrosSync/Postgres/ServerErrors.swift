@@ -17,6 +17,20 @@ enum ServerErrors {
         }
     }
 
+    /// The server schema was claimed by another group (two group ids that map to one schema
+    /// name, such as `com-example-todo` and `com.example.todo`).
+    struct OtherGroup: Error, CustomStringConvertible {
+        var schema: String
+        var owner: String
+        var group: String
+        var description: String {
+            """
+            the server schema \(schema) holds the group \(owner), not this daemon's group \(group): nothing is \
+            uploaded or applied; give this group a schema of its own (--sync-schema NAME, or schema = NAME in sync.conf)
+            """
+        }
+    }
+
     /// The server lacks tables or columns this daemon's role may not create.
     struct SetupNeeded: Error, CustomStringConvertible {
         var missing: [String]
@@ -63,6 +77,7 @@ enum ServerErrors {
             return (verdicts.allSatisfy { $0.0 == .error } ? .error : .offline, message)
         }
         if let usage = error as? NoSchemaUsage { return (.error, usage.description) }
+        if let other = error as? OtherGroup { return (.error, other.description) }
         if let certificate = Self.certificateRefusal(error) {
             let roots =
                 configuration.rootCertificate.map { "the CA certificate \($0) (sslrootcert)" }

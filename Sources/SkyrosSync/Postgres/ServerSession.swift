@@ -126,6 +126,21 @@ package struct ServerSession: Sendable {
 
     /// Whether the group's tables exist with every column this schema has (a daemon whose
     /// role may not create them checks this instead); the missing ones, named.
+    /// Records `group` as the schema's group when none is recorded, and throws
+    /// ``ServerErrors/OtherGroup`` when another one is. A role that may not insert into
+    /// `_skyros_meta` (DML only, the group not recorded by `--sync-setup`) only compares.
+    package func claimGroup(_ group: String) async throws {
+        let meta = "\(ServerSchema.quote(schema.name))._skyros_meta"
+        do {
+            try await run("INSERT INTO \(meta) (key, value) VALUES ('group', $1) ON CONFLICT (key) DO NOTHING", [group])
+        } catch let error as PSQLError where error.serverInfo?[.sqlState] == "42501" {
+            // Insufficient privilege: compared only.
+        }
+        if let owner = try await run("SELECT value FROM \(meta) WHERE key = 'group'").first?[0] ?? nil, owner != group {
+            throw ServerErrors.OtherGroup(schema: schema.name, owner: owner, group: group)
+        }
+    }
+
     package func missingTablesAndColumns() async throws -> [String] {
         var existing: [String: Set<String>] = [:]
         for row in try await run(schema.columnsQuery) {

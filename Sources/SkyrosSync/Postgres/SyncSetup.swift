@@ -19,7 +19,9 @@ package enum SyncSetup {
             on: MultiThreadedEventLoopGroup.singleton.any(), id: 1, logger: logger)
         do {
             let server = ServerSchema(schema, name: configuration.schema)
-            try await ServerSession(connection: connection, schema: server, logger: logger).ensureSchema()
+            let session = ServerSession(connection: connection, schema: server, logger: logger)
+            try await session.ensureSchema()
+            if let group = configuration.group { try await session.claimGroup(group) }
             log(
                 "sync setup: the schema \(configuration.schema) at \(configuration.redacted) has the tables of schema version \(schema.version)"
             )

@@ -183,4 +183,35 @@ struct SyncOperationsTests {
         #expect(DaemonLogLevel.of("sync: online with postgresql://u@h:5432/d (schema s)") == .info)
         #expect(DaemonLogLevel.of("created the store for schema abc") == .info)
     }
+
+    @Test(
+        "one group, one server schema: a second group whose id maps to the same schema is refused with a clear error and gets none of the first group's rows"
+    )
+    func oneGroupOneSchema() async throws {
+        let server = try SyncTests.Server()
+        var first = server.configuration
+        first.group = "com-example-todo"
+        var second = server.configuration
+        second.group = "com.example.todo"
+        #expect(
+            SyncConfiguration.schemaName(forGroup: first.group!)
+                == SyncConfiguration.schemaName(forGroup: second.group!))
+        let machineA = try RunningDaemon(sync: first)
+        let a = try Skyros(sharedStack: testSchema, container: machineA.container.url)
+        for index in 0..<3 { try await sync.insert("a\(index)", into: a) }
+        #expect(await sync.eventually { try Self.handlesOnServer(server) == "a0,a1,a2" })
+        #expect(try server.psql("SELECT value FROM g_sync._skyros_meta WHERE key = 'group'") == "com-example-todo")
+
+        let machineB = try RunningDaemon(sync: second)
+        let b = try Skyros(sharedStack: testSchema, container: machineB.container.url)
+        try await sync.insert("b0", into: b)
+        let refused = await sync.reaches("error", machineB) { $0.contains("holds the group com-example-todo") }
+        #expect(refused.ok, "\(refused)")
+        #expect(refused.message.contains("--sync-schema"), "\(refused.message)")
+        // Nothing crossed either way.
+        try await sync.insert("a3", into: a)
+        #expect(await sync.eventually { try Self.handlesOnServer(server) == "a0,a1,a2,a3" })
+        #expect(try await sync.handles(b) == ["b0"])
+        #expect(try sync.syncStatus(machineB)["uploadQueue"] as? Int == 1, "B's save stays queued")
+    }
 }
