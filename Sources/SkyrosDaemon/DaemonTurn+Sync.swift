@@ -52,7 +52,7 @@ extension DaemonTurn {
         if checkpoint.isSnapshot { return applySnapshot(checkpoint, to: store) }
         let changes: ChangeSet
         do {
-            changes = try Self.changeSet(of: checkpoint, against: store)
+            changes = DebugDefects.applying(try Self.changeSet(of: checkpoint, against: store))
         } catch {
             return (.failed(SkyrosError.wrap(error).message), [])
         }
@@ -86,7 +86,7 @@ extension DaemonTurn {
         }
         last = saves.removeLast()
         last.alsoRecord = record
-        if !rejected.isEmpty {
+        if !rejected.isEmpty, DebugDefects.tellsRefusals {
             last.extensionKind = (
                 ChangeEvent.syncRejectedKind,
                 ChangeEvent.syncRejectedExtension(Self.told(rejected))
@@ -222,7 +222,7 @@ extension DaemonTurn {
             snapshot.appliesBySQL = { transaction in try Self.applyStage(schema, transaction) }
             saves.append(snapshot)
         }
-        if !rejected.isEmpty {
+        if !rejected.isEmpty, DebugDefects.tellsRefusals {
             var told = save()
             told.extensionKind = (
                 ChangeEvent.syncRejectedKind,

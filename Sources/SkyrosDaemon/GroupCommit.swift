@@ -289,7 +289,7 @@ struct GroupCommit {
         if save.fromSync {
             // From the server: nothing to upload.
         } else if queue, let changes = UploadQueue.changeSet(of: uploaded ?? event, schema: schema) {
-            if let number = try SyncTables.enqueue(changes, sequence: Int64(event.sequence), in: transaction) {
+            if let number = try DebugDefects.enqueue(changes, sequence: Int64(event.sequence), in: transaction) {
                 queued = (number, changes)
             }
         }

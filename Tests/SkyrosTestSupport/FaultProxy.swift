@@ -83,6 +83,14 @@ public final class FaultProxy: Sendable {
         var statistics = Statistics()
         /// Reset every open connection at the next turn (``resetAll()``).
         var resetRequested = false
+        /// The active faults that did something to a connection: a cut that reset one, a black
+        /// hole that held bytes, a slow link that delayed some.
+        var effective: Set<Int> = []
+
+        /// Notes that the active faults of `kind` covering `way` acted.
+        mutating func acted(_ way: Way, _ matches: (FaultKind) -> Bool) {
+            for (id, fault) in faults where fault.direction.covers(way) && matches(fault.kind) { effective.insert(id) }
+        }
     }
 
     /// Starts a proxy on a free loopback port relaying to `upstreamPort` on 127.0.0.1.
@@ -137,15 +145,25 @@ public final class FaultProxy: Sendable {
         return fault
     }
 
-    /// Ends a fault (nothing when it ended already).
-    public func heal(_ fault: Fault) {
-        core.state.withLock { _ = $0.faults.removeValue(forKey: fault.id) }
+    /// Ends a fault (nothing when it ended already), and returns whether it did something
+    /// while it was active: a cut reset a connection, a black hole held bytes that had to
+    /// cross, a slow link delayed some. A fault over an idle link did nothing.
+    @discardableResult
+    public func heal(_ fault: Fault) -> Bool {
+        let acted = core.state.withLock { state in
+            state.faults.removeValue(forKey: fault.id)
+            return state.effective.remove(fault.id) != nil
+        }
         core.wake()
+        return acted
     }
 
     /// Ends every fault.
     public func healAll() {
-        core.state.withLock { $0.faults.removeAll() }
+        core.state.withLock {
+            $0.faults.removeAll()
+            $0.effective.removeAll()
+        }
         core.wake()
     }
 
@@ -233,6 +251,11 @@ private final class ProxyCore: Sendable {
     }
 
     func resetHandled() { state.withLock { $0.resetRequested = false } }
+
+    /// Notes that the active faults of `kind` covering `way` acted on a connection.
+    func acted(_ way: FaultProxy.Way, _ matches: @escaping (FaultProxy.FaultKind) -> Bool) {
+        state.withLock { $0.acted(way, matches) }
+    }
 }
 
 /// What the active faults do to one way of every connection.
@@ -321,14 +344,16 @@ private final class Loop: @unchecked Sendable {  // used by its one thread only
                 descriptors.append(
                     pollfd(fd: serverEvents == 0 ? -1 : connection.server, events: serverEvents, revents: 0))
             }
-            var timeout: Int32 = 1_000
+            // While a way is held, the loop looks for held bytes every 50 ms (a black hole is
+            // counted only when it held some).
+            var timeout: Int32 = outbound.held || inbound.held ? 50 : 1_000
             if let nextDue {
                 let wait = nextDue - now
                 timeout = Int32(
                     max(
                         1,
                         min(
-                            1_000,
+                            Int64(timeout),
                             wait.components.seconds * 1_000 + wait.components.attoseconds / 1_000_000_000_000_000 + 1)))
             }
             let ready = poll(&descriptors, nfds_t(descriptors.count), timeout)
@@ -394,7 +419,16 @@ private final class Loop: @unchecked Sendable {  // used by its one thread only
         effect: Effect,
         from source: Int32, to destination: Int32, readable: Bool, buffer: inout [UInt8]
     ) {
-        guard !connection.closed, !effect.held else { return }
+        guard !connection.closed else { return }
+        if effect.held {
+            // Bytes waiting to cross, in the proxy or in the socket: the black hole holds them.
+            var byte: UInt8 = 0
+            let pending = way == .outbound ? connection.outbound.buffered : connection.inbound.buffered
+            if pending > 0 || recv(source, &byte, 1, Int32(MSG_PEEK) | Int32(MSG_DONTWAIT)) > 0 {
+                proxy.acted(way) { $0 == .blackHole }
+            }
+            return
+        }
         var pipe = way == .outbound ? connection.outbound : connection.inbound
         defer {
             if !connection.closed {
@@ -407,7 +441,11 @@ private final class Loop: @unchecked Sendable {  // used by its one thread only
                 if effect.cut {
                     reset(connection)
                     proxy.count { $0.resets += 1 }
+                    proxy.acted(way) { $0 == .cut }
                     return
+                }
+                if effect.delay > .zero {
+                    proxy.acted(way) { if case .slow = $0 { true } else { false } }
                 }
                 pipe.chunks.append((ContinuousClock.now + effect.delay, Array(buffer[0..<count])))
             } else if count == 0 || (errno != EAGAIN && errno != EINTR) {
@@ -419,6 +457,7 @@ private final class Loop: @unchecked Sendable {  // used by its one thread only
             if effect.cut {
                 reset(connection)
                 proxy.count { $0.resets += 1 }
+                proxy.acted(way) { $0 == .cut }
                 return
             }
             let written = first.bytes.withUnsafeBufferPointer { bytes in

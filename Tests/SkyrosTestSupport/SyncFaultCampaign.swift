@@ -1,6 +1,7 @@
 import Foundation
 import GRDB
 import Skyros
+import SkyrosDaemon
 import SkyrosShared
 import SkyrosSync
 import SkyrosZeroMQ
@@ -21,7 +22,10 @@ import Synchronization
 /// writer does) follows from the seed; the timing of real processes does not, so two runs of
 /// one seed inject the same faults but interleave them differently with the writes.
 public enum SyncFaultCampaign {
-    /// The kinds of fault, each injected ``Configuration/faultsPerKind`` times.
+    /// The kinds of fault, each injected ``Configuration/faultsPerKind`` times, and counted
+    /// when it took effect. A kind says how long it lasts (``lengths(longest:)``), where it
+    /// acts (``scope``), and the campaign performs it in one function of its own that returns
+    /// whether it took effect: a new kind is a case and those three.
     public enum FaultKind: String, Sendable, CaseIterable {
         /// A partition of one or more machines by connection resets (inbound, outbound or both).
         case cut
@@ -39,7 +43,44 @@ public enum SyncFaultCampaign {
         case diskFull
         /// A `psql` update of a shared object on the server.
         case psqlWrite
+
+        /// What a fault of a kind acts on: what it is serialized with, and which machines it takes.
+        public enum Scope: Sendable {
+            /// The links of one or more machines (several faults may overlap).
+            case links
+            /// One machine (its faults one at a time).
+            case machine
+            /// The PostgreSQL server (its faults one at a time).
+            case server
+            /// The server's disk.
+            case disk
+            /// The rows on the server.
+            case rows
+        }
+
+        public var scope: Scope {
+            switch self {
+            case .cut, .blackHole, .slow: .links
+            case .daemonKill: .machine
+            case .postgresFast, .postgresImmediate: .server
+            case .diskFull: .disk
+            case .psqlWrite: .rows
+            }
+        }
+
+        /// How long a fault of the kind lasts, in seconds, given the longest partition.
+        public func lengths(longest: Double) -> ClosedRange<Double> {
+            switch self {
+            case .cut, .blackHole, .slow: 0...longest
+            case .diskFull: 0...(longest / 2)
+            case .daemonKill, .postgresFast, .postgresImmediate: 0...1
+            case .psqlWrite: 0...0
+            }
+        }
     }
+
+    /// A defect of the daemons, on purpose (``Configuration/defect``).
+    package typealias Defect = DebugDefect
 
     public struct Configuration: Sendable {
         public var seed: UInt64
@@ -61,6 +102,20 @@ public enum SyncFaultCampaign {
         public var skyrosd: String
         /// Where the campaign says what it does (nil: nowhere).
         public var log: (@Sendable (String) -> Void)?
+        /// A defect the daemons are started with (`SKYROS_DEBUG_DEFECT`; a debug build of
+        /// `skyrosd` only), to show that the checker catches it.
+        package var defect: Defect?
+        /// Whether the last machine starts writing before its first checkpoint: its link is cut
+        /// from its daemon's start until its first writes are saved (one of them an insert the
+        /// server refuses), so that a refusal comes with a machine's first checkpoint.
+        public var startsOneMachineLate = true
+        /// How long after the quiet period the machines may take to converge, in seconds.
+        public var convergenceLimit: Double = 10
+        /// How much longer the campaign waits for them when they did not, for the report.
+        public var convergencePatience: Double = 50
+        /// How many handles the writers' unique values are drawn from (one insert in five
+        /// takes one): the fewer, the more change sets the server refuses.
+        public var sharedHandles = 20
 
         public init(
             seed: UInt64, duration: Double, machines: Int = 3, writersPerMachine: Int = 4, rate: Double = 10,
@@ -87,8 +142,12 @@ public enum SyncFaultCampaign {
         public var configuration: Configuration
         public var history: SyncHistory
         public var verdict: SyncHistory.Verdict
-        /// Faults injected, by kind.
+        /// Faults that took effect, by kind: a kill of a running daemon, a stop of a running
+        /// server, a partition or slow link that acted on a connection, a full disk on which
+        /// PostgreSQL failed to write, a `psql` update that updated a row.
         public var faults: [FaultKind: Int]
+        /// Faults attempted, by kind.
+        public var attempted: [FaultKind: Int] = [:]
         /// Kinds that could not be injected on this machine, with the reason.
         public var unavailable: [FaultKind: String]
         /// Seconds from the end of the quiet period until every machine's queue was empty and
@@ -103,11 +162,18 @@ public enum SyncFaultCampaign {
         /// killed (SIGKILL), and the fault counted.
         public var killedStops: Int
 
-        /// Whether the checker passed, every machine converged within 10 s, and every kind of
-        /// fault was injected at least as often as planned.
+        /// Writes acknowledged on the late machine before its first checkpoint (nil: no
+        /// machine started late).
+        public var writtenBeforeFirstCheckpoint: Int?
+
+        /// Whether the checker passed, every machine converged within the limit, and every kind
+        /// of fault was attempted as often as planned and took effect at least once.
         public var passed: Bool {
-            verdict.passed && (convergenceSeconds ?? .infinity) <= 10 && unavailable.isEmpty
-                && FaultKind.allCases.allSatisfy { (faults[$0] ?? 0) >= configuration.perKind }
+            verdict.passed && (convergenceSeconds ?? .infinity) <= configuration.convergenceLimit
+                && unavailable.isEmpty
+                && FaultKind.allCases.allSatisfy {
+                    (attempted[$0] ?? 0) >= configuration.perKind && (faults[$0] ?? 0) >= 1
+                }
         }
 
         public var description: String {
@@ -119,21 +185,30 @@ public enum SyncFaultCampaign {
             }
             let reads: Int = operations.reduce(0) { $0 + $1.reads.count }
             let acknowledged: Int = saves.filter(\.acknowledged).count
-            let injected: [String] = FaultKind.allCases.map { kind in "\(kind.rawValue) \(faults[kind] ?? 0)" }
+            let injected: [String] = FaultKind.allCases.map { kind in
+                "\(kind.rawValue) \(faults[kind] ?? 0)/\(attempted[kind] ?? 0)"
+            }
             let totalFaults: Int = faults.values.reduce(0, +)
             let refused: Int = history.uploads.filter { $0.rejected != nil }.count
-            let converged: String = convergenceSeconds.map { String(format: "%.2f s", $0) } ?? "not within 60 s"
+            let converged: String =
+                convergenceSeconds.map { String(format: "%.2f s", $0) }
+                ?? "not within \(Int(configuration.convergenceLimit + configuration.convergencePatience)) s"
             var lines: [String] = []
             lines.append(
-                "sync fault campaign: seed \(configuration.seed), \(Int(configuration.duration)) s, \(configuration.machines) machines × \(configuration.writersPerMachine) writers, \(configuration.rate > 0 ? "\(String(format: "%g", configuration.rate)) operations per second each" : "unpaced")"
+                "sync fault campaign: seed \(configuration.seed), \(Int(configuration.duration)) s, \(configuration.machines) machines × \(configuration.writersPerMachine) writers, \(configuration.rate > 0 ? "\(String(format: "%g", configuration.rate)) operations per second each" : "unpaced")\(configuration.defect.map { "; daemons with the defect \($0.rawValue)" } ?? "")"
             )
             lines.append("operations: \(operations.count) (\(kinds.joined(separator: ", "))), \(reads) values read")
             lines.append("saves: \(acknowledged) acknowledged, \(saves.count - acknowledged) failed (outcome unknown)")
             lines.append(
-                "faults: \(injected.joined(separator: ", ")) (\(totalFaults) in all; \(resets) connections reset by the proxies\(killedStops > 0 ? "; \(killedStops) PostgreSQL stops did not end within 30 s and the server was killed" : ""))"
+                "faults that took effect/attempted: \(injected.joined(separator: ", ")) (\(totalFaults) took effect; \(resets) connections reset by the proxies\(killedStops > 0 ? "; \(killedStops) PostgreSQL stops did not end within 30 s and the server was killed" : ""))"
             )
             lines.append("change sets refused by the server: \(refused) of \(history.uploads.count)")
             lines.append("convergence after the quiet period: \(converged)")
+            if let writtenBeforeFirstCheckpoint {
+                lines.append(
+                    "saves acknowledged on the late machine before its first checkpoint: \(writtenBeforeFirstCheckpoint)"
+                )
+            }
             for (kind, reason) in unavailable.sorted(by: { $0.key.rawValue < $1.key.rawValue }) {
                 lines.append("unavailable: \(kind.rawValue): \(reason)")
             }
@@ -198,12 +273,19 @@ private final class Campaign: Sendable {
     let shared: [UUID]
     let disk: CampaignDisk?
     let diskUnavailable: String?
+    /// The cut that keeps the late machine from its first checkpoint (nil: none starts late).
+    let lateCut: FaultProxy.Fault?
+    /// The handle of a user made on the server before the machines start.
+    static let takenHandle = "dup-0"
     let started = ContinuousClock.now
     private let state = Mutex(State())
 
     struct State {
         var stopping = false
         var faults: [SyncFaultCampaign.FaultKind: Int] = [:]
+        var attempted: [SyncFaultCampaign.FaultKind: Int] = [:]
+        /// The refusals each client's app was told, by client.
+        var told: [Int: [Set<UUID>]] = [:]
         var serverOperations: [SyncHistory.Operation] = []
         var psqlCount = 0
         /// PostgreSQL stops that did not end within 30 s, whose server was killed.
@@ -232,7 +314,7 @@ private final class Campaign: Sendable {
             try postgres.psql(
                 """
                 CREATE TABLE public.campaign_audit (seq bigserial PRIMARY KEY, op char(1) NOT NULL, id uuid NOT NULL,
-                    handle text, firstname text, lastname text);
+                    handle text, firstname text, lastname text, xid xid8 NOT NULL DEFAULT pg_current_xact_id());
                 CREATE FUNCTION public.campaign_audit() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN
                     IF TG_OP = 'DELETE' THEN
                         INSERT INTO public.campaign_audit (op, id, handle, firstname, lastname)
@@ -260,6 +342,11 @@ private final class Campaign: Sendable {
                     database: database)
             }
             self.shared = shared
+            // A user whose handle the late machine's first save takes again, unaware of it:
+            // the server refuses that save, and says so with the machine's first checkpoint.
+            try postgres.psql(
+                #"INSERT INTO \#(schemaName)."User" (handle, firstname, lastname) VALUES ('\#(Self.takenHandle)', 'init-taken', 'init-taken')"#,
+                database: database)
             do {
                 disk = try CampaignDisk(directory: directory + "/space", postgres: postgres, database: database)
                 diskUnavailable = nil
@@ -268,15 +355,24 @@ private final class Campaign: Sendable {
                 diskUnavailable = "\(error)"
             }
             var machines: [CampaignMachine] = []
+            var lateCut: FaultProxy.Fault?
             for index in 0..<configuration.machines {
                 let proxy = try FaultProxy(upstreamPort: postgres.port)
+                if configuration.startsOneMachineLate && index == configuration.machines - 1 {
+                    // Cut from the start: its first checkpoint waits until its first saves are made.
+                    lateCut = proxy.inject(.cut, .both)
+                }
                 let url = "postgresql://postgres@127.0.0.1:\(proxy.port)/\(database)?sslmode=disable"
                 let machine = try CampaignMachine(
                     index: index, directory: directory + "/m\(index)", skyrosd: configuration.skyrosd,
-                    arguments: ["--sync", url, "--sync-schema", schemaName], proxy: proxy)
+                    arguments: ["--sync", url, "--sync-schema", schemaName],
+                    environment: configuration.defect.map {
+                        ["SKYROS_DEBUG_DEFECT": $0.rawValue]
+                    } ?? [:], proxy: proxy)
                 machines.append(machine)
             }
             self.machines = machines
+            self.lateCut = lateCut
         } catch {
             // What was started stops with its owner (the machines' daemons, the server, the volume).
             try? FileManager.default.removeItem(atPath: directory)
@@ -310,16 +406,30 @@ private final class Campaign: Sendable {
 
     var stopping: Bool { state.withLock { $0.stopping } }
 
-    func counted(_ kind: SyncFaultCampaign.FaultKind) { state.withLock { $0.faults[kind, default: 0] += 1 } }
+    /// Counts a fault attempted, and taken effect when it did.
+    func counted(_ kind: SyncFaultCampaign.FaultKind, tookEffect: Bool) {
+        state.withLock {
+            $0.attempted[kind, default: 0] += 1
+            if tookEffect { $0.faults[kind, default: 0] += 1 }
+        }
+    }
 
     func run() async throws -> SyncFaultCampaign.Report {
-        // Every machine has the shared objects before the faults start.
         let stacks = try machines.map { machine in
             try (0..<configuration.writersPerMachine).map { _ in
                 try Skyros(sharedStack: testSchema, container: machine.container, timeout: 3, savesOnStop: false)
             }
         }
-        for (index, machine) in machines.enumerated() {
+        // What each app is told of the server's refusals.
+        for (index, stack) in stacks.joined().enumerated() {
+            stack.errorHandler = { [weak self] error in
+                guard error.code == .syncRejected else { return }
+                let objects = Set(error.objectIDs.map(\.uuid))
+                self?.state.withLock { $0.told[index, default: []].append(objects) }
+            }
+        }
+        // Every machine but the late one has the shared objects before the faults start.
+        for (index, machine) in machines.enumerated() where !(lateCut != nil && index == machines.count - 1) {
             let ready = await poll(seconds: 60) {
                 try await stacks[index][0].read { context in try User.all(in: context).count } >= self.shared.count
             }
@@ -328,7 +438,35 @@ private final class Campaign: Sendable {
                     "machine \(index) has not synced the shared objects in 60 s: \(machine.logTail())")
             }
         }
-        say("\(machines.count) machines synced; writers and faults start")
+        var history = SyncHistory()
+        var early: Int?
+        if let lateCut, let late = machines.last {
+            // The late machine saves before its first checkpoint: an insert of a handle the
+            // server has (refused when it goes up), and an object of its own.
+            let client = (machines.count - 1) * configuration.writersPerMachine
+            for (number, handle) in [Self.takenHandle, "h-early"].enumerated() {
+                var operation = SyncHistory.Operation(
+                    client: client, machine: late.index, kind: .insert, property: "handle", value: handle,
+                    acknowledged: false, start: now, end: 0)
+                do {
+                    operation.object = try await stacks[late.index][0].write { context in
+                        let user = User.create(in: context)
+                        user.handle = handle
+                        user.firstname = "c\(client).early\(number)"
+                        return user.objectID.uuid
+                    }
+                    operation.acknowledged = true
+                } catch {
+                    operation.error = "\(error)"
+                }
+                operation.end = now
+                history.operations.append(operation)
+            }
+            early = late.checkpoint() == nil ? history.operations.filter(\.acknowledged).count : 0
+            late.proxy.heal(lateCut)
+            say("machine \(late.index) saved \(early ?? 0) change sets before its first checkpoint; its link heals")
+        }
+        say("\(machines.count) machines; writers and faults start")
         let plan = planFaults()
         let writers = (0..<machines.count * configuration.writersPerMachine).map { client in
             Task {
@@ -340,7 +478,6 @@ private final class Campaign: Sendable {
         let faults = Task { await self.inject(plan) }
         try? await Task.sleep(for: .seconds(configuration.duration))
         state.withLock { $0.stopping = true }
-        var history = SyncHistory()
         for writer in writers { history.operations += await writer.value }
         await faults.value
         // Everything heals.
@@ -353,7 +490,7 @@ private final class Campaign: Sendable {
         let quietEnded = now
         var convergence: Double?
         var notes: [String] = []
-        if await poll(seconds: 10, { try await self.converged(stacks) }) {
+        if await poll(seconds: configuration.convergenceLimit, { try self.converged() }) {
             convergence = now - quietEnded
         } else {
             // Why not yet: the server, each machine's state, and the end of its daemon's log.
@@ -365,15 +502,17 @@ private final class Campaign: Sendable {
                         separator: "\n"))
             let server = (try? serverRows()) ?? [:]
             for (index, machine) in machines.enumerated() {
-                let rows = (try? await rows(of: stacks[index][0])) ?? [:]
+                let rows = machine.rows() ?? [:]
                 let different = Set(server.keys).union(rows.keys).filter { server[$0] != rows[$0] }.count
                 notes.append(
                     "machine \(index) at \(String(format: "%.1f", now - quietEnded)) s: \(machine.queued().map(String.init) ?? "?") queued, \(different) objects differ, checkpoint \(machine.checkpoint() ?? "?"), running \(machine.isRunning), sync \(machine.status()); its log ends:\n"
                         + machine.logTail().split(separator: "\n").suffix(12).joined(separator: "\n"))
             }
-            if await poll(seconds: 50, { try await self.converged(stacks) }) { convergence = now - quietEnded }
+            if await poll(seconds: configuration.convergencePatience, { try self.converged() }) {
+                convergence = now - quietEnded
+            }
         }
-        say("convergence: \(convergence.map { String(format: "%.2f s", $0) } ?? "none in 60 s")")
+        say("convergence: \(convergence.map { String(format: "%.2f s", $0) } ?? "none")")
         for note in notes { say(note) }
 
         history.operations += state.withLock { $0.serverOperations }
@@ -383,19 +522,30 @@ private final class Campaign: Sendable {
         history.uploads = try uploads()
         for (index, machine) in machines.enumerated() {
             var state = machine.finalState()
-            state.rows = (try? await rows(of: stacks[index][0])) ?? [:]
+            state.rows = machine.rows() ?? [:]
+            for (number, stack) in stacks[index].enumerated() {
+                let client = index * configuration.writersPerMachine + number
+                history.clients[client] = index
+                state.appRows[client] = (try? await rows(of: stack)) ?? [:]
+            }
             history.machines.append(state)
         }
+        // The apps are told on their stacks' completion queues: what is queued there now is told.
+        for stack in stacks.joined() { stack.completionQueue.sync {} }
+        history.told = state.withLock { $0.told }
         let verdict = history.check()
-        let faultCounts = state.withLock { $0.faults }
+        let (faultCounts, attempted) = state.withLock { ($0.faults, $0.attempted) }
         var unavailable: [SyncFaultCampaign.FaultKind: String] = [:]
         if let diskUnavailable { unavailable[.diskFull] = diskUnavailable }
-        return SyncFaultCampaign.Report(
+        var report = SyncFaultCampaign.Report(
             configuration: configuration, history: history, verdict: verdict, faults: faultCounts,
             unavailable: unavailable,
             convergenceSeconds: convergence, convergenceNotes: notes,
             resets: machines.reduce(0) { $0 + $1.proxy.statistics.resets },
             killedStops: state.withLock { $0.killedStops })
+        report.attempted = attempted
+        report.writtenBeforeFirstCheckpoint = early
+        return report
     }
 
     /// Polls `condition` every 100 ms until it holds, `seconds` at most.
@@ -408,11 +558,11 @@ private final class Campaign: Sendable {
         return false
     }
 
-    /// Every machine's queue empty and its store equal to the server's table.
-    func converged(_ stacks: [[Skyros]]) async throws -> Bool {
+    /// Every machine's queue empty and its store file equal to the server's table.
+    func converged() throws -> Bool {
         let server = try serverRows()
-        for (index, machine) in machines.enumerated() {
-            guard machine.queued() == 0, try await rows(of: stacks[index][0]) == server else { return false }
+        for machine in machines {
+            guard machine.queued() == 0, machine.rows() == server else { return false }
         }
         return true
     }
@@ -425,6 +575,7 @@ private final class Campaign: Sendable {
         var generator = SeededGenerator(seed: configuration.seed &+ 0x1000 &+ UInt64(client))
         var operations: [SyncHistory.Operation] = []
         var mine: [UUID] = []
+        var gone: [UUID] = []
         var count = 0
         while !stopping {
             count += 1
@@ -438,7 +589,7 @@ private final class Campaign: Sendable {
                     // An insert; one in five takes a handle from a small pool that every writer draws from.
                     let handle =
                         Int.random(in: 0..<5, using: &generator) == 0
-                        ? "dup-\(Int.random(in: 0..<20, using: &generator))" : "h-\(token)"
+                        ? "dup-\(Int.random(in: 0..<configuration.sharedHandles, using: &generator))" : "h-\(token)"
                     operation.kind = .insert
                     operation.property = "handle"
                     operation.value = handle
@@ -454,11 +605,13 @@ private final class Campaign: Sendable {
                     let id = mine.remove(at: Int.random(in: 0..<mine.count, using: &generator))
                     operation.kind = .delete
                     operation.object = id
-                    try await stack.write { context in
+                    operation.found = try await stack.write { context in
                         guard let user = context.object(with: ObjectID(entityName: "User", uuid: id), as: User.self)
-                        else { return }
+                        else { return false }
                         user.delete(in: context)
+                        return true
                     }
+                    gone = Array((gone + [id]).suffix(3))
                 case 25..<80:
                     let id = shared[Int.random(in: 0..<shared.count, using: &generator)]
                     let property = Bool.random(using: &generator) ? "firstname" : "lastname"
@@ -466,10 +619,11 @@ private final class Campaign: Sendable {
                     operation.object = id
                     operation.property = property
                     operation.value = token
-                    try await stack.write { context in
+                    operation.found = try await stack.write { context in
                         guard let user = context.object(with: ObjectID(entityName: "User", uuid: id), as: User.self)
-                        else { return }
+                        else { return false }
                         if property == "firstname" { user.firstname = token } else { user.lastname = token }
+                        return true
                     }
                 default:
                     break
@@ -479,7 +633,12 @@ private final class Campaign: Sendable {
                 operation.error = "\(error)"
             }
             operation.end = now
-            operation.reads = await read(machine: machine, stack: stack)
+            let own = Array(mine.suffix(3)) + gone
+            do {
+                operation.reads = try await read(machine: machine, stack: stack, own: own)
+            } catch {
+                operation.readError = "\(error)"
+            }
             operations.append(operation)
             if configuration.rate > 0 {
                 let interval = 1 / configuration.rate
@@ -493,22 +652,27 @@ private final class Campaign: Sendable {
         return operations
     }
 
-    /// The shared objects' values as `stack` reads them, with the machine's checkpoint.
-    func read(machine: Int, stack: Skyros) async -> [SyncHistory.Read] {
+    /// The shared objects' values as `stack` reads them, with the machine's checkpoint, and
+    /// the handles of the client's `own` objects (nil: missing).
+    func read(machine: Int, stack: Skyros, own: [UUID]) async throws -> [SyncHistory.Read] {
         let checkpoint = machines[machine].checkpoint()
         let shared = self.shared
-        let values = try? await stack.read { context in
-            shared.map { id -> (UUID, String?, String?) in
+        let (values, handles) = try await stack.read { context in
+            let values = shared.map { id -> (UUID, String?, String?) in
                 let user = context.object(with: ObjectID(entityName: "User", uuid: id), as: User.self)
                 return (id, user?.firstname, user?.lastname)
             }
+            let handles = own.map { id in
+                (id, context.object(with: ObjectID(entityName: "User", uuid: id), as: User.self)?.handle)
+            }
+            return (values, handles)
         }
-        return (values ?? []).flatMap { id, firstname, lastname in
+        return values.flatMap { id, firstname, lastname in
             [
                 SyncHistory.Read(object: id, property: "firstname", value: firstname, checkpoint: checkpoint),
                 SyncHistory.Read(object: id, property: "lastname", value: lastname, checkpoint: checkpoint),
             ]
-        }
+        } + handles.map { SyncHistory.Read(object: $0.0, property: "handle", value: $0.1, checkpoint: checkpoint) }
     }
 
     // MARK: Faults
@@ -529,14 +693,10 @@ private final class Campaign: Sendable {
         let longest = configuration.longest
         for kind in SyncFaultCampaign.FaultKind.allCases {
             for _ in 0..<configuration.perKind {
-                var length: Double
-                switch kind {
-                case .cut, .blackHole, .slow: length = Double.random(in: 0...longest, using: &generator)
-                case .diskFull: length = Double.random(in: 0...(longest / 2), using: &generator)
-                case .daemonKill, .postgresFast, .postgresImmediate:
-                    length = Double.random(in: 0...1, using: &generator)
-                case .psqlWrite: length = 0
-                }
+                let lengths = kind.lengths(longest: longest)
+                let length =
+                    lengths.lowerBound == lengths.upperBound
+                    ? lengths.lowerBound : Double.random(in: lengths, using: &generator)
                 let latest = max(0.5, configuration.duration - length - 0.5)
                 var chosen = Array(0..<configuration.machines).shuffled(using: &generator)
                 switch kind {
@@ -555,117 +715,166 @@ private final class Campaign: Sendable {
     }
 
     /// Injects the plan: each fault when its time comes, on a thread of its own (they block:
-    /// a daemon's start, PostgreSQL's stop); the server's restarts one at a time.
+    /// a daemon's start, PostgreSQL's stop), the faults of one server, disk or machine one at
+    /// a time.
     func inject(_ plan: [PlannedFault]) async {
         let group = DispatchGroup()
         let serverQueue = DispatchQueue(label: "campaign.server")
         let diskQueue = DispatchQueue(label: "campaign.disk")
-        let psqlQueue = DispatchQueue(label: "campaign.psql")
+        let rowsQueue = DispatchQueue(label: "campaign.rows")
         let machineQueues = machines.map { DispatchQueue(label: "campaign.machine\($0.index)") }
         for fault in plan {
             let wait = fault.at - now
             if wait > 0 { try? await Task.sleep(for: .seconds(wait)) }
             let queue: DispatchQueue
-            switch fault.kind {
-            case .postgresFast, .postgresImmediate: queue = serverQueue
-            case .diskFull: queue = diskQueue
-            case .psqlWrite: queue = psqlQueue
-            case .daemonKill: queue = machineQueues[fault.machines[0]]
-            case .cut, .blackHole, .slow: queue = .global()
+            switch fault.kind.scope {
+            case .server: queue = serverQueue
+            case .disk: queue = diskQueue
+            case .rows: queue = rowsQueue
+            case .machine: queue = machineQueues[fault.machines[0]]
+            case .links: queue = .global()
             }
-            queue.async(group: group) { self.perform(fault) }
+            queue.async(group: group) {
+                let tookEffect = self.perform(fault)
+                self.counted(fault.kind, tookEffect: tookEffect)
+                if !tookEffect {
+                    self.say("\(fault.kind.rawValue) at \(String(format: "%.2f", fault.at)) s took no effect")
+                }
+            }
         }
         await withCheckedContinuation { continuation in
             group.notify(queue: .global()) { continuation.resume() }
         }
     }
 
-    func perform(_ fault: PlannedFault) {
-        let length = UInt32(fault.length * 1_000_000)
+    /// Performs a fault; returns whether it took effect.
+    func perform(_ fault: PlannedFault) -> Bool {
         switch fault.kind {
-        case .cut, .blackHole, .slow:
-            let kind: FaultProxy.FaultKind =
-                fault.kind == .cut ? .cut : fault.kind == .blackHole ? .blackHole : .slow(.milliseconds(200))
-            let injected = fault.machines.map { machines[$0].proxy.inject(kind, fault.direction) }
-            counted(fault.kind)
-            say(
-                "\(fault.kind.rawValue) \(fault.direction.rawValue) machines \(fault.machines) for \(String(format: "%.1f", fault.length)) s"
-            )
-            usleep(length)
-            for (machine, injected) in zip(fault.machines, injected) { machines[machine].proxy.heal(injected) }
-        case .daemonKill:
-            let machine = machines[fault.machines[0]]
-            machine.kill()
-            counted(.daemonKill)
-            say("daemon of machine \(machine.index) killed, down for \(String(format: "%.1f", fault.length)) s")
-            usleep(length)
-            do { try machine.start() } catch {
-                say("machine \(machine.index) did not restart: \(error); again")
-                try? machine.start()
-            }
-        case .postgresFast, .postgresImmediate:
-            do {
-                try postgres.stop(mode: fault.kind == .postgresFast ? .fast : .immediate)
-                counted(fault.kind)
-                say(
-                    "PostgreSQL stopped (\(fault.kind == .postgresFast ? "fast" : "immediate")) for \(String(format: "%.1f", fault.length)) s"
-                )
-            } catch {
-                // A fast stop whose shutdown checkpoint cannot write (the tablespace full) may
-                // not end within 30 s: the server is then killed, and was stopped all the same.
-                if !postgres.isRunning {
-                    counted(fault.kind)
-                    state.withLock { $0.killedStops += 1 }
-                }
-                say("PostgreSQL did not stop: \(error)")
-            }
-            usleep(length)
-            // A recovery that needs to extend a file of the full tablespace fails until the disk
-            // is freed (at most half the longest fault later): started again until it comes up.
-            let giveUp = now + 30
-            for attempt in 1... {
-                do {
-                    try postgres.start()
-                    break
-                } catch {
-                    if attempt == 1 || now >= giveUp {
-                        say("PostgreSQL did not start (attempt \(attempt)): \(String("\(error)".prefix(300)))")
-                    }
-                    if now >= giveUp { break }
-                    usleep(200_000)
-                }
-            }
-        case .diskFull:
-            guard let disk else { return }
-            disk.fill()
-            counted(.diskFull)
-            say("disk full for \(String(format: "%.1f", fault.length)) s")
-            usleep(length)
-            disk.free()
-        case .psqlWrite:
-            let number = state.withLock { state in
-                state.psqlCount += 1
-                return state.psqlCount
-            }
-            let token = "psql-\(number)"
-            let property = number % 2 == 0 ? "firstname" : "lastname"
-            let id = shared[fault.object]
-            var operation = SyncHistory.Operation(
-                client: -1, machine: -1, kind: .update, object: id, property: property, value: token,
-                acknowledged: false,
-                start: now, end: 0)
-            do {
-                try postgres.psql(
-                    #"UPDATE \#(schemaName)."User" SET \#(property) = '\#(token)' WHERE "_id" = '\#(id)'"#,
-                    database: database, timeout: .seconds(10))
-                operation.acknowledged = true
-            } catch {
-                operation.error = "\(error)"
-            }
-            operation.end = now
-            counted(.psqlWrite)
-            state.withLock { $0.serverOperations.append(operation) }
+        case .cut, .blackHole, .slow: partition(fault)
+        case .daemonKill: killDaemon(fault)
+        case .postgresFast, .postgresImmediate: stopServer(fault)
+        case .diskFull: fillDisk(fault)
+        case .psqlWrite: writeWithPsql(fault)
         }
+    }
+
+    /// Breaks the links of the fault's machines for its length: took effect when it acted on
+    /// a connection of one of them.
+    func partition(_ fault: PlannedFault) -> Bool {
+        let kind: FaultProxy.FaultKind =
+            fault.kind == .cut ? .cut : fault.kind == .blackHole ? .blackHole : .slow(.milliseconds(200))
+        let injected = fault.machines.map { machines[$0].proxy.inject(kind, fault.direction) }
+        say(
+            "\(fault.kind.rawValue) \(fault.direction.rawValue) machines \(fault.machines) for \(String(format: "%.1f", fault.length)) s"
+        )
+        usleep(UInt32(fault.length * 1_000_000))
+        var acted = false
+        for (machine, injected) in zip(fault.machines, injected) {
+            if machines[machine].proxy.heal(injected) { acted = true }
+        }
+        return acted
+    }
+
+    /// Kills the machine's daemon and starts it again: took effect when it was running.
+    func killDaemon(_ fault: PlannedFault) -> Bool {
+        let machine = machines[fault.machines[0]]
+        let killed = machine.kill()
+        say(
+            killed
+                ? "daemon of machine \(machine.index) killed, down for \(String(format: "%.1f", fault.length)) s"
+                : "daemon of machine \(machine.index) was not running")
+        usleep(UInt32(fault.length * 1_000_000))
+        do { try machine.start() } catch {
+            say("machine \(machine.index) did not restart: \(error); again")
+            try? machine.start()
+        }
+        return killed
+    }
+
+    /// Stops PostgreSQL and starts it again: took effect when it was running.
+    func stopServer(_ fault: PlannedFault) -> Bool {
+        var stopped = postgres.isRunning
+        do {
+            try postgres.stop(mode: fault.kind == .postgresFast ? .fast : .immediate)
+            say(
+                "PostgreSQL \(stopped ? "stopped" : "was not running") (\(fault.kind == .postgresFast ? "fast" : "immediate")) for \(String(format: "%.1f", fault.length)) s"
+            )
+        } catch {
+            // A fast stop whose shutdown checkpoint cannot write (the tablespace full) may
+            // not end within 30 s: the server is then killed, and was stopped all the same.
+            if !postgres.isRunning {
+                state.withLock { $0.killedStops += 1 }
+            } else {
+                stopped = false
+            }
+            say("PostgreSQL did not stop: \(error)")
+        }
+        usleep(UInt32(fault.length * 1_000_000))
+        // A recovery that needs to extend a file of the full tablespace fails until the disk
+        // is freed (at most half the longest fault later): started again until it comes up.
+        let giveUp = now + 30
+        for attempt in 1... {
+            do {
+                try postgres.start()
+                break
+            } catch {
+                if attempt == 1 || now >= giveUp {
+                    say("PostgreSQL did not start (attempt \(attempt)): \(String("\(error)".prefix(300)))")
+                }
+                if now >= giveUp { break }
+                usleep(200_000)
+            }
+        }
+        return stopped
+    }
+
+    /// Fills the tablespace for the fault's length: took effect when PostgreSQL failed to
+    /// write for want of space meanwhile (its log says so).
+    func fillDisk(_ fault: PlannedFault) -> Bool {
+        guard let disk else { return false }
+        let logged =
+            (try? FileManager.default.attributesOfItem(atPath: postgres.logFile)[.size] as? NSNumber)?
+            .int64Value ?? 0
+        disk.fill()
+        say("disk full for \(String(format: "%.1f", fault.length)) s")
+        usleep(UInt32(fault.length * 1_000_000))
+        // What the server logged meanwhile (read before the space comes back).
+        var log = Data()
+        if let handle = FileHandle(forReadingAtPath: postgres.logFile) {
+            try? handle.seek(toOffset: UInt64(max(0, logged)))
+            log = (try? handle.readToEnd()) ?? Data()
+            try? handle.close()
+        }
+        disk.free()
+        let text = String(decoding: log, as: UTF8.self)
+        return text.contains("No space left on device") || text.contains("could not extend file")
+    }
+
+    /// Updates a shared object's property with `psql`: took effect when a row was updated.
+    func writeWithPsql(_ fault: PlannedFault) -> Bool {
+        let number = state.withLock { state in
+            state.psqlCount += 1
+            return state.psqlCount
+        }
+        let token = "psql-\(number)"
+        let property = number % 2 == 0 ? "firstname" : "lastname"
+        let id = shared[fault.object]
+        var operation = SyncHistory.Operation(
+            client: -1, machine: -1, kind: .update, object: id, property: property, value: token,
+            acknowledged: false,
+            start: now, end: 0)
+        do {
+            let output = try postgres.psql(
+                #"WITH updated AS (UPDATE \#(schemaName)."User" SET \#(property) = '\#(token)' WHERE "_id" = '\#(id)' RETURNING 1) SELECT count(*) FROM updated"#,
+                database: database, timeout: .seconds(10))
+            operation.acknowledged = true
+            operation.found = output.trimmingCharacters(in: .whitespacesAndNewlines) == "1"
+        } catch {
+            operation.error = "\(error)"
+        }
+        operation.end = now
+        state.withLock { $0.serverOperations.append(operation) }
+        return operation.acknowledged && operation.found
     }
 
     // MARK: The server's side
@@ -690,23 +899,31 @@ private final class Campaign: Sendable {
 
     func auditRows() throws -> [SyncHistory.AuditRow] {
         try query(
-            "SELECT seq, op, id, coalesce(handle, ''), coalesce(firstname, ''), coalesce(lastname, '') FROM public.campaign_audit ORDER BY seq"
+            "SELECT seq, op, id, coalesce(handle, ''), coalesce(firstname, ''), coalesce(lastname, ''), xid FROM public.campaign_audit ORDER BY seq"
         )
         .compactMap { row in
-            guard row.count == 6, let sequence = Int64(row[0]), let operation = row[1].first,
+            guard row.count == 7, let sequence = Int64(row[0]), let operation = row[1].first,
                 let id = UUID(uuidString: row[2])
             else { return nil }
             return SyncHistory.AuditRow(
-                sequence: sequence, operation: operation, object: id, handle: row[3], firstname: row[4],
-                lastname: row[5])
+                sequence: sequence, transaction: row[6], operation: operation, object: id, handle: row[3],
+                firstname: row[4], lastname: row[5])
         }
     }
 
     func uploads() throws -> [SyncHistory.Upload] {
-        try query("SELECT machine, number, coalesce(rejected, E'\\x01') FROM \(schemaName)._skyros_uploads").compactMap
-        { row in
-            guard row.count == 3, let machine = UUID(uuidString: row[0]), let number = Int64(row[1]) else { return nil }
-            return SyncHistory.Upload(machine: machine, number: number, rejected: row[2] == "\u{1}" ? nil : row[2])
+        // The reason last: it may hold the separator.
+        try query(
+            """
+            SELECT machine, number, xid, coalesce((SELECT string_agg(o->>'id', ' ') FROM jsonb_array_elements(objects) o), ''),
+                coalesce(rejected, E'\\x01') FROM \(schemaName)._skyros_uploads
+            """
+        ).compactMap { row in
+            guard row.count >= 5, let machine = UUID(uuidString: row[0]), let number = Int64(row[1]) else { return nil }
+            let reason = row[4...].joined(separator: "|")
+            return SyncHistory.Upload(
+                machine: machine, number: number, rejected: reason == "\u{1}" ? nil : reason, transaction: row[2],
+                objects: Set(row[3].split(separator: " ").compactMap { UUID(uuidString: String($0)) }))
         }
     }
 
@@ -729,12 +946,18 @@ private final class CampaignMachine: Sendable {
     let container: URL
     let skyrosd: String
     let arguments: [String]
+    /// Variables added to the daemon's environment.
+    let environment: [String: String]
     let proxy: FaultProxy
     private let process = Mutex<pid_t?>(nil)
     private let store = Mutex<DatabaseQueue?>(nil)
 
-    init(index: Int, directory: String, skyrosd: String, arguments: [String], proxy: FaultProxy) throws {
+    init(
+        index: Int, directory: String, skyrosd: String, arguments: [String], environment: [String: String],
+        proxy: FaultProxy
+    ) throws {
         self.index = index
+        self.environment = environment
         groups = directory
         container = URL(fileURLWithPath: directory).appendingPathComponent("g")
         self.skyrosd = skyrosd
@@ -761,7 +984,7 @@ private final class CampaignMachine: Sendable {
                 close(log)
                 close(null)
             }
-            var environment = ProcessInfo.processInfo.environment
+            var environment = ProcessInfo.processInfo.environment.merging(self.environment) { $1 }
             environment["NOTIFY_SOCKET"] = notify.path
             let child = try PostgresServer.spawn(
                 [skyrosd, "--group", "g", "--groups-dir", groups] + arguments, environment: environment, stdin: null,
@@ -775,14 +998,20 @@ private final class CampaignMachine: Sendable {
         }
     }
 
-    /// SIGKILL, reaped.
-    func kill() {
+    /// SIGKILL, reaped; returns whether the daemon was running (a daemon that ended by itself
+    /// is reaped and was not).
+    @discardableResult
+    func kill() -> Bool {
         process.withLock { pid in
-            guard let child = pid else { return }
-            Glibc.kill(child, SIGKILL)
-            _ = PostgresServer.waitForExit(child, timeout: .seconds(10))
+            guard let child = pid else { return false }
+            let running = PostgresServer.reapIfExited(child) == nil
+            if running {
+                Glibc.kill(child, SIGKILL)
+                _ = PostgresServer.waitForExit(child, timeout: .seconds(10))
+            }
             SyncFaultCampaign.running.withLock { _ = $0.pids.remove(child) }
             pid = nil
+            return running
         }
     }
 
@@ -827,6 +1056,23 @@ private final class CampaignMachine: Sendable {
             let sync = object["sync"]
         else { return "?" }
         return "\(sync)"
+    }
+
+    /// Its `User` objects as its daemon's store file holds them (nil: unreadable).
+    func rows() -> SyncHistory.Rows? {
+        withStore { database in
+            var rows: SyncHistory.Rows = [:]
+            for row in try Row.fetchAll(database, sql: #"SELECT "_id", handle, firstname, lastname FROM "User""#) {
+                let data: Data = row["_id"]
+                guard data.count == 16 else { continue }
+                let id = UUID(uuid: data.withUnsafeBytes { $0.loadUnaligned(as: uuid_t.self) })
+                let handle: String = row["handle"] ?? ""
+                let firstname: String = row["firstname"] ?? ""
+                let lastname: String = row["lastname"] ?? ""
+                rows[id] = "\(handle)|\(firstname)|\(lastname)"
+            }
+            return rows
+        }
     }
 
     func queued() -> Int? {

@@ -1,0 +1,97 @@
+import Foundation
+import SkyrosTestSupport
+import Testing
+
+/// The sync fault campaign's checker catches what it claims to (issue 57, item 10): each
+/// test runs a short campaign (two machines, three writers each, no seeded fault) against
+/// daemons built with one defect on purpose (`SKYROS_DEBUG_DEFECT`, a debug build of
+/// `skyrosd` only; see `DebugDefect` in SkyrosDaemon), and the check meant to catch that defect must fail,
+/// with the violation that names it. The control runs the same campaign on sound daemons:
+/// every check passes, so each failure below is the defect's.
+@Suite("Sync checker", .serialized, .timeLimit(.minutes(2)))
+struct SyncCheckerTests {
+    /// A short campaign with `defect`, its convergence awaited 5 s at most.
+    static func campaign(
+        _ defect: SyncFaultCampaign.Defect?, seed: UInt64 = 57, faultsPerKind: Int = 0, longestFault: Double? = nil
+    ) async throws -> SyncFaultCampaign.Report {
+        var configuration = SyncFaultCampaign.Configuration(
+            seed: seed, duration: 8, machines: 2, writersPerMachine: 3, faultsPerKind: faultsPerKind,
+            longestFault: longestFault, skyrosd: ChildProcess.builtExecutable("skyrosd").path)
+        configuration.defect = defect
+        configuration.convergenceLimit = 5
+        configuration.convergencePatience = 0
+        // Refusals after the first checkpoints too: unique values from a small pool.
+        configuration.sharedHandles = 4
+        let report = try await SyncFaultCampaign.run(configuration)
+        print(report)
+        return report
+    }
+
+    /// Expects `guarantee`'s check to fail with a violation containing `violation`.
+    static func expectFailure(
+        _ report: SyncFaultCampaign.Report, _ guarantee: SyncHistory.Guarantee, _ violation: String,
+        sourceLocation: SourceLocation = #_sourceLocation
+    ) {
+        let check = report.verdict[guarantee]
+        #expect(check?.passed == false, "\(report)", sourceLocation: sourceLocation)
+        #expect(
+            check?.violations.contains { $0.contains(violation) } == true, "\(report)", sourceLocation: sourceLocation)
+        // Something was written and acknowledged: the campaign ran.
+        #expect(
+            report.history.operations.filter { $0.kind != .read && $0.acknowledged }.count > 50, "\(report)",
+            sourceLocation: sourceLocation)
+    }
+
+    @Test(
+        "control: the same campaign on sound daemons passes every check, a refusal told before the late machine's first checkpoint"
+    )
+    func control() async throws {
+        let report = try await Self.campaign(nil)
+        for check in report.verdict.checks where check.guarantee != .refusalsTold {
+            #expect(check.passed, "\(report)")
+        }
+        SyncFaultCampaignTests.expectRefusalsTold(report)
+        #expect((report.convergenceSeconds ?? .infinity) <= 5, "\(report)")
+        // The late machine saved before its first checkpoint, and the server refused one of those saves.
+        #expect(report.writtenBeforeFirstCheckpoint == 2, "\(report)")
+        #expect(report.history.uploads.contains { $0.rejected != nil }, "\(report)")
+    }
+
+    @Test("dropChangeSet: a numbered change set never uploaded fails 'no lost write'")
+    func droppedChangeSet() async throws {
+        Self.expectFailure(try await Self.campaign(.dropChangeSet), .noLostWrite, "never recorded by the server")
+    }
+
+    @Test("skipUpdate: an acknowledged update never queued fails 'no lost write'")
+    func skippedUpdate() async throws {
+        Self.expectFailure(try await Self.campaign(.skipUpdate), .noLostWrite, "not on the server, not refused")
+    }
+
+    @Test("applyTwice: a change set applied twice fails 'exactly once'")
+    func appliedTwice() async throws {
+        Self.expectFailure(try await Self.campaign(.applyTwice), .exactlyOnce, "went back to")
+    }
+
+    @Test("divergeMachine: a store that differs from the server fails 'convergence'")
+    func divergedMachine() async throws {
+        Self.expectFailure(try await Self.campaign(.divergeMachine), .convergence, "'s store:")
+    }
+
+    @Test("readStale: an older value read after a newer one fails 'read-your-writes and monotonic reads'")
+    func staleRead() async throws {
+        Self.expectFailure(try await Self.campaign(.readStale), .sessions, "after reading")
+    }
+
+    @Test(
+        "swallowRefusal: a refusal the apps are not told of fails 'refusals told'",
+        .disabled(
+            "a short campaign's only refusals are the late machine's before its first checkpoint, which sound daemons do not tell either (the known issue of SyncFaultCampaignTests.expectRefusalsTold): it needs a refusal after machine 0's first checkpoint"
+        ))
+    func swallowedRefusal() async throws {
+        // Machine 0 (never late) has refusals after its first checkpoint, which a sound daemon
+        // tells: partitions of up to 3 s let both machines take the same unique values.
+        Self.expectFailure(
+            try await Self.campaign(.swallowRefusal, faultsPerKind: 2, longestFault: 3), .refusalsTold,
+            "machine 0, client 0: told of 0")
+    }
+}
