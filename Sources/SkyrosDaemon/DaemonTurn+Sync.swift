@@ -22,6 +22,17 @@ extension DaemonTurn {
         case .stage(let page, let reply):
             let result = stageSnapshotPage(page)
             return SyncAnswer { reply(result) }
+        case .reidentify(let machine, let dropping, let reason, let reply):
+            do {
+                try store?.transaction { transaction in
+                    try SyncTables.reidentify(as: machine, dropping: dropping, in: transaction)
+                }
+                settings.log(reason)
+                return SyncAnswer { reply(true) }
+            } catch {
+                settings.log("sync: cannot take a new machine id: \(SkyrosError.wrap(error).message)")
+                return SyncAnswer { reply(false) }
+            }
         case .uploaded(let number, let reply):
             // Not waited on by the disk: a deletion a power loss takes only leaves change sets
             // the server has recorded, which the uploader skips (it starts after the server's

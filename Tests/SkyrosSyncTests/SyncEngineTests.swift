@@ -114,6 +114,8 @@ import Testing
 
             func uploadedThrough(machine: UUID) async throws -> Int64 { server.state.withLock { $0.uploadedThrough } }
 
+            func digests(machine: UUID, numbers: [Int64]) async throws -> [Int64: Int64] { [:] }
+
             func upload(_ batch: [QueuedEntry], machine: UUID) async throws -> (
                 outcomes: [ServerSession.UploadOutcome], transactions: [UInt64]?
             ) {
@@ -163,6 +165,8 @@ import Testing
         func stage(_ page: SnapshotPage) async -> String? { nil }
 
         func uploaded(through number: Int64) async { recorder.record(.dropped(through: number)) }
+
+        func reidentify(as machine: UUID, dropping: [Int64], reason: String) async -> Bool { false }
 
         func syncStateChanged(_ status: SyncEngine.Status) { recorder.record(.state(status.state, status.message)) }
     }

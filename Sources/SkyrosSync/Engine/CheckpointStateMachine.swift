@@ -128,6 +128,15 @@ package struct CheckpointStateMachine: Sendable {
 
     // MARK: - The loop's events
 
+    /// The machine took a new id (its store was restored or copied): none of its uploads is
+    /// on the server under it yet, and the next round reads a checkpoint.
+    package mutating func reidentified() {
+        rejectedThrough = 0
+        ownTransactions = []
+        ownChangeSets = 0
+        mustRead = true
+    }
+
     /// A connection came up at `now`: the first round reads a checkpoint.
     package mutating func connected(now: ContinuousClock.Instant) {
         mustRead = true

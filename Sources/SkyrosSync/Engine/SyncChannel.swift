@@ -17,6 +17,8 @@ package final class SyncChannel: SyncHost {
         case stage(SnapshotPage, Reply<String?>)
         /// The queued change sets through this number are on the server: drop them.
         case uploaded(Int64, Reply<Void>)
+        /// Give the store a new machine id, dropping these queued change sets (``SyncHost/reidentify(as:dropping:reason:)``).
+        case reidentify(UUID, dropping: [Int64], reason: String, Reply<Bool>)
     }
 
     /// The answer to one request, given once by the daemon.
@@ -53,6 +55,12 @@ package final class SyncChannel: SyncHost {
 
     package func uploaded(through number: Int64) async {
         await withCheckedContinuation { post(.uploaded(number, Reply(continuation: $0))) }
+    }
+
+    package func reidentify(as machine: UUID, dropping: [Int64], reason: String) async -> Bool {
+        await withCheckedContinuation {
+            post(.reidentify(machine, dropping: dropping, reason: reason, Reply(continuation: $0)))
+        }
     }
 
     package func syncStateChanged(_ status: SyncEngine.Status) {
@@ -98,6 +106,7 @@ package final class SyncChannel: SyncHost {
         case .apply(_, let reply): reply(.failed("the daemon is stopping"))
         case .stage(_, let reply): reply("the daemon is stopping (a page was not staged)")
         case .uploaded(_, let reply): reply(())
+        case .reidentify(_, _, _, let reply): reply(false)
         }
     }
 }

@@ -71,6 +71,8 @@ package final class SyncEngine: Sendable {
     }
 
     private struct Mutable {
+        /// This machine's id on the server (a new one after a restore or copy was found).
+        var machine: UUID
         var schema: ServerSchema
         var schemaChanged = false
         var tasks: [Task<Void, Never>] = []
@@ -81,7 +83,6 @@ package final class SyncEngine: Sendable {
 
     private let configuration: SyncConfiguration
     private let settings: Settings
-    private let machine: UUID
     private let storePath: String
     private weak let host: (any SyncHost)?
     private let log: @Sendable (String) -> Void
@@ -104,7 +105,6 @@ package final class SyncEngine: Sendable {
     ) {
         self.configuration = configuration
         self.settings = settings
-        self.machine = machine
         self.storePath = storePath
         self.host = host
         self.log = log
@@ -116,7 +116,7 @@ package final class SyncEngine: Sendable {
                 executor: executor)
         mutable = Mutex(
             Mutable(
-                schema: schema,
+                machine: machine, schema: schema,
                 upload: UploadStateMachine(
                     queuedThrough: queuedThrough, maximumBatch: settings.uploadBatch,
                     maximumBytes: settings.uploadBatchBytes),
@@ -143,6 +143,9 @@ package final class SyncEngine: Sendable {
 
     /// The machine's id on the server.
     package var machineID: UUID { machine }
+
+    /// This machine's id, as the loop uses it now.
+    private var machine: UUID { mutable.withLock { $0.machine } }
 
     /// Starts the loop.
     package func start() {
@@ -215,6 +218,8 @@ package final class SyncEngine: Sendable {
                 do {
                     try await session(queue)
                     action = mutable.withLock { $0.connection.sessionEnded() }
+                } catch is Reidentified {
+                    action = .connect  // at once, under the new id
                 } catch {
                     let (state, message) = isStopping ? (.offline, "stopping") : server.classify(error)
                     let actions = mutable.withLock { mutable in
@@ -245,7 +250,11 @@ package final class SyncEngine: Sendable {
         try await connection.prepare(takeSchema())
         let listener = listen()
         defer { listener.cancel() }
-        let uploaded = try await connection.uploadedThrough(machine: machine)
+        var uploaded = try await connection.uploadedThrough(machine: machine)
+        if uploaded > 0, let diverged = try await divergence(connection, queue, serverThrough: uploaded) {
+            try await reidentify(diverged)
+            uploaded = try await connection.uploadedThrough(machine: machine)
+        }
         let online = mutable.withLock { mutable in
             mutable.upload.connected(uploadedThrough: uploaded)
             mutable.checkpoints.connected(now: .now)
@@ -294,6 +303,24 @@ package final class SyncEngine: Sendable {
             case .upload:
                 let batch = mutable.withLock { $0.upload.batch }
                 let (outcomes, transactions) = try await connection.upload(batch, machine: machine)
+                // A change set the server had already under this number must be this one:
+                // another store with this machine's id (a copy) may have taken the number.
+                let already = zip(batch, outcomes).filter { $0.1 == .alreadyApplied }.map(\.0)
+                if !already.isEmpty {
+                    let recorded = try await connection.digests(machine: machine, numbers: already.map(\.number))
+                    if let other = already.first(where: { entry in
+                        recorded[entry.number].map { $0 != entry.changes.digest } ?? false
+                    }) {
+                        let diverged = try await divergence(connection, queue, serverThrough: other.number)
+                        try await reidentify(
+                            diverged
+                                ?? Divergence(
+                                    reason: "the server has another change set \(other.number) of this machine",
+                                    dropping: []
+                                ))
+                        throw Reidentified()
+                    }
+                }
                 action = mutable.withLock { mutable in
                     let next = mutable.upload.uploaded(outcomes: outcomes)
                     let refused = if case .markUploaded(_, let refusals) = next { !refusals.isEmpty } else { false }
@@ -372,6 +399,75 @@ package final class SyncEngine: Sendable {
         default:
             break
         }
+    }
+
+    // MARK: - Identity
+
+    /// The store is not the one whose uploads the server recorded under this machine's id.
+    struct Divergence {
+        /// Why, for the log.
+        var reason: String
+        /// The queued change sets the server has, the same (by digest): not uploaded again.
+        var dropping: [Int64]
+    }
+
+    /// The session ends after a new identity was taken: the next one starts under it.
+    struct Reidentified: Error, CustomStringConvertible {
+        var description: String { "the store took a new machine id" }
+    }
+
+    /// Whether the server's record of this machine, through `serverThrough`, is not this
+    /// store's (nil: it is, as far as the digests tell): the server has numbers the store never
+    /// gave (a restore from an older backup, or a copy that went ahead), or a change set under
+    /// a number the store gave another one (a copy).
+    private func divergence(
+        _ connection: any SyncServerConnection, _ queue: DatabaseQueue, serverThrough: Int64
+    ) async throws -> Divergence? {
+        let local = try SyncTables.identity(through: serverThrough, from: queue)
+        var numbers = Array(local.queued.keys)
+        if let last = local.lastUploaded, last.number <= serverThrough { numbers.append(last.number) }
+        numbers.append(serverThrough)
+        let recorded = try await connection.digests(machine: machine, numbers: numbers)
+        let same = local.queued.filter { recorded[$0.key] == $0.value }.map(\.key).sorted()
+        if serverThrough > local.highest {
+            return Divergence(
+                reason:
+                    "the server has change sets of this machine through \(serverThrough), and this store never numbered one past \(local.highest) (a store restored from an older backup, or copied from a machine that went on)",
+                dropping: same)
+        }
+        let differing = local.queued.filter { entry in recorded[entry.key].map { $0 != entry.value } ?? false }
+        if let number = differing.keys.min() {
+            return Divergence(
+                reason:
+                    "the server's change set \(number) of this machine is not this store's (a copy of this store synced as this machine)",
+                dropping: same)
+        }
+        if let last = local.lastUploaded, let digest = recorded[last.number], digest != last.digest {
+            return Divergence(
+                reason:
+                    "the server's change set \(last.number) of this machine is not the one this store uploaded (a copy of this store synced as this machine)",
+                dropping: same)
+        }
+        return nil
+    }
+
+    /// Goes on under a new machine id: the daemon records it and drops the change sets the
+    /// server has; the rest of the queue is uploaded under the new id, once.
+    private func reidentify(_ divergence: Divergence) async throws {
+        let old = machine
+        let new = UUID()
+        let reason =
+            "sync: this store is not the one the server knows as machine \(old.uuidString.lowercased()): \(divergence.reason). It goes on as machine \(new.uuidString.lowercased()); \(divergence.dropping.count) queued change set(s) the server has already are dropped, the others are uploaded under the new id"
+        guard let host, await host.reidentify(as: new, dropping: divergence.dropping, reason: reason) else {
+            throw SkyrosError(.storeFailure, "the store could not take a new machine id")
+        }
+        mutable.withLock { state in
+            state.machine = new
+            state.upload = UploadStateMachine(
+                queuedThrough: nil, maximumBatch: settings.uploadBatch, maximumBytes: settings.uploadBatchBytes)
+            state.checkpoints.reidentified()
+        }
+        log(reason)
     }
 
     /// Keeps a listener on the server's notifications, each of which wakes the loop.

@@ -24,6 +24,12 @@ package protocol SyncHost: AnyObject, Sendable {
     func stage(_ page: SnapshotPage) async -> String?
     /// The queued change sets through `number` are on the server: the queue may drop them.
     func uploaded(through number: Int64) async
+    /// The store was restored from an older backup or copied from another machine: the server
+    /// has change sets under this machine's id that the store did not make. The daemon gives
+    /// the store the machine id `machine`, drops the queued change sets numbered `dropping`
+    /// (the server has them, the same), and logs `reason`. False when the store refused.
+    func reidentify(as machine: UUID, dropping: [Int64], reason: String) async -> Bool
+
     /// The engine's state changed (for the log and the metrics).
     func syncStateChanged(_ status: SyncEngine.Status)
 }

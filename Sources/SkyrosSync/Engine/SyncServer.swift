@@ -34,6 +34,10 @@ package protocol SyncServerConnection: Sendable {
     /// The highest number of `machine`'s change sets the server has (0: none).
     func uploadedThrough(machine: UUID) async throws -> Int64
 
+    /// The digests (``QueuedChangeSet/digest``) the server recorded for `numbers` of
+    /// `machine`'s change sets; a number it has no digest of is absent.
+    func digests(machine: UUID, numbers: [Int64]) async throws -> [Int64: Int64]
+
     /// Uploads change sets in order, exactly once; one outcome per change set, and the ids of
     /// the server transactions that applied them (nil: not known).
     func upload(_ batch: [QueuedEntry], machine: UUID) async throws

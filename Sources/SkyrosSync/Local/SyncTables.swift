@@ -63,9 +63,33 @@ package enum SyncTables {
         return Int(count)
     }
 
-    /// Drops the change sets through `number` (the server has them).
+    /// Drops the change sets through `number` (the server has them), keeping the number and
+    /// digest of the last one (``lastUploaded(in:)``): what the server's record of that number
+    /// must match, or the store was restored or copied.
     package static func drop(through number: Int64, in transaction: SQLiteStore.Transaction) throws {
+        if case .blob(let data)? = try transaction.rows(
+            "SELECT changes FROM skyros_sync_queue WHERE number = ?", [.integer(number)]
+        ).first?.first, let changes = try? QueuedChangeSet.decode(data) {
+            try transaction.execute(
+                "INSERT OR REPLACE INTO skyros_metadata (key, value) VALUES ('syncLastUploaded', ?)",
+                [.text("\(number):\(changes.digest)")])
+        }
         try transaction.execute("DELETE FROM skyros_sync_queue WHERE number <= ?", [.integer(number)])
+    }
+
+    /// Gives the store a new machine id (it was restored or copied: see
+    /// ``SyncHost/reidentify(as:dropping:reason:)``): the change sets `dropping` are dropped
+    /// (the server has them), the others stay queued for the new id, and the refusals are read
+    /// from the new id's first upload on.
+    package static func reidentify(
+        as machine: UUID, dropping: [Int64], in transaction: SQLiteStore.Transaction
+    ) throws {
+        try setMachine(machine, in: transaction)
+        for number in dropping {
+            try transaction.execute("DELETE FROM skyros_sync_queue WHERE number = ?", [.integer(number)])
+        }
+        try transaction.execute(
+            "DELETE FROM skyros_metadata WHERE key IN ('syncLastUploaded', 'syncRejectedThrough')")
     }
 
     /// The change sets queued after `number` (how many, and the oldest one's time), and the
@@ -208,6 +232,37 @@ package enum SyncTables {
         -> [QueuedEntry]
     {
         try queue.read { try batch(after: number, limit: limit, bytes: bytes, in: $0) }
+    }
+
+    /// What the store knows of its uploads, to tell whether the server's record of this machine
+    /// is its own: the highest number the queue ever had, the digests of the change sets still
+    /// queued through `number`, and the last uploaded change set's number and digest.
+    package static func identity(through number: Int64, from queue: DatabaseQueue) throws -> (
+        highest: Int64, queued: [Int64: Int64], lastUploaded: (number: Int64, digest: Int64)?
+    ) {
+        try queue.read { db in
+            let highest =
+                try Int64.fetchOne(db, sql: "SELECT seq FROM sqlite_sequence WHERE name = 'skyros_sync_queue'") ?? 0
+            var queued: [Int64: Int64] = [:]
+            let rows = try Row.fetchCursor(
+                db, sql: "SELECT number, changes FROM skyros_sync_queue WHERE number <= ? ORDER BY number",
+                arguments: [number])
+            while let row = try rows.next() {
+                let data: Data = row["changes"]
+                queued[row["number"]] = try QueuedChangeSet.decode(data).digest
+            }
+            var last: (Int64, Int64)?
+            // (A queue without the store's metadata, as the engine's tests make, has none.)
+            if let text = try? String.fetchOne(
+                db, sql: "SELECT value FROM skyros_metadata WHERE key = 'syncLastUploaded'")
+            {
+                let parts = text.split(separator: ":")
+                if parts.count == 2, let number = Int64(parts[0]), let digest = Int64(parts[1]) {
+                    last = (number, digest)
+                }
+            }
+            return (highest, queued, last)
+        }
     }
 
     /// ``batch(after:limit:bytes:from:)`` in an open read.

@@ -103,6 +103,19 @@ package struct QueuedChangeSet: Codable, Sendable, Equatable {
         return Data(writer.bytes)
     }
 
+    /// A digest of the change set (FNV-1a, 64 bits, of its binary form, whose properties are
+    /// in name order): recorded on the server with its upload, so that a store restored from
+    /// a backup or copied to another machine, whose change sets under one number differ from
+    /// the server's, is told apart (docs/SYNC.md, "One machine id per store").
+    package var digest: Int64 {
+        var hash: UInt64 = 0xcbf2_9ce4_8422_2325
+        for byte in encoded() {
+            hash ^= UInt64(byte)
+            hash &*= 0x0000_0100_0000_01b3
+        }
+        return Int64(bitPattern: hash)
+    }
+
     /// A queued change set from its bytes: the binary form, or JSON (what queues written
     /// before the binary form hold).
     ///
@@ -147,7 +160,8 @@ extension WireWriter {
         string(row.entity)
         uuid(row.id)
         uvarint(UInt64(row.values.count))
-        for (name, value) in row.values {
+        // In name order: the same change set is the same bytes in every process (its digest).
+        for (name, value) in row.values.sorted(by: { $0.key < $1.key }) {
             string(name)
             self.value(value, fixedIntegers: true)
         }

@@ -162,6 +162,10 @@ final class PostgresSyncConnection: SyncServerConnection {
         try await session().uploadedThrough(machine: machine)
     }
 
+    func digests(machine: UUID, numbers: [Int64]) async throws -> [Int64: Int64] {
+        try await session().digests(machine: machine, numbers: numbers)
+    }
+
     func upload(_ batch: [QueuedEntry], machine: UUID) async throws -> (
         outcomes: [ServerSession.UploadOutcome], transactions: [UInt64]?
     ) {

@@ -146,8 +146,11 @@ package struct ServerSchema: Sendable {
             """
             CREATE TABLE IF NOT EXISTS \(schema)._skyros_uploads (machine uuid NOT NULL, number bigint NOT NULL, \
             xid xid8 NOT NULL DEFAULT pg_current_xact_id(), at timestamptz NOT NULL DEFAULT clock_timestamp(), \
-            rejected text, objects jsonb, PRIMARY KEY (machine, number))
+            rejected text, objects jsonb, digest bigint, PRIMARY KEY (machine, number))
             """,
+            // The digest of each change set (QueuedChangeSet.digest), added after the table:
+            // a store restored or copied is told apart by it.
+            "ALTER TABLE \(schema)._skyros_uploads ADD COLUMN IF NOT EXISTS digest bigint",
             "CREATE TABLE IF NOT EXISTS \(schema)._skyros_meta (key text PRIMARY KEY, value text NOT NULL)",
             // The horizon starts at the schema's creation: a machine whose last checkpoint is
             // older (it synced with a schema since dropped and made again) reads a snapshot.
@@ -291,6 +294,9 @@ package struct ServerSchema: Sendable {
                 CREATE OR REPLACE TRIGGER _skyros_truncated BEFORE TRUNCATE ON \(qualified(table)) \
                 FOR EACH STATEMENT EXECUTE FUNCTION \(Self.quote(name))._skyros_truncated()
                 """)
+        }
+        if let uploads = existing["_skyros_uploads"], !uploads.contains("digest") {
+            statements.append("ALTER TABLE \(Self.quote(name))._skyros_uploads ADD COLUMN IF NOT EXISTS digest bigint")
         }
         guard !statements.isEmpty || found.schemaVersion < version else { return [] }
         // A table or column of this schema version missing on a server already set up for it

@@ -129,8 +129,8 @@ extension ServerSession {
                 try await run("SAVEPOINT change_set")
                 do {
                     let recorded = try await run(
-                        "INSERT INTO \(ServerSchema.quote(schema.name))._skyros_uploads (machine, number) VALUES ($1::uuid, $2::bigint) ON CONFLICT DO NOTHING RETURNING 1",
-                        [machineText, String(number)])
+                        "INSERT INTO \(ServerSchema.quote(schema.name))._skyros_uploads (machine, number, digest) VALUES ($1::uuid, $2::bigint, $3::bigint) ON CONFLICT DO NOTHING RETURNING 1",
+                        [machineText, String(number), String(changes.digest)])
                     if recorded.isEmpty {
                         outcomes.append(.alreadyApplied)
                         try await run("RELEASE SAVEPOINT change_set")
@@ -241,8 +241,8 @@ extension ServerSession {
             + objects.map { "{\"entity\":\(Self.jsonString($0.entity)),\"id\":\"\($0.id.uuidString.lowercased())\"}" }
             .joined(separator: ",") + "]"
         try await run(
-            "INSERT INTO \(ServerSchema.quote(schema.name))._skyros_uploads (machine, number, rejected, objects) VALUES ($1::uuid, $2::bigint, $3, $4::jsonb)",
-            [machine, String(number), reason, json])
+            "INSERT INTO \(ServerSchema.quote(schema.name))._skyros_uploads (machine, number, rejected, objects, digest) VALUES ($1::uuid, $2::bigint, $3, $4::jsonb, $5::bigint)",
+            [machine, String(number), reason, json, String(changes.digest)])
         for object in objects where schema.table(object.entity) != nil {
             try await run(
                 "INSERT INTO \(ServerSchema.quote(schema.name))._skyros_log (entity, id) VALUES ($1, $2::uuid)",

@@ -151,6 +151,9 @@ package struct ServerSession: Sendable {
         for table in ["_skyros_log", "_skyros_uploads", "_skyros_meta"] where existing[table] == nil {
             missing.append("\(schema.name).\(table)")
         }
+        if let uploads = existing["_skyros_uploads"], !uploads.contains("digest") {
+            missing.append("\(schema.name)._skyros_uploads.digest")
+        }
         for table in schema.tables {
             guard let columns = existing[table.name] else {
                 missing.append("\(schema.name).\(table.name)")
@@ -193,6 +196,24 @@ package struct ServerSession: Sendable {
     }
 
     /// The highest number of `machine`'s change sets the server has recorded (0: none).
+    /// The digests the server recorded for `numbers` of `machine`'s uploads (a number without
+    /// a record, or recorded by a version before digests, is absent).
+    package func digests(machine: UUID, numbers: [Int64]) async throws -> [Int64: Int64] {
+        guard !numbers.isEmpty else { return [:] }
+        var digests: [Int64: Int64] = [:]
+        for row in try await run(
+            """
+            SELECT number::text, digest::text FROM \(ServerSchema.quote(schema.name))._skyros_uploads \
+            WHERE machine = $1::uuid AND number = ANY(($2::text)::bigint[]) AND digest IS NOT NULL
+            """, [machine.uuidString.lowercased(), Self.arrayLiteral(numbers.map(String.init))])
+        {
+            if let number = row[0].flatMap({ Int64($0 ?? "") }), let digest = row[1].flatMap({ Int64($0 ?? "") }) {
+                digests[number] = digest
+            }
+        }
+        return digests
+    }
+
     package func uploadedThrough(machine: UUID) async throws -> Int64 {
         let rows = try await run(
             "SELECT coalesce(max(number), 0)::text FROM \(ServerSchema.quote(schema.name))._skyros_uploads WHERE machine = $1::uuid",

@@ -30,13 +30,14 @@ extension ServerSession {
         }
         var parameters: [String?] = [
             machine.uuidString.lowercased(), Self.arrayLiteral(batch.map { String($0.number) }),
+            Self.arrayLiteral(batch.map { String($0.changes.digest) }),
         ]
         func parameter(_ value: String) -> String {
             parameters.append(value)
             return "($\(parameters.count)::text)"
         }
         var clauses = [
-            "recorded AS (INSERT INTO \(ServerSchema.quote(schema.name))._skyros_uploads (machine, number) SELECT ($1::text)::uuid, unnest(($2::text)::bigint[]))"
+            "recorded AS (INSERT INTO \(ServerSchema.quote(schema.name))._skyros_uploads (machine, number, digest) SELECT ($1::text)::uuid, r.n, r.d FROM unnest(($2::text)::bigint[], ($3::text)::bigint[]) AS r(n, d))"
         ]
         var checks: [String] = []
         for group in net.groups(schema: schema) {

@@ -214,4 +214,110 @@ struct SyncOperationsTests {
         #expect(try await sync.handles(b) == ["b0"])
         #expect(try sync.syncStatus(machineB)["uploadQueue"] as? Int == 1, "B's save stays queued")
     }
+
+    /// Copies the store files (`store.sqlite` and its WAL, if any) of container `from` to `to`,
+    /// replacing what `to` has: a backup restored, or a store copied to another machine.
+    static func copyStore(from: URL, to: URL) throws {
+        let files = FileManager.default
+        try files.createDirectory(at: to, withIntermediateDirectories: true)
+        for suffix in ["", "-wal", "-shm"] {
+            let target = to.appendingPathComponent("store.sqlite" + suffix)
+            try? files.removeItem(at: target)
+            let source = from.appendingPathComponent("store.sqlite" + suffix)
+            if files.fileExists(atPath: source.path) { try files.copyItem(at: source, to: target) }
+        }
+    }
+
+    @Test(
+        "a store restored from an older backup is detected: it goes on under a new machine id, its next saves reach the other machine, and the saves made after the backup come back"
+    )
+    func restoredFromOlderBackup() async throws {
+        let server = try SyncTests.Server()
+        let directory = "/tmp/skb-\(getpid())-\(UInt32.random(in: 0...UInt32.max))"
+        let backup = URL(fileURLWithPath: directory + "-backup")
+        defer {
+            try? FileManager.default.removeItem(atPath: directory)
+            try? FileManager.default.removeItem(at: backup)
+        }
+        let other = try RunningDaemon(sync: server.configuration)
+        let b = try Skyros(sharedStack: testSchema, container: other.container.url)
+        let first = try RunningDaemon(directory: directory, sync: server.configuration)
+        var a: Skyros? = try Skyros(sharedStack: testSchema, container: first.container.url)
+        for index in 0..<2 { try await sync.insert("early\(index)", into: a!) }
+        #expect(await sync.eventually { try await sync.handles(b) == ["early0", "early1"] })
+        a = nil
+        first.shutDown()
+        try Self.copyStore(from: first.container.url, to: backup)  // the backup
+
+        let second = try RunningDaemon(directory: directory, sync: server.configuration)
+        a = try Skyros(sharedStack: testSchema, container: second.container.url)
+        for index in 0..<3 { try await sync.insert("later\(index)", into: a!) }
+        #expect(await sync.eventually { try await sync.handles(b).count == 5 })
+        a = nil
+        second.shutDown()
+
+        // Restored: the store forgets the three later saves, which the server has.
+        try Self.copyStore(from: backup, to: second.container.url)
+        let log = Locked<[String]>([])
+        let restored = try RunningDaemon(
+            directory: directory, sync: server.configuration, log: { line in log.withValue { $0.append(line) } })
+        defer { withExtendedLifetime([first, second, restored]) {} }  // a released one removes the directory
+        let again = try Skyros(sharedStack: testSchema, container: restored.container.url)
+        for index in 0..<5 { try await sync.insert("after\(index)", into: again) }
+        let all = ["after0", "after1", "after2", "after3", "after4", "early0", "early1", "later0", "later1", "later2"]
+        let reachedB = await sync.eventually { try await sync.handles(b) == all }
+        let onB = (try? await sync.handles(b)) ?? []
+        #expect(reachedB, "\(onB)")
+        #expect(await sync.eventually { try await sync.handles(again) == all })
+        #expect(
+            log.withValue { $0 }.contains { $0.contains("is not the one the server knows as machine") },
+            "\(log.withValue { $0 })")
+        // Each save uploaded once: 2 + 3 under the old id, 5 under the new one.
+        #expect(try server.psql("SELECT count(*) FROM g_sync._skyros_uploads") == "10")
+        #expect(try server.psql("SELECT count(DISTINCT machine) FROM g_sync._skyros_uploads") == "2")
+    }
+
+    @Test(
+        "a store copied to another machine is detected: both go on, one under a new machine id, and every save of both reaches everyone once"
+    )
+    func copiedToAnotherMachine() async throws {
+        let server = try SyncTests.Server()
+        let directory = "/tmp/skc-\(getpid())-\(UInt32.random(in: 0...UInt32.max))"
+        let copyDirectory = directory + "-copy"
+        defer {
+            try? FileManager.default.removeItem(atPath: directory)
+            try? FileManager.default.removeItem(atPath: copyDirectory)
+        }
+        let other = try RunningDaemon(sync: server.configuration)
+        let b = try Skyros(sharedStack: testSchema, container: other.container.url)
+        let first = try RunningDaemon(directory: directory, sync: server.configuration)
+        var a: Skyros? = try Skyros(sharedStack: testSchema, container: first.container.url)
+        try await sync.insert("original", into: a!)
+        #expect(await sync.eventually { try await sync.handles(b) == ["original"] })
+        a = nil
+        first.shutDown()
+        try Self.copyStore(
+            from: first.container.url, to: URL(fileURLWithPath: copyDirectory).appendingPathComponent("g"))
+
+        // Both run, each saving while the other does.
+        let machineA = try RunningDaemon(directory: directory, sync: server.configuration)
+        let machineC = try RunningDaemon(directory: copyDirectory, sync: server.configuration)
+        defer { withExtendedLifetime([first, machineA, machineC]) {} }
+        let onA = try Skyros(sharedStack: testSchema, container: machineA.container.url)
+        let onC = try Skyros(sharedStack: testSchema, container: machineC.container.url)
+        for index in 0..<5 {
+            try await sync.insert("a\(index)", into: onA)
+            try await sync.insert("c\(index)", into: onC)
+        }
+        let all = ["a0", "a1", "a2", "a3", "a4", "c0", "c1", "c2", "c3", "c4", "original"]
+        for (name, stack) in [("B", b), ("A", onA), ("C", onC)] {
+            let reached = await sync.eventually { try await sync.handles(stack) == all }
+            let handles = (try? await sync.handles(stack)) ?? []
+            #expect(reached, "\(name): \(handles)")
+        }
+        #expect(try Self.handlesOnServer(server) == all.joined(separator: ","))
+        #expect(try server.psql("SELECT count(*) FROM g_sync._skyros_uploads WHERE rejected IS NULL") == "11")
+        // The original id, and the new one the second of A and C to sync took.
+        #expect(try server.psql("SELECT count(DISTINCT machine) FROM g_sync._skyros_uploads") == "2")
+    }
 }
