@@ -234,9 +234,7 @@ package struct ServerSchema: Sendable {
             } else {
                 for column in table.columns where !have.contains(column.name) {
                     if let original = column.originalName, have.contains(original) {
-                        statements.append(
-                            "ALTER TABLE \(qualified) RENAME COLUMN \(Self.quote(original)) TO \(Self.quote(column.name))"
-                        )
+                        statements += expandRename(of: original, to: column, in: table)
                     } else {
                         repaired = true
                         statements.append("ALTER TABLE \(qualified) ADD COLUMN IF NOT EXISTS \(columnSQL(column))")
@@ -327,6 +325,44 @@ package struct ServerSchema: Sendable {
     ]
 
     /// A column's definition: name, type, default, NOT NULL.
+    /// A renamed column (`originalName`), expanded instead of renamed, so that daemons of both
+    /// versions keep seeing every value during a rolling upgrade: the new column is added and
+    /// filled from the old one, and a row trigger keeps the two equal — a write to either
+    /// (an older daemon writes the old name, a newer one the new name) is copied to the other.
+    /// The old column stays until an operator drops it (with the trigger) once no machine of
+    /// the older version remains (docs/SYNC.md, "Renames").
+    private func expandRename(of original: String, to column: Column, in table: Table) -> [String] {
+        let qualified = qualified(table.name)
+        let new = Self.quote(column.name)
+        let old = Self.quote(original)
+        let function = "\(Self.quote(name)).\(Self.quote("_skyros_mirror_\(table.name)_\(column.name)"))"
+        var defaultValue = "NULL"
+        if let value = column.defaultValue, let text = try? column.type.serverText(value, typeName: column.typeName) {
+            defaultValue = column.type.input(Self.literal(text))
+        }
+        return [
+            "ALTER TABLE \(qualified) ADD COLUMN IF NOT EXISTS \(columnSQL(column))",
+            "UPDATE \(qualified) SET \(new) = \(old) WHERE \(new) IS DISTINCT FROM \(old)",
+            """
+            CREATE OR REPLACE FUNCTION \(function)() RETURNS trigger LANGUAGE plpgsql AS $$
+            BEGIN
+              IF TG_OP = 'INSERT' THEN
+                IF NEW.\(new) IS NOT DISTINCT FROM \(defaultValue) THEN NEW.\(new) := NEW.\(old);
+                ELSE NEW.\(old) := NEW.\(new);
+                END IF;
+              ELSIF NEW.\(new) IS DISTINCT FROM OLD.\(new) THEN NEW.\(old) := NEW.\(new);
+              ELSIF NEW.\(old) IS DISTINCT FROM OLD.\(old) THEN NEW.\(new) := NEW.\(old);
+              END IF;
+              RETURN NEW;
+            END $$
+            """,
+            """
+            CREATE OR REPLACE TRIGGER \(Self.quote("_skyros_mirror_\(column.name)")) BEFORE INSERT OR UPDATE ON \(qualified) \
+            FOR EACH ROW EXECUTE FUNCTION \(function)()
+            """,
+        ]
+    }
+
     private func columnSQL(_ column: Column) -> String {
         var sql = "\(Self.quote(column.name)) \(column.type.sqlType)"
         if let value = column.defaultValue, let text = try? column.type.serverText(value, typeName: column.typeName) {

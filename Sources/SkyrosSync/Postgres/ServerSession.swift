@@ -207,7 +207,7 @@ package struct ServerSession: Sendable {
             WHERE machine = $1::uuid AND number = ANY(($2::text)::bigint[]) AND digest IS NOT NULL
             """, [machine.uuidString.lowercased(), Self.arrayLiteral(numbers.map(String.init))])
         {
-            if let number = row[0].flatMap({ Int64($0 ?? "") }), let digest = row[1].flatMap({ Int64($0 ?? "") }) {
+            if let number = row[0].flatMap({ Int64($0) }), let digest = row[1].flatMap({ Int64($0) }) {
                 digests[number] = digest
             }
         }

@@ -6,6 +6,7 @@ import SkyrosShared
 import SkyrosSync
 import SkyrosTestSupport
 import Testing
+import TodoModel
 
 #if canImport(Glibc)
     import Glibc
@@ -319,5 +320,77 @@ struct SyncOperationsTests {
         #expect(try server.psql("SELECT count(*) FROM g_sync._skyros_uploads WHERE rejected IS NULL") == "11")
         // The original id, and the new one the second of A and C to sync took.
         #expect(try server.psql("SELECT count(DISTINCT machine) FROM g_sync._skyros_uploads") == "2")
+    }
+
+    @Test(
+        "a rolling upgrade with a rename (examples/Todo v1 → v2, title renamed text): saves on both machines before, during and after it, every value everywhere"
+    )
+    func rollingUpgradeWithRename() async throws {
+        let server = try SyncTests.Server()
+        let machineA = try RunningDaemon(sync: server.configuration)
+        let machineB = try RunningDaemon(sync: server.configuration)
+        let titles = { (stack: Skyros) in
+            try await stack.read { context in try TodoItem.all(in: context).map(\.title).sorted() }
+        }
+        let texts = { (stack: Skyros) in
+            try await stack.read { context in try TodoItemV2.all(in: context).map(\.text).sorted() }
+        }
+        func add(_ title: String, _ stack: Skyros) async throws {
+            try await stack.write { context in TodoItem.create(in: context).title = title }
+        }
+        func addV2(_ text: String, _ stack: Skyros) async throws {
+            try await stack.write { context in TodoItemV2.create(in: context).text = text }
+        }
+        let a1 = try Skyros(sharedStack: todoSchema, container: machineA.container.url)
+        let b1 = try Skyros(sharedStack: todoSchema, container: machineB.container.url)
+        try await add("a-before", a1)
+        try await add("b-before", b1)
+        let before = ["a-before", "b-before"]
+        #expect(
+            await sync.eventually {
+                let a = try await titles(a1)
+                let b = try await titles(b1)
+                return a == before && b == before
+            })
+
+        // A upgrades (its store and the server migrate); B stays on version 1 and both write.
+        let a2 = try Skyros(sharedStack: todoSchemaV2, container: machineA.container.url)
+        #expect(await sync.eventually { try await texts(a2) == before })
+        try await addV2("a-during", a2)
+        try await add("b-during", b1)
+        try await b1.write { context in
+            try #require(try TodoItem.all(in: context).first { $0.title == "a-before" }).title =
+                "a-before, edited on B (v1)"
+        }
+        try await a2.write { context in
+            try #require(try TodoItemV2.all(in: context).first { $0.text == "b-before" }).text =
+                "b-before, edited on A (v2)"
+        }
+        let during = ["a-before, edited on B (v1)", "a-during", "b-before, edited on A (v2)", "b-during"]
+        let seenDuring = await sync.eventually {
+            let a = try await texts(a2)
+            let b = try await titles(b1)
+            return a == during && b == during
+        }
+        let (onA, onB) = ((try? await texts(a2)) ?? [], (try? await titles(b1)) ?? [])
+        #expect(seenDuring, "A (v2): \(onA); B (v1): \(onB)")
+        #expect(await sync.eventually { try await titles(a1) == during }, "A's version-1 app too")
+
+        // B upgrades; both write again.
+        let b2 = try Skyros(sharedStack: todoSchemaV2, container: machineB.container.url)
+        try await addV2("a-after", a2)
+        try await addV2("b-after", b2)
+        let after = (during + ["a-after", "b-after"]).sorted()
+        let seenAfter = await sync.eventually {
+            let a = try await texts(a2)
+            let b = try await texts(b2)
+            return a == after && b == after
+        }
+        let (lastA, lastB) = ((try? await texts(a2)) ?? [], (try? await texts(b2)) ?? [])
+        #expect(seenAfter, "A: \(lastA); B: \(lastB)")
+        // On the server both names hold every value (the old column is kept, mirrored).
+        #expect(
+            try server.psql(#"SELECT count(*) FROM g_sync."TodoItem" WHERE text IS DISTINCT FROM title"#) == "0")
+        #expect(try server.psql(#"SELECT count(*) FROM g_sync."TodoItem""#) == "6")
     }
 }
