@@ -19,6 +19,9 @@ extension DaemonTurn {
         case .apply(let checkpoint, let reply):
             let (result, actions) = applyCheckpoint(checkpoint)
             return SyncAnswer(actions: actions, committed: result == .applied && !actions.isEmpty) { reply(result) }
+        case .applyStaged(let checkpoint, let base, let reply):
+            let (result, actions) = applyStaged(checkpoint, base: base)
+            return SyncAnswer(actions: actions, committed: result == .applied && !actions.isEmpty) { reply(result) }
         case .stage(let page, let reply):
             let result = stageSnapshotPage(page)
             return SyncAnswer { reply(result) }
@@ -60,7 +63,7 @@ extension DaemonTurn {
     mutating func applyCheckpoint(_ checkpoint: Checkpoint) -> (SyncApplyResult, [Action]) {
         guard let store else { return (.failed("the group has no store yet"), []) }
         guard checkpoint.isWriteCheckpoint(for: groupCommit.lastQueued) else { return (.pendingUploads, []) }
-        if checkpoint.isSnapshot { return applySnapshot(checkpoint, to: store) }
+        if checkpoint.isSnapshot { return applySnapshot(checkpoint, base: checkpoint.snapshot, to: store) }
         let changes: ChangeSet
         do {
             changes = DebugDefects.applying(try Self.changeSet(of: checkpoint, against: store))
@@ -175,24 +178,67 @@ extension DaemonTurn {
                 } else {
                     try Self.checkStage(holds: page.snapshot, version: schema.version, transaction)
                 }
-                let properties = Self.storedProperties(entity)
-                let sql = """
-                    INSERT OR REPLACE INTO \(Self.stageTable(entity.name)) (\((["\"_id\""] + properties.map { Self.quote($0.name) }).joined(separator: ", "))) \
-                    VALUES (\(Array(repeating: "?", count: properties.count + 1).joined(separator: ", ")))
-                    """
-                var arguments: [StoredValue] = []
-                arguments.reserveCapacity(properties.count + 1)
-                for row in page.rows {
-                    arguments.removeAll(keepingCapacity: true)
-                    arguments.append(row.id.storedValue)
-                    for property in properties { arguments.append(row.values[property.index]) }
-                    try transaction.execute(sql, arguments)
-                }
+                try Self.stageRows(page.rows, of: entity, transaction)
             }
             return nil
         } catch {
             return SkyrosError.wrap(error).message
         }
+    }
+
+    /// Writes rows into an entity's stage table (replacing the rows of the same objects).
+    private static func stageRows(
+        _ rows: [(id: UUID, values: StoredValues)], of entity: EntityDescription, _ transaction: SQLiteStore.Transaction
+    ) throws {
+        let properties = storedProperties(entity)
+        let sql = """
+            INSERT OR REPLACE INTO \(stageTable(entity.name)) (\((["\"_id\""] + properties.map { quote($0.name) }).joined(separator: ", "))) \
+            VALUES (\(Array(repeating: "?", count: properties.count + 1).joined(separator: ", ")))
+            """
+        var arguments: [StoredValue] = []
+        arguments.reserveCapacity(properties.count + 1)
+        for row in rows {
+            arguments.removeAll(keepingCapacity: true)
+            arguments.append(row.id.storedValue)
+            for property in properties { arguments.append(row.values[property.index]) }
+            try transaction.execute(sql, arguments)
+        }
+    }
+
+    /// Patches the snapshot staged from `base` with `checkpoint`, the changes since `base`
+    /// (each changed object's row as the server has it now, or its deletion), and applies the
+    /// stage as the store's state at `checkpoint` (``applySnapshot(_:base:to:)``). The snapshot's
+    /// pages were read each at its own PostgreSQL snapshot, after `base` was taken: a row that
+    /// changed meanwhile is in the log since `base`, so the patched stage is the server at
+    /// `checkpoint`, consistent. Under the write-checkpoint rule: with change sets queued that
+    /// `checkpoint` lacks, nothing is patched (``SyncApplyResult/pendingUploads``), and the engine
+    /// reads the changes since `base` again once it uploaded them — never the whole snapshot.
+    mutating func applyStaged(_ checkpoint: Checkpoint, base: String) -> (SyncApplyResult, [Action]) {
+        guard let store else { return (.failed("the group has no store yet"), []) }
+        guard checkpoint.isWriteCheckpoint(for: groupCommit.lastQueued) else { return (.pendingUploads, []) }
+        let schema = store.schema
+        do {
+            try store.transaction { transaction in
+                try Self.checkStage(holds: base, version: schema.version, transaction)
+                var rows: [String: [(id: UUID, values: StoredValues)]] = [:]
+                for (id, values) in checkpoint.objects {
+                    guard let entity = schema.entity(named: id.entityName) else { continue }
+                    if let values {
+                        rows[entity.name, default: []].append((id.uuid, values))
+                    } else {
+                        try transaction.execute(
+                            "DELETE FROM \(Self.stageTable(entity.name)) WHERE \"_id\" = ?", [id.uuid.storedValue])
+                    }
+                }
+                for (name, list) in rows {
+                    guard let entity = schema.entity(named: name) else { continue }
+                    try Self.stageRows(list, of: entity, transaction)
+                }
+            }
+        } catch {
+            return (.failed(SkyrosError.wrap(error).message), [])
+        }
+        return applySnapshot(checkpoint, base: base, to: store)
     }
 
     /// Applies a snapshot checkpoint whose pages are staged, in one transaction of the group
@@ -204,13 +250,14 @@ extension DaemonTurn {
     /// is: every app refreshes what it holds. Nothing differs: only the checkpoint is
     /// recorded. The checkpoint and the refusals are recorded in the same transaction as the
     /// change set; the refusals are then told in a change set of their own.
-    private mutating func applySnapshot(_ checkpoint: Checkpoint, to store: SQLiteStore) -> (SyncApplyResult, [Action])
-    {
+    private mutating func applySnapshot(_ checkpoint: Checkpoint, base: String, to store: SQLiteStore) -> (
+        SyncApplyResult, [Action]
+    ) {
         let schema = store.schema
         let differs: Bool
         do {
             differs = try store.transaction { transaction in
-                try Self.checkStage(holds: checkpoint.snapshot, version: schema.version, transaction)
+                try Self.checkStage(holds: base, version: schema.version, transaction)
                 return try Self.stageDiffers(schema, transaction)
             }
         } catch {

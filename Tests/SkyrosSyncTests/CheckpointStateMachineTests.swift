@@ -215,4 +215,46 @@ import Testing
         machine.connected(now: start + .seconds(1))
         #expect(machine.uploadsDone() == .read(after: "20:20:"))
     }
+
+    @Test func aStagedSnapshotIsPatchedByTheChangesSinceItsStartEvenWhileTheMachineSaves() {
+        var machine = CheckpointStateMachine(cursor: nil, pollInterval: Self.poll)
+        machine.connected(now: start)
+        #expect(machine.uploadsDone() == .read(after: nil))
+        // The snapshot's pages are staged: its start is read after at once, whatever the queue.
+        let snapshot = CheckpointStateMachine.Summary(
+            snapshot: "30:30:", number: 30, uploadedThrough: 0, isEmpty: false, isSnapshot: true)
+        #expect(machine.read(snapshot, uploadedThrough: 4, now: start) == .read(after: "30:30:"))
+        #expect(machine.staged == "30:30:")
+        // A patch that lacks the machine's uploads: upload first, then the changes since the
+        // snapshot's start again (not the snapshot).
+        #expect(machine.read(summary("33:33:", uploadedThrough: 2), uploadedThrough: 4, now: start) == .uploadFirst)
+        #expect(machine.uploadsDone() == .read(after: "30:30:"))
+        // One that has them, empty or not, is applied (patching the stage).
+        #expect(
+            machine.read(summary("35:35:", uploadedThrough: 4, isEmpty: true), uploadedThrough: 4, now: start) == .apply
+        )
+        // The daemon saw a change set queued since: the same again.
+        #expect(machine.applied(.pendingUploads, now: start) == .uploadFirst)
+        #expect(machine.uploadsDone() == .read(after: "30:30:"))
+        #expect(machine.read(summary("36:36:", uploadedThrough: 5), uploadedThrough: 5, now: start) == .apply)
+        #expect(machine.applied(.applied, now: start) == .wait(Self.poll))
+        #expect(machine.staged == nil)
+        #expect(machine.cursor == "36:36:")
+    }
+
+    @Test func aStageTheDaemonCannotPatchIsReadAgainFromTheSnapshot() {
+        var machine = CheckpointStateMachine(cursor: "10:10:", pollInterval: Self.poll)
+        machine.connected(now: start)
+        #expect(machine.uploadsDone() == .read(after: "10:10:"))
+        let snapshot = CheckpointStateMachine.Summary(
+            snapshot: "40:40:", number: 40, uploadedThrough: 0, isEmpty: false, isSnapshot: true)
+        #expect(machine.read(snapshot, uploadedThrough: 0, now: start) == .read(after: "40:40:"))
+        #expect(machine.read(summary("41:41:"), uploadedThrough: 0, now: start) == .apply)
+        #expect(
+            machine.applied(.failed("the stage is gone"), now: start)
+                == .fail(
+                    "the checkpoint cannot be applied to the store: the stage is gone", retryAfter: Self.poll))
+        #expect(machine.staged == nil)
+        #expect(machine.uploadsDone() == .read(after: "10:10:"))
+    }
 }

@@ -164,6 +164,11 @@ import Testing
 
         func stage(_ page: SnapshotPage) async -> String? { nil }
 
+        func applyStaged(_ checkpoint: Checkpoint, base: String) async -> SyncApplyResult {
+            recorder.record(.applied(snapshot: checkpoint.snapshot, objects: checkpoint.objects.count))
+            return .applied
+        }
+
         func uploaded(through number: Int64) async { recorder.record(.dropped(through: number)) }
 
         func reidentify(as machine: UUID, dropping: [Int64], reason: String) async -> Bool { false }

@@ -47,14 +47,19 @@ package struct CheckpointStateMachine: Sendable {
         package var lagMilliseconds: Int
         /// Nothing to apply: no object, no refusal, not a snapshot.
         package var isEmpty: Bool
+        /// A snapshot whose pages are staged: applied once patched with the changes since it.
+        package var isSnapshot: Bool
 
-        package init(snapshot: String, number: UInt64, uploadedThrough: Int64, lagMilliseconds: Int = 0, isEmpty: Bool)
-        {
+        package init(
+            snapshot: String, number: UInt64, uploadedThrough: Int64, lagMilliseconds: Int = 0, isEmpty: Bool,
+            isSnapshot: Bool = false
+        ) {
             self.snapshot = snapshot
             self.number = number
             self.uploadedThrough = uploadedThrough
             self.lagMilliseconds = lagMilliseconds
             self.isEmpty = isEmpty
+            self.isSnapshot = isSnapshot
         }
 
         /// The summary of `checkpoint`.
@@ -62,7 +67,8 @@ package struct CheckpointStateMachine: Sendable {
             self.init(
                 snapshot: checkpoint.snapshot, number: checkpoint.number, uploadedThrough: checkpoint.uploadedThrough,
                 lagMilliseconds: checkpoint.lagMilliseconds,
-                isEmpty: !checkpoint.isSnapshot && checkpoint.objects.isEmpty && checkpoint.rejected.isEmpty)
+                isEmpty: !checkpoint.isSnapshot && checkpoint.objects.isEmpty && checkpoint.rejected.isEmpty,
+                isSnapshot: checkpoint.isSnapshot)
         }
     }
 
@@ -86,6 +92,13 @@ package struct CheckpointStateMachine: Sendable {
     /// carries the refusals numbered after it, whatever its kind, so that none is missed (a
     /// refusal followed by a first sync) or told twice.
     package private(set) var rejectedThrough: Int64
+    /// The snapshot whose pages the daemon staged, not yet applied (its `pg_snapshot` text):
+    /// the next reads are the changes since it, which patch the stage and make it a checkpoint
+    /// (``Action/apply``, as the daemon's `applyStaged`). A snapshot is read page by page, each
+    /// page at its own PostgreSQL snapshot and in no long transaction; the changes since its
+    /// start bring every row to one consistent state. A machine that keeps saving reads only
+    /// those changes again, not the whole snapshot, until one includes its uploads.
+    package private(set) var staged: String?
     /// Whether the next round reads a checkpoint whatever was notified.
     package private(set) var mustRead = true
     /// The transactions notified since the last look.
@@ -144,9 +157,11 @@ package struct CheckpointStateMachine: Sendable {
         lastCompaction = now - compactionInterval + min(.seconds(30), compactionInterval)
     }
 
-    /// The group's store was migrated: read a checkpoint in its new shape.
+    /// The group's store was migrated: read a checkpoint in its new shape (a stage of the old
+    /// shape is read again).
     package mutating func schemaChanged() {
         mustRead = true
+        staged = nil
     }
 
     /// This machine uploaded `changeSets` change sets in the server transactions
@@ -163,18 +178,23 @@ package struct CheckpointStateMachine: Sendable {
         // checkpoint has already: nothing to read.
         if !mustRead && notificationsSeen() { return .wait(pollInterval) }
         mustRead = false
-        return .read(after: cursor)
+        return .read(after: staged ?? cursor)
     }
 
     /// The checkpoint after ``Action/read(after:)``, read while this machine's queue was on the
     /// server through `uploadedThrough`, at `now`.
     package mutating func read(_ checkpoint: Summary, uploadedThrough: Int64, now: ContinuousClock.Instant) -> Action {
+        if checkpoint.isSnapshot {
+            // Staged: read the changes since its start, which make it consistent and current.
+            staged = checkpoint.snapshot
+            return .read(after: checkpoint.snapshot)
+        }
         guard Checkpoint.isWriteCheckpoint(checkpoint.uploadedThrough, for: uploadedThrough) else {
             mustRead = true
             return .uploadFirst
         }
         pending = checkpoint
-        guard checkpoint.isEmpty else { return .apply }
+        guard checkpoint.isEmpty && staged == nil else { return .apply }
         return accept(now: now)
     }
 
@@ -195,7 +215,8 @@ package struct CheckpointStateMachine: Sendable {
 
     /// A snapshot's page was refused by the store (the reason).
     package mutating func stagingFailed(_ reason: String) -> Action {
-        fail("the checkpoint cannot be applied to the store: \(reason)")
+        staged = nil
+        return fail("the checkpoint cannot be applied to the store: \(reason)")
     }
 
     /// The log was compacted.
@@ -214,6 +235,7 @@ package struct CheckpointStateMachine: Sendable {
     private mutating func accept(now: ContinuousClock.Instant) -> Action {
         guard let checkpoint = pending else { return .wait(pollInterval) }
         pending = nil
+        staged = nil
         cursor = checkpoint.snapshot
         rejectedThrough = max(rejectedThrough, checkpoint.uploadedThrough)
         checkpointNumber = checkpoint.number
@@ -230,6 +252,7 @@ package struct CheckpointStateMachine: Sendable {
 
     private mutating func fail(_ message: String) -> Action {
         pending = nil
+        staged = nil  // the snapshot is read again
         mustRead = true
         return .fail(message, retryAfter: pollInterval)
     }

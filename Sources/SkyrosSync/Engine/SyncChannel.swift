@@ -15,6 +15,8 @@ package final class SyncChannel: SyncHost {
         case apply(Checkpoint, Reply<SyncApplyResult>)
         /// Stage this page of a snapshot (``SyncHost/stage(_:)``): nil when staged, else why not.
         case stage(SnapshotPage, Reply<String?>)
+        /// Patch the staged snapshot (its base) with a checkpoint and apply it (``SyncHost/applyStaged(_:base:)``).
+        case applyStaged(Checkpoint, base: String, Reply<SyncApplyResult>)
         /// The queued change sets through this number are on the server: drop them.
         case uploaded(Int64, Reply<Void>)
         /// Give the store a new machine id, dropping these queued change sets (``SyncHost/reidentify(as:dropping:reason:)``).
@@ -47,6 +49,10 @@ package final class SyncChannel: SyncHost {
 
     package func apply(_ checkpoint: Checkpoint) async -> SyncApplyResult {
         await withCheckedContinuation { post(.apply(checkpoint, Reply(continuation: $0))) }
+    }
+
+    package func applyStaged(_ checkpoint: Checkpoint, base: String) async -> SyncApplyResult {
+        await withCheckedContinuation { post(.applyStaged(checkpoint, base: base, Reply(continuation: $0))) }
     }
 
     package func stage(_ page: SnapshotPage) async -> String? {
@@ -105,6 +111,7 @@ package final class SyncChannel: SyncHost {
         switch request {
         case .apply(_, let reply): reply(.failed("the daemon is stopping"))
         case .stage(_, let reply): reply("the daemon is stopping (a page was not staged)")
+        case .applyStaged(_, _, let reply): reply(.failed("the daemon is stopping"))
         case .uploaded(_, let reply): reply(())
         case .reidentify(_, _, _, let reply): reply(false)
         }

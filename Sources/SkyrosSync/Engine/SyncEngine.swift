@@ -366,10 +366,16 @@ package final class SyncEngine: Sendable {
                     step = mutable.withLock { $0.checkpoints.stagingFailed(failure.reason) }
                 }
             case .apply:
-                let result =
-                    if let checkpoint, let host { await host.apply(checkpoint) } else {
-                        SyncApplyResult.failed("the sync engine has no daemon any more")
-                    }
+                let base = mutable.withLock { $0.checkpoints.staged }
+                let result: SyncApplyResult
+                if let checkpoint, let host {
+                    result =
+                        if let base { await host.applyStaged(checkpoint, base: base) } else {
+                            await host.apply(checkpoint)
+                        }
+                } else {
+                    result = .failed("the sync engine has no daemon any more")
+                }
                 step = mutable.withLock { $0.checkpoints.applied(result, now: .now) }
                 if let checkpoint { accepted(checkpoint, step) }
             case .compact:

@@ -22,6 +22,12 @@ package protocol SyncHost: AnyObject, Sendable {
     /// Stages a page of a snapshot checkpoint, out of the apps' sight (the first page drops
     /// whatever was staged before); nil when staged, else why not.
     func stage(_ page: SnapshotPage) async -> String?
+
+    /// Patches the staged snapshot `base` with `checkpoint` (the changes since `base`: each
+    /// object's row as the server has it now, or its deletion) and applies the stage as the
+    /// store's state at `checkpoint`, recording it, its refusals told, under the write-checkpoint
+    /// rule (``SyncApplyResult/pendingUploads`` when a change set was queued that it lacks).
+    func applyStaged(_ checkpoint: Checkpoint, base: String) async -> SyncApplyResult
     /// The queued change sets through `number` are on the server: the queue may drop them.
     func uploaded(through number: Int64) async
     /// The store was restored from an older backup or copied from another machine: the server

@@ -92,17 +92,20 @@ extension Checkpoint {
 
 extension ServerSession {
     /// Reads the checkpoint after `previous` (a `pg_snapshot` text; nil: a first sync): in one
-    /// statement when `previous` is within the log's retention (``readChanges(after:rejectedAfter:machine:)``),
-    /// else in one REPEATABLE READ transaction. A first sync, or a machine whose previous
-    /// checkpoint is older than the log's compaction horizon, gets a snapshot of every table: its rows are read
-    /// `pageSize` at a time, table by table in `"_id"` order (keyset pagination in the same
-    /// transaction), and handed to `stage` as they come — the next page is read while `stage`
-    /// takes the previous one — and the checkpoint returned carries no object.
+    /// statement when `previous` is within the log's retention (``readChanges(after:rejectedAfter:machine:)``).
+    /// A first sync, or a machine whose previous checkpoint is older than the log's compaction
+    /// horizon, gets a snapshot of every table: its start is taken (the checkpoint's
+    /// ``Checkpoint/snapshot``), then its rows are read `pageSize` at a time, table by table in
+    /// `"_id"` order (keyset pagination), each page in a statement of its own — no server
+    /// transaction stays open for the whole read, so vacuum and everyone's compaction go on —
+    /// and handed to `stage` as they come (the next page is read while `stage` takes the
+    /// previous one). The checkpoint returned carries no object: the engine reads the changes
+    /// since its start next, which make the staged rows consistent (``CheckpointStateMachine/staged``).
     ///
-    /// Every path carries the refusals of this machine's uploads numbered after
-    /// `rejectedAfter` (the last checkpoint applied's ``Checkpoint/uploadedThrough``): selected
-    /// by number, not by the snapshots' visibility, a refusal is told whichever kind of
-    /// checkpoint comes next, a first sync's snapshot included.
+    /// The refusals are those of this machine's uploads numbered after `rejectedAfter` (the
+    /// last checkpoint applied's ``Checkpoint/uploadedThrough``): selected by number, not by the
+    /// snapshots' visibility, a refusal is told whichever kind of checkpoint comes next (a
+    /// snapshot's come with the changes read after it, which every snapshot is applied with).
     ///
     /// - Parameter stage: takes a snapshot's page; returns nil when it was staged, or why not.
     /// - Throws: ``Checkpoint/StagingFailed`` when `stage` refused a page; the server's errors.
@@ -116,48 +119,30 @@ extension ServerSession {
             return changes
         }
         let quoted = ServerSchema.quote(schema.name)
-        try await run("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
-        do {
-            let head = try await run(
-                """
-                SELECT pg_current_snapshot()::text, pg_snapshot_xmin(pg_current_snapshot())::text, \
-                (SELECT value FROM \(quoted)._skyros_meta WHERE key = 'horizon'), \
-                (SELECT coalesce(max(number), 0)::text FROM \(quoted)._skyros_uploads WHERE machine = $1::uuid), \
-                ($2::text IS NULL OR pg_snapshot_xmin($2::pg_snapshot) < (SELECT value FROM \(quoted)._skyros_meta WHERE key = 'horizon')::xid8)::text
-                """, [machine.uuidString.lowercased(), previous])
-            guard let row = head.first, let snapshot = row[0] else {
-                throw SkyrosError(.storeFailure, "the server did not give its snapshot")
-            }
-            var checkpoint = Checkpoint(
-                snapshot: snapshot, number: UInt64(row[1] ?? "0") ?? 0, isSnapshot: row[4] == "true",
-                uploadedThrough: Int64(row[3] ?? "0") ?? 0, objects: [:], unreadable: [], rejected: [],
-                lagMilliseconds: 0)
-            // Here only for a first sync or past the horizon (``readChanges`` answered the rest,
-            // and the horizon never moves back): a snapshot.
-            checkpoint.isSnapshot = true
-            try await readSnapshot(snapshot, pageSize: max(1, pageSize), stage: stage)
-            // The refusals not yet recorded, a first sync's too (the uploads' records are never
-            // compacted): a machine that uploads, is refused and only then takes its first
-            // checkpoint is told.
-            for row in try await run(
-                """
-                SELECT number::text, rejected, objects::text FROM \(quoted)._skyros_uploads \
-                WHERE machine = $1::uuid AND rejected IS NOT NULL AND number > $2::bigint ORDER BY number
-                """, [machine.uuidString.lowercased(), String(rejectedAfter)])
-            {
-                checkpoint.rejected.append(
-                    Checkpoint.Rejection(
-                        number: Int64(row[0] ?? "0") ?? 0, reason: row[1] ?? "", objects: Self.objects(row[2])))
-            }
-            try await run("COMMIT")
-            return checkpoint
-        } catch {
-            _ = try? await run("ROLLBACK")
-            throw error
+        // The snapshot's start: its pages are read after it, each in a statement of its own
+        // (no transaction held open for the whole read), and the changes since it, read next
+        // by the engine, bring every staged row to one consistent state (``SyncHost/applyStaged(_:base:)``).
+        let head = try await run(
+            """
+            SELECT pg_current_snapshot()::text, pg_snapshot_xmin(pg_current_snapshot())::text, \
+            (SELECT coalesce(max(number), 0)::text FROM \(quoted)._skyros_uploads WHERE machine = $1::uuid)
+            """, [machine.uuidString.lowercased()])
+        guard let row = head.first, let snapshot = row[0] else {
+            throw SkyrosError(.storeFailure, "the server did not give its snapshot")
         }
+        // Here only for a first sync or past the horizon (``readChanges`` answered the rest,
+        // and the horizon never moves back): a snapshot. Its refusals come with the changes
+        // read after it.
+        let checkpoint = Checkpoint(
+            snapshot: snapshot, number: UInt64(row[1] ?? "0") ?? 0, isSnapshot: true,
+            uploadedThrough: Int64(row[2] ?? "0") ?? 0, objects: [:], unreadable: [], rejected: [],
+            lagMilliseconds: 0)
+        try await readSnapshot(snapshot, pageSize: max(1, pageSize), stage: stage)
+        return checkpoint
     }
 
-    /// Reads every table of the schema in `snapshot` (the transaction's), `pageSize` rows at
+    /// Reads every table of the schema after `snapshot` was taken (each page in a statement of
+    /// its own, at its own PostgreSQL snapshot), `pageSize` rows at
     /// a time in `"_id"` order, and hands each page to `stage` while reading the next one.
     /// Every table gives at least one page (an empty table's page is empty), so the first
     /// page always comes.

@@ -393,4 +393,66 @@ struct SyncOperationsTests {
             try server.psql(#"SELECT count(*) FROM g_sync."TodoItem" WHERE text IS DISTINCT FROM title"#) == "0")
         #expect(try server.psql(#"SELECT count(*) FROM g_sync."TodoItem""#) == "6")
     }
+
+    @Test(
+        "snapshots that finish: a new machine's snapshot completes while its app saves 10 times a second, and no server transaction stays open for its length"
+    )
+    func snapshotWhileSaving() async throws {
+        let server = try SyncTests.Server()
+        try await SyncSetup.run(server.configuration, schema: testSchema, log: { _ in })
+        let rows = 20_000
+        try server.psql(
+            #"INSERT INTO g_sync."User" ("_id", handle, age) SELECT gen_random_uuid(), 'server' || n, 1 FROM generate_series(1, \#(rows)) AS n"#
+        )
+        var settings = SyncEngine.Settings()
+        settings.snapshotPageSize = 200  // 100 pages: a snapshot long enough for many saves
+        let machine = try RunningDaemon(sync: server.configuration, syncSettings: settings)
+        let app = try Skyros(sharedStack: testSchema, container: machine.container.url)
+
+        // The longest-running transaction on the server, sampled while the snapshot is read.
+        let longest = Locked(0.0)
+        let sampling = Task {
+            while !Task.isCancelled {
+                if let text = try? server.psql(
+                    "SELECT coalesce(max(extract(epoch FROM clock_timestamp() - xact_start)), 0) FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid() AND xact_start IS NOT NULL"
+                ), let seconds = Double(text) {
+                    longest.withValue { $0 = max($0, seconds) }
+                }
+                try? await Task.sleep(for: .milliseconds(100))
+            }
+        }
+        // The app saves every 100 ms from the start, through the whole snapshot.
+        var saved = 0
+        let started = Date()
+        var completedAfter: Double?
+        while Date().timeIntervalSince(started) < 90 {
+            try await sync.insert("local\(saved)", into: app)
+            saved += 1
+            // (`skyros status` is a process: asked every fifth save, so the saves keep their pace.)
+            if completedAfter == nil, saved % 5 == 0,
+                (try? sync.syncStatus(machine)["checkpoint"] as? Int ?? 0) ?? 0 > 0
+            {
+                completedAfter = Date().timeIntervalSince(started)
+            }
+            if let completedAfter, Date().timeIntervalSince(started) > completedAfter + 1 { break }
+            try await Task.sleep(for: .milliseconds(100))
+        }
+        sampling.cancel()
+        _ = await sampling.value
+        #expect(completedAfter != nil, "no checkpoint applied in 90 s while the app saved \(saved) times")
+        #expect(saved >= 10, "the app saved \(saved) times")
+        // Everything: the server's rows and the app's saves, here and on the server.
+        let total = rows + saved
+        let counted = await sync.eventually(seconds: 30) {
+            try await app.read { context in try User.count(in: context) } == total
+        }
+        let have = (try? await app.read { context in try User.count(in: context) }) ?? -1
+        #expect(counted, "\(have) of \(total)")
+        #expect(await sync.eventually { try server.psql(#"SELECT count(*) FROM g_sync."User""#) == "\(total)" })
+        let held = longest.withValue { $0 }
+        #expect(held < 3, "a server transaction stayed open \(held) s")
+        print(
+            "snapshot of \(rows) rows: first checkpoint after \(completedAfter ?? -1) s, \(saved) saves meanwhile, longest server transaction \(held) s"
+        )
+    }
 }
