@@ -47,6 +47,16 @@ extension DaemonTurn {
         }
     }
 
+    /// Whether `checkpoint` includes every change set still queued (the write-checkpoint rule):
+    /// its upload number reaches the last one queued, or else the queue holds none past it.
+    /// (After a store took a new machine id, its last number can be higher than anything the
+    /// new id uploaded, with nothing left to upload: `SyncFaultCampaign`'s restores found a
+    /// restored store that never applied a checkpoint again.)
+    private func includesQueue(_ checkpoint: Checkpoint, _ store: SQLiteStore) -> Bool {
+        if checkpoint.isWriteCheckpoint(for: groupCommit.lastQueued) { return true }
+        return (try? SyncTables.status(after: checkpoint.uploadedThrough, in: store).queued) == 0
+    }
+
     /// The client id that a checkpoint's change sets carry as author (`sync` is its name).
     static let syncAuthorID = UUID(uuidString: "5C5C5C5C-0000-4000-8000-53594E430000")!
 
@@ -62,7 +72,7 @@ extension DaemonTurn {
     /// local changes not yet on the server stay on top, never hidden and brought back.
     mutating func applyCheckpoint(_ checkpoint: Checkpoint) -> (SyncApplyResult, [Action]) {
         guard let store else { return (.failed("the group has no store yet"), []) }
-        guard checkpoint.isWriteCheckpoint(for: groupCommit.lastQueued) else { return (.pendingUploads, []) }
+        guard includesQueue(checkpoint, store) else { return (.pendingUploads, []) }
         if checkpoint.isSnapshot { return applySnapshot(checkpoint, base: checkpoint.snapshot, to: store) }
         let changes: ChangeSet
         do {
@@ -215,7 +225,7 @@ extension DaemonTurn {
     /// reads the changes since `base` again once it uploaded them — never the whole snapshot.
     mutating func applyStaged(_ checkpoint: Checkpoint, base: String) -> (SyncApplyResult, [Action]) {
         guard let store else { return (.failed("the group has no store yet"), []) }
-        guard checkpoint.isWriteCheckpoint(for: groupCommit.lastQueued) else { return (.pendingUploads, []) }
+        guard includesQueue(checkpoint, store) else { return (.pendingUploads, []) }
         let schema = store.schema
         do {
             try store.transaction { transaction in

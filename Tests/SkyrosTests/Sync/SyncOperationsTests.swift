@@ -264,8 +264,18 @@ struct SyncOperationsTests {
             directory: directory, sync: server.configuration, log: { line in log.withValue { $0.append(line) } })
         defer { withExtendedLifetime([first, second, restored]) {} }  // a released one removes the directory
         let again = try Skyros(sharedStack: testSchema, container: restored.container.url)
+        // Before it saves anything under its new id, it applies checkpoints: the later saves
+        // come back, and so does a row written on the server.
+        try server.psql(#"INSERT INTO g_sync."User" (handle) VALUES ('from-psql')"#)
+        let back = ["early0", "early1", "from-psql", "later0", "later1", "later2"]
+        let cameBack = await sync.eventually { try await sync.handles(again) == back }
+        let seen = (try? await sync.handles(again)) ?? []
+        #expect(cameBack, "\(seen)")
         for index in 0..<5 { try await sync.insert("after\(index)", into: again) }
-        let all = ["after0", "after1", "after2", "after3", "after4", "early0", "early1", "later0", "later1", "later2"]
+        let all = [
+            "after0", "after1", "after2", "after3", "after4", "early0", "early1", "from-psql", "later0", "later1",
+            "later2",
+        ]
         let reachedB = await sync.eventually { try await sync.handles(b) == all }
         let onB = (try? await sync.handles(b)) ?? []
         #expect(reachedB, "\(onB)")
