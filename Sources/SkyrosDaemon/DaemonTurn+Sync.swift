@@ -389,6 +389,28 @@ extension DaemonTurn {
         return false
     }
 
+    /// Moves out of the way the unique values of an entity's objects that the stage changes
+    /// (``SQLiteStore/Transaction/vacateUniqueValues(of:of:in:)``): the server may have
+    /// permuted them among the objects, or given one to an object the stage inserts, and
+    /// SQLite checks a unique index at every row an UPDATE writes. The stage's values are
+    /// written over the placeholders in the same transaction; a duplicate they leave still
+    /// fails.
+    private static func vacateChangedUniqueValues(_ entity: EntityDescription, _ transaction: SQLiteStore.Transaction)
+        throws
+    {
+        let table = quote(entity.name)
+        for property in storedProperties(entity) where property.isUnique {
+            let column = quote(property.name)
+            let ids = try transaction.rows(
+                """
+                SELECT l."_id" FROM \(table) AS l JOIN \(stageTable(entity.name)) AS s ON s."_id" = l."_id" \
+                WHERE l.\(column) IS NOT NULL AND l.\(column) IS NOT s.\(column)
+                """
+            ).compactMap { UUID(storedValue: $0[0]) }
+            try transaction.vacateUniqueValues(of: property.name, of: entity.name, in: ids)
+        }
+    }
+
     /// Brings the store to the stage and returns how many objects changed
     /// (deleted, updated, inserted; not counting the cascades of deletions).
     private static func applyStage(_ schema: Schema, _ transaction: SQLiteStore.Transaction) throws -> Int {
@@ -404,6 +426,7 @@ extension DaemonTurn {
             )
             affected += try changed()
         }
+        for entity in schema.entities { try vacateChangedUniqueValues(entity, transaction) }
         for entity in schema.entities {
             let table = quote(entity.name)
             let columns = storedProperties(entity).map { quote($0.name) }

@@ -272,7 +272,9 @@ struct GroupCommit {
             try transaction.deleteAll()
         } else {
             // The event carries the values as stored (conformed to their types), not as sent.
-            let applied = try transaction.applyConformed(save.changes)
+            // A checkpoint's objects may exchange unique values (the server wrote them in one
+            // transaction): the values are moved out of the way first.
+            let applied = try transaction.applyConformed(save.changes, vacatingUniqueValues: save.fromSync)
             event.inserted = applied.changes.inserted.map { Snapshot(id: $0.id, values: $0.values, version: 1) }
             event.updated = applied.updates.map {
                 ChangeEvent.Update(id: $0.id, version: $0.version, values: $0.changes)

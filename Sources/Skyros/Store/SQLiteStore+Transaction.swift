@@ -37,10 +37,17 @@ extension SQLiteStore {
         /// Writes a change set as ``apply(_:)`` does, and returns it as stored — each value
         /// as its property's type holds it (an integer given for a real is that real) — with
         /// the updates applied: what a daemon publishes must be what a fetch returns.
-        package func applyConformed(_ changes: ChangeSet) throws -> (changes: ChangeSet, updates: [AppliedUpdate]) {
+        ///
+        /// With `vacatingUniqueValues` (a sync checkpoint's change set, whose objects may
+        /// exchange unique values among themselves, or hand one to an inserted object), the
+        /// values they exchange are first moved out of the way in the transaction; a change
+        /// set that ends with two objects holding one value is refused all the same.
+        package func applyConformed(_ changes: ChangeSet, vacatingUniqueValues: Bool = false) throws -> (
+            changes: ChangeSet, updates: [AppliedUpdate]
+        ) {
             let applied: (changes: ChangeSet, updates: [AppliedUpdate])
             do {
-                applied = try store.apply(changes, db)
+                applied = try store.apply(changes, db, vacatingUniqueValues: vacatingUniqueValues)
             } catch {
                 throw SQLiteStore.translate(error)
             }

@@ -37,11 +37,17 @@ extension SQLiteStore {
     /// ``SkyrosError/Code/objectNotFound``; a value of the wrong type with
     /// ``SkyrosError/Code/typeMismatch`` (both before anything is written).
     ///
+    /// With `vacatingUniqueValues`, the unique values its objects exchange are moved out of
+    /// the way first (``vacateUniqueValues(for:_:)``): a sync checkpoint's change set.
+    ///
     /// - Returns: the updates applied, each with the object's new version (under
     ///   ``MergePolicy/storeWins``, conflicting updates are left out).
     @discardableResult
-    func apply(_ given: ChangeSet, _ db: Database) throws -> (changes: ChangeSet, updates: [AppliedUpdate]) {
+    func apply(_ given: ChangeSet, _ db: Database, vacatingUniqueValues: Bool = false) throws -> (
+        changes: ChangeSet, updates: [AppliedUpdate]
+    ) {
         let changes = try conformed(given)
+        if vacatingUniqueValues { try vacateUniqueValues(for: changes, db) }
         var table: TableInfo?
         var raw: OpaquePointer?
         for snapshot in changes.inserted {
