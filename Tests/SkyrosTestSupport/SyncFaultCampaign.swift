@@ -931,7 +931,7 @@ private final class Campaign: Sendable {
             client: -1, machine: -1, kind: .update, object: id, property: property, value: token,
             acknowledged: false,
             start: now, end: 0)
-        // While the server is down (a restart under way), psql cannot connect and sent nothing:
+        // While the server is down or starting (a restart, a recovery), psql cannot connect and sent nothing:
         // tried again every 200 ms, 10 s at most. Any other failure leaves the outcome unknown.
         let giveUp = now + 10
         while true {
@@ -945,11 +945,8 @@ private final class Campaign: Sendable {
             } catch {
                 operation.error = "\(error)"
                 let text = "\(error)"
-                let notConnected =
-                    text.contains("psql: error: connection to server")
-                    && (text.contains("No such file or directory") || text.contains("not yet accepting connections")
-                        || text.contains("is starting up") || text.contains("is shutting down")
-                        || text.contains("Connection refused"))
+                // psql says `connection to server … failed:` only when no connection was made.
+                let notConnected = text.contains("psql: error: connection to server") && text.contains(" failed: ")
                 if notConnected && now < giveUp && !stopping {
                     usleep(200_000)
                     continue
