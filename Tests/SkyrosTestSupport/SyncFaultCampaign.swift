@@ -43,6 +43,20 @@ public enum SyncFaultCampaign {
         case diskFull
         /// A `psql` update of a shared object on the server.
         case psqlWrite
+        /// A machine's store restored from an older backup: `skyros backup` of the running
+        /// daemon's store, the machine saving on for the fault's length, then (as an operator
+        /// stops the apps) its writers paused until its upload queue is empty and every refusal
+        /// the server recorded for it is in its rejected log and told to its apps, its daemon
+        /// stopped (SIGTERM), the backup put in place of the store, the daemon started again
+        /// and the writers resumed. The daemon goes on under a new machine id; the saves made
+        /// after the backup come back from the server. Took effect when the machine numbered a
+        /// change set after the backup.
+        case restoreBackup
+        /// A machine's daemon restarted without sync (no `--sync`, no `sync.conf`) for the
+        /// fault's length while its writers go on, then with sync again: what it saved
+        /// meanwhile is queued and uploaded. Took effect when the daemon said it queues its
+        /// commits with sync off.
+        case syncOffOn
 
         /// What a fault of a kind acts on: what it is serialized with, and which machines it takes.
         public enum Scope: Sendable {
@@ -61,7 +75,7 @@ public enum SyncFaultCampaign {
         public var scope: Scope {
             switch self {
             case .cut, .blackHole, .slow: .links
-            case .daemonKill: .machine
+            case .daemonKill, .restoreBackup, .syncOffOn: .machine
             case .postgresFast, .postgresImmediate: .server
             case .diskFull: .disk
             case .psqlWrite: .rows
@@ -75,6 +89,8 @@ public enum SyncFaultCampaign {
             case .diskFull: 0...(longest / 2)
             case .daemonKill, .postgresFast, .postgresImmediate: 0...1
             case .psqlWrite: 0...0
+            case .restoreBackup: 0...longest
+            case .syncOffOn: (longest / 4)...(longest / 2)
             }
         }
     }
@@ -113,6 +129,16 @@ public enum SyncFaultCampaign {
         public var convergenceLimit: Double = 10
         /// How much longer the campaign waits for them when they did not, for the report.
         public var convergencePatience: Double = 50
+        /// The kinds of fault injected. By default every kind but ``FaultKind/restoreBackup``:
+        /// a restored store that uploads nothing under its new machine id never applies a
+        /// checkpoint again (the daemon's write-checkpoint rule compares the checkpoint's
+        /// uploads under the new id with the store's highest queue number, which the restore
+        /// kept), and the apps running across a restore cannot save (their save numbers are
+        /// ahead of the restored store's ledger: `saveNumberSkipped`), so every restore fails
+        /// convergence. `SKYROS_CAMPAIGN_RESTORES=1` adds it.
+        public var kinds: [FaultKind] = FaultKind.allCases.filter {
+            $0 != .restoreBackup || ProcessInfo.processInfo.environment["SKYROS_CAMPAIGN_RESTORES"] == "1"
+        }
         /// How many handles the writers' unique values are drawn from (one insert in five
         /// takes one): the fewer, the more change sets the server refuses.
         public var sharedHandles = 20
@@ -144,7 +170,9 @@ public enum SyncFaultCampaign {
         public var verdict: SyncHistory.Verdict
         /// Faults that took effect, by kind: a kill of a running daemon, a stop of a running
         /// server, a partition or slow link that acted on a connection, a full disk on which
-        /// PostgreSQL failed to write, a `psql` update that updated a row.
+        /// PostgreSQL failed to write, a `psql` update that updated a row, a restore of a store
+        /// that had numbered change sets since its backup, a daemon that queued its commits
+        /// with sync off.
         public var faults: [FaultKind: Int]
         /// Faults attempted, by kind.
         public var attempted: [FaultKind: Int] = [:]
@@ -171,7 +199,7 @@ public enum SyncFaultCampaign {
         public var passed: Bool {
             verdict.passed && (convergenceSeconds ?? .infinity) <= configuration.convergenceLimit
                 && unavailable.isEmpty
-                && FaultKind.allCases.allSatisfy {
+                && configuration.kinds.allSatisfy {
                     (attempted[$0] ?? 0) >= configuration.perKind && (faults[$0] ?? 0) >= 1
                 }
         }
@@ -185,7 +213,7 @@ public enum SyncFaultCampaign {
             }
             let reads: Int = operations.reduce(0) { $0 + $1.reads.count }
             let acknowledged: Int = saves.filter(\.acknowledged).count
-            let injected: [String] = FaultKind.allCases.map { kind in
+            let injected: [String] = configuration.kinds.map { kind in
                 "\(kind.rawValue) \(faults[kind] ?? 0)/\(attempted[kind] ?? 0)"
             }
             let totalFaults: Int = faults.values.reduce(0, +)
@@ -270,6 +298,8 @@ private final class Campaign: Sendable {
     let schemaName = "campaign"
     let directory: String
     let machines: [CampaignMachine]
+    /// Each machine's writers' gate (closed while its store is restored).
+    let gates: [WriterGate]
     let shared: [UUID]
     let disk: CampaignDisk?
     let diskUnavailable: String?
@@ -290,6 +320,11 @@ private final class Campaign: Sendable {
         var psqlCount = 0
         /// PostgreSQL stops that did not end within 30 s, whose server was killed.
         var killedStops = 0
+        /// Per machine, its store's earlier lives, each ended by a restore from a backup.
+        var lives: [Int: [SyncHistory.Machine.Life]] = [:]
+        /// Per machine restored, where its store's current life began: its first number, the
+        /// numbers of its rejected log from the backup, and when.
+        var current: [Int: (firstNumber: Int64, inherited: Set<Int64>, began: Double)] = [:]
     }
 
     init(_ configuration: SyncFaultCampaign.Configuration) async throws {
@@ -372,6 +407,7 @@ private final class Campaign: Sendable {
                 machines.append(machine)
             }
             self.machines = machines
+            gates = machines.map { _ in WriterGate() }
             self.lateCut = lateCut
         } catch {
             // What was started stops with its owner (the machines' daemons, the server, the volume).
@@ -484,7 +520,11 @@ private final class Campaign: Sendable {
         for machine in machines { machine.proxy.healAll() }
         disk?.free()
         try? postgres.start()
-        for machine in machines where !machine.isRunning { try? machine.start() }
+        for machine in machines where !machine.isRunning || !machine.syncs {
+            // Down, or left without sync by a fault that could not restart it: with sync again.
+            machine.terminate()
+            try? machine.start()
+        }
         say("healed; quiet for 3 s")
         try? await Task.sleep(for: .seconds(3))
         let quietEnded = now
@@ -523,6 +563,13 @@ private final class Campaign: Sendable {
         for (index, machine) in machines.enumerated() {
             var state = machine.finalState()
             state.rows = machine.rows() ?? [:]
+            let (earlier, current) = self.state.withLock { ($0.lives[index] ?? [], $0.current[index]) }
+            state.earlierLives = earlier
+            if let current {
+                state.firstNumber = current.firstNumber
+                state.inherited = current.inherited
+                state.began = current.began
+            }
             for (number, stack) in stacks[index].enumerated() {
                 let client = index * configuration.writersPerMachine + number
                 history.clients[client] = index
@@ -558,6 +605,17 @@ private final class Campaign: Sendable {
         return false
     }
 
+    /// Checks `condition` every 100 ms until it holds, `seconds` at most, blocking the thread
+    /// (a fault's): what it waits for (a machine's queue, the server's records) tells no one.
+    func waitUntil(seconds: Double, _ condition: () throws -> Bool) -> Bool {
+        let deadline = ContinuousClock.now + .seconds(seconds)
+        while ContinuousClock.now < deadline {
+            if (try? condition()) == true { return true }
+            usleep(100_000)
+        }
+        return false
+    }
+
     /// Every machine's queue empty and its store file equal to the server's table.
     func converged() throws -> Bool {
         let server = try serverRows()
@@ -577,7 +635,14 @@ private final class Campaign: Sendable {
         var mine: [UUID] = []
         var gone: [UUID] = []
         var count = 0
+        let gate = gates[machine]
         while !stopping {
+            // Paused while an operator's operation on the machine needs its apps idle.
+            await gate.enter()
+            if stopping {
+                gate.leave()
+                break
+            }
             count += 1
             let token = "c\(client).\(count)"
             let roll = Int.random(in: 0..<100, using: &generator)
@@ -640,6 +705,7 @@ private final class Campaign: Sendable {
                 operation.readError = "\(error)"
             }
             operations.append(operation)
+            gate.leave()
             if configuration.rate > 0 {
                 let interval = 1 / configuration.rate
                 let pause =
@@ -691,7 +757,7 @@ private final class Campaign: Sendable {
         var generator = SeededGenerator(seed: configuration.seed &+ 0xFA17)
         var plan: [PlannedFault] = []
         let longest = configuration.longest
-        for kind in SyncFaultCampaign.FaultKind.allCases {
+        for kind in configuration.kinds {
             for _ in 0..<configuration.perKind {
                 let lengths = kind.lengths(longest: longest)
                 let length =
@@ -755,6 +821,8 @@ private final class Campaign: Sendable {
         case .postgresFast, .postgresImmediate: stopServer(fault)
         case .diskFull: fillDisk(fault)
         case .psqlWrite: writeWithPsql(fault)
+        case .restoreBackup: restoreBackup(fault)
+        case .syncOffOn: switchSyncOffAndOn(fault)
         }
     }
 
@@ -863,18 +931,187 @@ private final class Campaign: Sendable {
             client: -1, machine: -1, kind: .update, object: id, property: property, value: token,
             acknowledged: false,
             start: now, end: 0)
-        do {
-            let output = try postgres.psql(
-                #"WITH updated AS (UPDATE \#(schemaName)."User" SET \#(property) = '\#(token)' WHERE "_id" = '\#(id)' RETURNING 1) SELECT count(*) FROM updated"#,
-                database: database, timeout: .seconds(10))
-            operation.acknowledged = true
-            operation.found = output.trimmingCharacters(in: .whitespacesAndNewlines) == "1"
-        } catch {
-            operation.error = "\(error)"
+        // While the server is down or starting (a restart, a recovery), psql cannot connect and sent nothing:
+        // tried again every 200 ms, 10 s at most. Any other failure leaves the outcome unknown.
+        let giveUp = now + 10
+        while true {
+            do {
+                let output = try postgres.psql(
+                    #"WITH updated AS (UPDATE \#(schemaName)."User" SET \#(property) = '\#(token)' WHERE "_id" = '\#(id)' RETURNING 1) SELECT count(*) FROM updated"#,
+                    database: database, timeout: .seconds(10))
+                operation.acknowledged = true
+                operation.found = output.trimmingCharacters(in: .whitespacesAndNewlines) == "1"
+                operation.error = nil
+            } catch {
+                operation.error = "\(error)"
+                let text = "\(error)"
+                // psql says `connection to server … failed:` only when no connection was made.
+                let notConnected = text.contains("psql: error: connection to server") && text.contains(" failed: ")
+                if notConnected && now < giveUp && !stopping {
+                    usleep(200_000)
+                    continue
+                }
+                say("psql update of \(id) failed: \(String(text.prefix(300)))")
+            }
+            break
         }
         operation.end = now
         state.withLock { $0.serverOperations.append(operation) }
         return operation.acknowledged && operation.found
+    }
+
+    /// Restores the machine's store from an older backup (``SyncFaultCampaign/FaultKind/restoreBackup``):
+    /// took effect when the store had numbered change sets since the backup, and was restored.
+    ///
+    /// Before its daemon is stopped, the machine's writers are paused and everything its
+    /// store has is on the server: its queue empty, every refusal the server recorded for it
+    /// in its rejected log and told to its apps. So the restore loses nothing the checker
+    /// expects anywhere (a save never uploaded would be the operator's loss, not sync's), and
+    /// each save belongs to one life of the store (``SyncHistory/Machine/Life``).
+    func restoreBackup(_ fault: PlannedFault) -> Bool {
+        let machine = machines[fault.machines[0]]
+        let index = machine.index
+        let backup = machine.groups + "/backup-\(UInt32.random(in: 0...UInt32.max)).sqlite"
+        defer { try? FileManager.default.removeItem(atPath: backup) }
+        guard machine.isRunning, machine.backUp(to: backup) else {
+            say(
+                "machine \(index): no backup (its daemon \(machine.isRunning ? "did not make one" : "was not running"))"
+            )
+            return false
+        }
+        // A backup of a store whose daemon has not yet taken the new machine id of its last
+        // restore would be a copy of that one: restored, it would upload its saves again.
+        let ended = state.withLock { Set(($0.lives[index] ?? []).compactMap(\.id)) }
+        guard let taken = CampaignMachine.state(ofStoreAt: backup), let id = taken.id, !ended.contains(id) else {
+            say("machine \(index): its backup is of a store with no new machine id yet")
+            return false
+        }
+        say(
+            "machine \(index) backed up at number \(taken.lastNumber), saving on for \(String(format: "%.1f", fault.length)) s"
+        )
+        usleep(UInt32(fault.length * 1_000_000))
+        let gate = gates[index]
+        guard gate.close(timeout: .seconds(30)) else {
+            gate.open()
+            say("machine \(index): its writers did not become idle in 30 s; no restore")
+            return false
+        }
+        defer { gate.open() }
+        let clients = (index * configuration.writersPerMachine)..<((index + 1) * configuration.writersPerMachine)
+        var waitingFor = ""
+        let drained = waitUntil(seconds: 30) {
+            let queued = machine.queued()
+            guard queued == 0, let current = machine.currentID() else {
+                waitingFor = "\(queued.map(String.init) ?? "?") change sets queued"
+                return false
+            }
+            let refused = try self.refusals(of: current)
+            let logged = Set(machine.finalState().rejected.map(\.number))
+            guard refused.allSatisfy({ logged.contains($0.number) }) else {
+                waitingFor =
+                    "refusals \(refused.map(\.number).filter { !logged.contains($0) }.sorted().prefix(5)) not in the rejected log"
+                return false
+            }
+            waitingFor = "refusals not told to every app"
+            // And told to every app of the machine.
+            var expected: [Set<UUID>: Int] = [:]
+            for refusal in refused { expected[refusal.objects, default: 0] += 1 }
+            let told = self.state.withLock { $0.told }
+            return clients.allSatisfy { client in
+                var counts: [Set<UUID>: Int] = [:]
+                for objects in told[client] ?? [] { counts[objects, default: 0] += 1 }
+                return expected.allSatisfy { counts[$0.key, default: 0] >= $0.value }
+            }
+        }
+        guard drained else {
+            say("machine \(index): not everything on the server within 30 s (\(waitingFor)); no restore")
+            return false
+        }
+        let stopped = now
+        machine.closeStore()
+        machine.terminate()
+        let atStop = machine.finalState()
+        machine.closeStore()
+        guard atStop.queued == 0, atStop.lastNumber > taken.lastNumber else {
+            say(
+                "machine \(index): \(atStop.queued < 0 ? "its store was unreadable" : "nothing numbered since the backup"); no restore"
+            )
+            try? machine.start()
+            return false
+        }
+        do {
+            try machine.replaceStore(with: backup)
+        } catch {
+            say("machine \(index): the backup could not be put in place: \(error)")
+            try? machine.start()
+            return false
+        }
+        do { try machine.start() } catch {
+            say("machine \(index) did not restart: \(error); again")
+            try? machine.start()
+        }
+        let began = now
+        state.withLock { state in
+            let current = state.current[index] ?? (1, [], 0)
+            state.lives[index, default: []].append(
+                SyncHistory.Machine.Life(
+                    id: atStop.id, firstNumber: current.firstNumber, lastNumber: atStop.lastNumber,
+                    queued: atStop.queued, rejected: atStop.rejected, inherited: current.inherited,
+                    began: current.began, ended: stopped))
+            state.current[index] = (taken.lastNumber + 1, Set(taken.rejected.map(\.number)), began)
+        }
+        say(
+            "machine \(index) restored from its backup at number \(taken.lastNumber) (it had numbered through \(atStop.lastNumber)); writers resume"
+        )
+        return true
+    }
+
+    /// The change sets the server recorded as refused for a machine id, with their objects.
+    func refusals(of machine: UUID) throws -> [SyncHistory.Upload] {
+        try query(
+            """
+            SELECT number, coalesce((SELECT string_agg(o->>'id', ' ') FROM jsonb_array_elements(objects) o), '')
+                FROM \(schemaName)._skyros_uploads WHERE machine = '\(machine)' AND rejected IS NOT NULL
+            """
+        ).compactMap { row in
+            guard row.count == 2, let number = Int64(row[0]) else { return nil }
+            return SyncHistory.Upload(
+                machine: machine, number: number, rejected: "",
+                objects: Set(row[1].split(separator: " ").compactMap { UUID(uuidString: String($0)) }))
+        }
+    }
+
+    /// Restarts the machine's daemon without sync for the fault's length, its writers going on,
+    /// then with sync again (``SyncFaultCampaign/FaultKind/syncOffOn``): took effect when the
+    /// daemon said that it queues its commits with sync off.
+    func switchSyncOffAndOn(_ fault: PlannedFault) -> Bool {
+        let machine = machines[fault.machines[0]]
+        guard machine.isRunning, machine.currentID() != nil else {
+            say(
+                "machine \(machine.index): \(machine.isRunning ? "its store has not synced yet" : "its daemon was not running"); sync stays on"
+            )
+            return false
+        }
+        machine.terminate()
+        let logged =
+            (try? FileManager.default.attributesOfItem(atPath: machine.logFile)[.size] as? NSNumber)?.int64Value ?? 0
+        do {
+            try machine.start(sync: false)
+        } catch {
+            say("machine \(machine.index) did not start without sync: \(error)")
+            try? machine.start()
+            return false
+        }
+        say("machine \(machine.index): sync off for \(String(format: "%.1f", fault.length)) s")
+        usleep(UInt32(fault.length * 1_000_000))
+        let said = machine.log(from: logged).contains("sync is off; the store has synced")
+        machine.terminate()
+        do { try machine.start() } catch {
+            say("machine \(machine.index) did not restart with sync: \(error); again")
+            try? machine.start()
+        }
+        say("machine \(machine.index): sync on again")
+        return said
     }
 
     // MARK: The server's side
@@ -950,6 +1187,8 @@ private final class CampaignMachine: Sendable {
     let environment: [String: String]
     let proxy: FaultProxy
     private let process = Mutex<pid_t?>(nil)
+    /// Whether the running daemon was started with sync.
+    private let syncing = Mutex(true)
     private let store = Mutex<DatabaseQueue?>(nil)
 
     init(
@@ -973,8 +1212,12 @@ private final class CampaignMachine: Sendable {
 
     var isRunning: Bool { process.withLock { $0 } != nil }
 
-    /// Starts the daemon and returns once it told systemd's protocol it is ready (20 s at most).
-    func start() throws {
+    /// Whether the daemon runs with sync (or is down, to be started with it).
+    var syncs: Bool { syncing.withLock { $0 } }
+
+    /// Starts the daemon (`sync` false: without `--sync`) and returns once it told systemd's
+    /// protocol it is ready (20 s at most).
+    func start(sync: Bool = true) throws {
         try process.withLock { pid in
             guard pid == nil else { return }
             let notify = try NotifyListener()
@@ -987,16 +1230,68 @@ private final class CampaignMachine: Sendable {
             var environment = ProcessInfo.processInfo.environment.merging(self.environment) { $1 }
             environment["NOTIFY_SOCKET"] = notify.path
             let child = try PostgresServer.spawn(
-                [skyrosd, "--group", "g", "--groups-dir", groups] + arguments, environment: environment, stdin: null,
-                stdout: log, stderr: log)
+                [skyrosd, "--group", "g", "--groups-dir", groups] + (sync ? arguments : []), environment: environment,
+                stdin: null, stdout: log, stderr: log)
             guard notify.wait(for: "READY=1", seconds: 20) else {
                 PostgresServer.killTree(child)
                 throw PostgresServerError.timedOut("skyrosd of machine \(index) was not ready in 20 s: \(logTail())")
             }
             pid = child
+            syncing.withLock { $0 = sync }
             SyncFaultCampaign.running.withLock { _ = $0.pids.insert(child) }
         }
     }
+
+    /// SIGTERM, waited for (30 s, then SIGKILL), reaped; returns whether the daemon was running.
+    @discardableResult
+    func terminate() -> Bool {
+        process.withLock { pid in
+            guard let child = pid else { return false }
+            let running = PostgresServer.reapIfExited(child) == nil
+            if running {
+                Glibc.kill(child, SIGTERM)
+                if PostgresServer.waitForExit(child, timeout: .seconds(30)) == nil {
+                    Glibc.kill(child, SIGKILL)
+                    _ = PostgresServer.waitForExit(child, timeout: .seconds(10))
+                }
+            }
+            SyncFaultCampaign.running.withLock { _ = $0.pids.remove(child) }
+            pid = nil
+            syncing.withLock { $0 = true }
+            return running
+        }
+    }
+
+    /// Its daemon's log from `offset` on.
+    func log(from offset: Int64) -> String {
+        guard let handle = FileHandle(forReadingAtPath: logFile) else { return "" }
+        defer { try? handle.close() }
+        try? handle.seek(toOffset: UInt64(max(0, offset)))
+        return String(decoding: (try? handle.readToEnd()) ?? Data(), as: UTF8.self)
+    }
+
+    /// `skyros backup` of the running daemon's store to `path`: whether it made one.
+    func backUp(to path: String) -> Bool {
+        let tool = URL(fileURLWithPath: skyrosd).deletingLastPathComponent().appendingPathComponent("skyros").path
+        let result = try? PostgresServer.run(
+            [tool, "backup", "--group", "g", "--groups-dir", groups, path],
+            environment: ProcessInfo.processInfo.environment, outputDirectory: groups, timeout: .seconds(30))
+        return result?.status == 0 && FileManager.default.fileExists(atPath: path)
+    }
+
+    /// Puts the store file `backup` in place of the store (the daemon stopped): the store's
+    /// files removed (`-wal` and `-shm` too), the backup copied in.
+    func replaceStore(with backup: String) throws {
+        closeStore()
+        let store = container.appendingPathComponent("store.sqlite").path
+        for suffix in ["", "-wal", "-shm"] { unlink(store + suffix) }
+        try FileManager.default.copyItem(atPath: backup, toPath: store)
+    }
+
+    /// Closes the campaign's read-only connection to the store (opened again when next needed):
+    /// before its daemon stops, so that no connection of the campaign's is the last one on it,
+    /// and before its files are replaced.
+    func closeStore() { store.withLock { $0 = nil } }
 
     /// SIGKILL, reaped; returns whether the daemon was running (a daemon that ended by itself
     /// is reaped and was not).
@@ -1023,19 +1318,36 @@ private final class CampaignMachine: Sendable {
 
     func logTail() -> String { PostgresServer.logTail(logFile, from: 0) }
 
-    /// The store, read-only (nil until the daemon made it).
-    func withStore<T>(_ body: (Database) throws -> T) -> T? {
+    /// The store, read-only (nil until the daemon made it), one read at a time (so that
+    /// ``closeStore()`` waits for a read in progress).
+    func withStore<T: Sendable>(_ body: (Database) throws -> T) -> T? {
         let path = container.appendingPathComponent("store.sqlite").path
-        let queue = store.withLock { queue -> DatabaseQueue? in
+        return store.withLock { queue -> T? in
             if queue == nil, FileManager.default.fileExists(atPath: path) {
-                var configuration = GRDB.Configuration()
-                configuration.readonly = true
-                configuration.busyMode = .timeout(2)
-                queue = try? DatabaseQueue(path: path, configuration: configuration)
+                queue = Self.openReadOnly(path)
             }
-            return queue
+            return try? queue?.read(body)
         }
-        return try? queue?.read(body)
+    }
+
+    static func openReadOnly(_ path: String) -> DatabaseQueue? {
+        var configuration = GRDB.Configuration()
+        configuration.readonly = true
+        configuration.busyMode = .timeout(2)
+        return try? DatabaseQueue(path: path, configuration: configuration)
+    }
+
+    /// The machine id, numbering and rejected log of a store file no daemon uses (a backup).
+    static func state(ofStoreAt path: String) -> SyncHistory.Machine? {
+        try? openReadOnly(path)?.read(state(of:))
+    }
+
+    /// Its store's machine id now (nil: none yet, or unreadable).
+    func currentID() -> UUID? {
+        withStore { database in
+            try String.fetchOne(database, sql: "SELECT value FROM skyros_metadata WHERE key = 'syncMachine'")
+                .flatMap(UUID.init(uuidString:))
+        } ?? nil
     }
 
     func checkpoint() -> String? {
@@ -1081,28 +1393,32 @@ private final class CampaignMachine: Sendable {
 
     /// Its machine id, queue, numbering, rejected log and checkpoint (not its rows).
     func finalState() -> SyncHistory.Machine {
-        withStore { database in
-            let id = try String.fetchOne(database, sql: "SELECT value FROM skyros_metadata WHERE key = 'syncMachine'")
-                .flatMap(UUID.init(uuidString:))
-            let queued = try Int.fetchOne(database, sql: "SELECT count(*) FROM skyros_sync_queue") ?? 0
-            let last =
-                try Int64.fetchOne(database, sql: "SELECT seq FROM sqlite_sequence WHERE name = 'skyros_sync_queue'")
-                ?? 0
-            var rejected: [(number: Int64, reason: String, objects: Set<UUID>)] = []
-            for row in try Row.fetchAll(database, sql: "SELECT number, reason, objects FROM skyros_sync_rejected") {
-                // `objects`: the change set's objects, `Entity/UUID` separated by spaces.
-                let text: String = row["objects"] ?? ""
-                let objects = Set(
-                    text.split(separator: " ").compactMap {
-                        UUID(uuidString: String($0.split(separator: "/").last ?? ""))
-                    })
-                rejected.append((row["number"], row["reason"], objects))
-            }
-            let checkpoint = try String.fetchOne(
-                database, sql: "SELECT value FROM skyros_metadata WHERE key = 'syncCheckpoint'")
-            return SyncHistory.Machine(
-                id: id, rows: [:], queued: queued, lastNumber: last, rejected: rejected, checkpoint: checkpoint)
-        } ?? SyncHistory.Machine(id: nil, rows: [:], queued: -1, lastNumber: 0, rejected: [], checkpoint: nil)
+        withStore(Self.state(of:))
+            ?? SyncHistory.Machine(id: nil, rows: [:], queued: -1, lastNumber: 0, rejected: [], checkpoint: nil)
+    }
+
+    /// A store's machine id, queue, numbering, rejected log and checkpoint (not its rows).
+    static func state(of database: Database) throws -> SyncHistory.Machine {
+        let id = try String.fetchOne(database, sql: "SELECT value FROM skyros_metadata WHERE key = 'syncMachine'")
+            .flatMap(UUID.init(uuidString:))
+        let queued = try Int.fetchOne(database, sql: "SELECT count(*) FROM skyros_sync_queue") ?? 0
+        let last =
+            try Int64.fetchOne(database, sql: "SELECT seq FROM sqlite_sequence WHERE name = 'skyros_sync_queue'")
+            ?? 0
+        var rejected: [(number: Int64, reason: String, objects: Set<UUID>)] = []
+        for row in try Row.fetchAll(database, sql: "SELECT number, reason, objects FROM skyros_sync_rejected") {
+            // `objects`: the change set's objects, `Entity/UUID` separated by spaces.
+            let text: String = row["objects"] ?? ""
+            let objects = Set(
+                text.split(separator: " ").compactMap {
+                    UUID(uuidString: String($0.split(separator: "/").last ?? ""))
+                })
+            rejected.append((row["number"], row["reason"], objects))
+        }
+        let checkpoint = try String.fetchOne(
+            database, sql: "SELECT value FROM skyros_metadata WHERE key = 'syncCheckpoint'")
+        return SyncHistory.Machine(
+            id: id, rows: [:], queued: queued, lastNumber: last, rejected: rejected, checkpoint: checkpoint)
     }
 }
 
@@ -1154,6 +1470,75 @@ private final class CampaignDisk: Sendable {
         free()
         umount2(mountPoint, Int32(MNT_DETACH))
         SyncFaultCampaign.running.withLock { _ = $0.mounts.remove(mountPoint) }
+    }
+}
+
+/// Where the writers of one machine wait between operations while it is closed (an operator
+/// stopping a machine's apps for a restore): ``close(timeout:)`` returns once none is in an
+/// operation.
+final class WriterGate: Sendable {
+    private struct State {
+        var closed = false
+        /// Writers in an operation.
+        var busy = 0
+        var waiting: [CheckedContinuation<Void, Never>] = []
+        /// Signaled when the last busy writer leaves a closed gate.
+        var idle: DispatchSemaphore?
+    }
+
+    private let state = Mutex(State())
+
+    /// Waits while the gate is closed, then counts the writer in an operation.
+    func enter() async {
+        await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+            let proceed = state.withLock { state -> Bool in
+                guard !state.closed else {
+                    state.waiting.append(continuation)
+                    return false
+                }
+                state.busy += 1
+                return true
+            }
+            if proceed { continuation.resume() }
+        }
+    }
+
+    /// The writer's operation is over.
+    func leave() {
+        let idle = state.withLock { state -> DispatchSemaphore? in
+            state.busy -= 1
+            guard state.busy == 0, let idle = state.idle else { return nil }
+            state.idle = nil
+            return idle
+        }
+        idle?.signal()
+    }
+
+    /// Closes the gate and waits (blocking) until no writer is in an operation; false when
+    /// some still were after `timeout` (the gate stays closed: ``open()`` it).
+    func close(timeout: Duration) -> Bool {
+        let semaphore = DispatchSemaphore(value: 0)
+        let idle = state.withLock { state -> Bool in
+            state.closed = true
+            guard state.busy > 0 else { return true }
+            state.idle = semaphore
+            return false
+        }
+        if idle { return true }
+        let seconds = Double(timeout.components.seconds) + Double(timeout.components.attoseconds) / 1e18
+        return semaphore.wait(timeout: .now() + seconds) == .success
+    }
+
+    /// Opens the gate: the waiting writers go on.
+    func open() {
+        let waiting = state.withLock { state -> [CheckedContinuation<Void, Never>] in
+            state.closed = false
+            state.idle = nil
+            state.busy += state.waiting.count
+            defer { state.waiting = [] }
+            return state.waiting
+        }
+        for continuation in waiting { continuation.resume() }
     }
 }
 

@@ -38,8 +38,17 @@ extension SyncHistory {
 
 /// What the checks share: the server's order of the values, the machines' upload batches, the
 /// saves matched to refused change sets.
+///
+/// A machine's change sets are numbered, uploaded and refused per life of its store
+/// (``SyncHistory/Machine/Life``): a store restored from a backup numbers on from the backup's
+/// last number under a new machine id, so what the checks infer from the numbering (the upload
+/// batches, the order of the saves in them, the refusals) is keyed by life, not by machine.
 private struct CheckContext {
     let history: SyncHistory
+    /// Every machine's lives, in order (a life is an index here).
+    let lives: [(machine: Int, life: SyncHistory.Machine.Life)]
+    /// The lives of each machine (indexes in `lives`), oldest first.
+    let livesOf: [Int: [Int]]
     /// Where each (object, property, value) first appears in the server's order, and in
     /// which server transaction.
     var position: [String: (sequence: Int64, transaction: String)] = [:]
@@ -47,9 +56,9 @@ private struct CheckContext {
     var deleted: Set<UUID> = []
     /// The acknowledged saves that changed something.
     let writes: [SyncHistory.Operation]
-    /// Each machine's change sets recorded by each server transaction (the upload batches).
+    /// Each life's change sets recorded by each server transaction (the upload batches).
     var batches: [Int: [String: ClosedRange<Int64>]] = [:]
-    /// Per machine, the saves whose value the server has, with the batch that brought them:
+    /// Per life, the saves whose value the server has, with the batch that brought them:
     /// by start, each with the lowest last number of the batches of the saves that started
     /// then or later; by end, each with the highest first number of the batches of the saves
     /// that ended then or earlier.
@@ -59,7 +68,7 @@ private struct CheckContext {
     var refusedWrites: Set<Int> = []
     /// The tokens of those saves.
     var refusedTokens: Set<String> = []
-    /// Refused change sets per machine.
+    /// Refused change sets per life.
     var refusals: [Int: [SyncHistory.Upload]] = [:]
 
     static func key(_ object: UUID, _ property: String, _ value: String) -> String { "\(object)/\(property)/\(value)" }
@@ -80,8 +89,13 @@ private struct CheckContext {
             }
         }
         writes = history.operations.filter { $0.kind != .read && $0.acknowledged && $0.found && $0.object != nil }
+        let lives: [(machine: Int, life: SyncHistory.Machine.Life)] = history.machines.enumerated().flatMap {
+            machine, state in state.lives.map { (machine, $0) }
+        }
+        self.lives = lives
+        livesOf = Dictionary(grouping: lives.indices, by: { lives[$0].machine })
         var index: [UUID: Int] = [:]
-        for (machine, state) in history.machines.enumerated() { if let id = state.id { index[id] = machine } }
+        for (life, entry) in lives.enumerated() { if let id = entry.life.id { index[id] = life } }
         for upload in history.uploads {
             guard let machine = index[upload.machine] else { continue }
             if upload.rejected != nil { refusals[machine, default: []].append(upload) }
@@ -93,9 +107,9 @@ private struct CheckContext {
         }
         for machine in refusals.keys { refusals[machine]!.sort { $0.number < $1.number } }
         var placed: [Int: [(start: Double, end: Double, batch: ClosedRange<Int64>)]] = [:]
-        for write in writes where write.machine >= 0 {
-            if let batch = batch(of: write) {
-                placed[write.machine, default: []].append((write.start, write.end, batch))
+        for write in writes {
+            if let life = life(of: write), let batch = batch(of: write) {
+                placed[life, default: []].append((write.start, write.end, batch))
             }
         }
         for (machine, saves) in placed {
@@ -115,8 +129,8 @@ private struct CheckContext {
         // that names exactly its object and may be its change set, each change set once.
         var used: Set<String> = []
         for (number, write) in writes.enumerated() where write.machine >= 0 && !onServer(write) {
-            guard let object = write.object,
-                let refusal = refusals[write.machine]?.first(where: {
+            guard let object = write.object, let life = life(of: write),
+                let refusal = refusals[life]?.first(where: {
                     !used.contains("\($0.machine)/\($0.number)") && $0.objects == [object]
                         && couldBeIn(write, $0.number...$0.number)
                 })
@@ -125,6 +139,13 @@ private struct CheckContext {
             refusedWrites.insert(number)
             if let value = write.value { refusedTokens.insert(value) }
         }
+    }
+
+    /// The life of its machine's store an operation of a client belongs to: the last one that
+    /// began when it started, or before (nil: a `psql` write).
+    func life(of operation: SyncHistory.Operation) -> Int? {
+        guard operation.machine >= 0, let candidates = livesOf[operation.machine] else { return nil }
+        return candidates.last { lives[$0].life.began <= operation.start } ?? candidates.first
     }
 
     func positionOf(_ object: UUID, _ property: String, _ value: String) -> Int64? {
@@ -142,20 +163,21 @@ private struct CheckContext {
         }
     }
 
-    /// The upload batch (numbers of its machine) that brought a save's value to the server.
+    /// The upload batch (numbers of its machine's life) that brought a save's value to the server.
     func batch(of write: SyncHistory.Operation) -> ClosedRange<Int64>? {
         guard let object = write.object, let property = write.property, let value = write.value,
-            let transaction = position[Self.key(object, property, value)]?.transaction
+            let transaction = position[Self.key(object, property, value)]?.transaction, let life = life(of: write)
         else { return nil }
-        return batches[write.machine]?[transaction]
+        return batches[life]?[transaction]
     }
 
-    /// Whether a save's change set may be among the numbers `range` of its machine: no save
-    /// of the machine committed after it went up in an earlier batch, and none committed
+    /// Whether a save's change set may be among the numbers `range` of its machine's life: no
+    /// save of the life committed after it went up in an earlier batch, and none committed
     /// before it in a later one (a machine numbers its change sets in commit order, and
     /// uploads them in order).
     func couldBeIn(_ write: SyncHistory.Operation, _ range: ClosedRange<Int64>) -> Bool {
-        if let later = later[write.machine] {
+        guard let life = life(of: write) else { return true }
+        if let later = later[life] {
             // The first save that started when this one had ended, or later.
             var low = 0
             var high = later.count
@@ -165,7 +187,7 @@ private struct CheckContext {
             }
             if low < later.count && later[low].lowestLast < range.lowerBound { return false }
         }
-        if let earlier = earlier[write.machine] {
+        if let earlier = earlier[life] {
             // The last save that ended when this one started, or earlier.
             var low = 0
             var high = earlier.count
@@ -185,7 +207,7 @@ private struct CheckContext {
         var counts = (onServer: 0, deletedLater: 0, superseded: 0, concurrent: 0, madeAndDeleted: 0, refused: 0)
         let sameProperty = Dictionary(
             grouping: writes.filter { $0.kind == .update && $0.property != nil },
-            by: { "\($0.machine)/\($0.object!)/\($0.property!)" })
+            by: { "\(life(of: $0) ?? -1)/\($0.object!)/\($0.property!)" })
         let deletions = Dictionary(
             grouping: history.operations.filter { $0.kind == .delete && $0.found && $0.object != nil },
             by: { $0.object! })
@@ -229,7 +251,7 @@ private struct CheckContext {
                     counts.onServer += 1
                     continue
                 }
-                let others = sameProperty["\(write.machine)/\(object)/\(property)", default: []]
+                let others = sameProperty["\(life(of: write) ?? -1)/\(object)/\(property)", default: []]
                 func replaces(_ other: SyncHistory.Operation) -> Bool {
                     guard let batch = batch(of: other) else { return false }
                     return couldBeIn(write, batch)
@@ -259,21 +281,27 @@ private struct CheckContext {
         // The machines' numbering first: a few lines that the saves' lines would crowd out.
         var machineLevel: [String] = []
         var numbered: Int64 = 0
-        for (index, machine) in history.machines.enumerated() {
-            guard let id = machine.id else {
+        for (index, life) in lives {
+            let name =
+                history.machines[index].earlierLives.isEmpty
+                ? "machine \(index)" : "machine \(index) as \(life.id.map { "\($0)" } ?? "no id")"
+            guard let id = life.id else {
                 machineLevel.append("machine \(index) has no machine id")
                 continue
             }
-            numbered += machine.lastNumber
+            let given = life.numbers
+            numbered += Int64(given.count)
             let numbers = Set(history.uploads.filter { $0.machine == id }.map(\.number))
-            let missing = (machine.lastNumber > 0 ? Array(1...machine.lastNumber) : []).filter { !numbers.contains($0) }
+            let missing = given.filter { !numbers.contains($0) }
             if !missing.isEmpty {
                 machineLevel.append(
-                    "machine \(index): numbered 1…\(machine.lastNumber), \(missing.count) never recorded by the server: \(missing.prefix(10))"
+                    "\(name): numbered \(life.firstNumber)…\(life.lastNumber), \(missing.count) never recorded by the server: \(missing.prefix(10))"
                 )
             }
-            if machine.queued != 0 {
-                machineLevel.append("machine \(index) still has \(machine.queued) change sets queued")
+            if life.queued != 0 {
+                machineLevel.append(
+                    "\(name) still has \(life.queued) change sets queued\(life.ended.map { String(format: " at its restore (%.3f s)", $0) } ?? "")"
+                )
             }
         }
         lost = machineLevel + lost
@@ -289,13 +317,15 @@ private struct CheckContext {
 
     func exactlyOnce() -> SyncHistory.Verdict.Check {
         var twice: [String] = []
-        for (index, machine) in history.machines.enumerated() {
-            guard let id = machine.id else { continue }
-            let extra = history.uploads.filter { $0.machine == id && ($0.number < 1 || $0.number > machine.lastNumber) }
-                .map(\.number).sorted()
+        for (index, life) in lives {
+            guard let id = life.id else { continue }
+            let extra = history.uploads.filter {
+                $0.machine == id && ($0.number < life.firstNumber || $0.number > life.lastNumber)
+            }
+            .map(\.number).sorted()
             if !extra.isEmpty {
                 twice.append(
-                    "machine \(index): the server recorded \(extra.count) change sets it never numbered (it numbered 1…\(machine.lastNumber)): \(extra.prefix(10))"
+                    "machine \(index) as \(id): the server recorded \(extra.count) change sets it never numbered under that id (it numbered \(life.firstNumber)…\(life.lastNumber)): \(extra.prefix(10))"
                 )
             }
         }
@@ -323,11 +353,15 @@ private struct CheckContext {
         }
         var readSequences = 0
         for (client, operations) in Dictionary(grouping: history.operations.filter { $0.client >= 0 }, by: \.client) {
+            // Per life of the machine's store: a restore from a backup takes the store back.
             var values: [String: [String]] = [:]
-            for read in operations.flatMap(\.reads) where read.property != "handle" {
-                guard let value = read.value else { continue }
-                let key = "\(read.object)/\(read.property)"
-                if values[key]?.last != value { values[key, default: []].append(value) }
+            for operation in operations {
+                let life = life(of: operation) ?? -1
+                for read in operation.reads where read.property != "handle" {
+                    guard let value = read.value else { continue }
+                    let key = "\(read.object)/\(read.property)" + (life > 0 ? " (life \(life))" : "")
+                    if values[key]?.last != value { values[key, default: []].append(value) }
+                }
             }
             for (key, sequence) in values {
                 readSequences += 1
@@ -405,7 +439,19 @@ private struct CheckContext {
             var floor: [String: (position: Int64, value: String, wrote: Bool)] = [:]
             var insertedAt: [UUID: (time: Double, handle: String)] = [:]
             var deletedAt: [UUID: Double] = [:]
+            var currentLife: Int?
             for operation in operations.sorted(by: { $0.start < $1.start }) {
+                // A store restored from a backup goes back to it: the client's session starts
+                // again with the store's new life.
+                let life = life(of: operation)
+                if life != currentLife {
+                    if currentLife != nil {
+                        floor = [:]
+                        insertedAt = [:]
+                        deletedAt = [:]
+                    }
+                    currentLife = life
+                }
                 if operation.acknowledged, operation.found, let object = operation.object {
                     switch operation.kind {
                     case .insert: insertedAt[object] = (operation.end, operation.value ?? "")
@@ -518,20 +564,27 @@ private struct CheckContext {
         var untold: [String] = []
         var tellings = 0
         for (index, machine) in history.machines.enumerated() {
-            guard let id = machine.id else { continue }
-            let refused = history.uploads.filter { $0.machine == id && $0.rejected != nil }
-            let onServer = Set(refused.map(\.number))
-            let local = Set(machine.rejected.map(\.number))
-            if onServer != local {
-                untold.append(
-                    "machine \(index): server refused \(onServer.sorted().prefix(10)), its rejected log holds \(local.sorted().prefix(10))"
-                )
-            }
-            let logged = Dictionary(machine.rejected.map { ($0.number, $0.objects) }, uniquingKeysWith: { $1 })
-            for upload in refused where logged[upload.number].map({ $0 != upload.objects }) == true {
-                untold.append(
-                    "machine \(index): change set \(upload.number) refused for \(upload.objects.count) objects, the rejected log names \(logged[upload.number]!.count)"
-                )
+            // Each life's rejected log, at its end: what the server refused under its id, and
+            // what its store held from its backup (earlier lives' refusals).
+            var refused: [SyncHistory.Upload] = []
+            for life in machine.lives {
+                guard let id = life.id else { continue }
+                let name = machine.earlierLives.isEmpty ? "machine \(index)" : "machine \(index) as \(id)"
+                let ofLife = history.uploads.filter { $0.machine == id && $0.rejected != nil }
+                refused += ofLife
+                let onServer = Set(ofLife.map(\.number)).union(life.inherited)
+                let local = Set(life.rejected.map(\.number))
+                if onServer != local {
+                    untold.append(
+                        "\(name): server refused \(onServer.subtracting(life.inherited).sorted().prefix(10))\(life.inherited.isEmpty ? "" : " (and its backup's log held \(life.inherited.sorted().prefix(10)))"), its rejected log holds \(local.sorted().prefix(10))\(life.ended.map { String(format: " at its restore (%.3f s)", $0) } ?? "")"
+                    )
+                }
+                let logged = Dictionary(life.rejected.map { ($0.number, $0.objects) }, uniquingKeysWith: { $1 })
+                for upload in ofLife where logged[upload.number].map({ $0 != upload.objects }) == true {
+                    untold.append(
+                        "\(name): change set \(upload.number) refused for \(upload.objects.count) objects, the rejected log names \(logged[upload.number]!.count)"
+                    )
+                }
             }
             // Every app of the machine told of each refused change set (by its objects), and
             // of nothing else.

@@ -88,6 +88,68 @@ public struct SyncHistory: Sendable {
         public var rejected: [(number: Int64, reason: String, objects: Set<UUID>)]
         /// Its checkpoint.
         public var checkpoint: String?
+        /// Its first change set number under its last machine id: 1, or the highest number of
+        /// the backup its store was last restored from, plus one (the restored store numbers
+        /// on from there).
+        public var firstNumber: Int64 = 1
+        /// The numbers of its rejected log that its store holds from the backup it was last
+        /// restored from (refusals of earlier lives, under earlier machine ids).
+        public var inherited: Set<Int64> = []
+        /// When its store's last life began: 0, or when its daemon started on the restored store.
+        public var began: Double = 0
+        /// Its store's earlier lives, oldest first, each ended by a restore from a backup
+        /// (``SyncFaultCampaign/FaultKind/restoreBackup``): the daemon goes on under a new
+        /// machine id.
+        public var earlierLives: [Life] = []
+
+        /// Its store's lives, oldest first: the earlier ones and the last one (``id`` …).
+        public var lives: [Life] {
+            earlierLives + [
+                Life(
+                    id: id, firstNumber: firstNumber, lastNumber: lastNumber, queued: queued, rejected: rejected,
+                    inherited: inherited, began: began, ended: nil)
+            ]
+        }
+
+        /// One life of a machine's store under one machine id, from the campaign's start or a
+        /// restore from a backup to the next restore or the end: the change sets it numbered
+        /// and the server recorded under that id, and its rejected log.
+        public struct Life: Sendable {
+            /// Its machine id (nil: none yet, the store never synced).
+            public var id: UUID?
+            /// It numbered its change sets `firstNumber … lastNumber`.
+            public var firstNumber: Int64
+            public var lastNumber: Int64
+            /// Change sets queued at its end (a restore waits for none).
+            public var queued: Int
+            /// Its rejected log at its end.
+            public var rejected: [(number: Int64, reason: String, objects: Set<UUID>)]
+            /// The numbers of that log it began with (from its backup: earlier lives' refusals).
+            public var inherited: Set<Int64>
+            /// When it began and ended (nil: the last), in seconds since the campaign started.
+            /// No save of the machine was in flight at either moment (the campaign pauses the
+            /// machine's writers around a restore), so each save belongs to one life.
+            public var began: Double
+            public var ended: Double?
+
+            public init(
+                id: UUID?, firstNumber: Int64, lastNumber: Int64, queued: Int,
+                rejected: [(number: Int64, reason: String, objects: Set<UUID>)], inherited: Set<Int64>,
+                began: Double, ended: Double?
+            ) {
+                self.id = id
+                self.firstNumber = firstNumber
+                self.lastNumber = lastNumber
+                self.queued = queued
+                self.rejected = rejected
+                self.inherited = inherited
+                self.began = began
+                self.ended = ended
+            }
+
+            /// The numbers it gave.
+            public var numbers: [Int64] { firstNumber <= lastNumber ? Array(firstNumber...lastNumber) : [] }
+        }
     }
 
     /// One `_skyros_uploads` row.
