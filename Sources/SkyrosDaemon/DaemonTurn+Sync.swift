@@ -54,7 +54,10 @@ extension DaemonTurn {
     /// restored store that never applied a checkpoint again.)
     private func includesQueue(_ checkpoint: Checkpoint, _ store: SQLiteStore) -> Bool {
         if checkpoint.isWriteCheckpoint(for: groupCommit.lastQueued) { return true }
-        return (try? SyncTables.status(after: checkpoint.uploadedThrough, in: store).queued) == 0
+        let queued = try? store.transaction { transaction in
+            try SyncTables.queued(after: checkpoint.uploadedThrough, in: transaction)
+        }
+        return queued == 0
     }
 
     /// The client id that a checkpoint's change sets carry as author (`sync` is its name).

@@ -63,6 +63,16 @@ package enum SyncTables {
         return Int(count)
     }
 
+    /// How many change sets are queued after `number`.
+    package static func queued(after number: Int64, in transaction: SQLiteStore.Transaction) throws -> Int {
+        guard
+            case .integer(let count)? = try transaction.rows(
+                "SELECT count(*) FROM skyros_sync_queue WHERE number > ?", [.integer(number)]
+            ).first?.first
+        else { return 0 }
+        return Int(count)
+    }
+
     /// Drops the change sets through `number` (the server has them), keeping the number and
     /// digest of the last one (``lastUploaded(in:)``): what the server's record of that number
     /// must match, or the store was restored or copied.
@@ -127,27 +137,38 @@ package enum SyncTables {
     /// The change sets in the rejected log (refused by the server, not yet acknowledged by an
     /// app), oldest first; none when the store never synced.
     package static func rejections(in store: SQLiteStore) throws -> [SyncRejection] {
-        guard try store.rows("SELECT 1 FROM sqlite_master WHERE name = 'skyros_sync_rejected'").first != nil else {
+        // On the writer connection, like the turn's other work: with this read on the store's
+        // reader pool from the turn's thread, the store's WAL outlived a daemon stopped by
+        // SIGTERM (DaemonProcessTests.sigtermKeepsAcknowledgedSaves, every run).
+        try store.transaction { transaction in try rejections(in: transaction) }
+    }
+
+    /// ``rejections(in:)`` in an open transaction.
+    static func rejections(in transaction: SQLiteStore.Transaction) throws -> [SyncRejection] {
+        guard try transaction.rows("SELECT 1 FROM sqlite_master WHERE name = 'skyros_sync_rejected'").first != nil
+        else {
             return []
         }
-        return try store.rows("SELECT number, timestamp, reason, objects FROM skyros_sync_rejected ORDER BY number")
-            .map { row in
-                guard case .integer(let number) = row[0] else { return nil }
-                let time: Double =
-                    switch row[1] {
-                    case .real(let time): time
-                    case .integer(let time): Double(time)
-                    default: 0
-                    }
-                guard case .text(let reason) = row[2], case .text(let objects) = row[3] else { return nil }
-                return SyncRejection(
-                    number: number, date: Date(timeIntervalSince1970: time), reason: reason,
-                    objectIDs: objects.split(separator: " ").compactMap { text -> ObjectID? in
-                        let parts = text.split(separator: "/", maxSplits: 1)
-                        guard parts.count == 2, let uuid = UUID(uuidString: String(parts[1])) else { return nil }
-                        return ObjectID(entityName: String(parts[0]), uuid: uuid)
-                    })
-            }.compactMap { $0 }
+        return try transaction.rows(
+            "SELECT number, timestamp, reason, objects FROM skyros_sync_rejected ORDER BY number"
+        )
+        .compactMap { row in
+            guard case .integer(let number) = row[0] else { return nil }
+            let time: Double =
+                switch row[1] {
+                case .real(let time): time
+                case .integer(let time): Double(time)
+                default: 0
+                }
+            guard case .text(let reason) = row[2], case .text(let objects) = row[3] else { return nil }
+            return SyncRejection(
+                number: number, date: Date(timeIntervalSince1970: time), reason: reason,
+                objectIDs: objects.split(separator: " ").compactMap { text -> ObjectID? in
+                    let parts = text.split(separator: "/", maxSplits: 1)
+                    guard parts.count == 2, let uuid = UUID(uuidString: String(parts[1])) else { return nil }
+                    return ObjectID(entityName: String(parts[0]), uuid: uuid)
+                })
+        }
     }
 
     /// Removes the refusals numbered `numbers` from the rejected log (an app dealt with them);

@@ -22,16 +22,21 @@ struct SyncFaultCampaignTests {
         for check in report.verdict.checks { #expect(check.passed, "\(report)") }
         Self.expectRefusalsTold(report)
         #expect((report.convergenceSeconds ?? .infinity) <= 10, "\(report)")
-        // Every kind attempted as planned, and taking effect (a kill of a running daemon, a
-        // partition that met traffic, a full disk PostgreSQL failed to write to...) at least once.
-        // A full disk of at most 0.85 s rarely meets a write that extends a file of the
-        // tablespace (the write-ahead log is elsewhere): attempted, not required to take effect.
+        // Every kind attempted as planned. The kinds that act whatever the traffic (a kill of a
+        // running daemon, a stop of a running server, a psql update, sync switched off) take
+        // effect at least once each. A network fault takes effect only when traffic meets it,
+        // and a full disk only when PostgreSQL extends a file of the tablespace in its window:
+        // in 20 s of short faults one kind of them may meet none (a CI run had slow 0 of 5,
+        // cut 1, black hole 3), so the network kinds are required to take effect together.
+        let traffic: Set<SyncFaultCampaign.FaultKind> = [.cut, .blackHole, .slow, .diskFull]
         for kind in report.configuration.kinds {
             #expect(
-                (report.attempted[kind] ?? 0) >= 5 && (kind == .diskFull || (report.faults[kind] ?? 0) >= 1),
+                (report.attempted[kind] ?? 0) >= 5 && (traffic.contains(kind) || (report.faults[kind] ?? 0) >= 1),
                 "\(kind.rawValue): \(report.faults[kind] ?? 0) of \(report.attempted[kind] ?? 0) took effect; \(report.unavailable[kind] ?? "")"
             )
         }
+        let network = [SyncFaultCampaign.FaultKind.cut, .blackHole, .slow].map { report.faults[$0] ?? 0 }
+        #expect(network.reduce(0, +) >= 3, "network faults that took effect: \(network)")
         // The late machine saved before its first checkpoint, one of those saves refused.
         #expect(report.writtenBeforeFirstCheckpoint == 2, "\(report)")
         // Something was written and acknowledged, and read.
