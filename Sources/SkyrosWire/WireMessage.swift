@@ -112,11 +112,7 @@ package struct ChangeEvent: Sendable, Hashable {
             let list = root["rejected"] as? [[String: Any]]
         else { return nil }
         return list.map { entry in
-            let objects = (entry["objects"] as? [String] ?? []).compactMap { text -> ObjectID? in
-                let parts = text.split(separator: "/", maxSplits: 1)
-                guard parts.count == 2, let uuid = UUID(uuidString: String(parts[1])) else { return nil }
-                return ObjectID(entityName: String(parts[0]), uuid: uuid)
-            }
+            let objects = (entry["objects"] as? [String] ?? []).compactMap { ObjectID(description: $0) }
             return (entry["reason"] as? String ?? "", objects, (entry["number"] as? NSNumber)?.int64Value)
         }
     }

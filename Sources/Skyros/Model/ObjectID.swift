@@ -41,6 +41,13 @@ public struct ObjectID: Hashable, Sendable, Codable, CustomStringConvertible {
     /// `Entity/UUID`, for logs and messages.
     public var description: String { "\(entityName)/\(uuid.uuidString)" }
 
+    /// The identifier its ``description`` names (`Entity/UUID`); nil for other text.
+    package init?<Text: StringProtocol>(description text: Text) {
+        let parts = text.split(separator: "/", maxSplits: 1)
+        guard parts.count == 2, let uuid = UUID(uuidString: String(parts[1])) else { return nil }
+        self.init(entityName: String(parts[0]), uuid: uuid)
+    }
+
     /// The store's order of identifiers (ties of a sort): their bytes, as SQLite compares blobs.
     static func compareBytes(_ a: UUID, _ b: UUID) -> ComparisonResult {
         withUnsafeBytes(of: a.uuid) { x in

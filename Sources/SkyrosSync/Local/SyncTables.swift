@@ -163,11 +163,7 @@ package enum SyncTables {
             guard case .text(let reason) = row[2], case .text(let objects) = row[3] else { return nil }
             return SyncRejection(
                 number: number, date: Date(timeIntervalSince1970: time), reason: reason,
-                objectIDs: objects.split(separator: " ").compactMap { text -> ObjectID? in
-                    let parts = text.split(separator: "/", maxSplits: 1)
-                    guard parts.count == 2, let uuid = UUID(uuidString: String(parts[1])) else { return nil }
-                    return ObjectID(entityName: String(parts[0]), uuid: uuid)
-                })
+                objectIDs: objects.split(separator: " ").compactMap { ObjectID(description: $0) })
         }
     }
 
