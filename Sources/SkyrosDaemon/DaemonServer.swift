@@ -140,6 +140,10 @@ package final class DaemonServer {
         /// Turns that waited for more saves before their group commit
         /// (``Configuration/maximumCommitDelay``).
         package var commitWaits = 0
+        /// Fetches, counts and faults not answered because nobody waited for them any more:
+        /// their connection closed first (a client whose attempt timed out sends it again on a
+        /// new one), or the daemon stopped (see ``ReadWorker``).
+        package var readsDropped = 0
 
         /// Statistics with the given counts.
         package init(commits: Int = 0, changeSets: Int = 0, welcomes: Int = 0, publishes: Int = 0) {
@@ -213,7 +217,12 @@ package final class DaemonServer {
         sockets.acceptedConnection = { connectionGuard.accepted($0, onRequests: $1 == .router) }
         sockets.closingConnection = { connectionGuard.closing($0, onRequests: $1 == .router) }
         // On the serve loop, like every request: a closed connection's client leaves the status.
-        sockets.closedRoutingIdentity = { [admin] in admin.activity.closed($0) }
+        // The reads it asked and that were not started are dropped: nobody would take them.
+        sockets.closedRoutingIdentity = { [admin, reader] identity in
+            admin.activity.closed(identity)
+            reader.cancel(identity: identity)
+        }
+        reader.onDropped = { [handle] count in handle.record { $0.readsDropped += count } }
         self.connectionGuard = connectionGuard
         configuration.log(
             "serving \(container.url.path)\(store == nil ? " (no store yet)" : " at sequence \(turn.sequence)")")
@@ -286,7 +295,7 @@ package final class DaemonServer {
             perform(turn.endOfInput(requestsWaiting: { sockets.hasInput }))
             if commits { turn.commitDelay.committed(at: .now) }
         }
-        reader.stop()  // answers the reads already submitted
+        reader.stop()  // finishes the read it is answering; the others' clients send them again
         sendReads()
         perform(turn.stopping())
     }

@@ -8,13 +8,26 @@ import SkyrosWire
 ///
 /// Its thread runs at a lower priority than the daemon's others (its nice value
 /// ``niceIncrement`` higher): when the machine is busy, the commits and the replies of the
-/// serve loop get the processor first, and reads wait (with 4 processes fetching 2,000
-/// objects in a loop beside a writer on 2 cores, the writer's saves per second went from
-/// 0.33× to about 0.5–0.6× of its rate alone; the reads from 62 to 41–51 fetches per second).
+/// serve loop get more of the processor than reads. Not much lower: a nice value is weighed
+/// against every thread of the machine, not only the daemon's, and at +10 a reader beside 6
+/// busy processes on 2 cores got so little that the kill-storm test's eight clients, each
+/// fetching 4,000 users and 8,000 posts, waited past their 30 s timeout; at +5 they got
+/// their replies in 8–14 s, at 0 in 4–6 s. (At +10, with 4 processes fetching 2,000 objects
+/// in a loop beside a writer on 2 cores, the writer's saves per second went from 0.33× to
+/// about 0.5–0.6× of its rate alone, and the reads from 62 to 41–51 fetches per second;
+/// `skyros-bench shared --flood` has not been run again at +5.)
 ///
 /// The serve loop hands it requests with ``submit(_:)``; the encoded replies come back
 /// through ``takeReplies()``, and ``wakeDescriptor`` becomes readable when there are some
 /// (the loop polls it beside the request socket: only the loop sends on the socket).
+///
+/// Reads nobody waits for any more are not answered: those of a connection that closed
+/// (``cancel(identity:)``: a client whose attempt timed out sends the request again on a new
+/// connection, and closes the old one) and, at ``stop()``, those not started. Otherwise a
+/// reader slower than the clients' retry interval (a busy machine, where its lower priority
+/// leaves it little) would answer each abandoned attempt in turn, and fall further behind
+/// with each: the kill-storm test's eight clients, each fetching 4,000 users again every
+/// second, kept a starved reader busy past their 30 s timeout and past SIGTERM's.
 final class ReadWorker: @unchecked Sendable {
     /// A read to answer.
     struct Job {
@@ -41,6 +54,15 @@ final class ReadWorker: @unchecked Sendable {
     private var replies: [Reply] = []
     private var busy = false
     private var stopping = false
+    /// Connections closed while the reader answers a batch: their jobs in it are skipped.
+    private var closed: Set<Data> = []
+    /// Told how many reads were dropped (their connection closed, or the reader stopped),
+    /// each time some are; on the thread that dropped them.
+    var onDropped: @Sendable (Int) -> Void {
+        get { condition.withLock { droppedHandler } }
+        set { condition.withLock { droppedHandler = newValue } }
+    }
+    private var droppedHandler: @Sendable (Int) -> Void = { _ in }
     private var thread: Thread?
     private let finished = DispatchSemaphore(value: 0)
 
@@ -86,6 +108,18 @@ final class ReadWorker: @unchecked Sendable {
         }
     }
 
+    /// Drops the reads of the connection with `identity` that are not started: it closed, and
+    /// nobody would take their replies.
+    func cancel(identity: Data) {
+        let (count, handler) = condition.withLock {
+            let before = jobs.count
+            jobs.removeAll { $0.identity == identity }
+            if busy { closed.insert(identity) }
+            return (before - jobs.count, droppedHandler)
+        }
+        if count > 0 { handler(count) }
+    }
+
     /// Returns once every read submitted is answered (its reply waiting to be taken).
     func waitUntilIdle() {
         condition.withLock {
@@ -93,24 +127,33 @@ final class ReadWorker: @unchecked Sendable {
         }
     }
 
-    /// Answers what was submitted, then stops the thread; returns once it has.
+    /// Stops the thread once the read it is answering is done, and returns then. The reads
+    /// not started are dropped: their clients send them again, to the next daemon.
     func stop() {
-        condition.withLock {
+        let (count, handler) = condition.withLock {
             stopping = true
+            defer { jobs = [] }
             condition.broadcast()
+            return (jobs.count, droppedHandler)
         }
+        if count > 0 { handler(count) }
         if thread != nil { finished.wait() }
         thread = nil
     }
 
     /// How much higher the reader thread's nice value is than the thread that made it.
-    static let niceIncrement: Int32 = 10
+    static let niceIncrement: Int32 = 5
 
     private func run() {
         Self.lowerPriority(by: Self.niceIncrement)
         while let batch = nextJobs() {
             var answered: [Reply] = []
             for job in batch {
+                let skipped = condition.withLock { stopping || closed.contains(job.identity) ? droppedHandler : nil }
+                if let skipped {
+                    skipped(1)
+                    continue
+                }
                 let body: WireMessage.Body
                 do {
                     let answer = try Self.answer(job.body, from: job.store)
@@ -124,6 +167,7 @@ final class ReadWorker: @unchecked Sendable {
             condition.withLock {
                 replies += answered
                 busy = false
+                closed = []
                 condition.broadcast()
             }
             wake()

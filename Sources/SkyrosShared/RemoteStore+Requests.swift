@@ -37,8 +37,8 @@ extension RemoteStore {
                 return try exchange(body, on: &connection, wait: wait.timeInterval)
             } catch let error as SkyrosError where error.code == .helloRequired {
                 attempts.helloRequired()
-            } catch ExchangeTimeout.timedOut {
-                attempts.timedOut()
+            } catch let timeout as ExchangeTimeout {
+                attempts.timedOut(daemonHeldConnection: timeout.connectionHeld)
             }
         }
     }
@@ -51,7 +51,11 @@ extension RemoteStore {
         }
     }
 
-    private enum ExchangeTimeout: Error { case timedOut }
+    /// An attempt got no reply in time; `connectionHeld`: on one connection, ready all along
+    /// (the daemon is there, and slow), rather than one lost or never made (it went away).
+    private struct ExchangeTimeout: Error {
+        var connectionHeld: Bool
+    }
 
     /// One request and its reply, on the current connection.
     private func exchange(_ body: WireMessage.Body, on connection: inout Connection, wait: TimeInterval) throws
@@ -62,6 +66,7 @@ extension RemoteStore {
         connection.nextRequestID += 1
         connection.dealer.send([WireMessage(requestID: id, body: body).encoded()])
         connection.requestWentOut = true
+        let connectionAtSend = connection.dealer.connectionsMade
         let deadline = Date().addingTimeInterval(wait)
         while Date() < deadline {
             let remaining = max(1, Int(deadline.timeIntervalSinceNow * 1000))
@@ -85,7 +90,8 @@ extension RemoteStore {
             }
             return reply.body
         }
-        throw ExchangeTimeout.timedOut
+        throw ExchangeTimeout(
+            connectionHeld: connection.dealer.isReady && connection.dealer.connectionsMade == connectionAtSend)
     }
 
     /// Says hello to a daemon that restarted. Its sequence numbers go on where they were, so

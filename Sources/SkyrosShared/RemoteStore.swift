@@ -17,6 +17,8 @@ import Synchronization
 ///
 /// A request that gets no answer within ``retryInterval`` is sent again on a new
 /// connection (saying hello again when the daemon restarted), until ``timeout`` has passed;
+/// while the daemon holds the connection and is only slow, each attempt waits twice as long
+/// as the one before (at most 8 × ``retryInterval``);
 /// then it fails with ``SkyrosError/Code/daemonUnavailable``: no call ever waits forever.
 /// A save sent again carries the same client id and save number, so the daemon applies it
 /// once and acknowledges it again (exactly-once saves). When a save fails with
@@ -167,8 +169,9 @@ public final class RemoteStore: PersistentStore, @unchecked Sendable {
     ///     (``Skyros/containerURL(forApplicationGroup:)``).
     ///   - clientName: the name the daemon shows for this client (default: the process name).
     ///   - timeout: how long a request waits for the daemon, in all.
-    ///   - retryInterval: how long one attempt waits for its reply before the request is sent
-    ///     again on a new connection.
+    ///   - retryInterval: how long an attempt waits for its reply before the request is sent
+    ///     again on a new connection (twice as long as the last, at most 8 times this, while the
+    ///     daemon holds the connection and is only slow).
     ///   - eventQueueLimit: how many received change-event messages the event thread reads
     ///     ahead of merging them; past it, events wait in the kernel's socket buffer, then in
     ///     the daemon's queue for this client, which drops what does not fit: those are

@@ -49,13 +49,15 @@ extension Skyros {
             self.completionQueue.async { for error in errors { self.handleError(error) } }
         }
         // Refusals that came while no app of this stack ran are told too (PowerSync's upload
-        // queue keeps a failed entry until the app deals with it): asked once, in the
-        // background; a daemon without sync has none, one older than the request says so.
-        completionQueue.async { [weak self, weak remote] in
-            guard let self, let remote, let outstanding = try? remote.syncRejections(), !outstanding.isEmpty else {
-                return
+        // queue keeps a failed entry until the app deals with it): asked once, here (one round
+        // trip, before any request of the app's: asked in the background, it came among them),
+        // told on the completion queue; a daemon without sync has none, one older than the
+        // request says so.
+        if let outstanding = try? remote.syncRejections(), !outstanding.isEmpty {
+            completionQueue.async { [weak self] in
+                guard let self else { return }
+                for rejection in outstanding { self.handleError(rejection.error) }
             }
-            for rejection in outstanding { self.handleError(rejection.error) }
         }
         remote.onRestart = { [weak self] in
             // The daemon restarted and may have lost events: what the main context holds is refreshed.

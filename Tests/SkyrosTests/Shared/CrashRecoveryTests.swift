@@ -120,7 +120,10 @@ struct CrashRecoveryTests {
             #expect(missing.isEmpty, "writer \(index): acknowledged but not stored once: \(missing.prefix(5))")
             #expect(
                 digest(container, "\(index)") == contents.digest,
-                "writer \(index)'s main context differs from the store")
+                """
+                writer \(index)'s main context differs from the store; it said: \
+                \(output.split(separator: "\n").filter { !$0.hasPrefix("ACK ") }.suffix(5))
+                """)
         }
         kill(daemon.pid, SIGTERM)
         #expect(daemon.wait() == .exited(0))

@@ -241,16 +241,16 @@ struct RequestAttemptsTests {
     func lostReplies() {
         var attempts = RequestAttempts(now: start, timeout: .seconds(2), retryInterval: .seconds(1))
         _ = attempts.next(now: start)
-        attempts.timedOut()
+        attempts.timedOut(daemonHeldConnection: false)
         #expect(
             attempts.next(now: start + .seconds(1))
                 == .attempt(wait: .seconds(1), newConnection: true, sayHelloFirst: false))
-        attempts.timedOut()
+        attempts.timedOut(daemonHeldConnection: false)
         // The last attempt gets what is left of the timeout, never less than 10 ms.
         #expect(
             attempts.next(now: start + .milliseconds(1_995))
                 == .attempt(wait: .milliseconds(10), newConnection: true, sayHelloFirst: false))
-        attempts.timedOut()
+        attempts.timedOut(daemonHeldConnection: false)
         #expect(attempts.next(now: start + .seconds(2)) == .fail)
         #expect(attempts.attempts == 3)
     }
@@ -264,10 +264,44 @@ struct RequestAttemptsTests {
             attempts.next(now: start + .milliseconds(1))
                 == .attempt(wait: .seconds(1), newConnection: false, sayHelloFirst: true))
         attempts.welcomed()
-        attempts.timedOut()
+        attempts.timedOut(daemonHeldConnection: false)
         #expect(
             attempts.next(now: start + .seconds(2))
                 == .attempt(wait: .seconds(1), newConnection: true, sayHelloFirst: false))
+    }
+
+    @Test(
+        "a daemon that holds the connection and does not answer (slow) is asked again less and less often: 1, 2, 4, 8, 8 s"
+    )
+    func backoff() {
+        var attempts = RequestAttempts(now: start, timeout: .seconds(30), retryInterval: .seconds(1))
+        var now = start
+        var waits: [Duration] = []
+        while case .attempt(let wait, let newConnection, _) = attempts.next(now: now) {
+            #expect(newConnection == !waits.isEmpty)
+            waits.append(wait)
+            now += wait
+            attempts.timedOut(daemonHeldConnection: true)
+        }
+        #expect(waits == [1, 2, 4, 8, 8, 7].map { Duration.seconds($0) })
+    }
+
+    @Test("a connection lost (the daemon went away) brings the wait back to the retry interval")
+    func backoffEndsWithTheConnection() {
+        var attempts = RequestAttempts(now: start, timeout: .seconds(60), retryInterval: .seconds(1))
+        var now = start
+        for _ in 0..<3 {
+            guard case .attempt(let wait, _, _) = attempts.next(now: now) else { return }
+            now += wait
+            attempts.timedOut(daemonHeldConnection: true)
+        }
+        #expect(attempts.next(now: now) == .attempt(wait: .seconds(8), newConnection: true, sayHelloFirst: false))
+        now += .seconds(8)
+        attempts.timedOut(daemonHeldConnection: false)  // the daemon was killed meanwhile
+        #expect(attempts.next(now: now) == .attempt(wait: .seconds(1), newConnection: true, sayHelloFirst: false))
+        now += .seconds(1)
+        attempts.timedOut(daemonHeldConnection: false)  // not back yet
+        #expect(attempts.next(now: now) == .attempt(wait: .seconds(1), newConnection: true, sayHelloFirst: false))
     }
 
     @Test("a request always gets one attempt, even with a timeout already past")

@@ -3,11 +3,58 @@ import Testing
 
 /// A child process of the test helper, started like a shell would (default signal
 /// dispositions, nothing blocked) and reaped by pid, even when the test fails.
+///
+/// Its stdout and stderr (one pipe) are read all the time by a thread of their own, whether
+/// or not the test looks at them: a child that writes more than a pipe holds (64 KiB; a
+/// skyrosd logging every reconnection of eight clients through eight restarts does) would
+/// otherwise block in `write` and stop answering, even to SIGTERM.
 final class ChildProcess: @unchecked Sendable {
     let pid: pid_t
-    private let outputFD: Int32
-    private var buffer = Data()
+    private let output: Output
     private var reaped = false
+
+    /// What the child wrote so far, filled by the reading thread until end of file.
+    private final class Output: @unchecked Sendable {
+        let condition = NSCondition()
+        var data = Data()  // guarded by condition
+        var ended = false  // guarded by condition
+
+        /// Reads `descriptor` until end of file on a thread of its own, then closes it.
+        func drain(_ descriptor: Int32) {
+            let thread = Thread { [self] in
+                var bytes = [UInt8](repeating: 0, count: 65_536)
+                while true {
+                    let count = read(descriptor, &bytes, bytes.count)
+                    if count < 0 && errno == EINTR { continue }
+                    condition.lock()
+                    if count > 0 { data.append(contentsOf: bytes[0..<count]) } else { ended = true }
+                    condition.broadcast()
+                    condition.unlock()
+                    if count <= 0 { break }
+                }
+                close(descriptor)
+            }
+            thread.name = "ChildProcess output"
+            thread.start()
+        }
+
+        /// Waits until `satisfied` holds of the text so far and whether the output ended, or
+        /// `deadline` passes (none: no limit; Foundation's `wait(until: .distantFuture)` traps);
+        /// whether it held.
+        func wait(until deadline: Date?, for satisfied: (String, Bool) -> Bool) -> Bool {
+            condition.lock()
+            defer { condition.unlock() }
+            while true {
+                if satisfied(String(decoding: data, as: UTF8.self), ended) { return true }
+                if ended { return false }
+                if let deadline {
+                    if !condition.wait(until: deadline) { return false }
+                } else {
+                    condition.wait()
+                }
+            }
+        }
+    }
 
     /// The helper executable, next to the test binary in the build folder.
     static var helperURL: URL {
@@ -57,33 +104,26 @@ final class ChildProcess: @unchecked Sendable {
             throw POSIXError(POSIXErrorCode(rawValue: status) ?? .ENOENT)
         }
         pid = child
-        outputFD = pipeFDs[0]
+        output = Output()
+        output.drain(pipeFDs[0])
     }
 
-    /// Reads stdout until a line equal to `line` arrives; false on timeout or end of file.
+    /// Waits until a line equal to `line` has been written (at any time since the start);
+    /// false on timeout or end of file.
     func waitForLine(_ line: String, seconds: Double = 20) -> Bool {
-        let deadline = Date().addingTimeInterval(seconds)
-        while Date() < deadline {
-            if String(decoding: buffer, as: UTF8.self).split(separator: "\n").contains(Substring(line)) { return true }
-            var descriptor = pollfd(fd: outputFD, events: Int16(POLLIN), revents: 0)
-            guard poll(&descriptor, 1, 100) >= 0 else { return false }
-            if descriptor.revents != 0, !readChunk() { return false }
+        output.wait(until: Date().addingTimeInterval(seconds)) { text, _ in
+            text.split(separator: "\n").contains(Substring(line))
         }
-        return false
     }
 
-    private func readChunk() -> Bool {
-        var bytes = [UInt8](repeating: 0, count: 4096)
-        let count = read(outputFD, &bytes, bytes.count)
-        guard count > 0 else { return false }
-        buffer.append(contentsOf: bytes[0..<count])
-        return true
-    }
-
-    /// All of stdout, once the process has closed it.
+    /// All of stdout and stderr, once the process has closed them (that is, ended).
     func readAll() -> String {
-        while readChunk() {}
-        return String(decoding: buffer, as: UTF8.self)
+        var all = ""
+        _ = output.wait(until: nil) { text, ended in
+            all = text
+            return ended
+        }
+        return all
     }
 
     enum Ending: Equatable {
@@ -154,6 +194,5 @@ final class ChildProcess: @unchecked Sendable {
             var status: Int32 = 0
             waitpid(pid, &status, 0)
         }
-        close(outputFD)
     }
 }

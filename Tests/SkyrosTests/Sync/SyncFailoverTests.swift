@@ -140,8 +140,22 @@ struct SyncFailoverTests {
                 database: database)
             return counts.split(separator: ",").allSatisfy { (Int($0) ?? 0) >= 20 }
         }
-        try #require(
-            uploading, "the machines' saves did not reach the primary; A: \(logs[0].value), B: \(logs[1].value)")
+        if !uploading {
+            stop.withValue { $0 = true }
+            var endings: [String] = []
+            for task in writers {
+                do { try await task.value } catch { endings.append("\(error)") }
+            }
+            let counts = try? primary.psql(
+                #"SELECT count(*) FILTER (WHERE handle LIKE 'a%') || ',' || count(*) FILTER (WHERE handle LIKE 'b%') FROM g_sync."User""#,
+                database: database)
+            Issue.record(
+                """
+                the machines' saves did not reach the primary: saved \(saved[0].value) and \(saved[1].value), \
+                on the primary \(counts ?? "?"), the writers' errors \(endings); A: \(logs[0].value), B: \(logs[1].value)
+                """)
+            return
+        }
         #expect(try standby.psql(#"SELECT count(*) > 0 FROM g_sync."User""#, database: database) == "t")
 
         // The standby stops taking the primary's log: every commit on the primary now waits for
