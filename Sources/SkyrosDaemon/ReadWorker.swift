@@ -8,14 +8,15 @@ import SkyrosWire
 ///
 /// Its thread runs at a lower priority than the daemon's others (its nice value
 /// ``niceIncrement`` higher): when the machine is busy, the commits and the replies of the
-/// serve loop get more of the processor than reads. Not much lower: a nice value is weighed
-/// against every thread of the machine, not only the daemon's, and at +10 a reader beside 6
-/// busy processes on 2 cores got so little that the kill-storm test's eight clients, each
-/// fetching 4,000 users and 8,000 posts, waited past their 30 s timeout; at +5 they got
-/// their replies in 8–14 s, at 0 in 4–6 s. (At +10, with 4 processes fetching 2,000 objects
-/// in a loop beside a writer on 2 cores, the writer's saves per second went from 0.33× to
-/// about 0.5–0.6× of its rate alone, and the reads from 62 to 41–51 fetches per second;
-/// `skyros-bench shared --flood` has not been run again at +5.)
+/// serve loop get the processor first, and reads wait (with 4 processes fetching 2,000
+/// objects in a loop beside a writer on 2 cores, the writer's saves per second went from
+/// 0.33× to about 0.5–0.6× of its rate alone; the reads from 62 to 41–51 fetches per second).
+/// The price: a nice value is weighed against every thread of the machine, not only the
+/// daemon's. Beside 6 processes that only burn the processor on 2 cores, eight clients each
+/// fetching 4,000 users and 8,000 posts waited more than 30 s for their replies at +10, 8–14 s
+/// at +5, 4–6 s at 0 (debug build). +5 made the test suite's in-process daemons' readers
+/// slow its sync tests past their limits; +10 stays until `skyros-bench shared --flood`
+/// weighs the two.
 ///
 /// The serve loop hands it requests with ``submit(_:)``; the encoded replies come back
 /// through ``takeReplies()``, and ``wakeDescriptor`` becomes readable when there are some
@@ -142,7 +143,7 @@ final class ReadWorker: @unchecked Sendable {
     }
 
     /// How much higher the reader thread's nice value is than the thread that made it.
-    static let niceIncrement: Int32 = 5
+    static let niceIncrement: Int32 = 10
 
     private func run() {
         Self.lowerPriority(by: Self.niceIncrement)

@@ -17,10 +17,12 @@ struct AbandonedReadsTests {
         let daemon = try RunningDaemon()
         let store = try Skyros(sharedStack: testSchema, container: daemon.container.url)
         try store.writeAndWait { context in
-            for index in 0..<2_000 { User.create(in: context).handle = "u\(index)" }
+            for index in 0..<1_000 { User.create(in: context).handle = "u\(index)" }
         }
-        // A raw client asks 200 fetches of the 2,000 users at once, then leaves before the
-        // replies: the reader takes long over each, and the connection closes meanwhile.
+        // A raw client asks 100 fetches of the 1,000 users at once, then leaves before the
+        // replies: the reader takes milliseconds over each, and the connection closes meanwhile.
+        // (Kept small: in the full suite, this daemon's reader shares the processor with the
+        // other tests, and answering all of them would cost it seconds.)
         let context = try ZeroMQContext()
         let dealer = try ZeroMQSocket(context: context, kind: .dealer)
         try dealer.setReceiveTimeout(milliseconds: 5_000)
@@ -33,7 +35,7 @@ struct AbandonedReadsTests {
             Issue.record("no welcome: \(welcome.body.kind)")
             return
         }
-        let fetches = 200
+        let fetches = 100
         for id in 0..<fetches {
             let fetch = WireMessage(requestID: UInt64(2 + id), body: .fetch(StoreRequest(entityName: "User")))
             try dealer.send([Data(fetch.encoded())])
@@ -49,8 +51,8 @@ struct AbandonedReadsTests {
             answered += 1
         }
         dealer.close()
-        // The daemon notices the close and drops what it had not started: most of them (a
-        // fetch of 2,000 users takes the reader milliseconds; the close is seen at once).
+        // The daemon notices the close and drops what it had not started: most of them (the
+        // close is seen at once).
         let deadline = Date().addingTimeInterval(30)
         while daemon.server.statistics.readsDropped < fetches / 2 && Date() < deadline {
             try await Task.sleep(for: .milliseconds(20))
@@ -59,9 +61,9 @@ struct AbandonedReadsTests {
         #expect(daemon.server.statistics.readsDropped <= fetches - answered)
         // Still serving: another client's read is answered, and saves go on.
         let count = try await store.read { try User.count(in: $0) }
-        #expect(count == 2_000)
+        #expect(count == 1_000)
         try store.writeAndWait { context in User.create(in: context).handle = "after" }
         let after = try await store.read { try User.count(in: $0) }
-        #expect(after == 2_001)
+        #expect(after == 1_001)
     }
 }
