@@ -142,7 +142,7 @@ package final class DaemonServer {
         package var commitWaits = 0
         /// Fetches, counts and faults not answered because nobody waited for them any more:
         /// their connection closed first (a client whose attempt timed out sends it again on a
-        /// new one), or the daemon stopped (see ``ReadWorker``).
+        /// new one, or exits; see ``ReadWorker``).
         package var readsDropped = 0
 
         /// Statistics with the given counts.
@@ -295,7 +295,7 @@ package final class DaemonServer {
             perform(turn.endOfInput(requestsWaiting: { sockets.hasInput }))
             if commits { turn.commitDelay.committed(at: .now) }
         }
-        reader.stop()  // finishes the read it is answering; the others' clients send them again
+        reader.stop()  // answers the reads already submitted (those of closed connections were dropped)
         sendReads()
         perform(turn.stopping())
     }

@@ -24,7 +24,7 @@ import SkyrosWire
 ///
 /// Reads nobody waits for any more are not answered: those of a connection that closed
 /// (``cancel(identity:)``: a client whose attempt timed out sends the request again on a new
-/// connection, and closes the old one) and, at ``stop()``, those not started. Otherwise a
+/// connection, and closes the old one; or it exited). Otherwise a
 /// reader slower than the clients' retry interval (a busy machine, where its lower priority
 /// leaves it little) would answer each abandoned attempt in turn, and fall further behind
 /// with each: the kill-storm test's eight clients, each fetching 4,000 users again every
@@ -128,16 +128,14 @@ final class ReadWorker: @unchecked Sendable {
         }
     }
 
-    /// Stops the thread once the read it is answering is done, and returns then. The reads
-    /// not started are dropped: their clients send them again, to the next daemon.
+    /// Answers what was submitted (the reads of connections still open: their clients wait
+    /// for them, and would otherwise ask again only after their retry interval), then stops
+    /// the thread; returns once it has.
     func stop() {
-        let (count, handler) = condition.withLock {
+        condition.withLock {
             stopping = true
-            defer { jobs = [] }
             condition.broadcast()
-            return (jobs.count, droppedHandler)
         }
-        if count > 0 { handler(count) }
         if thread != nil { finished.wait() }
         thread = nil
     }
@@ -150,7 +148,7 @@ final class ReadWorker: @unchecked Sendable {
         while let batch = nextJobs() {
             var answered: [Reply] = []
             for job in batch {
-                let skipped = condition.withLock { stopping || closed.contains(job.identity) ? droppedHandler : nil }
+                let skipped = condition.withLock { closed.contains(job.identity) ? droppedHandler : nil }
                 if let skipped {
                     skipped(1)
                     continue
