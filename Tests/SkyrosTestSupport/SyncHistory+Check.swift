@@ -211,6 +211,13 @@ private struct CheckContext {
         let deletions = Dictionary(
             grouping: history.operations.filter { $0.kind == .delete && $0.found && $0.object != nil },
             by: { $0.object! })
+        // Deletes whose save failed with its outcome unknown (daemonUnavailable, outcome
+        // unknown): applied or not, nobody was told.
+        let uncertainDeletions = Dictionary(
+            grouping: history.operations.filter {
+                $0.kind == .delete && !$0.acknowledged && $0.error != nil && $0.object != nil
+            },
+            by: { $0.object! })
         func at(_ time: Double) -> String { String(format: "%.3f s", time) }
         for (number, write) in writes.enumerated() {
             let object = write.object!
@@ -236,10 +243,17 @@ private struct CheckContext {
                             "client \(write.client) inserted \(object) (\(handle)) at \(at(write.end)): deleted on the server, by no delete of it"
                         )
                     }
-                } else if deletions[object, default: []].contains(where: {
-                    $0.acknowledged && $0.machine == write.machine && $0.start >= write.end && !deleted.contains(object)
-                }) {
-                    counts.madeAndDeleted += 1  // inserted and deleted within one upload batch: never sent
+                } else if !deleted.contains(object),
+                    deletions[object, default: []].contains(where: {
+                        $0.acknowledged && $0.machine == write.machine && $0.start >= write.end
+                    })
+                        || uncertainDeletions[object, default: []].contains(where: {
+                            $0.machine == write.machine && $0.start >= write.end
+                        })
+                {
+                    // Inserted and deleted within one upload batch: never sent. The delete may be
+                    // one whose save failed with its outcome unknown: applied all the same.
+                    counts.madeAndDeleted += 1
                 } else {
                     lost.append(
                         "client \(write.client) (machine \(write.machine)) inserted \(object) (\(handle)) at \(at(write.end)): never on the server, not refused"
@@ -439,6 +453,8 @@ private struct CheckContext {
             var floor: [String: (position: Int64, value: String, wrote: Bool)] = [:]
             var insertedAt: [UUID: (time: Double, handle: String)] = [:]
             var deletedAt: [UUID: Double] = [:]
+            // Its deletes whose save failed with the outcome unknown: the object may be gone.
+            var maybeDeleted: Set<UUID> = []
             var currentLife: Int?
             for operation in operations.sorted(by: { $0.start < $1.start }) {
                 // A store restored from a backup goes back to it: the client's session starts
@@ -449,6 +465,7 @@ private struct CheckContext {
                         floor = [:]
                         insertedAt = [:]
                         deletedAt = [:]
+                        maybeDeleted = []
                     }
                     currentLife = life
                 }
@@ -458,6 +475,11 @@ private struct CheckContext {
                     case .delete: deletedAt[object] = operation.end
                     default: break
                     }
+                }
+                if operation.kind == .delete, !operation.acknowledged, operation.error != nil,
+                    let object = operation.object
+                {
+                    maybeDeleted.insert(object)
                 }
                 if operation.kind == .update, operation.acknowledged, operation.found, let object = operation.object,
                     let property = operation.property, let value = operation.value, !refusedTokens.contains(value),
@@ -479,7 +501,8 @@ private struct CheckContext {
                                 )
                             }
                         } else if let insert = insertedAt[read.object], !refusedObjects.contains(read.object) {
-                            if read.value != insert.handle {
+                            if read.value != insert.handle && !(read.value == nil && maybeDeleted.contains(read.object))
+                            {
                                 violations.append(
                                     "client \(client) read \(read.object) as \(read.value ?? "missing") at \(String(format: "%.3f", operation.end)) s after inserting it with handle \(insert.handle)"
                                 )
