@@ -57,7 +57,7 @@ final class ReadWorker: @unchecked Sendable {
     private var stopping = false
     /// Connections closed while the reader answers a batch: their jobs in it are skipped.
     private var closed: Set<Data> = []
-    /// Told how many reads were dropped (their connection closed, or the reader stopped),
+    /// Told how many reads were dropped (their connection closed before they were answered),
     /// each time some are; on the thread that dropped them.
     var onDropped: @Sendable (Int) -> Void {
         get { condition.withLock { droppedHandler } }
