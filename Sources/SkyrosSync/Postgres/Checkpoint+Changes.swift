@@ -14,8 +14,9 @@ extension ServerSession {
     /// named by the log, 2 a row of a changed object (`c`: its cells as a text array),
     /// 3 a refusal.
     ///
-    /// - Returns: nil when `previous` is older than the log's horizon: the machine needs a
-    ///   snapshot instead.
+    /// - Returns: nil when `previous` is older than the log's horizon (its xmin is below it,
+    ///   and it does not see the transaction that set it, ``ServerSchema/horizonTransactionSQL(_:)``):
+    ///   the machine needs a snapshot instead.
     package func readChanges(after previous: String, rejectedAfter: Int64, machine: UUID) async throws -> Checkpoint? {
         let rows = try await run(
             changesSQL, [previous, machine.uuidString.lowercased(), String(rejectedAfter)], prepared: true)
@@ -79,7 +80,10 @@ extension ServerSession {
             """
             SELECT '0'::text, pg_current_snapshot()::text || '|' || pg_snapshot_xmin(pg_current_snapshot())::text, \
             (SELECT coalesce(max(number), 0)::text FROM \(quoted)._skyros_uploads WHERE machine = ($2::text)::uuid) || '|' || \
-            (pg_snapshot_xmin(($1::text)::pg_snapshot) < (SELECT value FROM \(quoted)._skyros_meta WHERE key = 'horizon')::xid8)::text, \
+            (SELECT (pg_snapshot_xmin(($1::text)::pg_snapshot) < h.value::xid8 AND NOT coalesce(split_part(t.value, ':', 1) = h.value \
+            AND pg_visible_in_snapshot(split_part(t.value, ':', 2)::xid8, ($1::text)::pg_snapshot), false))::text \
+            FROM \(quoted)._skyros_meta AS h LEFT JOIN \(quoted)._skyros_meta AS t ON t.key = 'horizonTransaction' \
+            WHERE h.key = 'horizon'), \
             (SELECT (extract(epoch FROM clock_timestamp() - max(at)) * 1000)::bigint::text FROM changed)
             """,
             "SELECT '1', entity, id::text, NULL FROM changed",

@@ -256,13 +256,17 @@ extension ServerSession {
                 // (``readChanges(after:rejectedAfter:machine:)``): just past the last row dropped, a machine
                 // whose snapshot had that transaction already is not sent back to a snapshot.
                 // Nothing dropped: no update. Never lowered (a truncation or a repair may have
-                // raised it further).
+                // raised it further). Moved, it names this transaction as the one that moved it
+                // (``ServerSchema/horizonTransactionSQL(_:)``): a snapshot taken after it
+                // committed has every row it dropped (each of a transaction finished before it).
                 try await run(
                     """
                     WITH gone AS (DELETE FROM \(quoted)._skyros_log WHERE xid < $1::xid8 RETURNING xid), \
-                    past AS (SELECT ((max(xid)::text::numeric + 1)::text)::xid8 AS xid FROM gone) \
-                    UPDATE \(quoted)._skyros_meta AS meta SET value = past.xid::text FROM past \
-                    WHERE meta.key = 'horizon' AND past.xid IS NOT NULL AND meta.value::xid8 < past.xid
+                    past AS (SELECT ((max(xid)::text::numeric + 1)::text)::xid8 AS xid FROM gone), \
+                    moved AS (UPDATE \(quoted)._skyros_meta AS meta SET value = past.xid::text FROM past \
+                    WHERE meta.key = 'horizon' AND past.xid IS NOT NULL AND meta.value::xid8 < past.xid RETURNING meta.value) \
+                    UPDATE \(quoted)._skyros_meta AS meta SET value = moved.value || ':' || pg_current_xact_id()::text \
+                    FROM moved WHERE meta.key = 'horizonTransaction'
                     """, [bound])
             }
             try await run("COMMIT")

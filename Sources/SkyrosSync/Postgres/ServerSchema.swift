@@ -109,6 +109,27 @@ package struct ServerSchema: Sendable {
     /// The table of an entity, when the schema has it.
     package func table(_ entity: String) -> Table? { byName[entity].map { tables[$0] } }
 
+    /// The statement that records the transaction running it as the one that set the horizon
+    /// (`horizonTransaction` in `_skyros_meta`: `horizon:xid`), run in the transaction that
+    /// moved it. `quotedSchema`: the schema's quoted name.
+    ///
+    /// A checkpoint is past the horizon when its snapshot's xmin is below it: it may lack a log
+    /// row dropped since, or precede a truncation or a repair. But a snapshot's xmin is the
+    /// oldest transaction running in the whole cluster, whatever database it is in: while one
+    /// transaction older than the horizon runs (a `pg_dump`, a session left idle in a
+    /// transaction, in any database), every snapshot's xmin stays below it, and every machine
+    /// read a snapshot of every table, then another, until that transaction ended. A snapshot
+    /// that sees the transaction that moved the horizon was taken after it committed, and so
+    /// has every change it could lack: such a checkpoint is not past the horizon
+    /// (``ServerSession/changesSQL(_:)``). The pair counts only while `horizon` still holds the
+    /// value it names: a daemon of an earlier version moves the horizon without it.
+    static func horizonTransactionSQL(_ quotedSchema: String) -> String {
+        """
+        UPDATE \(quotedSchema)._skyros_meta SET value = (SELECT value FROM \(quotedSchema)._skyros_meta WHERE key = 'horizon') \
+        || ':' || pg_current_xact_id()::text WHERE key = 'horizonTransaction'
+        """
+    }
+
     /// The LISTEN/NOTIFY channel of the group's changes.
     package var channel: String { Self.channel(ofSchema: name) }
 
@@ -154,9 +175,14 @@ package struct ServerSchema: Sendable {
             "CREATE TABLE IF NOT EXISTS \(schema)._skyros_meta (key text PRIMARY KEY, value text NOT NULL)",
             // The horizon starts at the schema's creation: a machine whose last checkpoint is
             // older (it synced with a schema since dropped and made again) reads a snapshot.
+            // `horizonTransaction` (``ServerSchema/horizonTransactionSQL(_:)``) names the
+            // transaction that set it: a checkpoint that sees it is not older, whatever
+            // transaction of the cluster was still running.
             """
             INSERT INTO \(schema)._skyros_meta (key, value) \
-            VALUES ('horizon', pg_snapshot_xmax(pg_current_snapshot())::text) ON CONFLICT DO NOTHING
+            VALUES ('horizon', pg_snapshot_xmax(pg_current_snapshot())::text), \
+            ('horizonTransaction', pg_snapshot_xmax(pg_current_snapshot())::text || ':' || pg_current_xact_id()::text) \
+            ON CONFLICT DO NOTHING
             """,
             // One statement-level trigger per kind of change, with its transition table: a
             // multi-row INSERT of 1,000 rows logs them in one set-based INSERT (a row-level
@@ -191,6 +217,7 @@ package struct ServerSchema: Sendable {
               IF TG_TABLE_NAME = '_skyros_log' THEN
                 UPDATE \(schema)._skyros_meta SET value = pg_snapshot_xmax(pg_current_snapshot())::text
                   WHERE key = 'horizon' AND value::xid8 < pg_snapshot_xmax(pg_current_snapshot());
+                \(Self.horizonTransactionSQL(schema));
                 logged := 1;
               ELSE
                 EXECUTE format('INSERT INTO \(schema.replacingOccurrences(of: "'", with: "''"))._skyros_log (entity, id) SELECT $1, "_id" FROM %I.%I',
@@ -307,6 +334,7 @@ package struct ServerSchema: Sendable {
                 UPDATE \(Self.quote(name))._skyros_meta SET value = pg_snapshot_xmax(pg_current_snapshot())::text \
                 WHERE key = 'horizon' AND value::xid8 < pg_snapshot_xmax(pg_current_snapshot())
                 """)
+            statements.append(Self.horizonTransactionSQL(Self.quote(name)))
         }
         statements.append(
             """

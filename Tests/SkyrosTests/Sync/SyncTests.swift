@@ -448,6 +448,53 @@ struct SyncTests {
         try await second.close()
     }
 
+    @Test(
+        "a transaction left open in another database of the cluster does not hold sync back: machines made after it began converge, and after a truncated log they re-read one snapshot, not one after another"
+    )
+    func transactionOpenElsewhere() async throws {
+        // A snapshot's xmin is the oldest transaction running in the whole cluster: while this
+        // one runs, every checkpoint's xmin is at most its id, below the horizon set when the
+        // group's schema is made next. Each checkpoint used to count as past the horizon, and
+        // the machines read a snapshot, then another, until the transaction ended.
+        let postgres = try PostgresServer.shared()
+        var elsewhere = try Server(postgres).configuration
+        elsewhere.database = "postgres"
+        var logger = Logger(label: "test")
+        logger.logLevel = .critical
+        let open = try await PostgresConnection.connect(
+            on: MultiThreadedEventLoopGroup.singleton.any(), configuration: try elsewhere.connectionConfiguration(),
+            id: 1, logger: logger)
+        do {
+            try await open.query("BEGIN", logger: logger)
+            var held: UInt64 = 0
+            for try await id in try await open.query("SELECT pg_current_xact_id()::text", logger: logger).decode(
+                String.self)
+            {
+                held = UInt64(id) ?? 0
+            }
+            #expect(held > 0)
+
+            let (server, machines, a, b) = try twoMachines(postgres)
+            defer { withExtendedLifetime(machines) {} }
+            try await insert("first", into: a)
+            #expect(await eventually { try await handles(b) == ["first"] })
+            // Taken while the transaction ran: the test is the one it means to be.
+            let checkpoint = UInt64((try syncStatus(machines.1))["checkpoint"] as? Int ?? 0)
+            #expect(checkpoint > 0 && checkpoint <= held, "B's checkpoint \(checkpoint), the open transaction \(held)")
+
+            try server.psql("TRUNCATE g_sync._skyros_log")
+            try await insert("second", into: b)
+            #expect(await eventually { try await handles(a) == ["first", "second"] })
+            try await insert("third", into: a)
+            #expect(await eventually { try await handles(b) == ["first", "second", "third"] })
+        } catch {
+            try? await open.close()
+            throw error
+        }
+        try await open.query("ROLLBACK", logger: logger)
+        try await open.close()
+    }
+
     @Test("a machine away past the log's retention re-syncs from a snapshot and converges, deletions included")
     func resyncAfterRetention() async throws {
         // A server of its own: the compaction stops at the oldest transaction still running
