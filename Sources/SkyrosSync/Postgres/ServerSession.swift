@@ -96,6 +96,15 @@ package struct ServerSession: Sendable {
         do {
             // One machine at a time: two daemons starting together would both add a column.
             try await run("SELECT pg_advisory_xact_lock(hashtext(\(ServerSchema.literal(schema.name))))")
+            // Looked at again under the lock: the daemon that held it may have made everything.
+            // Its DDL again (ALTER TABLE takes an exclusive lock, even for a column that
+            // exists) would wait for that daemon's first uploads, and deadlock with them: two
+            // machines started together on a new server, one went offline with "deadlock
+            // detected" after a second.
+            guard !schema.migrationSQL(try await existing()).isEmpty else {
+                try await run("COMMIT")
+                return
+            }
             for statement in schema.syncTablesSQL { try await run(statement) }
             for statement in schema.migrationSQL(try await existing()) {
                 try await run(statement)

@@ -6,6 +6,7 @@ import Skyros
 import SkyrosShared
 import SkyrosSync
 import SkyrosTestSupport
+import Synchronization
 import Testing
 
 /// Sync with PostgreSQL (DESIGN §9): daemons of one group on two "machines" (two group
@@ -527,6 +528,58 @@ struct SyncTests {
         let restarted = try RunningDaemon(directory: directory, sync: server.configuration)
         let again = try Skyros(sharedStack: testSchema, container: restarted.container.url)
         #expect(await eventually { try await handles(again) == ["kept", "new"] })
+    }
+
+    @Test(
+        "a daemon that found the server's schema incomplete, then waited for another's setup to finish, runs no DDL of its own: it does not wait for (or deadlock with) the other machine's first uploads"
+    )
+    func setupAfterAnotherDaemon() async throws {
+        // Two machines started together on a new server: the second saw no tables, waited for
+        // the first's setup, then ran every DDL statement again — an ALTER TABLE of the uploads
+        // table takes an exclusive lock even for a column that exists, and the first machine,
+        // uploading by then, deadlocked with it ("deadlock detected" after a second, offline).
+        let server = try Server()
+        try await SyncSetup.run(server.configuration, schema: testSchema, log: { _ in })
+        try server.psql(#"DROP TRIGGER _skyros_inserted ON g_sync."User""#)
+        var logger = Logger(label: "test")
+        logger.logLevel = .critical
+        let configuration = try server.configuration.connectionConfiguration()
+        let schema = ServerSchema(testSchema, name: server.schema)
+        func connect(_ id: Int) async throws -> PostgresConnection {
+            try await PostgresConnection.connect(
+                on: MultiThreadedEventLoopGroup.singleton.any(), configuration: configuration, id: id, logger: logger)
+        }
+        let (first, uploader, second) = (try await connect(1), try await connect(2), try await connect(3))
+        // The first daemon's setup, in its transaction, under the setup lock.
+        try await first.query("BEGIN", logger: logger)
+        try await first.query("SELECT pg_advisory_xact_lock(hashtext('g_sync'))", logger: logger)
+        for statement in schema.migrationSQL(
+            try await ServerSession(connection: first, schema: schema, logger: logger).existing())
+        {
+            try await first.query(PostgresQuery(unsafeSQL: statement), logger: logger)
+        }
+        // An upload of another machine, holding the uploads table as an upload does.
+        try await uploader.query("BEGIN", logger: logger)
+        try await uploader.query("LOCK TABLE g_sync._skyros_uploads IN ROW EXCLUSIVE MODE", logger: logger)
+        // The second daemon sees the trigger missing, and waits for the setup lock.
+        final class Done: Sendable { let value = Mutex(false) }
+        let done = Done()
+        let setup = Task { [logger] in
+            try await ServerSession(connection: second, schema: schema, logger: logger).ensureSchema()
+            done.value.withLock { $0 = true }
+        }
+        let waiting = await eventually(seconds: 10) {
+            try server.psql("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted") == "1"
+        }
+        #expect(waiting)
+        try await first.query("COMMIT", logger: logger)
+        #expect(
+            await eventually(seconds: 10) { done.value.withLock { $0 } },
+            "the second setup waits for the upload's lock on the uploads table")
+        try await uploader.query("COMMIT", logger: logger)
+        try await setup.value
+        #expect(try server.psql(#"SELECT count(*) FROM pg_trigger WHERE tgname = '_skyros_inserted' AND tgrelid = 'g_sync."User"'::regclass"#) == "1")
+        for connection in [first, uploader, second] { try await connection.close() }
     }
 
     @Test(
