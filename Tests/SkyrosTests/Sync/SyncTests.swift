@@ -578,7 +578,10 @@ struct SyncTests {
             "the second setup waits for the upload's lock on the uploads table")
         try await uploader.query("COMMIT", logger: logger)
         try await setup.value
-        #expect(try server.psql(#"SELECT count(*) FROM pg_trigger WHERE tgname = '_skyros_inserted' AND tgrelid = 'g_sync."User"'::regclass"#) == "1")
+        #expect(
+            try server.psql(
+                #"SELECT count(*) FROM pg_trigger WHERE tgname = '_skyros_inserted' AND tgrelid = 'g_sync."User"'::regclass"#
+            ) == "1")
         for connection in [first, uploader, second] { try await connection.close() }
     }
 
