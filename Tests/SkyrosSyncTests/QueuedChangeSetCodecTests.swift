@@ -68,4 +68,20 @@ import Testing
         let json = try JSONEncoder().encode(changes)
         #expect(try QueuedChangeSet.decode(json) == changes)
     }
+
+    @Test func aNonceFollowsTheFlagsAndMakesTheSameContentAnotherDigest() throws {
+        var changes = Self.changes(.integer(3))
+        let without = [UInt8](changes.encoded())
+        changes.nonce = 0x0102_0304_0506_0708
+        let with = [UInt8](changes.encoded())
+        // The flags byte says a nonce follows; then its 8 bytes, little-endian; then as before.
+        #expect(Array(with.prefix(10)) == [QueuedChangeSet.binaryFormat, without[1] | 2, 8, 7, 6, 5, 4, 3, 2, 1])
+        #expect(Array(with.dropFirst(10)) == Array(without.dropFirst(2)))
+        #expect(try QueuedChangeSet.decode(Data(with)) == changes)
+        var again = changes
+        again.nonce = 0x0102_0304_0506_0709
+        #expect(again.digest != changes.digest)
+        #expect(try QueuedChangeSet.decode(Data(without)).nonce == nil)
+        #expect(throws: SkyrosError.self) { try QueuedChangeSet.decode(Data(with.prefix(6))) }
+    }
 }

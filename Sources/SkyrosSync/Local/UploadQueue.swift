@@ -32,6 +32,7 @@ package enum UploadQueue {
         queued.updated = event.updated.compactMap { row($0.id, $0.values) }
         queued.deleted = event.deleted.map { QueuedChangeSet.Reference(entity: $0.entityName, id: $0.uuid) }
         if !queued.reset && queued.inserted.isEmpty && queued.updated.isEmpty && queued.deleted.isEmpty { return nil }
+        queued.nonce = UInt64.random(in: 1...UInt64.max)
         return queued
     }
 }
@@ -75,6 +76,14 @@ package struct QueuedChangeSet: Codable, Sendable, Equatable {
     package var deleted: [Reference] = []
     /// The store was emptied first (`deleteAll`).
     package var reset = false
+    /// A random number drawn when the change set was queued (nil: queued before there was
+    /// one), part of its bytes and so of its ``digest``: two change sets with the same content
+    /// (the same value saved again on the same object) are still told apart. A store restored
+    /// from a backup numbers its next change sets as the original did; one of them that saved
+    /// what the original's change set of that number saved was taken for it, dropped as
+    /// "on the server already", and lost (a to-do checked again after the restore, unchecked
+    /// on the server since).
+    package var nonce: UInt64?
 
     /// Every object the change set names.
     package var objects: [Reference] {
@@ -90,7 +99,8 @@ package struct QueuedChangeSet: Codable, Sendable, Equatable {
     package func encoded() -> Data {
         var writer = WireWriter(capacity: 256)
         writer.byte(Self.binaryFormat)
-        writer.byte(reset ? 1 : 0)
+        writer.byte((reset ? 1 : 0) | (nonce != nil ? 2 : 0))
+        if let nonce { writer.fixed64(nonce) }
         writer.uvarint(UInt64(inserted.count))
         for row in inserted { writer.row(row) }
         writer.uvarint(UInt64(updated.count))
@@ -128,7 +138,9 @@ package struct QueuedChangeSet: Codable, Sendable, Equatable {
                 throw SkyrosError(.storeFailure, "a change set in the upload queue has an unknown format")
             }
             var changes = QueuedChangeSet()
-            changes.reset = try reader.byte() & 1 != 0
+            let flags = try reader.byte()
+            changes.reset = flags & 1 != 0
+            if flags & 2 != 0 { changes.nonce = try reader.fixed64() }
             for _ in 0..<(try reader.count(minimumSize: 18)) { changes.inserted.append(try reader.row()) }
             for _ in 0..<(try reader.count(minimumSize: 18)) { changes.updated.append(try reader.row()) }
             for _ in 0..<(try reader.count(minimumSize: 17)) {
@@ -144,7 +156,7 @@ package struct QueuedChangeSet: Codable, Sendable, Equatable {
     }
 
     /// The first byte of the binary form (JSON starts with `{`). After it: a flags byte (1:
-    /// reset), then the inserted rows, the updated rows and the deleted references, each list
+    /// reset, 2: a nonce follows), the nonce when there is one (8 bytes little-endian), then the inserted rows, the updated rows and the deleted references, each list
     /// a count and its items. A row is its entity, its id (16 bytes) and a count of (property
     /// name, value) pairs; a value is a tag (0 null, 1 integer, 2 real, 3 text, 4 blob) and
     /// its payload (8 bytes little-endian for numbers, a length and bytes for text and blobs).

@@ -289,6 +289,62 @@ struct SyncOperationsTests {
     }
 
     @Test(
+        "a save made offline after a restore that repeats what the original saved under its queue number is uploaded, not taken for the original's and dropped"
+    )
+    func restoredStoreRepeatsASave() async throws {
+        let server = try SyncTests.Server()
+        let directory = "/tmp/skr-\(getpid())-\(UInt32.random(in: 0...UInt32.max))"
+        let backup = URL(fileURLWithPath: directory + "-backup")
+        defer {
+            try? FileManager.default.removeItem(atPath: directory)
+            try? FileManager.default.removeItem(at: backup)
+        }
+        func firstname(_ stack: Skyros) async throws -> String {
+            try await stack.read { context in try User.all(in: context).first?.firstname ?? "?" }
+        }
+        func setFirstname(_ name: String, on stack: Skyros) async throws {
+            try await stack.write { context in try User.all(in: context).first?.firstname = name }
+        }
+        let other = try RunningDaemon(sync: server.configuration)
+        let b = try Skyros(sharedStack: testSchema, container: other.container.url)
+        let first = try RunningDaemon(directory: directory, sync: server.configuration)
+        var a: Skyros? = try Skyros(sharedStack: testSchema, container: first.container.url)
+        try await sync.insert("ann", into: a!)  // change set 1
+        #expect(await sync.eventually { try await sync.handles(b) == ["ann"] })
+        a = nil
+        first.shutDown()
+        try Self.copyStore(from: first.container.url, to: backup)
+
+        let second = try RunningDaemon(directory: directory, sync: server.configuration)
+        a = try Skyros(sharedStack: testSchema, container: second.container.url)
+        try await setFirstname("checked", on: a!)  // change set 2
+        #expect(await sync.eventually { try await firstname(b) == "checked" })
+        a = nil
+        second.shutDown()
+        try server.psql(#"UPDATE g_sync."User" SET firstname = 'unchecked'"#)
+
+        // Restored, and offline: the same save again is its change set 2, the same content.
+        try Self.copyStore(from: backup, to: second.container.url)
+        var unreachable = server.configuration
+        unreachable.servers[0].port = 1
+        let offline = try RunningDaemon(directory: directory, sync: unreachable)
+        a = try Skyros(sharedStack: testSchema, container: offline.container.url)
+        try await setFirstname("checked", on: a!)
+        a = nil
+        offline.shutDown()
+
+        let restored = try RunningDaemon(directory: directory, sync: server.configuration)
+        defer { withExtendedLifetime([first, second, offline, restored]) {} }  // a released one removes the directory
+        let again = try Skyros(sharedStack: testSchema, container: restored.container.url)
+        let uploaded = await sync.eventually {
+            try server.psql(#"SELECT firstname FROM g_sync."User""#) == "checked"
+        }
+        #expect(uploaded, "the server has \((try? server.psql(#"SELECT firstname FROM g_sync."User""#)) ?? "?")")
+        #expect(await sync.eventually { try await firstname(b) == "checked" })
+        #expect(await sync.eventually { try await firstname(again) == "checked" })
+    }
+
+    @Test(
         "a store copied to another machine is detected: both go on, one under a new machine id, and every save of both reaches everyone once"
     )
     func copiedToAnotherMachine() async throws {
