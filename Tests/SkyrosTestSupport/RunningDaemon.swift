@@ -35,6 +35,7 @@ public final class RunningDaemon: Sendable {
         self.directory = directory ?? "/tmp/skd-\(getpid())-\(UInt32.random(in: 0...UInt32.max))"
         container = GroupContainer(url: URL(fileURLWithPath: self.directory).appendingPathComponent("g"))
         let gate = self.gate
+        let log = DaemonLogs.keeping(log, name: (self.directory as NSString).lastPathComponent)
         var configuration = DaemonServer.Configuration(
             container: container, historyCount: historyCount, historyAge: historyAge,
             maximumGroupCommit: maximumGroupCommit, maximumConnections: maximumConnections,
@@ -108,6 +109,27 @@ private final class TurnGate: @unchecked Sendable {  // its state is guarded by 
         condition.withLock {
             state.held = false
             condition.broadcast()
+        }
+    }
+}
+
+/// `SKYROS_TEST_DAEMON_LOGS=DIR swift test …` keeps every in-process daemon's log in
+/// `DIR/NAME.log` (its directory's name), each line with the time it was written: a test that
+/// failed on a busy machine can be read back (the sync stalls CI met at the end of 2026-11 were
+/// found that way, not by running them again).
+private enum DaemonLogs {
+    static let directory = ProcessInfo.processInfo.environment["SKYROS_TEST_DAEMON_LOGS"]
+
+    /// `log`, and the file of the daemon `name` when the logs are kept.
+    static func keeping(_ log: @escaping @Sendable (String) -> Void, name: String) -> @Sendable (String) -> Void {
+        guard let directory, FileManager.default.createFile(atPath: directory + "/" + name + ".log", contents: nil),
+            let handle = FileHandle(forWritingAtPath: directory + "/" + name + ".log")
+        else { return log }
+        let lock = NSLock()
+        return { line in
+            let stamped = String(format: "%.3f ", Date().timeIntervalSince1970) + line + "\n"
+            lock.withLock { handle.write(Data(stamped.utf8)) }
+            log(line)
         }
     }
 }
