@@ -242,7 +242,7 @@ struct UndoTests {
         try main.performAndWait { try #require(try User.first(in: main)).firstname = "Pending" }
         let changes = stack.store.changes
         let child = try ChildProcess(["rename-user", container.path, "ada", "Theirs"])
-        #expect(child.wait(seconds: 30) == .exited(0))
+        #expect(await child.wait(seconds: 30) == .exited(0))
         #expect(await nextChange(changes, seconds: 10, where: { !$0.updated.isEmpty }) != nil)
         #expect(try mainUsers(stack) == ["Pending  0"], "an unsaved edit stays over a merged change")
         undo.undo()
@@ -377,7 +377,7 @@ struct UndoTests {
         #expect(try mainUsers(stack) == ["Mine Lovelace 0"])
         let changes = stack.store.changes
         let child = try ChildProcess(["rename-user", container.path, "ada", "Theirs"])
-        #expect(child.wait(seconds: 30) == .exited(0))
+        #expect(await child.wait(seconds: 30) == .exited(0))
         // Until the main context has merged the other process's change (bounded).
         #expect(await nextChange(changes, seconds: 10, where: { !$0.updated.isEmpty }) != nil)
         #expect(try mainUsers(stack) == ["Theirs Lovelace 0"])

@@ -81,7 +81,7 @@ struct MixedVersionProcessTests {
             first["V1"] != nil && first["V1"] == first["V1DEFAULTS"], "v1's objects read with v2's defaults: \(first)")
         #expect(
             FileManager.default.createFile(atPath: container.appendingPathComponent("stop-v1").path, contents: Data()))
-        #expect(writer.wait(seconds: 60) == .exited(0))
+        #expect(await writer.wait(seconds: 60) == .exited(0))
         let wrote = Self.numbers(writer.readAll())
         let written = try #require(wrote["WROTE"])
         #expect(written >= 40)

@@ -558,7 +558,7 @@ struct InheritanceTests {
         controller.onChange = { changes in reported.changes.append(changes.objects.map(Self.describe)) }
         let changes = stack.store.changes
         let child = try ChildProcess(["add-vehicles", container.path])
-        #expect(child.wait(seconds: 30) == .exited(0), "\(child.readAll())")
+        #expect(await child.wait(seconds: 30) == .exited(0), "\(child.readAll())")
         #expect(await nextChange(changes, seconds: 10) != nil)
         #expect(controller.fetchedObjects.map(\.plate) == ["C1", "C9"])
         #expect(reported.changes == [["insert C9"]])

@@ -527,7 +527,7 @@ struct ManyToManyTests {
         let changes = stack.store.changes
         // The other process adds k2 and removes k1, on its own view of the article.
         let child = try ChildProcess(["link-keywords", container.path, "a", "+k2", "-k1"])
-        #expect(child.wait(seconds: 30) == .exited(0), "\(child.readAll())")
+        #expect(await child.wait(seconds: 30) == .exited(0), "\(child.readAll())")
         #expect(await nextChange(changes, seconds: 10, where: { !$0.inserted.isEmpty }) != nil)
         #expect(try Self.graph(stack.store.mainContext) == "[\"a:k2\"] [\"k1:\", \"k2:a\", \"k3:\"]")
         #expect(

@@ -436,14 +436,14 @@ struct OrderedTests {
         let changes = stack.store.changes
         // The other process moves d to the front.
         let child = try ChildProcess(["move-step", container.path, "l", "d", "0"])
-        #expect(child.wait(seconds: 30) == .exited(0), "\(child.readAll())")
+        #expect(await child.wait(seconds: 30) == .exited(0), "\(child.readAll())")
         #expect(await nextChange(changes, seconds: 10) != nil)
         #expect(controller.fetchedObjects.map(\.title) == ["d", "a", "b", "c"])
         #expect(reported.changes.last == ["move d 3→0"])
         // This process, which has not seen the next move yet, moves a to the end while the
         // other moves b to the front: both moves are kept.
         let second = try ChildProcess(["move-step", container.path, "l", "b", "0"])
-        #expect(second.wait(seconds: 30) == .exited(0), "\(second.readAll())")
+        #expect(await second.wait(seconds: 30) == .exited(0), "\(second.readAll())")
         try stack.store.writeAndWait { context in
             let list = try checklist("l", in: context)
             var steps = list.steps

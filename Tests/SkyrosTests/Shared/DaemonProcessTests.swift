@@ -345,11 +345,11 @@ struct DaemonProcessTests {
             return seen
         }
         let reader = try ChildProcess(["shared-read", container.path])
-        #expect(reader.wait() == .exited(0))
+        #expect(await reader.wait() == .exited(0))
         #expect(reader.readAll().contains("COUNT 0"))
         // A write by another process afterwards is seen: the watcher was listening.
         let writer = try ChildProcess(["write-via-shared", container.path])
-        #expect(writer.wait() == .exited(0))
+        #expect(await writer.wait() == .exited(0))
         let timeout = Task {
             try? await Task.sleep(for: .seconds(10))
             collected.cancel()
@@ -359,7 +359,7 @@ struct DaemonProcessTests {
         #expect(seen.count == 1)
         #expect(seen.first?.inserted.count == 1)
         kill(daemon.pid, SIGTERM)
-        #expect(daemon.wait() == .exited(0))
+        #expect(await daemon.wait() == .exited(0))
     }
 
     @Test("`skyros demo` runs a daemon and three clients sharing a todo list, and exits 0")

@@ -110,7 +110,9 @@ final class ChildProcess: @unchecked Sendable {
 
     /// Waits until a line equal to `line` has been written (at any time since the start);
     /// false on timeout or end of file.
-    func waitForLine(_ line: String, seconds: Double = 20) -> Bool {
+    func waitForLine(_ line: String, seconds: Double = 20) -> Bool { blockingWaitForLine(line, seconds: seconds) }
+
+    private func blockingWaitForLine(_ line: String, seconds: Double) -> Bool {
         output.wait(until: Date().addingTimeInterval(seconds)) { text, _ in
             text.split(separator: "\n").contains(Substring(line))
         }
@@ -144,7 +146,9 @@ final class ChildProcess: @unchecked Sendable {
 
     /// Waits for the process to end; kills it (SIGKILL, by pid) after `seconds` and returns nil.
     @discardableResult
-    func wait(seconds: Double = 20) -> Ending? {
+    func wait(seconds: Double = 20) -> Ending? { blockingWait(seconds: seconds) }
+
+    private func blockingWait(seconds: Double) -> Ending? {
         if reaped { return ending }
         let deadline = Date().addingTimeInterval(seconds)
         var status: Int32 = 0
@@ -157,6 +161,41 @@ final class ChildProcess: @unchecked Sendable {
         waitpid(pid, &status, 0)
         reaped = true
         return nil
+    }
+
+    /// ``wait(seconds:)`` for async tests: it polls between sleeps of the task instead of
+    /// `usleep`, so that the wait does not hold one of Swift's cooperative threads (one per
+    /// core: two tests waiting for their children for a minute each left no thread to every
+    /// other async test of the process, and a sync test's saves took seconds each).
+    @discardableResult
+    func wait(seconds: Double = 20) async -> Ending? {
+        if reaped { return ending }
+        let deadline = Date().addingTimeInterval(seconds)
+        var status: Int32 = 0
+        while Date() < deadline {
+            let result = waitpid(pid, &status, WNOHANG)
+            if result == pid { return reap(status) }
+            try? await Task.sleep(for: .milliseconds(10))
+        }
+        return blockingWait(seconds: 0)
+    }
+
+    /// ``waitForLine(_:seconds:)`` for async tests, without holding a cooperative thread
+    /// (see ``wait(seconds:)-(Double)async``).
+    func waitForLine(_ line: String, seconds: Double = 20) async -> Bool {
+        let deadline = Date().addingTimeInterval(seconds)
+        let satisfied = { (text: String) in text.split(separator: "\n").contains(Substring(line)) }
+        while Date() < deadline {
+            var ended = false
+            let found = output.wait(until: Date()) { text, done in
+                ended = done
+                return satisfied(text)
+            }
+            if found { return true }
+            if ended { return false }
+            try? await Task.sleep(for: .milliseconds(10))
+        }
+        return blockingWaitForLine(line, seconds: 0)
     }
 
     /// Stops the child with SIGSTOP and returns once it is stopped, as `waitpid` reports it

@@ -60,7 +60,7 @@ struct SyncOperationsTests {
         }
         let stopping = try #require(daemon)
         kill(stopping.pid, SIGTERM)
-        #expect(stopping.wait() == .exited(0), "\(stopping.readAll())")
+        #expect(await stopping.wait() == .exited(0), "\(stopping.readAll())")
         daemon = nil
         try postgres.start()
         try server.psql(#"INSERT INTO g_sync."User" (handle) VALUES ('from-psql')"#)

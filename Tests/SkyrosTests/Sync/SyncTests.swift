@@ -766,7 +766,7 @@ struct SyncTests {
         try await insert("queued-1", into: a)
         try await insert("queued-2", into: a)
         kill(daemonA.pid, SIGKILL)
-        _ = daemonA.wait()
+        _ = await daemonA.wait()
         let firstLife = daemonA.readAll()
         daemonA = try startDaemon(groups[0], server)
         daemons[0] = daemonA
@@ -780,7 +780,7 @@ struct SyncTests {
             // The logs, read once the daemons are gone (a live daemon's pipe never ends).
             for daemon in daemons {
                 kill(daemon.pid, SIGKILL)
-                _ = daemon.wait()
+                _ = await daemon.wait()
             }
             Issue.record(
                 "B: \(onB), A: \(onA), server: \(onServer)\nA's first life: \(firstLife)\nA: \(daemonA.readAll())\nB: \(daemonB.readAll())"
