@@ -39,6 +39,8 @@ open class Skyros: @unchecked Sendable {
     private let lock = NSLock()
     private var contexts: Contexts
     private var _errorHandler: (@Sendable (SkyrosError) -> Void)?
+    /// Sync refusals told while no ``errorHandler`` was set, for the next one.
+    private var _heldRefusals: [SkyrosError] = []
     private var _mergePolicy = MergePolicy.saverWins
     let inFlight = DispatchGroup()
     let changeObservers = ChangeObservers()
@@ -162,15 +164,37 @@ open class Skyros: @unchecked Sendable {
     /// completion), and of touching an object that cannot be read (another process deleted
     /// it, or the daemon is away: see ``ObjectContext/errorHandler``), unless a subclass
     /// overrides ``handleError(_:)``.
+    ///
+    /// Refusals of the sync server (``SkyrosError/Code/syncRejected``) that come while no
+    /// handler is set are kept (the last 100) and given to the handler once it is set, on
+    /// ``completionQueue``: a shared stack tells the refusals still outstanding as soon as it is
+    /// made, before the line after `init` can set a handler.
     public var errorHandler: (@Sendable (SkyrosError) -> Void)? {
         get { lock.withLock { _errorHandler } }
-        set { lock.withLock { _errorHandler = newValue } }
+        set {
+            let held = lock.withLock { () -> [SkyrosError] in
+                _errorHandler = newValue
+                guard newValue != nil else { return [] }
+                defer { _heldRefusals = [] }
+                return _heldRefusals
+            }
+            if let newValue, !held.isEmpty { completionQueue.async { for error in held { newValue(error) } } }
+        }
     }
 
     /// Called with every error of a `read` or `write`; override it in a subclass, or set
-    /// ``errorHandler``. The default calls ``errorHandler``.
+    /// ``errorHandler``. The default calls ``errorHandler`` (or keeps a sync refusal for it
+    /// while none is set).
     open func handleError(_ error: SkyrosError) {
-        errorHandler?(error)
+        let handler = lock.withLock { () -> (@Sendable (SkyrosError) -> Void)? in
+            if let handler = _errorHandler { return handler }
+            if error.code == .syncRejected {
+                if _heldRefusals.count == 100 { _heldRefusals.removeFirst() }
+                _heldRefusals.append(error)
+            }
+            return nil
+        }
+        handler?(error)
     }
 
     // MARK: - Reading

@@ -6,6 +6,30 @@ import Testing
 /// The behaviour every store must have: the same tests run against each.
 @Suite("Conformance", .timeLimit(.minutes(3)))
 struct ConformanceTests {
+    @Test(
+        "a sync refusal told before any error handler was set reaches the handler once set; other errors are not held"
+    )
+    func refusalsWaitForTheHandler() async throws {
+        // A shared stack tells outstanding refusals as soon as it is made, before the line
+        // after `init` sets a handler: CI saw the refusal go to no handler (2026-11-29).
+        let store = try Skyros(inMemoryStack: testSchema)
+        let refusal = SyncRejection(number: 7, date: Date(), reason: "taken", objectIDs: []).error
+        store.handleError(SkyrosError(.storeFailure, "not held"))
+        store.handleError(refusal)
+        let told = Locked<[SkyrosError]>([])
+        let delivered = DispatchSemaphore(value: 0)
+        store.errorHandler = { error in
+            told.withValue { $0.append(error) }
+            delivered.signal()
+        }
+        #expect(delivered.wait(timeout: .now() + 10) == .success)
+        #expect(told.value.map(\.rejectionNumber) == [7])
+        // Told once: a handler set again gets nothing more.
+        store.errorHandler = { error in told.withValue { $0.append(error) } }
+        store.completionQueue.sync {}
+        #expect(told.value.count == 1)
+    }
+
     @Test("creating one object takes the count from 0 to 1", arguments: StoreKind.allCases)
     func createOne(kind: StoreKind) throws {
         let stack = try TestStack(kind)
