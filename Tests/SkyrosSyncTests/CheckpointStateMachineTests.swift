@@ -40,6 +40,14 @@ import Testing
         #expect(machine.checkpointNumber == 12)
     }
 
+    @Test func aStoreThatTookANewIdentityReadsASnapshot() {
+        // A restored or copied store: its rows are not the server's as of its cursor.
+        var machine = connected()
+        machine.reidentified()
+        #expect(machine.cursor == nil)
+        #expect(machine.uploadsDone() == .read(after: nil))
+    }
+
     @Test func aSignalWithNothingNotifiedIsALocalCommitAndReadsNothing() {
         var machine = connected()
         #expect(machine.uploadsDone() == .wait(Self.poll))

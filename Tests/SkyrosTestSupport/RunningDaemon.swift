@@ -114,7 +114,8 @@ private final class TurnGate: @unchecked Sendable {  // its state is guarded by 
 }
 
 /// `SKYROS_TEST_DAEMON_LOGS=DIR swift test …` keeps every in-process daemon's log in
-/// `DIR/NAME.log` (its directory's name), each line with the time it was written: a test that
+/// `DIR/NAME.log` (its directory's name; daemons of one directory one after another), each
+/// line with the time it was written: a test that
 /// failed on a busy machine can be read back (the sync stalls CI met at the end of 2026-11 were
 /// found that way, not by running them again).
 private enum DaemonLogs {
@@ -122,9 +123,13 @@ private enum DaemonLogs {
 
     /// `log`, and the file of the daemon `name` when the logs are kept.
     static func keeping(_ log: @escaping @Sendable (String) -> Void, name: String) -> @Sendable (String) -> Void {
-        guard let directory, FileManager.default.createFile(atPath: directory + "/" + name + ".log", contents: nil),
+        // Appended to: the daemons a test starts one after another in one directory share a file.
+        guard let directory,
+            FileManager.default.fileExists(atPath: directory + "/" + name + ".log")
+                || FileManager.default.createFile(atPath: directory + "/" + name + ".log", contents: nil),
             let handle = FileHandle(forWritingAtPath: directory + "/" + name + ".log")
         else { return log }
+        handle.seekToEndOfFile()
         let lock = NSLock()
         return { line in
             let stamped = String(format: "%.3f ", Date().timeIntervalSince1970) + line + "\n"

@@ -47,8 +47,9 @@ public enum SyncFaultCampaign {
         /// daemon's store, the machine saving on for the fault's length, then (as an operator
         /// stops the apps) its writers paused until its upload queue is empty and every refusal
         /// the server recorded for it is in its rejected log and told to its apps, its daemon
-        /// stopped (SIGTERM), the backup put in place of the store, the daemon started again
-        /// and the writers resumed. The daemon goes on under a new machine id; the saves made
+        /// stopped (SIGTERM), the backup put in place of the store, the daemon started again,
+        /// the machine's apps restarted (new shared stacks, as the README's restore says) and
+        /// the writers resumed. The daemon goes on under a new machine id; the saves made
         /// after the backup come back from the server. Took effect when the machine numbered a
         /// change set after the backup.
         case restoreBackup
@@ -129,17 +130,8 @@ public enum SyncFaultCampaign {
         public var convergenceLimit: Double = 10
         /// How much longer the campaign waits for them when they did not, for the report.
         public var convergencePatience: Double = 50
-        /// The kinds of fault injected. By default every kind but ``FaultKind/restoreBackup``;
-        /// `SKYROS_CAMPAIGN_RESTORES=1` adds it. With restores (2026-11-29, 30 s, seed 1: 3
-        /// restores took effect) nothing is lost and the machines converge, but "exactly once"
-        /// and "monotonic reads" fail on the restored machine's apps: an app's first reads after
-        /// the restore still come from its main context as it was before (it starts over once it
-        /// has spoken to the restarted daemon), and the checker counts them in the store's new
-        /// life, which the restore took back (`c7.83` read, then the backup's `c2.63`, then
-        /// `c7.83` again). What an app may read across a restore is not settled yet.
-        public var kinds: [FaultKind] = FaultKind.allCases.filter {
-            $0 != .restoreBackup || ProcessInfo.processInfo.environment["SKYROS_CAMPAIGN_RESTORES"] == "1"
-        }
+        /// The kinds of fault injected: by default every kind.
+        public var kinds: [FaultKind] = FaultKind.allCases
         /// How many handles the writers' unique values are drawn from (one insert in five
         /// takes one): the fewer, the more change sets the server refuses.
         public var sharedHandles = 20
@@ -326,6 +318,10 @@ private final class Campaign: Sendable {
         /// Per machine restored, where its store's current life began: its first number, the
         /// numbers of its rejected log from the backup, and when.
         var current: [Int: (firstNumber: Int64, inherited: Set<Int64>, began: Double)] = [:]
+        /// Each client's app (a shared stack), by client: replaced by a new one when its
+        /// machine's store is restored, as an operator restarts the apps (README, "Backup and
+        /// restore").
+        var apps: [Int: Skyros] = [:]
     }
 
     init(_ configuration: SyncFaultCampaign.Configuration) async throws {
@@ -420,6 +416,19 @@ private final class Campaign: Sendable {
 
     deinit {
         for machine in machines { machine.stop() }
+        if let keep = ProcessInfo.processInfo.environment["SKYROS_CAMPAIGN_KEEP_LOGS"] {
+            // The server's audit and upload records, for a post-mortem.
+            for (name, sql) in [
+                ("audit", "SELECT * FROM public.campaign_audit ORDER BY seq"),
+                (
+                    "uploads",
+                    "SELECT machine, number, xid, rejected, objects FROM \(schemaName)._skyros_uploads ORDER BY xid, number"
+                ),
+            ] {
+                let rows = (try? postgres.psql(sql, database: database, timeout: .seconds(30))) ?? "(unreadable)"
+                FileManager.default.createFile(atPath: keep + "/\(name).txt", contents: Data(rows.utf8))
+            }
+        }
         try? postgres.stop(mode: .immediate)
         disk?.remove()
         if let keep = ProcessInfo.processInfo.environment["SKYROS_CAMPAIGN_KEEP_LOGS"] {
@@ -427,6 +436,8 @@ private final class Campaign: Sendable {
             for machine in machines {
                 try? FileManager.default.copyItem(
                     atPath: machine.logFile, toPath: keep + "/skyrosd-\(machine.index).log")
+                try? FileManager.default.copyItem(
+                    atPath: machine.container.path, toPath: keep + "/store-\(machine.index)")
             }
             try? FileManager.default.copyItem(atPath: postgres.logFile, toPath: keep + "/postgres.log")
         }
@@ -452,23 +463,21 @@ private final class Campaign: Sendable {
     }
 
     func run() async throws -> SyncFaultCampaign.Report {
-        let stacks = try machines.map { machine in
-            try (0..<configuration.writersPerMachine).map { _ in
-                try Skyros(sharedStack: testSchema, container: machine.container, timeout: 3, savesOnStop: false)
+        for machine in machines {
+            for client in clients(of: machine.index) {
+                let app = try startApp(on: machine)
+                listen(to: app, as: client)
+                state.withLock { $0.apps[client] = app }
             }
         }
-        // What each app is told of the server's refusals.
-        for (index, stack) in stacks.joined().enumerated() {
-            stack.errorHandler = { [weak self] error in
-                guard error.code == .syncRejected else { return }
-                let objects = Set(error.objectIDs.map(\.uuid))
-                self?.state.withLock { $0.told[index, default: []].append(objects) }
-            }
+        // Each machine's first app (held only by the state, which a restore replaces).
+        let firstApp = { (index: Int) -> Skyros in
+            self.state.withLock { $0.apps[index * self.configuration.writersPerMachine]! }
         }
         // Every machine but the late one has the shared objects before the faults start.
         for (index, machine) in machines.enumerated() where !(lateCut != nil && index == machines.count - 1) {
             let ready = await poll(seconds: 60) {
-                try await stacks[index][0].read { context in try User.all(in: context).count } >= self.shared.count
+                try await firstApp(index).read { context in try User.all(in: context).count } >= self.shared.count
             }
             guard ready else {
                 throw PostgresServerError.timedOut(
@@ -486,7 +495,7 @@ private final class Campaign: Sendable {
                     client: client, machine: late.index, kind: .insert, property: "handle", value: handle,
                     acknowledged: false, start: now, end: 0)
                 do {
-                    operation.object = try await stacks[late.index][0].write { context in
+                    operation.object = try await firstApp(late.index).write { context in
                         let user = User.create(in: context)
                         user.handle = handle
                         user.firstname = "c\(client).early\(number)"
@@ -508,8 +517,7 @@ private final class Campaign: Sendable {
         let writers = (0..<machines.count * configuration.writersPerMachine).map { client in
             Task {
                 await self.write(
-                    client: client, machine: client / configuration.writersPerMachine,
-                    stack: stacks[client / configuration.writersPerMachine][client % configuration.writersPerMachine])
+                    client: client, machine: client / configuration.writersPerMachine)
             }
         }
         let faults = Task { await self.inject(plan) }
@@ -571,15 +579,15 @@ private final class Campaign: Sendable {
                 state.inherited = current.inherited
                 state.began = current.began
             }
-            for (number, stack) in stacks[index].enumerated() {
-                let client = index * configuration.writersPerMachine + number
+            for client in clients(of: index) {
                 history.clients[client] = index
+                guard let stack = self.state.withLock({ $0.apps[client] }) else { continue }
                 state.appRows[client] = (try? await rows(of: stack)) ?? [:]
             }
             history.machines.append(state)
         }
         // The apps are told on their stacks' completion queues: what is queued there now is told.
-        for stack in stacks.joined() { stack.completionQueue.sync {} }
+        for stack in state.withLock({ Array($0.apps.values) }) { stack.completionQueue.sync {} }
         history.told = state.withLock { $0.told }
         let verdict = history.check()
         let (faultCounts, attempted) = state.withLock { ($0.faults, $0.attempted) }
@@ -628,9 +636,28 @@ private final class Campaign: Sendable {
 
     // MARK: Writers
 
+    /// A new app on `machine`: a shared stack of its group.
+    func startApp(on machine: CampaignMachine) throws -> Skyros {
+        try Skyros(sharedStack: testSchema, container: machine.container, timeout: 3, savesOnStop: false)
+    }
+
+    /// Records what `stack`, client `client`'s app, is told of the server's refusals.
+    func listen(to stack: Skyros, as client: Int) {
+        stack.errorHandler = { [weak self] error in
+            guard error.code == .syncRejected else { return }
+            let objects = Set(error.objectIDs.map(\.uuid))
+            self?.state.withLock { $0.told[client, default: []].append(objects) }
+        }
+    }
+
+    /// The clients (apps) of machine `index`.
+    func clients(of index: Int) -> Range<Int> {
+        (index * configuration.writersPerMachine)..<((index + 1) * configuration.writersPerMachine)
+    }
+
     /// One writer's loop until the campaign stops: inserts (some with a handle another writer
     /// may take too), updates of the shared objects, deletes of what it inserted, reads.
-    func write(client: Int, machine: Int, stack: Skyros) async -> [SyncHistory.Operation] {
+    func write(client: Int, machine: Int) async -> [SyncHistory.Operation] {
         var generator = SeededGenerator(seed: configuration.seed &+ 0x1000 &+ UInt64(client))
         var operations: [SyncHistory.Operation] = []
         var mine: [UUID] = []
@@ -643,6 +670,12 @@ private final class Campaign: Sendable {
             if stopping {
                 gate.leave()
                 break
+            }
+            // The client's app as it is now (a restore restarts it; none: it did not start again).
+            guard let stack = state.withLock({ $0.apps[client] }) else {
+                gate.leave()
+                try? await Task.sleep(for: .milliseconds(100))
+                continue
             }
             count += 1
             let token = "c\(client).\(count)"
@@ -998,7 +1031,7 @@ private final class Campaign: Sendable {
             return false
         }
         defer { gate.open() }
-        let clients = (index * configuration.writersPerMachine)..<((index + 1) * configuration.writersPerMachine)
+        let clients = clients(of: index)
         var waitingFor = ""
         let drained = waitUntil(seconds: 30) {
             let queued = machine.queued()
@@ -1051,7 +1084,23 @@ private final class Campaign: Sendable {
             say("machine \(index) did not restart: \(error); again")
             try? machine.start()
         }
+        // As the README's restore says: the apps that ran across the restore are restarted
+        // (their main contexts hold the store as it was, their save numbers are ahead of the
+        // restored store's record). The old ones stop before the new ones start.
         let began = now
+        let earlierApps = state.withLock { state in clients.compactMap { state.apps.removeValue(forKey: $0) } }
+        for stack in earlierApps { stack.completionQueue.sync {} }
+        for client in clients {
+            var app: Skyros?
+            for attempt in 1...3 where app == nil {
+                do { app = try startApp(on: machine) } catch {
+                    say("machine \(index): client \(client)'s app did not start (attempt \(attempt)): \(error)")
+                }
+            }
+            guard let app else { continue }
+            listen(to: app, as: client)
+            state.withLock { $0.apps[client] = app }
+        }
         state.withLock { state in
             let current = state.current[index] ?? (1, [], 0)
             state.lives[index, default: []].append(

@@ -143,7 +143,14 @@ package struct CheckpointStateMachine: Sendable {
 
     /// The machine took a new id (its store was restored or copied): none of its uploads is
     /// on the server under it yet, and the next round reads a checkpoint.
+    ///
+    /// The store's rows are not the server's as of its cursor any more: a restored or copied
+    /// store holds what its backup held, and the server never logged some of what became of
+    /// it (an insert and its delete uploaded in one batch, a change set the server refused,
+    /// both dropped from the queue as the server's). The next checkpoint is therefore a
+    /// snapshot, which brings every row to the server's (a snapshot already staged is one).
     package mutating func reidentified() {
+        cursor = nil
         rejectedThrough = 0
         ownTransactions = []
         ownChangeSets = 0

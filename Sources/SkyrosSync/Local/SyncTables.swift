@@ -98,8 +98,10 @@ package enum SyncTables {
         for number in dropping {
             try transaction.execute("DELETE FROM skyros_sync_queue WHERE number = ?", [.integer(number)])
         }
+        // The next checkpoint is a snapshot (``CheckpointStateMachine/reidentified()``), after a
+        // restart too.
         try transaction.execute(
-            "DELETE FROM skyros_metadata WHERE key IN ('syncLastUploaded', 'syncRejectedThrough')")
+            "DELETE FROM skyros_metadata WHERE key IN ('syncLastUploaded', 'syncRejectedThrough', 'syncCheckpoint')")
     }
 
     /// The change sets queued after `number` (how many, and the oldest one's time), and the

@@ -10,7 +10,7 @@ import Testing
 @Suite("Sync fault campaign", .timeLimit(.minutes(4)))
 struct SyncFaultCampaignTests {
     @Test(
-        "20 s of partitions, black holes, slow links, daemon kills, PostgreSQL restarts, a full disk, psql writes and sync switched off and on: nothing lost, nothing doubled, every machine converges"
+        "20 s of partitions, black holes, slow links, daemon kills, PostgreSQL restarts, a full disk, psql writes, sync switched off and on and stores restored from backups: nothing lost, nothing doubled, every machine converges"
     )
     func campaign() async throws {
         // A fixed seed (the same plan of faults in every run), or SKYROS_CAMPAIGN_SEED.
@@ -23,7 +23,8 @@ struct SyncFaultCampaignTests {
         Self.expectRefusalsTold(report)
         #expect((report.convergenceSeconds ?? .infinity) <= 10, "\(report)")
         // Every kind attempted as planned. The kinds that act whatever the traffic (a kill of a
-        // running daemon, a stop of a running server, a psql update, sync switched off) take
+        // running daemon, a stop of a running server, a psql update, sync switched off, a store
+        // restored) take
         // effect at least once each. A network fault takes effect only when traffic meets it,
         // and a full disk only when PostgreSQL extends a file of the tablespace in its window:
         // in 20 s of short faults one kind of them may meet none (a CI run had slow 0 of 5,

@@ -345,6 +345,63 @@ struct SyncOperationsTests {
     }
 
     @Test(
+        "a restored store drops what its backup held and the server never kept: an insert whose delete went up in the same batch is gone after the restore (fault campaign, seed 2)"
+    )
+    func restoredStoreHoldsWhatTheServerNeverKept() async throws {
+        let server = try SyncTests.Server()
+        let directory = "/tmp/skg-\(getpid())-\(UInt32.random(in: 0...UInt32.max))"
+        let backup = URL(fileURLWithPath: directory + "-backup")
+        defer {
+            try? FileManager.default.removeItem(atPath: directory)
+            try? FileManager.default.removeItem(at: backup)
+        }
+        let other = try RunningDaemon(sync: server.configuration)
+        let b = try Skyros(sharedStack: testSchema, container: other.container.url)
+        try await sync.insert("real", into: b)
+        var unreachable = server.configuration
+        unreachable.servers[0].port = 1
+        // Synced once (the store has a machine id and a checkpoint), then offline: the insert
+        // is queued (change set 1), and the backup is taken.
+        let first = try RunningDaemon(directory: directory, sync: server.configuration)
+        var a: Skyros? = try Skyros(sharedStack: testSchema, container: first.container.url)
+        #expect(await sync.eventually { try await sync.handles(a!) == ["real"] })
+        a = nil
+        first.shutDown()
+        let offline = try RunningDaemon(directory: directory, sync: unreachable)
+        a = try Skyros(sharedStack: testSchema, container: offline.container.url)
+        try await sync.insert("ghost", into: a!)
+        a = nil
+        offline.shutDown()
+        try Self.copyStore(from: offline.container.url, to: backup)
+        // Still offline, the insert is deleted (change set 2); online, both go up in one batch:
+        // the server never has the object, and never logs it.
+        let second = try RunningDaemon(directory: directory, sync: unreachable)
+        a = try Skyros(sharedStack: testSchema, container: second.container.url)
+        try await a!.write { context in
+            for user in try User.all(in: context) where user.handle == "ghost" { user.delete(in: context) }
+        }
+        a = nil
+        second.shutDown()
+        let third = try RunningDaemon(directory: directory, sync: server.configuration)
+        #expect(await sync.eventually { try server.psql("SELECT count(*) FROM g_sync._skyros_uploads") == "3" })
+        #expect(try server.psql(#"SELECT count(*) FROM g_sync."User" WHERE handle = 'ghost'"#) == "0")
+        third.shutDown()
+
+        // Restored: the store holds the ghost again; the server has change set 1 (dropped from
+        // the queue as the server's) and nothing of the ghost.
+        try Self.copyStore(from: backup, to: third.container.url)
+        let restored = try RunningDaemon(directory: directory, sync: server.configuration)
+        defer { withExtendedLifetime([first, offline, second, third, restored]) {} }  // a released one removes the directory
+        let again = try Skyros(sharedStack: testSchema, container: restored.container.url)
+        try await sync.insert("after", into: again)
+        let converged = await sync.eventually { try await sync.handles(again) == ["after", "real"] }
+        let seen = (try? await sync.handles(again)) ?? []
+        #expect(converged, "the restored machine has \(seen)")
+        #expect(await sync.eventually { try await sync.handles(b) == ["after", "real"] })
+        #expect(try Self.handlesInStoreFile(restored.container.url) == ["after", "real"])
+    }
+
+    @Test(
         "a store copied to another machine is detected: both go on, one under a new machine id, and every save of both reaches everyone once"
     )
     func copiedToAnotherMachine() async throws {
