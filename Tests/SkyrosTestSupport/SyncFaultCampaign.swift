@@ -58,6 +58,16 @@ public enum SyncFaultCampaign {
         /// meanwhile is queued and uploaded. Took effect when the daemon said it queues its
         /// commits with sync off.
         case syncOffOn
+        /// The rename of `User.lastname` to `surname` (``renamedTestSchema``, version 2) rolled
+        /// out machine by machine, once in a campaign: in turn, a machine's writers are paused,
+        /// its apps restarted with version 2 (the first one's hello migrates the store; its
+        /// daemon expands the server's table, both names kept equal) and its writers resumed,
+        /// the fault's length spread between the machines, while the machines not yet upgraded
+        /// save with version 1. Took effect when every machine was upgraded.
+        case renameRollout
+
+        /// How many faults of the kind a campaign plans, given how many of each kind it plans.
+        public func planned(perKind: Int) -> Int { self == .renameRollout ? 1 : perKind }
 
         /// What a fault of a kind acts on: what it is serialized with, and which machines it takes.
         public enum Scope: Sendable {
@@ -71,6 +81,8 @@ public enum SyncFaultCampaign {
             case disk
             /// The rows on the server.
             case rows
+            /// Every machine, one after another (each with its own faults, one at a time).
+            case fleet
         }
 
         public var scope: Scope {
@@ -80,6 +92,7 @@ public enum SyncFaultCampaign {
             case .postgresFast, .postgresImmediate: .server
             case .diskFull: .disk
             case .psqlWrite: .rows
+            case .renameRollout: .fleet
             }
         }
 
@@ -92,6 +105,7 @@ public enum SyncFaultCampaign {
             case .psqlWrite: 0...0
             case .restoreBackup: 0...longest
             case .syncOffOn: (longest / 4)...(longest / 2)
+            case .renameRollout: (longest / 2)...longest
             }
         }
     }
@@ -193,7 +207,7 @@ public enum SyncFaultCampaign {
             verdict.passed && (convergenceSeconds ?? .infinity) <= configuration.convergenceLimit
                 && unavailable.isEmpty
                 && configuration.kinds.allSatisfy {
-                    (attempted[$0] ?? 0) >= configuration.perKind && (faults[$0] ?? 0) >= 1
+                    (attempted[$0] ?? 0) >= $0.planned(perKind: configuration.perKind) && (faults[$0] ?? 0) >= 1
                 }
         }
 
@@ -293,6 +307,8 @@ private final class Campaign: Sendable {
     let machines: [CampaignMachine]
     /// Each machine's writers' gate (closed while its store is restored).
     let gates: [WriterGate]
+    /// Each machine's faults, one at a time.
+    let machineQueues: [DispatchQueue]
     let shared: [UUID]
     let disk: CampaignDisk?
     let diskUnavailable: String?
@@ -321,7 +337,15 @@ private final class Campaign: Sendable {
         /// Each client's app (a shared stack), by client: replaced by a new one when its
         /// machine's store is restored, as an operator restarts the apps (README, "Backup and
         /// restore").
-        var apps: [Int: Skyros] = [:]
+        var apps: [Int: App] = [:]
+        /// The machines whose apps run ``renamedTestSchema`` (``SyncFaultCampaign/FaultKind/renameRollout``).
+        var renamed: Set<Int> = []
+    }
+
+    /// A client's app: its shared stack, and whether it has ``renamedTestSchema``.
+    struct App {
+        var stack: Skyros
+        var renamed: Bool
     }
 
     init(_ configuration: SyncFaultCampaign.Configuration) async throws {
@@ -357,8 +381,13 @@ private final class Campaign: Sendable {
                         VALUES (left(TG_OP, 1), NEW."_id", NEW.handle, NEW.firstname, NEW.lastname);
                     RETURN NEW;
                 END $$;
-                CREATE TRIGGER campaign_audit AFTER INSERT OR UPDATE OR DELETE ON \(schemaName)."User"
+                CREATE TRIGGER campaign_audit AFTER INSERT OR DELETE ON \(schemaName)."User"
                     FOR EACH ROW EXECUTE FUNCTION public.campaign_audit();
+                -- Updates of the audited columns only (the rename's rollout fills a new column).
+                CREATE TRIGGER campaign_audit_update AFTER UPDATE ON \(schemaName)."User" FOR EACH ROW
+                    WHEN (OLD.handle IS DISTINCT FROM NEW.handle OR OLD.firstname IS DISTINCT FROM NEW.firstname
+                        OR OLD.lastname IS DISTINCT FROM NEW.lastname)
+                    EXECUTE FUNCTION public.campaign_audit();
                 """, database: database)
             // The shared objects, made on the server before any machine starts (each machine's
             // first checkpoint brings them).
@@ -405,6 +434,7 @@ private final class Campaign: Sendable {
             }
             self.machines = machines
             gates = machines.map { _ in WriterGate() }
+            machineQueues = machines.map { DispatchQueue(label: "campaign.machine\($0.index)") }
             self.lateCut = lateCut
         } catch {
             // What was started stops with its owner (the machines' daemons, the server, the volume).
@@ -426,7 +456,7 @@ private final class Campaign: Sendable {
                 ),
             ] {
                 let rows = (try? postgres.psql(sql, database: database, timeout: .seconds(30))) ?? "(unreadable)"
-                FileManager.default.createFile(atPath: keep + "/\(name).txt", contents: Data(rows.utf8))
+                _ = FileManager.default.createFile(atPath: keep + "/\(name).txt", contents: Data(rows.utf8))
             }
         }
         try? postgres.stop(mode: .immediate)
@@ -465,14 +495,13 @@ private final class Campaign: Sendable {
     func run() async throws -> SyncFaultCampaign.Report {
         for machine in machines {
             for client in clients(of: machine.index) {
-                let app = try startApp(on: machine)
-                listen(to: app, as: client)
+                let app = try startApp(on: machine, as: client)
                 state.withLock { $0.apps[client] = app }
             }
         }
         // Each machine's first app (held only by the state, which a restore replaces).
         let firstApp = { (index: Int) -> Skyros in
-            self.state.withLock { $0.apps[index * self.configuration.writersPerMachine]! }
+            self.state.withLock { $0.apps[index * self.configuration.writersPerMachine]!.stack }
         }
         // Every machine but the late one has the shared objects before the faults start.
         for (index, machine) in machines.enumerated() where !(lateCut != nil && index == machines.count - 1) {
@@ -581,13 +610,13 @@ private final class Campaign: Sendable {
             }
             for client in clients(of: index) {
                 history.clients[client] = index
-                guard let stack = self.state.withLock({ $0.apps[client] }) else { continue }
-                state.appRows[client] = (try? await rows(of: stack)) ?? [:]
+                guard let app = self.state.withLock({ $0.apps[client] }) else { continue }
+                state.appRows[client] = (try? await rows(of: app)) ?? [:]
             }
             history.machines.append(state)
         }
         // The apps are told on their stacks' completion queues: what is queued there now is told.
-        for stack in state.withLock({ Array($0.apps.values) }) { stack.completionQueue.sync {} }
+        for app in state.withLock({ Array($0.apps.values) }) { app.stack.completionQueue.sync {} }
         history.told = state.withLock { $0.told }
         let verdict = history.check()
         let (faultCounts, attempted) = state.withLock { ($0.faults, $0.attempted) }
@@ -636,9 +665,15 @@ private final class Campaign: Sendable {
 
     // MARK: Writers
 
-    /// A new app on `machine`: a shared stack of its group.
-    func startApp(on machine: CampaignMachine) throws -> Skyros {
-        try Skyros(sharedStack: testSchema, container: machine.container, timeout: 3, savesOnStop: false)
+    /// Client `client`'s new app on `machine`: a shared stack of its group, with the schema
+    /// version the machine's apps have, whose refusals are recorded as told to the client.
+    func startApp(on machine: CampaignMachine, as client: Int) throws -> App {
+        let renamed = state.withLock { $0.renamed.contains(machine.index) }
+        let stack = try Skyros(
+            sharedStack: renamed ? renamedTestSchema : testSchema, container: machine.container, timeout: 3,
+            savesOnStop: false)
+        listen(to: stack, as: client)
+        return App(stack: stack, renamed: renamed)
     }
 
     /// Records what `stack`, client `client`'s app, is told of the server's refusals.
@@ -672,11 +707,12 @@ private final class Campaign: Sendable {
                 break
             }
             // The client's app as it is now (a restore restarts it; none: it did not start again).
-            guard let stack = state.withLock({ $0.apps[client] }) else {
+            guard let app = state.withLock({ $0.apps[client] }) else {
                 gate.leave()
                 try? await Task.sleep(for: .milliseconds(100))
                 continue
             }
+            let (stack, renamed) = (app.stack, app.renamed)
             count += 1
             let token = "c\(client).\(count)"
             let roll = Int.random(in: 0..<100, using: &generator)
@@ -693,10 +729,7 @@ private final class Campaign: Sendable {
                     operation.property = "handle"
                     operation.value = handle
                     let id = try await stack.write { context in
-                        let user = User.create(in: context)
-                        user.handle = handle
-                        user.firstname = token
-                        return user.objectID.uuid
+                        CampaignUsers.insert(handle: handle, firstname: token, renamed: renamed, in: context)
                     }
                     operation.object = id
                     mine.append(id)
@@ -705,10 +738,7 @@ private final class Campaign: Sendable {
                     operation.kind = .delete
                     operation.object = id
                     operation.found = try await stack.write { context in
-                        guard let user = context.object(with: ObjectID(entityName: "User", uuid: id), as: User.self)
-                        else { return false }
-                        user.delete(in: context)
-                        return true
+                        CampaignUsers.delete(id, renamed: renamed, in: context)
                     }
                     gone = Array((gone + [id]).suffix(3))
                 case 25..<80:
@@ -719,10 +749,7 @@ private final class Campaign: Sendable {
                     operation.property = property
                     operation.value = token
                     operation.found = try await stack.write { context in
-                        guard let user = context.object(with: ObjectID(entityName: "User", uuid: id), as: User.self)
-                        else { return false }
-                        if property == "firstname" { user.firstname = token } else { user.lastname = token }
-                        return true
+                        CampaignUsers.set(property, to: token, of: id, renamed: renamed, in: context)
                     }
                 default:
                     break
@@ -734,7 +761,7 @@ private final class Campaign: Sendable {
             operation.end = now
             let own = Array(mine.suffix(3)) + gone
             do {
-                operation.reads = try await read(machine: machine, stack: stack, own: own)
+                operation.reads = try await read(machine: machine, app: app, own: own)
             } catch {
                 operation.readError = "\(error)"
             }
@@ -752,19 +779,17 @@ private final class Campaign: Sendable {
         return operations
     }
 
-    /// The shared objects' values as `stack` reads them, with the machine's checkpoint, and
+    /// The shared objects' values as `app` reads them, with the machine's checkpoint, and
     /// the handles of the client's `own` objects (nil: missing).
-    func read(machine: Int, stack: Skyros, own: [UUID]) async throws -> [SyncHistory.Read] {
+    func read(machine: Int, app: App, own: [UUID]) async throws -> [SyncHistory.Read] {
         let checkpoint = machines[machine].checkpoint()
-        let shared = self.shared
-        let (values, handles) = try await stack.read { context in
+        let (shared, renamed) = (self.shared, app.renamed)
+        let (values, handles) = try await app.stack.read { context in
             let values = shared.map { id -> (UUID, String?, String?) in
-                let user = context.object(with: ObjectID(entityName: "User", uuid: id), as: User.self)
+                let user = CampaignUsers.values(of: id, renamed: renamed, in: context)
                 return (id, user?.firstname, user?.lastname)
             }
-            let handles = own.map { id in
-                (id, context.object(with: ObjectID(entityName: "User", uuid: id), as: User.self)?.handle)
-            }
+            let handles = own.map { id in (id, CampaignUsers.values(of: id, renamed: renamed, in: context)?.handle) }
             return (values, handles)
         }
         return values.flatMap { id, firstname, lastname in
@@ -792,7 +817,7 @@ private final class Campaign: Sendable {
         var plan: [PlannedFault] = []
         let longest = configuration.longest
         for kind in configuration.kinds {
-            for _ in 0..<configuration.perKind {
+            for _ in 0..<kind.planned(perKind: configuration.perKind) {
                 let lengths = kind.lengths(longest: longest)
                 let length =
                     lengths.lowerBound == lengths.upperBound
@@ -822,7 +847,7 @@ private final class Campaign: Sendable {
         let serverQueue = DispatchQueue(label: "campaign.server")
         let diskQueue = DispatchQueue(label: "campaign.disk")
         let rowsQueue = DispatchQueue(label: "campaign.rows")
-        let machineQueues = machines.map { DispatchQueue(label: "campaign.machine\($0.index)") }
+        let fleetQueue = DispatchQueue(label: "campaign.fleet")
         for fault in plan {
             let wait = fault.at - now
             if wait > 0 { try? await Task.sleep(for: .seconds(wait)) }
@@ -832,6 +857,7 @@ private final class Campaign: Sendable {
             case .disk: queue = diskQueue
             case .rows: queue = rowsQueue
             case .machine: queue = machineQueues[fault.machines[0]]
+            case .fleet: queue = fleetQueue
             case .links: queue = .global()
             }
             queue.async(group: group) {
@@ -857,6 +883,7 @@ private final class Campaign: Sendable {
         case .psqlWrite: writeWithPsql(fault)
         case .restoreBackup: restoreBackup(fault)
         case .syncOffOn: switchSyncOffAndOn(fault)
+        case .renameRollout: rollOutRename(fault)
         }
     }
 
@@ -1089,16 +1116,15 @@ private final class Campaign: Sendable {
         // restored store's record). The old ones stop before the new ones start.
         let began = now
         let earlierApps = state.withLock { state in clients.compactMap { state.apps.removeValue(forKey: $0) } }
-        for stack in earlierApps { stack.completionQueue.sync {} }
+        for app in earlierApps { app.stack.completionQueue.sync {} }
         for client in clients {
-            var app: Skyros?
+            var app: App?
             for attempt in 1...3 where app == nil {
-                do { app = try startApp(on: machine) } catch {
+                do { app = try startApp(on: machine, as: client) } catch {
                     say("machine \(index): client \(client)'s app did not start (attempt \(attempt)): \(error)")
                 }
             }
             guard let app else { continue }
-            listen(to: app, as: client)
             state.withLock { $0.apps[client] = app }
         }
         state.withLock { state in
@@ -1164,6 +1190,56 @@ private final class Campaign: Sendable {
         return said
     }
 
+    /// Rolls out ``renamedTestSchema`` machine by machine (``SyncFaultCampaign/FaultKind/renameRollout``):
+    /// took effect when every machine's apps were restarted with it.
+    func rollOutRename(_ fault: PlannedFault) -> Bool {
+        let pause = fault.length / Double(machines.count)
+        var upgraded = 0
+        for (index, machine) in machines.enumerated() {
+            if index > 0 { usleep(UInt32(pause * 1_000_000)) }
+            // In turn with the machine's other faults (a restore, a kill).
+            let done = machineQueues[index].sync { upgrade(machine) }
+            if done { upgraded += 1 }
+        }
+        return upgraded == machines.count
+    }
+
+    /// Restarts the machine's apps with ``renamedTestSchema``, its writers paused: the new
+    /// apps start before the old ones stop, so that a machine whose daemon cannot be reached
+    /// stays on version 1 (false).
+    func upgrade(_ machine: CampaignMachine) -> Bool {
+        let index = machine.index
+        let gate = gates[index]
+        guard gate.close(timeout: .seconds(30)) else {
+            gate.open()
+            say("machine \(index): its writers did not become idle in 30 s; not upgraded")
+            return false
+        }
+        defer { gate.open() }
+        state.withLock { _ = $0.renamed.insert(index) }
+        var upgraded: [Int: App] = [:]
+        for client in clients(of: index) {
+            for attempt in 1...5 where upgraded[client] == nil {
+                do { upgraded[client] = try startApp(on: machine, as: client) } catch {
+                    say(
+                        "machine \(index): client \(client)'s app with version 2 did not start (attempt \(attempt)): \(error)"
+                    )
+                }
+            }
+        }
+        guard upgraded.count == configuration.writersPerMachine else {
+            state.withLock { _ = $0.renamed.remove(index) }
+            say("machine \(index): not upgraded (its apps with version 2 did not start)")
+            return false
+        }
+        let earlier = state.withLock { state in
+            upgraded.compactMap { client, app in state.apps.updateValue(app, forKey: client) }
+        }
+        for app in earlier { app.stack.completionQueue.sync {} }
+        say("machine \(index): apps restarted with version 2 (User.lastname renamed surname)")
+        return true
+    }
+
     // MARK: The server's side
 
     func query(_ sql: String) throws -> [[String]] {
@@ -1214,14 +1290,9 @@ private final class Campaign: Sendable {
         }
     }
 
-    func rows(of stack: Skyros) async throws -> SyncHistory.Rows {
-        try await stack.read { context in
-            var rows: SyncHistory.Rows = [:]
-            for user in try User.all(in: context) {
-                rows[user.objectID.uuid] = "\(user.handle)|\(user.firstname)|\(user.lastname)"
-            }
-            return rows
-        }
+    func rows(of app: App) async throws -> SyncHistory.Rows {
+        let renamed = app.renamed
+        return try await app.stack.read { context in try CampaignUsers.rows(renamed: renamed, in: context) }
     }
 }
 
@@ -1424,7 +1495,12 @@ private final class CampaignMachine: Sendable {
     func rows() -> SyncHistory.Rows? {
         withStore { database in
             var rows: SyncHistory.Rows = [:]
-            for row in try Row.fetchAll(database, sql: #"SELECT "_id", handle, firstname, lastname FROM "User""#) {
+            // Version 2 of the schema names `lastname` `surname` (``renamedTestSchema``).
+            let columns = try String.fetchAll(database, sql: #"SELECT name FROM pragma_table_info('User')"#)
+            let lastname = columns.contains("surname") ? "surname" : "lastname"
+            for row in try Row.fetchAll(
+                database, sql: #"SELECT "_id", handle, firstname, \#(lastname) AS lastname FROM "User""#)
+            {
                 let data: Data = row["_id"]
                 guard data.count == 16 else { continue }
                 let id = UUID(uuid: data.withUnsafeBytes { $0.loadUnaligned(as: uuid_t.self) })

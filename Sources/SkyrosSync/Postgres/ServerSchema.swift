@@ -37,6 +37,26 @@ package struct ServerSchema: Sendable {
 
     /// An entity's table.
     package struct Table: Sendable, Equatable {
+        /// `values`, by property name, under the current names: a value named by a property's
+        /// name before a rename (`originalName`) is given its current name.
+        package func current(_ values: [String: StoredValue]) -> [String: StoredValue] {
+            let renamed = columns.filter { column in
+                column.originalName.map { original in
+                    values[original] != nil && !columns.contains { $0.name == original }
+                }
+                    ?? false
+            }
+            guard !renamed.isEmpty else { return values }
+            var values = values
+            for column in renamed {
+                guard let original = column.originalName, let value = values.removeValue(forKey: original) else {
+                    continue
+                }
+                if values[column.name] == nil { values[column.name] = value }
+            }
+            return values
+        }
+
         /// The entity's name, also the table's.
         package var name: String
         /// The entity's name in an earlier schema version.
@@ -108,6 +128,35 @@ package struct ServerSchema: Sendable {
 
     /// The table of an entity, when the schema has it.
     package func table(_ entity: String) -> Table? { byName[entity].map { tables[$0] } }
+
+    /// The table of `entity` as it is named now or was named before a rename (`originalName`):
+    /// what a change set queued before the migration names.
+    package func current(_ entity: String) -> Table? {
+        table(entity) ?? tables.first { $0.originalName == entity }
+    }
+
+    /// `changes` under the current names: a change set queued before a migration that renamed
+    /// an entity or a property (`originalName`) names them as they were, and would otherwise be
+    /// uploaded without those rows or values. (Its digest stays the one of the change set as
+    /// queued: only what is written to the server is renamed.)
+    package func current(_ changes: QueuedChangeSet) -> QueuedChangeSet {
+        func renamed(_ row: QueuedChangeSet.Row) -> QueuedChangeSet.Row {
+            guard let table = current(row.entity) else { return row }
+            var row = row
+            row.entity = table.name
+            row.values = table.current(row.values)
+            return row
+        }
+        var changes = changes
+        changes.inserted = changes.inserted.map(renamed)
+        changes.updated = changes.updated.map(renamed)
+        changes.deleted = changes.deleted.map { reference in
+            var reference = reference
+            reference.entity = current(reference.entity)?.name ?? reference.entity
+            return reference
+        }
+        return changes
+    }
 
     /// The statement that records the transaction running it as the one that set the horizon
     /// (`horizonTransaction` in `_skyros_meta`: `horizon:xid`), run in the transaction that

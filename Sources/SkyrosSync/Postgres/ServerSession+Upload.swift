@@ -169,6 +169,7 @@ extension ServerSession {
 
     /// Applies one change set's statements.
     private func apply(_ changes: QueuedChangeSet) async throws {
+        let changes = schema.current(changes)
         if changes.reset {
             for table in schema.tables.reversed() {
                 try await run("DELETE FROM \(schema.qualified(table.name))")

@@ -139,6 +139,7 @@ extension ServerSession {
         /// Adds a change set; false for a sequence the net effect cannot express (an object
         /// deleted, then inserted or updated again; inserted twice).
         mutating func add(_ changes: QueuedChangeSet, schema: ServerSchema) -> Bool {
+            let changes = schema.current(changes)
             for row in changes.inserted where schema.table(row.entity) != nil {
                 let key = Reference(entity: row.entity, id: row.id)
                 guard positions[key] == nil else { return false }

@@ -402,6 +402,34 @@ struct SyncOperationsTests {
     }
 
     @Test(
+        "a save queued before a migration that renamed its property is uploaded with its value under the new name"
+    )
+    func saveQueuedBeforeARename() async throws {
+        let server = try SyncTests.Server()
+        let directory = "/tmp/skn-\(getpid())-\(UInt32.random(in: 0...UInt32.max))"
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        var unreachable = server.configuration
+        unreachable.servers[0].port = 1
+        // Offline, version 1 saves a title (queued under `title`); version 2 (`title` renamed
+        // `name`) migrates the store with that change set still queued.
+        let offline = try RunningDaemon(directory: directory, sync: unreachable)
+        var v1: Skyros? = try Skyros(sharedStack: MixedVersionModels.v1, container: offline.container.url)
+        try await v1!.write { context in TaskV1.create(in: context).title = "queued before" }
+        v1 = nil
+        let v2 = try Skyros(sharedStack: MixedVersionModels.v2, container: offline.container.url)
+        #expect(try await v2.read { context in try TaskV2.all(in: context).map(\.name) } == ["queued before"])
+        offline.shutDown()
+        // Online: the value reaches the server under the new name.
+        let online = try RunningDaemon(directory: directory, sync: server.configuration)
+        defer { withExtendedLifetime([offline, online]) {} }  // a released one removes the directory
+        let uploaded = await sync.eventually {
+            try server.psql(#"SELECT count(*) FROM g_sync._skyros_uploads"#) == "1"
+        }
+        #expect(uploaded)
+        #expect(try server.psql(#"SELECT name FROM g_sync."Task""#) == "queued before")
+    }
+
+    @Test(
         "a store copied to another machine is detected: both go on, one under a new machine id, and every save of both reaches everyone once"
     )
     func copiedToAnotherMachine() async throws {
