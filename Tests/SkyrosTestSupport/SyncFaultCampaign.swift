@@ -67,7 +67,7 @@ public enum SyncFaultCampaign {
         case renameRollout
 
         /// How many faults of the kind a campaign plans, given how many of each kind it plans.
-        public func planned(perKind: Int) -> Int { self == .renameRollout ? 1 : perKind }
+        public func planned(perKind: Int) -> Int { self == .renameRollout ? min(perKind, 1) : perKind }
 
         /// What a fault of a kind acts on: what it is serialized with, and which machines it takes.
         public enum Scope: Sendable {

@@ -216,6 +216,29 @@ struct SyncOperationsTests {
         #expect(try sync.syncStatus(machineB)["uploadQueue"] as? Int == 1, "B's save stays queued")
     }
 
+    /// A restore test's scene: the server, machine B with an app, and the directory of machine
+    /// A with its backup's beside it (`removeDirectories()` at the end).
+    struct RestoreScene {
+        let server: SyncTests.Server
+        let directory: String
+        let backup: URL
+        let other: RunningDaemon
+        let b: Skyros
+
+        init(_ prefix: String) throws {
+            server = try SyncTests.Server()
+            directory = "/tmp/\(prefix)-\(getpid())-\(UInt32.random(in: 0...UInt32.max))"
+            backup = URL(fileURLWithPath: directory + "-backup")
+            other = try RunningDaemon(sync: server.configuration)
+            b = try Skyros(sharedStack: testSchema, container: other.container.url)
+        }
+
+        func removeDirectories() {
+            try? FileManager.default.removeItem(atPath: directory)
+            try? FileManager.default.removeItem(at: backup)
+        }
+    }
+
     /// Copies the store files (`store.sqlite` and its WAL, if any) of container `from` to `to`,
     /// replacing what `to` has: a backup restored, or a store copied to another machine.
     static func copyStore(from: URL, to: URL) throws {
@@ -233,15 +256,9 @@ struct SyncOperationsTests {
         "a store restored from an older backup is detected: it goes on under a new machine id, its next saves reach the other machine, and the saves made after the backup come back"
     )
     func restoredFromOlderBackup() async throws {
-        let server = try SyncTests.Server()
-        let directory = "/tmp/skb-\(getpid())-\(UInt32.random(in: 0...UInt32.max))"
-        let backup = URL(fileURLWithPath: directory + "-backup")
-        defer {
-            try? FileManager.default.removeItem(atPath: directory)
-            try? FileManager.default.removeItem(at: backup)
-        }
-        let other = try RunningDaemon(sync: server.configuration)
-        let b = try Skyros(sharedStack: testSchema, container: other.container.url)
+        let scene = try RestoreScene("skb")
+        defer { scene.removeDirectories() }
+        let (server, directory, backup, b) = (scene.server, scene.directory, scene.backup, scene.b)
         let first = try RunningDaemon(directory: directory, sync: server.configuration)
         var a: Skyros? = try Skyros(sharedStack: testSchema, container: first.container.url)
         for index in 0..<2 { try await sync.insert("early\(index)", into: a!) }
@@ -292,21 +309,15 @@ struct SyncOperationsTests {
         "a save made offline after a restore that repeats what the original saved under its queue number is uploaded, not taken for the original's and dropped"
     )
     func restoredStoreRepeatsASave() async throws {
-        let server = try SyncTests.Server()
-        let directory = "/tmp/skr-\(getpid())-\(UInt32.random(in: 0...UInt32.max))"
-        let backup = URL(fileURLWithPath: directory + "-backup")
-        defer {
-            try? FileManager.default.removeItem(atPath: directory)
-            try? FileManager.default.removeItem(at: backup)
-        }
+        let scene = try RestoreScene("skr")
+        defer { scene.removeDirectories() }
+        let (server, directory, backup, b) = (scene.server, scene.directory, scene.backup, scene.b)
         func firstname(_ stack: Skyros) async throws -> String {
             try await stack.read { context in try User.all(in: context).first?.firstname ?? "?" }
         }
         func setFirstname(_ name: String, on stack: Skyros) async throws {
             try await stack.write { context in try User.all(in: context).first?.firstname = name }
         }
-        let other = try RunningDaemon(sync: server.configuration)
-        let b = try Skyros(sharedStack: testSchema, container: other.container.url)
         let first = try RunningDaemon(directory: directory, sync: server.configuration)
         var a: Skyros? = try Skyros(sharedStack: testSchema, container: first.container.url)
         try await sync.insert("ann", into: a!)  // change set 1
@@ -348,15 +359,9 @@ struct SyncOperationsTests {
         "a restored store drops what its backup held and the server never kept: an insert whose delete went up in the same batch is gone after the restore (fault campaign, seed 2)"
     )
     func restoredStoreHoldsWhatTheServerNeverKept() async throws {
-        let server = try SyncTests.Server()
-        let directory = "/tmp/skg-\(getpid())-\(UInt32.random(in: 0...UInt32.max))"
-        let backup = URL(fileURLWithPath: directory + "-backup")
-        defer {
-            try? FileManager.default.removeItem(atPath: directory)
-            try? FileManager.default.removeItem(at: backup)
-        }
-        let other = try RunningDaemon(sync: server.configuration)
-        let b = try Skyros(sharedStack: testSchema, container: other.container.url)
+        let scene = try RestoreScene("skg")
+        defer { scene.removeDirectories() }
+        let (server, directory, backup, b) = (scene.server, scene.directory, scene.backup, scene.b)
         try await sync.insert("real", into: b)
         var unreachable = server.configuration
         unreachable.servers[0].port = 1
