@@ -569,6 +569,7 @@ struct SyncBenchmark {
         if capped {
             note("initial sync: cut short after \(Int(Self.cap)) s with \(local) of \(rows) objects on the machine")
         }
+        reportWhileSaving(try newMachineWhileSaving(database), bare: bare, report: report)
     }
 
     /// A new machine on the database: from its daemon's start until its client counts
@@ -588,6 +589,190 @@ struct SyncBenchmark {
             usleep(50_000)
         }
         return (local, Double(Clock.now() - started) / 1e9, memory.growthMB())
+    }
+
+    // MARK: - 3, while the machine's app saves (issue 57 item 7)
+
+    /// The app's pace while a new machine takes its snapshot (10 saves a second), and the
+    /// server sampler's, in seconds.
+    static let saveInterval = 0.1
+    static let sampleInterval = 0.2
+
+    /// What a new machine's initial sync gave while its app saved.
+    private struct SavingSync {
+        var synced = 0  // the server's rows on the machine at the end (its objects less its saves)
+        var seconds = 0.0  // from the daemon's start until the store had them all (or the cap)
+        var saves = AppSaves.Tally()
+        var longest = LongestTransaction.Sample()
+        var growth = 0.0  // peak RSS growth meanwhile, MB
+    }
+
+    private func reportWhileSaving(_ result: SavingSync, bare: Double, report: (Row) -> Void) {
+        let capped = result.synced < rows
+        let suffix = capped ? " (capped at \(Int(Self.cap)) s: \(result.synced) of \(rows))" : ""
+        report(
+            Row(
+                name:
+                    "sync: initial sync of \(rows) rows while the machine's app saves 10×/s (bare: SELECT into SQLite with GRDB)\(suffix)",
+                unit: "rows/s", skyros: Double(result.synced) / result.seconds, baseline: Double(rows) / bare))
+        report(
+            Row(
+                name:
+                    "sync: initial sync of \(rows) while the app saves: longest server transaction during it (bare: its one SELECT, open for the whole copy; goal ≤ 5 s)",
+                unit: "s", skyros: result.longest.seconds, baseline: bare))
+        let saves = result.saves
+        note(
+            "initial sync while saving: \(saves.made) saves made (\(saves.failed) failed, the slowest \(String(format: "%.0f", saves.slowest * 1000)) ms, ending \(String(format: "%.1f", saves.slowestEnded)) s in) in \(String(format: "%.1f", result.seconds)) s to completion; peak RSS growth \(String(format: "%.0f", result.growth)) MB"
+        )
+        note(
+            "initial sync while saving: longest server transaction \(String(format: "%.2f", result.longest.seconds)) s, at: \(result.longest.statement.isEmpty ? "(none seen)" : result.longest.statement)"
+        )
+        benchmarkAssert(
+            result.longest.seconds <= 5,
+            "a server transaction stayed open \(result.longest.seconds) s during the initial sync (goal ≤ 5 s)")
+        benchmarkAssert(saves.failed == 0, "\(saves.failed) of the app's saves failed during the initial sync")
+        if capped {
+            note(
+                "initial sync while saving: cut short after \(Int(Self.cap)) s with \(result.synced) of \(rows) server rows on the machine"
+            )
+        }
+    }
+
+    /// A new machine on the database whose app saves an `Item` every 100 ms from its start (a
+    /// thread of its own), while the server's longest-running transaction is sampled every
+    /// 200 ms (another): from its daemon's start until its store holds every server row and
+    /// every save made (polled every 50 ms), or the cap. Both threads end on every path.
+    private func newMachineWhileSaving(_ database: ServerDatabase) throws -> SavingSync {
+        var result = SavingSync()
+        let memory = PeakMemory()
+        let longest = LongestTransaction()
+        let sampler = Repeating(every: Self.sampleInterval) { longest.sample(database) }
+        defer { sampler.stop() }
+        let started = Clock.now()
+        let machine = try RunningDaemon(sync: database.configuration, log: log)
+        defer { machine.shutDown() }
+        let client = try Skyros(
+            sharedStack: benchSchema, container: machine.container.url, timeout: 120, savesOnStop: false)
+        let saves = AppSaves(first: rows)
+        let saver = Repeating(every: Self.saveInterval) { saves.save(on: client) }
+        defer { saver.stop() }
+        var local = 0
+        while true {
+            local = (try? client.read { context in try Item.count(in: context) }) ?? local
+            let made = saves.tally.made  // after the count: a save meanwhile delays the end, never hastens it
+            result.synced = local - made
+            if local >= rows + made || Double(Clock.now() - started) / 1e9 > Self.cap { break }
+            usleep(50_000)
+        }
+        result.seconds = Double(Clock.now() - started) / 1e9
+        saver.stop()
+        sampler.stop()
+        result.saves = saves.tally
+        result.longest = longest.longest
+        result.growth = memory.growthMB()
+        return result
+    }
+
+    /// An app's saves on its machine, one `Item` each (`writeAndWait`: durable locally).
+    private final class AppSaves: Sendable {
+        struct Tally {
+            var made = 0
+            var failed = 0
+            var slowest = 0.0  // seconds
+            var slowestEnded = 0.0  // seconds from the first save's start
+        }
+
+        /// The index of the first save's values (`EmbeddedBenchmark.fill`).
+        let first: Int
+        private let state = Mutex(Tally())
+        private let started = Clock.now()
+
+        init(first: Int) { self.first = first }
+
+        var tally: Tally { state.withLock { $0 } }
+
+        func save(on client: Skyros) {
+            let index = first + state.withLock { $0.made + $0.failed }
+            let start = Clock.now()
+            let saved =
+                (try? client.writeAndWait { context in EmbeddedBenchmark.fill(Item.create(in: context), index) })
+                != nil
+            let end = Clock.now()
+            let seconds = Double(end - start) / 1e9
+            state.withLock { tally in
+                if saved { tally.made += 1 } else { tally.failed += 1 }
+                if seconds > tally.slowest {
+                    tally.slowest = seconds
+                    tally.slowestEnded = Double(end - started) / 1e9
+                }
+            }
+        }
+    }
+
+    /// The longest-running transaction seen on the server in a database, with what it ran.
+    private final class LongestTransaction: Sendable {
+        struct Sample {
+            var seconds = 0.0
+            var statement = ""  // its backend type, state and query (the first 120 characters)
+        }
+
+        private let state = Mutex(Sample())
+
+        var longest: Sample { state.withLock { $0 } }
+
+        /// The oldest open transaction in the database now, other than psql's own (none: 0 s).
+        func sample(_ database: ServerDatabase) {
+            guard
+                let text = try? database.psql(
+                    """
+                    SELECT extract(epoch FROM clock_timestamp() - xact_start) || '|' || coalesce(backend_type, '') \
+                    || ', ' || coalesce(state, '') || ': ' || left(regexp_replace(coalesce(query, ''), '\\s+', ' ', 'g'), 120) \
+                    FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid() \
+                    AND xact_start IS NOT NULL ORDER BY xact_start LIMIT 1
+                    """, timeout: .seconds(10)),
+                !text.isEmpty
+            else { return }
+            let parts = text.split(separator: "|", maxSplits: 1)
+            guard let seconds = Double(parts[0]) else { return }
+            state.withLock { longest in
+                if seconds > longest.seconds {
+                    longest = Sample(seconds: seconds, statement: parts.count > 1 ? String(parts[1]) : "")
+                }
+            }
+        }
+    }
+
+    /// A thread of its own running `tick` every `interval` seconds, the first at once, until
+    /// ``stop()``, which returns once the thread has ended (a tick that overran its interval
+    /// is followed by the next at once, and the lost ones are not made up).
+    private final class Repeating: @unchecked Sendable {  // `stopped` is guarded by `condition`
+        private let condition = NSCondition()
+        private var stopped = false
+        private let ended = DispatchSemaphore(value: 0)
+
+        init(every interval: Double, _ tick: @escaping @Sendable () -> Void) {
+            Thread.detachNewThread { [self] in
+                var next = Date()
+                while !condition.withLock({ stopped }) {
+                    tick()
+                    next = max(next.addingTimeInterval(interval), Date())
+                    condition.withLock {
+                        while !stopped, condition.wait(until: next) {}
+                    }
+                }
+                ended.signal()
+            }
+        }
+
+        /// Stops the ticks; returns once the last has ended (at once when called again).
+        func stop() {
+            condition.withLock {
+                stopped = true
+                condition.broadcast()
+            }
+            ended.wait()
+            ended.signal()  // for a later call
+        }
     }
 
     // MARK: - Helpers
