@@ -23,6 +23,7 @@ import Testing
     @Test func aMachineThatDoesNotKnowWhatIsQueuedReadsTheQueueAfterTheServersLast() {
         var machine = UploadStateMachine(queuedThrough: nil, maximumBatch: 1_000, maximumBytes: 4_096)
         machine.connected(uploadedThrough: 2)
+        #expect(machine.nextBatch() == .markUploaded(through: 2, refusals: []))  // the queue drops what the server has
         #expect(machine.nextBatch() == .readQueue(after: 2, limit: 1_000, bytes: 4_096))
         #expect(machine.queueRead(Self.entries(3...5)) == .upload(numbers: 3...5))
         #expect(machine.batch.map(\.number) == [3, 4, 5])
@@ -34,9 +35,22 @@ import Testing
         #expect(machine.queueRead([]) == .idle)
     }
 
+    @Test func aBatchCommittedWhoseReplyWasLostIsDroppedFromTheQueueAtTheNextConnection() {
+        var machine = UploadStateMachine(queuedThrough: 6)
+        machine.connected(uploadedThrough: 3)
+        #expect(machine.nextBatch() == .markUploaded(through: 3, refusals: []))
+        #expect(machine.nextBatch() == .readQueue(after: 3, limit: 1_000, bytes: 8 << 20))
+        #expect(machine.queueRead(Self.entries(4...6)) == .upload(numbers: 4...6))
+        machine.disconnected()  // the server committed 4...6; its reply was lost
+        machine.connected(uploadedThrough: 6)
+        #expect(machine.nextBatch() == .markUploaded(through: 6, refusals: []))
+        #expect(machine.nextBatch() == .idle)
+    }
+
     @Test func changeSetsHandedOverAreUploadedFromMemoryWhenTheyFollowTheLastUpload() {
         var machine = UploadStateMachine(queuedThrough: 5)
         machine.connected(uploadedThrough: 5)
+        #expect(machine.nextBatch() == .markUploaded(through: 5, refusals: []))  // the queue drops what the server has
         #expect(machine.nextBatch() == .idle)
         machine.localCommitted(Self.entries(6...7), through: 7)
         #expect(machine.nextBatch() == .upload(numbers: 6...7))
@@ -47,6 +61,7 @@ import Testing
     @Test func aGapBetweenTheServersLastAndTheHandedChangeSetsReadsTheQueue() {
         var machine = UploadStateMachine(queuedThrough: 5, maximumBatch: 100, maximumBytes: 1)
         machine.connected(uploadedThrough: 3)
+        #expect(machine.nextBatch() == .markUploaded(through: 3, refusals: []))  // the queue drops what the server has
         machine.localCommitted(Self.entries(6...6), through: 6)
         #expect(machine.nextBatch() == .readQueue(after: 3, limit: 100, bytes: 1))
         #expect(machine.queueRead(Self.entries(4...6)) == .upload(numbers: 4...6))
@@ -103,6 +118,7 @@ import Testing
         #expect(machine.nextBatch() == .idle)
         // The server had more than this machine knew (a reply lost with the connection).
         machine.connected(uploadedThrough: 9)
+        #expect(machine.nextBatch() == .markUploaded(through: 9, refusals: []))  // the queue drops what the server has
         #expect(machine.nextBatch() == .readQueue(after: 9, limit: 1_000, bytes: 1))
     }
 

@@ -67,7 +67,15 @@ public enum SyncFaultCampaign {
         case renameRollout
 
         /// How many faults of the kind a campaign plans, given how many of each kind it plans.
-        public func planned(perKind: Int) -> Int { self == .renameRollout ? min(perKind, 1) : perKind }
+        /// (A restore pauses its machine's writers until its queue drains, up to 30 s: at most
+        /// five a campaign, so that the writers keep saving.)
+        public func planned(perKind: Int) -> Int {
+            switch self {
+            case .renameRollout: min(perKind, 1)
+            case .restoreBackup: min(perKind, 5)
+            default: perKind
+            }
+        }
 
         /// What a fault of a kind acts on: what it is serialized with, and which machines it takes.
         public enum Scope: Sendable {
@@ -618,6 +626,20 @@ private final class Campaign: Sendable {
         // The apps are told on their stacks' completion queues: what is queued there now is told.
         for app in state.withLock({ Array($0.apps.values) }) { app.stack.completionQueue.sync {} }
         history.told = state.withLock { $0.told }
+        if let keep = ProcessInfo.processInfo.environment["SKYROS_CAMPAIGN_KEEP_LOGS"] {
+            // The writes, for a post-mortem: client, machine, kind, object, property, value,
+            // acknowledged, start, end, error.
+            let lines = history.operations.filter { $0.kind != .read }.map { operation in
+                [
+                    "\(operation.client)", "\(operation.machine)", "\(operation.kind)",
+                    operation.object?.uuidString ?? "", operation.property ?? "", operation.value ?? "",
+                    "\(operation.acknowledged)", String(format: "%.3f", operation.start),
+                    String(format: "%.3f", operation.end), operation.error ?? "",
+                ].joined(separator: "|")
+            }
+            _ = FileManager.default.createFile(
+                atPath: keep + "/writes.txt", contents: Data(lines.joined(separator: "\n").utf8))
+        }
         let verdict = history.check()
         let (faultCounts, attempted) = state.withLock { ($0.faults, $0.attempted) }
         var unavailable: [SyncFaultCampaign.FaultKind: String] = [:]

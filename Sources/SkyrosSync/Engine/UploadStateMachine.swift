@@ -12,6 +12,9 @@ package typealias QueuedEntry = (number: Int64, changes: QueuedChangeSet)
 /// The rules:
 /// - Change sets go up in queue order, each once: the next batch starts after the highest
 ///   number the server has (``uploadedThrough``), which the engine reads when it connects.
+/// - When it connects, the queue first drops what the server has: a batch the server
+///   committed and the machine did not mark (its reply lost, or the daemon stopped in
+///   between) would otherwise stay queued for good, never uploaded again and never dropped.
 /// - The change sets the daemon handed over as it queued them are uploaded from memory when
 ///   they follow the last upload without a gap and are all there is; otherwise the queue is read.
 /// - A batch with a refusal costs two statements per halving to find it: while refusals come,
@@ -66,6 +69,8 @@ package struct UploadStateMachine: Sendable {
     /// The batch being uploaded (read from the queue or handed).
     package private(set) var batch: [QueuedEntry] = []
     private var isConnected = false
+    /// Whether the queue is yet to drop what the server had when the connection came up.
+    private var marksOnConnect = false
 
     /// A machine that knows of `queuedThrough` queued change sets (nil: unknown, read the queue).
     package init(queuedThrough: Int64?, maximumBatch: Int = 1_000, maximumBytes: Int = 8 << 20) {
@@ -93,6 +98,7 @@ package struct UploadStateMachine: Sendable {
         batchLimit = maximumBatch
         batch = []
         isConnected = true
+        marksOnConnect = uploadedThrough > 0
     }
 
     /// The connection was lost: nothing is uploaded until ``connected(uploadedThrough:)``.
@@ -104,6 +110,10 @@ package struct UploadStateMachine: Sendable {
     /// What to upload next.
     package mutating func nextBatch() -> Action {
         guard isConnected else { return .idle }
+        if marksOnConnect {
+            marksOnConnect = false
+            return .markUploaded(through: uploadedThrough, refusals: [])
+        }
         handed.removeAll { $0.number <= uploadedThrough }
         guard let known = queuedThrough else { return readQueue() }
         if known <= uploadedThrough { return .idle }

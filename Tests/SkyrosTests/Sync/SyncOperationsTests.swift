@@ -435,6 +435,63 @@ struct SyncOperationsTests {
     }
 
     @Test(
+        "a change set the server committed while the machine never heard of it (a lost reply, a daemon stopped in between) leaves the machine's queue once it connects again (fault campaign: 177 change sets queued for good)"
+    )
+    func committedWithoutTheMachineHearingLeavesTheQueue() async throws {
+        let server = try SyncTests.Server()
+        let directory = "/tmp/skq-\(getpid())-\(UInt32.random(in: 0...UInt32.max))"
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        let store = URL(fileURLWithPath: directory + "/g/store.sqlite").path
+        func read<T>(_ body: (Database) throws -> T) throws -> T {
+            var options = GRDB.Configuration()
+            options.readonly = true
+            let queue = try DatabaseQueue(path: store, configuration: options)
+            defer { try? queue.close() }
+            return try queue.read(body)
+        }
+        func queued() throws -> Int {
+            try read { db in try Int.fetchOne(db, sql: "SELECT count(*) FROM skyros_sync_queue") ?? -1 }
+        }
+        let online = try RunningDaemon(directory: directory, sync: server.configuration)
+        var app: Skyros? = try Skyros(sharedStack: testSchema, container: online.container.url)
+        try await sync.insert("first", into: app!)
+        #expect(await sync.eventually { try server.psql("SELECT count(*) FROM g_sync._skyros_uploads") == "1" })
+        #expect(await sync.eventually { try queued() == 0 })
+        app = nil
+        online.shutDown()
+        // Offline, change set 2 is queued; the server then takes it as an upload would whose
+        // reply never came back: its record (with its digest) and its row.
+        var unreachable = server.configuration
+        unreachable.servers[0].port = 1
+        let offline = try RunningDaemon(directory: directory, sync: unreachable)
+        app = try Skyros(sharedStack: testSchema, container: offline.container.url)
+        try await sync.insert("second", into: app!)
+        app = nil
+        offline.shutDown()
+        let (machine, data) = try read { db in
+            (
+                try String.fetchOne(db, sql: "SELECT value FROM skyros_metadata WHERE key = 'syncMachine'") ?? "",
+                try Data.fetchOne(db, sql: "SELECT changes FROM skyros_sync_queue WHERE number = 2") ?? Data()
+            )
+        }
+        let changes = try QueuedChangeSet.decode(data)
+        let id = try #require(changes.inserted.first?.id)
+        try server.psql(
+            """
+            INSERT INTO g_sync._skyros_uploads (machine, number, digest) VALUES ('\(machine.lowercased())', 2, \(changes.digest));
+            INSERT INTO g_sync."User" ("_id", handle) VALUES ('\(id.uuidString.lowercased())', 'second')
+            """)
+        #expect(try queued() == 1)
+
+        let again = try RunningDaemon(directory: directory, sync: server.configuration)
+        defer { withExtendedLifetime([online, offline, again]) {} }  // a released one removes the directory
+        let drained = await sync.eventually { try queued() == 0 }
+        #expect(drained, "\((try? queued()) ?? -1) change sets still queued")
+        #expect(try server.psql("SELECT count(*) FROM g_sync._skyros_uploads") == "2")
+        #expect(try Self.handlesOnServer(server) == "first,second")
+    }
+
+    @Test(
         "a store copied to another machine is detected: both go on, one under a new machine id, and every save of both reaches everyone once"
     )
     func copiedToAnotherMachine() async throws {
