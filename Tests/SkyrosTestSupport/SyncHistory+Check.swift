@@ -10,7 +10,8 @@ extension SyncHistory {
     ///   change set of its machine, naming exactly its object, each change set once), or was
     ///   replaced within its upload batch by a later or concurrent save of the same machine
     ///   (the other save's value on the server, in a server transaction this save may have gone
-    ///   up in); every change set each machine numbered is recorded on the server, and no queue
+    ///   up in; a save whose outcome was unknown, sent again until the daemon answered, counts
+    ///   as concurrent with every save after its start); every change set each machine numbered is recorded on the server, and no queue
     ///   holds anything;
     /// - **exactly once**: the server recorded no number its machine never gave; no object was
     ///   inserted twice; no value comes back on the server after being replaced (a change set
@@ -211,6 +212,14 @@ private struct CheckContext {
         let deletions = Dictionary(
             grouping: history.operations.filter { $0.kind == .delete && $0.found && $0.object != nil },
             by: { $0.object! })
+        // Updates whose save failed with its outcome unknown: the stack sends it again until
+        // the daemon answers, so it may be committed at any moment after it started, after
+        // saves that started later (a daemon restarted, then the resent save applied).
+        let uncertainUpdates = Dictionary(
+            grouping: history.operations.filter {
+                $0.kind == .update && !$0.acknowledged && $0.error != nil && $0.object != nil && $0.property != nil
+            },
+            by: { "\(life(of: $0) ?? -1)/\($0.object!)/\($0.property!)" })
         // Deletes whose save failed with its outcome unknown (daemonUnavailable, outcome
         // unknown): applied or not, nobody was told.
         let uncertainDeletions = Dictionary(
@@ -277,6 +286,14 @@ private struct CheckContext {
                 }) {
                     // A save of another client of the machine, at the same time, in the same
                     // batch: which one the machine committed last is not known here.
+                    counts.concurrent += 1
+                } else if uncertainUpdates["\(life(of: write) ?? -1)/\(object)/\(property)", default: []].contains(
+                    where: {
+                        $0.start < write.end && replaces($0)
+                    })
+                {
+                    // A save whose outcome was unknown, resent and committed after this one in
+                    // the same batch: its order is not known either.
                     counts.concurrent += 1
                 } else {
                     lost.append(
