@@ -67,12 +67,12 @@ public enum SyncFaultCampaign {
         case renameRollout
 
         /// How many faults of the kind a campaign plans, given how many of each kind it plans.
-        /// (A restore pauses its machine's writers until its queue drains, up to 30 s: at most
-        /// five a campaign, so that the writers keep saving.)
+        /// (A restore pauses its machine's writers until its queue drains, up to 30 s: one for
+        /// six of the other kinds, five in 120 s, one in 20 s, so that the writers keep saving.)
         public func planned(perKind: Int) -> Int {
             switch self {
             case .renameRollout: min(perKind, 1)
-            case .restoreBackup: min(perKind, 5)
+            case .restoreBackup: perKind == 0 ? 0 : max(1, perKind / 6)
             default: perKind
             }
         }
