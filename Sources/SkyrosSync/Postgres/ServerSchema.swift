@@ -37,26 +37,6 @@ package struct ServerSchema: Sendable {
 
     /// An entity's table.
     package struct Table: Sendable, Equatable {
-        /// `values`, by property name, under the current names: a value named by a property's
-        /// name before a rename (`originalName`) is given its current name.
-        package func current(_ values: [String: StoredValue]) -> [String: StoredValue] {
-            let renamed = columns.filter { column in
-                column.originalName.map { original in
-                    values[original] != nil && !columns.contains { $0.name == original }
-                }
-                    ?? false
-            }
-            guard !renamed.isEmpty else { return values }
-            var values = values
-            for column in renamed {
-                guard let original = column.originalName, let value = values.removeValue(forKey: original) else {
-                    continue
-                }
-                if values[column.name] == nil { values[column.name] = value }
-            }
-            return values
-        }
-
         /// The entity's name, also the table's.
         package var name: String
         /// The entity's name in an earlier schema version.
@@ -67,6 +47,20 @@ package struct ServerSchema: Sendable {
         package var columns: [Column]
         /// Declared compound indexes.
         package var indexes: [[String]]
+
+        /// `values`, by property name, under the current names: a value named by a property's
+        /// name before a rename (`originalName`) is given its current name.
+        package func current(_ values: [String: StoredValue]) -> [String: StoredValue] {
+            var values = values
+            for column in columns {
+                guard let original = column.originalName, values[column.name] == nil,
+                    !columns.contains(where: { $0.name == original }),
+                    let value = values.removeValue(forKey: original)
+                else { continue }
+                values[column.name] = value
+            }
+            return values
+        }
     }
 
     /// The PostgreSQL schema's name.
@@ -76,6 +70,8 @@ package struct ServerSchema: Sendable {
     /// The group's schema version.
     package let version: UInt64
     private let byName: [String: Int]
+    /// Whether a table or a column has an `originalName` (else ``current(_:)`` has nothing to do).
+    private let hasRenames: Bool
 
     /// The server schema of a group's `schema`, in the PostgreSQL schema `name`.
     package init(_ schema: Schema, name: String) {
@@ -124,6 +120,9 @@ package struct ServerSchema: Sendable {
         }
         self.tables = tables
         byName = Dictionary(uniqueKeysWithValues: tables.enumerated().map { ($1.name, $0) })
+        hasRenames = tables.contains { table in
+            table.originalName != nil || table.columns.contains { $0.originalName != nil }
+        }
     }
 
     /// The table of an entity, when the schema has it.
@@ -140,6 +139,7 @@ package struct ServerSchema: Sendable {
     /// uploaded without those rows or values. (Its digest stays the one of the change set as
     /// queued: only what is written to the server is renamed.)
     package func current(_ changes: QueuedChangeSet) -> QueuedChangeSet {
+        guard hasRenames else { return changes }  // the upload's hot path: most schemas rename nothing
         func renamed(_ row: QueuedChangeSet.Row) -> QueuedChangeSet.Row {
             guard let table = current(row.entity) else { return row }
             var row = row
