@@ -698,6 +698,19 @@ private final class Campaign: Sendable {
         return App(stack: stack, renamed: renamed)
     }
 
+    /// ``startApp(on:as:)`` tried up to `attempts` times, each failure said (nil: none started).
+    func startApp(on machine: CampaignMachine, as client: Int, attempts: Int) -> App? {
+        for attempt in 1...attempts {
+            do { return try startApp(on: machine, as: client) } catch {
+                let version = state.withLock { $0.renamed.contains(machine.index) } ? 2 : 1
+                say(
+                    "machine \(machine.index): client \(client)'s app (version \(version)) did not start (attempt \(attempt)): \(error)"
+                )
+            }
+        }
+        return nil
+    }
+
     /// Records what `stack`, client `client`'s app, is told of the server's refusals.
     func listen(to stack: Skyros, as client: Int) {
         stack.errorHandler = { [weak self] error in
@@ -1140,13 +1153,7 @@ private final class Campaign: Sendable {
         let earlierApps = state.withLock { state in clients.compactMap { state.apps.removeValue(forKey: $0) } }
         for app in earlierApps { app.stack.completionQueue.sync {} }
         for client in clients {
-            var app: App?
-            for attempt in 1...3 where app == nil {
-                do { app = try startApp(on: machine, as: client) } catch {
-                    say("machine \(index): client \(client)'s app did not start (attempt \(attempt)): \(error)")
-                }
-            }
-            guard let app else { continue }
+            guard let app = startApp(on: machine, as: client, attempts: 3) else { continue }
             state.withLock { $0.apps[client] = app }
         }
         state.withLock { state in
@@ -1241,13 +1248,7 @@ private final class Campaign: Sendable {
         state.withLock { _ = $0.renamed.insert(index) }
         var upgraded: [Int: App] = [:]
         for client in clients(of: index) {
-            for attempt in 1...5 where upgraded[client] == nil {
-                do { upgraded[client] = try startApp(on: machine, as: client) } catch {
-                    say(
-                        "machine \(index): client \(client)'s app with version 2 did not start (attempt \(attempt)): \(error)"
-                    )
-                }
-            }
+            upgraded[client] = startApp(on: machine, as: client, attempts: 5)
         }
         guard upgraded.count == configuration.writersPerMachine else {
             state.withLock { _ = $0.renamed.remove(index) }
