@@ -8,8 +8,12 @@ import SkyrosWire
 /// thread and the savers carry them out. No socket, no clock, no lock.
 ///
 /// Invariants: events are merged in sequence order, each once, none skipped; this client's
-/// own change sets are never merged (their sequences are counted from the save replies, or
-/// from their events when they come back); a gap is closed by `changes-since`, except while
+/// own change sets are not merged (their sequences are counted from the save replies, or
+/// from their events when they come back), except the change set of a save whose outcome was
+/// unknown: the app was told the save may not be applied, and its main context forgot what
+/// the save touched, so once the save turns out applied its change set is merged like another
+/// process's (its event while the outcome is still unknown, or the sequence the resend's reply
+/// gives); a gap is closed by `changes-since`, except while
 /// a save is in flight (the gap may be that save, whose reply is on its way). Saves are
 /// numbered from 1, in order; while a save's outcome is unknown, no new save is numbered:
 /// that one is resent first (the daemon applies a client's saves in order).
@@ -35,6 +39,9 @@ struct EventSequencer: Equatable {
     /// Sequences of this client's saves past ``sequence``, from their replies, ascending (a
     /// few at most: a list, which a save's reply does not make hash and allocate).
     private var ownSequences: [UInt64] = []
+    /// Sequences past ``sequence`` of this client's saves whose outcome was unknown and that a
+    /// resend found applied: their events are merged when they come.
+    private var resolvedOwn: [UInt64] = []
     /// Saves sent and not answered yet.
     private(set) var savesInFlight = 0
     /// Change sets past a gap, kept while a save is in flight (the gap may be that save).
@@ -105,6 +112,21 @@ struct EventSequencer: Equatable {
         return advance(waiting, catchUpOnGap: savesInFlight == 0)
     }
 
+    /// The reply to a resent save whose outcome was unknown came (`sequence`: applied), or the
+    /// resend failed or was refused (nil). Unlike ``saveAnswered(sequence:)``, the save's change
+    /// set is merged when its event comes: the saver was told its outcome is unknown.
+    mutating func unknownSaveAnswered(sequence saved: UInt64?) -> [Action] {
+        if let saved, saved > sequence, !resolvedOwn.contains(saved) { resolvedOwn.append(saved) }
+        return saveAnswered(sequence: nil)
+    }
+
+    /// Whether this client's own change set `sequence`, when its event comes, is merged: the
+    /// change set of the save whose outcome is unknown (no other save of this client goes out
+    /// meanwhile), or of one that a resend found applied.
+    func mergesOwn(_ sequence: UInt64) -> Bool {
+        unknownSave != nil || resolvedOwn.contains(sequence)
+    }
+
     /// Events (and heartbeats) received on the event socket.
     mutating func received(_ events: [ChangeEvent]) -> [Action] {
         advance(events, catchUpOnGap: savesInFlight == 0)
@@ -134,6 +156,7 @@ struct EventSequencer: Equatable {
         sequence = welcome.sequence
         epoch = welcome.storeEpoch
         ownSequences = []
+        resolvedOwn = []
         held = []
         return [.startOver]
     }
@@ -165,7 +188,7 @@ struct EventSequencer: Equatable {
                 break
             }
             sequence = next
-            if events[position].authorID == clientID {
+            if events[position].authorID == clientID && !mergesOwn(next) {
                 if copied == nil { copied = Array(events[..<inPlace]) }
             } else if copied != nil {
                 copied!.append(events[position])
@@ -174,6 +197,7 @@ struct EventSequencer: Equatable {
             }
         }
         absorbOwnSequences()
+        if !resolvedOwn.isEmpty { resolvedOwn.removeAll { $0 <= sequence } }
         let merged = copied ?? (inPlace == events.count ? events : Array(events[..<inPlace]))
         var actions: [Action] = merged.isEmpty ? [] : [.merge(merged)]
         if gap && catchUpOnGap && savesInFlight == 0 { actions.append(.catchUp(after: sequence)) }

@@ -194,10 +194,14 @@ extension RemoteStore {
 
     /// This client's own change sets among `events`, told to the main context's ledger before
     /// the sequencer merges what follows them (their reply may come later than their event).
+    /// The change set of a save whose outcome was unknown is not told: the main context's save
+    /// in flight, if any, is a later one.
     func ownChangeSetsNumbered(in events: [ChangeEvent]) {
         guard let ownWrites = state.withLock({ $0.ownWrites }) else { return }
         for index in events.indices where events.isChangeSet(at: index) && events[index].authorID == clientID {
-            ownWrites.numbered(events[index].sequence)
+            let sequence = events[index].sequence
+            guard !state.withLock({ $0.sequencer.mergesOwn(sequence) }) else { continue }
+            ownWrites.numbered(sequence)
         }
     }
 

@@ -143,15 +143,28 @@ extension RemoteStore {
 
     /// One save request, with the sequencer told of it and of its answer (its sequence);
     /// returns the reply (`saved`, or `batchDone`).
-    private func send(save body: WireMessage.Body, on connection: inout Connection) throws -> WireMessage.Body {
+    ///
+    /// `resending`: the save whose outcome was unknown. Its change set, once applied, is merged
+    /// into the main context when its event comes (the saver was told the outcome is unknown,
+    /// and its main context forgot what the save touched), and it does not settle the main
+    /// context's save in flight, which is another one.
+    private func send(
+        save body: WireMessage.Body, resending: Bool = false, on connection: inout Connection
+    ) throws -> WireMessage.Body {
         state.withLock { $0.sequencer.saveSent() }
         var saved: UInt64?
-        defer { queue(state.withLock { $0.sequencer.saveAnswered(sequence: saved) }) }
+        defer {
+            queue(
+                state.withLock {
+                    resending
+                        ? $0.sequencer.unknownSaveAnswered(sequence: saved) : $0.sequencer.saveAnswered(sequence: saved)
+                })
+        }
         let reply = try request(body, on: &connection)
         switch reply {
         case .saved(let sequence):
             saved = sequence
-            state.withLock { $0.ownWrites }?.numbered(sequence)
+            if !resending { state.withLock { $0.ownWrites }?.numbered(sequence) }
         case .batchDone(_, let event): saved = event.sequence
         default: throw unexpected()
         }
@@ -166,7 +179,7 @@ extension RemoteStore {
         let resolved: ResolvedSave
         do {
             let sequence: UInt64? =
-                switch try send(save: unknown.body, on: &connection) {
+                switch try send(save: unknown.body, resending: true, on: &connection) {
                 case .saved(let sequence): sequence
                 case .batchDone(_, let event): event.sequence
                 default: nil

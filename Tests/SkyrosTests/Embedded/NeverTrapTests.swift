@@ -170,6 +170,63 @@ struct NeverTrapTests {
         #expect(handles == ["across", "before"])  // applied once; the refused save is absent
     }
 
+    /// A save whose request was lost reaches the daemon later (a resend): the app was told its
+    /// outcome is unknown, and its main context forgot what the save touched. When a read
+    /// meanwhile took the object back as the store had it then, the save's own change set,
+    /// once applied, must still reach the main context: it was counted as this client's own and
+    /// never merged, and the main context kept the older value until the object changed again
+    /// (the sync fault campaign's convergence check, issue 57). Here the background resend
+    /// usually comes before the read; `EventSequencerTests` pins both orders
+    /// (`unknownSaveAppliedReplyFirst`, `unknownSaveAppliedEventFirst`).
+    @Test(
+        "a save whose outcome was unknown and that a resend applied reaches the saver's own main context, which had read the object meanwhile"
+    )
+    func unknownSaveAppliedReachesMain() throws {
+        let daemon = try StoppableDaemon(process)
+        defer { daemon.stop() }
+        let remote = try daemon.remote()
+        let resolved = ResolvedSaves()
+        remote.onSaveResolved = { resolved.add($0) }
+        let client = Skyros(sharedStack: remote)
+        let id = Locked<ObjectID?>(nil)
+        try client.writeAndWait { context in
+            let user = User.create(in: context)
+            user.handle = "u"
+            user.firstname = "before"
+            id.withValue { $0 = user.objectID }
+        }
+        let objectID = try #require(id.withValue { $0 })
+        // How the main context shows the object: its registered copy, faulted in if need be.
+        func firstname() -> String? {
+            client.read { context in context.object(with: objectID, as: User.self)?.firstname }
+        }
+        #expect(firstname() == "before")
+
+        daemon.pause()
+        #expect(throws: SkyrosError.self) {
+            do {
+                try client.writeAndWait { context in
+                    context.object(with: objectID, as: User.self)?.firstname = "resent"
+                }
+            } catch let error as SkyrosError {
+                #expect(error.code == .outcomeUnknown, "\(error)")
+                throw error
+            }
+        }
+        // The request dies with the stopped daemon unread; a new daemon serves the old value,
+        // and the main context reads it back (unless the resend was quicker).
+        try daemon.killAndRestart()
+        let meanwhile = firstname()
+        print("MEANWHILE \(String(describing: meanwhile))")
+        #expect(meanwhile == "before" || meanwhile == "resent")
+
+        let outcome = resolved.wait(seconds: 15)
+        #expect(outcome?.isApplied == true, "\(String(describing: outcome))")
+        let deadline = Date().addingTimeInterval(10)
+        while firstname() != "resent" && Date() < deadline { Thread.sleep(forTimeInterval: 0.02) }
+        #expect(firstname() == "resent", "the main context kept the value from before the resent save")
+    }
+
     /// The lock-order deadlock between the contexts' queues and the store's resolving lock:
     /// `onSaveResolved` was called with that lock held, so a handler that saves (its save
     /// goes through the root context's queue to the same lock) never returned, and every
@@ -219,9 +276,11 @@ struct NeverTrapTests {
 final class StoppableDaemon {
     let container: URL
     private let groups: String
-    private let daemon: ChildProcess
+    private let process: DaemonProcessTests
+    private var daemon: ChildProcess
 
     init(_ process: DaemonProcessTests) throws {
+        self.process = process
         groups = process.groupsDirectory()
         do {
             daemon = try process.startDaemon(groups)
@@ -240,6 +299,14 @@ final class StoppableDaemon {
     /// Stops the daemon and returns once it is stopped (see ``ChildProcess/pause(seconds:)``).
     func pause() { #expect(daemon.pause(), "skyrosd was not seen stopped") }
     func resume() { daemon.resume() }
+
+    /// Kills the daemon (SIGKILL: what it had not read of its sockets is lost with it), reaps
+    /// it, and starts another on the same group directory.
+    func killAndRestart() throws {
+        kill(daemon.pid, SIGKILL)
+        #expect(daemon.wait(seconds: 10) != nil, "the killed skyrosd was not reaped")
+        daemon = try process.startDaemon(groups)
+    }
 
     func stop() {
         resume()

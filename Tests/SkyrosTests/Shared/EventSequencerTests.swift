@@ -185,10 +185,52 @@ struct EventSequencerTests {
         let unknown = EventSequencer.UnknownSave(number: 1, body: save(1))
         #expect(machine.nextSave() == .resend(unknown))
         machine.saveSent()
-        #expect(machine.saveAnswered(sequence: 1) == [])
+        #expect(machine.unknownSaveAnswered(sequence: 1) == [])
         machine.unknownSaveResolved()
-        #expect(machine.unknownSave == nil && machine.sequence == 1)
+        #expect(machine.unknownSave == nil)
         #expect(machine.nextSave() == .send(number: 2))
+    }
+
+    @Test(
+        "a save whose outcome was unknown and that the resend finds applied is merged when its event comes: the saver was told it may not be"
+    )
+    func unknownSaveAppliedReplyFirst() {
+        var machine = withUnknownSave(after: 3)
+        machine.saveSent()
+        #expect(machine.unknownSaveAnswered(sequence: 4) == [])
+        machine.unknownSaveResolved()
+        #expect(machine.sequence == 3)  // not counted as this client's own
+        #expect(machine.received([event(4, by: me)]) == [.merge([event(4, by: me)])])
+        // The next save is this client's own again: counted, not merged.
+        #expect(machine.nextSave() == .send(number: 2))
+        machine.saveSent()
+        #expect(machine.saveAnswered(sequence: 5) == [])
+        #expect(machine.received([event(5, by: me), event(6)]) == [.merge([event(6)])])
+        #expect(machine.sequence == 6)
+    }
+
+    @Test("the event of a save whose outcome is still unknown is merged (the daemon applied it, its reply was lost)")
+    func unknownSaveAppliedEventFirst() {
+        var machine = withUnknownSave(after: 3)
+        #expect(machine.mergesOwn(4))
+        #expect(machine.received([event(4, by: me), event(5)]) == [.merge([event(4, by: me), event(5)])])
+        // The resend's reply then says what was merged already.
+        machine.saveSent()
+        #expect(machine.unknownSaveAnswered(sequence: 4) == [])
+        machine.unknownSaveResolved()
+        #expect(machine.sequence == 5 && !machine.mergesOwn(6))
+        #expect(machine.received([event(6, by: me)]) == [])  // a later save's: own, counted
+    }
+
+    @Test("a resolved save's event behind a gap: caught up, and merged in order")
+    func unknownSaveAppliedBehindGap() {
+        var machine = withUnknownSave(after: 3)
+        machine.saveSent()
+        #expect(machine.unknownSaveAnswered(sequence: 4) == [])
+        machine.unknownSaveResolved()
+        #expect(machine.received([event(5)]) == [.catchUp(after: 3)])
+        #expect(machine.page([event(4, by: me), event(5)], more: false) == [.merge([event(4, by: me), event(5)])])
+        #expect(machine.sequence == 5)
     }
 
     /// A sequencer whose save 1 went out and got no acknowledgement in time.
