@@ -287,14 +287,14 @@ private struct CheckContext {
                     // A save of another client of the machine, at the same time, in the same
                     // batch: which one the machine committed last is not known here.
                     counts.concurrent += 1
-                } else if uncertainUpdates["\(life(of: write) ?? -1)/\(object)/\(property)", default: []].contains(
-                    where: {
-                        $0.start < write.end && replaces($0)
-                    })
-                {
-                    // A save whose outcome was unknown, resent and committed after this one in
-                    // the same batch: its order is not known either.
-                    counts.concurrent += 1
+                } else if let uncertain = uncertainUpdates[
+                    "\(life(of: write) ?? -1)/\(object)/\(property)", default: []
+                ]
+                .first(where: replaces) {
+                    // A save whose outcome was unknown, committed after this one in the same batch:
+                    // one that started later replaced it, as an acknowledged one would; one that
+                    // started before was resent, and its order is not known either.
+                    if uncertain.start >= write.end { counts.superseded += 1 } else { counts.concurrent += 1 }
                 } else {
                     lost.append(
                         "client \(write.client) (machine \(write.machine)) wrote \(property) = \(value) on \(object) at \(at(write.end)): not on the server, not refused, not replaced within its upload batch"

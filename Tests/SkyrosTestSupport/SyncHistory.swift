@@ -41,6 +41,23 @@ public struct SyncHistory: Sendable {
         public var reads: [Read] = []
         /// Why that read failed, when it did (its values are then missing, and counted so).
         public var readError: String?
+
+        /// An operation; an update of `property` to `value` when they are given.
+        public init(
+            client: Int, machine: Int, kind: Kind, object: UUID? = nil, property: String? = nil, value: String? = nil,
+            acknowledged: Bool, error: String? = nil, start: Double, end: Double
+        ) {
+            self.client = client
+            self.machine = machine
+            self.kind = kind
+            self.object = object
+            self.property = property
+            self.value = value
+            self.acknowledged = acknowledged
+            self.error = error
+            self.start = start
+            self.end = end
+        }
     }
 
     /// One value read by a client: a property of a shared object, or the `handle` of an
@@ -67,6 +84,19 @@ public struct SyncHistory: Sendable {
         public var handle: String
         public var firstname: String
         public var lastname: String
+
+        public init(
+            sequence: Int64, transaction: String = "", operation: Character, object: UUID, handle: String,
+            firstname: String, lastname: String
+        ) {
+            self.sequence = sequence
+            self.transaction = transaction
+            self.operation = operation
+            self.object = object
+            self.handle = handle
+            self.firstname = firstname
+            self.lastname = lastname
+        }
     }
 
     /// An object's stored values: `handle|firstname|lastname`.
@@ -101,6 +131,19 @@ public struct SyncHistory: Sendable {
         /// (``SyncFaultCampaign/FaultKind/restoreBackup``): the daemon goes on under a new
         /// machine id.
         public var earlierLives: [Life] = []
+
+        /// A machine as the campaign reads it at the end: one life, its change sets 1 … `lastNumber`.
+        public init(
+            id: UUID?, rows: Rows, queued: Int = 0, lastNumber: Int64,
+            rejected: [(number: Int64, reason: String, objects: Set<UUID>)] = [], checkpoint: String? = nil
+        ) {
+            self.id = id
+            self.rows = rows
+            self.queued = queued
+            self.lastNumber = lastNumber
+            self.rejected = rejected
+            self.checkpoint = checkpoint
+        }
 
         /// Its store's lives, oldest first: the earlier ones and the last one (``id`` …).
         public var lives: [Life] {

@@ -86,3 +86,62 @@ struct SyncCheckerTests {
         Self.expectFailure(try await Self.campaign(.swallowRefusal), .refusalsTold, "told of 0")
     }
 }
+
+/// The "no lost write" rules on histories written by hand: what the campaigns met once, each
+/// with its counterpart that must fail.
+@Suite("Sync checker rules")
+struct SyncCheckerRuleTests {
+    let machine = UUID(uuidString: "00000000-0000-4000-8000-0000000000AA")!
+    let object = UUID(uuidString: "00000000-0000-4000-8000-000000000567")!
+
+    /// One machine, two clients: client 0's update acknowledged at 1.1 s, then client 1's update
+    /// of the same property, started at 1.5 s, failed with its outcome unknown at 4.5 s and
+    /// committed later (resent); both change sets (1 and 2) went up in one server transaction,
+    /// which recorded `server` as the property's value.
+    func history(server: String) -> SyncHistory {
+        var history = SyncHistory()
+        history.clients = [0: 0, 1: 0]
+        history.initialTokens = ["init-f", "init-l"]
+        history.operations = [
+            SyncHistory.Operation(
+                client: 0, machine: 0, kind: .update, object: object, property: "firstname", value: "c0.1",
+                acknowledged: true, start: 1.0, end: 1.1),
+            SyncHistory.Operation(
+                client: 1, machine: 0, kind: .update, object: object, property: "firstname", value: "c1.1",
+                acknowledged: false, error: "SkyrosError.outcomeUnknown", start: 1.5, end: 4.5),
+        ]
+        history.audit = [
+            SyncHistory.AuditRow(
+                sequence: 1, transaction: "10", operation: "I", object: object, handle: "shared", firstname: "init-f",
+                lastname: "init-l"),
+            SyncHistory.AuditRow(
+                sequence: 2, transaction: "20", operation: "U", object: object, handle: "shared", firstname: server,
+                lastname: "init-l"),
+        ]
+        history.serverRows = [object: "shared|\(server)|init-l"]
+        history.uploads = [
+            SyncHistory.Upload(machine: machine, number: 1, transaction: "20"),
+            SyncHistory.Upload(machine: machine, number: 2, transaction: "20"),
+        ]
+        history.machines = [
+            SyncHistory.Machine(id: machine, rows: [object: "shared|\(server)|init-l"], lastNumber: 2)
+        ]
+        return history
+    }
+
+    @Test(
+        "an acknowledged update replaced in its upload batch by a later save whose outcome was unknown is not lost (seed 35, 20 s)"
+    )
+    func replacedByAResentSave() throws {
+        let check = try #require(history(server: "c1.1").check()[.noLostWrite])
+        #expect(check.passed, "\(check.violations)")
+        #expect(check.detail.contains("1 replaced in their upload batch"), "\(check.detail)")
+    }
+
+    @Test("the same update, with neither value on the server, is lost")
+    func lostWithoutTheResentValue() throws {
+        let check = try #require(history(server: "psql-1").check()[.noLostWrite])
+        #expect(!check.passed)
+        #expect(check.violations.contains { $0.contains("wrote firstname = c0.1") }, "\(check.violations)")
+    }
+}
