@@ -301,6 +301,13 @@ package final class SyncEngine: Sendable {
                 let entries = try SyncTables.batch(after: after, limit: limit, bytes: bytes, from: queue)
                 action = mutable.withLock { $0.upload.queueRead(entries) }
             case .upload:
+                // A migration told while uploading: the server's tables follow first, or the
+                // change sets queued since (under the new names) would name columns the
+                // session does not know, and their values would not be written.
+                if let changed = takeChangedSchema() {
+                    try await connection.prepare(changed)
+                    mutable.withLock { $0.checkpoints.schemaChanged() }
+                }
                 let batch = mutable.withLock { $0.upload.batch }
                 let (outcomes, transactions) = try await connection.upload(batch, machine: machine)
                 // A change set the server had already under this number must be this one:
