@@ -44,14 +44,24 @@ enum CampaignUsers {
         return user.objectID.uuid
     }
 
+    /// The object `id` of the context, nil when it does not exist; an error reading it (the
+    /// daemon unavailable) is thrown, not taken for a missing object as `object(with:)` does.
+    static func existing<T: ManagedObject>(_ id: ObjectID, as type: T.Type, in context: ObjectContext) throws -> T? {
+        do {
+            return try context.existingObject(with: id) as? T
+        } catch let error as SkyrosError where error.code == .objectNotFound {
+            return nil
+        }
+    }
+
     /// Deletes the user `id`; false when it does not exist.
-    static func delete(_ id: UUID, renamed: Bool, in context: ObjectContext) -> Bool {
+    static func delete(_ id: UUID, renamed: Bool, in context: ObjectContext) throws -> Bool {
         let objectID = ObjectID(entityName: "User", uuid: id)
         if renamed {
-            guard let user = context.object(with: objectID, as: RenamedUser.self) else { return false }
+            guard let user = try existing(objectID, as: RenamedUser.self, in: context) else { return false }
             user.delete(in: context)
         } else {
-            guard let user = context.object(with: objectID, as: User.self) else { return false }
+            guard let user = try existing(objectID, as: User.self, in: context) else { return false }
             user.delete(in: context)
         }
         return true
@@ -60,27 +70,29 @@ enum CampaignUsers {
     /// Sets `firstname` or `lastname` of the user `id` to `value`; false when it does not exist.
     static func set(
         _ property: String, to value: String, of id: UUID, renamed: Bool, in context: ObjectContext
-    ) -> Bool {
+    ) throws -> Bool {
         let objectID = ObjectID(entityName: "User", uuid: id)
         if renamed {
-            guard let user = context.object(with: objectID, as: RenamedUser.self) else { return false }
+            guard let user = try existing(objectID, as: RenamedUser.self, in: context) else { return false }
             if property == "firstname" { user.firstname = value } else { user.surname = value }
         } else {
-            guard let user = context.object(with: objectID, as: User.self) else { return false }
+            guard let user = try existing(objectID, as: User.self, in: context) else { return false }
             if property == "firstname" { user.firstname = value } else { user.lastname = value }
         }
         return true
     }
 
     /// The user `id`'s handle, firstname and lastname; nil when it does not exist.
-    static func values(of id: UUID, renamed: Bool, in context: ObjectContext) -> (
+    static func values(of id: UUID, renamed: Bool, in context: ObjectContext) throws -> (
         handle: String, firstname: String, lastname: String
     )? {
         let objectID = ObjectID(entityName: "User", uuid: id)
         if renamed {
-            return context.object(with: objectID, as: RenamedUser.self).map { ($0.handle, $0.firstname, $0.surname) }
+            return try existing(objectID, as: RenamedUser.self, in: context).map {
+                ($0.handle, $0.firstname, $0.surname)
+            }
         }
-        return context.object(with: objectID, as: User.self).map { ($0.handle, $0.firstname, $0.lastname) }
+        return try existing(objectID, as: User.self, in: context).map { ($0.handle, $0.firstname, $0.lastname) }
     }
 
     /// Every user, as `handle|firstname|lastname` by id.

@@ -773,7 +773,7 @@ private final class Campaign: Sendable {
                     operation.kind = .delete
                     operation.object = id
                     operation.found = try await stack.write { context in
-                        CampaignUsers.delete(id, renamed: renamed, in: context)
+                        try CampaignUsers.delete(id, renamed: renamed, in: context)
                     }
                     gone = Array((gone + [id]).suffix(3))
                 case 25..<80:
@@ -784,7 +784,7 @@ private final class Campaign: Sendable {
                     operation.property = property
                     operation.value = token
                     operation.found = try await stack.write { context in
-                        CampaignUsers.set(property, to: token, of: id, renamed: renamed, in: context)
+                        try CampaignUsers.set(property, to: token, of: id, renamed: renamed, in: context)
                     }
                 default:
                     break
@@ -820,11 +820,13 @@ private final class Campaign: Sendable {
         let checkpoint = machines[machine].checkpoint()
         let (shared, renamed) = (self.shared, app.renamed)
         let (values, handles) = try await app.stack.read { context in
-            let values = shared.map { id -> (UUID, String?, String?) in
-                let user = CampaignUsers.values(of: id, renamed: renamed, in: context)
+            let values = try shared.map { id -> (UUID, String?, String?) in
+                let user = try CampaignUsers.values(of: id, renamed: renamed, in: context)
                 return (id, user?.firstname, user?.lastname)
             }
-            let handles = own.map { id in (id, CampaignUsers.values(of: id, renamed: renamed, in: context)?.handle) }
+            let handles = try own.map { id in
+                (id, try CampaignUsers.values(of: id, renamed: renamed, in: context)?.handle)
+            }
             return (values, handles)
         }
         return values.flatMap { id, firstname, lastname in

@@ -10,22 +10,14 @@ import Testing
 @Suite("Sync fault campaign", .timeLimit(.minutes(4)))
 struct SyncFaultCampaignTests {
     @Test(
-        "20 s of partitions, black holes, slow links, daemon kills, PostgreSQL restarts, a full disk, psql writes, and sync switched off and on: nothing lost, nothing doubled, every machine converges"
+        "20 s of partitions, black holes, slow links, daemon kills, PostgreSQL restarts, a full disk, psql writes, sync switched off and on, a store restored from a backup and a rename rolled out: nothing lost, nothing doubled, every machine converges"
     )
     func campaign() async throws {
         // A fixed seed (the same plan of faults in every run), or SKYROS_CAMPAIGN_SEED.
         let seed = ProcessInfo.processInfo.environment["SKYROS_CAMPAIGN_SEED"].flatMap { UInt64($0) } ?? 35
-        var configuration = SyncFaultCampaign.Configuration(
+        let configuration = SyncFaultCampaign.Configuration(
             seed: seed, duration: 20, machines: 3, writersPerMachine: 4,
             skyrosd: ChildProcess.builtExecutable("skyrosd").path)
-        // Not the operator's restores and rename rollout yet: in 20 s runs on 2026-11-29 (seed
-        // 35) saves of `surname` made just after a machine's apps moved to version 2 were lost
-        // (4 of 11 runs), an app's main context kept an older value of it, and once an app read
-        // its own insert as missing around a restore (issue 57, open). `skyros-bench
-        // sync-faults` runs them (5 seeds x 120 s passed).
-        configuration.kinds = SyncFaultCampaign.FaultKind.allCases.filter {
-            $0 != .renameRollout && $0 != .restoreBackup
-        }
         let report = try await SyncFaultCampaign.run(configuration)
         for check in report.verdict.checks { #expect(check.passed, "\(report)") }
         Self.expectRefusalsTold(report)
