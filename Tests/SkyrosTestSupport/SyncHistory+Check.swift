@@ -385,27 +385,32 @@ private struct CheckContext {
         var readSequences = 0
         for (client, operations) in Dictionary(grouping: history.operations.filter { $0.client >= 0 }, by: \.client) {
             // Per life of the machine's store: a restore from a backup takes the store back.
-            var values: [String: [String]] = [:]
+            // Each value with the time of the read that saw it first (the operation's end).
+            var values: [String: [(value: String, at: Double)]] = [:]
             for operation in operations {
                 let life = life(of: operation) ?? -1
                 for read in operation.reads where read.property != "handle" {
                     guard let value = read.value else { continue }
                     let key = "\(read.object)/\(read.property)" + (life > 0 ? " (life \(life))" : "")
-                    if values[key]?.last != value { values[key, default: []].append(value) }
+                    if values[key]?.last?.value != value { values[key, default: []].append((value, operation.end)) }
                 }
             }
-            for (key, sequence) in values {
+            for (key, reads) in values {
                 readSequences += 1
                 var seenAt: [String: Int] = [:]
-                for (index, value) in sequence.enumerated() {
-                    if let earlier = seenAt[value] {
-                        let between = sequence[(earlier + 1)..<index]
-                        if !between.allSatisfy({ refusedTokens.contains($0) }) {
+                for (index, read) in reads.enumerated() {
+                    if let earlier = seenAt[read.value] {
+                        let between = reads[(earlier + 1)..<index]
+                        if !between.allSatisfy({ refusedTokens.contains($0.value) }) {
+                            let times = ([reads[earlier]] + Array(between.prefix(3)) + [read]).map {
+                                "\($0.value) at \(String(format: "%.3f", $0.at)) s"
+                            }
                             twice.append(
-                                "client \(client) read \(key) = \(value) again after \(Array(between).prefix(3))")
+                                "client \(client) read \(key) = \(read.value) again after \(between.prefix(3).map(\.value)) (\(times.joined(separator: ", ")))"
+                            )
                         }
                     }
-                    seenAt[value] = index
+                    seenAt[read.value] = index
                 }
             }
         }
