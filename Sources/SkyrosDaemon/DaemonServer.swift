@@ -415,6 +415,11 @@ package final class DaemonServer {
                 reader.waitUntilIdle()
                 sendReads()
                 perform(turn.migrate(identity, hello: hello, requestID: requestID), connection: connection)
+                // The sync engine learns the new schema now, before a save later in this turn
+                // queues a change set under its names: told after the turn, it went on
+                // uploading those with the earlier schema's session, which wrote them without
+                // the renamed properties' values (issue 57, a rename rolled out).
+                sync?.refresh(&turn)
             case .welcomed(let identity, let hello, let sessions):
                 connectionGuard?.welcomed(descriptor: connection)
                 handle.record { $0.welcomes += 1 }

@@ -32,18 +32,6 @@ enum ServerErrors {
     }
 
     /// The server lacks tables or columns this daemon's role may not create.
-    /// A queued change set names an entity or a property the session's schema does not have:
-    /// the store was migrated after the session prepared the server's tables. Nothing of the
-    /// batch is written; the engine connects again and prepares the store's schema first.
-    struct SchemaBehind: Error, CustomStringConvertible {
-        var name: String
-        var number: Int64
-        var version: UInt64
-        var description: String {
-            "change set \(number) names \(name), which the server's tables prepared for schema version \(version) lack: the store was migrated since; preparing them again"
-        }
-    }
-
     struct SetupNeeded: Error, CustomStringConvertible {
         var missing: [String]
         var schema: String
@@ -79,7 +67,6 @@ enum ServerErrors {
     /// must fix (authentication, permissions, tables), with its message.
     static func classify(_ error: any Error, configuration: SyncConfiguration) -> (SyncEngine.Status.State, String) {
         if let setup = error as? SetupNeeded { return (.error, setup.description) }
-        if let behind = error as? SchemaBehind { return (.offline, behind.description) }
         if let failure = error as? SyncConfiguration.NoServerAvailable {
             // Each server's reason in the engine's words; an error only when every server
             // refused for something an operator must fix (a wrong password everywhere).

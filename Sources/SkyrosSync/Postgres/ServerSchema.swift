@@ -158,25 +158,6 @@ package struct ServerSchema: Sendable {
         return changes
     }
 
-    /// The first entity or property that `changes` names (under the current names) and this
-    /// schema has no table or column for, as `Entity` or `Entity.property`; nil when it has
-    /// them all. A change set queued after a migration the session has not prepared yet names
-    /// them: uploaded with this schema, those rows or values would not be written.
-    package func unknownName(in changes: QueuedChangeSet) -> String? {
-        let changes = current(changes)
-        func unknown(_ row: QueuedChangeSet.Row) -> String? {
-            guard let table = table(row.entity) else { return row.entity }
-            for name in row.values.keys where !table.columns.contains(where: { $0.name == name }) {
-                return "\(row.entity).\(name)"
-            }
-            return nil
-        }
-        for row in changes.inserted { if let name = unknown(row) { return name } }
-        for row in changes.updated { if let name = unknown(row) { return name } }
-        for reference in changes.deleted where table(reference.entity) == nil { return reference.entity }
-        return nil
-    }
-
     /// The statement that records the transaction running it as the one that set the horizon
     /// (`horizonTransaction` in `_skyros_meta`: `horizon:xid`), run in the transaction that
     /// moved it. `quotedSchema`: the schema's quoted name.

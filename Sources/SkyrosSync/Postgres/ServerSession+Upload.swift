@@ -66,11 +66,6 @@ extension ServerSession {
     private func upload(_ batch: [QueuedEntry], machine: UUID) async throws -> (
         outcomes: [UploadOutcome], transactions: [UInt64]?
     ) {
-        for entry in batch {
-            if let name = schema.unknownName(in: entry.changes) {
-                throw ServerErrors.SchemaBehind(name: name, number: entry.number, version: schema.version)
-            }
-        }
         var plan = UploadPlan(resets: batch.map(\.changes.reset))
         while true {
             switch plan.next() {
