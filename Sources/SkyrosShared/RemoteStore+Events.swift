@@ -198,9 +198,11 @@ extension RemoteStore {
     /// in flight, if any, is a later one.
     func ownChangeSetsNumbered(in events: [ChangeEvent]) {
         guard let ownWrites = state.withLock({ $0.ownWrites }) else { return }
-        for index in events.indices where events.isChangeSet(at: index) && events[index].authorID == clientID {
-            let sequence = events[index].sequence
-            guard !state.withLock({ $0.sequencer.mergesOwn(sequence) }) else { continue }
+        let own = events.indices.compactMap { index in
+            events.isChangeSet(at: index) && events[index].authorID == clientID ? events[index].sequence : nil
+        }
+        guard !own.isEmpty else { return }
+        for sequence in state.withLock({ state in own.filter { !state.sequencer.mergesOwn($0) } }) {
             ownWrites.numbered(sequence)
         }
     }

@@ -11,7 +11,8 @@ extension SyncHistory {
     ///   replaced within its upload batch by a later or concurrent save of the same machine
     ///   (the other save's value on the server, in a server transaction this save may have gone
     ///   up in; a save whose outcome was unknown, sent again until the daemon answered, counts
-    ///   as concurrent with every save after its start); every change set each machine numbered is recorded on the server, and no queue
+    ///   as concurrent with every save after its start, and replaces as an acknowledged one
+    ///   would); every change set each machine numbered is recorded on the server, and no queue
     ///   holds anything;
     /// - **exactly once**: the server recorded no number its machine never gave; no object was
     ///   inserted twice; no value comes back on the server after being replaced (a change set

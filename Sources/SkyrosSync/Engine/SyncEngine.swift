@@ -263,10 +263,7 @@ package final class SyncEngine: Sendable {
         report(online)
         if let name = connection.serverName { log("sync: connected to \(name)") }
         while !isStopping {
-            if let changed = takeChangedSchema() {
-                try await connection.prepare(changed)
-                mutable.withLock { $0.checkpoints.schemaChanged() }
-            }
+            try await prepareChangedSchema(connection)
             try await uploadQueued(connection, queue)
             if isStopping { return }
             try await downloadCheckpoint(connection)
@@ -281,13 +278,17 @@ package final class SyncEngine: Sendable {
         }
     }
 
-    /// The schema the store migrated to since it was last taken (nil: none).
-    private func takeChangedSchema() -> ServerSchema? {
-        mutable.withLock { state in
+    /// Prepares the schema the store migrated to since it was last taken, if any, on the
+    /// session's connection; the checkpoints then read the new tables.
+    private func prepareChangedSchema(_ connection: any SyncServerConnection) async throws {
+        let changed = mutable.withLock { state -> ServerSchema? in
             guard state.schemaChanged else { return nil }
             state.schemaChanged = false
             return state.schema
         }
+        guard let changed else { return }
+        try await connection.prepare(changed)
+        mutable.withLock { $0.checkpoints.schemaChanged() }
     }
 
     /// Upstream: everything queued, in order, as the upload machine batches it.
@@ -304,10 +305,7 @@ package final class SyncEngine: Sendable {
                 // A migration told while uploading: the server's tables follow first, or the
                 // change sets queued since (under the new names) would name columns the
                 // session does not know, and their values would not be written.
-                if let changed = takeChangedSchema() {
-                    try await connection.prepare(changed)
-                    mutable.withLock { $0.checkpoints.schemaChanged() }
-                }
+                try await prepareChangedSchema(connection)
                 let batch = mutable.withLock { $0.upload.batch }
                 let (outcomes, transactions) = try await connection.upload(batch, machine: machine)
                 // A change set the server had already under this number must be this one:
