@@ -639,6 +639,17 @@ private final class Campaign: Sendable {
             }
             _ = FileManager.default.createFile(
                 atPath: keep + "/writes.txt", contents: Data(lines.joined(separator: "\n").utf8))
+            // And the values read: client, machine, start, object, property, value (- for missing).
+            let reads = history.operations.filter { $0.kind == .read }.flatMap { operation in
+                operation.reads.map { read in
+                    [
+                        "\(operation.client)", "\(operation.machine)", String(format: "%.3f", operation.start),
+                        read.object.uuidString, read.property, read.value ?? "-",
+                    ].joined(separator: "|")
+                }
+            }
+            _ = FileManager.default.createFile(
+                atPath: keep + "/reads.txt", contents: Data(reads.joined(separator: "\n").utf8))
         }
         let verdict = history.check()
         let (faultCounts, attempted) = state.withLock { ($0.faults, $0.attempted) }

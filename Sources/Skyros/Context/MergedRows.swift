@@ -92,7 +92,8 @@ struct MergedRows {
     }
 
     /// Takes another process's update of an object kept as a row (decoded first; a row
-    /// whose values do not decode is dropped).
+    /// whose values do not decode is dropped); an update no newer than the row's version is
+    /// not taken (see ``ObjectContext/takeValues(_:of:)``).
     mutating func update(_ id: ObjectID, with update: StoreChange.Update) {
         guard !isEmpty else { return }
         func apply(_ kept: inout Kept?) {
@@ -100,6 +101,7 @@ struct MergedRows {
                 kept = nil
                 return
             }
+            if update.version > 0 && row.version >= update.version { return }
             for (index, value) in update.values where index < row.values.count { row.values[index] = value }
             row.version = update.version
             kept = .decoded(row)

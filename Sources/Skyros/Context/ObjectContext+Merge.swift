@@ -108,8 +108,14 @@ extension ObjectContext {
     /// the properties it has unsaved changes of keep them (the saver of those wins at its own
     /// save, property by property), and its version becomes the new one only when it has
     /// none (so that an `.error` merge policy still sees the conflict).
+    ///
+    /// An update no newer than the version the object holds is not taken: the object was read
+    /// after that change was committed, before its event came (a fetch overtakes the event
+    /// thread; a client that reconnects is sent the history it missed), and taking it would
+    /// show an older value until the next event brings the newer one back.
     func takeValues(_ update: StoreChange.Update, of id: ObjectID) {
         guard let storage = registry[id]?.object.skyrosStorage, !storage.isFault, !storage.isDeleted else { return }
+        if update.version > 0 && storage.version >= update.version { return }
         for (index, value) in update.values where index < storage.values.count && !storage.changed.contains(index) {
             storage.values[index] = value
         }

@@ -267,4 +267,66 @@ struct MergedRowsTests {
             #expect(ann.isDeleted && main.registry[annID] == nil)
         }
     }
+
+    @Test(
+        "an update no newer than what the context holds is not taken back: a read that overtook the event, history sent again after a reconnect"
+    )
+    func olderUpdateNotTaken() async throws {
+        let store = try Skyros(inMemoryStack: testSchema)
+        let johnID = try await store.write { context in
+            makeUsers([("John", "Doe")], in: context)
+            return try #require(try User.first(in: context)).objectID
+        }
+        let main = store.mainContext
+        let firstname = try #require(testSchema.entity(named: "User")?.property(named: "firstname")).index
+        func update(_ name: String, version: Int64) -> StoreChange {
+            StoreChange(
+                sequence: UInt64(version), author: "elsewhere",
+                updated: [
+                    johnID: StoreChange.Update(
+                        properties: ["firstname"], version: version, values: [firstname: .text(name)])
+                ])
+        }
+        main.performAndWait {
+            guard let john = main.object(with: johnID, as: User.self) else {
+                Issue.record("John is not in the main context")
+                return
+            }
+            // Read at version 3 (the store's row), then the events of versions 2 and 3 come.
+            main.merge([update("Johnny", version: 3)])
+            #expect(john.firstname == "Johnny" && john.skyrosStorage.version == 3)
+            main.merge([update("Jo", version: 2)])
+            #expect(john.firstname == "Johnny" && john.skyrosStorage.version == 3)
+            main.merge([update("Jo", version: 3)])
+            #expect(john.firstname == "Johnny")
+            main.merge([update("Jon", version: 4)])
+            #expect(john.firstname == "Jon" && john.skyrosStorage.version == 4)
+            // The same for an object kept as a row (another process's insert nobody asked for).
+            let newID = ObjectID(entityName: "User", uuid: UUID())
+            let values = john.skyrosStorage.values
+            main.merge([
+                StoreChange(
+                    sequence: 5, author: "elsewhere", inserted: [Snapshot(id: newID, values: values, version: 3)])
+            ])
+            main.merge([
+                StoreChange(
+                    sequence: 6, author: "elsewhere",
+                    updated: [
+                        newID: StoreChange.Update(
+                            properties: ["firstname"], version: 2, values: [firstname: .text("Old")])
+                    ])
+            ])
+            #expect(main.mergedRows.peek(newID)?.version == 3)
+            #expect(main.mergedRows.peek(newID)?.values[firstname] == .text("Jon"))
+            main.merge([
+                StoreChange(
+                    sequence: 7, author: "elsewhere",
+                    updated: [
+                        newID: StoreChange.Update(
+                            properties: ["firstname"], version: 4, values: [firstname: .text("New")])
+                    ])
+            ])
+            #expect(main.mergedRows.peek(newID)?.values[firstname] == .text("New"))
+        }
+    }
 }

@@ -64,18 +64,21 @@ struct SharedStackTests {
         try await b.write { context in context.object(with: id, as: User.self)?.firstname = "mine" }
         #expect(firstname() == "mine")
         let index = try #require(testSchema.entity(named: "User")?.properties.firstIndex { $0.name == "firstname" })
-        func change(_ sequence: UInt64, _ value: String) -> StoreChange {
+        // (The object's versions: 1 inserted, 2 the save, 3 a change after it.)
+        func change(_ sequence: UInt64, _ value: String, version: Int64) -> StoreChange {
             StoreChange(
                 sequence: sequence, author: "another process",
-                updated: [id: StoreChange.Update(properties: ["firstname"], version: 2, values: [index: .text(value)])])
+                updated: [
+                    id: StoreChange.Update(properties: ["firstname"], version: version, values: [index: .text(value)])
+                ])
         }
         // Committed before the save (sequence 0 is before any), its event came late: the save
         // stays. (The sync fault campaign found this: a client read, until the property changed
         // again, the value another client of its machine had saved just before its own save.)
-        b.merge(change(0, "older"))
+        b.merge(change(0, "older", version: 2))
         #expect(firstname() == "mine")
         // Committed after the save: it wins, as any later change does.
-        b.merge(change(1_000_000, "newer"))
+        b.merge(change(1_000_000, "newer", version: 3))
         #expect(firstname() == "newer")
     }
 
