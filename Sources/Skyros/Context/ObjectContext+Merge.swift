@@ -109,17 +109,22 @@ extension ObjectContext {
     /// save, property by property), and its version becomes the new one only when it has
     /// none (so that an `.error` merge policy still sees the conflict).
     ///
-    /// An update no newer than the version the object holds is not taken: the object was read
-    /// after that change was committed, before its event came (a fetch overtakes the event
-    /// thread; a client that reconnects is sent the history it missed), and taking it would
-    /// show an older value until the next event brings the newer one back.
+    /// An update no newer than the version the object was read at is not taken: the object
+    /// was read after that change was committed, before its event came (a fetch overtakes the
+    /// event thread; a client that reconnects is sent the history it missed), and taking it
+    /// would show an older value until the next event brings the newer one back. Compared
+    /// with the version read, not with one this context counted at its own saves
+    /// (``ObjectStorage/countedSaves``): another process's change may carry that number.
     func takeValues(_ update: StoreChange.Update, of id: ObjectID) {
         guard let storage = registry[id]?.object.skyrosStorage, !storage.isFault, !storage.isDeleted else { return }
-        if update.version > 0 && storage.version >= update.version { return }
+        if update.version > 0, let read = storage.versionRead, read >= update.version { return }
         for (index, value) in update.values where index < storage.values.count && !storage.changed.contains(index) {
             storage.values[index] = value
         }
-        if storage.changed.isEmpty { storage.version = update.version }
+        if storage.changed.isEmpty {
+            storage.version = update.version
+            storage.countedSaves = 0
+        }
     }
 
     /// Marks a registered object deleted by another process, and forgets it.
@@ -296,9 +301,14 @@ extension ObjectContext {
                 // The child ran its validation rules; a change of this context's own keeps it unvalidated.
                 storage.changesValidated = true
                 // The changes were made on the child's version: that is what the store checks.
-                if update.baseVersion > 0 { storage.version = update.baseVersion }
+                // (The child may have counted it at a save of its own: not known to be read.)
+                if update.baseVersion > 0 {
+                    storage.version = update.baseVersion
+                    storage.countedSaves = ObjectStorage.unknownCount
+                }
             } else if update.baseVersion > 0 && storage.version > 0 {
                 storage.version = min(storage.version, update.baseVersion)
+                storage.countedSaves = ObjectStorage.unknownCount
             }
             for (index, value) in update.changes {
                 if undo { recordValueChange(storage, index: index, newValue: value, object: object) }

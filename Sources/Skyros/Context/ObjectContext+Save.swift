@@ -135,6 +135,7 @@ extension ObjectContext {
                 storage.isFault = true
             } else if storage.version > 0 {
                 storage.version += 1
+                if storage.countedSaves < ObjectStorage.unknownCount { storage.countedSaves += 1 }
             }
             if keepingObjects && storage.isExposed && registry[storage.objectID] == nil { register(object) }
         }

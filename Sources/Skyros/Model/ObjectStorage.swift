@@ -48,6 +48,17 @@ public final class ObjectStorage {
     /// and its version is the one its changes were made on, which filling it keeps (the store
     /// checks that version at save). Cleared once its changes are saved or discarded.
     @exclusivity(unchecked) var carriesChildChanges = false
+    /// How many of ``version``'s steps this context counted itself, one per save of its own
+    /// (`ObjectContext.didSave`), since the version was last read from the store or an event
+    /// (``unknownCount``: not known). Another process's change made meanwhile may carry a
+    /// counted number: only the version read (`version - countedSaves`) tells that an
+    /// update is older (``ObjectContext/takeValues(_:of:)``).
+    @exclusivity(unchecked) var countedSaves: UInt8 = 0
+    static var unknownCount: UInt8 { .max }
+    /// The version the object was last read at, from the store or an event (nil: not known).
+    var versionRead: Int64? {
+        countedSaves == Self.unknownCount ? nil : version - Int64(countedSaves)
+    }
     /// The object's version in the store when its values were read (0: unknown, or not
     /// saved yet); updates carry it so that the store can detect conflicts.
     @exclusivity(unchecked) var version: Int64 = 0
@@ -82,6 +93,7 @@ public final class ObjectStorage {
         swap(&objectID, &id)
         swap(&self.values, &values)
         self.version = version
+        countedSaves = 0
         isFault = false
         isExposed = true
         changesValidated = false
@@ -206,7 +218,10 @@ public final class ObjectStorage {
             self.values = merged
         }
         // A child's changes carried here were made on the version this fault has.
-        if !(carriesChildChanges && !changed.isEmpty) { self.version = version }
+        if !(carriesChildChanges && !changed.isEmpty) {
+            self.version = version
+            countedSaves = 0
+        }
         isFault = false
     }
 
