@@ -86,6 +86,10 @@ package final class SyncEngine: Sendable {
     private let storePath: String
     private weak let host: (any SyncHost)?
     private let log: @Sendable (String) -> Void
+    /// Whether the engine logs each step of its uploads (`SKYROS_SYNC_TRACE` set in the
+    /// daemon's environment): for post-mortems of the sync fault campaign, which sets it
+    /// when it keeps its logs.
+    private static let tracing = ProcessInfo.processInfo.environment["SKYROS_SYNC_TRACE"] != nil
     /// The thread the engine's tasks and connections run on.
     private let executor = SyncExecutor()
     private let server: any SyncServer
@@ -126,6 +130,11 @@ package final class SyncEngine: Sendable {
                     backlogLimit: settings.uploadBatch),
                 connection: ConnectionStateMachine(maximumRetryDelay: settings.maximumRetryDelay)))
         wakeup = Wakeup(eventLoop: executor.eventLoop)
+    }
+
+    /// Logs an upload step when ``tracing``.
+    private func trace(_ message: @autoclosure () -> String) {
+        if Self.tracing { log("sync trace: \(message())") }
     }
 
     /// The engine's state, for `skyros status`.
@@ -174,6 +183,7 @@ package final class SyncEngine: Sendable {
     /// those change sets themselves, uploaded without reading them back from the queue (a
     /// read that was a tenth of a change's way from one machine to the next).
     package func localCommitted(_ handed: [QueuedEntry] = [], through last: Int64) {
+        trace("queued through \(last), \(handed.first.map { "handed \($0.number)…" } ?? "none handed")")
         mutable.withLock { $0.upload.localCommitted(handed, through: last) }
         wakeup.signal()
     }
@@ -251,6 +261,7 @@ package final class SyncEngine: Sendable {
         let listener = listen()
         defer { listener.cancel() }
         var uploaded = try await connection.uploadedThrough(machine: machine)
+        trace("connected: the server has this machine's change sets through \(uploaded)")
         if uploaded > 0, let diverged = try await divergence(connection, queue, serverThrough: uploaded) {
             try await reidentify(diverged)
             uploaded = try await connection.uploadedThrough(machine: machine)
@@ -308,6 +319,9 @@ package final class SyncEngine: Sendable {
                 try await prepareChangedSchema(connection)
                 let batch = mutable.withLock { $0.upload.batch }
                 let (outcomes, transactions) = try await connection.upload(batch, machine: machine)
+                trace(
+                    "uploaded \(batch.first?.number ?? 0)…\(batch.last?.number ?? 0) (\(batch.count)): \(outcomes.filter { $0 == .applied }.count) applied, transactions \(transactions.map { "\($0)" } ?? "?")"
+                )
                 // A change set the server had already under this number must be this one:
                 // another store with this machine's id (a copy) may have taken the number.
                 let already = zip(batch, outcomes).filter { $0.1 == .alreadyApplied }.map(\.0)
@@ -333,6 +347,7 @@ package final class SyncEngine: Sendable {
                     return next
                 }
             case .markUploaded(let last, let refusals):
+                trace("marked uploaded through \(last)")
                 for refusal in refusals {
                     log("sync: change set \(refusal.number) was refused by the server: \(refusal.reason)")
                 }
