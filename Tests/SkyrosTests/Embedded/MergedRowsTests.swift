@@ -279,11 +279,12 @@ struct MergedRowsTests {
         }
         let main = store.mainContext
         let firstname = try #require(testSchema.entity(named: "User")?.property(named: "firstname")).index
-        func update(_ name: String, version: Int64) -> StoreChange {
+        /// Another process's change of `id`'s first name, `version` its version after it.
+        func update(_ name: String, version: Int64, of id: ObjectID? = nil) -> StoreChange {
             StoreChange(
                 sequence: UInt64(version), author: "elsewhere",
                 updated: [
-                    johnID: StoreChange.Update(
+                    id ?? johnID: StoreChange.Update(
                         properties: ["firstname"], version: version, values: [firstname: .text(name)])
                 ])
         }
@@ -321,24 +322,10 @@ struct MergedRowsTests {
                 StoreChange(
                     sequence: 5, author: "elsewhere", inserted: [Snapshot(id: newID, values: values, version: 3)])
             ])
-            main.merge([
-                StoreChange(
-                    sequence: 6, author: "elsewhere",
-                    updated: [
-                        newID: StoreChange.Update(
-                            properties: ["firstname"], version: 2, values: [firstname: .text("Old")])
-                    ])
-            ])
+            main.merge([update("Old", version: 2, of: newID)])
             #expect(main.mergedRows.peek(newID)?.version == 3)
             #expect(main.mergedRows.peek(newID)?.values[firstname] == .text("Other"))
-            main.merge([
-                StoreChange(
-                    sequence: 7, author: "elsewhere",
-                    updated: [
-                        newID: StoreChange.Update(
-                            properties: ["firstname"], version: 4, values: [firstname: .text("New")])
-                    ])
-            ])
+            main.merge([update("New", version: 4, of: newID)])
             #expect(main.mergedRows.peek(newID)?.values[firstname] == .text("New"))
         }
     }
