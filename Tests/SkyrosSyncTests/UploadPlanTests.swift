@@ -84,4 +84,14 @@ import Testing
         #expect(plan.next() == .done)
         #expect(plan.outcomes.isEmpty)
     }
+
+    /// A batch statement counts as applied only on its answer: one row, verdict `1`, and the
+    /// transaction; no row (a connection that ended without the answer) is not an upload.
+    @Test func aBatchIsAppliedOnlyOnTheServersAnswer() throws {
+        #expect(try ServerSession.confirmedTogether([["1", "812"]]) == 812)
+        #expect(try ServerSession.confirmedTogether([["1", nil]]) == nil)
+        for answer: [[String?]] in [[], [["0", "812"]], [["1", "812"], ["1", "813"]], [["1"]]] {
+            #expect(throws: ServerSession.UnconfirmedUpload.self) { try ServerSession.confirmedTogether(answer) }
+        }
+    }
 }

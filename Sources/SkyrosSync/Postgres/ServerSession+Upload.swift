@@ -100,8 +100,29 @@ extension ServerSession {
     @discardableResult
     private func uploadTogether(_ batch: ArraySlice<QueuedEntry>, machine: UUID) async throws -> UInt64? {
         let (sql, parameters) = try Self.togetherStatement(batch, machine: machine, schema: schema)
-        let rows = try await run(sql, parameters, prepared: true)
-        return rows.first?[1].flatMap { UInt64($0) }
+        return try Self.confirmedTogether(try await run(sql, parameters, prepared: true))
+    }
+
+    /// The transaction id in a batch statement's answer, which is one row: the verdict `1`
+    /// (its checks held) and the id. Any other answer (no row: a connection that ended
+    /// without the statement's answer) is not taken for an applied upload: the error ends the
+    /// session, and at the next connection the server's record of this machine decides what
+    /// was applied. (Two fault campaigns ended with change sets gone from a machine's queue
+    /// that the server never recorded; the cause is not found, and this is one way it could be.)
+    package static func confirmedTogether(_ rows: [[String?]]) throws -> UInt64? {
+        guard rows.count == 1, rows[0].count == 2, rows[0][0] == "1" else {
+            throw UnconfirmedUpload(
+                detail:
+                    "the batch statement's answer had \(rows.count) row(s), not its one row of verdict and transaction")
+        }
+        return rows[0][1].flatMap { UInt64($0) }
+    }
+
+    /// The server's answer to an upload did not show it applied or recorded: nothing is taken
+    /// for uploaded, and the session ends (the engine connects again).
+    package struct UnconfirmedUpload: Error, CustomStringConvertible {
+        package var detail: String
+        package var description: String { "an upload was not confirmed by the server (\(detail))" }
     }
 
     /// The group's upload lock, held until the transaction ends: one machine's upload at a
@@ -132,6 +153,14 @@ extension ServerSession {
                         "INSERT INTO \(ServerSchema.quote(schema.name))._skyros_uploads (machine, number, digest) VALUES ($1::uuid, $2::bigint, $3::bigint) ON CONFLICT DO NOTHING RETURNING 1",
                         [machineText, String(number), String(changes.digest)])
                     if recorded.isEmpty {
+                        // Recorded before (a retry after a lost reply): its record must be there.
+                        let existing = try await run(
+                            "SELECT 1 FROM \(ServerSchema.quote(schema.name))._skyros_uploads WHERE machine = $1::uuid AND number = $2::bigint",
+                            [machineText, String(number)])
+                        guard existing.count == 1 else {
+                            throw UnconfirmedUpload(
+                                detail: "change set \(number) was neither recorded now nor found recorded before")
+                        }
                         outcomes.append(.alreadyApplied)
                         try await run("RELEASE SAVEPOINT change_set")
                         continue
