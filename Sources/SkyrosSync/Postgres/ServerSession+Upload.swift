@@ -93,22 +93,41 @@ extension ServerSession {
         }
     }
 
-    /// Applies a batch of change sets as one autocommitted statement
-    /// (``togetherStatement(_:machine:schema:)``).
+    /// Applies a batch of change sets as one statement (``togetherStatement(_:machine:schema:)``)
+    /// in a transaction of its own, committed by an explicit `COMMIT`.
+    ///
+    /// Not autocommitted: the answer of a statement sent with the extended protocol (as
+    /// postgres-nio sends every statement with parameters) comes *before* its implicit
+    /// transaction commits, at the `Sync` that follows it, and postgres-nio hands the rows over
+    /// at the statement's `CommandComplete`. A commit that then fails (a deferred foreign key
+    /// that dangles: the link's destination was deleted on the server; the server stopping, or
+    /// its disk full, at that moment) came after an answer of verdict `1`: the machine took
+    /// the batch for applied and dropped it from its queue, and the server had none of it
+    /// (the fault campaign's change sets "never recorded by the server").
+    /// `COMMIT` reports its own failure before its answer: a batch counts as applied only
+    /// once it has answered.
     ///
     /// - Returns: the id of the transaction that applied it.
     @discardableResult
     private func uploadTogether(_ batch: ArraySlice<QueuedEntry>, machine: UUID) async throws -> UInt64? {
         let (sql, parameters) = try Self.togetherStatement(batch, machine: machine, schema: schema)
-        return try Self.confirmedTogether(try await run(sql, parameters, prepared: true))
+        try await run("BEGIN")
+        do {
+            let transaction = try Self.confirmedTogether(try await run(sql, parameters, prepared: true))
+            try await run("COMMIT")
+            return transaction
+        } catch {
+            // (After a failed COMMIT the transaction is over already; the ROLLBACK is a no-op.)
+            _ = try? await run("ROLLBACK")
+            throw error
+        }
     }
 
     /// The transaction id in a batch statement's answer, which is one row: the verdict `1`
     /// (its checks held) and the id. Any other answer (no row: a connection that ended
     /// without the statement's answer) is not taken for an applied upload: the error ends the
     /// session, and at the next connection the server's record of this machine decides what
-    /// was applied. (Two fault campaigns ended with change sets gone from a machine's queue
-    /// that the server never recorded; the cause is not found, and this is one way it could be.)
+    /// was applied.
     package static func confirmedTogether(_ rows: [[String?]]) throws -> UInt64? {
         guard rows.count == 1, rows[0].count == 2, rows[0][0] == "1" else {
             throw UnconfirmedUpload(

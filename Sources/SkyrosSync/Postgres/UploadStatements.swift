@@ -5,7 +5,7 @@ import Skyros
 /// net effect, one multi-row statement per table and kind of change), built apart from the
 /// connection that runs them, so that they are tested without a server.
 extension ServerSession {
-    /// Applies a batch of change sets as one autocommitted statement: data-modifying `WITH`
+    /// Applies a batch of change sets as one statement (run in a transaction of its own, ``uploadTogether(_:machine:)``): data-modifying `WITH`
     /// clauses record every change set's (machine, number) (a plain INSERT: one recorded
     /// before fails the statement) and apply the batch's net effect, each object once (an
     /// insert with the values of the later updates, an update with the last value of each

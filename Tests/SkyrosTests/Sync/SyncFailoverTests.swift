@@ -194,11 +194,11 @@ struct SyncFailoverTests {
         kill(receiver, SIGSTOP)
         var receiverStopped = true
         defer { if receiverStopped { kill(receiver, SIGCONT) } }
-        // One waits in SyncRep; the other behind it, for the lock a transaction that notifies
-        // holds through its commit.
+        // One waits in SyncRep (at its batch's COMMIT); the other behind it, for the lock a
+        // transaction that notifies holds through its commit.
         let inFlight = """
             SELECT count(*) FILTER (WHERE wait_event = 'SyncRep') || ',' || count(*) FROM pg_stat_activity
-            WHERE state = 'active' AND wait_event IS NOT NULL AND query LIKE '%_skyros_uploads%'
+            WHERE state = 'active' AND wait_event IS NOT NULL AND (query LIKE '%_skyros_uploads%' OR query = 'COMMIT')
             """
         let waiting = await sync.eventually(seconds: 15) {
             let counts = try primary.psql(inFlight).split(separator: ",").compactMap { Int($0) }

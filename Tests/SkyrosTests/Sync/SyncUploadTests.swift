@@ -170,6 +170,54 @@ struct SyncUploadTests {
     }
 
     @Test(
+        "a link that dangles when the batch commits is refused, not taken for applied: the answer of a statement comes before its commit",
+        arguments: [false, true])
+    func danglingLinkAtCommitIsRefused(prepared: Bool) async throws {
+        let server = try await Session.make(prepared: prepared)
+        defer { Task { await server.close() } }
+        let machine = UUID()
+        // An author the server no longer has (another machine deleted it): the post's
+        // foreign key is deferred, so only the commit finds it dangling. Before the batch
+        // went in a transaction of its own, the statement answered verdict 1 before its
+        // commit failed: every change set counted as applied, and none was on the server.
+        let gone = UUID()
+        let post = UUID()
+        var batch: Batch = (1...5).map { (Int64($0), Self.change(inserted: [Self.user(UUID(), handle: "d\($0)")])) }
+        var dangling = QueuedChangeSet()
+        dangling.inserted = [
+            QueuedChangeSet.Row(
+                entity: "Post", id: post,
+                values: [
+                    "title": .text("orphan"), "score": .real(1),
+                    "author": .blob(withUnsafeBytes(of: gone.uuid) { Data($0) }),
+                ])
+        ]
+        batch.insert((3, dangling), at: 2)
+        for index in batch.indices { batch[index].number = Int64(index + 1) }
+        let outcomes = try await server.session.upload(batch, machine: machine)
+        try #require(outcomes.count == batch.count, "one outcome per change set")
+        for (index, outcome) in outcomes.enumerated() {
+            if index == 2 {
+                guard case .rejected(let reason) = outcome else {
+                    Issue.record("the dangling change set was \(outcome)")
+                    continue
+                }
+                #expect(reason.contains("23503") || reason.lowercased().contains("foreign key"), "\(reason)")
+            } else {
+                #expect(outcome == .applied, "change set \(index + 1)")
+            }
+        }
+        // What the outcomes say is what the server has: each change set recorded, the refused
+        // one as rejected, the others' rows there.
+        #expect(
+            try server.psql(
+                "SELECT string_agg(number::text || ':' || coalesce(left(rejected, 0), 'applied'), ',' ORDER BY number) FROM g_up._skyros_uploads"
+            ) == "1:applied,2:applied,3:,4:applied,5:applied,6:applied")
+        #expect(try server.psql("SELECT count(*) FROM g_up.\"User\" WHERE handle LIKE 'd%'") == "5")
+        #expect(try server.psql("SELECT count(*) FROM g_up.\"Post\"") == "0")
+    }
+
+    @Test(
         "a unique violation names its change set: the first of the batch writing that value to a unique column of that name"
     )
     func uniqueViolationNamesItsChangeSet() async throws {
