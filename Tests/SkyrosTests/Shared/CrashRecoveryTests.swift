@@ -227,6 +227,11 @@ struct CrashRecoveryTests {
                 User.create(in: context).handle = "h\(number)"
             }
         }
+        // `writeSync` saves to the daemon in the background: the store read below must hold
+        // every save. (Without this wait, the last save was once still in flight at the
+        // SIGTERM; the client sent it again to the restarted daemon, the watcher read it there,
+        // and the store read between the two daemons did not have it.)
+        #expect(store.flush(timeout: 30), "the saves were not all acknowledged within 30 s")
         kill(daemon.pid, SIGTERM)
         #expect(daemon.wait() == .exited(0))
         let contents = try StoreContents(container)
