@@ -294,46 +294,48 @@ extension BatchBenchmark {
                     })
                 precondition(changed == perValue, "Skyros changed \(changed) objects")
             }
-            // GRDB's positional record, fetched on a cached statement, `update(_:columns:)`.
-            func grdbUpdate() throws {
+            /// GRDB's positional records of `value`, fetched on a cached statement, each given
+            /// the new score and written by what `writer` makes once per transaction (a
+            /// statement held, not looked up per record); the time goes to `samples`.
+            func grdbUpdate(
+                _ value: Int, _ samples: inout [Double],
+                _ writer: (Database) throws -> (GRDBItemByPosition) throws -> Void
+            ) throws {
                 var changed = 0
-                grdbSave.append(
+                samples.append(
                     try Clock.seconds {
                         try pool.write { db in
                             let fetch = try db.cachedStatement(sql: GRDBItemByPosition.byValueSQL)
-                            for var item in try GRDBItemByPosition.fetchAll(fetch, arguments: [grdbValue]) {
+                            let write = try writer(db)
+                            for var item in try GRDBItemByPosition.fetchAll(fetch, arguments: [value]) {
                                 item.score = score
-                                try item.update(db, columns: [Column("score")])
+                                try write(item)
                                 changed += 1
                             }
                         }
                     })
                 precondition(changed == perValue, "GRDB changed \(changed) records")
             }
-            // The same with a cached prepared `UPDATE … SET score = ? WHERE _id = ?`.
+            // The record's `update(_:columns:)`.
+            func recordUpdate() throws {
+                try grdbUpdate(grdbValue, &grdbSave) { db in
+                    { item in try item.update(db, columns: [Column("score")]) }
+                }
+            }
+            // A cached prepared `UPDATE … SET score = ? WHERE _id = ?`, held for the transaction.
             func preparedUpdate() throws {
-                var changed = 0
-                preparedSave.append(
-                    try Clock.seconds {
-                        try pool.write { db in
-                            let fetch = try db.cachedStatement(sql: GRDBItemByPosition.byValueSQL)
-                            let update = try db.cachedStatement(sql: "UPDATE \"Item\" SET score = ? WHERE \"_id\" = ?")
-                            for var item in try GRDBItemByPosition.fetchAll(fetch, arguments: [preparedValue]) {
-                                item.score = score
-                                try update.execute(arguments: [item.score, item.id])
-                                changed += 1
-                            }
-                        }
-                    })
-                precondition(changed == perValue, "the prepared UPDATE changed \(changed) records")
+                try grdbUpdate(preparedValue, &preparedSave) { db in
+                    let update = try db.cachedStatement(sql: "UPDATE \"Item\" SET score = ? WHERE \"_id\" = ?")
+                    return { item in try update.execute(arguments: [item.score, item.id]) }
+                }
             }
             if round % 2 == 0 {
                 try skyrosUpdate()
-                try grdbUpdate()
+                try recordUpdate()
                 try preparedUpdate()
             } else {
                 try preparedUpdate()
-                try grdbUpdate()
+                try recordUpdate()
                 try skyrosUpdate()
             }
             var updated = 0
