@@ -4,10 +4,10 @@ import GRDBSQLite
 import Skyros
 
 /// A hand-written GRDB record of the store's `Item` table, as GRDB's documentation writes
-/// one: every column read by name in `init(row:)`; persistable, for the update row (GRDB's
-/// record update writes the columns it is told, `update(_:columns:)`, as a Skyros save writes
-/// the properties that changed).
-struct GRDBItem: FetchableRecord, PersistableRecord {
+/// one: every column read by name in `init(row:)`. Only a reference beside the iteration
+/// (`SKYROS_BENCH_VERBOSE=1`), and the table of `updateAll`: the rows' baselines are the
+/// positional record below.
+struct GRDBItem: FetchableRecord, TableRecord {
     static let databaseTableName = "Item"
     var id: UUID
     var name: String
@@ -23,15 +23,6 @@ struct GRDBItem: FetchableRecord, PersistableRecord {
         score = row["score"]
         flag = row["flag"]
         created = row["created"]
-    }
-
-    func encode(to container: inout PersistenceContainer) throws {
-        container["_id"] = id
-        container["name"] = name
-        container["value"] = value
-        container["score"] = score
-        container["flag"] = flag
-        container["created"] = created
     }
 }
 
