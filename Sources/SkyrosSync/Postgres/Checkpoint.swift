@@ -244,8 +244,7 @@ extension ServerSession {
     /// read the whole server again).
     package func compact(retention: TimeInterval) async throws {
         let quoted = ServerSchema.quote(schema.name)
-        try await run("BEGIN")
-        do {
+        try await inTransaction {
             let rows = try await run(
                 """
                 SELECT least(pg_snapshot_xmin(pg_current_snapshot()), \
@@ -269,10 +268,6 @@ extension ServerSession {
                     FROM moved WHERE meta.key = 'horizonTransaction'
                     """, [bound])
             }
-            try await run("COMMIT")
-        } catch {
-            _ = try? await run("ROLLBACK")
-            throw error
         }
     }
 }

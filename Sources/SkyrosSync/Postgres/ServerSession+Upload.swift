@@ -94,32 +94,20 @@ extension ServerSession {
     }
 
     /// Applies a batch of change sets as one statement (``togetherStatement(_:machine:schema:)``)
-    /// in a transaction of its own, committed by an explicit `COMMIT`.
-    ///
-    /// Not autocommitted: the answer of a statement sent with the extended protocol (as
-    /// postgres-nio sends every statement with parameters) comes *before* its implicit
-    /// transaction commits, at the `Sync` that follows it, and postgres-nio hands the rows over
-    /// at the statement's `CommandComplete`. A commit that then fails (a deferred foreign key
-    /// that dangles: the link's destination was deleted on the server; the server stopping, or
-    /// its disk full, at that moment) came after an answer of verdict `1`: the machine took
-    /// the batch for applied and dropped it from its queue, and the server had none of it
-    /// (the fault campaign's change sets "never recorded by the server").
-    /// `COMMIT` reports its own failure before its answer: a batch counts as applied only
-    /// once it has answered.
+    /// in a transaction of its own (``inTransaction(_:)``): the batch counts as applied only once
+    /// `COMMIT` has answered. Autocommitted, the statement answered verdict `1` before its
+    /// commit; a commit that then failed (a deferred foreign key that dangles: the link's
+    /// destination was deleted on the server; the server stopping, or its disk full, at that
+    /// moment) left the machine taking the batch for applied and dropping it from its queue,
+    /// and the server with none of it (the fault campaign's change sets "never recorded by the
+    /// server").
     ///
     /// - Returns: the id of the transaction that applied it.
     @discardableResult
     private func uploadTogether(_ batch: ArraySlice<QueuedEntry>, machine: UUID) async throws -> UInt64? {
         let (sql, parameters) = try Self.togetherStatement(batch, machine: machine, schema: schema)
-        try await run("BEGIN")
-        do {
-            let transaction = try Self.confirmedTogether(try await run(sql, parameters, prepared: true))
-            try await run("COMMIT")
-            return transaction
-        } catch {
-            // (After a failed COMMIT the transaction is over already; the ROLLBACK is a no-op.)
-            _ = try? await run("ROLLBACK")
-            throw error
+        return try await inTransaction {
+            try Self.confirmedTogether(try await run(sql, parameters, prepared: true))
         }
     }
 
@@ -162,8 +150,7 @@ extension ServerSession {
     private func uploadOneByOne(_ batch: [QueuedEntry], machine: UUID) async throws -> [UploadOutcome] {
         var outcomes: [UploadOutcome] = []
         let machineText = machine.uuidString.lowercased()
-        try await run("BEGIN")
-        do {
+        try await inTransaction {
             _ = try await run("SELECT '1' FROM (SELECT \(Self.uploadLock(schema))) AS serialized")
             for (number, changes) in batch {
                 try await run("SAVEPOINT change_set")
@@ -202,10 +189,6 @@ extension ServerSession {
                     outcomes.append(.rejected(reason))
                 }
             }
-            try await run("COMMIT")
-        } catch {
-            _ = try? await run("ROLLBACK")
-            throw error
         }
         return outcomes
     }

@@ -53,6 +53,27 @@ package struct ServerSession: Sendable {
         return try await watchdog.bounded(timeout, work)
     }
 
+    /// Runs `body`'s statements in one transaction, between `BEGIN` and `COMMIT`, and returns
+    /// its value once `COMMIT` has answered; on any error, `ROLLBACK` and the error.
+    ///
+    /// Use it for any write whose answer is taken as done. A statement with parameters
+    /// autocommitted in the extended protocol answers before its transaction commits (at the
+    /// `Sync` after it), and postgres-nio hands its rows over at that answer: a commit that
+    /// fails then (a deferred foreign key, the server stopping) comes after an answer that
+    /// looked like success. `COMMIT` reports its own failure before it answers.
+    package func inTransaction<T>(_ body: () async throws -> T) async throws -> T {
+        try await run("BEGIN")
+        do {
+            let value = try await body()
+            try await run("COMMIT")
+            return value
+        } catch {
+            // (After a failed COMMIT the transaction is over already; the ROLLBACK is a no-op.)
+            _ = try? await run("ROLLBACK")
+            throw error
+        }
+    }
+
     private func execute(_ statement: PreparedQuery, _ parameters: [String?]) async throws -> [[String?]] {
         guard !connection.isClosed else { throw ConnectionClosed() }
         let rows = try await statement.execute(parameters.map { $0.map(PostgresData.init(string:)) ?? .null }).get()
