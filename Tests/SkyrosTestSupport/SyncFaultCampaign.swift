@@ -1635,9 +1635,6 @@ private final class CampaignDisk: Sendable {
     }
 }
 
-/// Where the writers of one machine wait between operations while it is closed (an operator
-/// stopping a machine's apps for a restore): ``close(timeout:)`` returns once none is in an
-/// operation.
 /// Where the campaign's writers and fault injector run: threads of their own (a concurrent
 /// dispatch queue), not Swift's cooperative pool, which has as many threads as cores. Inside
 /// the whole test suite, other tests' blocking waits hold those threads, and the writers,
@@ -1654,6 +1651,9 @@ final class CampaignExecutor: TaskExecutor {
     }
 }
 
+/// Where the writers of one machine wait between operations while it is closed (an operator
+/// stopping a machine's apps for a restore): ``close(timeout:)`` returns once none is in an
+/// operation.
 final class WriterGate: Sendable {
     private struct State {
         var closed = false

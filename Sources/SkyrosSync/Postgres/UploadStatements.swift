@@ -5,15 +5,15 @@ import Skyros
 /// net effect, one multi-row statement per table and kind of change), built apart from the
 /// connection that runs them, so that they are tested without a server.
 extension ServerSession {
-    /// Applies a batch of change sets as one statement (run in a transaction of its own, ``uploadTogether(_:machine:)``): data-modifying `WITH`
-    /// clauses record every change set's (machine, number) (a plain INSERT: one recorded
-    /// before fails the statement) and apply the batch's net effect, each object once (an
-    /// insert with the values of the later updates, an update with the last value of each
-    /// property changed, a delete), a table and kind of change at a time with its rows
-    /// unnested from text arrays. The statement fails, and nothing is applied, when an updated
-    /// object is missing on the server (its count is checked by a division by zero), when a
-    /// constraint refuses a row (foreign keys are checked at its commit), or when a value
-    /// does not fit its column.
+    /// Applies a batch of change sets as one statement (run in a transaction of its own by
+    /// ``uploadTogether(_:machine:)``): data-modifying `WITH` clauses record every change set's
+    /// (machine, number) (a plain INSERT: one recorded before fails the statement) and apply
+    /// the batch's net effect, each object once (an insert with the values of the later
+    /// updates, an update with the last value of each property changed, a delete), a table and
+    /// kind of change at a time with its rows unnested from text arrays. The statement fails,
+    /// and nothing is applied, when an updated object is missing on the server (its count is
+    /// checked by a division by zero), when a constraint refuses a row (foreign keys are
+    /// checked at its transaction's `COMMIT`), or when a value does not fit its column.
     ///
     /// - Returns: the statement (its last column is the id of the transaction that applies it)
     ///   and its parameters.
