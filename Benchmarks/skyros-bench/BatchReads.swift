@@ -146,13 +146,7 @@ extension BatchBenchmark {
                 })
         }
         for round in 0..<rounds {
-            if round % 2 == 0 {
-                try iterateSkyros()
-                try iterateGRDB()
-            } else {
-                try iterateGRDB()
-                try iterateSkyros()
-            }
+            try Self.inTurn(round, [iterateSkyros, iterateGRDB])
             try iterateByName()
             precondition(skyrosSum == grdbSum, "the iterations read different data")
         }
@@ -183,6 +177,12 @@ extension BatchBenchmark {
     }
 
     static func median(_ samples: [Double]) -> Double { samples.sorted()[samples.count / 2] }
+
+    /// Runs the sides of one round: in order on even rounds, in reverse order on odd ones, so
+    /// that no side always goes first (and meets the caches as the one before it left them).
+    static func inTurn(_ round: Int, _ sides: [() throws -> Void]) throws {
+        for side in round % 2 == 0 ? sides : sides.reversed() { try side() }
+    }
 
     /// One read of the "fetch 1 %" row: the objects whose indexed `value` is `wanted`, each
     /// read; how many there are.
@@ -229,13 +229,7 @@ extension BatchBenchmark {
                 })
         }
         for round in 0..<rounds {
-            if round % 2 == 0 {
-                try skyros()
-                try grdb()
-            } else {
-                try grdb()
-                try skyros()
-            }
+            try Self.inTurn(round, [skyros, grdb])
             precondition(skyrosRows == grdbRows && grdbRows == values * rows / 100, "indexed fetches disagree")
         }
         report(
@@ -320,15 +314,7 @@ extension BatchBenchmark {
                     return { item in try update.execute(arguments: [item.score, item.id]) }
                 }
             }
-            if round % 2 == 0 {
-                try skyrosUpdate()
-                try recordUpdate()
-                try preparedUpdate()
-            } else {
-                try preparedUpdate()
-                try recordUpdate()
-                try skyrosUpdate()
-            }
+            try Self.inTurn(round, [skyrosUpdate, recordUpdate, preparedUpdate])
             var updated = 0
             func skyrosBatchUpdate() throws {
                 skyrosBatch.append(
@@ -350,13 +336,7 @@ extension BatchBenchmark {
                     })
                 precondition(updated == perValue, "updateAll changed \(updated) rows")
             }
-            if round % 2 == 0 {
-                try skyrosBatchUpdate()
-                try grdbBatchUpdate()
-            } else {
-                try grdbBatchUpdate()
-                try skyrosBatchUpdate()
-            }
+            try Self.inTurn(round, [skyrosBatchUpdate, grdbBatchUpdate])
         }
         let thousands = "\(perValue / 1_000)k"
         report(
