@@ -38,6 +38,72 @@ import Testing
                 == [.report(.offline, "the connection to the server was closed"), .retry(after: .milliseconds(100))])
     }
 
+    @Test func aServerThatComesBackIsConnectedToAtOnce() {
+        var machine = ConnectionStateMachine(maximumRetryDelay: .seconds(5))
+        _ = machine.start()
+        // Down for a while: the delay has grown to its maximum.
+        for _ in 0..<7 {
+            _ = machine.failed(.offline, "cannot reach the server (connection refused)")
+            #expect(machine.probes)
+            #expect(machine.retry() == .connect)
+        }
+        #expect(
+            machine.failed(.offline, "cannot reach the server (connection refused)") == [.retry(after: .seconds(5))])
+        // The wait probes: refused, refused, then accepted: connect now, not in 5 s.
+        #expect(machine.probes)
+        #expect(machine.probed(reachable: false) == .none)
+        #expect(machine.probed(reachable: false) == .none)
+        #expect(machine.probes)
+        #expect(machine.probed(reachable: true) == .connect)
+        #expect(!machine.probes)
+        // Found back, it starts again from the first delay (the server may still be starting).
+        #expect(
+            machine.failed(.offline, "the database system is starting up [SQLSTATE 57P03]") == [
+                .report(.offline, "the database system is starting up [SQLSTATE 57P03]"),
+                .retry(after: .milliseconds(100)),
+            ])
+    }
+
+    @Test func aServerUpButFailingKeepsItsDelay() {
+        var machine = ConnectionStateMachine(maximumRetryDelay: .seconds(5))
+        _ = machine.sessionStarted()
+        for _ in 0..<3 {
+            _ = machine.failed(.offline, "the server did not answer within 10.0 seconds")
+            #expect(machine.retry() == .connect)
+        }
+        #expect(
+            machine.failed(.offline, "the server did not answer within 10.0 seconds") == [
+                .retry(after: .milliseconds(800))
+            ])
+        // Accepting from the first probe: up, and failing otherwise; the wait is not cut
+        // short, and there is no more probing in it.
+        #expect(machine.probed(reachable: true) == .none)
+        #expect(!machine.probes)
+        #expect(machine.probed(reachable: false) == .none)
+        #expect(machine.probed(reachable: true) == .none)
+        #expect(machine.retry() == .connect)
+        // The next wait probes again, and its delay has doubled.
+        #expect(
+            machine.failed(.offline, "the server did not answer within 10.0 seconds") == [
+                .retry(after: .milliseconds(1_600))
+            ])
+        #expect(machine.probes)
+    }
+
+    @Test func anErrorIsNotProbedAndAStoppingEngineStopsAtAProbe() {
+        var machine = ConnectionStateMachine()
+        _ = machine.failed(.error, #"password authentication failed for user "skyros" [SQLSTATE 28P01]"#)
+        // What an operator must fix is not fixed by a server coming back.
+        #expect(!machine.probes)
+        #expect(machine.probed(reachable: true) == .none)
+        #expect(machine.retry() == .connect)
+        _ = machine.failed(.offline, "cannot reach the server (connection refused)")
+        #expect(machine.probes)
+        machine.stop()
+        #expect(machine.probed(reachable: false) == .stop)
+        #expect(!machine.probes)
+    }
+
     @Test func anErrorAnOperatorMustFixIsReportedAndTriedAgain() {
         var machine = ConnectionStateMachine()
         let message = #"password authentication failed for user "skyros" [SQLSTATE 28P01]"#

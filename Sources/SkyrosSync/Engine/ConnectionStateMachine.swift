@@ -13,6 +13,12 @@
 /// - A checkpoint the store cannot apply is an error while it lasts; one applied is online.
 /// - Each change of state or message is reported once (``Action/report(_:_:)``), never once
 ///   per attempt or per change set.
+/// - While it waits offline, the engine probes the servers (a connection accepted or refused,
+///   nothing sent) at once and every ``probeInterval``: when one that refused accepts again, it
+///   connects then, not at the end of a delay of up to ``maximumRetryDelay`` (a server that
+///   restarted is noticed within ``probeInterval``). A server that accepts from the first probe
+///   is up and failing otherwise (a statement timed out): the delay holds and probing stops
+///   for that wait, so that a struggling server gets no more connections than the delay allows.
 package struct ConnectionStateMachine: Sendable {
     /// What the engine does.
     package enum Action: Sendable, Equatable {
@@ -30,6 +36,8 @@ package struct ConnectionStateMachine: Sendable {
 
     /// The first delay before trying again.
     package static let initialRetryDelay: Duration = .milliseconds(100)
+    /// How often the engine probes the servers while it waits offline.
+    package static let probeInterval: Duration = .milliseconds(250)
     /// The longest delay before trying again.
     package let maximumRetryDelay: Duration
 
@@ -41,6 +49,10 @@ package struct ConnectionStateMachine: Sendable {
     package private(set) var retryDelay: Duration = Self.initialRetryDelay
     /// ``stop()`` was called.
     package private(set) var isStopping = false
+    /// Whether a probe of the current wait found no server accepting connections.
+    private var refusedDuringWait = false
+    /// Whether the current wait probes (offline, and no probe found a server up from the start).
+    package private(set) var probes = false
 
     /// A connection, offline until its first session.
     package init(maximumRetryDelay: Duration = .seconds(5)) {
@@ -75,7 +87,28 @@ package struct ConnectionStateMachine: Sendable {
 
     /// The wait of ``Action/retry(after:)`` is over.
     package mutating func retry() -> Action {
-        isStopping ? .stop : .connect
+        probes = false
+        return isStopping ? .stop : .connect
+    }
+
+    /// A probe during the wait of ``Action/retry(after:)`` found a server accepting
+    /// connections (`reachable`), or none: ``Action/connect`` when one accepts after a probe
+    /// of this wait found none (the server came back; the delay starts again from its first),
+    /// else ``Action/none`` (go on waiting; see ``probes`` for whether to probe again).
+    package mutating func probed(reachable: Bool) -> Action {
+        guard probes else { return .none }
+        guard !isStopping else {
+            probes = false
+            return .stop
+        }
+        guard reachable else {
+            refusedDuringWait = true
+            return .none
+        }
+        probes = false
+        guard refusedDuringWait else { return .none }  // up all along: the delay holds
+        retryDelay = Self.initialRetryDelay
+        return .connect
     }
 
     /// The machine's own store refused sync's work (a checkpoint it cannot apply, a queue it
@@ -96,6 +129,8 @@ package struct ConnectionStateMachine: Sendable {
 
     private mutating func waitToRetry() -> Action {
         defer { retryDelay = min(retryDelay * 2, maximumRetryDelay) }
+        refusedDuringWait = false
+        probes = state == .offline
         return .retry(after: retryDelay)
     }
 

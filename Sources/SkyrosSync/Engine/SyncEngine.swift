@@ -3,7 +3,7 @@ import GRDB
 import Skyros
 import Synchronization
 
-/// A machine's sync with PostgreSQL (DESIGN §9): the loop that uploads the store's queued
+/// A machine's sync with PostgreSQL (docs/SYNC.md): the loop that uploads the store's queued
 /// change sets in order, exactly once, and brings the server's checkpoints to the daemon.
 ///
 /// The rules live in three state machines, values that take events and return actions:
@@ -240,8 +240,7 @@ package final class SyncEngine: Sendable {
                     action = actions.last ?? .stop
                 }
             case .retry(let delay):
-                await wakeup.wait(timeout: delay)
-                action = mutable.withLock { $0.connection.retry() }
+                action = await waitToRetry(delay)
             case .stop:
                 return
             case .report, .none:
@@ -249,6 +248,24 @@ package final class SyncEngine: Sendable {
                 action = mutable.withLock { $0.connection.retry() }
             }
         }
+    }
+
+    /// Waits `delay` before the next attempt, or until a signal; offline, probes the servers at
+    /// once and every ``ConnectionStateMachine/probeInterval`` meanwhile, and connects as soon
+    /// as the connection machine says one came back.
+    private func waitToRetry(_ delay: Duration) async -> ConnectionStateMachine.Action {
+        let deadline = ContinuousClock.now + delay
+        while mutable.withLock({ $0.connection.probes }) {
+            let reachable = await server.probe()
+            let action = mutable.withLock { $0.connection.probed(reachable: reachable) }
+            if action != .none { return action == .connect ? .connect : mutable.withLock { $0.connection.retry() } }
+            let left = deadline - .now
+            guard left > .zero else { break }
+            if await wakeup.wait(timeout: min(left, ConnectionStateMachine.probeInterval)) { break }
+        }
+        let left = deadline - .now
+        if left > .zero, mutable.withLock({ !$0.connection.probes }) { await wakeup.wait(timeout: left) }
+        return mutable.withLock { $0.connection.retry() }
     }
 
     /// One connection's life: prepare the schema, then upload and download until it fails.

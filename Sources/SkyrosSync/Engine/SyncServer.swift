@@ -1,8 +1,8 @@
 import Foundation
 
 /// The server as the sync engine sees it: where change sets go up and checkpoints come down.
-/// ``PostgresSyncServer`` is the conformance that talks to PostgreSQL itself (DESIGN §9); a
-/// sync gateway (DESIGN §10) is another, so the engine and its state machines are one code
+/// ``PostgresSyncServer`` is the conformance that talks to PostgreSQL itself (docs/SYNC.md); a
+/// sync gateway would be another, so the engine and its state machines are one code
 /// whatever a machine reaches.
 package protocol SyncServer: Sendable {
     /// Opens a connection for the engine's statements. `closed` is called when it closes
@@ -20,6 +20,16 @@ package protocol SyncServer: Sendable {
 
     /// The server's name for the log (credentials left out).
     var redacted: String { get }
+
+    /// Whether a server accepts connections now: a connection opened and closed, nothing sent,
+    /// bounded by a fraction of a second. The engine probes while it waits offline, to notice
+    /// a server that came back (``ConnectionStateMachine/probed(reachable:)``).
+    func probe() async -> Bool
+}
+
+extension SyncServer {
+    /// No probe: a server that does not know how is never found back before the delay ends.
+    package func probe() async -> Bool { false }
 }
 
 /// One connection of the engine to its ``SyncServer``.

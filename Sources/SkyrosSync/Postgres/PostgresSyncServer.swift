@@ -1,10 +1,11 @@
 import Foundation
 import Logging
 import NIOCore
+import NIOPosix
 import PostgresNIO
 import Synchronization
 
-/// The ``SyncServer`` that is PostgreSQL itself (DESIGN §9): connections of postgres-nio on the
+/// The ``SyncServer`` that is PostgreSQL itself (docs/SYNC.md): connections of postgres-nio on the
 /// engine's event loop, every statement bounded by a ``Watchdog``, the upload and checkpoint
 /// statements of ``ServerSession``, LISTEN/NOTIFY on a connection of its own.
 package struct PostgresSyncServer: SyncServer {
@@ -53,6 +54,31 @@ package struct PostgresSyncServer: SyncServer {
         return try await configuration.connect(
             on: executor.eventLoop, id: Int.random(in: 1...Int.max), logger: logger)
     }
+
+    /// Whether one of the configuration's servers accepts a TCP (or Unix socket) connection
+    /// within ``probeTimeout``: the connection is closed at once, nothing sent (no backend
+    /// does any work for it beyond its start).
+    package func probe() async -> Bool {
+        for server in configuration.servers {
+            let bootstrap = ClientBootstrap(group: executor.eventLoop).connectTimeout(Self.probeTimeout)
+            let channel: any Channel
+            do {
+                if let path = server.socketPath {
+                    channel = try await bootstrap.connect(unixDomainSocketPath: path).get()
+                } else {
+                    channel = try await bootstrap.connect(host: server.host, port: server.port).get()
+                }
+            } catch {
+                continue
+            }
+            channel.close(promise: nil)
+            return true
+        }
+        return false
+    }
+
+    /// How long a probe's connection may take to be accepted.
+    static let probeTimeout = TimeAmount.milliseconds(200)
 
     /// Keeps a LISTEN connection open, calling `notify` at each notification. The connection
     /// is pinged every second statement timeout: one that stopped answering fails the listen.

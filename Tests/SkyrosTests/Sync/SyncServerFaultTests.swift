@@ -101,6 +101,37 @@ struct SyncServerFaultTests {
     }
 
     @Test(
+        "the engine's probe: a server accepting connections over TCP and its Unix socket, none once PostgreSQL stops, again once it starts"
+    )
+    func probe() async throws {
+        let postgres = try PostgresServer()
+        func server(_ host: String) -> PostgresSyncServer {
+            PostgresSyncServer(
+                configuration: SyncConfiguration(
+                    host: host, port: postgres.port, username: postgres.superuser, database: "postgres",
+                    schema: "g_probe", tls: .disable),
+                statementTimeout: .seconds(10), createsSchema: false, executor: SyncExecutor())
+        }
+        let tcp = server(postgres.host)
+        let socket = server(postgres.socketDirectory)
+        #expect(await tcp.probe())
+        #expect(await socket.probe())
+        try postgres.stop(mode: .fast)
+        #expect(!(await tcp.probe()))
+        #expect(!(await socket.probe()))
+        try postgres.start()
+        #expect(await tcp.probe())
+        #expect(await socket.probe())
+        // A probe is only a connection: the server has no session left of it.
+        #expect(
+            await sync.eventually {
+                try postgres.psql(
+                    "SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'client backend' AND pid <> pg_backend_pid()"
+                ) == "0"
+            })
+    }
+
+    @Test(
         "a group table truncated on the server (TRUNCATE … CASCADE): every machine deletes its rows, and goes on syncing"
     )
     func truncatedTable() async throws {
