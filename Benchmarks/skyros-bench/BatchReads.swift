@@ -228,9 +228,32 @@ extension BatchBenchmark {
                     for wanted in 0..<values { grdbRows += try Self.fetchIndexed(pool, wanted) }
                 })
         }
+        // The baseline before issue 58, for reference only (SKYROS_BENCH_VERBOSE=1): GRDB's
+        // by-name record through the query interface, its SQL built for every query.
+        let verbose = ProcessInfo.processInfo.environment["SKYROS_BENCH_VERBOSE"] == "1"
+        var byNameTimes: [Double] = []
+        func byName() throws {
+            guard verbose else { return }
+            var count = 0
+            byNameTimes.append(
+                try Clock.seconds {
+                    for wanted in 0..<values {
+                        count += try pool.read { db in
+                            try GRDBItem.filter(Column("value") == wanted).fetchAll(db)
+                        }.count { $0.value == wanted && !$0.name.isEmpty }
+                    }
+                })
+            precondition(count == values * rows / 100, "the by-name fetch read \(count) rows")
+        }
         for round in 0..<rounds {
-            try Self.inTurn(round, [skyros, grdb])
+            try Self.inTurn(round, [skyros, grdb, byName])
             precondition(skyrosRows == grdbRows && grdbRows == values * rows / 100, "indexed fetches disagree")
+        }
+        if verbose {
+            print(
+                String(
+                    format: "  (reference: GRDB's record read by name, query interface, fetches %.0f objects/s)",
+                    Double(values * rows / 100) / Self.median(byNameTimes)))
         }
         report(
             Row(

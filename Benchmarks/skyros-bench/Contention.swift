@@ -13,10 +13,11 @@ import SkyrosWire
 ///
 /// A third figure, with `--ceiling`: the same processes through a bare group-commit server (a
 /// ROUTER thread that inserts every request waiting in one transaction, raw SQLite, no Skyros
-/// layers), the most any daemon over ZeroMQ can give on this machine. The bare server's rate
-/// drifts by ±20% from minute to minute on a small VM, so `--ceiling` also runs 8 clients
-/// through the daemon and through the bare server in turn, three rounds, and reports the
-/// round with the median ratio.
+/// layers; our own ZMTP on both ends and the daemon's commit delay, ``BareServer``), the most
+/// any daemon over ZeroMQ can give on this machine. The bare server's rate drifts by ±20% from
+/// minute to minute on a small VM, so `--ceiling` also runs 8 clients through the daemon and
+/// through the bare server in turn (each first in every other round), three rounds, and
+/// reports the round with the median ratio.
 ///
 /// The clients are this executable again, in the hidden roles `contention-client`,
 /// `contention-direct` and `contention-bare`; each prints its number of saves and their latencies.
@@ -85,11 +86,18 @@ struct ContentionBenchmark {
         }
     }
 
-    /// One round of `count` clients through a new daemon, then through a new bare server,
-    /// back to back; their saves per second.
+    /// One round of `count` clients through a new daemon and through a new bare server, back
+    /// to back, the daemon first on even rounds and the bare server first on odd ones; their
+    /// saves per second.
     private func alternating(round: Int, count: Int) throws -> (skyros: Double, bare: Double) {
-        let skyros = try throughDaemon("turn-\(round)", count: count)
-        let bare = try throughBare("turn-bare-\(round)", count: count)
+        var skyros = Result(rate: 0, latencies: [])
+        var bare = Result(rate: 0, latencies: [])
+        try BatchBenchmark.inTurn(
+            round,
+            [
+                { skyros = try throughDaemon("turn-\(round)", count: count) },
+                { bare = try throughBare("turn-bare-\(round)", count: count) },
+            ])
         FileHandle.standardError.write(
             Data(
                 "round \(round + 1): daemon \(Int(skyros.rate)), bare \(Int(bare.rate)) saves/s, \(String(format: "%.2f", skyros.rate / bare.rate))×\n"

@@ -14,9 +14,17 @@ struct Row: Encodable {
         var container = encoder.container(keyedBy: CodingKeys.self)
         try container.encode(name, forKey: .name)
         try container.encode(unit, forKey: .unit)
-        try container.encode((skyros * 100).rounded() / 100, forKey: .skyros)
-        try container.encode((baseline * 100).rounded() / 100, forKey: .baseline)
-        try container.encode((ratio * 1000).rounded() / 1000, forKey: .ratio)
+        // A percentile with timeouts in it is +∞ (JSON has no infinity: "inf").
+        func encode(_ value: Double, places: Double, forKey key: CodingKeys) throws {
+            if value.isFinite {
+                try container.encode((value * places).rounded() / places, forKey: key)
+            } else {
+                try container.encode(value > 0 ? "inf" : value < 0 ? "-inf" : "nan", forKey: key)
+            }
+        }
+        try encode(skyros, places: 100, forKey: .skyros)
+        try encode(baseline, places: 100, forKey: .baseline)
+        try encode(ratio, places: 1000, forKey: .ratio)
     }
 }
 

@@ -1,4 +1,3 @@
-import CZeroMQ
 import Foundation
 import GRDBSQLite
 import Skyros
@@ -6,7 +5,6 @@ import SkyrosDaemon
 import SkyrosShared
 import SkyrosWire
 import SkyrosZeroMQ
-import ZeroMQReference
 
 /// `skyros-bench shared`: the shared stack through the daemon's code (run on a thread of this
 /// process, over real ipc:// sockets), against a bare ZeroMQ request/reply loop writing one
@@ -236,11 +234,14 @@ struct SharedBenchmark {
 /// The baseline server, with no Skyros layer: a ROUTER thread that inserts one SQLite row
 /// per request in its own transaction and replies; with `groupCommit`, it takes every request
 /// waiting and inserts their rows in one transaction (the contention benchmark's ceiling).
-/// It has a ZeroMQ context of its own, as a daemon in its own process has: its I/O thread is
-/// not its clients'.
+///
+/// It is given what the daemon has: our own ZMTP (``ZMTPServer``, which reads and writes its
+/// connections on the serving thread, where libzmq's I/O thread would wake twice a request)
+/// and, with `groupCommit`, the daemon's wait for the saves of clients that save in turn
+/// (``CommitDelay``, of the same default length), so that it pays no more WAL syncs a save
+/// than the daemon does.
 final class BareServer: @unchecked Sendable {
     let endpoint: String
-    private let context: ZeroMQContext
     private let stopped = NSLock()
     private var isStopped = false
     private let finished = DispatchSemaphore(value: 0)
@@ -252,25 +253,39 @@ final class BareServer: @unchecked Sendable {
     init(_ folder: URL, durability: Durability, groupCommit: Bool = false) throws {
         try FileManager.default.createDirectory(at: folder, withIntermediateDirectories: true)
         endpoint = "ipc://" + folder.appendingPathComponent("bare.ipc").path
-        context = try ZeroMQContext()
-        let router = try ZeroMQSocket(context: context, kind: .router)
-        try router.bind(endpoint)
+        let server = try ZMTPServer(maximumMessageSize: 1 << 20, highWaterMark: 1_000)
+        try server.listen(.router, endpoint: endpoint)
         let raw = RawSQLite(
             path: folder.appendingPathComponent("bare.sqlite").path,
             synchronous: durability == .full ? "FULL" : "NORMAL")
         raw.createItemTable()
-        let box = UncheckedBox((router, raw))
+        let box = UncheckedBox((server, raw))
         Thread.detachNewThread { [self] in
-            let (router, raw) = box.value
+            let (server, raw) = box.value
             let statement = raw.prepare(RawSQLite.insertItemSQL)
+            var delay = CommitDelay(
+                maximum: groupCommit ? .microseconds(Int(DaemonServer.Configuration.defaultCommitDelay * 1e6)) : .zero)
             var next = 0  // the rows' numbers: clients in other processes send the same indexes
-            while !stopped.withLock({ isStopped }) {
-                guard (try? router.waitForInput(milliseconds: 50)) == true else { continue }
-                var batch: [[Data]] = []
-                while batch.isEmpty || groupCommit, let frames = try? router.receive(dontWait: true) {
-                    if frames.count == 2 { batch.append(frames) }
+            var batch: [Data] = []  // the requesters' identities
+            func take() {
+                while batch.isEmpty || groupCommit, let message = server.receive() {
+                    if message.frames.count == 2 { batch.append(message.frames[0]) }
                 }
+            }
+            while !stopped.withLock({ isStopped }) {
+                guard server.wait(orDescriptor: -1, milliseconds: 50).socket else { continue }
+                take()
                 guard !batch.isEmpty else { continue }
+                // The daemon's wait for the clients that saved together in the last commits.
+                if let wait = delay.wait(connections: Set(batch).count, now: .now) {
+                    while wait.goesOn(connections: Set(batch).count, now: .now) {
+                        let left = Int((wait.deadline - ContinuousClock.now) / .microseconds(1))
+                        guard left > 0 else { break }
+                        guard server.waitBriefly(microseconds: left).socket else { continue }
+                        take()
+                    }
+                }
+                delay.collected(connections: Set(batch).count)
                 raw.execute("BEGIN IMMEDIATE")
                 for _ in batch {
                     raw.insertItem(statement, next)
@@ -281,10 +296,12 @@ final class BareServer: @unchecked Sendable {
                     commits += 1
                     saves += batch.count
                 }
-                for frames in batch { try? router.send([frames[0], Data("ok".utf8)]) }
+                for identity in batch { _ = server.send(to: identity, Data("ok".utf8)) }
+                delay.committed(at: .now)
+                batch.removeAll(keepingCapacity: true)
             }
             sqlite3_finalize(statement)
-            router.close()
+            server.close()
             // Closed before `stop()` returns: the run's folder is removed after it, and the
             // files SQLite deletes at close vanished under that removal (the folder was left).
             raw.close()
@@ -298,21 +315,24 @@ final class BareServer: @unchecked Sendable {
     }
 }
 
-/// A client of a ``BareServer``: a DEALER that sends one request and waits for its reply.
+/// A client of a ``BareServer``: a DEALER (our own ZMTP, ``ZMTPSocket``, as the Skyros
+/// client's) that sends one request and waits for its reply.
 final class BareClient {
-    private let context: ZeroMQContext
-    private let socket: ZeroMQSocket
+    private let socket: ZMTPSocket
+    private let timeoutMilliseconds: Int
 
     init(endpoint: String, timeoutMilliseconds: Int32) throws {
-        context = try ZeroMQContext()
-        socket = try ZeroMQSocket(context: context, kind: .dealer)
-        try socket.setReceiveTimeout(milliseconds: timeoutMilliseconds)
-        try socket.connect(endpoint)
+        socket = try ZMTPSocket(kind: .dealer, endpoint: endpoint, maximumMessageSize: 1 << 20)
+        self.timeoutMilliseconds = Int(timeoutMilliseconds)
     }
 
     func roundTrip(_ index: Int) throws {
-        try socket.send([withUnsafeBytes(of: index) { Data($0) }])
-        _ = try socket.receive()
+        guard socket.send([withUnsafeBytes(of: index) { Data($0) }]) else {
+            throw BenchError("the bare client's request was not queued")
+        }
+        guard socket.waitForInput(milliseconds: timeoutMilliseconds), socket.receive() != nil else {
+            throw BenchError("the bare server did not answer within \(timeoutMilliseconds) ms")
+        }
     }
 
     func close() { socket.close() }

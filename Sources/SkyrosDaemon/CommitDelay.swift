@@ -6,9 +6,9 @@
 /// commit together (one transaction and one WAL sync for all of them). A client saving alone
 /// never waits; the widths of the last commits are forgotten when no commit followed them for
 /// ``widthsLifetime``.
-struct CommitDelay {
+package struct CommitDelay {
     /// The longest wait (`--commit-delay`; zero: never wait).
-    let maximum: Duration
+    package let maximum: Duration
     /// How many connections had a save in each of the last group commits.
     private var widths = [Int](repeating: 0, count: 16)
     private var count = 0
@@ -17,28 +17,28 @@ struct CommitDelay {
     /// How long the widths of the last commits count when no commit follows them.
     static let widthsLifetime = Duration.milliseconds(100)
     /// Whether the turn's group commit has several clients that save in turn: its events may wait.
-    private(set) var savingInTurn = false
+    package private(set) var savingInTurn = false
 
     /// A delay of at most `maximum`, with no commit seen yet (as of `now`).
-    init(maximum: Duration, now: ContinuousClock.Instant = .now) {
+    package init(maximum: Duration, now: ContinuousClock.Instant = .now) {
         self.maximum = maximum
         lastCommitAt = now
     }
 
     /// A wait for more saves: until `deadline`, while fewer than `expected` connections have one.
-    struct Wait: Equatable {
-        var deadline: ContinuousClock.Instant
-        var expected: Int
+    package struct Wait: Equatable {
+        package var deadline: ContinuousClock.Instant
+        package var expected: Int
 
         /// Whether the wait goes on with `connections` connections having a save, at `now`.
-        func goesOn(connections: Int, now: ContinuousClock.Instant) -> Bool {
+        package func goesOn(connections: Int, now: ContinuousClock.Instant) -> Bool {
             connections < expected && now < deadline
         }
     }
 
     /// The turn has saves of `connections` connections waiting at `now`: how long to wait for
     /// more (nil: commit now). Then tell ``collected(connections:)``.
-    mutating func wait(connections: Int, now: ContinuousClock.Instant) -> Wait? {
+    package mutating func wait(connections: Int, now: ContinuousClock.Instant) -> Wait? {
         // Clients that stopped saving in turn a while ago are not waited for.
         if now - lastCommitAt > Self.widthsLifetime { widths = widths.map { _ in 0 } }
         let expected = widths.max() ?? 0
@@ -49,13 +49,13 @@ struct CommitDelay {
     }
 
     /// The turn commits the saves of `connections` connections.
-    mutating func collected(connections: Int) {
+    package mutating func collected(connections: Int) {
         widths[count % widths.count] = connections
         count &+= 1
     }
 
     /// A group commit ended at `now`.
-    mutating func committed(at now: ContinuousClock.Instant) {
+    package mutating func committed(at now: ContinuousClock.Instant) {
         lastCommitAt = now
     }
 }
