@@ -76,7 +76,7 @@ let package = Package(
             name: "SkyrosShared",
             dependencies: ["Skyros", "SkyrosWire", "SkyrosZeroMQ"]
         ),
-        // Sync with PostgreSQL (DESIGN §9): the daemon's upload queue and checkpoints, with
+        // Sync with PostgreSQL (docs/SYNC.md): the daemon's upload queue and checkpoints, with
         // postgres-nio at the edge. Only the daemon links it.
         .target(
             name: "SkyrosSync",
@@ -153,7 +153,7 @@ let package = Package(
             dependencies: ["Skyros"],
             path: "examples/QuickStart"
         ),
-        // DESIGN §3's async lines in top-level code: `swift run skyros-toplevel`.
+        // The async forms of `read` and `write` in top-level code: `swift run skyros-toplevel`.
         .executableTarget(
             name: "skyros-toplevel",
             dependencies: ["Skyros"],
@@ -195,7 +195,7 @@ let package = Package(
             name: "SkyrosTests",
             dependencies: [
                 "Skyros", "SkyrosShared", "SkyrosSync", "SkyrosTestSupport", "TodoModel", "ZeroMQReference", "skyros-test-child", "skyrosd",
-                "skyros", "skyros-toplevel",
+                "skyros", "skyros-toplevel", "todo",
                 .product(name: "GRDB", package: "GRDB.swift"),
                 .product(name: "PostgresNIO", package: "postgres-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),

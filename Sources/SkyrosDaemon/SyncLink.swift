@@ -4,7 +4,7 @@ import SkyrosSync
 import SkyrosWire
 import Synchronization
 
-/// The daemon's side of sync (DESIGN §9): it starts the engine once the group has a store,
+/// The daemon's side of sync (docs/SYNC.md): it starts the engine once the group has a store,
 /// and holds the ``SyncChannel`` through which the engine's requests reach the serve loop
 /// (``DaemonServer``), woken through the descriptor it already waits on, which answers them
 /// with the turn (``DaemonTurn/answer(_:)``).
@@ -58,7 +58,7 @@ final class SyncLink: Sendable {
             engineBox.withLock { $0 = engine }
             version.withLock { $0 = current }
             log(
-                "sync: machine \(state.machine.uuidString.lowercased()) syncs with \(configuration.redacted); \(state.queued) change sets queued"
+                "sync: machine \(state.machine.uuidString.lowercased()) syncs with \(configuration.redacted); \(state.queued) change set\(state.queued == 1 ? "" : "s") queued"
             )
             engine.start()
         } catch {

@@ -12,7 +12,8 @@ struct Import: ParsableCommand {
         abstract: "Read objects from JSON lines (the format of `skyros dump`) into the store.",
         discussion: """
             Each line: {"entity": NAME, "id": UUID, "values": {PROPERTY: VALUE}}, values as `skyros dump` \
-            prints them; a property left out is null. Objects are saved in change sets of --chunk objects. With \
+            prints them; a property left out is null. "entity" and "id" are required: the id is the object's \
+            identifier (any UUID for a new object, e.g. from `uuidgen`; `skyros dump` prints each object's). Objects are saved in change sets of --chunk objects. With \
             --store, in one transaction (relationships may point to objects later in the file), recorded in \
             the store's history when it has one, and queued for upload when the store has synced (docs/SYNC.md); \
             refused while a daemon serves the store. With --group, \
@@ -112,7 +113,7 @@ struct Import: ParsableCommand {
                     ]).text)
             } else {
                 Output.line(
-                    "imported \(objects.count) objects (\(inserted) inserted, \(updated) updated) in \(chunks.count) change sets"
+                    "imported \(counted(objects.count, "object")) (\(inserted) inserted, \(updated) updated) in \(counted(chunks.count, "change set"))"
                         + (sequence > 0 ? ", sequence \(sequence)" : ""))
             }
         }
@@ -178,7 +179,7 @@ struct Import: ParsableCommand {
             guard let name = json["entity"]?.stringValue else { throw refuse("no \"entity\"") }
             guard let entity = entities[name] else {
                 throw refuse(
-                    "the store has no entity \(name) (it has: \(description.entities.map(\.name).joined(separator: ", ")))"
+                    "the store has no entity \(name) (it has: \(description.userEntityNames.joined(separator: ", ")))"
                 )
             }
             guard let idText = json["id"]?.stringValue, let uuid = UUID(uuidString: idText) else {

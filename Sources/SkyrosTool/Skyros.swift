@@ -3,7 +3,7 @@
 //     swift run skyros demo      # a daemon and three processes sharing a todo list
 //     skyros status --group com.example.todo [--json]
 //     skyros dump User --store store.sqlite --filter 'age > 30'
-//     (status, inspect, dump, watch, history, backup, import, check, metrics: DESIGN §8)
+//     (status, inspect, dump, watch, history, backup, import, check, metrics: docs/OPERATING.md)
 import ArgumentParser
 import Foundation
 import Skyros
@@ -35,9 +35,14 @@ struct Demo: ParsableCommand {
         abstract: "Run a daemon and three client processes sharing a todo list, then stop them.")
 
     func run() throws {
+        try reportingFailures { try demo() }
+    }
+
+    private func demo() throws {
         // Output piped into `head` must not kill the demo before it stops its daemon.
         signal(SIGPIPE, SIG_IGN)
-        let here = URL(fileURLWithPath: CommandLine.arguments[0]).resolvingSymlinksInPath().deletingLastPathComponent()
+        let tool = Self.thisExecutable()
+        let daemonExecutable = try Self.skyrosd(beside: tool)
         let groups = URL(fileURLWithPath: "/tmp/skyros-demo-\(getpid())")
         try FileManager.default.createDirectory(at: groups, withIntermediateDirectories: true)
         defer { try? FileManager.default.removeItem(at: groups) }
@@ -45,15 +50,13 @@ struct Demo: ParsableCommand {
 
         say("starting skyrosd for group demo.todo in \(groups.path)")
         let daemon = try launch(
-            here.appendingPathComponent("skyrosd"),
-            ["--group", "demo.todo", "--groups-dir", groups.path, "--log-level", "warning"])
+            daemonExecutable, ["--group", "demo.todo", "--groups-dir", groups.path, "--log-level", "warning"])
         defer {
             if daemon.isRunning {
                 kill(daemon.processIdentifier, SIGTERM)
                 daemon.waitUntilExit()
             }
         }
-        let tool = here.appendingPathComponent("skyros")
         let watcher = try launch(tool, ["demo-client", "--container", container.path, "--role", "watcher"])
         let alice = try launch(
             tool,
@@ -85,6 +88,32 @@ struct Demo: ParsableCommand {
         say("skyrosd stopped with status \(daemon.terminationStatus)")
         if failed || daemon.terminationStatus != 0 { throw ExitCode.failure }
         say("demo finished: 3 processes shared 6 todos through one daemon")
+    }
+
+    /// This executable, wherever it was started from (a shell finds it on PATH, and
+    /// `argv[0]` is then its bare name): the kernel's link to it.
+    static func thisExecutable() -> URL {
+        if let path = try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe") {
+            return URL(fileURLWithPath: path)
+        }
+        return URL(fileURLWithPath: CommandLine.arguments[0]).resolvingSymlinksInPath()
+    }
+
+    /// `skyrosd` beside this executable (a build's products, an install's `bin`), else the
+    /// first on PATH; a failure that says where it looked when there is none.
+    static func skyrosd(beside tool: URL) throws -> URL {
+        let beside = tool.deletingLastPathComponent().appendingPathComponent("skyrosd")
+        var looked = [beside.path]
+        if FileManager.default.isExecutableFile(atPath: beside.path) { return beside }
+        for directory in (ProcessInfo.processInfo.environment["PATH"] ?? "").split(separator: ":") {
+            let candidate = URL(fileURLWithPath: String(directory)).appendingPathComponent("skyrosd")
+            if FileManager.default.isExecutableFile(atPath: candidate.path) { return candidate }
+            looked.append(candidate.path)
+        }
+        throw ToolFailure(
+            ToolExit.unavailable,
+            "the demo needs skyrosd, which is neither beside skyros nor on PATH (looked at \(looked.joined(separator: ", "))): build it with `swift build --product skyrosd`, or put the directory that holds it on PATH"
+        )
     }
 
     private func launch(_ executable: URL, _ arguments: [String]) throws -> Process {

@@ -47,7 +47,11 @@ final class StoreFile {
                 throw ToolFailure(ToolExit.damaged, "the store at \(url.path) has no Skyros schema")
             }
             self.description = description
-            store = try SQLiteStore(schema: try Schema(description: description), url: url, serialAccess: true)
+            // At the version the store records: a store that migrated is opened as it is, not
+            // refused as newer than version 1 (an older application).
+            let version = try SQLiteStore.storedSchemaVersion(at: url) ?? 1
+            store = try SQLiteStore(
+                schema: try Schema(description: description, version: version), url: url, serialAccess: true)
             hasJournal = try JournalAccess.hasJournal(store)
         } catch let error as SkyrosError {
             if lockDescriptor >= 0 { Foundation.close(lockDescriptor) }
@@ -79,7 +83,7 @@ final class StoreFile {
         guard let entity = description.entities.first(where: { $0.name == name }) else {
             throw ToolFailure(
                 ToolExit.usage,
-                "the store has no entity \(name) (it has: \(description.entities.map(\.name).joined(separator: ", ")))")
+                "the store has no entity \(name) (it has: \(description.userEntityNames.joined(separator: ", ")))")
         }
         return entity
     }
@@ -108,4 +112,10 @@ final class StoreFile {
             Int32($0.trimmingCharacters(in: .whitespacesAndNewlines))
         }
     }
+}
+
+extension SchemaDescription {
+    /// The entities a user declared, by name: not the tables the store keeps for its own use
+    /// (a many-to-many relationship's link table, `_Entity_relationship`).
+    var userEntityNames: [String] { entities.map(\.name).filter { !$0.hasPrefix("_") } }
 }

@@ -1,11 +1,11 @@
 // What every operating command of `skyros` shares: where it works (a daemon's group, or a
-// store file), how it prints (text or JSON) and how it exits (DESIGN §8's exit codes).
+// store file), how it prints (text or JSON) and how it exits (docs/OPERATING.md's exit codes).
 import ArgumentParser
 import Foundation
 import Skyros
 import SkyrosWire
 
-/// DESIGN §8's exit codes (sysexits.h): the contract for scripts.
+/// The exit codes docs/OPERATING.md lists (sysexits.h): the contract for scripts.
 enum ToolExit {
     /// The operation failed.
     static let failure: Int32 = 1
@@ -167,4 +167,9 @@ struct ProgressBar {
 func fileSize(_ path: String) -> Int64 {
     var info = stat()
     return stat(path, &info) == 0 ? Int64(info.st_size) : 0
+}
+
+/// `count` and `noun`, in the plural unless `count` is 1: "1 object", "3 change sets".
+func counted(_ count: Int, _ noun: String) -> String {
+    "\(count) \(noun)\(count == 1 ? "" : "s")"
 }

@@ -209,6 +209,8 @@ struct Skyrosd: AsyncParsableCommand {
         if let syncConfiguration {
             logger.info("sync: \(syncConfiguration.redacted)")
             for warning in syncConfiguration.warnings { logger.warning("sync: \(warning)") }
+        } else if let unused = SyncConfiguration.unusedEnvironment(ProcessInfo.processInfo.environment) {
+            logger.warning("sync: \(unused)")
         }
         if syncSetup {
             guard let syncConfiguration else {

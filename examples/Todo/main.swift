@@ -63,11 +63,21 @@ if let index = arguments.firstIndex(of: "--due"), index + 1 < arguments.count {
     due = date
     arguments.removeSubrange(index...(index + 1))
 }
-guard let command = arguments.first else {
-    fail(
-        "usage: todo [--group ID] add TITLE | done N | list | watch; todo --v2 [--group ID] add TITLE [--due DATE] | done N | list; todo --v3 [--group ID] tag N TAG… | untag N TAG… | list [TAG] | retag-undo N TAG; todo --v4 [--group ID] step N TEXT [--at K] | move N FROM TO | check N K | steps N"
-    )
+let usage = """
+    usage: todo [--group ID] add TITLE | done N | list | watch
+           todo --v2 [--group ID] add TITLE [--due DATE] | done N | list
+           todo --v3 [--group ID] tag N TAG… | untag N TAG… | list [TAG] | retag-undo N TAG
+           todo --v4 [--group ID] step N TEXT [--at K] | move N FROM TO | check N K | steps N
+    The group's daemon must be running: skyrosd --group ID (com.example.todo by default).
+    """
+guard let command = arguments.first else { fail(usage) }
+// Help, and a command no version has, are answered without a daemon.
+if ["--help", "-h", "help"].contains(command) {
+    print(usage)
+    exit(0)
 }
+let commands: Set = ["add", "done", "list", "watch", "tag", "untag", "retag-undo", "step", "move", "check", "steps"]
+guard commands.contains(command) else { fail("unknown command \(command)\n\(usage)") }
 
 if isVersion4 {
     do {

@@ -1,7 +1,7 @@
 import Foundation
 
 extension SkyrosError.Code {
-    /// An application group identifier is empty, too long, or has characters outside `[A-Za-z0-9._-]`.
+    /// An application group identifier breaks the rule of ``Skyros/validateApplicationGroup(_:)``.
     public static let invalidApplicationGroup = SkyrosError.Code(rawValue: "invalidApplicationGroup")
 }
 
@@ -19,9 +19,8 @@ extension Skyros {
     /// This only computes the URL: no file or directory is read, created or changed, except
     /// for the existence check of `/var/lib/skyros/<id>`.
     ///
-    /// - Throws: ``SkyrosError/Code/invalidApplicationGroup`` when `identifier` is empty,
-    ///   longer than ``maximumApplicationGroupLength``, contains `/` or `..`, or any character
-    ///   outside `[A-Za-z0-9._-]`.
+    /// - Throws: ``SkyrosError/Code/invalidApplicationGroup`` when `identifier` breaks the rule
+    ///   of ``validateApplicationGroup(_:)``.
     public static func containerURL(forApplicationGroup identifier: String) throws -> URL {
         try containerURL(forApplicationGroup: identifier, environment: ProcessInfo.processInfo.environment)
     }
@@ -52,7 +51,14 @@ extension Skyros {
             identifier, isDirectory: true)
     }
 
-    /// Checks an application group identifier: reverse-DNS-like names only.
+    /// Checks an application group identifier against the one rule (the README and
+    /// docs/PROTOCOL.md state it in the same words): 1 to 128 characters of letters, digits,
+    /// `.`, `_` and `-`, the first a letter or a digit, and no `..` — reverse-DNS names such as
+    /// `com.example.todo`. So `.`, `..`, `.hidden` and `-g` (which would read as an option) are
+    /// refused: the group's container is a directory named after it, never the groups
+    /// directory itself, its parent, or a hidden file.
+    ///
+    /// - Throws: ``SkyrosError/Code/invalidApplicationGroup``, its message naming the rule broken.
     public static func validateApplicationGroup(_ identifier: String) throws {
         func refuse(_ reason: String) -> SkyrosError {
             SkyrosError(.invalidApplicationGroup, "invalid application group \"\(identifier)\": \(reason)")
@@ -68,5 +74,8 @@ extension Skyros {
                 || byte == 0x2E || byte == 0x5F || byte == 0x2D
         }
         guard allowed else { throw refuse("only letters, digits, '.', '_' and '-' are allowed") }
+        guard let first = identifier.utf8.first,
+            (first >= 0x30 && first <= 0x39) || (first >= 0x41 && first <= 0x5A) || (first >= 0x61 && first <= 0x7A)
+        else { throw refuse("it must begin with a letter or a digit") }
     }
 }

@@ -38,6 +38,9 @@ extension SyncConfiguration {
 
         /// Parses the text of a `sync.conf` read from `path`.
         ///
+        /// A value may be in double or single quotes (`url = "postgresql://…"`): the quotes are
+        /// dropped.
+        ///
         /// - Throws: ``SkyrosError/Code/syncConfiguration`` naming the file and the line: a
         ///   line without `=`, an unknown key (a value is never echoed, in case it is a
         ///   secret), a key given twice, an empty value, a bad schema or retention.
@@ -56,7 +59,12 @@ extension SyncConfiguration {
                     )
                 }
                 let key = line[..<equals].trimmingCharacters(in: .whitespaces)
-                let value = line[line.index(after: equals)...].trimmingCharacters(in: .whitespaces)
+                var value = line[line.index(after: equals)...].trimmingCharacters(in: .whitespaces)
+                // A value in quotes, as a shell or systemd environment file writes it, is the
+                // text inside them (a quote is never part of a URL, a schema or a path here).
+                if value.count >= 2, let quote = value.first, quote == "\"" || quote == "'", value.last == quote {
+                    value = String(value.dropFirst().dropLast()).trimmingCharacters(in: .whitespaces)
+                }
                 guard Self.keys.contains(key) else {
                     if key == "password" {
                         throw invalid(

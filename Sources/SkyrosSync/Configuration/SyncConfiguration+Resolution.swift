@@ -33,7 +33,18 @@ extension SyncConfiguration {
     /// - Throws: ``SkyrosError/Code/syncConfiguration``, the message prefixed by where the
     ///   faulty setting came from: an invalid URL or `sync.conf`, a password file that cannot
     ///   be read or is empty, an invalid schema name, `--sync-password-file`, `--sync-schema`
-    ///   or a `sync.conf` without any URL.
+    ///   or a `sync.conf` without any URL (a setting that would silently do nothing). The
+    ///   environment's `SKYROS_SYNC_PASSWORD` alone is not refused (a service's environment may
+    ///   be shared by groups that do not sync): see ``unusedEnvironment(_:)``.
+    /// What the environment sets for sync that a group without a sync URL does not use, as a
+    /// warning for the log (nil: nothing): `SKYROS_SYNC_PASSWORD` without any URL, which would
+    /// otherwise be ignored without a word.
+    package static func unusedEnvironment(_ environment: [String: String]) -> String? {
+        guard let password = environment["SKYROS_SYNC_PASSWORD"], !password.isEmpty else { return nil }
+        return
+            "SKYROS_SYNC_PASSWORD is set, but no sync URL is (--sync, SKYROS_SYNC_URL or url in sync.conf): this group does not sync"
+    }
+
     package static func resolve(
         group: String, container: URL, url: String?, passwordFile: String?, schema: String? = nil,
         environment: [String: String]

@@ -60,4 +60,39 @@ struct ApplicationGroupTests {
         #expect(throws: Never.self) { try Skyros.validateApplicationGroup(longest) }
         #expect(throws: Never.self) { try Skyros.validateApplicationGroup("Az09._-") }
     }
+
+    /// The rule of the README and docs/PROTOCOL.md, case by case: each identifier, whether it
+    /// is accepted, and the part of the message that says why not.
+    @Test(
+        "one rule for group ids: 1-128 of [A-Za-z0-9._-], the first a letter or a digit, no '..'",
+        arguments: [
+            ("com.example.todo", nil), ("g", nil), ("1app", nil), ("a-b_c.d", nil), ("a.", nil), ("A", nil),
+            ("9", nil), ("a.b.c", nil), (String(repeating: "x", count: 128), nil),
+            ("", "it is empty"), (String(repeating: "x", count: 129), "longer than 128"),
+            (".", "begin with a letter or a digit"), ("..", "contains '..'"),
+            (".hidden", "begin with a letter or a digit"),
+            ("-g", "begin with a letter or a digit"), ("_g", "begin with a letter or a digit"),
+            ("a..b", "contains '..'"), ("a/b", "contains '/'"), ("a b", "only letters, digits"),
+            ("é", "only letters, digits"), ("a:b", "only letters, digits"),
+        ] as [(String, String?)])
+    func rule(identifier: String, refusal: String?) throws {
+        do {
+            try Skyros.validateApplicationGroup(identifier)
+            #expect(refusal == nil, "\"\(identifier)\" was accepted")
+        } catch let error as SkyrosError {
+            #expect(error.code == .invalidApplicationGroup)
+            #expect(refusal.map { error.message.contains($0) } == true, "\"\(identifier)\": \(error.message)")
+        }
+    }
+
+    @Test("the groups directory itself is never a container: '.' is refused before any file is touched")
+    func dotIsNotTheGroupsDirectory() throws {
+        let directory = try TemporaryDirectory()
+        #expect(throws: SkyrosError.self) {
+            _ = try Skyros.containerURL(
+                forApplicationGroup: ".", environment: ["SKYROS_GROUPS_DIR": directory.url.path],
+                systemStateDirectory: noSystem)
+        }
+        #expect(try FileManager.default.contentsOfDirectory(atPath: directory.url.path).isEmpty)
+    }
 }

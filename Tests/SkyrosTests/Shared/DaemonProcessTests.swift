@@ -375,7 +375,64 @@ struct DaemonProcessTests {
         }
     }
 
-    @Test("an invalid group id is refused before any file is touched", arguments: ["", "../etc", "a/b", "a b"])
+    @Test("`skyros demo` started by its bare name from PATH, in another directory, finds skyrosd beside it")
+    func demoFromPath() throws {
+        let products = ChildProcess.builtExecutable("skyros").deletingLastPathComponent().path
+        // `exec skyros`: argv[0] is the bare name a shell gives, as the sync walk-through has it.
+        let demo = try ChildProcess(
+            ["-c", "cd / && exec skyros demo"], executable: URL(fileURLWithPath: "/bin/sh"),
+            environment: ["PATH": "\(products):/usr/bin:/bin"])
+        #expect(demo.wait(seconds: 50) == .exited(0))
+        #expect(demo.readAll().contains("demo finished: 3 processes shared 6 todos through one daemon"))
+    }
+
+    @Test("`skyros demo` with no skyrosd beside it nor on PATH says so, exits 69, and starts nothing")
+    func demoWithoutDaemon() throws {
+        let alone = groupsDirectory()
+        defer { try? FileManager.default.removeItem(atPath: alone) }
+        // Copied by cp, not by this process: a file this process held open for writing would be
+        // inherited by the children other tests spawn meanwhile, and exec would fail with
+        // ETXTBSY ("Text file busy") until they exec themselves.
+        let copy = try ChildProcess(
+            [ChildProcess.builtExecutable("skyros").path, alone + "/skyros"],
+            executable: URL(fileURLWithPath: "/bin/cp"))
+        #expect(copy.wait() == .exited(0))
+        let demo = try ChildProcess(
+            ["-c", "cd / && exec skyros demo"], executable: URL(fileURLWithPath: "/bin/sh"),
+            environment: ["PATH": "\(alone):/usr/bin:/bin"])
+        #expect(demo.wait(seconds: 20) == .exited(69))
+        let output = demo.readAll()
+        #expect(output.contains("the demo needs skyrosd, which is neither beside skyros nor on PATH"), "\(output)")
+        #expect(output.contains(alone + "/skyrosd"), "\(output)")
+        #expect(!output.contains("starting skyrosd"), "\(output)")
+    }
+
+    @Test("`todo --help` prints its usage with no daemon running; an unknown command is refused before connecting")
+    func todoWithoutDaemon() throws {
+        let groups = groupsDirectory()
+        defer { try? FileManager.default.removeItem(atPath: groups) }
+        let environment = ["SKYROS_GROUPS_DIR": groups]
+        for flag in ["--help", "-h", "help"] {
+            let help = try ChildProcess(
+                [flag], executable: ChildProcess.builtExecutable("todo"), environment: environment)
+            #expect(help.wait(seconds: 20) == .exited(0), "todo \(flag)")
+            let output = help.readAll()
+            #expect(
+                output.contains("usage: todo [--group ID] add TITLE") && output.contains("skyrosd --group"), "\(output)"
+            )
+        }
+        let unknown = try ChildProcess(
+            ["frobnicate"], executable: ChildProcess.builtExecutable("todo"), environment: environment)
+        #expect(unknown.wait(seconds: 20) == .exited(1))
+        let output = unknown.readAll()
+        #expect(output.contains("todo: unknown command frobnicate") && output.contains("usage: todo"), "\(output)")
+        // Refused as a command, not after waiting for a daemon that is not there.
+        #expect(!output.contains("did not answer"), "\(output)")
+    }
+
+    @Test(
+        "an invalid group id is refused before any file is touched",
+        arguments: ["", "../etc", "a/b", "a b", ".", ".hidden"])
     func invalidGroup(group: String) throws {
         let groups = groupsDirectory()
         defer { try? FileManager.default.removeItem(atPath: groups) }

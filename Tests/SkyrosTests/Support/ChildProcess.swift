@@ -118,6 +118,11 @@ final class ChildProcess: @unchecked Sendable {
         }
     }
 
+    /// Waits until `text` has been written anywhere in the output; false on timeout or end of file.
+    func waitForOutput(containing text: String, seconds: Double = 20) -> Bool {
+        output.wait(until: Date().addingTimeInterval(seconds)) { written, _ in written.contains(text) }
+    }
+
     /// All of stdout and stderr, once the process has closed them (that is, ended).
     func readAll() -> String {
         var all = ""

@@ -442,6 +442,22 @@ struct SyncConfigurationTests {
                 == SyncConfiguration.File(parsing: "# x\n\n", path: "/c/sync.conf"))
     }
 
+    @Test("sync.conf: a value in double or single quotes is the text inside them; a lone quote stays")
+    func quotedValues() throws {
+        let quoted = try SyncConfiguration.File(
+            parsing: """
+                url = "postgresql://skyros@db.example.com/skyros"
+                schema = 'todo'
+                password-file = " secrets/pw "
+                """, path: "/c/sync.conf")
+        #expect(quoted.url == "postgresql://skyros@db.example.com/skyros")
+        #expect(quoted.schema == "todo")
+        #expect(quoted.passwordFile == "secrets/pw")
+        // Not a pair of quotes: the value as written (and a URL with a quote is refused later).
+        let lone = try SyncConfiguration.File(parsing: "url = \"postgresql://u@h/d\n", path: "/c/sync.conf")
+        #expect(lone.url == "\"postgresql://u@h/d")
+    }
+
     @Test("sync.conf errors name the file and the line, and never echo a value")
     func fileErrors() {
         expectRefused(["/c/sync.conf line 3: unknown key 'pasword-file'", "url, schema, password-file, retention"]) {
@@ -580,6 +596,12 @@ struct SyncConfigurationTests {
             try SyncConfiguration.resolve(
                 group: "g", container: noURL.url, url: nil, passwordFile: nil, environment: [:])
         }
+        // The environment's password alone is not refused (a service's environment may be
+        // shared by groups that do not sync), but it is not silent either: skyrosd warns.
+        let unused = try #require(SyncConfiguration.unusedEnvironment(["SKYROS_SYNC_PASSWORD": "secret"]))
+        #expect(unused.contains("SKYROS_SYNC_PASSWORD is set, but no sync URL is") && !unused.contains("secret"))
+        #expect(SyncConfiguration.unusedEnvironment(["SKYROS_SYNC_PASSWORD": ""]) == nil)
+        #expect(SyncConfiguration.unusedEnvironment([:]) == nil)
         let invalid = try container(conf: "colour = blue\n")
         expectRefused(["sync.conf line 1: unknown key 'colour'"]) {
             try SyncConfiguration.resolve(
@@ -699,6 +721,23 @@ struct SyncConfigurationTests {
         #expect(output.contains("--sync-password-file"), "\(output)")
         #expect(!output.contains("secret"), "\(output)")
         #expect(!FileManager.default.fileExists(atPath: groups + "/g/store.sqlite"))
+    }
+
+    @Test("skyrosd with SKYROS_SYNC_PASSWORD but no sync URL serves the group without sync, and says why in its log")
+    func daemonWarnsOfUnusedPassword() throws {
+        let groups = try groupsDirectory()
+        defer { try? FileManager.default.removeItem(atPath: groups) }
+        let notify = try NotifySocket()
+        let daemon = try ChildProcess(
+            ["--group", "g", "--groups-dir", groups], executable: DaemonProcessTests.skyrosd,
+            environment: ["SKYROS_SYNC_PASSWORD": "topsecret", "SKYROS_SYNC_URL": "", "NOTIFY_SOCKET": notify.path])
+        let warned = daemon.waitForOutput(containing: "SKYROS_SYNC_PASSWORD is set, but no sync URL is")
+        #expect(notify.waitFor("READY=1"), "skyrosd did not get ready")
+        kill(daemon.pid, SIGTERM)
+        #expect(daemon.wait() == .exited(0))
+        let output = daemon.readAll()
+        #expect(warned, "\(output)")
+        #expect(!output.contains("topsecret"))
     }
 
     @Test("skyrosd with an invalid sync.conf exits 64 naming the line")

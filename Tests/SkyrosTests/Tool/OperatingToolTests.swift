@@ -159,6 +159,41 @@ struct OperatingToolTests {
         #expect(again.status == 1 && again.stderr.contains("exists"), "\(again.stderr)")
     }
 
+    @Test(
+        "a store that migrated (versions 1, 2 and 3) is healthy to every --store command, and so is its backup",
+        arguments: [1, 2, 3])
+    func migratedStore(version: Int) throws {
+        let root = Self.directory()
+        defer { try? FileManager.default.removeItem(atPath: root) }
+        let file = root + "/migrated.sqlite"
+        let url = URL(fileURLWithPath: file)
+        try MigrationModels.fillV1(at: url, authors: 3)
+        // Opened by each version up to `version` in turn, as an app updated twice would.
+        for (schema, plan) in [
+            (MigrationModels.v2, MigrationPlan()), (MigrationModels.v3, MigrationModels.stage3),
+        ].prefix(version - 1) {
+            try SQLiteStore(schema: schema, url: url, migrations: plan).close()
+        }
+        #expect(try SQLiteStore.storedSchemaVersion(at: url) == version)
+
+        for command in [["check"], ["status"], ["inspect"], ["history"], ["dump", "Author"]] {
+            let run = try Self.run(command + ["--store", file])
+            #expect(run.status == 0, "skyros \(command.joined(separator: " ")) --store: \(run.stderr)")
+            #expect(!run.stderr.contains("damaged") && !run.stdout.contains("damaged"), "\(run.stdout)\(run.stderr)")
+        }
+        #expect(try Self.run(["dump", "Author", "--store", file]).stdout.contains("Author 2"))
+        let inspect = try Self.run(["inspect", "--store", file, "--json"])
+        #expect(inspect.json["schemaVersion"] as? Int == version, "\(inspect.stdout)")
+        let status = try Self.run(["status", "--store", file, "--json"])
+        #expect(status.json["schemaVersion"] as? Int == version, "\(status.stdout)")
+        // The README's restore procedure: a backup, then a check of the copy.
+        let copy = root + "/copy.sqlite"
+        let backup = try Self.run(["backup", copy, "--store", file])
+        #expect(backup.status == 0, "\(backup.stderr)")
+        let check = try Self.run(["check", "--store", copy])
+        #expect(check.status == 0 && check.stdout.hasPrefix("ok: "), "\(check.stdout)\(check.stderr)")
+    }
+
     @Test("exit codes: usage 64 (a filter error points at its column), no daemon 69, damaged store 65")
     func exitCodes() throws {
         let root = Self.directory()
