@@ -57,7 +57,7 @@ package final class AdminSessions: @unchecked Sendable {
         /// Tells the connection guard the connection said hello (it is not closed by the hello timeout).
         var welcomed: () -> Void
         var send: (Data, [UInt8]) -> Void
-        /// The `sync` object of the status, for a daemon that syncs (DESIGN §9).
+        /// The `sync` object of the status, for a daemon that syncs (docs/SYNC.md).
         var sync: (() -> [String: Any])? = nil
     }
 

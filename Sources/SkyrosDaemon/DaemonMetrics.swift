@@ -24,7 +24,7 @@ final class DaemonMetrics: Sendable {
     let storeBytes: CoreMetrics.Gauge
     let walBytes: CoreMetrics.Gauge
     let sequence: CoreMetrics.Gauge
-    /// Sync (DESIGN §9), for a daemon that syncs: 1 online, 0 offline, -1 error.
+    /// Sync (docs/SYNC.md), for a daemon that syncs: 1 online, 0 offline, -1 error.
     let syncState: CoreMetrics.Gauge
     let syncUploadQueue: CoreMetrics.Gauge
     let syncOldestQueuedSeconds: CoreMetrics.Gauge

@@ -65,7 +65,7 @@ package final class DaemonServer {
         package var helloTimeout: TimeInterval
         /// Where the server writes what it does (one line per call).
         package var log: @Sendable (String) -> Void
-        /// The PostgreSQL server the group syncs with (DESIGN §9); nil: this machine only.
+        /// The PostgreSQL server the group syncs with (docs/SYNC.md); nil: this machine only.
         package var sync: SyncConfiguration? = nil
         /// How the sync engine paces itself (tests make its snapshot pages small).
         package var syncSettings = SyncEngine.Settings()
@@ -119,7 +119,7 @@ package final class DaemonServer {
     private let reader: ReadWorker
     /// Admin sessions (`skyros … --group`), connection activity, metrics (AdminSession.swift).
     package let admin: AdminSessions
-    /// Sync with PostgreSQL (DESIGN §9), when configured.
+    /// Sync with PostgreSQL (docs/SYNC.md), when configured.
     private let sync: SyncLink?
     /// Without sync: whether the store was looked at for a machine id (a store that has synced
     /// keeps queueing its commits, uploaded when sync is on again).

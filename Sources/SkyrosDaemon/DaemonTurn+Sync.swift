@@ -63,7 +63,7 @@ extension DaemonTurn {
     /// The client id that a checkpoint's change sets carry as author (`sync` is its name).
     static let syncAuthorID = UUID(uuidString: "5C5C5C5C-0000-4000-8000-53594E430000")!
 
-    /// Applies a checkpoint from the sync server as one change set (DESIGN §9): the objects it
+    /// Applies a checkpoint from the sync server as one change set (docs/SYNC.md): the objects it
     /// carries take the server's values (only the properties that differ are written and
     /// published), the ones the server no longer has are deleted; a snapshot applies the rows
     /// staged for it (``stageSnapshotPage(_:)``, ``applySnapshot(_:to:)``). The checkpoint and the change sets the

@@ -1,5 +1,5 @@
 import PostgresNIO
 import Skyros
 
-/// Sync with PostgreSQL (DESIGN §9).
+/// Sync with PostgreSQL (docs/SYNC.md).
 package enum SkyrosSync {}

@@ -24,7 +24,7 @@ struct SchemaInfo {
 
 /// A store to operate on.
 protocol OperatedStore: AnyObject {
-    /// The status, as one JSON object with DESIGN §8's keys.
+    /// The status, as one JSON object with the keys docs/OPERATING.md lists.
     func status() throws -> JSONValue
     func schema() throws -> SchemaInfo
     func history(since: UInt64, limit: UInt64) throws -> (entries: [AdminMessage.HistoryEntry], more: Bool)

@@ -1,7 +1,7 @@
-// The operating commands of DESIGN §8: status, inspect, dump, watch, history, backup,
+// The operating commands (docs/OPERATING.md): status, inspect, dump, watch, history, backup,
 // import, check, metrics. Each works through a group's daemon (--group ID, an admin
 // session) or on a store file (--store FILE), prints text or --json, and exits with
-// DESIGN §8's codes.
+// the codes docs/OPERATING.md lists.
 import ArgumentParser
 import Foundation
 import Skyros

@@ -24,7 +24,7 @@ package enum AdminMessage: Sendable, Hashable {
     /// The daemon's metrics, answered with ``metricsReply(_:)``.
     case metrics
     // Replies (daemon → admin)
-    /// The status as one JSON object (DESIGN §8's keys).
+    /// The status as one JSON object (the keys docs/OPERATING.md lists).
     case statusReply(json: String)
     /// Change sets of the history, oldest first; `more`: newer ones exist past the last.
     case historyReply([HistoryEntry], more: Bool)

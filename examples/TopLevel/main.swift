@@ -1,4 +1,4 @@
-// DESIGN §3's two lines of Swift concurrency, in top-level code: `swift run skyros-toplevel`.
+// The async forms of `read` and `write` in top-level code: `swift run skyros-toplevel`.
 //
 // Swift ranks the overloads of top-level code as in synchronous code, where an async function
 // always loses to a synchronous one. `read` therefore has a synchronous value-returning form

@@ -1,6 +1,6 @@
 import Foundation
 
-/// The codes of sync with PostgreSQL (DESIGN §9): what a group's daemon reports about its
+/// The codes of sync with PostgreSQL (docs/SYNC.md): what a group's daemon reports about its
 /// configuration, and what its apps are told about their change sets.
 extension SkyrosError.Code {
     /// How a daemon is told to sync is invalid: the sync URL (`--sync`, `SKYROS_SYNC_URL` or
@@ -15,7 +15,7 @@ extension SkyrosError.Code {
     public static let syncRejected = SkyrosError.Code(rawValue: "syncRejected")
 }
 
-/// A change set of this machine that the group's sync server refused (DESIGN §9): kept in the
+/// A change set of this machine that the group's sync server refused (docs/SYNC.md): kept in the
 /// daemon's rejected log until an app acknowledges it, so that an app that was not running
 /// when the refusal came still learns of it.
 ///

@@ -3,7 +3,7 @@ import NIOSSL
 import PostgresNIO
 import Skyros
 
-/// Where and how a group's daemon syncs with PostgreSQL (DESIGN §9): the server, the role,
+/// Where and how a group's daemon syncs with PostgreSQL (docs/SYNC.md): the server, the role,
 /// the schema that holds the group's tables, TLS. Made from `--sync URL`, `SKYROS_SYNC_URL`
 /// or the container's `sync.conf` (see ``resolve(group:container:url:passwordFile:schema:environment:)``);
 /// the password never comes from the command line, and no description of a configuration

@@ -281,7 +281,7 @@ package struct CheckpointStateMachine: Sendable {
 }
 
 extension Checkpoint {
-    /// The write-checkpoint rule (DESIGN §9): a checkpoint is applied only when it includes
+    /// The write-checkpoint rule (docs/SYNC.md): a checkpoint is applied only when it includes
     /// every change set of this machine's queue through `queuedThrough` (the engine: those
     /// uploaded; the daemon: every one queued), so that a saved value never reverts and comes
     /// back. `uploadedThrough` is the checkpoint's (``Checkpoint/uploadedThrough``).

@@ -1,7 +1,7 @@
 import Foundation
 import Skyros
 
-/// A group's tables on the PostgreSQL server (DESIGN §9), derived from the group's schema:
+/// A group's tables on the PostgreSQL server (docs/SYNC.md), derived from the group's schema:
 /// one table per entity named as the entity, `"_id"` (uuid) as primary key, one typed column
 /// per attribute named as the property, a to-one as a uuid column referencing its
 /// destination's `"_id"`, unique constraints and indexes as declared; and the sync tables
