@@ -72,7 +72,7 @@ package final class DaemonServer {
 
         /// The default ``maximumCommitDelay``: 150 µs, about a third of a group commit of 8
         /// clients on a 2-core machine (8 clients saving in a loop there commit about 7.4 saves
-        /// at a time instead of 4.6; the README's contention figures).
+        /// at a time instead of 4.6; docs/BENCHMARKS.md, the contention figures).
         package static let defaultCommitDelay: TimeInterval = 0.000_150
 
         /// A configuration; every limit has the protocol's default (`maximumEventDelay` nil:

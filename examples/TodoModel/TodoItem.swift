@@ -21,7 +21,7 @@ public func describeTodos(in context: ObjectContext) throws -> [String] {
 /// Version 2 of the model (`todo --v2`): `title` is renamed `text`, and an item may have a due
 /// date. Processes of both versions share a group: the first `todo --v2` makes the daemon
 /// migrate the store; `todo` (version 1) processes beside it keep reading and writing, and
-/// see the items version 2 adds (README, "Changing your model").
+/// see the items version 2 adds (docs/GUIDE.md, "Changing your model").
 @Entity(name: "TodoItem") public final class TodoItemV2 {
     @Attribute(originalName: "title") public var text: String = ""
     public var isDone: Bool = false
