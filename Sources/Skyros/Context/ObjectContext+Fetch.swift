@@ -46,7 +46,9 @@ extension ObjectContext {
     /// reference), the objects of its next rows instead of allocating new ones — unseen by
     /// anyone: an object you hold in any way is never reused. See ``FetchResultsCollection``.
     ///
-    /// - Parameter batchSize: the objects made at a time (positive).
+    /// - Parameters:
+    ///   - descriptor: what to fetch, as ``fetch(_:)`` takes it.
+    ///   - batchSize: the objects made at a time (positive).
     /// - Throws: what the fetch would throw: an unsupported predicate or sort, a store failure.
     public func fetch<T: ManagedObject>(_ descriptor: FetchDescriptor<T>, batchSize: Int) throws
         -> FetchResultsCollection<T>

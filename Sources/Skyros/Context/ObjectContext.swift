@@ -4,7 +4,7 @@ import Synchronization
 /// A scratchpad of managed objects over a parent store: Core Data's managed object context.
 ///
 /// A context has a serial queue; its objects and its methods must be used on it, inside
-/// ``perform(_:)``, ``performAndWait(_:)`` or a `read`/`write` block of ``Skyros``.
+/// ``perform(_:)->()``, ``performAndWait(_:)`` or a `read`/`write` block of ``Skyros``.
 /// `performAndWait` is reentrant: nested calls on the same context never deadlock.
 ///
 /// Uniquing: one instance per object per context. A fetch sees the context's pending

@@ -21,8 +21,8 @@ extension SkyrosError.Code {
 ///
 /// A shared stack tells each refusal to ``Skyros/handleError(_:)`` (a ``SkyrosError`` of code
 /// ``SkyrosError/Code/syncRejected`` whose ``SkyrosError/rejectionNumber`` is ``number``) when
-/// it comes, and the outstanding ones again when the stack connects; ``Skyros/syncRejections()``
-/// lists them and ``Skyros/acknowledgeSyncRejections(_:)`` removes them once the app has dealt
+/// it comes, and the outstanding ones again when the stack connects; `syncRejections()` (SkyrosShared)
+/// lists them and `acknowledgeSyncRejections(_:)` removes them once the app has dealt
 /// with them (told its user, made the change again).
 public struct SyncRejection: Sendable, Hashable {
     /// The change set's number in this machine's upload queue: what acknowledging names.

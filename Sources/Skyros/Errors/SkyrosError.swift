@@ -79,7 +79,7 @@ public struct SkyrosError: Error, Sendable, CustomStringConvertible {
     /// objects of the change set the sync server refused.
     public var objectIDs: [ObjectID] = []
     /// For ``Code/syncRejected``: the refused change set's number, which
-    /// ``Skyros/acknowledgeSyncRejections(_:)`` takes once the app has dealt with it (nil for
+    /// `Skyros.acknowledgeSyncRejections(_:)` (SkyrosShared) takes once the app has dealt with it (nil for
     /// a refusal told by a daemon older than this field).
     public var rejectionNumber: Int64? = nil
     /// For ``Code/validationFailed``: every rule that refused the save, with its object and

@@ -58,6 +58,7 @@ open class Skyros: @unchecked Sendable {
     ///   - url: the SQLite file.
     ///   - allowsConcurrentWritings: one scratch context per write when true.
     ///   - durability: `.full` (default) or `.normal`.
+    ///   - completionQueue: where write completions run (nil: a serial queue of the stack's own).
     ///   - savesOnStop: whether SIGTERM, SIGINT and a normal exit save the stack's in-flight
     ///     writes through process-wide handlers (default true). Pass false when the
     ///     application handles those signals itself — with swift-service-lifecycle, hand
@@ -97,10 +98,15 @@ open class Skyros: @unchecked Sendable {
 
     /// A stack over any persistent store.
     ///
-    /// - Parameter savesOnStop: whether the stack's in-flight writes are saved on SIGTERM,
-    ///   SIGINT and a normal exit by process-wide handlers (default true; installed with the
-    ///   first such stack). False installs nothing: the application stops the stack itself
-    ///   (``flush(timeout:)``, or a `SkyrosService` under swift-service-lifecycle).
+    /// - Parameters:
+    ///   - store: the store the root context saves into (an ``SQLiteStore``, or a shared
+    ///     stack's connection to its daemon).
+    ///   - allowsConcurrentWritings: one scratch context per write when true.
+    ///   - completionQueue: where write completions run (nil: a serial queue of the stack's own).
+    ///   - savesOnStop: whether the stack's in-flight writes are saved on SIGTERM, SIGINT and a
+    ///     normal exit by process-wide handlers (default true; installed with the first such
+    ///     stack). False installs nothing: the application stops the stack itself
+    ///     (``flush(timeout:)``, or a `SkyrosService` under swift-service-lifecycle).
     public init(
         store: any PersistentStore, allowsConcurrentWritings: Bool = false, completionQueue: DispatchQueue? = nil,
         savesOnStop: Bool = true
@@ -212,7 +218,7 @@ open class Skyros: @unchecked Sendable {
     }
 
     /// Runs `block` on the main context, waits, and returns its value; the synchronous
-    /// counterpart of ``read(_:)-(@Sendable(ObjectContext)->T)`` (GRDB's `dbQueue.read`).
+    /// counterpart of ``read(_:)-2v82g`` (GRDB's `dbQueue.read`).
     /// Errors are thrown, not sent to ``handleError(_:)``.
     ///
     /// ```swift
@@ -222,7 +228,7 @@ open class Skyros: @unchecked Sendable {
     /// It is also what makes `let names = try await store.read { … }` give the names in
     /// top-level code (`main.swift`): Swift ranks overloads there as in synchronous code, where
     /// the async form always loses to a synchronous one, so without this form the chaining
-    /// ``read(_:)-(ObjectContext)->Void`` would win and `names` would be the stack. There the
+    /// ``read(_:)->Self`` would win and `names` would be the stack. There the
     /// compiler notes that the `await` is not needed; in async functions and closures the async
     /// form runs.
     /// A chaining `read` whose block throws, written as the only statement of a closure that

@@ -8,7 +8,7 @@ import Synchronization
 /// Everything here must be used on the owning context's queue.
 public final class ObjectStorage {
     /// The object's identity. (Set again only when a batched fetch reuses an object that
-    /// nothing references any more for another row: see ``reuse(for:values:version:)``.)
+    /// nothing references any more for another row: see `reuse(for:values:version:)`.)
     @exclusivity(unchecked) public internal(set) var objectID: ObjectID
     /// The object's entity.
     public let entity: EntityDescription

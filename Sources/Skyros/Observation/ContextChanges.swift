@@ -5,7 +5,7 @@ import Synchronization
 /// it, another process's save merged from the daemon, or a reload (Core Data's
 /// `NSManagedObjectContextObjectsDidChange`, one notification per processed change).
 ///
-/// Every observer — ``FetchedResultsController``, ``EntityMonitor``, ``Skyros/observe(_:)`` —
+/// Every observer — ``FetchedResultsController``, ``EntityMonitor``, ``Skyros/observe(_:)-1whfw`` —
 /// is fed from this one path. It is delivered on the context's queue, to the handlers of
 /// ``ObjectContext/addChangeObserver(_:)``; its objects belong to that context.
 public struct ContextChanges {
@@ -29,7 +29,7 @@ public struct ContextChanges {
     /// its edits were already delivered, as ``Kind/unsaved`` changes, when the context processed
     /// them (a save processes the pending ones first). Observers of unsaved edits
     /// (``EntityMonitor/Frequency/onChange`` monitors, ``FetchedResultsController``,
-    /// ``Skyros/observe(_:)-(Value)``) skip it; ``EntityMonitor/Frequency/onSave`` monitors report it.
+    /// ``Skyros/observe(_:)-1whfw``) skip it; ``EntityMonitor/Frequency/onSave`` monitors report it.
     /// False for a child context's save merged into this one, which observers have not seen.
     public internal(set) var isOwnSave = false
     /// The inserted objects.

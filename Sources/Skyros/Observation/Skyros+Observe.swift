@@ -22,7 +22,7 @@ extension Skyros {
         ValueObserver.start(on: mainContext, block, isDuplicate: { _, _ in false })
     }
 
-    /// Observes a value computed from the main context, as ``observe(_:)-(Value)``, without
+    /// Observes a value computed from the main context, as ``observe(_:)-1whfw``, without
     /// repeating a value equal to the previous one.
     public func observe<Value: Sendable & Equatable>(
         _ block: @escaping @Sendable (ObjectContext) throws -> Value

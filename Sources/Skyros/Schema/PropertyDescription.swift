@@ -36,7 +36,7 @@ public struct RelationshipOption: Hashable, Sendable {
 /// One persistent property of an entity: an attribute, a to-one or a to-many relationship.
 ///
 /// Made by the `@Entity` macro (or by hand, see ``ManagedObject``) with ``attribute(_:_:default:options:originalName:)``,
-/// ``toOne(_:_:deleteRule:inverse:options:originalName:)`` and ``toMany(_:_:deleteRule:inverse:originalName:)``.
+/// ``toOne(_:_:deleteRule:inverse:options:originalName:)`` and ``toMany(_:_:deleteRule:inverse:options:originalName:)``.
 public final class PropertyDescription: @unchecked Sendable, CustomStringConvertible {
     /// What a property is: a value of its own, or a reference to one or many other objects.
     public enum Kind: Sendable, Equatable, CustomStringConvertible {
