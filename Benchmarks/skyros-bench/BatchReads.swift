@@ -172,7 +172,15 @@ extension BatchBenchmark {
 
         // 1 % of the rows by the indexed attribute, 10 values a round, each fetch its own read
         // (at 100 k objects, queries of 1,000 rows: the per-query cost). Sides alternate.
-        try fetchIndexedRows(store: store, pool: pool, report: report)
+        try fetchIndexedRows(store: store, pool: pool, rows: rows, values: 10, report: report)
+        // The same as 20 queries of 1,000 rows (the per-query cost), on a file of a tenth of
+        // the rows (1 % of them per `value` again).
+        let smallURL = directory.appendingPathComponent("reads-small.sqlite")
+        try RawSQLite.fillStore(at: smallURL, rows: rows / 10)
+        let small = try Skyros(sqliteStack: benchSchema, at: smallURL, durability: .normal, savesOnStop: false)
+        let smallPool = try DatabasePool(path: smallURL.path, configuration: configuration)
+        defer { try? smallPool.close() }
+        try fetchIndexedRows(store: small, pool: smallPool, rows: rows / 10, values: 20, report: report)
         try runWrites(store: store, pool: pool, report: report)
     }
 
@@ -206,10 +214,10 @@ extension BatchBenchmark {
         return items.count { $0.value == wanted && !$0.name.isEmpty }
     }
 
-    /// "fetch 1 %": the objects of 10 values of the indexed attribute, a read each, beside
-    /// GRDB's positional record on a cached statement; the sides alternate which goes first.
-    func fetchIndexedRows(store: Skyros, pool: DatabasePool, report: (Row) -> Void) throws {
-        let values = 10
+    /// "fetch 1 %": the objects of `values` values of the indexed attribute of a file of `rows`
+    /// rows (1 % of them each), a read each, beside GRDB's positional record on a cached
+    /// statement; the sides alternate which goes first.
+    func fetchIndexedRows(store: Skyros, pool: DatabasePool, rows: Int, values: Int, report: (Row) -> Void) throws {
         var skyrosTimes: [Double] = []
         var grdbTimes: [Double] = []
         var skyrosRows = 0
