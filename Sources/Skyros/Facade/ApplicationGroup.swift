@@ -69,13 +69,15 @@ extension Skyros {
         }
         guard !identifier.contains("/") else { throw refuse("it contains '/'") }
         guard !identifier.contains("..") else { throw refuse("it contains '..'") }
-        let allowed = identifier.utf8.allSatisfy { byte in
+        func isLetterOrDigit(_ byte: UInt8) -> Bool {
             (byte >= 0x30 && byte <= 0x39) || (byte >= 0x41 && byte <= 0x5A) || (byte >= 0x61 && byte <= 0x7A)
-                || byte == 0x2E || byte == 0x5F || byte == 0x2D
+        }
+        let allowed = identifier.utf8.allSatisfy { byte in
+            isLetterOrDigit(byte) || byte == 0x2E || byte == 0x5F || byte == 0x2D
         }
         guard allowed else { throw refuse("only letters, digits, '.', '_' and '-' are allowed") }
-        guard let first = identifier.utf8.first,
-            (first >= 0x30 && first <= 0x39) || (first >= 0x41 && first <= 0x5A) || (first >= 0x61 && first <= 0x7A)
-        else { throw refuse("it must begin with a letter or a digit") }
+        guard let first = identifier.utf8.first, isLetterOrDigit(first) else {
+            throw refuse("it must begin with a letter or a digit")
+        }
     }
 }

@@ -64,7 +64,7 @@ open class Skyros: @unchecked Sendable {
     ///     application handles those signals itself — with swift-service-lifecycle, hand
     ///     the stack to a `SkyrosService` (product `SkyrosServiceLifecycle`) — or calls
     ///     ``flush(timeout:)`` when stopping. See ``savesOnStop-swift.property``.
-    ///   - migrations: the stages of migrations to the schema's version (the Migration article of the DocC catalog). A file of
+    ///   - migrations: the stages of migrations to the schema's version (<doc:Migration>). A file of
     ///     an earlier version is migrated when the stack opens: the inferred steps, then these
     ///     stages, in one transaction.
     /// - Throws: ``SkyrosError/Code/migrationFailed`` when a migration is refused or fails,

@@ -2,7 +2,7 @@ import Foundation
 import GRDB
 import GRDBSQLite
 
-/// Versions and migrations of a store file (the Migration article of the DocC catalog).
+/// Versions and migrations of a store file (<doc:Migration>).
 ///
 /// Every version a store has had is recorded in `skyros_schema` (version, fingerprint,
 /// canonical schema description, date); `skyros_metadata` holds the current one (`fingerprint`,

@@ -54,7 +54,7 @@ public final class SQLiteStore: ObjectStore, @unchecked Sendable {
 
     /// Opens (or creates) the store at `url`, or an in-memory store when `url` is nil.
     ///
-    /// A file of an earlier schema version is migrated (the Migration article of the DocC catalog): the inferred steps, then
+    /// A file of an earlier schema version is migrated (<doc:Migration>): the inferred steps, then
     /// the stages of `migrations`, in one transaction. A refused or failed migration throws
     /// ``SkyrosError/Code/migrationFailed`` and leaves the file as it was; a file of a newer
     /// version throws ``SkyrosError/Code/schemaTooNew``; a changed model at the same version

@@ -156,20 +156,35 @@ struct DocumentedSamplesTests {
         }
     }
 
-    /// A process of the fixture, killed by pid and reaped at the end.
+    /// The fixture's processes, held until the test ends: each ``ChildProcess`` a test lets
+    /// go of is killed by pid and reaped (its deinit), on every path.
     final class Processes {
         var all: [ChildProcess] = []
-        func start(_ arguments: [String], _ executable: String, environment: [String: String]) throws -> ChildProcess {
+        let environment: [String: String]
+
+        init(environment: [String: String]) { self.environment = environment }
+
+        func start(_ arguments: [String], _ executable: String, environment extra: [String: String] = [:]) throws
+            -> ChildProcess
+        {
             let process = try ChildProcess(
-                arguments, executable: ChildProcess.builtExecutable(executable), environment: environment)
+                arguments, executable: ChildProcess.builtExecutable(executable),
+                environment: environment.merging(extra) { $1 })
             all.append(process)
             return process
         }
-        deinit {
-            for process in all {
-                kill(process.pid, SIGKILL)
-                process.wait(seconds: 10)
-            }
+
+        /// Starts `skyrosd` with `arguments` and waits for its READY=1 (bounded).
+        func startDaemon(_ arguments: [String]) throws {
+            let notify = try NotifySocket()
+            _ = try start(arguments, "skyrosd", environment: ["NOTIFY_SOCKET": notify.path])
+            try #require(notify.waitFor("READY=1"), "skyrosd did not get ready")
+        }
+
+        /// Runs `todo` with `arguments` to its end, expecting it to succeed.
+        func todo(_ arguments: [String]) throws {
+            let todo = try start(arguments, "todo")
+            #expect(todo.wait() == .exited(0), "todo \(arguments.joined(separator: " ")): \(todo.readAll())")
         }
     }
 
@@ -182,21 +197,16 @@ struct DocumentedSamplesTests {
         defer { try? FileManager.default.removeItem(atPath: directory) }
         let empty = OperatingToolTests.directory()
         defer { try? FileManager.default.removeItem(atPath: empty) }
-        let environment = ["SKYROS_GROUPS_DIR": directory]
-        let processes = Processes()
+        let processes = Processes(environment: ["SKYROS_GROUPS_DIR": directory])
         let user = getpwuid(getuid()).map { String(cString: $0.pointee.pw_name) } ?? "root"
 
         // The samples of a group nobody serves come first, against a directory with no daemon.
         var started = false
         /// The document's setup: the daemon, two `todo watch` clients, then its todo commands.
         func setUp() throws {
-            let notify = try NotifySocket()
-            _ = try processes.start(
-                ["--group", Self.group], "skyrosd",
-                environment: environment.merging(["NOTIFY_SOCKET": notify.path]) { $1 })
-            try #require(notify.waitFor("READY=1"), "skyrosd did not get ready")
+            try processes.startDaemon(["--group", Self.group])
             for _ in 0..<2 {
-                let watcher = try processes.start(["watch"], "todo", environment: environment)
+                let watcher = try processes.start(["watch"], "todo")
                 // Its first drawing: connected.
                 #expect(watcher.waitForOutput(containing: "watching \(Self.group)"), "todo watch never drew its list")
             }
@@ -204,8 +214,7 @@ struct DocumentedSamplesTests {
                 ["add", "buy milk"], ["add", "call bob"], ["add", "book flights"], ["done", "1"],
                 ["add", "write report"], ["done", "3"],
             ] {
-                let todo = try processes.start(arguments, "todo", environment: environment)
-                #expect(todo.wait() == .exited(0), "todo \(arguments.joined(separator: " ")): \(todo.readAll())")
+                try processes.todo(arguments)
             }
             started = true
         }
@@ -254,17 +263,8 @@ struct DocumentedSamplesTests {
         let postgres = try PostgresServer()
         let directory = OperatingToolTests.directory()
         defer { try? FileManager.default.removeItem(atPath: directory) }
-        let environment = ["SKYROS_GROUPS_DIR": directory]
-        let processes = Processes()
-        let notify = try NotifySocket()
-        _ = try processes.start(
-            ["--group", Self.group, "--sync", postgres.url()], "skyrosd",
-            environment: environment.merging(["NOTIFY_SOCKET": notify.path]) { $1 })
-        try #require(notify.waitFor("READY=1"), "skyrosd did not get ready")
-        func todo(_ arguments: String...) throws {
-            let run = try processes.start(arguments, "todo", environment: environment)
-            #expect(run.wait() == .exited(0), "todo \(arguments.joined(separator: " ")): \(run.readAll())")
-        }
+        let processes = Processes(environment: ["SKYROS_GROUPS_DIR": directory])
+        try processes.startDaemon(["--group", Self.group, "--sync", postgres.url()])
         /// The status's sync line and the one after it, once the first says `state` (and, when
         /// given, `reason`: offline, the engine first says the connection was closed, then, once
         /// it tried again, that it cannot reach the server, as the README's sample shows).
@@ -289,13 +289,13 @@ struct DocumentedSamplesTests {
             return lines
         }
 
-        try todo("add", "buy milk")
+        try processes.todo(["add", "buy milk"])
         let onlineLines = status("online")
         let documentedOnline = try #require(syncLines(online))
         #expect(onlineLines.map(Self.template) == documentedOnline.map(Self.template), "\(online)")
 
         try postgres.stop(mode: .fast)
-        try todo("add", "water plants")
+        try processes.todo(["add", "water plants"])
         let offlineLines = status("offline", reason: "cannot reach the server")
         let documentedOffline = try #require(syncLines(offline))
         // The first line ends with the network library's own words for the failure: its
