@@ -159,14 +159,10 @@ extension ServerSession {
         do {
             var first = true
             for table in schema.tables {
-                let select = "SELECT \(selectList(table)) FROM \(schema.qualified(table.name))"
                 var after: String?
                 while true {
                     let rows = try await run(
-                        after == nil
-                            ? "\(select) ORDER BY \"_id\" LIMIT \(pageSize)"
-                            : "\(select) WHERE \"_id\" > $1::uuid ORDER BY \"_id\" LIMIT \(pageSize)",
-                        after.map { [$0] } ?? [])
+                        snapshotPageSQL(table, pageSize: pageSize, after: after != nil), after.map { [$0] } ?? [])
                     var page = SnapshotPage(
                         snapshot: snapshot, isFirst: first, entity: table.name, rows: [], unreadable: [])
                     page.rows.reserveCapacity(rows.count)
@@ -192,9 +188,17 @@ extension ServerSession {
         }
     }
 
-    /// The select list of a table's rows: `"_id"` and every column, as text.
-    private func selectList(_ table: ServerSchema.Table) -> String {
-        (["\"_id\"::text"] + table.columns.map { $0.type.output(ServerSchema.quote($0.name)) }).joined(separator: ", ")
+    /// The statement of a snapshot's page of `table`: `"_id"` and every column as text, the
+    /// first `pageSize` rows in `"_id"` order, or those after `$1` (keyset pagination).
+    ///
+    /// The ordering and the bound name the table's column (`t."_id"`), not the select list's
+    /// text `"_id"`: an `ORDER BY "_id"` would sort by the output column of that name, the
+    /// id's text, which no index holds: every page a scan and a sort of the whole table
+    /// (100 pages of a million rows took 24 s of the server's time instead of 0.4).
+    package func snapshotPageSQL(_ table: ServerSchema.Table, pageSize: Int, after: Bool) -> String {
+        let columns = (["t.\"_id\"::text"] + table.columns.map { $0.type.output("t." + ServerSchema.quote($0.name)) })
+        return "SELECT \(columns.joined(separator: ", ")) FROM \(schema.qualified(table.name)) AS t"
+            + (after ? " WHERE t.\"_id\" > $1::uuid" : "") + " ORDER BY t.\"_id\" LIMIT \(pageSize)"
     }
 
     /// Why a row cannot be read.
