@@ -61,6 +61,28 @@ package struct ServerSession: Sendable {
     /// `Sync` after it), and postgres-nio hands its rows over at that answer: a commit that
     /// fails then (a deferred foreign key, the server stopping) comes after an answer that
     /// looked like success. `COMMIT` reports its own failure before it answers.
+    /// Runs one statement with text parameters and returns its rows as the server sent them,
+    /// in binary form (postgres-nio asks for binary results): for values read in bulk, decoded
+    /// without text (``ServerType/storedValue(_:typeName:)-(PostgresCell,_)``).
+    func binaryRows(_ sql: String, _ parameters: [String?] = []) async throws -> [PostgresRow] {
+        let work: @Sendable () async throws -> [PostgresRow] = { [self] in
+            guard !connection.isClosed else { throw ConnectionClosed() }
+            var bindings = PostgresBindings(capacity: parameters.count)
+            for parameter in parameters {
+                if let parameter { bindings.append(parameter) } else { bindings.appendNull() }
+            }
+            var result: [PostgresRow] = []
+            for try await row in try await connection.query(
+                PostgresQuery(unsafeSQL: sql, binds: bindings), logger: logger)
+            {
+                result.append(row)
+            }
+            return result
+        }
+        guard let watchdog else { return try await work() }
+        return try await watchdog.bounded(timeout, work)
+    }
+
     package func inTransaction<T>(_ body: () async throws -> T) async throws -> T {
         try await run("BEGIN")
         do {

@@ -1,4 +1,6 @@
 import Foundation
+import NIOCore
+import PostgresNIO
 import Skyros
 
 /// The PostgreSQL type of an attribute's column, and the conversion of its values both ways.
@@ -109,16 +111,7 @@ package enum ServerType: String, Sendable, Equatable {
         case .text:
             return .text(text)
         case .bigint:
-            guard let number = Int64(text) else { return nil }
-            let base = typeName.hasPrefix("enum:") ? String(typeName.dropFirst(5)) : typeName
-            let range: ClosedRange<Int64>? =
-                switch base {
-                case "int32": Int64(Int32.min)...Int64(Int32.max)
-                case "int16": Int64(Int16.min)...Int64(Int16.max)
-                case "int8": Int64(Int8.min)...Int64(Int8.max)
-                default: nil
-                }
-            if let range, !range.contains(number) { return nil }
+            guard let number = Int64(text), Self.inRange(number, typeName: typeName) else { return nil }
             return .integer(number)
         case .boolean:
             switch text {
@@ -127,9 +120,8 @@ package enum ServerType: String, Sendable, Equatable {
             default: return nil
             }
         case .double, .timestamptz:
-            guard let number = Double(text), !number.isNaN else { return nil }
-            if typeName == "float", number.isFinite, Float(number).isInfinite { return nil }
-            return .real(number)
+            guard let number = Double(text) else { return nil }
+            return Self.real(number, typeName: typeName)
         case .bytea:
             guard text.count % 2 == 0 else { return nil }
             var bytes: [UInt8] = []
@@ -161,6 +153,127 @@ package enum ServerType: String, Sendable, Equatable {
         }
     }
 
+    // MARK: - Binary results
+
+    /// The SQL expression that reads `column` (already quoted) in the form
+    /// ``storedValue(_:typeName:)-(PostgresCell,_)`` decodes from the server's binary results:
+    /// the column's own type (a cast that is a no-op on the column the group's tables have),
+    /// except for a numeric or a JSON value, read as its text.
+    package func binaryOutput(_ column: String) -> String {
+        switch self {
+        case .numeric, .jsonb: "\(column)::text"
+        default: "\(column)::\(sqlType)"
+        }
+    }
+
+    /// A value of a binary result (a cell of ``binaryOutput(_:)``) as the store keeps it,
+    /// exactly as ``storedValue(_:typeName:)-(String?,_)`` makes it from the value's text; nil when it
+    /// does not fit the property, or when the cell is not in the form ``binaryOutput(_:)`` asks for.
+    ///
+    /// A snapshot's rows are read this way: no text is formatted on the server or parsed here
+    /// (a `uuid` as 16 bytes, a double as its 8, a timestamp as its microseconds).
+    package func storedValue(_ cell: PostgresCell, typeName: String) -> StoredValue? {
+        guard var bytes = cell.bytes else { return .null }
+        if cell.format == .text || self == .numeric || self == .jsonb {
+            return storedValue(bytes.readString(length: bytes.readableBytes), typeName: typeName)
+        }
+        switch self {
+        case .text:
+            guard cell.dataType == .text || cell.dataType == .varchar else { return nil }
+            return bytes.readString(length: bytes.readableBytes).map(StoredValue.text)
+        case .bigint:
+            guard cell.dataType == .int8, bytes.readableBytes == 8, let number = bytes.readInteger(as: Int64.self)
+            else { return nil }
+            return Self.inRange(number, typeName: typeName) ? .integer(number) : nil
+        case .boolean:
+            guard cell.dataType == .bool, bytes.readableBytes == 1, let byte = bytes.readInteger(as: UInt8.self)
+            else { return nil }
+            return .integer(byte != 0 ? 1 : 0)
+        case .double:
+            guard cell.dataType == .float8, bytes.readableBytes == 8, let bits = bytes.readInteger(as: UInt64.self)
+            else { return nil }
+            return Self.real(Double(bitPattern: bits), typeName: typeName)
+        case .timestamptz:
+            guard cell.dataType == .timestamptz, bytes.readableBytes == 8,
+                let micros = bytes.readInteger(as: Int64.self)
+            else { return nil }
+            return Self.real(Self.epochSeconds(microsecondsSince2000: micros), typeName: typeName)
+        case .bytea:
+            guard cell.dataType == .bytea else { return nil }
+            return .blob(Data(bytes.readableBytesView))
+        case .uuid:
+            guard cell.dataType == .uuid, bytes.readableBytes == 16 else { return nil }
+            return .blob(Data(bytes.readableBytesView))
+        case .numeric, .jsonb:
+            return nil  // read as text above
+        }
+    }
+
+    /// A short text of a binary cell's value, for the reason a row is skipped.
+    package static func describe(_ cell: PostgresCell) -> String {
+        guard var bytes = cell.bytes else { return "NULL" }
+        switch (cell.format, cell.dataType, bytes.readableBytes) {
+        case (.binary, .int8, 8): return bytes.readInteger(as: Int64.self).map { String($0) } ?? "a value"
+        case (.binary, .float8, 8):
+            // As PostgreSQL writes it (`NaN`, not Swift's `nan`).
+            return bytes.readInteger(as: UInt64.self).map {
+                Double(bitPattern: $0).isNaN ? "NaN" : text(Double(bitPattern: $0))
+            }
+                ?? "a value"
+        case (.binary, .timestamptz, 8):
+            return bytes.readInteger(as: Int64.self).map { "\(epochSeconds(microsecondsSince2000: $0)) s" } ?? "a value"
+        case (.text, _, _), (_, .text, _), (_, .varchar, _):
+            return "'\(String(decoding: bytes.readableBytesView.prefix(32), as: UTF8.self))'"
+        default: return "a \(cell.dataType) value"
+        }
+    }
+
+    /// Seconds since 1970 of a `timestamptz`'s binary value (microseconds since 2000-01-01
+    /// UTC; the largest and smallest integers are `infinity` and `-infinity`), the double
+    /// nearest to the exact value, as `extract(epoch FROM …)`'s text gives.
+    static func epochSeconds(microsecondsSince2000 micros: Int64) -> Double {
+        if micros == .max { return .infinity }
+        if micros == .min { return -.infinity }
+        let (epoch, overflow) = micros.addingReportingOverflow(946_684_800_000_000)
+        // Below 2^53 the integer is exact as a double, and one division rounds once.
+        if !overflow, epoch.magnitude < 1 << 53 { return Double(epoch) / 1e6 }
+        // Past it (before 1685, after 2255), the exact decimal is parsed: the same rounding.
+        var whole = micros / 1_000_000
+        var fraction = micros % 1_000_000
+        if fraction < 0 {
+            whole -= 1
+            fraction += 1_000_000
+        }
+        whole += 946_684_800  // seconds + fraction / 10^6, the fraction in 0..<10^6
+        let text =
+            whole >= 0
+            ? "\(whole).\(String(fraction).leftPadded(to: 6))"
+            : fraction == 0
+                ? "\(whole)" : "-\(-whole - 1).\(String(1_000_000 - fraction).leftPadded(to: 6))"
+        return Double(text) ?? Double(whole) + Double(fraction) / 1e6
+    }
+
+    /// Whether an integer fits the property's type (an `int32`'s range…).
+    private static func inRange(_ number: Int64, typeName: String) -> Bool {
+        let base = typeName.hasPrefix("enum:") ? String(typeName.dropFirst(5)) : typeName
+        let range: ClosedRange<Int64>? =
+            switch base {
+            case "int32": Int64(Int32.min)...Int64(Int32.max)
+            case "int16": Int64(Int16.min)...Int64(Int16.max)
+            case "int8": Int64(Int8.min)...Int64(Int8.max)
+            default: nil
+            }
+        return range.map { $0.contains(number) } ?? true
+    }
+
+    /// A double as the store keeps it; nil for NaN, and for a `float` property, a finite
+    /// number a `Float` cannot hold.
+    private static func real(_ number: Double, typeName: String) -> StoredValue? {
+        if number.isNaN { return nil }
+        if typeName == "float", number.isFinite, Float(number).isInfinite { return nil }
+        return .real(number)
+    }
+
     private static func nibble(_ character: UInt8) -> UInt8? {
         switch character {
         case UInt8(ascii: "0")...UInt8(ascii: "9"): character - UInt8(ascii: "0")
@@ -168,5 +281,12 @@ package enum ServerType: String, Sendable, Equatable {
         case UInt8(ascii: "A")...UInt8(ascii: "F"): character - UInt8(ascii: "A") + 10
         default: nil
         }
+    }
+}
+
+extension String {
+    /// The text with zeros before it up to `width` characters.
+    fileprivate func leftPadded(to width: Int) -> String {
+        count >= width ? self : String(repeating: "0", count: width - count) + self
     }
 }

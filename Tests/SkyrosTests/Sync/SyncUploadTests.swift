@@ -520,6 +520,85 @@ struct SyncUploadTests {
         #expect(zip(bytes, bytes.dropFirst()).allSatisfy { $0.lexicographicallyPrecedes($1) })
     }
 
+    /// A snapshot reads its rows in binary form, the changes read after it as text: the two
+    /// must give a machine the same stored values (else a later snapshot would find every
+    /// such object changed), and skip the same rows for the same reasons. Every type of the
+    /// `Sample` entity, with the values where the two forms part: infinite and far dates
+    /// (outside ±2^53 µs of 1970 the binary side parses the decimal, as the text side
+    /// does), a date just before 2000 (negative microseconds in the binary form), -0, the
+    /// limits of each integer width and of a float, an empty `bytea`, text beyond ASCII, a
+    /// numeric's digits, JSON; and rows no attribute can hold (NaN, an `int32` past its range,
+    /// a float past a `Float`'s).
+    @Test("a snapshot's binary rows give exactly the values the changes' text gives, and skip the same rows")
+    func binarySnapshotAsText() async throws {
+        let server = try await Session.make()
+        defer { Task { await server.close() } }
+        let machine = UUID()
+        let first = try await server.session.readCheckpoint(after: nil, rejectedAfter: 0, machine: machine) { _ in nil }
+        let rows: [String] = [
+            "string = 'plain'",
+            """
+            string = 'é✓ "q" \\', int = 9223372036854775807, int64 = -9223372036854775808, int32 = -2147483648, \
+            int16 = 32767, double = '-0', float = 3.4028234663852886e38, bool = false, date = 'infinity', \
+            "optionalDate" = '-infinity', data = '\\x', decimal = -0.000001, "optionalInt" = 0
+            """,
+            """
+            date = '1999-12-31 23:59:59.999999+00', "optionalDate" = '1600-01-01 00:00:00.000001+00', \
+            double = 1.7976931348623157e308, float = -1.5e-45, decimal = 123456789012345678901234567890.123456789
+            """,
+            "date = '3000-06-01 12:00:00.123457+00', \"optionalDate\" = '1970-01-01 00:00:00.000001+00', double = 5e-324",
+            "date = '1684-12-31 23:59:59.999999+00', \"optionalString\" = '', data = '\\x00ff10'",
+            "double = 'NaN'",
+            "int32 = 2147483648",
+            "float = 1e39",
+            "int16 = -32769",
+        ]
+        var ids: [UUID] = []
+        for assignments in rows {
+            let id = UUID()
+            ids.append(id)
+            let pairs = assignments.split(separator: ", ").map { $0.split(separator: " = ", maxSplits: 1) }
+            let columns = (["\"_id\""] + pairs.map { String($0[0]) }).joined(separator: ", ")
+            let values = (["'\(id.uuidString)'"] + pairs.map { String($0[1]) }).joined(separator: ", ")
+            try server.psql("INSERT INTO g_up.\"Sample\" (\(columns)) VALUES (\(values))")
+        }
+        let changes = try #require(
+            try await server.session.readChanges(after: first.snapshot, rejectedAfter: 0, machine: machine))
+        let pages = Staged()
+        _ = try await server.session.readCheckpoint(after: nil, rejectedAfter: 0, machine: machine, pageSize: 3) {
+            page in
+            if page.entity == "Sample" { pages.append(page) }
+            return nil
+        }
+        let snapshot = pages.rows
+        for (index, id) in ids.enumerated() {
+            let text = changes.objects[ObjectID(entityName: "Sample", uuid: id)] ?? nil
+            #expect(snapshot[id] == text, "row \(index) (\(rows[index]))")
+        }
+        #expect(snapshot.count == 5)
+        let skipped = { (lines: [String]) in Set(lines.map { $0.replacingOccurrences(of: "'", with: "") }) }
+        #expect(pages.unreadable.count == 4)
+        #expect(changes.unreadable.count == 4)
+        // The same reasons, but for the form the value is quoted in.
+        #expect(
+            skipped(pages.unreadable) == skipped(changes.unreadable), "\(pages.unreadable) vs \(changes.unreadable)")
+    }
+
+    /// The rows and skipped rows of the pages staged.
+    final class Staged: @unchecked Sendable {  // guarded by `lock`
+        private let lock = NSLock()
+        private var staged: [UUID: StoredValues] = [:]
+        private var skipped: [String] = []
+        func append(_ page: SnapshotPage) {
+            lock.withLock {
+                for row in page.rows { staged[row.id] = row.values }
+                skipped += page.unreadable
+            }
+        }
+        var rows: [UUID: StoredValues] { lock.withLock { staged } }
+        var unreadable: [String] { lock.withLock { skipped } }
+    }
+
     /// The ids of the pages staged, in order.
     final class Pages: @unchecked Sendable {  // `list` is guarded by `lock`
         private let lock = NSLock()
