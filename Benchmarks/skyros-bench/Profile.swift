@@ -286,6 +286,27 @@ struct Profile {
             }
             return best
         }
+        // SKYROS_PROFILE_ONLY=indexed: only the indexed fetches, each a `read` of its own on
+        // one store's main context (as `batch-reads` runs them), for a profiler to see alone.
+        if ProcessInfo.processInfo.environment["SKYROS_PROFILE_ONLY"] == "indexed" {
+            let grdb = ProcessInfo.processInfo.environment["SKYROS_PROFILE_SIDE"] == "grdb"
+            let reader = try Skyros(sqliteStack: benchSchema, at: url)
+            let pool = try DatabasePool(path: url.path)
+            let seconds = try Clock.seconds {
+                for _ in 0..<rounds {
+                    for wanted in 0..<20 {
+                        total +=
+                            grdb
+                            ? try BatchBenchmark.fetchIndexed(pool, wanted)
+                            : try BatchBenchmark.fetchIndexed(reader, wanted)
+                    }
+                }
+            }
+            print(
+                "1% by an indexed attribute, 20 reads (\(grdb ? "GRDB" : "Skyros")): \(Int(seconds / Double(rounds * 20 * count / 100) * 1e9)) ns each"
+            )
+            return
+        }
         let all = try timed { context in
             for item in try Item.all(in: context) {
                 total +=

@@ -139,10 +139,9 @@ extension ObjectContext {
     func streamObjects(_ request: StoreRequest, _ body: (any ManagedObject) -> Void) throws {
         noteRead(request.entityName)
         let entity = try schema.requireEntity(request.entityName)
-        // Objects of earlier fetches that nobody holds any more leave first (amortised: the
-        // threshold doubles with what survives), so that a context whose user holds nothing
-        // makes its objects without looking each one up.
-        if registry.count >= registryPurgeThreshold { pruneRegistry() }
+        // Objects of earlier fetches that nobody holds any more leave first (amortised), so
+        // that a context whose user holds nothing makes its objects without looking each one up.
+        pruneBeforeFetch()
         let mayBeRegistered = !registry.isEmpty || hasChanges
         try parent.forEachSnapshot(request) { id, values, version in
             if mayBeRegistered, let object = registered(id) {

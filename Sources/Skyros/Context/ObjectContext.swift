@@ -91,6 +91,9 @@ public final class ObjectContext: ObjectStore, @unchecked Sendable, CustomString
     }
     @exclusivity(unchecked) var registry = Registry()
     var registryPurgeThreshold = 4096
+    /// How many entries the last prune kept: a fetch prunes the registry once it holds twice
+    /// as many (``pruneBeforeFetch()``).
+    var registryKept = 0
     /// Objects other processes inserted, merged while nobody observed this context: kept as
     /// rows, made objects when asked for (see ``MergedRows``).
     @exclusivity(unchecked) var mergedRows = MergedRows()
@@ -308,6 +311,19 @@ public final class ObjectContext: ObjectStore, @unchecked Sendable, CustomString
     func pruneRegistry() {
         for entry in registry.removeUnused() { entry.object.skyrosStorage.context = nil }
         registryPurgeThreshold = max(4096, registry.count * 2)
+        registryKept = registry.count
+    }
+
+    /// Prunes before a fetch makes its objects, once the registry has doubled since the last
+    /// prune (rather than once it reaches ``registryPurgeThreshold``, at least 4,096). A
+    /// context whose app lets go of each fetch's objects (many small fetches on the main
+    /// context, the common read) then meets a registry holding only what the app holds at
+    /// every fetch — empty, mostly — and makes the objects without looking each one up: the
+    /// lookups, and the indexing of the earlier fetches' objects for them, were a third of the
+    /// time of a fetch of 1,000 objects. Amortised O(1) per object made: a prune scans at most
+    /// twice as many entries as were added since the one before.
+    func pruneBeforeFetch() {
+        if registry.count > 0, registry.count >= 2 * registryKept { pruneRegistry() }
     }
 
     /// The registered object, or a new one made from `values` (a fault when nil).

@@ -111,6 +111,9 @@ struct Registry {
             index.values.formIndex(after: &position)
         }
         removed += unused.compactMap { index.removeValue(forKey: $0) }
+        // Entries moved: the marks of batches being iterated are no longer valid positions
+        // (their batch is released by its identifiers instead).
+        generation += 1
         return removed
     }
 

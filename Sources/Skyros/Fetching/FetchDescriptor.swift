@@ -261,7 +261,7 @@ final class BatchIteration {
     /// from its row), new ones made and registered.
     private func loadFromCursor(_ cursor: SQLiteStore.Cursor) throws {
         let context = context
-        if context.registry.count >= context.registryPurgeThreshold { context.pruneRegistry() }
+        context.pruneBeforeFetch()
         let mayBeRegistered = !context.registry.isEmpty || context.hasChanges
         mark = context.registry.mark
         let more = try cursor.next(batchSize) { id, values, version in

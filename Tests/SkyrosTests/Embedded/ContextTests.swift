@@ -244,6 +244,52 @@ struct ContextTests {
         }
     }
 
+    /// Many small fetches on one context whose app lets go of each fetch's objects (reads on
+    /// the main context): each fetch prunes the objects nothing holds before it makes its
+    /// own, so it meets an empty registry and looks nothing up (the registry used to grow to
+    /// 4,096 objects first, and every fetch in between indexed the earlier ones and looked
+    /// each row up). Objects the app holds stay registered, the same instances, changes kept.
+    @Test("small fetches whose objects are let go meet an empty registry; held objects stay, the same instances")
+    func smallFetchesPruneWhatIsLetGo() throws {
+        let (_, root, main) = try makeStack()
+        let scratch = ObjectContext(name: "scratch", parent: main)
+        try scratch.performAndWait {
+            for index in 0..<2_000 {
+                let user = User.create(in: scratch)
+                user.handle = "h\(index)"
+                user.age = index % 10
+            }
+            try scratch.save()
+        }
+        try main.performAndWait { try main.save() }
+        try root.performAndWait { try root.save() }
+        try main.performAndWait {
+            for age in 0..<10 {
+                let users = try User.all(where: #Predicate { $0.age == age }, in: main)
+                #expect(users.count == 200)
+                #expect(main.registeredObjects.count == 200, "fetch \(age)")
+            }
+            // Held across fetches: still registered, the same instances.
+            let held = try User.all(where: #Predicate { $0.age == 3 }, in: main)
+            for age in 0..<10 where age != 3 {
+                _ = try User.all(where: #Predicate { $0.age == age }, in: main)
+                #expect(main.registeredObjects.count == 400, "fetch \(age) beside the held ones")
+            }
+            var again = try User.all(where: #Predicate { $0.age == 3 }, in: main)
+            #expect(zip(held, again).allSatisfy { $0 === $1 })
+            // An object let go with a change stays registered, its change kept.
+            held[0].lastname = "changed"
+            let id = held[0].objectID
+            withExtendedLifetime(held) {}
+            again = []
+            _ = try User.all(where: #Predicate { $0.age == 5 }, in: main)
+            let changed = try #require(
+                try User.all(where: #Predicate { $0.age == 3 }, in: main).first { $0.objectID == id })
+            #expect(changed.lastname == "changed")
+            #expect(main.hasChanges)
+        }
+    }
+
     @Test("a to-one to an object deleted in the same context is cleared by nullify at once")
     func nullifyImmediately() throws {
         let (_, _, main) = try makeStack()
