@@ -181,6 +181,7 @@ extension BatchBenchmark {
         let smallPool = try DatabasePool(path: smallURL.path, configuration: configuration)
         defer { try? smallPool.close() }
         try fetchIndexedRows(store: small, pool: smallPool, rows: rows / 10, values: 20, report: report)
+        try fetchAllRows(store: small, pool: smallPool, rows: rows / 10, report: report)
         try runWrites(store: store, pool: pool, report: report)
     }
 
@@ -270,6 +271,46 @@ extension BatchBenchmark {
                 unit: "objects/s",
                 skyros: Double(skyrosRows) / Self.median(skyrosTimes),
                 baseline: Double(grdbRows) / Self.median(grdbTimes)))
+    }
+
+    /// "fetch all": every object of the file of `rows` rows in one fetch, each read (every
+    /// attribute), beside GRDB's positional record's `fetchAll` on a cached statement; a read
+    /// each, the sides alternating which goes first; medians.
+    func fetchAllRows(store: Skyros, pool: DatabasePool, rows: Int, report: (Row) -> Void) throws {
+        var skyrosTimes: [Double] = []
+        var grdbTimes: [Double] = []
+        var skyrosSum = 0.0
+        var grdbSum = 0.0
+        func skyros() throws {
+            skyrosTimes.append(
+                try Clock.seconds {
+                    skyrosSum = try store.read { context in
+                        var sum = 0.0
+                        for item in try context.fetch(FetchDescriptor<Item>()) {
+                            sum += Self.checksum(item.name, item.value, item.flag, item.score, item.created)
+                        }
+                        return sum
+                    }
+                })
+        }
+        func grdb() throws {
+            grdbTimes.append(
+                try Clock.seconds {
+                    let items = try pool.read { db in
+                        try GRDBItemByPosition.fetchAll(try db.cachedStatement(sql: GRDBItemByPosition.sql))
+                    }
+                    grdbSum = items.reduce(0) { $0 + Self.checksum($1.name, $1.value, $1.flag, $1.score, $1.created) }
+                })
+        }
+        for round in 0..<rounds {
+            try Self.inTurn(round, [skyros, grdb])
+            precondition(skyrosSum == grdbSum, "the fetches of every object disagree")
+        }
+        report(
+            Row(
+                name: "fetch all \(rows) objects, every attribute read (vs fetchAll by position, cached statement)",
+                unit: "objects/s", skyros: Double(rows) / Self.median(skyrosTimes),
+                baseline: Double(rows) / Self.median(grdbTimes)))
     }
 
     /// Writes beside GRDB 7 on the same file, each round on values of its own: one attribute
