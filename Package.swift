@@ -25,6 +25,9 @@ let package = Package(
         .package(url: "https://github.com/vapor/postgres-nio", from: "1.33.2"),
         .package(url: "https://github.com/apple/swift-nio", from: "2.81.0"),
         .package(url: "https://github.com/apple/swift-nio-ssl", from: "2.25.0"),
+        .package(url: "https://github.com/vapor/jwt-kit", from: "5.7.1"),
+        // Keys made in tests (jwt-kit's own dependency, named for the RSA keys' CryptoExtras).
+        .package(url: "https://github.com/apple/swift-crypto", "4.1.0"..<"6.0.0"),
         // `swift package generate-documentation --target Skyros`: the DocC catalog, in CI.
         .package(url: "https://github.com/swiftlang/swift-docc-plugin", from: "1.5.0"),
     ],
@@ -93,6 +96,11 @@ let package = Package(
                 .product(name: "Metrics", package: "swift-metrics"),
             ]
         ),
+        // The sync gateway's parts (docs/SYNC.md): machines' tokens, verified and minted.
+        .target(
+            name: "SkyrosGateway",
+            dependencies: ["Skyros", .product(name: "JWTKit", package: "jwt-kit")]
+        ),
         .target(
             name: "SkyrosDaemon",
             dependencies: [
@@ -144,7 +152,7 @@ let package = Package(
         .executableTarget(
             name: "skyros",
             dependencies: [
-                "Skyros", "SkyrosShared", "SkyrosDaemon", "SkyrosWire", "SkyrosZeroMQ", "TodoModel",
+                "Skyros", "SkyrosShared", "SkyrosDaemon", "SkyrosGateway", "SkyrosWire", "SkyrosZeroMQ", "TodoModel",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "GRDB", package: "GRDB.swift"),
             ],
@@ -196,11 +204,15 @@ let package = Package(
         .testTarget(
             name: "SkyrosTests",
             dependencies: [
-                "Skyros", "SkyrosShared", "SkyrosSync", "SkyrosTestSupport", "TodoModel", "ZeroMQReference", "skyros-test-child", "skyrosd",
+                "Skyros", "SkyrosShared", "SkyrosSync", "SkyrosGateway", "SkyrosTestSupport", "TodoModel", "ZeroMQReference",
+                "skyros-test-child", "skyrosd",
                 "skyros", "skyros-toplevel", "todo",
                 .product(name: "GRDB", package: "GRDB.swift"),
                 .product(name: "PostgresNIO", package: "postgres-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
+                .product(name: "JWTKit", package: "jwt-kit"),
+                .product(name: "Crypto", package: "swift-crypto"),
+                .product(name: "CryptoExtras", package: "swift-crypto"),
             ]
         ),
         // The sync engine's state machines and pure parts, as transcripts: no PostgreSQL.

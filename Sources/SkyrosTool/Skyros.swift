@@ -24,7 +24,7 @@ struct SkyrosTool: ParsableCommand {
             """,
         subcommands: [
             Status.self, Inspect.self, Dump.self, Watch.self, History.self, Backup.self, Import.self, Check.self,
-            Metrics.self, Demo.self, DemoClient.self,
+            Metrics.self, Token.self, Demo.self, DemoClient.self,
         ])
 }
 
