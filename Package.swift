@@ -26,6 +26,7 @@ let package = Package(
         .package(url: "https://github.com/apple/swift-nio", from: "2.81.0"),
         .package(url: "https://github.com/apple/swift-nio-ssl", from: "2.25.0"),
         .package(url: "https://github.com/vapor/jwt-kit", from: "5.7.1"),
+        .package(url: "https://github.com/jpsim/Yams", from: "5.0.1"),
         // Keys made in tests (jwt-kit's own dependency, named for the RSA keys' CryptoExtras).
         .package(url: "https://github.com/apple/swift-crypto", "4.1.0"..<"6.0.0"),
         // `swift package generate-documentation --target Skyros`: the DocC catalog, in CI.
@@ -96,10 +97,13 @@ let package = Package(
                 .product(name: "Metrics", package: "swift-metrics"),
             ]
         ),
-        // The sync gateway's parts (docs/SYNC.md): machines' tokens, verified and minted.
+        // The sync gateway's parts (docs/SYNC.md): machines' tokens, verified and minted; the
+        // sync rules, read and checked, and the SQL of a bucket's rows.
         .target(
             name: "SkyrosGateway",
-            dependencies: ["Skyros", .product(name: "JWTKit", package: "jwt-kit")]
+            dependencies: [
+                "Skyros", .product(name: "JWTKit", package: "jwt-kit"), .product(name: "Yams", package: "Yams"),
+            ]
         ),
         .target(
             name: "SkyrosDaemon",

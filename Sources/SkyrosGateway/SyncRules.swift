@@ -1,0 +1,492 @@
+import Foundation
+import Skyros
+import Yams
+
+/// A gateway's sync rules (`sync-rules.yaml`): named buckets, each parameterized by claims of
+/// the machine's token, selecting the rows of entities whose column (reached through to-one
+/// relationships) equals a parameter or a constant. A machine holds one instance of each bucket
+/// per value of its parameters its token gives.
+///
+/// ```yaml
+/// buckets:
+///   own:                                  # one bucket per value of its parameters
+///     parameters:
+///       who: token.sub                    # a claim of the machine's token
+///     entities:
+///       TodoList: owner = bucket.who
+///       TodoItem: list.owner = bucket.who   # through the to-one `list`
+///   news:                                 # no parameters: every machine holds it
+///     entities:
+///       Announcement: true
+/// ```
+///
+/// A condition is `true`, or comparisons `path = operand` joined by `and`; an operand is
+/// `bucket.<parameter>`, a quoted text (`'open'` or `"open"`), a whole number, `true` or `false`.
+/// Parsing checks the form (``parse(_:file:)``); ``check(against:)`` checks the names against a
+/// schema. Every problem names the file, the line and the column.
+public struct SyncRules: Sendable, Equatable {
+    /// The buckets, in the file's order.
+    public var buckets: [Bucket]
+
+    /// A named bucket.
+    public struct Bucket: Sendable, Equatable {
+        /// Its name.
+        public var name: String
+        /// Its parameters, in the file's order: each a name and the token claim it takes.
+        public var parameters: [Parameter]
+        /// The rows it selects, entity by entity, in the file's order.
+        public var entities: [EntityRule]
+        /// Where it is defined.
+        public var location: Location
+    }
+
+    /// A bucket parameter: `who: token.sub`.
+    public struct Parameter: Sendable, Equatable {
+        public var name: String
+        /// The claim (`sub`, or any other claim of the token).
+        public var claim: String
+        public var location: Location
+    }
+
+    /// An entity's rows in a bucket.
+    public struct EntityRule: Sendable, Equatable {
+        public var entity: String
+        public var condition: Condition
+        public var location: Location
+    }
+
+    /// Which rows of an entity a bucket holds.
+    public enum Condition: Sendable, Equatable {
+        /// Every row.
+        case all
+        /// The rows for which every comparison holds.
+        case comparisons([Comparison])
+    }
+
+    /// `path = operand`: the value reached from the row through `path` (to-one relationships,
+    /// then an attribute) equals the operand.
+    public struct Comparison: Sendable, Equatable {
+        /// To-one relationships, then an attribute.
+        public var path: [String]
+        /// What the value equals.
+        public var operand: Operand
+
+        public init(path: [String], operand: Operand) {
+            self.path = path
+            self.operand = operand
+        }
+    }
+
+    /// The right side of a comparison.
+    public enum Operand: Sendable, Equatable, CustomStringConvertible {
+        /// `bucket.<name>`: the parameter's value.
+        case parameter(String)
+        /// A quoted text.
+        case text(String)
+        /// A whole number.
+        case integer(Int64)
+        /// `true` or `false`.
+        case bool(Bool)
+
+        /// As the rules write it.
+        public var description: String {
+            switch self {
+            case .parameter(let name): "bucket.\(name)"
+            case .text(let text): "'\(text)'"
+            case .integer(let number): String(number)
+            case .bool(let value): String(value)
+            }
+        }
+    }
+
+    /// A place in the rules file.
+    public struct Location: Sendable, Equatable, CustomStringConvertible {
+        public var file: String
+        public var line: Int
+        public var column: Int
+        public var description: String { "\(file):\(line):\(column)" }
+    }
+
+    /// What is wrong with a rules file, where.
+    public struct Problem: Error, Sendable, Equatable, CustomStringConvertible {
+        public var location: Location
+        public var message: String
+        public var description: String { "\(location): \(message)" }
+    }
+
+    /// The rules a file's problems (one or more) kept from being read.
+    public struct Invalid: Error, Sendable, CustomStringConvertible {
+        public var problems: [Problem]
+        public var description: String { problems.map(\.description).joined(separator: "\n") }
+        /// As a ``SkyrosError`` (``SkyrosError/Code/syncConfiguration``), every problem on a line.
+        public var skyrosError: SkyrosError { SkyrosError(.syncConfiguration, "invalid sync rules:\n\(description)") }
+    }
+
+    // MARK: - Reading
+
+    /// The rules of the file at `path`.
+    ///
+    /// - Throws: ``Invalid`` with every problem found; a `SkyrosError` when the file cannot be read.
+    public static func load(_ path: String) throws -> SyncRules {
+        guard let data = FileManager.default.contents(atPath: path), let text = String(data: data, encoding: .utf8)
+        else {
+            throw SkyrosError(.syncConfiguration, "cannot read the sync rules file \(path)")
+        }
+        return try parse(text, file: path)
+    }
+
+    /// The rules of a YAML text (`file` names it in problems).
+    ///
+    /// - Throws: ``Invalid`` with every problem found.
+    public static func parse(_ yaml: String, file: String = "sync-rules.yaml") throws -> SyncRules {
+        var problems: [Problem] = []
+        func at(_ node: Node?) -> Location {
+            // Yams' marks count from 1.
+            Location(file: file, line: node?.mark?.line ?? 1, column: node?.mark?.column ?? 1)
+        }
+        let root: Node?
+        do {
+            root = try Yams.compose(yaml: yaml)
+        } catch let error as YamlError {
+            throw Invalid(problems: [
+                Problem(location: Self.location(of: error, file: file), message: "not YAML: \(error)")
+            ])
+        }
+        guard let mapping = root?.mapping, let bucketsNode = mapping["buckets"] else {
+            throw Invalid(problems: [
+                Problem(location: at(root), message: "the rules need a `buckets:` mapping at the top")
+            ])
+        }
+        for (key, _) in mapping where key.string != "buckets" {
+            problems.append(Problem(location: at(key), message: "unknown key `\(key.string ?? "?")` (only `buckets`)"))
+        }
+        guard let bucketNodes = bucketsNode.mapping else {
+            throw Invalid(problems: [Problem(location: at(bucketsNode), message: "`buckets` must map names to buckets")]
+            )
+        }
+        var buckets: [Bucket] = []
+        for (nameNode, body) in bucketNodes {
+            guard let name = nameNode.string, Self.isName(name) else {
+                problems.append(Problem(location: at(nameNode), message: "a bucket's name is letters, digits and _"))
+                continue
+            }
+            guard let fields = body.mapping else {
+                problems.append(Problem(location: at(body), message: "bucket `\(name)` must be a mapping"))
+                continue
+            }
+            var bucket = Bucket(name: name, parameters: [], entities: [], location: at(nameNode))
+            for (key, _) in fields where key.string != "parameters" && key.string != "entities" {
+                problems.append(
+                    Problem(location: at(key), message: "unknown key `\(key.string ?? "?")` in bucket `\(name)`"))
+            }
+            if let parameters = fields["parameters"] {
+                if let pairs = parameters.mapping {
+                    for (parameterName, source) in pairs {
+                        guard let parameter = parameterName.string, Self.isName(parameter) else {
+                            problems.append(
+                                Problem(
+                                    location: at(parameterName), message: "a parameter's name is letters, digits and _")
+                            )
+                            continue
+                        }
+                        guard let text = source.string, text.hasPrefix("token."), Self.isName(String(text.dropFirst(6)))
+                        else {
+                            problems.append(
+                                Problem(
+                                    location: at(source),
+                                    message:
+                                        "parameter `\(parameter)` must take a claim of the token: `token.<claim>` (token.sub)"
+                                ))
+                            continue
+                        }
+                        bucket.parameters.append(
+                            Parameter(name: parameter, claim: String(text.dropFirst(6)), location: at(parameterName)))
+                    }
+                } else {
+                    problems.append(
+                        Problem(location: at(parameters), message: "`parameters` must map names to `token.<claim>`"))
+                }
+            }
+            guard let entities = fields["entities"]?.mapping, !entities.isEmpty else {
+                problems.append(
+                    Problem(location: at(nameNode), message: "bucket `\(name)` selects no entity (`entities:`)"))
+                continue
+            }
+            for (entityNode, conditionNode) in entities {
+                guard let entity = entityNode.string else {
+                    problems.append(Problem(location: at(entityNode), message: "an entity's name is expected"))
+                    continue
+                }
+                let text = conditionNode.string ?? ""
+                switch Self.condition(text, parameters: Set(bucket.parameters.map(\.name))) {
+                case .success(let condition):
+                    bucket.entities.append(
+                        EntityRule(entity: entity, condition: condition, location: at(conditionNode)))
+                case .failure(let reason):
+                    problems.append(Problem(location: at(conditionNode), message: "\(entity): \(reason.message)"))
+                }
+            }
+            buckets.append(bucket)
+        }
+        guard problems.isEmpty else { throw Invalid(problems: problems) }
+        return SyncRules(buckets: buckets)
+    }
+
+    private static func location(of error: YamlError, file: String) -> Location {
+        switch error {
+        case .scanner(_, _, let mark, _), .parser(_, _, let mark, _):
+            Location(file: file, line: mark.line, column: mark.column)
+        default:
+            Location(file: file, line: 1, column: 1)
+        }
+    }
+
+    /// Why a condition or a path is refused.
+    struct Reason: Error {
+        var message: String
+        init(_ message: String) { self.message = message }
+    }
+
+    private static func isName(_ text: String) -> Bool {
+        guard let first = text.unicodeScalars.first, first == "_" || CharacterSet.letters.contains(first) else {
+            return false
+        }
+        return text.unicodeScalars.allSatisfy { $0 == "_" || CharacterSet.alphanumerics.contains($0) }
+    }
+
+    /// A condition's text: `true`, or `path = operand [and path = operand]…`.
+    static func condition(_ text: String, parameters: Set<String>) -> Result<Condition, Reason> {
+        let trimmed = text.trimmingCharacters(in: .whitespaces)
+        if trimmed == "true" { return .success(.all) }
+        if trimmed.isEmpty {
+            return .failure(Reason("a condition is expected (`true`, or `column = bucket.parameter`)"))
+        }
+        var comparisons: [Comparison] = []
+        for part in trimmed.components(separatedBy: " and ") {
+            let sides = part.split(separator: "=", maxSplits: 1).map { $0.trimmingCharacters(in: .whitespaces) }
+            guard sides.count == 2, !sides[0].isEmpty, !sides[1].isEmpty else {
+                return .failure(Reason("`\(part.trimmingCharacters(in: .whitespaces))` is not `path = operand`"))
+            }
+            let path = sides[0].split(separator: ".", omittingEmptySubsequences: false).map(String.init)
+            guard path.allSatisfy(isName) else {
+                return .failure(Reason("`\(sides[0])` is not a property path (`list.owner`)"))
+            }
+            let operandText = sides[1]
+            let operand: Operand
+            if operandText.hasPrefix("bucket.") {
+                let name = String(operandText.dropFirst(7))
+                guard parameters.contains(name) else {
+                    return .failure(Reason("`\(operandText)`: the bucket has no parameter `\(name)`"))
+                }
+                operand = .parameter(name)
+            } else if operandText.count >= 2,
+                let quote = operandText.first, quote == "'" || quote == "\"", operandText.last == quote
+            {
+                operand = .text(String(operandText.dropFirst().dropLast()))
+            } else if let number = Int64(operandText) {
+                operand = .integer(number)
+            } else if operandText == "true" || operandText == "false" {
+                operand = .bool(operandText == "true")
+            } else {
+                return .failure(
+                    Reason(
+                        "`\(operandText)` is not an operand: `bucket.<parameter>`, a quoted text, a whole number, true or false"
+                    ))
+            }
+            comparisons.append(Comparison(path: path, operand: operand))
+        }
+        return .success(.comparisons(comparisons))
+    }
+
+    // MARK: - Against a schema
+
+    /// The problems of the rules against `schema`: an entity it does not have, a path whose
+    /// steps are not to-one relationships ending at an attribute, a constant of the wrong
+    /// kind for its attribute. Empty when the rules fit.
+    public func check(against schema: Schema) -> [Problem] {
+        var problems: [Problem] = []
+        for bucket in buckets {
+            for rule in bucket.entities {
+                guard let entity = schema.entity(named: rule.entity) else {
+                    problems.append(
+                        Problem(
+                            location: rule.location,
+                            message: "the schema has no entity `\(rule.entity)` (bucket `\(bucket.name)`)"))
+                    continue
+                }
+                guard case .comparisons(let comparisons) = rule.condition else { continue }
+                for comparison in comparisons {
+                    switch Self.resolve(comparison.path, from: entity, in: schema) {
+                    case .failure(let reason):
+                        problems.append(Problem(location: rule.location, message: "\(rule.entity): \(reason.message)"))
+                    case .success(let attribute):
+                        if let message = Self.mismatch(comparison.operand, attribute) {
+                            problems.append(Problem(location: rule.location, message: "\(rule.entity): \(message)"))
+                        }
+                    }
+                }
+            }
+        }
+        return problems
+    }
+
+    /// The attribute a path ends at, through to-one relationships; why not.
+    static func resolve(_ path: [String], from entity: EntityDescription, in schema: Schema) -> Result<
+        PropertyDescription, Reason
+    > {
+        var current = entity
+        for (position, name) in path.enumerated() {
+            guard let property = current.property(named: name) else {
+                return .failure(Reason("`\(current.name)` has no property `\(name)`"))
+            }
+            let last = position == path.count - 1
+            switch property.kind {
+            case .attribute:
+                return last
+                    ? .success(property) : .failure(Reason("`\(name)` is an attribute: the path cannot go on past it"))
+            case .toOne:
+                if last {
+                    return .failure(
+                        Reason("`\(name)` is a relationship: compare one of its destination's attributes (`\(name).…`)")
+                    )
+                }
+                guard let destination = property.destinationName.flatMap(schema.entity(named:)) else {
+                    return .failure(Reason("`\(name)`'s destination is not in the schema"))
+                }
+                current = destination
+            case .toMany:
+                return .failure(Reason("`\(name)` is a to-many relationship: a path goes through to-ones only"))
+            }
+        }
+        return .failure(Reason("an empty path"))
+    }
+
+    private static func mismatch(_ operand: Operand, _ attribute: PropertyDescription) -> String? {
+        let storage = attribute.codec.storageType
+        switch (operand, storage) {
+        case (.parameter, _), (.text, .text), (.integer, .integer), (.bool, .integer), (.integer, .real): return nil
+        default: return "`\(attribute.name)` (\(storage)) cannot equal \(operand)"
+        }
+    }
+
+    // MARK: - A machine's buckets
+
+    /// One bucket held by a machine: the bucket and its parameters' values (from its token).
+    public struct Instance: Sendable, Hashable, CustomStringConvertible {
+        /// The bucket's name.
+        public var bucket: String
+        /// Each parameter's value.
+        public var values: [String: String]
+
+        public init(bucket: String, values: [String: String]) {
+            self.bucket = bucket
+            self.values = values
+        }
+        /// `own[who=kiosk-7]`, `news[]`.
+        public var description: String {
+            "\(bucket)[" + values.keys.sorted().map { "\($0)=\(values[$0]!)" }.joined(separator: ",") + "]"
+        }
+    }
+
+    /// The bucket instances a token holds: one per bucket whose every parameter's claim the
+    /// token has (a bucket with no parameter: every machine holds it).
+    public func instances(for claims: SyncTokenClaims) -> [Instance] {
+        buckets.compactMap { bucket in
+            var values: [String: String] = [:]
+            for parameter in bucket.parameters {
+                let value: String? =
+                    parameter.claim == "sub"
+                    ? claims.subject
+                    : claims.claims[parameter.claim].flatMap { claim in
+                        switch claim {
+                        case .string, .number, .bool: claim.description
+                        default: nil
+                        }
+                    }
+                guard let value else { return nil }
+                values[parameter.name] = value
+            }
+            return Instance(bucket: bucket.name, values: values)
+        }
+    }
+
+    /// The SQL condition selecting the rows of `entity` (aliased `t`) in a bucket `instance`,
+    /// on the server's tables of schema `qualify` names (`"g"."Entity"`), with its parameters
+    /// as text (`$n::text` cast to the column's type by the caller's statement); nil when the
+    /// bucket holds no row of the entity.
+    ///
+    /// A path through to-one relationships becomes nested `EXISTS` subqueries on the
+    /// destinations' ids (each relationship's column holds its destination's id).
+    public func sqlCondition(
+        entity: String, instance: Instance, qualify: (String) -> String, firstParameter: Int = 1
+    ) -> (sql: String, parameters: [String])? {
+        guard let bucket = buckets.first(where: { $0.name == instance.bucket }),
+            let rule = bucket.entities.first(where: { $0.entity == entity })
+        else { return nil }
+        guard case .comparisons(let comparisons) = rule.condition else { return ("true", []) }
+        var parameters: [String] = []
+        var clauses: [String] = []
+        var aliasCount = 0
+        for comparison in comparisons {
+            let right: String
+            switch comparison.operand {
+            case .parameter(let name):
+                parameters.append(instance.values[name] ?? "")
+                right = "$\(firstParameter + parameters.count - 1)"
+            case .text(let text):
+                parameters.append(text)
+                right = "$\(firstParameter + parameters.count - 1)"
+            case .integer(let number): right = String(number)
+            case .bool(let value): right = value ? "true" : "false"
+            }
+            // t.list → EXISTS (SELECT 1 FROM "g"."TodoList" AS p1 WHERE p1."_id" = t."list" AND p1."owner" = $1)
+            var source = "t"
+            var opened = 0
+            var sql = ""
+            var entityName = entity
+            for step in comparison.path.dropLast() {
+                aliasCount += 1
+                let alias = "p\(aliasCount)"
+                entityName = destination(of: step, from: entityName) ?? step
+                sql +=
+                    "EXISTS (SELECT 1 FROM \(qualify(entityName)) AS \(alias) WHERE \(alias).\"_id\" = \(source).\(Self.quote(step)) AND "
+                source = alias
+                opened += 1
+            }
+            let column = "\(source).\(Self.quote(comparison.path.last ?? ""))"
+            let compare: String =
+                switch comparison.operand {
+                case .parameter, .text: "\(column)::text = \(right)::text"
+                case .integer, .bool: "\(column) = \(right)"
+                }
+            sql += compare + String(repeating: ")", count: opened)
+            clauses.append(sql)
+        }
+        return (clauses.joined(separator: " AND "), parameters)
+    }
+
+    /// The destinations of to-one relationships, learned from a schema (``destinations``).
+    public var destinations: [String: [String: String]] = [:]
+
+    private func destination(of relationship: String, from entity: String) -> String? {
+        destinations[entity]?[relationship]
+    }
+
+    /// The rules with the destinations of their paths' relationships taken from `schema` (for
+    /// ``sqlCondition(entity:instance:qualify:firstParameter:)``).
+    public func resolvingDestinations(in schema: Schema) -> SyncRules {
+        var copy = self
+        for entity in schema.entities {
+            for property in entity.properties where property.kind == .toOne {
+                if let destination = property.destinationName {
+                    copy.destinations[entity.name, default: [:]][property.name] = destination
+                }
+            }
+        }
+        return copy
+    }
+
+    private static func quote(_ name: String) -> String {
+        "\"" + name.replacingOccurrences(of: "\"", with: "\"\"") + "\""
+    }
+}

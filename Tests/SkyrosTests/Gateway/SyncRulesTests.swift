@@ -1,0 +1,190 @@
+import Foundation
+import Logging
+import NIOPosix
+import PostgresNIO
+import Skyros
+import SkyrosGateway
+import SkyrosSync
+import SkyrosTestSupport
+import Testing
+
+/// The gateway's sync rules (DESIGN §10): the file's form and its problems with file, line and
+/// column; the rules against a schema; the buckets a token holds; and the rows a bucket holds,
+/// selected by the rules' SQL from a real PostgreSQL.
+@Suite("Sync rules", .timeLimit(.minutes(2)))
+struct SyncRulesTests {
+    static let rules = """
+        buckets:
+          own:                      # one per machine
+            parameters:
+              who: token.sub
+            entities:
+              Checklist: name = bucket.who
+              Step: checklist.name = bucket.who
+          store:
+            parameters:
+              store: token.store
+            entities:
+              Step: title = bucket.store and done = false
+          news:
+            entities:
+              Checklist: true
+        """
+
+    @Test("the rules' form: buckets, parameters from token claims, conditions through to-one relationships")
+    func parse() throws {
+        let rules = try SyncRules.parse(Self.rules, file: "rules.yaml")
+        #expect(rules.buckets.map(\.name) == ["own", "store", "news"])
+        let own = rules.buckets[0]
+        #expect(own.parameters.map(\.name) == ["who"])
+        #expect(own.parameters.map(\.claim) == ["sub"])
+        #expect(own.entities.map(\.entity) == ["Checklist", "Step"])
+        #expect(
+            own.entities[1].condition
+                == .comparisons([SyncRules.Comparison(path: ["checklist", "name"], operand: .parameter("who"))]))
+        #expect(own.entities[1].location.description == "rules.yaml:7:13")
+        #expect(
+            rules.buckets[1].entities[0].condition
+                == .comparisons([
+                    SyncRules.Comparison(path: ["title"], operand: .parameter("store")),
+                    SyncRules.Comparison(path: ["done"], operand: .bool(false)),
+                ]))
+        #expect(rules.buckets[2].entities[0].condition == .all)
+        #expect(rules.check(against: orderSchema).isEmpty)
+    }
+
+    /// Each broken file, and the one problem it must give (its line and column, and words of it).
+    @Test(
+        "a broken rules file names each problem with its file, line and column",
+        arguments: [
+            (
+                "buckets:\n  a:\n    entities:\n      Step: title = bucket.nobody\n", "r.yaml:4:13",
+                "no parameter `nobody`"
+            ),
+            (
+                "buckets:\n  a:\n    parameters:\n      p: sub\n    entities:\n      Step: true\n", "r.yaml:4:10",
+                "token.<claim>"
+            ),
+            ("buckets:\n  a:\n    entities:\n      Step: title == 3\n", "r.yaml:4:13", "not an operand"),
+            ("buckets:\n  a:\n    entities:\n      Step: title\n", "r.yaml:4:13", "not `path = operand`"),
+            ("buckets:\n  a:\n    parameters: {}\n", "r.yaml:2:3", "selects no entity"),
+            ("buckets:\n  a:\n    entities:\n      Step: true\n    extra: 1\n", "r.yaml:5:5", "unknown key `extra`"),
+            ("rules:\n  a: 1\n", "r.yaml:1:1", "`buckets:`"),
+            ("buckets:\n  a:\n    entities:\n  - x\n", "r.yaml:4:3", "not YAML"),
+        ])
+    func brokenFiles(_ text: String, _ location: String, _ words: String) throws {
+        do {
+            _ = try SyncRules.parse(text, file: "r.yaml")
+            Issue.record("parsed: \(text)")
+        } catch let invalid as SyncRules.Invalid {
+            #expect(invalid.problems.count == 1, "\(invalid)")
+            #expect(invalid.problems.first?.location.description == location, "\(invalid)")
+            #expect(invalid.problems.first?.message.contains(words) == true, "\(invalid)")
+            #expect(invalid.skyrosError.code == .syncConfiguration)
+        }
+    }
+
+    @Test(
+        "the rules against a schema: unknown entities and properties, paths through to-manys or past attributes, constants of the wrong kind"
+    )
+    func againstTheSchema() throws {
+        let rules = try SyncRules.parse(
+            """
+            buckets:
+              a:
+                entities:
+                  Nothing: true
+                  Step: checklist.owner = 'x'
+                  Checklist: steps.title = 'x'
+              b:
+                entities:
+                  Step: checklist = 'x'
+                  Checklist: name.length = 3
+              c:
+                entities:
+                  Step: done = 'yes'
+            """, file: "r.yaml")
+        let problems = rules.check(against: orderSchema).map(\.description)
+        #expect(
+            problems == [
+                "r.yaml:4:16: the schema has no entity `Nothing` (bucket `a`)",
+                "r.yaml:5:13: Step: `Checklist` has no property `owner`",
+                "r.yaml:6:18: Checklist: `steps` is a to-many relationship: a path goes through to-ones only",
+                "r.yaml:9:13: Step: `checklist` is a relationship: compare one of its destination's attributes (`checklist.…`)",
+                "r.yaml:10:18: Checklist: `name` is an attribute: the path cannot go on past it",
+                "r.yaml:13:13: Step: `done` (integer) cannot equal 'yes'",
+            ], "\(problems)")
+    }
+
+    @Test("a token holds one instance of each bucket whose claims it has; a bucket without parameters, always")
+    func instances() throws {
+        let rules = try SyncRules.parse(Self.rules)
+        let withStore = SyncTokenClaims(
+            subject: "kiosk-7", expiration: .distantFuture, claims: ["store": .string("berlin")])
+        #expect(
+            rules.instances(for: withStore).map(\.description) == ["own[who=kiosk-7]", "store[store=berlin]", "news[]"])
+        let without = SyncTokenClaims(subject: "kiosk-8", expiration: .distantFuture)
+        #expect(rules.instances(for: without).map(\.description) == ["own[who=kiosk-8]", "news[]"])
+        let numbered = SyncTokenClaims(subject: "k", expiration: .distantFuture, claims: ["store": .number(12)])
+        #expect(rules.instances(for: numbered)[1].values == ["store": "12"])
+    }
+
+    @Test("each bucket instance's SQL selects exactly its rows from the server's tables, through the to-one")
+    func rowsOnTheServer() async throws {
+        let postgres = try PostgresServer.shared()
+        let database = try postgres.createUniqueDatabase(prefix: "rules")
+        let configuration = SyncConfiguration(
+            host: postgres.host, port: postgres.port, username: postgres.superuser, database: database,
+            schema: "g_rules",
+            tls: .disable)
+        var logger = Logger(label: "test")
+        logger.logLevel = .critical
+        let connection = try await PostgresConnection.connect(
+            on: MultiThreadedEventLoopGroup.singleton.any(), configuration: try configuration.connectionConfiguration(),
+            id: 1, logger: logger)
+        defer { Task { try? await connection.close() } }
+        let schema = ServerSchema(orderSchema, name: "g_rules")
+        try await ServerSession(connection: connection, schema: schema, logger: logger).ensureSchema()
+        let a = UUID()
+        let b = UUID()
+        try postgres.psql(
+            """
+            INSERT INTO g_rules."Checklist" ("_id", name) VALUES ('\(a)', 'kiosk-7'), ('\(b)', 'kiosk-8');
+            INSERT INTO g_rules."Step" (title, done, checklist) VALUES ('a1', false, '\(a)'), ('a2', true, '\(a)'),
+              ('berlin', false, '\(b)'), ('berlin', true, '\(b)'), ('loose', false, NULL);
+            """, database: database)
+        let rules = try SyncRules.parse(Self.rules).resolvingDestinations(in: orderSchema)
+        func rows(_ entity: String, _ instance: SyncRules.Instance, column: String) async throws -> [String] {
+            let (condition, parameters) = try #require(
+                rules.sqlCondition(entity: entity, instance: instance, qualify: { schema.qualified($0) }))
+            var bindings = PostgresBindings()
+            for parameter in parameters { bindings.append(parameter) }
+            let sql = "SELECT t.\(column)::text FROM \(schema.qualified(entity)) AS t WHERE \(condition) ORDER BY 1"
+            var result: [String] = []
+            for try await row in try await connection.query(
+                PostgresQuery(unsafeSQL: sql, binds: bindings), logger: logger)
+            {
+                result.append(try row.decode(String.self))
+            }
+            return result
+        }
+        let own7 = SyncRules.Instance(bucket: "own", values: ["who": "kiosk-7"])
+        #expect(try await rows("Checklist", own7, column: "name") == ["kiosk-7"])
+        #expect(try await rows("Step", own7, column: "title") == ["a1", "a2"])
+        let own8 = SyncRules.Instance(bucket: "own", values: ["who": "kiosk-8"])
+        #expect(try await rows("Step", own8, column: "title") == ["berlin", "berlin"])
+        let store = SyncRules.Instance(bucket: "store", values: ["store": "berlin"])
+        #expect(try await rows("Step", store, column: "done") == ["false"])
+        #expect(
+            try await rows("Checklist", SyncRules.Instance(bucket: "news", values: [:]), column: "name") == [
+                "kiosk-7", "kiosk-8",
+            ])
+        // A bucket that holds no row of an entity gives no condition.
+        #expect(
+            rules.sqlCondition(
+                entity: "Step", instance: SyncRules.Instance(bucket: "news", values: [:]), qualify: { $0 }) == nil)
+        // A value that would be SQL goes as a parameter.
+        let hostile = SyncRules.Instance(bucket: "own", values: ["who": "x' OR '1'='1"])
+        #expect(try await rows("Step", hostile, column: "title").isEmpty)
+    }
+}
