@@ -13,6 +13,7 @@ let package = Package(
         .executable(name: "skyros-bench", targets: ["skyros-bench"]),
         .executable(name: "skyrosd", targets: ["skyrosd"]),
         .executable(name: "skyros", targets: ["skyros"]),
+        .executable(name: "skyros-gateway", targets: ["skyros-gateway"]),
     ],
     dependencies: [
         .package(url: "https://github.com/groue/GRDB.swift", from: "7.10.0"),
@@ -119,6 +120,16 @@ let package = Package(
             ]
         ),
         .executableTarget(
+            name: "skyros-gateway",
+            dependencies: [
+                "Skyros", "SkyrosGateway", "SkyrosSync",
+                .product(name: "ArgumentParser", package: "swift-argument-parser"),
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "PostgresNIO", package: "postgres-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
+            ]
+        ),
+        .executableTarget(
             name: "skyrosd",
             dependencies: [
                 "Skyros", "SkyrosDaemon", "SkyrosSync", "SkyrosWire",
@@ -210,7 +221,7 @@ let package = Package(
             dependencies: [
                 "Skyros", "SkyrosShared", "SkyrosSync", "SkyrosGateway", "SkyrosTestSupport", "TodoModel", "ZeroMQReference",
                 "skyros-test-child", "skyrosd",
-                "skyros", "skyros-toplevel", "todo",
+                "skyros", "skyros-toplevel", "todo", "skyros-gateway",
                 .product(name: "GRDB", package: "GRDB.swift"),
                 .product(name: "PostgresNIO", package: "postgres-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),

@@ -300,14 +300,54 @@ public struct SyncRules: Sendable, Equatable {
 
     // MARK: - Against a schema
 
-    /// The problems of the rules against `schema`: an entity it does not have, a path whose
+    /// What the rules are checked against: each entity's properties, as a model's schema or
+    /// the server's tables have them.
+    public typealias Catalog = [String: [String: CatalogProperty]]
+
+    /// A property of a ``Catalog``.
+    public enum CatalogProperty: Sendable, Equatable {
+        /// A value: its kind (`text`, `integer`, `real`, `boolean`, `blob`, or another name).
+        case attribute(kind: String)
+        /// A to-one relationship to the entity named.
+        case toOne(destination: String)
+        /// A to-many relationship (none of the server's columns is one).
+        case toMany
+    }
+
+    /// The catalog of a model's schema.
+    public static func catalog(of schema: Schema) -> Catalog {
+        var catalog: Catalog = [:]
+        for entity in schema.entities {
+            var properties: [String: CatalogProperty] = [:]
+            for property in entity.properties {
+                switch property.kind {
+                case .attribute:
+                    let kind =
+                        property.codec.typeName == "bool"
+                        ? "boolean" : "\(property.codec.storageType)"
+                    properties[property.name] = .attribute(kind: kind)
+                case .toOne: properties[property.name] = .toOne(destination: property.destinationName ?? "")
+                case .toMany: properties[property.name] = .toMany
+                }
+            }
+            catalog[entity.name] = properties
+        }
+        return catalog
+    }
+
+    /// The problems of the rules against a model's `schema` (``check(against:)-(Catalog)``).
+    public func check(against schema: Schema) -> [Problem] {
+        check(against: Self.catalog(of: schema))
+    }
+
+    /// The problems of the rules against `catalog`: an entity it does not have, a path whose
     /// steps are not to-one relationships ending at an attribute, a constant of the wrong
     /// kind for its attribute. Empty when the rules fit.
-    public func check(against schema: Schema) -> [Problem] {
+    public func check(against catalog: Catalog) -> [Problem] {
         var problems: [Problem] = []
         for bucket in buckets {
             for rule in bucket.entities {
-                guard let entity = schema.entity(named: rule.entity) else {
+                guard catalog[rule.entity] != nil else {
                     problems.append(
                         Problem(
                             location: rule.location,
@@ -316,11 +356,11 @@ public struct SyncRules: Sendable, Equatable {
                 }
                 guard case .comparisons(let comparisons) = rule.condition else { continue }
                 for comparison in comparisons {
-                    switch Self.resolve(comparison.path, from: entity, in: schema) {
+                    switch Self.resolve(comparison.path, from: rule.entity, in: catalog) {
                     case .failure(let reason):
                         problems.append(Problem(location: rule.location, message: "\(rule.entity): \(reason.message)"))
-                    case .success(let attribute):
-                        if let message = Self.mismatch(comparison.operand, attribute) {
+                    case .success(let (name, kind)):
+                        if let message = Self.mismatch(comparison.operand, name: name, kind: kind) {
                             problems.append(Problem(location: rule.location, message: "\(rule.entity): \(message)"))
                         }
                     }
@@ -330,27 +370,27 @@ public struct SyncRules: Sendable, Equatable {
         return problems
     }
 
-    /// The attribute a path ends at, through to-one relationships; why not.
-    static func resolve(_ path: [String], from entity: EntityDescription, in schema: Schema) -> Result<
-        PropertyDescription, Reason
-    > {
+    /// The attribute (its name and kind) a path ends at, through to-one relationships; why not.
+    static func resolve(_ path: [String], from entity: String, in catalog: Catalog) -> Result<(String, String), Reason>
+    {
         var current = entity
         for (position, name) in path.enumerated() {
-            guard let property = current.property(named: name) else {
-                return .failure(Reason("`\(current.name)` has no property `\(name)`"))
+            guard let property = catalog[current]?[name] else {
+                return .failure(Reason("`\(current)` has no property `\(name)`"))
             }
             let last = position == path.count - 1
-            switch property.kind {
-            case .attribute:
+            switch property {
+            case .attribute(let kind):
                 return last
-                    ? .success(property) : .failure(Reason("`\(name)` is an attribute: the path cannot go on past it"))
-            case .toOne:
+                    ? .success((name, kind))
+                    : .failure(Reason("`\(name)` is an attribute: the path cannot go on past it"))
+            case .toOne(let destination):
                 if last {
                     return .failure(
                         Reason("`\(name)` is a relationship: compare one of its destination's attributes (`\(name).…`)")
                     )
                 }
-                guard let destination = property.destinationName.flatMap(schema.entity(named:)) else {
+                guard catalog[destination] != nil else {
                     return .failure(Reason("`\(name)`'s destination is not in the schema"))
                 }
                 current = destination
@@ -361,11 +401,12 @@ public struct SyncRules: Sendable, Equatable {
         return .failure(Reason("an empty path"))
     }
 
-    private static func mismatch(_ operand: Operand, _ attribute: PropertyDescription) -> String? {
-        let storage = attribute.codec.storageType
-        switch (operand, storage) {
-        case (.parameter, _), (.text, .text), (.integer, .integer), (.bool, .integer), (.integer, .real): return nil
-        default: return "`\(attribute.name)` (\(storage)) cannot equal \(operand)"
+    private static func mismatch(_ operand: Operand, name: String, kind: String) -> String? {
+        switch (operand, kind) {
+        case (.parameter, _), (.text, "text"), (.integer, "integer"), (.integer, "real"), (.bool, "boolean"),
+            (.bool, "integer"):
+            return nil
+        default: return "`\(name)` (\(kind)) cannot equal \(operand)"
         }
     }
 

@@ -273,3 +273,34 @@ package struct ServerSession: Sendable {
         return Int64(rows.first?.first??.description ?? "0") ?? 0
     }
 }
+
+extension ServerSession {
+    /// A column of the group's tables as the server has it: its SQL type (`format_type`) and,
+    /// for a to-one relationship's column, the table its foreign key references.
+    package struct CatalogColumn: Sendable, Equatable {
+        package var type: String
+        package var references: String?
+    }
+
+    /// The group's tables (not Skyros' own `_skyros_…` tables nor the link tables, whose names
+    /// begin with `_`) and their columns, as the server has them, for checking what names them
+    /// (a gateway's sync rules).
+    package static func catalog(schema name: String, on connection: PostgresConnection, logger: Logger) async throws
+        -> [String: [String: CatalogColumn]]
+    {
+        let rows = try await connection.query(
+            """
+            SELECT cl.relname::text, a.attname::text, format_type(a.atttypid, a.atttypmod), \
+            (SELECT f.relname::text FROM pg_constraint co JOIN pg_class f ON f.oid = co.confrelid \
+            WHERE co.conrelid = cl.oid AND co.contype = 'f' AND co.conkey = ARRAY[a.attnum] LIMIT 1) \
+            FROM pg_class cl JOIN pg_namespace n ON n.oid = cl.relnamespace JOIN pg_attribute a ON a.attrelid = cl.oid \
+            WHERE n.nspname = \(name) AND cl.relkind IN ('r', 'p') AND a.attnum > 0 AND NOT a.attisdropped \
+            AND left(cl.relname, 1) <> '_' AND a.attname <> '_id'
+            """, logger: logger)
+        var catalog: [String: [String: CatalogColumn]] = [:]
+        for try await (table, column, type, references) in rows.decode((String, String, String, String?).self) {
+            catalog[table, default: [:]][column] = CatalogColumn(type: type, references: references)
+        }
+        return catalog
+    }
+}

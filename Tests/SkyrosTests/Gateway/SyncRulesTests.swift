@@ -112,7 +112,7 @@ struct SyncRulesTests {
                 "r.yaml:6:18: Checklist: `steps` is a to-many relationship: a path goes through to-ones only",
                 "r.yaml:9:13: Step: `checklist` is a relationship: compare one of its destination's attributes (`checklist.…`)",
                 "r.yaml:10:18: Checklist: `name` is an attribute: the path cannot go on past it",
-                "r.yaml:13:13: Step: `done` (integer) cannot equal 'yes'",
+                "r.yaml:13:13: Step: `done` (boolean) cannot equal 'yes'",
             ], "\(problems)")
     }
 
@@ -186,5 +186,66 @@ struct SyncRulesTests {
         // A value that would be SQL goes as a parameter.
         let hostile = SyncRules.Instance(bucket: "own", values: ["who": "x' OR '1'='1"])
         #expect(try await rows("Step", hostile, column: "title").isEmpty)
+    }
+
+    @Test(
+        "skyros-gateway --check: valid rules pass; rules that do not fit the server's tables, bad keys, no database fail, each said"
+    )
+    func gatewayCheck() async throws {
+        let postgres = try PostgresServer.shared()
+        let database = try postgres.createUniqueDatabase(prefix: "gwcheck")
+        let group = "com.example.rules"
+        let configuration = SyncConfiguration(
+            host: postgres.host, port: postgres.port, username: postgres.superuser, database: database,
+            schema: SyncConfiguration.schemaName(forGroup: group), tls: .disable)
+        var logger = Logger(label: "test")
+        logger.logLevel = .critical
+        let connection = try await PostgresConnection.connect(
+            on: MultiThreadedEventLoopGroup.singleton.any(), configuration: try configuration.connectionConfiguration(),
+            id: 1, logger: logger)
+        defer { Task { try? await connection.close() } }
+        let directory = try TemporaryDirectory()
+        let rulesFile = directory.file("sync-rules.yaml").path
+        let secretFile = directory.file("secret").path
+        try Data(repeating: 65, count: 40).write(to: URL(fileURLWithPath: secretFile))
+        let gateway = ChildProcess.builtExecutable("skyros-gateway").path
+        func check(_ rules: String, secret: String? = nil, url: String? = nil) throws -> ToolRun {
+            try Data(rules.utf8).write(to: URL(fileURLWithPath: rulesFile))
+            return try OperatingToolTests.run(
+                [
+                    "--check", "--group", group, "--database",
+                    url ?? postgres.url(database: database) + "?sslmode=disable",
+                    "--rules", rulesFile, "--secret-file", secret ?? secretFile,
+                ], launcher: [gateway])
+        }
+        // Before any machine made the group's tables: said so.
+        let empty = try check(Self.rules)
+        #expect(empty.status == 64)
+        #expect(empty.stderr.contains("start a machine of the group first"), "\(empty.stderr)")
+        try await ServerSession(
+            connection: connection, schema: ServerSchema(orderSchema, name: configuration.schema), logger: logger
+        ).ensureSchema()
+        let ok = try check(Self.rules)
+        #expect(ok.status == 0, "\(ok.stderr)")
+        #expect(ok.stdout.hasPrefix("ok: 3 buckets over 2 entities"), "\(ok.stdout)")
+        // Against the server's tables: the to-one is the foreign key's column.
+        let unfit = try check(
+            "buckets:\n  a:\n    entities:\n      Step: checklist.owner = 'x'\n      Checklist: steps.name = 'x'\n")
+        #expect(unfit.status == 64)
+        #expect(
+            unfit.stderr.contains("\(rulesFile):4:13: Step: `Checklist` has no property `owner`"), "\(unfit.stderr)")
+        #expect(
+            unfit.stderr.contains("\(rulesFile):5:18: Checklist: `Checklist` has no property `steps`"),
+            "\(unfit.stderr)")
+        let broken = try check("buckets:\n  a:\n    entities:\n      Step: title ==\n")
+        #expect(broken.status == 64)
+        #expect(broken.stderr.contains("\(rulesFile):4:13:"), "\(broken.stderr)")
+        let short = directory.file("short").path
+        try Data("short".utf8).write(to: URL(fileURLWithPath: short))
+        let badKey = try check(Self.rules, secret: short)
+        #expect(badKey.status == 64)
+        #expect(badKey.stderr.contains("at least 32"), "\(badKey.stderr)")
+        let unreachable = try check(Self.rules, url: "postgresql://postgres@127.0.0.1:1/\(database)?sslmode=disable")
+        #expect(unreachable.status == 69, "\(unreachable.stderr)")
     }
 }

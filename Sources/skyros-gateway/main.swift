@@ -1,0 +1,158 @@
+// skyros-gateway: the sync gateway of a group (docs/SYNC.md). This first part checks a
+// gateway's configuration (`--check`): its sync rules against the group's tables on the
+// server, its token keys, its database. Serving machines comes with the rest of the gateway.
+import ArgumentParser
+import Foundation
+import Logging
+import NIOPosix
+import PostgresNIO
+import Skyros
+import SkyrosGateway
+import SkyrosSync
+
+@main
+struct SkyrosGatewayCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "skyros-gateway",
+        abstract: "The sync gateway of a group: machines sync through it with tokens, each holding its rules' rows.",
+        discussion: """
+            --check validates the configuration and exits: the sync rules (each problem with its file, line and \
+            column), against the group's tables on the server; the token keys; the database. The database \
+            password comes from --database-password-file, SKYROS_SYNC_PASSWORD or the systemd credential \
+            skyros-sync-password, never from the command line. Exit status: 0 valid; 64 the configuration or \
+            the rules are invalid; 69 the database cannot be reached.
+            """)
+
+    @Option(help: ArgumentHelp("The application group.", valueName: "id"))
+    var group: String
+
+    @Option(help: ArgumentHelp("The group's PostgreSQL database (postgresql://user@host/db).", valueName: "url"))
+    var database: String
+
+    @Option(
+        name: .customLong("database-password-file"),
+        help: ArgumentHelp("A file holding the database password.", valueName: "path"))
+    var passwordFile: String?
+
+    @Option(help: ArgumentHelp("The sync rules (sync-rules.yaml).", valueName: "path"))
+    var rules: String
+
+    @Option(
+        name: .customLong("secret-file"),
+        help: ArgumentHelp("The HS256 secret tokens are signed with.", valueName: "path"))
+    var secretFile: String?
+
+    @Option(
+        help: ArgumentHelp(
+            "A JWKS file of the public keys tokens are signed with (RS256, ES256, EdDSA).", valueName: "path"))
+    var keys: String?
+
+    @Option(help: ArgumentHelp("The audience tokens must name.", valueName: "name"))
+    var audience: String?
+
+    @Flag(help: "Validate the configuration and exit.")
+    var check = false
+
+    func run() async throws {
+        guard check else {
+            fail(69, "serving machines is not built yet; --check validates a gateway's configuration")
+        }
+        // The rules: their form first, every problem with its place.
+        let parsed: SyncRules
+        do {
+            parsed = try SyncRules.load(rules)
+        } catch let invalid as SyncRules.Invalid {
+            for problem in invalid.problems { printError(problem.description) }
+            fail(64, "the sync rules have \(invalid.problems.count) problem\(invalid.problems.count == 1 ? "" : "s")")
+        } catch let error as SkyrosError {
+            fail(64, error.message)
+        }
+        // The token keys.
+        let keyDescription: String
+        do {
+            switch (secretFile, keys) {
+            case (let secret?, nil):
+                _ = try await SyncTokenVerifier(secretFile: secret, audience: audience)
+                keyDescription = "an HS256 secret"
+            case (nil, let jwks?):
+                _ = try await SyncTokenVerifier(jwksFile: jwks, audience: audience)
+                keyDescription = "the public keys of \(jwks)"
+            default:
+                fail(64, "give the token keys: --secret-file or --keys, one of them")
+            }
+        } catch let error as SkyrosError {
+            fail(64, error.message)
+        }
+        // The database, and the rules against the group's tables there.
+        let configuration: SyncConfiguration
+        do {
+            guard
+                let resolved = try SyncConfiguration.resolve(
+                    group: group, container: URL(fileURLWithPath: "/nonexistent-skyros-gateway"), url: database,
+                    passwordFile: passwordFile, environment: ProcessInfo.processInfo.environment)
+            else { fail(64, "--database is required") }
+            configuration = resolved
+        } catch let error as SkyrosError {
+            fail(64, error.message)
+        }
+        var logger = Logger(label: "skyros-gateway")
+        logger.logLevel = .critical
+        let catalog: [String: [String: ServerSession.CatalogColumn]]
+        do {
+            let connection = try await PostgresConnection.connect(
+                on: MultiThreadedEventLoopGroup.singleton.any(),
+                configuration: try configuration.connectionConfiguration(), id: 1, logger: logger)
+            defer { Task { try? await connection.close() } }
+            catalog = try await ServerSession.catalog(schema: configuration.schema, on: connection, logger: logger)
+        } catch {
+            fail(69, "cannot read the group's tables from \(database): \(String(reflecting: error).prefix(300))")
+        }
+        guard !catalog.isEmpty else {
+            fail(
+                64,
+                "the server has no table of group \(group) in schema \(configuration.schema): start a machine of the group first"
+            )
+        }
+        let problems = parsed.check(against: Self.rulesCatalog(catalog))
+        guard problems.isEmpty else {
+            for problem in problems { printError(problem.description) }
+            fail(
+                64,
+                "the sync rules do not fit the group's tables (\(problems.count) problem\(problems.count == 1 ? "" : "s"))"
+            )
+        }
+        let entities = Set(parsed.buckets.flatMap { $0.entities.map(\.entity) })
+        print(
+            "ok: \(parsed.buckets.count) bucket\(parsed.buckets.count == 1 ? "" : "s") over \(entities.count) entit\(entities.count == 1 ? "y" : "ies"); tokens signed with \(keyDescription); schema \(configuration.schema) on the server"
+        )
+    }
+
+    /// The server's tables as the rules see them: a column referencing another table is a
+    /// to-one relationship; the others are attributes of a kind.
+    static func rulesCatalog(_ catalog: [String: [String: ServerSession.CatalogColumn]]) -> SyncRules.Catalog {
+        catalog.mapValues { columns in
+            columns.mapValues { column -> SyncRules.CatalogProperty in
+                if let references = column.references { return .toOne(destination: references) }
+                let kind =
+                    switch column.type {
+                    case _ where column.type == "text" || column.type.hasPrefix("character"): "text"
+                    case "bigint", "integer", "smallint": "integer"
+                    case "double precision", "real", "numeric", "timestamp with time zone": "real"
+                    case "boolean": "boolean"
+                    case "bytea", "jsonb": "blob"
+                    default: column.type
+                    }
+                return .attribute(kind: kind)
+            }
+        }
+    }
+
+    private func printError(_ line: String) {
+        FileHandle.standardError.write(Data((line + "\n").utf8))
+    }
+
+    private func fail(_ status: Int32, _ message: String) -> Never {
+        printError("skyros-gateway: \(message)")
+        Foundation.exit(status)
+    }
+}
