@@ -28,6 +28,11 @@ public struct SyncRules: Sendable, Equatable {
     /// The buckets, in the file's order.
     public var buckets: [Bucket]
 
+    /// Rules of these buckets (``parse(_:file:)`` reads them from a file).
+    public init(buckets: [Bucket]) {
+        self.buckets = buckets
+    }
+
     /// A named bucket.
     public struct Bucket: Sendable, Equatable {
         /// Its name.
@@ -504,6 +509,46 @@ public struct SyncRules: Sendable, Equatable {
             clauses.append(sql)
         }
         return (clauses.joined(separator: " AND "), parameters)
+    }
+
+    /// The SQL condition selecting the rows of `entity` (aliased `t`) that any of `instances`
+    /// holds — a machine's rows of the entity — with its parameters; nil when none holds any
+    /// row of it.
+    public func sqlCondition(
+        entity: String, instances: [Instance], qualify: (String) -> String, firstParameter: Int = 1
+    ) -> (sql: String, parameters: [String])? {
+        var clauses: [String] = []
+        var parameters: [String] = []
+        for instance in instances {
+            guard
+                let (sql, more) = sqlCondition(
+                    entity: entity, instance: instance, qualify: qualify,
+                    firstParameter: firstParameter + parameters.count)
+            else { continue }
+            if sql == "true" { return ("true", []) }
+            clauses.append("(\(sql))")
+            parameters += more
+        }
+        return clauses.isEmpty ? nil : (clauses.joined(separator: " OR "), parameters)
+    }
+
+    /// A statement listing which of the objects of `entity` whose ids are its first parameter
+    /// (`$1`, a `uuid[]` as text) are outside a machine's buckets — the check of a write: run
+    /// before an upload is applied on the objects it updates or deletes (they must be the
+    /// machine's), and after, in the same transaction, on those it inserts or updates (they
+    /// must still be: no row moved into a bucket the machine does not hold). Every id it
+    /// returns refuses the write. With no bucket holding rows of the entity, every id is outside.
+    public func outsideStatement(entity: String, instances: [Instance], qualify: (String) -> String) -> (
+        sql: String, parameters: [String]
+    ) {
+        let select = "SELECT t.\"_id\"::text FROM \(qualify(entity)) AS t WHERE t.\"_id\" = ANY($1::text::uuid[])"
+        guard
+            let (condition, parameters) = sqlCondition(
+                entity: entity, instances: instances, qualify: qualify, firstParameter: 2)
+        else {
+            return (select, [])
+        }
+        return ("\(select) AND NOT coalesce((\(condition)), false)", parameters)
     }
 
     /// The destinations of to-one relationships, learned from a schema (``destinations``).

@@ -248,4 +248,76 @@ struct SyncRulesTests {
         let unreachable = try check(Self.rules, url: "postgresql://postgres@127.0.0.1:1/\(database)?sslmode=disable")
         #expect(unreachable.status == 69, "\(unreachable.stderr)")
     }
+
+    /// The write check as the gateway runs it: the objects an upload updates or deletes must be
+    /// in the machine's buckets before, those it inserts or updates must be after (in the
+    /// same transaction), or the upload is refused.
+    @Test("writes inside one's buckets pass; outside, or moving a row out of them, are caught before or after")
+    func writeChecks() async throws {
+        let postgres = try PostgresServer.shared()
+        let database = try postgres.createUniqueDatabase(prefix: "rulesw")
+        let configuration = SyncConfiguration(
+            host: postgres.host, port: postgres.port, username: postgres.superuser, database: database, schema: "g_w",
+            tls: .disable)
+        var logger = Logger(label: "test")
+        logger.logLevel = .critical
+        let connection = try await PostgresConnection.connect(
+            on: MultiThreadedEventLoopGroup.singleton.any(), configuration: try configuration.connectionConfiguration(),
+            id: 1, logger: logger)
+        defer { Task { try? await connection.close() } }
+        let schema = ServerSchema(orderSchema, name: "g_w")
+        try await ServerSession(connection: connection, schema: schema, logger: logger).ensureSchema()
+        let mine = UUID()
+        let theirs = UUID()
+        let myStep = UUID()
+        let theirStep = UUID()
+        try postgres.psql(
+            """
+            INSERT INTO g_w."Checklist" ("_id", name) VALUES ('\(mine)', 'kiosk-7'), ('\(theirs)', 'kiosk-8');
+            INSERT INTO g_w."Step" ("_id", title, checklist) VALUES ('\(myStep)', 'a', '\(mine)'), ('\(theirStep)', 'b', '\(theirs)');
+            """, database: database)
+        let rules = try SyncRules.parse(Self.rules).resolvingDestinations(in: orderSchema)
+        let claims = SyncTokenClaims(subject: "kiosk-7", expiration: .distantFuture)
+        let instances = rules.instances(for: claims).filter { $0.bucket != "news" }
+        /// The ids of `ids` outside the machine's buckets now.
+        func outside(_ entity: String, _ ids: [UUID]) async throws -> Set<UUID> {
+            let (sql, parameters) = rules.outsideStatement(
+                entity: entity, instances: instances, qualify: { schema.qualified($0) })
+            var bindings = PostgresBindings()
+            bindings.append("{" + ids.map { $0.uuidString.lowercased() }.joined(separator: ",") + "}")
+            for parameter in parameters { bindings.append(parameter) }
+            var result: Set<UUID> = []
+            for try await row in try await connection.query(
+                PostgresQuery(unsafeSQL: sql, binds: bindings), logger: logger)
+            {
+                if let id = UUID(uuidString: try row.decode(String.self)) { result.insert(id) }
+            }
+            return result
+        }
+        // Before: updating or deleting one's own step passes, another machine's does not.
+        #expect(try await outside("Step", [myStep, theirStep]) == [theirStep])
+        #expect(try await outside("Checklist", [mine, theirs]) == [theirs])
+        // After: a step inserted into one's own list passes; into another's, caught.
+        let inserted = UUID()
+        let intruder = UUID()
+        try postgres.psql(
+            """
+            INSERT INTO g_w."Step" ("_id", title, checklist) VALUES ('\(inserted)', 'c', '\(mine)'), ('\(intruder)', 'd', '\(theirs)'),
+            ('\(UUID())', 'loose', NULL);
+            """, database: database)
+        #expect(try await outside("Step", [inserted, intruder]) == [intruder])
+        // Moving one's step into another machine's list: allowed before, caught after.
+        #expect(try await outside("Step", [myStep]).isEmpty)
+        try postgres.psql(
+            "UPDATE g_w.\"Step\" SET checklist = '\(theirs)' WHERE \"_id\" = '\(myStep)'", database: database)
+        #expect(try await outside("Step", [myStep]) == [myStep])
+        // A step in no list is in none of the machine's buckets.
+        let loose = try postgres.psql("SELECT \"_id\" FROM g_w.\"Step\" WHERE title = 'loose'", database: database)
+        #expect(try await outside("Step", [try #require(UUID(uuidString: loose))]).count == 1)
+        // An entity no bucket of the machine holds: every row is outside.
+        let none = SyncRules(buckets: [])
+        let (sql, parameters) = none.outsideStatement(entity: "Step", instances: [], qualify: { schema.qualified($0) })
+        #expect(parameters.isEmpty)
+        #expect(!sql.contains("NOT"))
+    }
 }
