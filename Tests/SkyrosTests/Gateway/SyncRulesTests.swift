@@ -31,6 +31,42 @@ struct SyncRulesTests {
               Checklist: true
         """
 
+    /// A database of its own on the shared test server and a connection to it, for a group
+    /// whose server schema is `schemaName`; with `tables`, the group's tables (of `orderSchema`) made.
+    struct Database {
+        let postgres: PostgresServer
+        let name: String
+        let connection: PostgresConnection
+        let schema: ServerSchema
+        let logger: Logger
+
+        static func make(prefix: String, schemaName: String, tables: Bool = true) async throws -> Database {
+            let postgres = try PostgresServer.shared()
+            let name = try postgres.createUniqueDatabase(prefix: prefix)
+            let configuration = SyncConfiguration(
+                host: postgres.host, port: postgres.port, username: postgres.superuser, database: name,
+                schema: schemaName, tls: .disable)
+            var logger = Logger(label: "test")
+            logger.logLevel = .critical
+            let connection = try await PostgresConnection.connect(
+                on: MultiThreadedEventLoopGroup.singleton.any(),
+                configuration: try configuration.connectionConfiguration(), id: 1, logger: logger)
+            let database = Database(
+                postgres: postgres, name: name, connection: connection,
+                schema: ServerSchema(orderSchema, name: schemaName), logger: logger)
+            if tables { try await database.makeTables() }
+            return database
+        }
+
+        func makeTables() async throws {
+            try await ServerSession(connection: connection, schema: schema, logger: logger).ensureSchema()
+        }
+
+        func psql(_ sql: String) throws { try postgres.psql(sql, database: name) }
+
+        func close() { Task { [connection] in try? await connection.close() } }
+    }
+
     @Test("the rules' form: buckets, parameters from token claims, conditions through to-one relationships")
     func parse() throws {
         let rules = try SyncRules.parse(Self.rules, file: "rules.yaml")
@@ -131,28 +167,17 @@ struct SyncRulesTests {
 
     @Test("each bucket instance's SQL selects exactly its rows from the server's tables, through the to-one")
     func rowsOnTheServer() async throws {
-        let postgres = try PostgresServer.shared()
-        let database = try postgres.createUniqueDatabase(prefix: "rules")
-        let configuration = SyncConfiguration(
-            host: postgres.host, port: postgres.port, username: postgres.superuser, database: database,
-            schema: "g_rules",
-            tls: .disable)
-        var logger = Logger(label: "test")
-        logger.logLevel = .critical
-        let connection = try await PostgresConnection.connect(
-            on: MultiThreadedEventLoopGroup.singleton.any(), configuration: try configuration.connectionConfiguration(),
-            id: 1, logger: logger)
-        defer { Task { try? await connection.close() } }
-        let schema = ServerSchema(orderSchema, name: "g_rules")
-        try await ServerSession(connection: connection, schema: schema, logger: logger).ensureSchema()
+        let server = try await Database.make(prefix: "rules", schemaName: "g_rules")
+        defer { server.close() }
+        let (connection, schema, logger) = (server.connection, server.schema, server.logger)
         let a = UUID()
         let b = UUID()
-        try postgres.psql(
+        try server.psql(
             """
             INSERT INTO g_rules."Checklist" ("_id", name) VALUES ('\(a)', 'kiosk-7'), ('\(b)', 'kiosk-8');
             INSERT INTO g_rules."Step" (title, done, checklist) VALUES ('a1', false, '\(a)'), ('a2', true, '\(a)'),
               ('berlin', false, '\(b)'), ('berlin', true, '\(b)'), ('loose', false, NULL);
-            """, database: database)
+            """)
         let rules = try SyncRules.parse(Self.rules).resolvingDestinations(in: orderSchema)
         func rows(_ entity: String, _ instance: SyncRules.Instance, column: String) async throws -> [String] {
             let (condition, parameters) = try #require(
@@ -192,18 +217,11 @@ struct SyncRulesTests {
         "skyros-gateway --check: valid rules pass; rules that do not fit the server's tables, bad keys, no database fail, each said"
     )
     func gatewayCheck() async throws {
-        let postgres = try PostgresServer.shared()
-        let database = try postgres.createUniqueDatabase(prefix: "gwcheck")
         let group = "com.example.rules"
-        let configuration = SyncConfiguration(
-            host: postgres.host, port: postgres.port, username: postgres.superuser, database: database,
-            schema: SyncConfiguration.schemaName(forGroup: group), tls: .disable)
-        var logger = Logger(label: "test")
-        logger.logLevel = .critical
-        let connection = try await PostgresConnection.connect(
-            on: MultiThreadedEventLoopGroup.singleton.any(), configuration: try configuration.connectionConfiguration(),
-            id: 1, logger: logger)
-        defer { Task { try? await connection.close() } }
+        let server = try await Database.make(
+            prefix: "gwcheck", schemaName: SyncConfiguration.schemaName(forGroup: group), tables: false)
+        defer { server.close() }
+        let (postgres, database) = (server.postgres, server.name)
         let directory = try TemporaryDirectory()
         let rulesFile = directory.file("sync-rules.yaml").path
         let secretFile = directory.file("secret").path
@@ -222,9 +240,7 @@ struct SyncRulesTests {
         let empty = try check(Self.rules)
         #expect(empty.status == 64)
         #expect(empty.stderr.contains("start a machine of the group first"), "\(empty.stderr)")
-        try await ServerSession(
-            connection: connection, schema: ServerSchema(orderSchema, name: configuration.schema), logger: logger
-        ).ensureSchema()
+        try await server.makeTables()
         let ok = try check(Self.rules)
         #expect(ok.status == 0, "\(ok.stderr)")
         #expect(ok.stdout.hasPrefix("ok: 3 buckets over 2 entities"), "\(ok.stdout)")
@@ -254,28 +270,18 @@ struct SyncRulesTests {
     /// same transaction), or the upload is refused.
     @Test("writes inside one's buckets pass; outside, or moving a row out of them, are caught before or after")
     func writeChecks() async throws {
-        let postgres = try PostgresServer.shared()
-        let database = try postgres.createUniqueDatabase(prefix: "rulesw")
-        let configuration = SyncConfiguration(
-            host: postgres.host, port: postgres.port, username: postgres.superuser, database: database, schema: "g_w",
-            tls: .disable)
-        var logger = Logger(label: "test")
-        logger.logLevel = .critical
-        let connection = try await PostgresConnection.connect(
-            on: MultiThreadedEventLoopGroup.singleton.any(), configuration: try configuration.connectionConfiguration(),
-            id: 1, logger: logger)
-        defer { Task { try? await connection.close() } }
-        let schema = ServerSchema(orderSchema, name: "g_w")
-        try await ServerSession(connection: connection, schema: schema, logger: logger).ensureSchema()
+        let server = try await Database.make(prefix: "rulesw", schemaName: "g_w")
+        defer { server.close() }
+        let (connection, schema, logger) = (server.connection, server.schema, server.logger)
         let mine = UUID()
         let theirs = UUID()
         let myStep = UUID()
         let theirStep = UUID()
-        try postgres.psql(
+        try server.psql(
             """
             INSERT INTO g_w."Checklist" ("_id", name) VALUES ('\(mine)', 'kiosk-7'), ('\(theirs)', 'kiosk-8');
             INSERT INTO g_w."Step" ("_id", title, checklist) VALUES ('\(myStep)', 'a', '\(mine)'), ('\(theirStep)', 'b', '\(theirs)');
-            """, database: database)
+            """)
         let rules = try SyncRules.parse(Self.rules).resolvingDestinations(in: orderSchema)
         let claims = SyncTokenClaims(subject: "kiosk-7", expiration: .distantFuture)
         let instances = rules.instances(for: claims).filter { $0.bucket != "news" }
@@ -300,19 +306,19 @@ struct SyncRulesTests {
         // After: a step inserted into one's own list passes; into another's, caught.
         let inserted = UUID()
         let intruder = UUID()
-        try postgres.psql(
+        try server.psql(
             """
             INSERT INTO g_w."Step" ("_id", title, checklist) VALUES ('\(inserted)', 'c', '\(mine)'), ('\(intruder)', 'd', '\(theirs)'),
             ('\(UUID())', 'loose', NULL);
-            """, database: database)
+            """)
         #expect(try await outside("Step", [inserted, intruder]) == [intruder])
         // Moving one's step into another machine's list: allowed before, caught after.
         #expect(try await outside("Step", [myStep]).isEmpty)
-        try postgres.psql(
-            "UPDATE g_w.\"Step\" SET checklist = '\(theirs)' WHERE \"_id\" = '\(myStep)'", database: database)
+        try server.psql("UPDATE g_w.\"Step\" SET checklist = '\(theirs)' WHERE \"_id\" = '\(myStep)'")
         #expect(try await outside("Step", [myStep]) == [myStep])
         // A step in no list is in none of the machine's buckets.
-        let loose = try postgres.psql("SELECT \"_id\" FROM g_w.\"Step\" WHERE title = 'loose'", database: database)
+        let loose = try server.postgres.psql(
+            "SELECT \"_id\" FROM g_w.\"Step\" WHERE title = 'loose'", database: server.name)
         #expect(try await outside("Step", [try #require(UUID(uuidString: loose))]).count == 1)
         // An entity no bucket of the machine holds: every row is outside.
         let none = SyncRules(buckets: [])
