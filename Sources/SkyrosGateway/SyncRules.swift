@@ -179,6 +179,10 @@ public struct SyncRules: Sendable, Equatable {
                 problems.append(Problem(location: at(body), message: "bucket `\(name)` must be a mapping"))
                 continue
             }
+            if buckets.contains(where: { $0.name == name }) {
+                problems.append(Problem(location: at(nameNode), message: "bucket `\(name)` is defined twice"))
+                continue
+            }
             var bucket = Bucket(name: name, parameters: [], entities: [], location: at(nameNode))
             for (key, _) in fields where key.string != "parameters" && key.string != "entities" {
                 problems.append(
@@ -204,6 +208,12 @@ public struct SyncRules: Sendable, Equatable {
                                 ))
                             continue
                         }
+                        guard !bucket.parameters.contains(where: { $0.name == parameter }) else {
+                            problems.append(
+                                Problem(
+                                    location: at(parameterName), message: "parameter `\(parameter)` is defined twice"))
+                            continue
+                        }
                         bucket.parameters.append(
                             Parameter(name: parameter, claim: String(text.dropFirst(6)), location: at(parameterName)))
                     }
@@ -220,6 +230,13 @@ public struct SyncRules: Sendable, Equatable {
             for (entityNode, conditionNode) in entities {
                 guard let entity = entityNode.string else {
                     problems.append(Problem(location: at(entityNode), message: "an entity's name is expected"))
+                    continue
+                }
+                guard !bucket.entities.contains(where: { $0.entity == entity }) else {
+                    problems.append(
+                        Problem(
+                            location: at(entityNode),
+                            message: "`\(entity)` is named twice in bucket `\(name)` (join conditions with `and`)"))
                     continue
                 }
                 let text = conditionNode.string ?? ""
@@ -328,8 +345,11 @@ public struct SyncRules: Sendable, Equatable {
                 switch property.kind {
                 case .attribute:
                     let kind =
-                        property.codec.typeName == "bool"
-                        ? "boolean" : "\(property.codec.storageType)"
+                        switch property.codec.typeName {
+                        case "bool": "boolean"
+                        case "date": "timestamp"
+                        default: "\(property.codec.storageType)"
+                        }
                     properties[property.name] = .attribute(kind: kind)
                 case .toOne: properties[property.name] = .toOne(destination: property.destinationName ?? "")
                 case .toMany: properties[property.name] = .toMany
@@ -408,8 +428,7 @@ public struct SyncRules: Sendable, Equatable {
 
     private static func mismatch(_ operand: Operand, name: String, kind: String) -> String? {
         switch (operand, kind) {
-        case (.parameter, _), (.text, "text"), (.integer, "integer"), (.integer, "real"), (.bool, "boolean"),
-            (.bool, "integer"):
+        case (.parameter, _), (.text, "text"), (.integer, "integer"), (.integer, "real"), (.bool, "boolean"):
             return nil
         default: return "`\(name)` (\(kind)) cannot equal \(operand)"
         }
@@ -445,7 +464,7 @@ public struct SyncRules: Sendable, Equatable {
                     ? claims.subject
                     : claims.claims[parameter.claim].flatMap { claim in
                         switch claim {
-                        case .string, .number, .bool: claim.description
+                        case .string, .integer, .number, .bool: claim.description
                         default: nil
                         }
                     }
@@ -477,7 +496,9 @@ public struct SyncRules: Sendable, Equatable {
             let right: String
             switch comparison.operand {
             case .parameter(let name):
-                parameters.append(instance.values[name] ?? "")
+                // An instance without the parameter's value holds nothing (never compared to '').
+                guard let value = instance.values[name] else { return nil }
+                parameters.append(value)
                 right = "$\(firstParameter + parameters.count - 1)"
             case .text(let text):
                 parameters.append(text)
@@ -493,7 +514,10 @@ public struct SyncRules: Sendable, Equatable {
             for step in comparison.path.dropLast() {
                 aliasCount += 1
                 let alias = "p\(aliasCount)"
-                entityName = destination(of: step, from: entityName) ?? step
+                // A destination not known (rules not resolved against a schema or the server's
+                // tables): no SQL, rather than a table guessed from the relationship's name.
+                guard let destination = destination(of: step, from: entityName) else { return nil }
+                entityName = destination
                 sql +=
                     "EXISTS (SELECT 1 FROM \(qualify(entityName)) AS \(alias) WHERE \(alias).\"_id\" = \(source).\(Self.quote(step)) AND "
                 source = alias
@@ -533,7 +557,8 @@ public struct SyncRules: Sendable, Equatable {
     }
 
     /// A statement listing which of the objects of `entity` whose ids are its first parameter
-    /// (`$1`, a `uuid[]` as text) are outside a machine's buckets — the check of a write: run
+    /// (`$1`, a `uuid[]` as text) are outside the machine's own buckets (those with parameters;
+    /// a bucket every machine holds is read-only) — the check of a write: run
     /// before an upload is applied on the objects it updates or deletes (they must be the
     /// machine's), and after, in the same transaction, on those it inserts or updates (they
     /// must still be: no row moved into a bucket the machine does not hold). Every id it
@@ -541,6 +566,12 @@ public struct SyncRules: Sendable, Equatable {
     public func outsideStatement(entity: String, instances: [Instance], qualify: (String) -> String) -> (
         sql: String, parameters: [String]
     ) {
+        // Only buckets of the machine's own (with parameters) grant writes: a bucket every
+        // machine holds (`Checklist: true`) is read-only, or any machine could rewrite any of
+        // its rows, and through them move other entities' rows into its own buckets.
+        let instances = instances.filter { instance in
+            buckets.first { $0.name == instance.bucket }.map { !$0.parameters.isEmpty } ?? false
+        }
         let select = "SELECT t.\"_id\"::text FROM \(qualify(entity)) AS t WHERE t.\"_id\" = ANY($1::text::uuid[])"
         guard
             let (condition, parameters) = sqlCondition(
@@ -556,6 +587,20 @@ public struct SyncRules: Sendable, Equatable {
 
     private func destination(of relationship: String, from entity: String) -> String? {
         destinations[entity]?[relationship]
+    }
+
+    /// The rules with the destinations of their paths' relationships taken from `catalog` (the
+    /// server's tables, for a gateway).
+    public func resolvingDestinations(in catalog: Catalog) -> SyncRules {
+        var copy = self
+        for (entity, properties) in catalog {
+            for (name, property) in properties {
+                if case .toOne(let destination) = property {
+                    copy.destinations[entity, default: [:]][name] = destination
+                }
+            }
+        }
+        return copy
     }
 
     /// The rules with the destinations of their paths' relationships taken from `schema` (for

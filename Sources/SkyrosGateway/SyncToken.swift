@@ -26,7 +26,9 @@ public struct SyncTokenClaims: JWTPayload, Equatable {
     public indirect enum ClaimValue: Codable, Sendable, Equatable, CustomStringConvertible {
         /// A JSON string.
         case string(String)
-        /// A JSON number.
+        /// A whole JSON number that an `Int64` holds exactly.
+        case integer(Int64)
+        /// Any other JSON number.
         case number(Double)
         /// `true` or `false`.
         case bool(Bool)
@@ -43,6 +45,8 @@ public struct SyncTokenClaims: JWTPayload, Equatable {
                 self = .null
             } else if let value = try? container.decode(Bool.self) {
                 self = .bool(value)
+            } else if let value = try? container.decode(Int64.self) {
+                self = .integer(value)
             } else if let value = try? container.decode(Double.self) {
                 self = .number(value)
             } else if let value = try? container.decode(String.self) {
@@ -58,6 +62,7 @@ public struct SyncTokenClaims: JWTPayload, Equatable {
             var container = encoder.singleValueContainer()
             switch self {
             case .string(let value): try container.encode(value)
+            case .integer(let value): try container.encode(value)
             case .number(let value): try container.encode(value)
             case .bool(let value): try container.encode(value)
             case .list(let value): try container.encode(value)
@@ -71,8 +76,8 @@ public struct SyncTokenClaims: JWTPayload, Equatable {
         public var description: String {
             switch self {
             case .string(let value): value
-            case .number(let value):
-                value.rounded() == value && abs(value) < 1e15 ? String(Int64(value)) : String(value)
+            case .integer(let value): String(value)
+            case .number(let value): String(value)
             case .bool(let value): String(value)
             case .list(let values): "[" + values.map(\.description).joined(separator: ", ") + "]"
             case .object(let values):
@@ -116,6 +121,8 @@ public struct SyncTokenClaims: JWTPayload, Equatable {
         hasExpiration =
             container.contains(Key("exp")) && (try? container.decode(Double.self, forKey: Key("exp"))) != nil
         notBefore = (try? container.decode(Double.self, forKey: Key("nbf"))).map(Date.init(timeIntervalSince1970:))
+        // An `nbf` that is not a number is not ignored: the token is refused as not yet valid.
+        if container.contains(Key("nbf")), notBefore == nil { notBefore = .distantFuture }
         if let one = try? container.decode(String.self, forKey: Key("aud")) {
             audience = [one]
         } else {
@@ -373,9 +380,10 @@ public enum SyncToken {
         }
     }
 
-    /// A `--claim k=v` value: a whole number or `true`/`false` as such, anything else as text.
+    /// A `--claim k=v` value: a whole number written as such (no leading zero or `+`) or
+    /// `true`/`false` as such, anything else as text (`007` stays text).
     public static func claimValue(_ text: String) -> SyncTokenClaims.ClaimValue {
-        if let number = Int64(text) { return .number(Double(number)) }
+        if let number = Int64(text), String(number) == text { return .integer(number) }
         if text == "true" { return .bool(true) }
         if text == "false" { return .bool(false) }
         return .string(text)

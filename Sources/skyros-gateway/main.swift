@@ -137,7 +137,8 @@ struct SkyrosGatewayCommand: AsyncParsableCommand {
                     switch column.type {
                     case _ where column.type == "text" || column.type.hasPrefix("character"): "text"
                     case "bigint", "integer", "smallint": "integer"
-                    case "double precision", "real", "numeric", "timestamp with time zone": "real"
+                    case "double precision", "real", "numeric": "real"
+                    case "timestamp with time zone": "timestamp"
                     case "boolean": "boolean"
                     case "bytea", "jsonb": "blob"
                     default: column.type

@@ -10,6 +10,8 @@ extension ObjectContext {
         // most often with nothing registered and nothing pending.
         if !registry.isEmpty { for entry in registry.values { entry.object.skyrosStorage.context = nil } }
         registry.removeAll()  // also when empty: marks taken before are no longer current
+        registryKept = 0
+        registryPurgeThreshold = 4096
         inserted.forEach { _, object in object.skyrosStorage.context = nil }
         for object in updated.values { object.skyrosStorage.context = nil }
         for object in deleted.values { object.skyrosStorage.context = nil }

@@ -157,12 +157,22 @@ extension ServerSession {
             if let reason = await task.value { throw Checkpoint.StagingFailed(reason: reason) }
         }
         do {
+            // The columns whose server type is not the one the schema makes (an operator's
+            // change) are read as text, as the changes are: a cast could round or fail.
+            let read: @Sendable () async throws -> [String: [String: CatalogColumn]] = { [self] in
+                try await Self.catalog(schema: schema.name, on: connection, logger: logger)
+            }
+            let catalog = if let watchdog { try await watchdog.bounded(timeout, read) } else { try await read() }
             var first = true
             for table in schema.tables {
+                let asText = Set(
+                    table.columns.filter { column in
+                        catalog[table.name]?[column.name].map { !column.type.matches(formatType: $0.type) } ?? false
+                    }.map(\.name))
                 var after: UUID?
                 while true {
                     let rows = try await binaryRows(
-                        snapshotPageSQL(table, pageSize: pageSize, after: after != nil),
+                        snapshotPageSQL(table, pageSize: pageSize, after: after != nil, asText: asText),
                         after.map { [$0.uuidString.lowercased()] } ?? [])
                     var page = SnapshotPage(
                         snapshot: snapshot, isFirst: first, entity: table.name, rows: [], unreadable: [])
@@ -193,15 +203,23 @@ extension ServerSession {
     }
 
     /// The statement of a snapshot's page of `table`: `"_id"` and every column, read in
-    /// binary form (``ServerType/binaryOutput(_:)``), the first `pageSize` rows in `"_id"`
-    /// order, or those after `$1` (keyset pagination).
+    /// binary form (``ServerType/binaryOutput(_:)``; the columns of `asText` as text, their
+    /// server type not the one expected), the first `pageSize` rows in `"_id"` order, or those
+    /// after `$1` (keyset pagination).
     ///
     /// The ordering and the bound name the table's column (`t."_id"`): were the select list's
     /// id an expression named `_id` (its text, as it once was), `ORDER BY "_id"` would sort by
     /// that output column, which no index holds: every page a scan and a sort of the whole
     /// table (100 pages of a million rows took 24 s of the server's time instead of 0.4).
-    package func snapshotPageSQL(_ table: ServerSchema.Table, pageSize: Int, after: Bool) -> String {
-        let columns = ["t.\"_id\""] + table.columns.map { $0.type.binaryOutput("t." + ServerSchema.quote($0.name)) }
+    package func snapshotPageSQL(_ table: ServerSchema.Table, pageSize: Int, after: Bool, asText: Set<String> = [])
+        -> String
+    {
+        let columns =
+            ["t.\"_id\""]
+            + table.columns.map { column in
+                let quoted = "t." + ServerSchema.quote(column.name)
+                return asText.contains(column.name) ? column.type.output(quoted) : column.type.binaryOutput(quoted)
+            }
         return "SELECT \(columns.joined(separator: ", ")) FROM \(schema.qualified(table.name)) AS t"
             + (after ? " WHERE t.\"_id\" > $1::uuid" : "") + " ORDER BY t.\"_id\" LIMIT \(pageSize)"
     }

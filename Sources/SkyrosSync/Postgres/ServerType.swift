@@ -155,6 +155,17 @@ package enum ServerType: String, Sendable, Equatable {
 
     // MARK: - Binary results
 
+    /// Whether a column the server describes as `formatType` (`format_type`'s text) is of this
+    /// type: then its values are read in binary form, else as text.
+    package func matches(formatType: String) -> Bool {
+        switch self {
+        case .double: formatType == "double precision"
+        case .timestamptz: formatType == "timestamp with time zone"
+        case .numeric: formatType.hasPrefix("numeric")
+        default: formatType == rawValue
+        }
+    }
+
     /// The SQL expression that reads `column` (already quoted) in the form
     /// ``storedValue(_:typeName:)-(PostgresCell,_)`` decodes from the server's binary results:
     /// the column's own type (a cast that is a no-op on the column the group's tables have),
@@ -174,7 +185,11 @@ package enum ServerType: String, Sendable, Equatable {
     /// (a `uuid` as 16 bytes, a double as its 8, a timestamp as its microseconds).
     package func storedValue(_ cell: PostgresCell, typeName: String) -> StoredValue? {
         guard var bytes = cell.bytes else { return .null }
-        if cell.format == .text || self == .numeric || self == .jsonb {
+        // Text: numeric and JSON always, and a column read as text because the server's
+        // column is not of the type this one expects (``binaryOutput(_:)`` was not used).
+        if cell.format == .text || self == .numeric || self == .jsonb
+            || (self != .text && (cell.dataType == .text || cell.dataType == .varchar))
+        {
             return storedValue(bytes.readString(length: bytes.readableBytes), typeName: typeName)
         }
         switch self {

@@ -107,6 +107,15 @@ struct SyncRulesTests {
             ("buckets:\n  a:\n    entities:\n      Step: true\n    extra: 1\n", "r.yaml:5:5", "unknown key `extra`"),
             ("rules:\n  a: 1\n", "r.yaml:1:1", "`buckets:`"),
             ("buckets:\n  a:\n    entities:\n  - x\n", "r.yaml:4:3", "not YAML"),
+            (
+                "buckets:\n  a:\n    entities:\n      Step: true\n  a:\n    entities:\n      Step: true\n",
+                "r.yaml:5:3", "defined twice"
+            ),
+            (
+                "buckets:\n  a:\n    parameters:\n      p: token.sub\n      p: token.x\n    entities:\n      Step: true\n",
+                "r.yaml:5:7", "defined twice"
+            ),
+            ("buckets:\n  a:\n    entities:\n      Step: true\n      Step: done = true\n", "r.yaml:5:7", "named twice"),
         ])
     func brokenFiles(_ text: String, _ location: String, _ words: String) throws {
         do {
@@ -161,7 +170,7 @@ struct SyncRulesTests {
             rules.instances(for: withStore).map(\.description) == ["own[who=kiosk-7]", "store[store=berlin]", "news[]"])
         let without = SyncTokenClaims(subject: "kiosk-8", expiration: .distantFuture)
         #expect(rules.instances(for: without).map(\.description) == ["own[who=kiosk-8]", "news[]"])
-        let numbered = SyncTokenClaims(subject: "k", expiration: .distantFuture, claims: ["store": .number(12)])
+        let numbered = SyncTokenClaims(subject: "k", expiration: .distantFuture, claims: ["store": .integer(12)])
         #expect(rules.instances(for: numbered)[1].values == ["store": "12"])
     }
 
@@ -204,6 +213,14 @@ struct SyncRulesTests {
             try await rows("Checklist", SyncRules.Instance(bucket: "news", values: [:]), column: "name") == [
                 "kiosk-7", "kiosk-8",
             ])
+        // An instance without its parameter's value, or rules whose relationships' destinations
+        // are unknown, give no condition (never a comparison with '' or a guessed table).
+        #expect(
+            rules.sqlCondition(
+                entity: "Step", instance: SyncRules.Instance(bucket: "own", values: [:]), qualify: { $0 }) == nil)
+        let unresolved = try SyncRules.parse(Self.rules)
+        #expect(unresolved.sqlCondition(entity: "Step", instance: own7, qualify: { $0 }) == nil)
+        #expect(unresolved.resolvingDestinations(in: SyncRules.catalog(of: orderSchema)) == rules)
         // A bucket that holds no row of an entity gives no condition.
         #expect(
             rules.sqlCondition(
@@ -284,7 +301,9 @@ struct SyncRulesTests {
             """)
         let rules = try SyncRules.parse(Self.rules).resolvingDestinations(in: orderSchema)
         let claims = SyncTokenClaims(subject: "kiosk-7", expiration: .distantFuture)
-        let instances = rules.instances(for: claims).filter { $0.bucket != "news" }
+        // `news` (every checklist, every machine) is among them: read-only, it grants no write.
+        let instances = rules.instances(for: claims)
+        #expect(instances.map(\.bucket).contains("news"))
         /// The ids of `ids` outside the machine's buckets now.
         func outside(_ entity: String, _ ids: [UUID]) async throws -> Set<UUID> {
             let (sql, parameters) = rules.outsideStatement(
@@ -320,6 +339,9 @@ struct SyncRulesTests {
         let loose = try server.postgres.psql(
             "SELECT \"_id\" FROM g_w.\"Step\" WHERE title = 'loose'", database: server.name)
         #expect(try await outside("Step", [try #require(UUID(uuidString: loose))]).count == 1)
+        // Renaming another machine's list to one's own name (which would bring its steps into
+        // one's own bucket): the list is outside before, though `news` lets every machine read it.
+        #expect(try await outside("Checklist", [theirs]) == [theirs])
         // An entity no bucket of the machine holds: every row is outside.
         let none = SyncRules(buckets: [])
         let (sql, parameters) = none.outsideStatement(entity: "Step", instances: [], qualify: { schema.qualified($0) })

@@ -50,7 +50,7 @@ struct SyncTokenTests {
     @Test("an HS256 token round-trips: subject, expiration, audience and every other claim, typed")
     func roundTrip() async throws {
         let extra: [String: SyncTokenClaims.ClaimValue] = [
-            "store": .string("berlin"), "level": .number(3), "admin": .bool(false), "lists": .list([.string("a")]),
+            "store": .string("berlin"), "level": .integer(3), "admin": .bool(false), "lists": .list([.string("a")]),
         ]
         let token = try await SyncToken.mint(Self.claims(extra: extra), secret: Self.secret)
         let verifier = try await SyncTokenVerifier(secret: Self.secret, audience: "skyros")
@@ -111,8 +111,24 @@ struct SyncTokenTests {
     struct Bare: JWTPayload {
         var sub: String?
         var exp: Int?
-        var aud: String?
+        var nbf: String? = nil
         func verify(using algorithm: some JWTAlgorithm) async throws {}
+    }
+
+    @Test("whole-number claims keep every digit; text that looks like a number but is not written as one stays text")
+    func claimValues() async throws {
+        #expect(SyncToken.claimValue("9007199254740993") == .integer(9_007_199_254_740_993))
+        #expect(SyncToken.claimValue("007") == .string("007"))
+        #expect(SyncToken.claimValue("+5") == .string("+5"))
+        #expect(SyncToken.claimValue("-12") == .integer(-12))
+        #expect(SyncToken.claimValue("1.5") == .string("1.5"))
+        let token = try await SyncToken.mint(
+            Self.claims(extra: ["org": SyncToken.claimValue("9007199254740993"), "ratio": .number(0.5)]),
+            secret: Self.secret)
+        let claims = try await SyncTokenVerifier(secret: Self.secret).verify(token, now: Self.now)
+        #expect(claims.claims["org"] == .integer(9_007_199_254_740_993))
+        #expect(claims.claims["org"]?.description == "9007199254740993")
+        #expect(claims.claims["ratio"] == .number(0.5))
     }
 
     @Test("a token without an expiration or a subject is refused, though its signature holds")
@@ -125,6 +141,10 @@ struct SyncTokenTests {
         #expect(await Self.refusal(verifier, try await keys.sign(Bare(sub: nil, exp: exp))) == .missingSubject)
         #expect(await Self.refusal(verifier, try await keys.sign(Bare(sub: "", exp: exp))) == .missingSubject)
         #expect(await Self.refusal(verifier, try await keys.sign(Bare(sub: "kiosk-7", exp: exp))) == nil)
+        // An `nbf` that is not a number is not ignored.
+        #expect(
+            await Self.refusal(verifier, try await keys.sign(Bare(sub: "kiosk-7", exp: exp, nbf: "now")))
+                == .notYetValid)
     }
 
     @Test("RS256, ES256 and EdDSA tokens verify against a JWKS file; another key, an unknown key id, HS256 are refused")
@@ -187,7 +207,7 @@ struct SyncTokenTests {
         let verifier = try await SyncTokenVerifier(secretFile: secretFile, audience: "skyros")
         let claims = try await verifier.verify(token)
         #expect(claims.subject == "kiosk-7")
-        #expect(claims.claims == ["store": .string("berlin"), "level": .number(3), "admin": .bool(true)])
+        #expect(claims.claims == ["store": .string("berlin"), "level": .integer(3), "admin": .bool(true)])
         #expect(abs(claims.expiration.timeIntervalSinceNow - 7_200) < 60)
         for arguments in [
             ["--expires", "2y"], ["--claim", "novalue"], ["--claim", "exp=5"], ["--sub", ""],

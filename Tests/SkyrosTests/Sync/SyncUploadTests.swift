@@ -584,6 +584,49 @@ struct SyncUploadTests {
             skipped(pages.unreadable) == skipped(changes.unreadable), "\(pages.unreadable) vs \(changes.unreadable)")
     }
 
+    /// A column whose type an operator changed on the server is read as text, as the changes
+    /// are: no cast rounds a value (5.5 into a bigint's 6) or fails the whole snapshot ('abc'
+    /// into a bigint); the rows it cannot hold are skipped, the others read.
+    @Test(
+        "a column whose server type was changed is read as text: nothing rounded, the snapshot not failed, bad rows skipped"
+    )
+    func changedColumnTypes() async throws {
+        let server = try await Session.make()
+        defer { Task { await server.close() } }
+        try server.psql(
+            """
+            ALTER TABLE g_up."Sample" ALTER COLUMN "int" TYPE numeric, ALTER COLUMN "int64" TYPE text, \
+            ALTER COLUMN "bool" TYPE text USING "bool"::text;
+            """)
+        let machine = UUID()
+        let first = try await server.session.readCheckpoint(after: nil, rejectedAfter: 0, machine: machine) { _ in nil }
+        let rows = ["\"int\" = 7, int64 = '12', bool = 'true'", "\"int\" = 5.5", "int64 = 'abc'", "bool = 'yes'"]
+        var ids: [UUID] = []
+        for assignments in rows {
+            let id = UUID()
+            ids.append(id)
+            let pairs = assignments.split(separator: ", ").map { $0.split(separator: " = ", maxSplits: 1) }
+            let columns = (["\"_id\""] + pairs.map { String($0[0]) }).joined(separator: ", ")
+            let values = (["'\(id.uuidString)'"] + pairs.map { String($0[1]) }).joined(separator: ", ")
+            try server.psql("INSERT INTO g_up.\"Sample\" (\(columns)) VALUES (\(values))")
+        }
+        let changes = try #require(
+            try await server.session.readChanges(after: first.snapshot, rejectedAfter: 0, machine: machine))
+        let pages = Staged()
+        _ = try await server.session.readCheckpoint(after: nil, rejectedAfter: 0, machine: machine) { page in
+            if page.entity == "Sample" { pages.append(page) }
+            return nil
+        }
+        let entity = try #require(testSchema.entity(named: "Sample"))
+        let int = try #require(entity.properties.firstIndex { $0.name == "int" })
+        let snapshot = pages.rows
+        #expect(snapshot.count == 1)
+        #expect(snapshot[ids[0]]?[int] == .integer(7))
+        for id in ids { #expect(snapshot[id] == (changes.objects[ObjectID(entityName: "Sample", uuid: id)] ?? nil)) }
+        #expect(pages.unreadable.count == 3, "\(pages.unreadable)")
+        #expect(changes.unreadable.count == 3)
+    }
+
     /// The rows and skipped rows of the pages staged.
     final class Staged: @unchecked Sendable {  // guarded by `lock`
         private let lock = NSLock()
