@@ -21,7 +21,8 @@ import Yams
 /// ```
 ///
 /// A condition is `true`, or comparisons `path = operand` joined by `and`; an operand is
-/// `bucket.<parameter>`, a quoted text (`'open'` or `"open"`), a whole number, `true` or `false`.
+/// `bucket.<parameter>`, a quoted text (`'open'` or `"open"`; the quote written twice inside
+/// it, `'it''s'`), a whole number, `true` or `false`.
 /// Parsing checks the form (``parse(_:file:)``); ``check(against:)`` checks the names against a
 /// schema. Every problem names the file, the line and the column.
 public struct SyncRules: Sendable, Equatable {
@@ -284,7 +285,7 @@ public struct SyncRules: Sendable, Equatable {
             return .failure(Reason("a condition is expected (`true`, or `column = bucket.parameter`)"))
         }
         var comparisons: [Comparison] = []
-        for part in trimmed.components(separatedBy: " and ") {
+        for part in splitOutsideQuotes(trimmed, on: " and ") {
             let sides = part.split(separator: "=", maxSplits: 1).map { $0.trimmingCharacters(in: .whitespaces) }
             guard sides.count == 2, !sides[0].isEmpty, !sides[1].isEmpty else {
                 return .failure(Reason("`\(part.trimmingCharacters(in: .whitespaces))` is not `path = operand`"))
@@ -304,7 +305,9 @@ public struct SyncRules: Sendable, Equatable {
             } else if operandText.count >= 2,
                 let quote = operandText.first, quote == "'" || quote == "\"", operandText.last == quote
             {
-                operand = .text(String(operandText.dropFirst().dropLast()))
+                // A quote inside is written twice, as in SQL (`'it''s'`).
+                let inner = String(operandText.dropFirst().dropLast())
+                operand = .text(inner.replacingOccurrences(of: "\(quote)\(quote)", with: "\(quote)"))
             } else if let number = Int64(operandText) {
                 operand = .integer(number)
             } else if operandText == "true" || operandText == "false" {
@@ -318,6 +321,31 @@ public struct SyncRules: Sendable, Equatable {
             comparisons.append(Comparison(path: path, operand: operand))
         }
         return .success(.comparisons(comparisons))
+    }
+
+    /// `text` cut at each `separator` that is not inside a quoted text (`'…'` or `"…"`).
+    static func splitOutsideQuotes(_ text: String, on separator: String) -> [String] {
+        var parts: [String] = []
+        var current = ""
+        var quote: Character?
+        var index = text.startIndex
+        while index < text.endIndex {
+            let character = text[index]
+            if let open = quote {
+                if character == open { quote = nil }
+            } else if character == "'" || character == "\"" {
+                quote = character
+            } else if text[index...].hasPrefix(separator) {
+                parts.append(current)
+                current = ""
+                index = text.index(index, offsetBy: separator.count)
+                continue
+            }
+            current.append(character)
+            index = text.index(after: index)
+        }
+        parts.append(current)
+        return parts
     }
 
     // MARK: - Against a schema

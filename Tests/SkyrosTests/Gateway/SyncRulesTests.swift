@@ -86,6 +86,23 @@ struct SyncRulesTests {
                     SyncRules.Comparison(path: ["done"], operand: .bool(false)),
                 ]))
         #expect(rules.buckets[2].entities[0].condition == .all)
+        // " and " inside a quoted text is the text's; a quote inside is written twice.
+        let quoted = try SyncRules.parse(
+            "buckets:\n  a:\n    entities:\n      Step: title = 'rock and roll' and done = false\n      Checklist: name = \"it''s\"\n"
+        )
+        #expect(
+            quoted.buckets[0].entities[0].condition
+                == .comparisons([
+                    SyncRules.Comparison(path: ["title"], operand: .text("rock and roll")),
+                    SyncRules.Comparison(path: ["done"], operand: .bool(false)),
+                ]))
+        #expect(
+            quoted.buckets[0].entities[1].condition
+                == .comparisons([SyncRules.Comparison(path: ["name"], operand: .text("it''s"))]))
+        let doubled = try SyncRules.parse("buckets:\n  a:\n    entities:\n      Step: title = 'it''s'\n")
+        #expect(
+            doubled.buckets[0].entities[0].condition
+                == .comparisons([SyncRules.Comparison(path: ["title"], operand: .text("it's"))]))
         #expect(rules.check(against: orderSchema).isEmpty)
     }
 
