@@ -216,13 +216,7 @@ public struct SyncTokenVerifier: Sendable {
 
     /// A verifier of HS256 tokens signed with `secret` (at least 32 bytes).
     public init(secret: Data, audience: String? = nil, leeway: TimeInterval = 30) async throws {
-        guard secret.count >= 32 else {
-            throw SkyrosError(
-                .syncConfiguration,
-                "the token secret has \(secret.count) bytes; HS256 needs at least 32 (openssl rand 48)")
-        }
-        keys = JWTKeyCollection()
-        await keys.add(hmac: HMACKey(from: secret), digestAlgorithm: .sha256)
+        keys = try await SyncToken.hmacKeys(secret)
         known = [("HS256", nil)]
         self.audience = audience
         self.leeway = leeway
@@ -345,6 +339,12 @@ public struct SyncTokenVerifier: Sendable {
 public enum SyncToken {
     /// An HS256 token of `claims`, signed with `secret`.
     public static func mint(_ claims: SyncTokenClaims, secret: Data) async throws -> String {
+        let keys = try await hmacKeys(secret)
+        return try await keys.sign(claims)
+    }
+
+    /// The keys of HS256 tokens signed with `secret`, which must have at least 32 bytes.
+    static func hmacKeys(_ secret: Data) async throws -> JWTKeyCollection {
         guard secret.count >= 32 else {
             throw SkyrosError(
                 .syncConfiguration,
@@ -352,7 +352,7 @@ public enum SyncToken {
         }
         let keys = JWTKeyCollection()
         await keys.add(hmac: HMACKey(from: secret), digestAlgorithm: .sha256)
-        return try await keys.sign(claims)
+        return keys
     }
 
     /// The secret in the file at `path`: its bytes, without one final newline (an editor's).

@@ -553,23 +553,8 @@ struct SyncUploadTests {
             "float = 1e39",
             "int16 = -32769",
         ]
-        var ids: [UUID] = []
-        for assignments in rows {
-            let id = UUID()
-            ids.append(id)
-            let pairs = assignments.split(separator: ", ").map { $0.split(separator: " = ", maxSplits: 1) }
-            let columns = (["\"_id\""] + pairs.map { String($0[0]) }).joined(separator: ", ")
-            let values = (["'\(id.uuidString)'"] + pairs.map { String($0[1]) }).joined(separator: ", ")
-            try server.psql("INSERT INTO g_up.\"Sample\" (\(columns)) VALUES (\(values))")
-        }
-        let changes = try #require(
-            try await server.session.readChanges(after: first.snapshot, rejectedAfter: 0, machine: machine))
-        let pages = Staged()
-        _ = try await server.session.readCheckpoint(after: nil, rejectedAfter: 0, machine: machine, pageSize: 3) {
-            page in
-            if page.entity == "Sample" { pages.append(page) }
-            return nil
-        }
+        let (ids, changes, pages) = try await Self.samplesBothWays(
+            rows, on: server, machine: machine, after: first.snapshot, pageSize: 3)
         let snapshot = pages.rows
         for (index, id) in ids.enumerated() {
             let text = changes.objects[ObjectID(entityName: "Sample", uuid: id)] ?? nil
@@ -601,6 +586,24 @@ struct SyncUploadTests {
         let machine = UUID()
         let first = try await server.session.readCheckpoint(after: nil, rejectedAfter: 0, machine: machine) { _ in nil }
         let rows = ["\"int\" = 7, int64 = '12', bool = 'true'", "\"int\" = 5.5", "int64 = 'abc'", "bool = 'yes'"]
+        let (ids, changes, pages) = try await Self.samplesBothWays(
+            rows, on: server, machine: machine, after: first.snapshot)
+        let entity = try #require(testSchema.entity(named: "Sample"))
+        let int = try #require(entity.properties.firstIndex { $0.name == "int" })
+        let snapshot = pages.rows
+        #expect(snapshot.count == 1)
+        #expect(snapshot[ids[0]]?[int] == .integer(7))
+        for id in ids { #expect(snapshot[id] == (changes.objects[ObjectID(entityName: "Sample", uuid: id)] ?? nil)) }
+        #expect(pages.unreadable.count == 3, "\(pages.unreadable)")
+        #expect(changes.unreadable.count == 3)
+    }
+
+    /// Inserts a `Sample` row per assignment list (`column = literal, …`) with psql, then reads
+    /// them both ways: as the changes since `previous` (text) and in a snapshot (binary, in
+    /// pages of `pageSize`). The rows' ids, the changes, the snapshot's pages.
+    static func samplesBothWays(
+        _ rows: [String], on server: Session, machine: UUID, after previous: String, pageSize: Int = 10_000
+    ) async throws -> (ids: [UUID], changes: Checkpoint, pages: Staged) {
         var ids: [UUID] = []
         for assignments in rows {
             let id = UUID()
@@ -611,20 +614,15 @@ struct SyncUploadTests {
             try server.psql("INSERT INTO g_up.\"Sample\" (\(columns)) VALUES (\(values))")
         }
         let changes = try #require(
-            try await server.session.readChanges(after: first.snapshot, rejectedAfter: 0, machine: machine))
+            try await server.session.readChanges(after: previous, rejectedAfter: 0, machine: machine))
         let pages = Staged()
-        _ = try await server.session.readCheckpoint(after: nil, rejectedAfter: 0, machine: machine) { page in
+        _ = try await server.session.readCheckpoint(
+            after: nil, rejectedAfter: 0, machine: machine, pageSize: pageSize
+        ) { page in
             if page.entity == "Sample" { pages.append(page) }
             return nil
         }
-        let entity = try #require(testSchema.entity(named: "Sample"))
-        let int = try #require(entity.properties.firstIndex { $0.name == "int" })
-        let snapshot = pages.rows
-        #expect(snapshot.count == 1)
-        #expect(snapshot[ids[0]]?[int] == .integer(7))
-        for id in ids { #expect(snapshot[id] == (changes.objects[ObjectID(entityName: "Sample", uuid: id)] ?? nil)) }
-        #expect(pages.unreadable.count == 3, "\(pages.unreadable)")
-        #expect(changes.unreadable.count == 3)
+        return (ids, changes, pages)
     }
 
     /// The rows and skipped rows of the pages staged.
