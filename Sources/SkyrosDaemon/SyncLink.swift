@@ -168,7 +168,7 @@ final class SyncLink: Sendable {
             "state": status.state.rawValue, "uploadQueue": queue,
             "oldestQueuedSeconds": (oldest * 1000).rounded() / 1000,
             "checkpoint": status.checkpoint, "lagMilliseconds": status.lagMilliseconds, "rejected": rejected,
-            "server": configuration.redacted,
+            "server": configuration.redacted, "via": configuration.gateway == nil ? "postgresql" : "gateway",
         ]
         if let message = status.message { report["message"] = message }
         return report

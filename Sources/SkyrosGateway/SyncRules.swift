@@ -610,6 +610,57 @@ public struct SyncRules: Sendable, Equatable {
         return ("\(select) AND NOT coalesce((\(condition)), false)", parameters)
     }
 
+    /// For each entity whose rows a bucket selects through to-one relationships, the
+    /// statements that find its rows reaching changed objects of an entity on the way: when a
+    /// to-do list moves to another owner, its items (which the change log does not name) change
+    /// buckets with it. Each statement selects `t."_id"` as text, its `$1` the changed objects'
+    /// ids (a `uuid[]` as text). Nil destinations (rules not resolved) give nothing.
+    public func reachingStatements(qualify: (String) -> String) -> [(entity: String, through: String, sql: String)] {
+        var seen = Set<String>()
+        var statements: [(entity: String, through: String, sql: String)] = []
+        for bucket in buckets {
+            for rule in bucket.entities {
+                guard case .comparisons(let comparisons) = rule.condition else { continue }
+                for comparison in comparisons {
+                    let steps = Array(comparison.path.dropLast())
+                    var entityName = rule.entity
+                    var destinations: [String] = []
+                    for step in steps {
+                        guard let destination = destination(of: step, from: entityName) else { break }
+                        destinations.append(destination)
+                        entityName = destination
+                    }
+                    guard destinations.count == steps.count else { continue }
+                    for length in 1...max(1, steps.count) where length <= steps.count {
+                        // t.list = ANY($1) for one hop; EXISTS (… p1."_id" = t.list AND p1.board = ANY($1)) for two.
+                        var condition = "t.\(Self.quote(steps[length - 1])) = ANY($1::text::uuid[])"
+                        if length > 1 {
+                            var source = "t"
+                            var sql = ""
+                            for index in 0..<(length - 1) {
+                                let alias = "r\(index + 1)"
+                                sql +=
+                                    "EXISTS (SELECT 1 FROM \(qualify(destinations[index])) AS \(alias) WHERE \(alias).\"_id\" = \(source).\(Self.quote(steps[index])) AND "
+                                source = alias
+                            }
+                            condition =
+                                sql + "\(source).\(Self.quote(steps[length - 1])) = ANY($1::text::uuid[])"
+                                + String(repeating: ")", count: length - 1)
+                        }
+                        let key = "\(rule.entity)|\(destinations[length - 1])|\(condition)"
+                        guard seen.insert(key).inserted else { continue }
+                        statements.append(
+                            (
+                                rule.entity, destinations[length - 1],
+                                "SELECT t.\"_id\"::text FROM \(qualify(rule.entity)) AS t WHERE \(condition)"
+                            ))
+                    }
+                }
+            }
+        }
+        return statements
+    }
+
     /// The destinations of to-one relationships, learned from a schema (``destinations``).
     public var destinations: [String: [String: String]] = [:]
 

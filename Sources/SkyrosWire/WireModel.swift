@@ -286,7 +286,7 @@ extension WireReader {
     }
 
     /// `count` values, in one buffer.
-    mutating func values(count: Int) throws(WireError) -> StoredValues {
+    package mutating func values(count: Int) throws(WireError) -> StoredValues {
         // Decoded in place (no buffer of nulls overwritten value by value); after a malformed
         // value the rest are nulls, and the error is thrown once the buffer is whole.
         var failure: WireError?

@@ -9,6 +9,7 @@ import PostgresNIO
 import Skyros
 import SkyrosGateway
 import SkyrosSync
+import Synchronization
 
 @main
 struct SkyrosGatewayCommand: AsyncParsableCommand {
@@ -50,12 +51,40 @@ struct SkyrosGatewayCommand: AsyncParsableCommand {
     @Option(help: ArgumentHelp("The audience tokens must name.", valueName: "name"))
     var audience: String?
 
+    @Option(help: ArgumentHelp("The address and port machines connect to.", valueName: "host:port"))
+    var listen: String?
+
+    @Option(
+        name: .customLong("tls-cert"),
+        help: ArgumentHelp("The gateway's TLS certificate chain (PEM).", valueName: "path"))
+    var tlsCertificate: String?
+
+    @Option(
+        name: .customLong("tls-key"), help: ArgumentHelp("The TLS certificate's private key (PEM).", valueName: "path"))
+    var tlsKey: String?
+
+    @Option(
+        name: .customLong("pool-size"),
+        help: ArgumentHelp(
+            "PostgreSQL connections for machines' requests (the LISTEN connection is one more).", valueName: "n"))
+    var poolSize = 3
+
     @Flag(help: "Validate the configuration and exit.")
     var check = false
 
     func run() async throws {
-        guard check else {
-            fail(69, "serving machines is not built yet; --check validates a gateway's configuration")
+        var address: (host: String, port: Int)?
+        if !check {
+            guard let listen, let colon = listen.lastIndex(of: ":"),
+                let port = Int(listen[listen.index(after: colon)...]),
+                (0...65_535).contains(port)
+            else { fail(64, "give the address machines connect to: --listen HOST:PORT") }
+            guard tlsCertificate != nil, tlsKey != nil else {
+                fail(64, "machines connect over TLS only: give --tls-cert and --tls-key (PEM files)")
+            }
+            var host = String(listen[..<colon])
+            if host.hasPrefix("["), host.hasSuffix("]") { host = String(host.dropFirst().dropLast()) }
+            address = (host, port)
         }
         // The rules: their form first, every problem with its place.
         let parsed: SyncRules
@@ -69,13 +98,14 @@ struct SkyrosGatewayCommand: AsyncParsableCommand {
         }
         // The token keys.
         let keyDescription: String
+        let verifier: SyncTokenVerifier
         do {
             switch (secretFile, keys) {
             case (let secret?, nil):
-                _ = try await SyncTokenVerifier(secretFile: secret, audience: audience)
+                verifier = try await SyncTokenVerifier(secretFile: secret, audience: audience)
                 keyDescription = "an HS256 secret"
             case (nil, let jwks?):
-                _ = try await SyncTokenVerifier(jwksFile: jwks, audience: audience)
+                verifier = try await SyncTokenVerifier(jwksFile: jwks, audience: audience)
                 keyDescription = "the public keys of \(jwks)"
             default:
                 fail(64, "give the token keys: --secret-file or --keys, one of them")
@@ -122,9 +152,66 @@ struct SkyrosGatewayCommand: AsyncParsableCommand {
             )
         }
         let entities = Set(parsed.buckets.flatMap { $0.entities.map(\.entity) })
-        print(
-            "ok: \(parsed.buckets.count) bucket\(parsed.buckets.count == 1 ? "" : "s") over \(entities.count) entit\(entities.count == 1 ? "y" : "ies"); tokens signed with \(keyDescription); schema \(configuration.schema) on the server"
-        )
+        guard let address, let tlsCertificate, let tlsKey else {
+            print(
+                "ok: \(parsed.buckets.count) bucket\(parsed.buckets.count == 1 ? "" : "s") over \(entities.count) entit\(entities.count == 1 ? "y" : "ies"); tokens signed with \(keyDescription); schema \(configuration.schema) on the server"
+            )
+            return
+        }
+        var gatewayConfiguration = GatewayConfiguration(
+            group: group, database: configuration, rules: parsed.resolvingDestinations(in: Self.rulesCatalog(catalog)),
+            verifier: verifier, host: address.host, port: address.port, certificate: tlsCertificate, key: tlsKey)
+        gatewayConfiguration.poolSize = max(1, poolSize)
+        var serving = Logger(label: "skyros-gateway")
+        serving.logLevel = .info
+        let gateway = GatewayServer(configuration: gatewayConfiguration, logger: serving)
+        do {
+            try await gateway.start()
+        } catch {
+            fail(69, "cannot listen on \(address.host):\(address.port): \(error)")
+        }
+        // The port, for whoever started it (a test, an operator with --listen HOST:0).
+        FileHandle.standardOutput.write(Data("listening on \(address.host):\(gateway.port)\n".utf8))
+        await Self.waitForTermination()
+        await gateway.stop()
+    }
+
+    /// Returns at SIGTERM or SIGINT.
+    static func waitForTermination() async {
+        signal(SIGTERM, SIG_IGN)
+        signal(SIGINT, SIG_IGN)
+        let waiting = Waiting()
+        let sources = [SIGTERM, SIGINT].map { number in
+            let source = DispatchSource.makeSignalSource(signal: number)
+            source.setEventHandler { waiting.finish() }
+            source.resume()
+            return source
+        }
+        await waiting.wait()
+        withExtendedLifetime(sources) {}
+    }
+
+    /// A wait that a signal's handler ends.
+    final class Waiting: Sendable {
+        private let state = Mutex<(done: Bool, waiter: CheckedContinuation<Void, Never>?)>((false, nil))
+
+        func finish() {
+            state.withLock { state -> CheckedContinuation<Void, Never>? in
+                state.done = true
+                defer { state.waiter = nil }
+                return state.waiter
+            }?.resume()
+        }
+
+        func wait() async {
+            await withCheckedContinuation { continuation in
+                let done = state.withLock { state in
+                    if !state.done { state.waiter = continuation }
+                    return state.done
+                }
+                if done { continuation.resume() }
+            }
+        }
     }
 
     /// The server's tables as the rules see them: a column referencing another table is a

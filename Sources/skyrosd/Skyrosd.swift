@@ -123,7 +123,8 @@ struct Skyrosd: AsyncParsableCommand {
             """
             Sync the group with this PostgreSQL server: \
             postgresql://user@host[:port][/database][?sslmode=disable|prefer|require|verify-ca|verify-full\
-            &sslrootcert=PATH&schema=NAME&retention=SECONDS] (default: SKYROS_SYNC_URL, else url in the \
+            &sslrootcert=PATH&schema=NAME&retention=SECONDS], or a sync gateway's \
+            wss://host[:port]/GROUP[?sslrootcert=PATH] with --sync-token-file (default: SKYROS_SYNC_URL, else url in the \
             container's sync.conf; none: no sync). Secrets never go here: a URL with a password is \
             refused; see --sync-password-file.
             """, valueName: "url"))
@@ -137,6 +138,15 @@ struct Skyrosd: AsyncParsableCommand {
             skyros-sync-password; none: no password).
             """, valueName: "path"))
     var syncPasswordFile: String?
+
+    @Option(
+        help: ArgumentHelp(
+            """
+            The file holding this machine's token for a sync gateway (a wss:// URL), read again at \
+            every connection (default: token-file in sync.conf, else SKYROS_SYNC_TOKEN_FILE, else the \
+            systemd credential skyros-sync-token).
+            """, valueName: "path"))
+    var syncTokenFile: String?
 
     @Option(
         help: ArgumentHelp(
@@ -201,7 +211,7 @@ struct Skyrosd: AsyncParsableCommand {
         do {
             syncConfiguration = try SyncConfiguration.resolve(
                 group: group, container: containerURL, url: sync, passwordFile: syncPasswordFile, schema: syncSchema,
-                environment: ProcessInfo.processInfo.environment)
+                tokenFile: syncTokenFile, environment: ProcessInfo.processInfo.environment)
         } catch let error as SkyrosError {
             logger.critical("\(error.message)")
             throw ExitCode(64)

@@ -93,12 +93,12 @@ import Testing
             notify?(xid)
         }
 
-        func connect(closed: @escaping @Sendable () -> Void) async throws -> any SyncServerConnection {
+        func connect(machine: UUID, closed: @escaping @Sendable () -> Void) async throws -> any SyncServerConnection {
             if let refusal = state.withLock({ $0.refusal }) { throw Refused(description: refusal) }
             return Connection(server: self)
         }
 
-        func listen(_ notify: @escaping @Sendable (UInt64?) -> Void) async throws {
+        func listen(machine: UUID, _ notify: @escaping @Sendable (UInt64?) -> Void) async throws {
             state.withLock { $0.notify = notify }
             notify(nil)
             try await Task.sleep(for: .seconds(3_600))

@@ -23,7 +23,7 @@ extension SyncConfiguration {
     /// `url = postgresql://skyros@db1.example.com,db2.example.com/skyros?target_session_attrs=read-write`.
     package struct File: Sendable, Equatable {
         /// The keys a `sync.conf` may have.
-        package static let keys = ["url", "schema", "password-file", "retention"]
+        package static let keys = ["url", "schema", "password-file", "retention", "token-file"]
 
         /// The path the file was read from, which messages name.
         package var path: String
@@ -35,6 +35,9 @@ extension SyncConfiguration {
         package var passwordFile: String?
         /// `retention`: how long the server keeps its change log, in seconds.
         package var retention: TimeInterval?
+        /// `token-file`: the file holding the machine's token for a gateway (`wss://` url),
+        /// relative to the container unless absolute.
+        package var tokenFile: String?
 
         /// Parses the text of a `sync.conf` read from `path`.
         ///
@@ -92,6 +95,7 @@ extension SyncConfiguration {
                 case "url": url = value
                 case "schema": schema = try checkedSchema(value, from: place)
                 case "password-file": passwordFile = value
+                case "token-file": tokenFile = value
                 default: retention = try checkedRetention(value, from: place)
                 }
             }

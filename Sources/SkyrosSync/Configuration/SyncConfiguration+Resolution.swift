@@ -47,7 +47,7 @@ extension SyncConfiguration {
 
     package static func resolve(
         group: String, container: URL, url: String?, passwordFile: String?, schema: String? = nil,
-        environment: [String: String]
+        tokenFile: String? = nil, environment: [String: String]
     ) throws -> SyncConfiguration? {
         let file = try File.read(in: container)
         let given: (text: String, source: String)
@@ -66,6 +66,10 @@ extension SyncConfiguration {
             throw invalid(
                 "no sync URL for \(settings.joined(separator: " and ")): give it with --sync, SKYROS_SYNC_URL, or "
                     + "url = postgresql://user@host/db in \(container.appendingPathComponent(fileName).path)")
+        }
+        if given.text.hasPrefix("wss://") || given.text.hasPrefix("ws://") {
+            return try resolveGateway(
+                given, group: group, container: container, file: file, tokenFile: tokenFile, environment: environment)
         }
         let parsed: ParsedURL
         do {
@@ -102,6 +106,51 @@ extension SyncConfiguration {
                 configuration.passwordSource = "the systemd credential \(credentialName)"
             }
         }
+        return configuration
+    }
+
+    /// The configuration of a machine syncing through a gateway (`wss://host[:port]/G`): its
+    /// token file is the first of `--sync-token-file`, `token-file` in sync.conf,
+    /// `SKYROS_SYNC_TOKEN_FILE` and the systemd credential `skyros-sync-token`. The token itself
+    /// is read at each connection.
+    private static func resolveGateway(
+        _ given: (text: String, source: String), group: String, container: URL, file: File?, tokenFile: String?,
+        environment: [String: String]
+    ) throws -> SyncConfiguration {
+        guard given.text.hasPrefix("wss://") else {
+            throw invalid("\(given.source): a gateway is reached over TLS only: wss://, not ws://")
+        }
+        var endpoint: GatewayEndpoint
+        do {
+            endpoint = try GatewayEndpoint.parse(given.text)
+        } catch let error as SkyrosError {
+            throw invalid("\(given.source): \(error.message)")
+        }
+        if let tokenFile {
+            endpoint.tokenFile = tokenFile
+            endpoint.tokenSource = "the file \(tokenFile) (--sync-token-file)"
+        } else if let file, let path = file.tokenFile {
+            let resolved = path.hasPrefix("/") ? path : container.appendingPathComponent(path).path
+            endpoint.tokenFile = resolved
+            endpoint.tokenSource = "the file \(resolved) (token-file in \(file.path))"
+        } else if let path = environment["SKYROS_SYNC_TOKEN_FILE"], !path.isEmpty {
+            endpoint.tokenFile = path
+            endpoint.tokenSource = "the file \(path) (SKYROS_SYNC_TOKEN_FILE)"
+        } else if let directory = environment["CREDENTIALS_DIRECTORY"], !directory.isEmpty,
+            FileManager.default.fileExists(atPath: directory + "/skyros-sync-token")
+        {
+            endpoint.tokenFile = directory + "/skyros-sync-token"
+            endpoint.tokenSource = "the systemd credential skyros-sync-token"
+        } else {
+            throw invalid(
+                "\(given.source): the gateway \(endpoint.url) needs the machine's token: give its file with --sync-token-file, token-file in sync.conf, SKYROS_SYNC_TOKEN_FILE, or the systemd credential skyros-sync-token"
+            )
+        }
+        var configuration = SyncConfiguration(
+            host: endpoint.host, port: endpoint.port, username: "gateway", database: endpoint.group,
+            schema: schemaName(forGroup: group), tls: .require, source: given.source)
+        configuration.group = group
+        configuration.gateway = endpoint
         return configuration
     }
 

@@ -133,6 +133,9 @@ package struct SyncConfiguration: Sendable, Equatable {
     /// What the daemon should log about the configuration without refusing it (a password
     /// file that other users can read).
     package var warnings: [String]
+    /// The sync gateway the machine syncs through (a `wss://` URL, DESIGN §10); nil: PostgreSQL
+    /// itself (the other properties then say which server).
+    package var gateway: GatewayEndpoint?
 
     /// How long the server keeps its change log unless configured: 7 days.
     package static let defaultRetention: TimeInterval = 7 * 86_400
@@ -197,6 +200,11 @@ package struct SyncConfiguration: Sendable, Equatable {
     /// several servers as `host1:port1,host2:port2`, with `target_session_attrs=…` among the
     /// details unless it is `any`.
     package var redacted: String {
+        if let gateway {
+            var details = ["token from \(gateway.tokenSource ?? "nowhere")"]
+            if let source { details.append("from \(source)") }
+            return "\(gateway.url) (\(details.joined(separator: ", ")))"
+        }
         let hosts = servers.map(\.description).joined(separator: ",")
         var details = ["schema \(schema)", "sslmode=\(tls.rawValue)"]
         if targetSessionAttributes != .any {

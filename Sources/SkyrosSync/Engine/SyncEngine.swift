@@ -112,12 +112,17 @@ package final class SyncEngine: Sendable {
         self.storePath = storePath
         self.host = host
         self.log = log
-        self.server =
-            server
-            ?? PostgresSyncServer(
+        if let server {
+            self.server = server
+        } else if let gateway = configuration.gateway {
+            self.server = GatewaySyncServer(
+                endpoint: gateway, statementTimeout: settings.statementTimeout, executor: executor)
+        } else {
+            self.server = PostgresSyncServer(
                 configuration: configuration, statementTimeout: settings.statementTimeout,
                 createsSchema: settings.createsSchema,
                 executor: executor)
+        }
         mutable = Mutex(
             Mutable(
                 machine: machine, schema: schema,
@@ -272,7 +277,7 @@ package final class SyncEngine: Sendable {
     private func session(_ queue: DatabaseQueue) async throws {
         // A connection closed while the loop waits (the server restarted) wakes it: the next
         // statement fails at once and the engine goes offline, then connects again.
-        let connection = try await server.connect { [weak self] in self?.notify(nil) }
+        let connection = try await server.connect(machine: machine) { [weak self] in self?.notify(nil) }
         defer { connection.close() }
         try await connection.prepare(takeSchema())
         let listener = listen()
@@ -518,7 +523,7 @@ package final class SyncEngine: Sendable {
         Task(executorPreference: executor) { [self] in
             while !Task.isCancelled {
                 do {
-                    try await server.listen { [weak self] xid in self?.notify(xid) }
+                    try await server.listen(machine: machine) { [weak self] xid in self?.notify(xid) }
                 } catch {
                     try? await Task.sleep(for: .seconds(1))
                 }

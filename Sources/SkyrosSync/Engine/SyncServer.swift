@@ -5,14 +5,15 @@ import Foundation
 /// sync gateway would be another, so the engine and its state machines are one code
 /// whatever a machine reaches.
 package protocol SyncServer: Sendable {
-    /// Opens a connection for the engine's statements. `closed` is called when it closes
-    /// (the server restarted, the network cut it), so that a waiting engine wakes and finds out.
-    func connect(closed: @escaping @Sendable () -> Void) async throws -> any SyncServerConnection
+    /// Opens a connection for the engine's statements, as machine `machine` (a gateway binds
+    /// the connection to it). `closed` is called when it closes (the server restarted, the
+    /// network cut it), so that a waiting engine wakes and finds out.
+    func connect(machine: UUID, closed: @escaping @Sendable () -> Void) async throws -> any SyncServerConnection
 
     /// Listens for the group's changes until it fails or the task is cancelled: `notify` with
     /// the id of each transaction that changed the group, or nil for a change that may be
     /// anything (each time the listener connects: whatever happened while it did not listen).
-    func listen(_ notify: @escaping @Sendable (UInt64?) -> Void) async throws
+    func listen(machine: UUID, _ notify: @escaping @Sendable (UInt64?) -> Void) async throws
 
     /// Whether an error of this server means offline (the network, the server down) or an
     /// error an operator must fix (authentication, privileges, tables), with its message.

@@ -33,7 +33,8 @@ package struct PostgresSyncServer: SyncServer {
 
     package var redacted: String { configuration.redacted }
 
-    package func connect(closed: @escaping @Sendable () -> Void) async throws -> any SyncServerConnection {
+    package func connect(machine: UUID, closed: @escaping @Sendable () -> Void) async throws -> any SyncServerConnection
+    {
         let (connection, server) = try await open()
         connection.closeFuture.whenComplete { _ in closed() }
         let watchdog = Watchdog(connection, executor: executor)
@@ -82,7 +83,7 @@ package struct PostgresSyncServer: SyncServer {
 
     /// Keeps a LISTEN connection open, calling `notify` at each notification. The connection
     /// is pinged every second statement timeout: one that stopped answering fails the listen.
-    package func listen(_ notify: @escaping @Sendable (UInt64?) -> Void) async throws {
+    package func listen(machine: UUID, _ notify: @escaping @Sendable (UInt64?) -> Void) async throws {
         let (connection, _) = try await open()
         defer { Task { try? await connection.close() } }
         let watchdog = Watchdog(connection, executor: executor)

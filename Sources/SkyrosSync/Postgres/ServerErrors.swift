@@ -4,7 +4,7 @@ import PostgresNIO
 
 /// What PostgreSQL's errors mean for a machine: offline (the network, the server down) or an
 /// error an operator must fix, in words the operator can act on.
-enum ServerErrors {
+package enum ServerErrors {
     /// The schema exists, and this daemon's role may not use it.
     struct NoSchemaUsage: Error, CustomStringConvertible {
         var role: String
@@ -65,7 +65,9 @@ enum ServerErrors {
 
     /// Whether an error means offline (the network, the server down) or an error an operator
     /// must fix (authentication, permissions, tables), with its message.
-    static func classify(_ error: any Error, configuration: SyncConfiguration) -> (SyncEngine.Status.State, String) {
+    package static func classify(_ error: any Error, configuration: SyncConfiguration) -> (
+        SyncEngine.Status.State, String
+    ) {
         if let setup = error as? SetupNeeded { return (.error, setup.description) }
         if let failure = error as? SyncConfiguration.NoServerAvailable {
             // Each server's reason in the engine's words; an error only when every server

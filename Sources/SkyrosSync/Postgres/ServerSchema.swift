@@ -69,6 +69,9 @@ package struct ServerSchema: Sendable {
     package let tables: [Table]
     /// The group's schema version.
     package let version: UInt64
+    /// The description it was made from (what a machine sends a sync gateway, which makes the
+    /// same server schema of it).
+    package let source: SchemaDescription
     private let byName: [String: Int]
     /// Whether a table or a column has an `originalName` (else ``current(_:)`` has nothing to do).
     private let hasRenames: Bool
@@ -82,6 +85,7 @@ package struct ServerSchema: Sendable {
     package init(_ description: SchemaDescription, version: UInt64, name: String) {
         self.name = name
         self.version = version
+        source = description
         var tables: [Table] = []
         for entity in description.entities {
             var columns: [Column] = []

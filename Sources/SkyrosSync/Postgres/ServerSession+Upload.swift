@@ -107,7 +107,10 @@ extension ServerSession {
     private func uploadTogether(_ batch: ArraySlice<QueuedEntry>, machine: UUID) async throws -> UInt64? {
         let (sql, parameters) = try Self.togetherStatement(batch, machine: machine, schema: schema)
         return try await inTransaction {
-            try Self.confirmedTogether(try await run(sql, parameters, prepared: true))
+            try await checkScope(Array(batch.map(\.changes)), before: true)
+            let transaction = try Self.confirmedTogether(try await run(sql, parameters, prepared: true))
+            try await checkScope(Array(batch.map(\.changes)), before: false)
+            return transaction
         }
     }
 
@@ -171,7 +174,9 @@ extension ServerSession {
                         try await run("RELEASE SAVEPOINT change_set")
                         continue
                     }
+                    try await checkScope([changes], before: true)
                     try await apply(changes)
+                    try await checkScope([changes], before: false)
                     // Deferred foreign keys are checked here, so that a dangling link fails
                     // its own change set, not the whole transaction at COMMIT.
                     try await run("SET CONSTRAINTS ALL IMMEDIATE")
@@ -191,6 +196,18 @@ extension ServerSession {
             }
         }
         return outcomes
+    }
+
+    /// Refuses the change sets (``Refusal``) when the session's ``scope`` does not allow
+    /// them, checked under the group's upload lock, so that no other machine's upload moves
+    /// rows between the check and the write: `before` their statements, and after, in the
+    /// same transaction. Nothing without a scope (direct mode).
+    private func checkScope(_ changes: [QueuedChangeSet], before: Bool) async throws {
+        guard let scope else { return }
+        if before { try await run("SELECT '1' FROM (SELECT \(Self.uploadLock(schema))) AS serialized") }
+        if let reason = try await scope.refusal(of: changes, before: before, in: self) {
+            throw Refusal(reason: reason)
+        }
     }
 
     /// A change set the server cannot apply, for a reason found by the session itself.

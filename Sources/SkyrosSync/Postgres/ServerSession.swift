@@ -8,7 +8,7 @@ import Skyros
 /// crosses as text (``ServerType``); every statement is one extended-protocol query.
 package struct ServerSession: Sendable {
     let connection: PostgresConnection
-    let schema: ServerSchema
+    package let schema: ServerSchema
     let logger: Logger
     /// Bounds each statement (nil: no bound).
     let watchdog: Watchdog?
@@ -18,6 +18,9 @@ package struct ServerSession: Sendable {
     package let statements: PreparedStatements?
     /// The checkpoint read's statement (``readChanges(after:rejectedAfter:machine:)``).
     let changesSQL: String
+    /// The machine's rows and writes, when a sync gateway works on its behalf (nil: every
+    /// row, direct mode).
+    package var scope: (any SyncScope)?
 
     /// A session of `schema` on `connection`; with a `watchdog`, a statement that gets no
     /// answer within `timeout` drops the connection (and fails); with `statements`, the

@@ -24,7 +24,7 @@ package final class Watchdog: Sendable {
     private let waiting = Mutex<(next: Int, closed: Bool, failing: [Int: @Sendable () -> Void])>((0, false, [:]))
 
     /// Watches `connection`, running statements on `executor`.
-    init(_ connection: PostgresConnection, executor: (any TaskExecutor)? = nil) {
+    package init(_ connection: PostgresConnection, executor: (any TaskExecutor)? = nil) {
         self.connection = connection
         self.executor = executor
         connection.closeFuture.whenComplete { [weak self] _ in self?.connectionClosed() }

@@ -1,0 +1,51 @@
+import Foundation
+import SkyrosSync
+import Synchronization
+
+/// What a gateway's `/metrics` shows (Prometheus' text format): connected machines, the
+/// checkpoint position, the server connections, notifications fanned out, refusals by reason.
+final class GatewayMetrics: Sendable {
+    let connected = Mutex(0)
+    let listening = Mutex(false)
+    let notifications = Mutex(0)
+    /// The highest checkpoint number (a snapshot's xmin) read for a machine.
+    let position = Mutex<UInt64>(0)
+    private let refusals = Mutex<[String: Int]>([:])
+
+    /// Counts a refusal: a close (`code`) or a change set the rules refused (`code` nil).
+    func refused(_ code: GatewayClose?, reason: String) {
+        let label: String
+        switch code {
+        case .unauthorized?:
+            label = SyncTokenRefusal.Reason.allCases.first { reason.contains("(\($0.rawValue))") }?.rawValue ?? "token"
+        case .forbidden?: label = "other_subject"
+        case .protocolError?: label = "protocol"
+        default: label = reason
+        }
+        refusals.withLock { $0[label, default: 0] += 1 }
+    }
+
+    func text(gateway: GatewayServer) async -> String {
+        let connections = await gateway.pool.openCount + (listening.withLock { $0 } ? 1 : 0)
+        var lines = [
+            "# HELP skyros_gateway_connected_machines Machines connected now.",
+            "# TYPE skyros_gateway_connected_machines gauge",
+            "skyros_gateway_connected_machines \(connected.withLock { $0 })",
+            "# HELP skyros_gateway_server_connections PostgreSQL connections open (the pool and LISTEN).",
+            "# TYPE skyros_gateway_server_connections gauge",
+            "skyros_gateway_server_connections \(connections)",
+            "# HELP skyros_gateway_checkpoint_position The newest checkpoint read for a machine (its snapshot's xmin).",
+            "# TYPE skyros_gateway_checkpoint_position gauge",
+            "skyros_gateway_checkpoint_position \(position.withLock { $0 })",
+            "# HELP skyros_gateway_notifications_total Changes of the group fanned out to machines.",
+            "# TYPE skyros_gateway_notifications_total counter",
+            "skyros_gateway_notifications_total \(notifications.withLock { $0 })",
+            "# HELP skyros_gateway_refusals_total Connections and change sets refused, by reason.",
+            "# TYPE skyros_gateway_refusals_total counter",
+        ]
+        for (reason, count) in refusals.withLock({ $0 }).sorted(by: { $0.key < $1.key }) {
+            lines.append("skyros_gateway_refusals_total{reason=\"\(reason)\"} \(count)")
+        }
+        return lines.joined(separator: "\n") + "\n"
+    }
+}

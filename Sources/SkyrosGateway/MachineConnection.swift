@@ -1,0 +1,288 @@
+import Foundation
+import NIOCore
+import NIOWebSocket
+import Skyros
+import SkyrosSync
+import SkyrosWire
+import Synchronization
+
+/// One machine's WebSocket connection to a gateway: its hello (the token, the machine id bound
+/// to the token's subject), then its requests, answered one at a time on the gateway's
+/// server connections within the machine's buckets (``RulesScope``).
+final class MachineConnection: Sendable {
+    let gateway: GatewayServer
+    let channel: NIOAsyncChannel<WebSocketFrame, WebSocketFrame>
+    let path: String
+    let deadline: Scheduled<Void>
+    let inbox = MessageQueue()
+    private let writer = Mutex<NIOAsyncChannelOutboundWriter<WebSocketFrame>?>(nil)
+
+    init(
+        gateway: GatewayServer, channel: NIOAsyncChannel<WebSocketFrame, WebSocketFrame>, path: String,
+        deadline: Scheduled<Void>
+    ) {
+        self.gateway = gateway
+        self.channel = channel
+        self.path = path
+        self.deadline = deadline
+    }
+
+    private var key: ObjectIdentifier { ObjectIdentifier(self) }
+
+    func run() async {
+        gateway.sessions.withLock { $0[key] = channel.channel }
+        gateway.metrics.connected.withLock { $0 += 1 }
+        defer {
+            gateway.sessions.withLock { $0[key] = nil }
+            gateway.listeners.withLock { $0[key] = nil }
+            gateway.metrics.connected.withLock { $0 -= 1 }
+        }
+        try? await channel.executeThenClose { inbound, outbound in
+            writer.withLock { $0 = outbound }
+            await withTaskGroup(of: Void.self) { group in
+                group.addTask {
+                    do {
+                        for try await frame in inbound {
+                            switch frame.opcode {
+                            case .binary:
+                                self.inbox.push(Array(buffer: frame.unmaskedData))
+                            case .ping:
+                                try? await outbound.write(
+                                    WebSocketFrame(fin: true, opcode: .pong, data: frame.unmaskedData))
+                            case .connectionClose:
+                                self.inbox.finish()
+                                return
+                            case .pong:
+                                continue
+                            default:
+                                await self.close(.protocolError, "only binary messages are part of the protocol")
+                                return
+                            }
+                        }
+                    } catch {}
+                    self.inbox.finish()
+                }
+                group.addTask {
+                    await self.converse()
+                }
+                await group.next()
+                group.cancelAll()
+                self.inbox.finish()
+                try? await self.channel.channel.close()
+            }
+        }
+    }
+
+    /// Sends a message (any thread; in order with the others sent from the same task).
+    func send(_ bytes: [UInt8]) {
+        guard let writer = writer.withLock({ $0 }) else { return }
+        let frame = WebSocketFrame(fin: true, opcode: .binary, data: ByteBuffer(bytes: bytes))
+        Task { try? await writer.write(frame) }
+    }
+
+    private func reply(_ message: GatewayMessage, id: UInt64) async {
+        guard let writer = writer.withLock({ $0 }) else { return }
+        let frame = WebSocketFrame(fin: true, opcode: .binary, data: ByteBuffer(bytes: message.encoded(id: id)))
+        try? await writer.write(frame)
+    }
+
+    /// Closes the connection with `code` and `reason` (the machine shows the reason).
+    func close(_ code: GatewayClose, _ reason: String) async {
+        if code == .unauthorized || code == .forbidden || code == .protocolError {
+            gateway.metrics.refused(code, reason: reason)
+        }
+        if let writer = writer.withLock({ $0 }) {
+            var data = ByteBuffer()
+            data.writeInteger(code.rawValue)
+            data.writeString(String(reason.utf8.prefix(120)) ?? "")
+            try? await writer.write(WebSocketFrame(fin: true, opcode: .connectionClose, data: data))
+        }
+        try? await channel.channel.close()
+    }
+
+    private func converse() async {
+        let expected = "/" + gateway.configuration.group
+        let requested = path.split(separator: "?", maxSplits: 1).first.map(String.init) ?? path
+        guard requested == expected else {
+            await close(
+                .unknownGroup,
+                "this gateway serves the group \(gateway.configuration.group), not \(requested.dropFirst())")
+            return
+        }
+        guard let first = await inbox.next() else { return }
+        guard case .some((let helloID, .hello(let token, let machine))) = try? GatewayMessage.decode(first) else {
+            await close(.protocolError, "the first message must be a hello")
+            return
+        }
+        let claims: SyncTokenClaims
+        do {
+            claims = try await gateway.configuration.verifier.verify(token)
+        } catch let refusal as SyncTokenRefusal {
+            await close(.unauthorized, refusal.description)
+            return
+        } catch {
+            await close(.unauthorized, "token refused: \(error)")
+            return
+        }
+        do {
+            if let owner = try await gateway.bind(machine: machine, subject: claims.subject) {
+                await close(
+                    .forbidden,
+                    "the machine id \(machine.uuidString.lowercased()) is bound to another subject than \(claims.subject) (not \(owner.count) characters shown)"
+                )
+                return
+            }
+        } catch {
+            await close(.goingAway, "the gateway cannot reach its database: \(error)")
+            return
+        }
+        deadline.cancel()
+        let instances = gateway.configuration.rules.instances(for: claims)
+        let scope = RulesScope(rules: gateway.configuration.rules, instances: instances, schemaName: gateway.schemaName)
+        await reply(.welcome(subject: claims.subject, buckets: instances.count), id: helloID)
+        var schema: ServerSchema?
+        while let bytes = await inbox.next() {
+            let id: UInt64
+            let message: GatewayMessage
+            do {
+                (id, message) = try GatewayMessage.decode(bytes)
+            } catch {
+                await close(.protocolError, "a message could not be read: \(error)")
+                return
+            }
+            if claims.expiration.addingTimeInterval(gateway.configuration.verifier.leeway) < Date() {
+                await close(.unauthorized, SyncTokenRefusal(.expired, "the token expired while connected").description)
+                return
+            }
+            if case .prepare(let json, let version) = message {
+                do {
+                    let description = try SchemaDescription(json: json)
+                    let made = ServerSchema(description, version: version, name: gateway.schemaName)
+                    let missing = try await gateway.pool.withSession(made, scope: nil) { session in
+                        try await session.missingTablesAndColumns()
+                    }
+                    guard missing.isEmpty else {
+                        await reply(
+                            .failure(
+                                needsOperator: true,
+                                message:
+                                    "the server's tables lack \(missing.joined(separator: ", ")) (schema \(gateway.schemaName)): an operator sets them up with skyrosd --sync-setup"
+                            ), id: id)
+                        continue
+                    }
+                    schema = made
+                    await reply(.done, id: id)
+                } catch {
+                    await reply(failure(error), id: id)
+                }
+                continue
+            }
+            guard let schema else {
+                if case .listen = message {
+                    gateway.listeners.withLock { $0[key] = self }
+                    await reply(.done, id: id)
+                    continue
+                }
+                await close(.protocolError, "a request before the schema was prepared")
+                return
+            }
+            await handle(message, id: id, machine: machine, schema: schema, scope: scope)
+        }
+    }
+
+    private func failure(_ error: any Error) -> GatewayMessage {
+        let (state, message) = ServerErrors.classify(error, configuration: gateway.configuration.database)
+        return .failure(needsOperator: state == .error, message: message)
+    }
+
+    private func handle(_ message: GatewayMessage, id: UInt64, machine: UUID, schema: ServerSchema, scope: RulesScope)
+        async
+    {
+        let pool = gateway.pool
+        do {
+            switch message {
+            case .uploadedThrough:
+                let number = try await pool.withSession(schema, scope: scope) {
+                    try await $0.uploadedThrough(machine: machine)
+                }
+                await reply(.number(number), id: id)
+            case .digests(let numbers):
+                let digests = try await pool.withSession(schema, scope: scope) {
+                    try await $0.digests(machine: machine, numbers: numbers)
+                }
+                await reply(.recordedDigests(digests), id: id)
+            case .upload(let batch):
+                var entries: [QueuedEntry] = []
+                for (number, bytes) in batch {
+                    do {
+                        entries.append((number, try QueuedChangeSet.decode(Data(bytes))))
+                    } catch {
+                        await close(.protocolError, "change set \(number) could not be read")
+                        return
+                    }
+                }
+                let result = try await pool.withSession(schema, scope: scope) { [entries] in
+                    try await $0.uploadReportingTransactions(entries, machine: machine)
+                }
+                for outcome in result.outcomes {
+                    if case .rejected(let reason) = outcome, reason.hasPrefix("not permitted by the sync rules") {
+                        gateway.metrics.refused(GatewayClose?.none, reason: "rules")
+                    }
+                }
+                await reply(.outcomes(result.outcomes, transactions: result.transactions), id: id)
+            case .readCheckpoint(let previous, let rejectedAfter, let pageSize):
+                let checkpoint = try await pool.withSession(schema, scope: scope) { session in
+                    try await session.readCheckpoint(
+                        after: previous, rejectedAfter: rejectedAfter, machine: machine, pageSize: pageSize
+                    ) { page in
+                        await self.reply(.page(page), id: id)
+                        guard let bytes = await self.inbox.next(),
+                            case .some((_, .staged(let failure))) = try? GatewayMessage.decode(bytes)
+                        else { return "the machine did not acknowledge a snapshot page" }
+                        return failure
+                    }
+                }
+                gateway.metrics.position.withLock { $0 = max($0, checkpoint.number) }
+                await reply(.checkpoint(checkpoint), id: id)
+            case .compact:
+                // The gateway compacts the log itself (GatewayConfiguration.compactionInterval).
+                await reply(.done, id: id)
+            case .listen:
+                gateway.listeners.withLock { $0[key] = self }
+                await reply(.done, id: id)
+            default:
+                await close(.protocolError, "a message a machine does not send")
+            }
+        } catch let staging as Checkpoint.StagingFailed {
+            await reply(.failure(needsOperator: false, message: staging.reason), id: id)
+        } catch {
+            await reply(failure(error), id: id)
+        }
+    }
+}
+
+extension GatewayServer {
+    /// Binds `machine` to `subject` the first time it is seen; the subject it is bound to
+    /// when that is another one (nil: bound to `subject`). Uploads and reads are under the
+    /// hello's machine id only, so a token cannot act as another subject's machine.
+    func bind(machine: UUID, subject: String) async throws -> String? {
+        let table = ServerSchema.quote(schemaName) + "._skyros_gateway_machines"
+        let empty = ServerSchema(SchemaDescription(entities: []), version: 0, name: schemaName)
+        let ready = bindingsReady.withLock { $0 }
+        return try await pool.withSession(empty, scope: nil) { session in
+            if !ready {
+                _ = try? await session.run(
+                    "CREATE TABLE IF NOT EXISTS \(table) (machine uuid PRIMARY KEY, subject text NOT NULL, bound timestamptz NOT NULL DEFAULT now())"
+                )
+                self.bindingsReady.withLock { $0 = true }
+            }
+            let text = machine.uuidString.lowercased()
+            try await session.run(
+                "INSERT INTO \(table) (machine, subject) VALUES ($1::uuid, $2) ON CONFLICT (machine) DO NOTHING",
+                [text, subject])
+            let rows = try await session.run("SELECT subject FROM \(table) WHERE machine = $1::uuid", [text])
+            guard let owner = rows.first?.first ?? nil else { return "nobody" }
+            return owner == subject ? nil : owner
+        }
+    }
+}

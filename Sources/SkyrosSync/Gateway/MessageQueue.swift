@@ -1,0 +1,46 @@
+import Synchronization
+
+/// The messages a gateway connection received, taken one at a time (by a gateway's session of a
+/// machine, by a machine's request waiting for its answer).
+package final class MessageQueue: Sendable {
+    private let state = Mutex<(messages: [[UInt8]], waiter: CheckedContinuation<[UInt8]?, Never>?, finished: Bool)>(
+        ([], nil, false))
+
+    package init() {}
+
+    /// Adds a message.
+    package func push(_ bytes: [UInt8]) {
+        let waiter = state.withLock { state -> CheckedContinuation<[UInt8]?, Never>? in
+            if let waiter = state.waiter {
+                state.waiter = nil
+                return waiter
+            }
+            state.messages.append(bytes)
+            return nil
+        }
+        waiter?.resume(returning: bytes)
+    }
+
+    /// No more messages: a waiting and every later ``next()`` gets nil.
+    package func finish() {
+        let waiter = state.withLock { state in
+            state.finished = true
+            defer { state.waiter = nil }
+            return state.waiter
+        }
+        waiter?.resume(returning: nil)
+    }
+
+    /// The next message; nil once the connection ended.
+    package func next() async -> [UInt8]? {
+        await withCheckedContinuation { continuation in
+            let ready = state.withLock { state -> [UInt8]?? in
+                if !state.messages.isEmpty { return .some(state.messages.removeFirst()) }
+                if state.finished { return .some(nil) }
+                state.waiter = continuation
+                return nil
+            }
+            if let ready { continuation.resume(returning: ready) }
+        }
+    }
+}

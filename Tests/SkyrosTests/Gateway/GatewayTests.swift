@@ -1,0 +1,246 @@
+import Foundation
+import Logging
+import NIOPosix
+import PostgresNIO
+import Skyros
+import SkyrosGateway
+import SkyrosShared
+import SkyrosSync
+import SkyrosTestSupport
+import Testing
+
+/// Machines through a sync gateway (DESIGN §10): a real PostgreSQL, a gateway serving WebSockets
+/// over TLS with certificates made for the test, tokens signed for real, and daemons whose sync
+/// engine talks to the gateway.
+@Suite("Sync gateway", .serialized, .timeLimit(.minutes(3)))
+struct GatewayTests {
+    static let rules = """
+        buckets:
+          own:
+            parameters:
+              who: token.sub
+            entities:
+              User: handle = bucket.who
+              Post: author.handle = bucket.who
+        """
+
+    /// A database with the group's tables, a gateway in front of it, and what machines need to
+    /// reach it (the CA, tokens).
+    final class Fleet: Sendable {
+        let postgres: PostgresServer
+        let database: String
+        let certificates: TestCertificates
+        let gateway: GatewayServer
+        let directory: String
+        let secret = Data((0..<32).map { _ in UInt8.random(in: 0...255) })
+        static let schemaName = "g_gateway"
+
+        init() async throws {
+            postgres = try PostgresServer.shared()
+            database = try postgres.createUniqueDatabase(prefix: "gateway")
+            certificates = try TestCertificates()
+            directory = "/tmp/skgw-\(getpid())-\(UInt32.random(in: 0...UInt32.max))"
+            try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+            let configuration = SyncConfiguration(
+                host: postgres.host, port: postgres.port, username: postgres.superuser, database: database,
+                schema: Self.schemaName, tls: .disable)
+            // The group's tables, as an operator's --sync-setup makes them.
+            var logger = Logger(label: "test")
+            logger.logLevel = .critical
+            let connection = try await PostgresConnection.connect(
+                on: MultiThreadedEventLoopGroup.singleton.any(),
+                configuration: try configuration.connectionConfiguration(), id: 1, logger: logger)
+            do {
+                try await ServerSession(
+                    connection: connection, schema: ServerSchema(testSchema, name: Self.schemaName), logger: logger
+                ).ensureSchema()
+            } catch {
+                try? await connection.close()
+                throw error
+            }
+            try await connection.close()
+            let rules = try SyncRules.parse(GatewayTests.rules).resolvingDestinations(in: testSchema)
+            var gatewayConfiguration = GatewayConfiguration(
+                group: "g", database: configuration, rules: rules,
+                verifier: try await SyncTokenVerifier(secret: secret), host: "127.0.0.1", port: 0,
+                certificate: certificates.serverCertificate, key: certificates.serverKey)
+            gatewayConfiguration.handshakeTimeout = .seconds(2)
+            gateway = GatewayServer(configuration: gatewayConfiguration)
+            try await gateway.start()
+        }
+
+        /// A token of `subject`, in a file of its own.
+        func tokenFile(_ subject: String, expires: TimeInterval = 3600) async throws -> String {
+            let token = try await SyncToken.mint(
+                SyncTokenClaims(subject: subject, expiration: Date().addingTimeInterval(expires)), secret: secret)
+            let path = directory + "/\(subject)-\(UInt32.random(in: 0...UInt32.max)).token"
+            try token.write(toFile: path, atomically: true, encoding: .utf8)
+            return path
+        }
+
+        /// A machine's sync configuration through the gateway with the token in `tokenFile`.
+        func machineConfiguration(tokenFile: String) throws -> SyncConfiguration {
+            let container = URL(fileURLWithPath: directory).appendingPathComponent("unused")
+            guard
+                let configuration = try SyncConfiguration.resolve(
+                    group: "g", container: container,
+                    url: "wss://127.0.0.1:\(gateway.port)/g?sslrootcert=\(certificates.authority)", passwordFile: nil,
+                    tokenFile: tokenFile, environment: [:])
+            else { throw SkyrosError(.syncConfiguration, "no configuration") }
+            return configuration
+        }
+
+        /// A machine (a daemon and a client stack) syncing through the gateway as `subject`.
+        func machine(_ subject: String) async throws -> (daemon: RunningDaemon, stack: Skyros) {
+            let daemon = try RunningDaemon(sync: try machineConfiguration(tokenFile: try await tokenFile(subject)))
+            let stack = try Skyros(sharedStack: testSchema, container: daemon.container.url)
+            return (daemon, stack)
+        }
+
+        @discardableResult
+        func psql(_ sql: String) throws -> String { try postgres.psql(sql, database: database) }
+
+        func stop() async {
+            await gateway.stop()
+        }
+
+        deinit {
+            try? FileManager.default.removeItem(atPath: directory)
+        }
+    }
+
+    func eventually(seconds: Double = 30, _ condition: () async throws -> Bool) async -> Bool {
+        let deadline = Date().addingTimeInterval(seconds)
+        while Date() < deadline {
+            if (try? await condition()) == true { return true }
+            try? await Task.sleep(for: .milliseconds(20))
+        }
+        return (try? await condition()) == true
+    }
+
+    func handles(_ stack: Skyros) async throws -> [String] {
+        try await stack.read { context in try User.all(in: context).map(\.handle).sorted() }
+    }
+
+    func titles(_ stack: Skyros) async throws -> [String] {
+        try await stack.read { context in try Post.all(in: context).map(\.title).sorted() }
+    }
+
+    /// `skyros status --json`'s `sync` of a machine.
+    func syncStatus(_ daemon: RunningDaemon) throws -> [String: Any] {
+        let run = try OperatingToolTests.run(["status", "--group", "g", "--groups-dir", daemon.directory, "--json"])
+        let object = try JSONSerialization.jsonObject(with: Data(run.stdout.utf8)) as? [String: Any]
+        return object?["sync"] as? [String: Any] ?? [:]
+    }
+
+    @Test(
+        "two machines with different tokens: each has only its rows; a row moved on the server leaves one and reaches the other, with the posts it reaches; writes outside one's buckets are refused"
+    )
+    func twoMachines() async throws {
+        let fleet = try await Fleet()
+        try fleet.psql(
+            """
+            INSERT INTO g_gateway."User" (handle, firstname) VALUES ('ann', 'Ann'), ('bob', 'Bob'), ('carl', 'Carl');
+            INSERT INTO g_gateway."Post" (title, author) SELECT 'by ' || handle, "_id" FROM g_gateway."User";
+            """)
+        let ann = try await fleet.machine("ann")
+        let bob = try await fleet.machine("bob")
+        defer { withExtendedLifetime((ann, bob)) {} }
+        #expect(await eventually { try await handles(ann.stack) == ["ann"] })
+        #expect(await eventually { try await handles(bob.stack) == ["bob"] })
+        #expect(try await titles(ann.stack) == ["by ann"])
+        #expect(try await titles(bob.stack) == ["by bob"])
+        let status = try syncStatus(ann.daemon)
+        #expect(status["via"] as? String == "gateway")
+        #expect(status["state"] as? String == "online")
+
+        // A psql insert reaches exactly the machine whose bucket holds it.
+        try fleet.psql(
+            #"INSERT INTO g_gateway."Post" (title, author) SELECT 'second by ann', "_id" FROM g_gateway."User" WHERE handle = 'ann'"#
+        )
+        #expect(await eventually { try await titles(ann.stack) == ["by ann", "second by ann"] })
+
+        // A write inside one's bucket goes to the server.
+        try await ann.stack.write { context in
+            try User.all(in: context).first { $0.handle == "ann" }?.firstname = "Anne"
+        }
+        #expect(
+            await eventually {
+                try fleet.psql(#"SELECT firstname FROM g_gateway."User" WHERE handle = 'ann'"#) == "Anne"
+            })
+
+        // A write outside it (a user Ann's token does not hold) is refused, and the object goes away on Ann.
+        try await ann.stack.write { context in
+            let user = User.create(in: context)
+            user.handle = "mallory"
+        }
+        #expect(
+            await eventually {
+                (try syncStatus(ann.daemon))["rejected"] as? Int ?? 0 >= 1
+            })
+        #expect(try fleet.psql(#"SELECT count(*) FROM g_gateway."User" WHERE handle = 'mallory'"#) == "0")
+        #expect(await eventually { try await handles(ann.stack) == ["ann"] })
+
+        // Moving a user on the server: it leaves Ann, reaches Bob, with the posts it reaches.
+        try fleet.psql(
+            #"BEGIN; UPDATE g_gateway."User" SET handle = 'old-bob' WHERE handle = 'bob'; UPDATE g_gateway."User" SET handle = 'bob' WHERE handle = 'ann'; COMMIT"#
+        )
+        #expect(await eventually { try await handles(ann.stack) == [] })
+        #expect(await eventually { try await titles(ann.stack) == [] })
+        #expect(await eventually { try await handles(bob.stack) == ["bob"] })
+        #expect(await eventually { try await titles(bob.stack) == ["by ann", "second by ann"] })
+        await fleet.stop()
+    }
+
+    @Test("tokens refused with nothing applied: forged, expired, alg none; a machine id bound to another subject")
+    func refusedTokens() async throws {
+        let fleet = try await Fleet()
+        try fleet.psql(#"INSERT INTO g_gateway."User" (handle) VALUES ('ann')"#)
+        let executor = SyncExecutor()
+        func attempt(token: String, machine: UUID = UUID()) async -> String {
+            let path = fleet.directory + "/attempt-\(UUID().uuidString).token"
+            try? token.write(toFile: path, atomically: true, encoding: .utf8)
+            guard let configuration = try? fleet.machineConfiguration(tokenFile: path),
+                let endpoint = configuration.gateway
+            else { return "no configuration" }
+            let server = GatewaySyncServer(endpoint: endpoint, statementTimeout: .seconds(10), executor: executor)
+            do {
+                let connection = try await server.connect(machine: machine) {}
+                connection.close()
+                return "accepted"
+            } catch {
+                let (state, message) = server.classify(error)
+                return "\(state.rawValue): \(message)"
+            }
+        }
+        let good = try String(contentsOfFile: try await fleet.tokenFile("ann"), encoding: .utf8)
+        #expect(await attempt(token: good) == "accepted")
+        // Forged: signed with another secret.
+        let forged = try await SyncToken.mint(
+            SyncTokenClaims(subject: "ann", expiration: Date().addingTimeInterval(3600)),
+            secret: Data(repeating: 7, count: 32))
+        let forgedAnswer = await attempt(token: forged)
+        #expect(forgedAnswer.hasPrefix("error: the gateway refused the token"), "\(forgedAnswer)")
+        #expect(forgedAnswer.contains("forged"), "\(forgedAnswer)")
+        // Expired (past the leeway).
+        let expired = try String(contentsOfFile: try await fleet.tokenFile("ann", expires: -120), encoding: .utf8)
+        let expiredAnswer = await attempt(token: expired)
+        #expect(expiredAnswer.contains("expired"), "\(expiredAnswer)")
+        // alg: none.
+        let parts = good.split(separator: ".")
+        let none =
+            Data(#"{"alg":"none","typ":"JWT"}"#.utf8).base64EncodedString().replacingOccurrences(of: "=", with: "")
+            + "." + parts[1] + "."
+        let noneAnswer = await attempt(token: none)
+        #expect(noneAnswer.hasPrefix("error: the gateway refused the token"), "\(noneAnswer)")
+        // A machine id bound to another subject.
+        let machine = UUID()
+        #expect(await attempt(token: good, machine: machine) == "accepted")
+        let bob = try String(contentsOfFile: try await fleet.tokenFile("bob"), encoding: .utf8)
+        let stolen = await attempt(token: bob, machine: machine)
+        #expect(stolen.hasPrefix("error: the gateway refused this machine"), "\(stolen)")
+        // Nothing was applied by any of them.
+        #expect(try fleet.psql(#"SELECT count(*) FROM g_gateway."User""#) == "1")
+        await fleet.stop()
+    }
+}
