@@ -67,8 +67,8 @@ package final class GatewayServer: Sendable {
     /// The machines that asked for notifications, by connection.
     let listeners = Mutex<[ObjectIdentifier: MachineConnection]>([:])
     private let state = Mutex<(channel: (any Channel)?, tasks: [Task<Void, Never>], port: Int)>((nil, [], 0))
-    /// The machines' sessions' tasks, cancelled at ``stop()``.
-    let sessions = Mutex<[ObjectIdentifier: any Channel]>([:])
+    /// The machines' connections, closed with code 1001 at ``stop()``.
+    let sessions = Mutex<[ObjectIdentifier: MachineConnection]>([:])
     /// Whether the machines' binding table exists (made once at the first hello).
     let bindingsReady = Mutex(false)
 
@@ -167,7 +167,11 @@ package final class GatewayServer: Sendable {
         try? await channel?.close()
         for task in tasks { task.cancel() }
         let open = sessions.withLock { Array($0.values) }
-        for channel in open { try? await channel.close() }
+        await withTaskGroup(of: Void.self) { group in
+            for connection in open {
+                group.addTask { await connection.close(.goingAway, "the gateway is stopping: connect again") }
+            }
+        }
         for task in tasks { await task.value }
         await pool.close()
     }

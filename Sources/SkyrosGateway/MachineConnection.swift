@@ -30,7 +30,7 @@ final class MachineConnection: Sendable {
     private var key: ObjectIdentifier { ObjectIdentifier(self) }
 
     func run() async {
-        gateway.sessions.withLock { $0[key] = channel.channel }
+        gateway.sessions.withLock { $0[key] = self }
         gateway.metrics.connected.withLock { $0 += 1 }
         defer {
             gateway.sessions.withLock { $0[key] = nil }
@@ -94,7 +94,13 @@ final class MachineConnection: Sendable {
         if let writer = writer.withLock({ $0 }) {
             var data = ByteBuffer()
             data.writeInteger(code.rawValue)
-            data.writeString(String(reason.utf8.prefix(120)) ?? "")
+            // At most 123 bytes of reason in a close frame: cut at a character's boundary.
+            var shown = ""
+            for character in reason {
+                if shown.utf8.count + character.utf8.count > 120 { break }
+                shown.append(character)
+            }
+            data.writeString(shown)
             try? await writer.write(WebSocketFrame(fin: true, opcode: .connectionClose, data: data))
         }
         try? await channel.channel.close()
@@ -125,18 +131,30 @@ final class MachineConnection: Sendable {
             return
         }
         do {
-            if let owner = try await gateway.bind(machine: machine, subject: claims.subject) {
+            if try await gateway.bind(machine: machine, subject: claims.subject) != nil {
                 await close(
                     .forbidden,
-                    "the machine id \(machine.uuidString.lowercased()) is bound to another subject than \(claims.subject) (not \(owner.count) characters shown)"
+                    "the machine id \(machine.uuidString.lowercased()) is bound to another subject than \(claims.subject)"
                 )
                 return
             }
         } catch {
-            await close(.goingAway, "the gateway cannot reach its database: \(error)")
+            // The database (offline: the machine tries again), or its tables (an operator's).
+            await reply(failure(error), id: helloID)
+            await close(.goingAway, "the gateway could not bind the machine")
             return
         }
         deadline.cancel()
+        // A token that expires while connected closes the connection then, even one that only
+        // listens (the machine connects again with its renewed token file).
+        let remaining = claims.expiration.addingTimeInterval(gateway.configuration.verifier.leeway).timeIntervalSinceNow
+        let expiry = channel.channel.eventLoop.scheduleTask(in: .milliseconds(Int64(max(0, remaining) * 1000))) {
+            Task {
+                await self.close(
+                    .unauthorized, SyncTokenRefusal(.expired, "the token expired while connected").description)
+            }
+        }
+        defer { expiry.cancel() }
         let instances = gateway.configuration.rules.instances(for: claims)
         let scope = RulesScope(rules: gateway.configuration.rules, instances: instances, schemaName: gateway.schemaName)
         await reply(.welcome(subject: claims.subject, buckets: instances.count), id: helloID)
@@ -237,7 +255,8 @@ final class MachineConnection: Sendable {
                     ) { page in
                         await self.reply(.page(page), id: id)
                         guard let bytes = await self.inbox.next(),
-                            case .some((_, .staged(let failure))) = try? GatewayMessage.decode(bytes)
+                            case .some((let answered, .staged(let failure))) = try? GatewayMessage.decode(bytes),
+                            answered == id
                         else { return "the machine did not acknowledge a snapshot page" }
                         return failure
                     }

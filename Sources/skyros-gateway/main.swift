@@ -24,11 +24,17 @@ struct SkyrosGatewayCommand: AsyncParsableCommand {
             the rules are invalid; 69 the database cannot be reached.
             """)
 
+    @Option(
+        help: ArgumentHelp(
+            "A configuration file: key = value lines (# comments) with the options' names as keys (group, database, database-password-file, rules, secret-file, keys, audience, listen, tls-cert, tls-key, pool-size); an option given on the command line wins.",
+            valueName: "path"))
+    var config: String?
+
     @Option(help: ArgumentHelp("The application group.", valueName: "id"))
-    var group: String
+    var group: String?
 
     @Option(help: ArgumentHelp("The group's PostgreSQL database (postgresql://user@host/db).", valueName: "url"))
-    var database: String
+    var database: String?
 
     @Option(
         name: .customLong("database-password-file"),
@@ -36,7 +42,7 @@ struct SkyrosGatewayCommand: AsyncParsableCommand {
     var passwordFile: String?
 
     @Option(help: ArgumentHelp("The sync rules (sync-rules.yaml).", valueName: "path"))
-    var rules: String
+    var rules: String?
 
     @Option(
         name: .customLong("secret-file"),
@@ -67,12 +73,80 @@ struct SkyrosGatewayCommand: AsyncParsableCommand {
         name: .customLong("pool-size"),
         help: ArgumentHelp(
             "PostgreSQL connections for machines' requests (the LISTEN connection is one more).", valueName: "n"))
-    var poolSize = 3
+    var poolSize: Int?
+
+    @Option(
+        name: .customLong("handshake-timeout"),
+        help: ArgumentHelp(
+            "Seconds a connection may take from its accept to its accepted hello (TLS, the WebSocket upgrade, the token) before it is closed (default 10).",
+            valueName: "seconds"))
+    var handshakeTimeout: Double?
 
     @Flag(help: "Validate the configuration and exit.")
     var check = false
 
+    /// The options a configuration file may give.
+    static let configKeys = [
+        "group", "database", "database-password-file", "rules", "secret-file", "keys", "audience", "listen", "tls-cert",
+        "tls-key", "pool-size",
+    ]
+
+    /// The command with the configuration file's values where the command line gave none.
+    func merged() -> SkyrosGatewayCommand {
+        guard let config else { return self }
+        guard let text = try? String(contentsOfFile: config, encoding: .utf8) else {
+            fail(64, "the configuration file \(config) cannot be read")
+        }
+        var values: [String: String] = [:]
+        for (index, raw) in text.split(omittingEmptySubsequences: false, whereSeparator: \.isNewline).enumerated() {
+            let line = raw.trimmingCharacters(in: .whitespaces)
+            if line.isEmpty || line.hasPrefix("#") { continue }
+            guard let equals = line.firstIndex(of: "=") else {
+                fail(64, "\(config) line \(index + 1): expected key = value")
+            }
+            let key = line[..<equals].trimmingCharacters(in: .whitespaces)
+            var value = line[line.index(after: equals)...].trimmingCharacters(in: .whitespaces)
+            if value.count >= 2, let quote = value.first, quote == "\"" || quote == "'", value.last == quote {
+                value = String(value.dropFirst().dropLast())
+            }
+            guard Self.configKeys.contains(key) else {
+                fail(
+                    64,
+                    "\(config) line \(index + 1): unknown key '\(key.prefix(40))'; the keys are \(Self.configKeys.joined(separator: ", "))"
+                )
+            }
+            guard values.updateValue(value, forKey: key) == nil else {
+                fail(64, "\(config) line \(index + 1): \(key) is given a second time")
+            }
+        }
+        var command = self
+        command.group = group ?? values["group"]
+        command.database = database ?? values["database"]
+        command.passwordFile = passwordFile ?? values["database-password-file"]
+        command.rules = rules ?? values["rules"]
+        command.secretFile = secretFile ?? values["secret-file"]
+        command.keys = keys ?? values["keys"]
+        command.audience = audience ?? values["audience"]
+        command.listen = listen ?? values["listen"]
+        command.tlsCertificate = tlsCertificate ?? values["tls-cert"]
+        command.tlsKey = tlsKey ?? values["tls-key"]
+        if poolSize == nil, let text = values["pool-size"] {
+            guard let size = Int(text), (1...64).contains(size) else {
+                fail(64, "\(config): pool-size is a number of connections from 1 to 64")
+            }
+            command.poolSize = size
+        }
+        return command
+    }
+
     func run() async throws {
+        try await merged().serve()
+    }
+
+    func serve() async throws {
+        guard let group else { fail(64, "give the group: --group ID (or group in --config)") }
+        guard let database else { fail(64, "give the group's database: --database URL (or database in --config)") }
+        guard let rules else { fail(64, "give the sync rules: --rules PATH (or rules in --config)") }
         var address: (host: String, port: Int)?
         if !check {
             guard let listen, let colon = listen.lastIndex(of: ":"),
@@ -161,7 +235,13 @@ struct SkyrosGatewayCommand: AsyncParsableCommand {
         var gatewayConfiguration = GatewayConfiguration(
             group: group, database: configuration, rules: parsed.resolvingDestinations(in: Self.rulesCatalog(catalog)),
             verifier: verifier, host: address.host, port: address.port, certificate: tlsCertificate, key: tlsKey)
-        gatewayConfiguration.poolSize = max(1, poolSize)
+        gatewayConfiguration.poolSize = max(1, poolSize ?? 3)
+        if let handshakeTimeout {
+            guard handshakeTimeout > 0, handshakeTimeout <= 3600 else {
+                fail(64, "--handshake-timeout is a number of seconds above 0, at most 3600")
+            }
+            gatewayConfiguration.handshakeTimeout = .milliseconds(Int64(handshakeTimeout * 1000))
+        }
         var serving = Logger(label: "skyros-gateway")
         serving.logLevel = .info
         let gateway = GatewayServer(configuration: gatewayConfiguration, logger: serving)

@@ -60,8 +60,8 @@ package enum GatewayMessage: Sendable {
 
     /// The protocol's version byte, first in every message.
     package static let version: UInt8 = 1
-    /// The largest message either side accepts (bytes): a gateway closes a connection that
-    /// sends more (code ``GatewayClose/tooLarge``).
+    /// The largest message either side accepts (bytes): a larger frame closes the connection
+    /// with the WebSocket's own code 1009 (message too big).
     package static let maximumSize = 16 << 20
 
     /// The type byte of each message.
@@ -71,7 +71,9 @@ package enum GatewayMessage: Sendable {
     }
 }
 
-/// The close codes of a gateway's WebSocket connections, with a reason text beside each.
+/// The close codes of a gateway's WebSocket connections, with a reason text beside each. A
+/// connection whose handshake (TLS, the upgrade, the hello) is not done within the gateway's
+/// bound is dropped without a close frame (it may not even speak WebSocket yet).
 package enum GatewayClose: UInt16, Sendable {
     /// A message the gateway cannot read, or one out of order (a request before ``GatewayMessage/hello(token:machine:)``).
     case protocolError = 4400
@@ -79,10 +81,6 @@ package enum GatewayClose: UInt16, Sendable {
     case unauthorized = 4401
     /// The machine id is another subject's (uploads are bound to the token's `sub`).
     case forbidden = 4403
-    /// The handshake (TLS, the upgrade, the hello) took longer than the gateway allows.
-    case handshakeTimeout = 4408
-    /// A message larger than ``GatewayMessage/maximumSize``.
-    case tooLarge = 4413
     /// The group in the URL is not the gateway's.
     case unknownGroup = 4404
     /// The gateway is stopping: connect again (to it or another).

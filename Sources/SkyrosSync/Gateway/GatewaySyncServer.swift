@@ -40,9 +40,16 @@ package struct GatewaySyncServer: SyncServer {
         defer { link.close() }
         _ = try await link.request(.listen)
         notify(nil)  // whatever happened while it was not listening
+        var silent = false
         while true {
-            // A ping every second statement timeout: a gateway that stopped answering fails the listen.
-            guard let message = try await link.next(within: statementTimeout * 2, pinging: true) else { continue }
+            // A ping after a silence of two statement timeouts; a second silence as long (no
+            // pong, no message) fails the listen: a gateway that stopped answering.
+            guard let message = try await link.next(within: statementTimeout * 2, pinging: true) else {
+                if silent { throw GatewayLink.Failed(needsOperator: false, message: "the gateway stopped answering") }
+                silent = true
+                continue
+            }
+            silent = false
             if case .notify(let transaction) = message.message { notify(transaction) }
         }
     }
@@ -153,6 +160,27 @@ final class GatewaySyncConnection: SyncServerConnection {
     func close() { link.close() }
 }
 
+/// The channel of a connection being opened, for its handshake's deadline.
+private final class OpenedChannel: Sendable {
+    private let state = Mutex<(channel: (any Channel)?, closed: Bool)>((nil, false))
+
+    func set(_ channel: any Channel) {
+        let closed = state.withLock { state in
+            state.channel = channel
+            return state.closed
+        }
+        if closed { channel.close(promise: nil) }
+    }
+
+    func close() {
+        let channel = state.withLock { state in
+            state.closed = true
+            return state.channel
+        }
+        channel?.close(promise: nil)
+    }
+}
+
 /// A WebSocket connection to a gateway, past its hello.
 final class GatewayLink: Sendable {
     let channel: NIOAsyncChannel<WebSocketFrame, WebSocketFrame>
@@ -228,7 +256,9 @@ final class GatewayLink: Sendable {
                             return
                         case .ping:
                             try? await outbound.write(
-                                WebSocketFrame(fin: true, opcode: .pong, maskKey: .random(), data: frame.data))
+                                WebSocketFrame(fin: true, opcode: .pong, maskKey: .random(), data: frame.unmaskedData))
+                        case .pong:
+                            state.queue.push(GatewayLink.pong)
                         default:
                             continue
                         }
@@ -259,10 +289,15 @@ final class GatewayLink: Sendable {
             case websocket(NIOAsyncChannel<WebSocketFrame, WebSocketFrame>)
             case refused
         }
+        // The whole handshake (TLS, the upgrade, the hello) is bounded: the connection is
+        // closed at the deadline, which fails whatever waits on it.
+        let opened = OpenedChannel()
+        let deadline = eventLoop.scheduleTask(in: TimeAmount(timeout)) { opened.close() }
         let upgrade: EventLoopFuture<Upgrade> = try await ClientBootstrap(group: eventLoop)
             .connectTimeout(TimeAmount(timeout))
             .connect(host: endpoint.host, port: endpoint.port) { channel in
-                channel.eventLoop.makeCompletedFuture {
+                opened.set(channel)
+                return channel.eventLoop.makeCompletedFuture {
                     let handler = try NIOSSLClientHandler(context: context, serverHostname: hostname)
                     try channel.pipeline.syncOperations.addHandler(handler)
                     let upgrader = NIOTypedWebSocketClientUpgrader<Upgrade>(
@@ -279,7 +314,8 @@ final class GatewayLink: Sendable {
                             }
                         })
                     var headers = HTTPHeaders()
-                    headers.add(name: "Host", value: "\(endpoint.host):\(endpoint.port)")
+                    let host = endpoint.host.contains(":") ? "[\(endpoint.host)]" : endpoint.host
+                    headers.add(name: "Host", value: "\(host):\(endpoint.port)")
                     headers.add(name: "Content-Length", value: "0")
                     let head = HTTPRequestHead(
                         version: .http1_1, method: .GET, uri: "/" + endpoint.group, headers: headers)
@@ -292,9 +328,6 @@ final class GatewayLink: Sendable {
                                 })))
                 }
             }
-        let deadline = eventLoop.scheduleTask(in: TimeAmount(timeout)) {
-            upgrade.whenSuccess { if case .websocket(let c) = $0 { c.channel.close(promise: nil) } }
-        }
         guard case .websocket(let channel) = try await upgrade.get() else {
             deadline.cancel()
             throw Failed(needsOperator: true, message: "\(endpoint.url) is not a sync gateway (no WebSocket upgrade)")
@@ -338,10 +371,7 @@ final class GatewayLink: Sendable {
     /// connection is dropped.
     func answer(to id: UInt64) async throws -> GatewayMessage {
         while true {
-            guard let next = try await next(within: timeout, pinging: false) else {
-                close()
-                throw closedError()
-            }
+            guard let next = try await next(within: timeout, pinging: false) else { continue }
             if next.id != id { continue }
             if case .failure(let needsOperator, let message) = next.message {
                 throw Failed(needsOperator: needsOperator, message: message)
@@ -373,6 +403,7 @@ final class GatewayLink: Sendable {
                 close()
                 throw Failed(needsOperator: false, message: "the gateway did not answer within \(limit)")
             }
+            if bytes == Self.pong { return nil }  // alive: the caller waits again
             do {
                 let decoded = try GatewayMessage.decode(bytes)
                 return (decoded.id, decoded.message)
@@ -383,6 +414,9 @@ final class GatewayLink: Sendable {
             }
         }
     }
+
+    /// A pong's mark in the queue (no message is one byte long).
+    static let pong: [UInt8] = [0]
 
     private func closedError() -> any Error {
         if let (code, reason) = state.closeReason.withLock({ $0 }) { return Closed(code: code, reason: reason) }

@@ -100,6 +100,50 @@ struct GatewayTests {
         @discardableResult
         func psql(_ sql: String) throws -> String { try postgres.psql(sql, database: database) }
 
+        /// A `skyros-gateway` process in front of the same database (`port` 0: any free one),
+        /// with the same rules and secret; returns once it listens, with its port.
+        func spawnGateway(port: Int = 0) throws -> (process: ChildProcess, port: Int) {
+            let rules = directory + "/sync-rules.yaml"
+            let secret = directory + "/secret"
+            if !FileManager.default.fileExists(atPath: rules) {
+                try GatewayTests.rules.write(toFile: rules, atomically: true, encoding: .utf8)
+                _ = FileManager.default.createFile(
+                    atPath: secret, contents: self.secret, attributes: [.posixPermissions: 0o600])
+            }
+            let process = try ChildProcess(
+                [
+                    "--group", "g",
+                    "--database",
+                    "postgresql://\(postgres.superuser)@\(postgres.host):\(postgres.port)/\(database)?sslmode=disable&schema=\(Self.schemaName)",
+                    "--rules", rules, "--secret-file", secret, "--listen", "127.0.0.1:\(port)",
+                    "--tls-cert", certificates.serverCertificate, "--tls-key", certificates.serverKey,
+                    "--handshake-timeout", "2",
+                ], executable: ChildProcess.builtExecutable("skyros-gateway"))
+            guard process.waitForOutput(containing: "listening on 127.0.0.1:") else {
+                throw SkyrosError(.storeFailure, "the gateway did not start: \(process.readAll())")
+            }
+            // "listening on 127.0.0.1:PORT"
+            var output = ""
+            _ = process.waitForOutput(containing: "\n", seconds: 1)
+            output = process.outputSoFar
+            guard let line = output.split(separator: "\n").first(where: { $0.contains("listening on 127.0.0.1:") }),
+                let listened = Int(line.split(separator: ":").last ?? "")
+            else { throw SkyrosError(.storeFailure, "the gateway's port is not in its output: \(output)") }
+            return (process, listened)
+        }
+
+        /// A machine's sync configuration through a gateway at `port`.
+        func machineConfiguration(tokenFile: String, port: Int) throws -> SyncConfiguration {
+            let container = URL(fileURLWithPath: directory).appendingPathComponent("unused")
+            guard
+                let configuration = try SyncConfiguration.resolve(
+                    group: "g", container: container,
+                    url: "wss://127.0.0.1:\(port)/g?sslrootcert=\(certificates.authority)", passwordFile: nil,
+                    tokenFile: tokenFile, environment: [:])
+            else { throw SkyrosError(.syncConfiguration, "no configuration") }
+            return configuration
+        }
+
         func stop() async {
             await gateway.stop()
         }
@@ -242,5 +286,126 @@ struct GatewayTests {
         // Nothing was applied by any of them.
         #expect(try fleet.psql(#"SELECT count(*) FROM g_gateway."User""#) == "1")
         await fleet.stop()
+    }
+
+    @Test(
+        "a gateway killed mid-stream: its machines continue on a second instance at the same address; nothing lost or applied twice"
+    )
+    func gatewayKilled() async throws {
+        let fleet = try await Fleet()
+        try fleet.psql(#"INSERT INTO g_gateway."User" (handle) VALUES ('ann')"#)
+        var first = try fleet.spawnGateway()
+        let port = first.port
+        let writer = try RunningDaemon(
+            sync: try fleet.machineConfiguration(tokenFile: try await fleet.tokenFile("ann"), port: port))
+        let reader = try RunningDaemon(
+            sync: try fleet.machineConfiguration(tokenFile: try await fleet.tokenFile("ann"), port: port))
+        let a = try Skyros(sharedStack: testSchema, container: writer.container.url)
+        let b = try Skyros(sharedStack: testSchema, container: reader.container.url)
+        defer { withExtendedLifetime((writer, reader)) {} }
+        #expect(await eventually { try await handles(a) == ["ann"] })
+        #expect(await eventually { try await handles(b) == ["ann"] })
+        let count = 200
+        for index in 0..<count {
+            try await a.write { context in
+                let post = Post.create(in: context)
+                post.title = "p\(index)"
+                post.author = try User.all(in: context).first
+            }
+            if index == count / 2 {
+                // Mid-stream: saves are being uploaded and read through it.
+                #expect(kill(first.process.pid, SIGKILL) == 0)
+                _ = await first.process.wait(seconds: 10)
+                first = try fleet.spawnGateway(port: port)
+            }
+        }
+        let total = #"SELECT count(*), count(DISTINCT title) FROM g_gateway."Post""#
+        #expect(await eventually(seconds: 60) { try fleet.psql(total) == "\(count)|\(count)" })
+        #expect(await eventually(seconds: 60) { try await titles(b).count == count })
+        #expect(Set(try await titles(b)) == Set((0..<count).map { "p\($0)" }))
+        #expect(try fleet.psql(total) == "\(count)|\(count)")
+        kill(first.process.pid, SIGTERM)
+        #expect(await first.process.wait(seconds: 10) == .exited(0))
+    }
+
+    @Test(
+        "a message over the size limit closes its connection only; 10,000 connections that never finish their handshake do not starve a machine and are closed after the bound"
+    )
+    func abuse() async throws {
+        let fleet = try await Fleet()
+        try fleet.psql(#"INSERT INTO g_gateway."User" (handle) VALUES ('ann')"#)
+        let gateway = try fleet.spawnGateway()
+        let ann = try RunningDaemon(
+            sync: try fleet.machineConfiguration(tokenFile: try await fleet.tokenFile("ann"), port: gateway.port))
+        let stack = try Skyros(sharedStack: testSchema, container: ann.container.url)
+        defer { withExtendedLifetime(ann) {} }
+        #expect(await eventually { try await handles(stack) == ["ann"] })
+
+        // A frame over 16 MiB, after a good hello: that connection is closed (1009), nothing applied.
+        let executor = SyncExecutor()
+        guard
+            let endpoint = try fleet.machineConfiguration(
+                tokenFile: try await fleet.tokenFile("ann"), port: gateway.port
+            ).gateway
+        else { throw SkyrosError(.syncConfiguration, "no gateway") }
+        let server = GatewaySyncServer(endpoint: endpoint, statementTimeout: .seconds(10), executor: executor)
+        let connection = try await server.connect(machine: UUID()) {}
+        var big = QueuedChangeSet()
+        big.inserted = [
+            QueuedChangeSet.Row(
+                entity: "User", id: UUID(),
+                values: ["handle": .text("ann"), "email": .blob(Data(repeating: 1, count: 17 << 20))])
+        ]
+        await #expect(throws: (any Error).self) {
+            _ = try await connection.upload([(1, big)], machine: UUID())
+        }
+        connection.close()
+
+        // 10,000 connections that open TCP and send nothing.
+        var sockets: [Int32] = []
+        defer { for socket in sockets { close(socket) } }
+        for _ in 0..<10_000 {
+            let socket = Self.connectNonBlocking(port: gateway.port)
+            guard socket >= 0 else { break }
+            sockets.append(socket)
+        }
+        #expect(sockets.count == 10_000)
+        // The established machine still gets a change within a bound.
+        try fleet.psql(#"INSERT INTO g_gateway."Post" (title, author) SELECT 'during', "_id" FROM g_gateway."User""#)
+        #expect(await eventually(seconds: 10) { try await titles(stack) == ["during"] })
+        // Every one of them closed by the gateway after its bound (2 s here): each reads the end.
+        #expect(await eventually(seconds: 60) { Self.allClosed(sockets) })
+        #expect(try fleet.psql(#"SELECT count(*) FROM g_gateway."User""#) == "1")
+    }
+
+    /// A non-blocking TCP connection to 127.0.0.1:`port` (its connect under way), or -1.
+    static func connectNonBlocking(port: Int) -> Int32 {
+        let socket = Glibc.socket(AF_INET, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_NONBLOCK.rawValue), 0)
+        guard socket >= 0 else { return -1 }
+        var address = sockaddr_in()
+        address.sin_family = sa_family_t(AF_INET)
+        address.sin_port = in_port_t(UInt16(port).bigEndian)
+        address.sin_addr.s_addr = inet_addr("127.0.0.1")
+        let result = withUnsafePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
+                Glibc.connect(socket, $0, socklen_t(MemoryLayout<sockaddr_in>.size))
+            }
+        }
+        if result != 0 && errno != EINPROGRESS {
+            close(socket)
+            return -1
+        }
+        return socket
+    }
+
+    /// Whether the peer closed every one of `sockets` (a read gives end of file or a reset).
+    static func allClosed(_ sockets: [Int32]) -> Bool {
+        var byte: UInt8 = 0
+        for socket in sockets {
+            let count = read(socket, &byte, 1)
+            if count > 0 { continue }  // TLS bytes? the gateway sends none before a ClientHello
+            if count < 0 && (errno == EAGAIN || errno == EWOULDBLOCK) { return false }
+        }
+        return true
     }
 }

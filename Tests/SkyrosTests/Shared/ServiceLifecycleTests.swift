@@ -64,29 +64,33 @@ struct ServiceLifecycleTests {
     }
 }
 
-/// The systemd unit's hardening, as `systemd-analyze security` scores it.
+/// The systemd units' hardening, as `systemd-analyze security` scores them.
 @Suite("systemd unit")
 struct SystemdUnitTests {
     static let analyzer = ["/usr/bin/systemd-analyze", "/bin/systemd-analyze"].first {
         FileManager.default.isExecutableFile(atPath: $0)
     }
 
-    static var unitFile: URL {
+    /// A unit file of the repository's `systemd` directory.
+    static func unitFile(_ name: String) -> URL {
         URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
             .deletingLastPathComponent()
-            .deletingLastPathComponent().appendingPathComponent("systemd/skyrosd@.service")
+            .deletingLastPathComponent().appendingPathComponent("systemd").appendingPathComponent(name)
     }
 
-    @Test(
-        "the unit does not run as root and its exposure is at most 1.5",
-        .enabled(if: analyzer != nil, "systemd-analyze is missing"))
-    func exposure() throws {
-        let unit = try String(contentsOf: Self.unitFile, encoding: .utf8)
+    /// Whether the unit names a `User=` other than root.
+    static func runsAsNonRoot(_ unitFile: URL) throws -> Bool {
+        let unit = try String(contentsOf: unitFile, encoding: .utf8)
         let settings = unit.split(separator: "\n").map { $0.trimmingCharacters(in: .whitespaces) }
-        #expect(settings.contains { $0.hasPrefix("User=") && $0 != "User=root" && $0 != "User=0" })
+        return settings.contains { $0.hasPrefix("User=") && $0 != "User=root" && $0 != "User=0" }
+    }
+
+    /// The unit's overall exposure by `systemd-analyze security --offline=yes`, and the analyzer's
+    /// whole report (for a failure's message).
+    static func exposure(of unitFile: URL) throws -> (score: Double, report: String) {
         let process = Process()
-        process.executableURL = URL(fileURLWithPath: try #require(Self.analyzer))
-        process.arguments = ["security", "--offline=yes", "--no-pager", Self.unitFile.path]
+        process.executableURL = URL(fileURLWithPath: try #require(analyzer))
+        process.arguments = ["security", "--offline=yes", "--no-pager", unitFile.path]
         let output = Pipe()
         process.standardOutput = output
         process.standardError = output
@@ -96,6 +100,26 @@ struct SystemdUnitTests {
         let line = try #require(text.split(separator: "\n").first { $0.contains("Overall exposure level") }, "\(text)")
         let score = try #require(
             line.split(separator: ":").last?.split(separator: " ").first.flatMap { Double($0) }, "\(line)")
-        #expect(score <= 1.5, "\(text)")
+        return (score, text)
+    }
+
+    @Test(
+        "the unit does not run as root and its exposure is at most 1.5",
+        .enabled(if: analyzer != nil, "systemd-analyze is missing"))
+    func exposure() throws {
+        let unitFile = Self.unitFile("skyrosd@.service")
+        #expect(try Self.runsAsNonRoot(unitFile))
+        let (score, report) = try Self.exposure(of: unitFile)
+        #expect(score <= 1.5, "\(report)")
+    }
+
+    @Test(
+        "the gateway's unit does not run as root and its exposure is at most 1.0",
+        .enabled(if: analyzer != nil, "systemd-analyze is missing"))
+    func gatewayExposure() throws {
+        let unitFile = Self.unitFile("skyros-gateway@.service")
+        #expect(try Self.runsAsNonRoot(unitFile))
+        let (score, report) = try Self.exposure(of: unitFile)
+        #expect(score <= 1.0, "\(report)")
     }
 }

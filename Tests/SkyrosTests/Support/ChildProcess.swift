@@ -123,6 +123,16 @@ final class ChildProcess: @unchecked Sendable {
         output.wait(until: Date().addingTimeInterval(seconds)) { written, _ in written.contains(text) }
     }
 
+    /// What the child wrote so far.
+    var outputSoFar: String {
+        var all = ""
+        _ = output.wait(until: Date()) { text, _ in
+            all = text
+            return true
+        }
+        return all
+    }
+
     /// All of stdout and stderr, once the process has closed them (that is, ended).
     func readAll() -> String {
         var all = ""
