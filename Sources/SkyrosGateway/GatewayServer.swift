@@ -71,6 +71,31 @@ package final class GatewayServer: Sendable {
     let sessions = Mutex<[ObjectIdentifier: MachineConnection]>([:])
     /// Whether the machines' binding table exists (made once at the first hello).
     let bindingsReady = Mutex(false)
+    /// The change feeds, one per schema the machines have (machines upgraded one by one have two).
+    private let feeds = Mutex<[FeedKey: ChangeFeed]>([:])
+
+    private struct FeedKey: Hashable {
+        var version: UInt64
+        var source: SchemaDescription
+    }
+
+    /// The change feed of machines of `schema`.
+    func feed(for schema: ServerSchema) -> ChangeFeed {
+        feeds.withLock { feeds in
+            let key = FeedKey(version: schema.version, source: schema.source)
+            if let feed = feeds[key] { return feed }
+            let feed = ChangeFeed(schema: schema, rules: configuration.rules, pool: pool)
+            feeds[key] = feed
+            return feed
+        }
+    }
+
+    /// The reads the change feeds made.
+    package func feedReads() async -> Int {
+        var total = 0
+        for feed in feeds.withLock({ Array($0.values) }) { total += await feed.reads }
+        return total
+    }
 
     /// A gateway of `configuration`, not yet listening (``start()``).
     package init(configuration: GatewayConfiguration, logger: Logger = Logger(label: "skyros.gateway")) {
@@ -251,6 +276,7 @@ package final class GatewayServer: Sendable {
 
     /// Tells every listening machine of a change.
     func fanOut(_ transaction: UInt64?) {
+        for feed in feeds.withLock({ Array($0.values) }) { feed.changed() }
         let machines = listeners.withLock { Array($0.values) }
         metrics.notifications.withLock { $0 += 1 }
         let bytes = GatewayMessage.notify(transaction: transaction).encoded(id: 0)

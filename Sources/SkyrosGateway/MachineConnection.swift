@@ -159,6 +159,8 @@ final class MachineConnection: Sendable {
         let scope = RulesScope(rules: gateway.configuration.rules, instances: instances, schemaName: gateway.schemaName)
         await reply(.welcome(subject: claims.subject, buckets: instances.count), id: helloID)
         var schema: ServerSchema?
+        let keys = Set(instances.map { SyncRules.instanceKey(bucket: $0.bucket, values: $0.values) })
+        var state = MachineState(keys: keys)
         while let bytes = await inbox.next() {
             let id: UInt64
             let message: GatewayMessage
@@ -204,7 +206,7 @@ final class MachineConnection: Sendable {
                 await close(.protocolError, "a request before the schema was prepared")
                 return
             }
-            await handle(message, id: id, machine: machine, schema: schema, scope: scope)
+            await handle(message, id: id, machine: machine, schema: schema, scope: scope, state: &state)
         }
     }
 
@@ -213,9 +215,21 @@ final class MachineConnection: Sendable {
         return .failure(needsOperator: state == .error, message: message)
     }
 
-    private func handle(_ message: GatewayMessage, id: UInt64, machine: UUID, schema: ServerSchema, scope: RulesScope)
-        async
-    {
+    /// What a connection knows of its machine between requests.
+    struct MachineState {
+        /// Its bucket instances' keys.
+        let keys: Set<String>
+        /// Whether its next checkpoint must be read for it alone: the first of the connection,
+        /// and the first after an upload (it says which of its uploads it includes, and the refusals).
+        var readsOwn = true
+        /// Its uploads the server has, as its own last read said (no upload since).
+        var uploadedThrough: Int64 = 0
+    }
+
+    private func handle(
+        _ message: GatewayMessage, id: UInt64, machine: UUID, schema: ServerSchema, scope: RulesScope,
+        state: inout MachineState
+    ) async {
         let pool = gateway.pool
         do {
             switch message {
@@ -230,6 +244,7 @@ final class MachineConnection: Sendable {
                 }
                 await reply(.recordedDigests(digests), id: id)
             case .upload(let batch):
+                state.readsOwn = true
                 var entries: [QueuedEntry] = []
                 for (number, bytes) in batch {
                     do {
@@ -249,6 +264,15 @@ final class MachineConnection: Sendable {
                 }
                 await reply(.outcomes(result.outcomes, transactions: result.transactions), id: id)
             case .readCheckpoint(let previous, let rejectedAfter, let pageSize):
+                // Read once for every machine (the feed), unless this machine's own read is needed.
+                if !state.readsOwn, let previous,
+                    var shared = try await gateway.feed(for: schema).checkpoint(after: previous, keys: state.keys)
+                {
+                    shared.uploadedThrough = state.uploadedThrough
+                    gateway.metrics.position.withLock { $0 = max($0, shared.number) }
+                    await reply(.checkpoint(shared), id: id)
+                    return
+                }
                 let checkpoint = try await pool.withSession(schema, scope: scope) { session in
                     try await session.readCheckpoint(
                         after: previous, rejectedAfter: rejectedAfter, machine: machine, pageSize: pageSize
@@ -262,6 +286,10 @@ final class MachineConnection: Sendable {
                     }
                 }
                 gateway.metrics.position.withLock { $0 = max($0, checkpoint.number) }
+                if !checkpoint.isSnapshot {
+                    state.readsOwn = false
+                    state.uploadedThrough = checkpoint.uploadedThrough
+                }
                 await reply(.checkpoint(checkpoint), id: id)
             case .compact:
                 // The gateway compacts the log itself (GatewayConfiguration.compactionInterval).

@@ -29,7 +29,7 @@ package struct RulesScope: SyncScope {
     }
 
     /// A uuid[] parameter's text.
-    private static func list(_ ids: some Sequence<UUID>) -> String {
+    static func list(_ ids: some Sequence<UUID>) -> String {
         "{" + ids.map { $0.uuidString.lowercased() }.joined(separator: ",") + "}"
     }
 

@@ -610,6 +610,99 @@ public struct SyncRules: Sendable, Equatable {
         return ("\(select) AND NOT coalesce((\(condition)), false)", parameters)
     }
 
+    /// How a row's bucket instances are found, for one bucket's rule of one entity: a
+    /// statement selecting, for the rows whose ids are `$1` (a `uuid[]` as text) and that hold
+    /// the rule's constant comparisons, `t."_id"` and the value of each of the bucket's
+    /// parameters as the row reaches it (through to-ones); a row whose parameters disagree or
+    /// are NULL is in no instance of the bucket. A gateway runs it once per change for every
+    /// machine (``instanceKey(bucket:values:)``).
+    public struct Membership: Sendable {
+        /// The bucket.
+        public var bucket: String
+        /// The entity.
+        public var entity: String
+        /// The statement.
+        public var sql: String
+        /// Its parameters after `$1` (the constants compared).
+        public var parameters: [String]
+        /// The bucket parameter each selected value after the id is, in order.
+        public var parameterNames: [String]
+    }
+
+    /// The ``Membership`` statements of every bucket's rules (nil destinations: skipped).
+    public func memberships(qualify: (String) -> String) -> [Membership] {
+        var statements: [Membership] = []
+        for bucket in buckets {
+            for rule in bucket.entities {
+                var values: [String] = []
+                var names: [String] = []
+                var conditions: [String] = []
+                var parameters: [String] = []
+                var resolved = true
+                if case .comparisons(let comparisons) = rule.condition {
+                    for comparison in comparisons {
+                        // The value at the end of the path, through nested scalar subqueries.
+                        var entityName = rule.entity
+                        var expression = ""
+                        var steps: [(destination: String, relationship: String)] = []
+                        for step in comparison.path.dropLast() {
+                            guard let destination = destination(of: step, from: entityName) else {
+                                resolved = false
+                                break
+                            }
+                            steps.append((destination, step))
+                            entityName = destination
+                        }
+                        guard resolved else { break }
+                        let column = Self.quote(comparison.path.last ?? "")
+                        if steps.isEmpty {
+                            expression = "t.\(column)"
+                        } else {
+                            // (SELECT (SELECT p2.col FROM D2 p2 WHERE p2._id = p1.r2) FROM D1 p1 WHERE p1._id = t.r1)
+                            var inner = "p\(steps.count).\(column)"
+                            for index in stride(from: steps.count - 1, through: 0, by: -1) {
+                                let alias = "p\(index + 1)"
+                                let source = index == 0 ? "t" : "p\(index)"
+                                inner =
+                                    "(SELECT \(inner) FROM \(qualify(steps[index].destination)) AS \(alias) WHERE \(alias).\"_id\" = \(source).\(Self.quote(steps[index].relationship)))"
+                            }
+                            expression = inner
+                        }
+                        switch comparison.operand {
+                        case .parameter(let name):
+                            values.append("(\(expression))::text")
+                            names.append(name)
+                        case .text(let text):
+                            parameters.append(text)
+                            conditions.append("(\(expression))::text = $\(parameters.count + 1)::text")
+                        case .integer(let number):
+                            conditions.append("(\(expression)) = \(number)")
+                        case .bool(let value):
+                            conditions.append("(\(expression)) = \(value ? "true" : "false")")
+                        }
+                    }
+                }
+                guard resolved else { continue }
+                let select = (["t.\"_id\"::text"] + values).joined(separator: ", ")
+                let sql =
+                    "SELECT \(select) FROM \(qualify(rule.entity)) AS t WHERE t.\"_id\" = ANY($1::text::uuid[])"
+                    + conditions.map { " AND coalesce(\($0), false)" }.joined()
+                statements.append(
+                    Membership(
+                        bucket: bucket.name, entity: rule.entity, sql: sql, parameters: parameters,
+                        parameterNames: names))
+            }
+        }
+        return statements
+    }
+
+    /// The name of one bucket instance, the same for a machine's instance
+    /// (``instances(for:)``) and a row's (``memberships(qualify:)``): the bucket's name and its
+    /// parameters' values in the parameters' name order.
+    public static func instanceKey(bucket: String, values: [String: String]) -> String {
+        ([bucket] + values.sorted { $0.key < $1.key }.map { "\($0.key)=\($0.value)" }).joined(separator: "\u{1F}")
+    }
+
     /// For each entity whose rows a bucket selects through to-one relationships, the
     /// statements that find its rows reaching changed objects of an entity on the way: when a
     /// to-do list moves to another owner, its items (which the change log does not name) change

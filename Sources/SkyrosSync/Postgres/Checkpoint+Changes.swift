@@ -20,6 +20,11 @@ extension ServerSession {
     package func readChanges(after previous: String, rejectedAfter: Int64, machine: UUID) async throws -> Checkpoint? {
         let rows = try await run(
             changesSQL, [previous, machine.uuidString.lowercased(), String(rejectedAfter)], prepared: true)
+        return try checkpoint(of: rows)
+    }
+
+    /// The checkpoint in the rows of ``changesSQL(_:transactions:)``; nil past the horizon.
+    private func checkpoint(of rows: [[String?]]) throws -> Checkpoint? {
         guard let head = rows.first(where: { $0[0] == "0" }),
             let snapshotPart = head[1]?.split(separator: "|"), snapshotPart.count == 2,
             let uploadPart = head[2]?.split(separator: "|"), uploadPart.count == 2
@@ -72,9 +77,33 @@ extension ServerSession {
         return checkpoint
     }
 
+    /// The changes after `previous` for every machine at once (a sync gateway's read, DESIGN
+    /// §10): ``readChanges(after:rejectedAfter:machine:)``'s checkpoint without any machine's
+    /// uploads or refusals, and for each object the server transactions that changed it, so
+    /// that the checkpoint of any machine whose previous checkpoint saw everything `previous`
+    /// saw is the part of it those transactions are not visible in. Nil past the horizon.
+    package func readChangesWithTransactions(after previous: String) async throws -> (
+        checkpoint: Checkpoint, transactions: [ObjectID: [UInt64]]
+    )? {
+        let rows = try await run(
+            Self.changesSQL(schema, transactions: true), [previous, Self.nobody, "0"], prepared: true)
+        guard let checkpoint = try checkpoint(of: rows) else { return nil }
+        var transactions: [ObjectID: [UInt64]] = [:]
+        for row in rows where row[0] == "1" {
+            guard let entity = row[1], let text = row[2], let uuid = UUID(uuidString: text),
+                let xids = Self.arrayElements(row[3] ?? "")
+            else { continue }
+            transactions[ObjectID(entityName: entity, uuid: uuid)] = xids.compactMap { $0.flatMap { UInt64($0) } }
+        }
+        return (checkpoint, transactions)
+    }
+
+    /// A machine id no machine has (the feed's read is nobody's).
+    static let nobody = "00000000-0000-0000-0000-000000000000"
+
     /// The statement of ``readChanges(after:rejectedAfter:machine:)`` for `schema` (made once per session:
     /// it is the same for every read).
-    static func changesSQL(_ schema: ServerSchema) -> String {
+    static func changesSQL(_ schema: ServerSchema, transactions: Bool = false) -> String {
         let quoted = ServerSchema.quote(schema.name)
         var parts = [
             """
@@ -86,7 +115,7 @@ extension ServerSession {
             WHERE h.key = 'horizon'), \
             (SELECT (extract(epoch FROM clock_timestamp() - max(at)) * 1000)::bigint::text FROM changed)
             """,
-            "SELECT '1', entity, id::text, NULL FROM changed",
+            "SELECT '1', entity, id::text, \(transactions ? "xids" : "NULL") FROM changed",
         ]
         for table in schema.tables {
             let cells = table.columns.map { $0.type.output("t." + ServerSchema.quote($0.name)) + "::text" }
@@ -102,7 +131,7 @@ extension ServerSession {
             WHERE machine = ($2::text)::uuid AND rejected IS NOT NULL AND number > ($3::text)::bigint
             """)
         return """
-            WITH changed AS (SELECT entity, id, max(at) AS at FROM \(quoted)._skyros_log \
+            WITH changed AS (SELECT entity, id, max(at) AS at\(transactions ? ", array_agg(DISTINCT xid)::text AS xids" : "") FROM \(quoted)._skyros_log \
             WHERE xid >= pg_snapshot_xmin(($1::text)::pg_snapshot) AND xid < pg_snapshot_xmax(pg_current_snapshot()) \
             AND NOT pg_visible_in_snapshot(xid, ($1::text)::pg_snapshot) \
             GROUP BY entity, id) \

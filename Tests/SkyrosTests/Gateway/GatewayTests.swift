@@ -236,6 +236,37 @@ struct GatewayTests {
         await fleet.stop()
     }
 
+    @Test(
+        "the gateway reads each change once for all its machines: six machines, six changes, each reaching its machine only"
+    )
+    func sharedReads() async throws {
+        let fleet = try await Fleet()
+        let subjects = (0..<6).map { "u\($0)" }
+        try fleet.psql(
+            #"INSERT INTO g_gateway."User" (handle) VALUES "# + subjects.map { "('\($0)')" }.joined(separator: ", "))
+        var machines: [(daemon: RunningDaemon, stack: Skyros)] = []
+        for subject in subjects { machines.append(try await fleet.machine(subject)) }
+        defer { withExtendedLifetime(machines) {} }
+        for (index, machine) in machines.enumerated() {
+            #expect(await eventually { try await handles(machine.stack) == [subjects[index]] })
+        }
+        let before = await fleet.gateway.feedReads()
+        for (index, subject) in subjects.enumerated() {
+            try fleet.psql(
+                #"INSERT INTO g_gateway."Post" (title, author) SELECT 'post of "# + subject
+                    + #"', "_id" FROM g_gateway."User" WHERE handle = '"# + subject + "'")
+            #expect(await eventually { try await titles(machines[index].stack) == ["post of \(subject)"] })
+        }
+        for (index, machine) in machines.enumerated() {
+            #expect(try await titles(machine.stack) == ["post of \(subjects[index])"])
+        }
+        let reads = await fleet.gateway.feedReads() - before
+        // One read per change (a notification that comes during a read may add one), where
+        // reading for each machine would be 36.
+        #expect(reads >= subjects.count && reads <= 2 * subjects.count, "\(reads) reads for \(subjects.count) changes")
+        await fleet.stop()
+    }
+
     @Test("tokens refused with nothing applied: forged, expired, alg none; a machine id bound to another subject")
     func refusedTokens() async throws {
         let fleet = try await Fleet()

@@ -1,0 +1,217 @@
+import Foundation
+import Skyros
+import SkyrosSync
+import Synchronization
+
+/// The group's changes as a gateway reads them once for every machine it serves (DESIGN §10):
+/// a chain of reads, each the changes after the previous one's snapshot with the server
+/// transactions behind each object and the bucket instances each object is in, found once. A
+/// machine's checkpoint is then made in memory: the objects changed by transactions its
+/// previous checkpoint did not see, each as the newest read has it, kept where its buckets
+/// hold it and gone elsewhere. No statement runs per machine for a change; the server's work
+/// per change is the same for ten machines or ten thousand.
+///
+/// A machine whose previous checkpoint is older than the chain's start (one that was away, or
+/// connected before the chain began), or that uploaded since its last read (whose checkpoint
+/// must say what of its uploads it holds, and the refusals), reads its own
+/// (``RulesScope/restrict(_:in:)``).
+actor ChangeFeed {
+    /// One read of the chain.
+    struct Entry: Sendable {
+        /// The snapshot it read after.
+        let base: String
+        /// What it read (nobody's uploads and refusals), with the objects reaching a changed one.
+        let checkpoint: Checkpoint
+        /// The server transactions that changed each object (the reached ones: every
+        /// transaction of the read).
+        let transactions: [ObjectID: [UInt64]]
+        /// The bucket instances (``SyncRules/instanceKey(bucket:values:)``) each present object is in.
+        let keys: [ObjectID: Set<String>]
+    }
+
+    let schema: ServerSchema
+    let rules: SyncRules
+    let pool: ServerPool
+    private var entries: [Entry] = []
+    /// Whether the group changed since the newest read (a notification came): set at once by
+    /// the notification's thread, before the machines are told (a machine's read that follows
+    /// must not find the chain clean).
+    private let dirty = Mutex(true)
+    private var advancing: Task<Void, any Error>?
+    /// The most reads kept: a machine further behind reads its own.
+    let limit: Int
+    /// Reads made (for the metrics and the tests).
+    private(set) var reads = 0
+
+    init(schema: ServerSchema, rules: SyncRules, pool: ServerPool, limit: Int = 256) {
+        self.schema = schema
+        self.rules = rules
+        self.pool = pool
+        self.limit = limit
+    }
+
+    /// The group changed on the server: the next checkpoint asked for reads the changes.
+    nonisolated func changed() { dirty.withLock { $0 = true } }
+
+    /// The checkpoint after `cursor` for a machine holding the bucket instances `keys`; nil when
+    /// the chain does not cover `cursor` (the machine reads its own).
+    func checkpoint(after cursor: String, keys: Set<String>) async throws -> Checkpoint? {
+        // A read under way may be the one that holds what this machine was just told of.
+        if let advancing { try await advancing.value }
+        if entries.isEmpty { try await advance(from: cursor) }
+        guard let start = entries.first?.base, Self.sees(cursor, everything: start) else { return nil }
+        if dirty.withLock({ $0 }) || !Self.sees(head, everything: cursor) {
+            try await advance(from: head)
+        }
+        guard let first = entries.first, Self.sees(cursor, everything: first.base), let newest = entries.last,
+            Self.sees(newest.checkpoint.snapshot, everything: cursor)
+        else { return nil }
+        var objects: [ObjectID: StoredValues?] = [:]
+        var changedAny = false
+        for entry in entries {
+            for (id, values) in entry.checkpoint.objects {
+                let transactions = entry.transactions[id] ?? []
+                guard transactions.contains(where: { !(Checkpoint.isVisible($0, in: cursor) ?? false) }) else {
+                    continue
+                }
+                changedAny = true
+                if let values, let held = entry.keys[id], !held.isDisjoint(with: keys) {
+                    objects[id] = .some(values)
+                } else {
+                    objects[id] = .some(nil)
+                }
+            }
+        }
+        var checkpoint = newest.checkpoint
+        checkpoint.objects = objects
+        checkpoint.unreadable = []
+        checkpoint.rejected = []
+        checkpoint.uploadedThrough = 0
+        if !changedAny { checkpoint.lagMilliseconds = 0 }
+        return checkpoint
+    }
+
+    private var head: String { entries.last?.checkpoint.snapshot ?? "" }
+
+    /// Reads the changes after `base` (once, whoever else asks meanwhile) and chains them; a
+    /// read past the server's horizon empties the chain.
+    private func advance(from base: String) async throws {
+        if let advancing {
+            try await advancing.value
+            return
+        }
+        dirty.withLock { $0 = false }
+        let task = Task { try await read(after: base) }
+        advancing = task
+        defer { advancing = nil }
+        do {
+            try await task.value
+        } catch {
+            changed()
+            throw error
+        }
+    }
+
+    private func read(after base: String) async throws {
+        let schema = schema
+        let rules = rules
+        let made = try await pool.withSession(schema, scope: nil) { session -> Entry? in
+            guard let (checkpoint, transactions) = try await session.readChangesWithTransactions(after: base) else {
+                return nil
+            }
+            return try await Self.entry(
+                base: base, checkpoint: checkpoint, transactions: transactions, rules: rules, session: session)
+        }
+        reads += 1
+        guard let made else {
+            entries = []
+            return
+        }
+        if let last = entries.last, last.checkpoint.snapshot != base { entries = [] }
+        entries.append(made)
+        if entries.count > limit { entries.removeFirst(entries.count - limit) }
+    }
+
+    /// A read's entry: the objects reaching changed ones through the rules' relationships
+    /// added (their buckets may have changed with them), and every present object's instances.
+    static func entry(
+        base: String, checkpoint: Checkpoint, transactions: [ObjectID: [UInt64]], rules: SyncRules,
+        session: ServerSession
+    ) async throws -> Entry {
+        let qualify = { (entity: String) in ServerSchema.quote(session.schema.name) + "." + ServerSchema.quote(entity) }
+        var checkpoint = checkpoint
+        var transactions = transactions
+        let all = Array(Set(transactions.values.joined()))
+        var present: [String: [UUID]] = [:]
+        for (id, values) in checkpoint.objects where values != nil {
+            present[id.entityName, default: []].append(id.uuid)
+        }
+        var reached: [String: Set<UUID>] = [:]
+        for statement in rules.reachingStatements(qualify: qualify) {
+            guard let changed = present[statement.through], !changed.isEmpty,
+                session.schema.table(statement.entity) != nil
+            else { continue }
+            for row in try await session.run(statement.sql, [RulesScope.list(changed)]) {
+                guard let text = row.first ?? nil, let uuid = UUID(uuidString: text),
+                    checkpoint.objects[ObjectID(entityName: statement.entity, uuid: uuid)] == nil
+                else { continue }
+                reached[statement.entity, default: []].insert(uuid)
+            }
+        }
+        for (entity, ids) in reached {
+            guard let table = session.schema.table(entity) else { continue }
+            for uuid in ids {
+                checkpoint.objects[ObjectID(entityName: entity, uuid: uuid)] = .some(nil)
+                transactions[ObjectID(entityName: entity, uuid: uuid)] = all
+            }
+            for row in try await session.rows(of: table, ids: Array(ids), condition: nil).rows {
+                checkpoint.objects[ObjectID(entityName: entity, uuid: row.id)] = .some(row.values)
+                present[entity, default: []].append(row.id)
+            }
+        }
+        var keys: [ObjectID: Set<String>] = [:]
+        for membership in rules.memberships(qualify: qualify) {
+            guard let ids = present[membership.entity], !ids.isEmpty, session.schema.table(membership.entity) != nil
+            else { continue }
+            for row in try await session.run(membership.sql, [RulesScope.list(ids)] + membership.parameters) {
+                guard let text = row.first ?? nil, let uuid = UUID(uuidString: text) else { continue }
+                var values: [String: String] = [:]
+                var consistent = true
+                for (index, name) in membership.parameterNames.enumerated() {
+                    guard let value = row[index + 1] ?? nil, values[name].map({ $0 == value }) ?? true else {
+                        consistent = false
+                        break
+                    }
+                    values[name] = value
+                }
+                guard consistent else { continue }
+                keys[ObjectID(entityName: membership.entity, uuid: uuid), default: []].insert(
+                    SyncRules.instanceKey(bucket: membership.bucket, values: values))
+            }
+        }
+        return Entry(base: base, checkpoint: checkpoint, transactions: transactions, keys: keys)
+    }
+
+    /// Whether snapshot `later` sees every transaction `earlier` sees (both `pg_snapshot`
+    /// texts): its xmax is not below `earlier`'s, and no transaction it sees running below
+    /// `earlier`'s xmax was committed for `earlier`. False for text that is not a snapshot.
+    static func sees(_ later: String, everything earlier: String) -> Bool {
+        guard let a = parse(earlier), let b = parse(later) else { return false }
+        guard a.xmax <= b.xmax else { return false }
+        for running in b.running where running < a.xmax {
+            if !a.running.contains(running) { return false }
+        }
+        return true
+    }
+
+    private static func parse(_ snapshot: String) -> (xmin: UInt64, xmax: UInt64, running: Set<UInt64>)? {
+        let parts = snapshot.split(separator: ":", omittingEmptySubsequences: false)
+        guard parts.count == 3, let xmin = UInt64(parts[0]), let xmax = UInt64(parts[1]) else { return nil }
+        var running = Set<UInt64>()
+        for part in parts[2].split(separator: ",") {
+            guard let xid = UInt64(part) else { return nil }
+            running.insert(xid)
+        }
+        return (xmin, xmax, running)
+    }
+}
