@@ -153,7 +153,7 @@ let package = Package(
             name: "skyros-bench",
             dependencies: [
                 "Skyros", "SkyrosShared", "SkyrosDaemon", "SkyrosWire", "SkyrosZeroMQ", "CZeroMQ", "ZeroMQReference",
-                "SkyrosTestSupport", "SkyrosSync",
+                "SkyrosTestSupport", "SkyrosSync", "SkyrosGateway",
                 .product(name: "GRDB", package: "GRDB.swift"),
                 .product(name: "GRDBSQLite", package: "GRDB.swift"),
                 // `skyros-bench sync`: the bare postgres-nio baselines.

@@ -65,6 +65,8 @@ if arguments.contains("--help") || arguments.contains("-h") {
           observe | backup | migrate | batch | batch-reads [--json] [--quick]
           sync [--json] [--quick] [--count N] [--rows M] [--machines K] [--samples S]
                [--only visibility|fleet|upload|initial] [--verbose]   (needs Debian's postgresql)
+          fleet [--json] [--quick] [--machines N …] [--samples S] [--rows M] [--only latency|uploads|initial]
+               (needs Debian's postgresql and a release skyros-gateway: swift build -c release --product skyros-gateway)
           sync-faults [--seed S] [--duration SECONDS] [--machines K] [--writers W] [--rate OPS] [--verbose]
         Each prints a table (or one JSON object per line with --json) with a raw baseline measured in the same run.
         """)
@@ -75,7 +77,7 @@ let quick = arguments.contains("--quick")
 // `profile-insert` and `profile-fetch` are hidden suites for profilers (Profile.swift).
 let suites = [
     "embedded", "model", "shared", "contention", "observe", "backup", "migrate", "batch", "batch-reads", "sync",
-    "sync-faults", "profile-insert", "profile-fetch", "profile-update", "profile-iterate", "profile-shared",
+    "sync-faults", "fleet", "profile-insert", "profile-fetch", "profile-update", "profile-iterate", "profile-shared",
     "profile-open", "profile-migrate", "profile-schema-json",
 ]
 guard let suite = arguments.first, suites.contains(suite) else {
@@ -150,7 +152,20 @@ if suite == "sync-faults" {
     removeWorkingDirectory()
     exit(passed ? 0 : 1)
 }
-if suite == "sync" {
+if suite == "fleet" {
+    do {
+        let counts = zip(arguments, arguments.dropFirst()).filter { $0.0 == "--machines" }.compactMap { Int($0.1) }
+        try FleetBenchmark(
+            directory: directory, counts: counts.isEmpty ? (quick ? [10, 100] : [10, 100, 1_000]) : counts,
+            samples: option("--samples", default: quick ? 30 : 100),
+            rows: option("--rows", default: quick ? 100_000 : 1_000_000),
+            only: Set(zip(arguments, arguments.dropFirst()).filter { $0.0 == "--only" }.map(\.1))
+        ).run(report: report)
+    } catch {
+        note("failed: \(error)")
+        benchmarkFailed = true
+    }
+} else if suite == "sync" {
     do {
         try SyncBenchmark(
             directory: directory, count: option("--count", default: quick ? 10_000 : 100_000),

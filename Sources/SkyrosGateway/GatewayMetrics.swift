@@ -5,7 +5,19 @@ import Synchronization
 /// What a gateway's `/metrics` shows (Prometheus' text format): connected machines, the
 /// checkpoint position, the server connections, notifications fanned out, refusals by reason.
 final class GatewayMetrics: Sendable {
-    let connected = Mutex(0)
+    /// The connections of each machine whose hello was accepted (a daemon holds two).
+    private let machines = Mutex<[UUID: Int]>([:])
+    /// How old the newest change of the newest checkpoint read was when it was read (ms).
+    let lag = Mutex(0)
+
+    func connected(_ machine: UUID) { machines.withLock { $0[machine, default: 0] += 1 } }
+
+    func disconnected(_ machine: UUID) {
+        machines.withLock { machines in
+            let left = (machines[machine] ?? 1) - 1
+            machines[machine] = left > 0 ? left : nil
+        }
+    }
     let listening = Mutex(false)
     let notifications = Mutex(0)
     /// The highest checkpoint number (a snapshot's xmin) read for a machine.
@@ -28,9 +40,15 @@ final class GatewayMetrics: Sendable {
     func text(gateway: GatewayServer) async -> String {
         let connections = await gateway.pool.openCount + (listening.withLock { $0 } ? 1 : 0)
         var lines = [
-            "# HELP skyros_gateway_connected_machines Machines connected now.",
+            "# HELP skyros_gateway_connected_machines Machines connected now (their hello accepted).",
             "# TYPE skyros_gateway_connected_machines gauge",
-            "skyros_gateway_connected_machines \(connected.withLock { $0 })",
+            "skyros_gateway_connected_machines \(machines.withLock { $0.count })",
+            "# HELP skyros_gateway_listening Whether the gateway listens for the group's changes (its LISTEN connection is up).",
+            "# TYPE skyros_gateway_listening gauge",
+            "skyros_gateway_listening \(listening.withLock { $0 } ? 1 : 0)",
+            "# HELP skyros_gateway_fanout_lag_milliseconds How old the newest change of the newest checkpoint read was when it was read.",
+            "# TYPE skyros_gateway_fanout_lag_milliseconds gauge",
+            "skyros_gateway_fanout_lag_milliseconds \(lag.withLock { $0 })",
             "# HELP skyros_gateway_server_connections PostgreSQL connections open (the pool and LISTEN).",
             "# TYPE skyros_gateway_server_connections gauge",
             "skyros_gateway_server_connections \(connections)",

@@ -16,6 +16,8 @@ final class MachineConnection: Sendable {
     let deadline: Scheduled<Void>
     let inbox = MessageQueue()
     private let writer = Mutex<NIOAsyncChannelOutboundWriter<WebSocketFrame>?>(nil)
+    /// The machine, once its hello was accepted (for the connected machines' gauge).
+    private let welcomed = Mutex<UUID?>(nil)
 
     init(
         gateway: GatewayServer, channel: NIOAsyncChannel<WebSocketFrame, WebSocketFrame>, path: String,
@@ -31,11 +33,10 @@ final class MachineConnection: Sendable {
 
     func run() async {
         gateway.sessions.withLock { $0[key] = self }
-        gateway.metrics.connected.withLock { $0 += 1 }
         defer {
             gateway.sessions.withLock { $0[key] = nil }
             gateway.listeners.withLock { $0[key] = nil }
-            gateway.metrics.connected.withLock { $0 -= 1 }
+            if let machine = welcomed.withLock({ $0 }) { gateway.metrics.disconnected(machine) }
         }
         try? await channel.executeThenClose { inbound, outbound in
             writer.withLock { $0 = outbound }
@@ -157,6 +158,8 @@ final class MachineConnection: Sendable {
         defer { expiry.cancel() }
         let instances = gateway.configuration.rules.instances(for: claims)
         let scope = RulesScope(rules: gateway.configuration.rules, instances: instances, schemaName: gateway.schemaName)
+        welcomed.withLock { $0 = machine }
+        gateway.metrics.connected(machine)
         await reply(.welcome(subject: claims.subject, buckets: instances.count), id: helloID)
         var schema: ServerSchema?
         let keys = Set(instances.map { SyncRules.instanceKey(bucket: $0.bucket, values: $0.values) })
@@ -270,6 +273,7 @@ final class MachineConnection: Sendable {
                 {
                     shared.uploadedThrough = state.uploadedThrough
                     gateway.metrics.position.withLock { $0 = max($0, shared.number) }
+                    gateway.metrics.lag.withLock { $0 = shared.lagMilliseconds }
                     await reply(.checkpoint(shared), id: id)
                     return
                 }

@@ -348,7 +348,8 @@ public enum SyncToken {
         guard secret.count >= 32 else {
             throw SkyrosError(
                 .syncConfiguration,
-                "the token secret has \(secret.count) bytes; HS256 needs at least 32 (openssl rand 48)")
+                "the token secret has \(secret.count) bytes (a final newline is not part of it); HS256 needs at least 32: make one with openssl rand -hex 32"
+            )
         }
         let keys = JWTKeyCollection()
         await keys.add(hmac: HMACKey(from: secret), digestAlgorithm: .sha256)

@@ -195,7 +195,9 @@ struct SkyrosGatewayCommand: AsyncParsableCommand {
                     group: group, container: URL(fileURLWithPath: "/nonexistent-skyros-gateway"), url: database,
                     passwordFile: passwordFile, environment: ProcessInfo.processInfo.environment)
             else { fail(64, "--database is required") }
-            configuration = resolved
+            var named = resolved
+            named.source = nil  // (resolve's label is skyrosd's --sync)
+            configuration = named
         } catch let error as SkyrosError {
             fail(64, error.message)
         }
@@ -213,8 +215,8 @@ struct SkyrosGatewayCommand: AsyncParsableCommand {
         }
         guard !catalog.isEmpty else {
             fail(
-                64,
-                "the server has no table of group \(group) in schema \(configuration.schema): start a machine of the group first"
+                69,
+                "the server has no table of group \(group) in schema \(configuration.schema): an operator sets them up first (skyrosd --sync-setup, or a machine of the group in direct mode); the gateway never creates them"
             )
         }
         let problems = parsed.check(against: Self.rulesCatalog(catalog))

@@ -18,6 +18,19 @@ package struct GatewayEndpoint: Sendable, Equatable {
     /// Where the token file was named (for the log).
     package var tokenSource: String?
 
+    /// An endpoint; see the properties.
+    package init(
+        host: String, port: Int, group: String, rootCertificate: String? = nil, tokenFile: String? = nil,
+        tokenSource: String? = nil
+    ) {
+        self.host = host
+        self.port = port
+        self.group = group
+        self.rootCertificate = rootCertificate
+        self.tokenFile = tokenFile
+        self.tokenSource = tokenSource
+    }
+
     /// The URL as a log shows it (a URL holds no secret).
     package var url: String {
         "wss://\(host.contains(":") ? "[\(host)]" : host):\(port)/\(group)"

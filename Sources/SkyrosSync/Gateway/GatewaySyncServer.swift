@@ -182,7 +182,7 @@ private final class OpenedChannel: Sendable {
 }
 
 /// A WebSocket connection to a gateway, past its hello.
-final class GatewayLink: Sendable {
+package final class GatewayLink: Sendable {
     let channel: NIOAsyncChannel<WebSocketFrame, WebSocketFrame>
     let timeout: Duration
     private let state: State
@@ -272,7 +272,7 @@ final class GatewayLink: Sendable {
 
     /// Connects (TLS, the upgrade to a WebSocket), says hello with the token read from its file
     /// now and `machine`, and returns once welcomed.
-    static func open(_ endpoint: GatewayEndpoint, machine: UUID, timeout: Duration, eventLoop: any EventLoop)
+    package static func open(_ endpoint: GatewayEndpoint, machine: UUID, timeout: Duration, eventLoop: any EventLoop)
         async throws -> GatewayLink
     {
         let token = try endpoint.readToken()
@@ -348,7 +348,7 @@ final class GatewayLink: Sendable {
 
     /// Sends a message with a new request id (or `id`), returns the id.
     @discardableResult
-    func send(_ message: GatewayMessage, id: UInt64? = nil) -> UInt64 {
+    package func send(_ message: GatewayMessage, id: UInt64? = nil) -> UInt64 {
         let id =
             id
             ?? nextID.withLock { next in
@@ -363,7 +363,7 @@ final class GatewayLink: Sendable {
     }
 
     /// Sends a request and waits for its answer (a failure thrown as ``Failed``).
-    func request(_ message: GatewayMessage) async throws -> GatewayMessage {
+    package func request(_ message: GatewayMessage) async throws -> GatewayMessage {
         try await answer(to: send(message))
     }
 
@@ -383,7 +383,7 @@ final class GatewayLink: Sendable {
     /// The next message within `limit`; nil when nothing came in time and `pinging` (a ping was
     /// sent: the next wait fails if the gateway does not answer either). Without `pinging`, a
     /// silent gateway drops the connection.
-    func next(within limit: Duration, pinging: Bool) async throws -> (id: UInt64, message: GatewayMessage)? {
+    package func next(within limit: Duration, pinging: Bool) async throws -> (id: UInt64, message: GatewayMessage)? {
         let queue = state.queue
         let timedOut = Mutex(false)
         let timer = channel.channel.eventLoop.scheduleTask(in: TimeAmount(limit)) {
@@ -428,7 +428,7 @@ final class GatewayLink: Sendable {
         return Failed(needsOperator: false, message: "the gateway answered out of turn")
     }
 
-    func close() {
+    package func close() {
         channel.channel.close(promise: nil)
     }
 }
