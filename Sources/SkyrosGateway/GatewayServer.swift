@@ -258,11 +258,30 @@ package final class GatewayServer: Sendable {
                     on: eventLoopGroup.next(), id: Int.random(in: 1...Int.max), logger: logger)
                 metrics.listening.withLock { $0 = true }
                 defer { Task { try? await connection.close() } }
-                try await connection.listen(on: channelName) { notifications in
-                    self.fanOut(nil)
-                    for try await notification in notifications {
-                        self.fanOut(UInt64(notification.payload))
+                // Pinged every second statement timeout: a connection that stopped answering (a
+                // partition that sends no reset) fails the listen, which connects again.
+                let watchdog = Watchdog(connection)
+                let ping = configuration.statementTimeout
+                let quiet = logger
+                try await withThrowingTaskGroup(of: Void.self) { group in
+                    group.addTask {
+                        try await connection.listen(on: channelName) { notifications in
+                            self.fanOut(nil)
+                            for try await notification in notifications {
+                                self.fanOut(UInt64(notification.payload))
+                            }
+                        }
                     }
+                    group.addTask {
+                        while !Task.isCancelled {
+                            try await Task.sleep(for: ping * 2)
+                            _ = try await watchdog.bounded(ping) {
+                                try await connection.query("SELECT 1", logger: quiet).collect().count
+                            }
+                        }
+                    }
+                    try await group.next()
+                    group.cancelAll()
                 }
             } catch {
                 if Task.isCancelled { break }

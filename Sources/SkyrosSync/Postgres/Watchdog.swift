@@ -41,7 +41,9 @@ package final class Watchdog: Sendable {
 
     /// Runs `body`, failing with ``TimedOut`` (and closing the connection) when it does not
     /// finish within `limit`.
-    func bounded<T: Sendable>(_ limit: Duration, _ body: @escaping @Sendable () async throws -> T) async throws -> T {
+    package func bounded<T: Sendable>(_ limit: Duration, _ body: @escaping @Sendable () async throws -> T) async throws
+        -> T
+    {
         let outcome = Once<T>()
         return try await withCheckedThrowingContinuation { continuation in
             outcome.waiting(continuation)

@@ -35,7 +35,10 @@ struct GatewayTests {
         let secret = Data((0..<32).map { _ in UInt8.random(in: 0...255) })
         static let schemaName = "g_gateway"
 
-        init() async throws {
+        /// Between the gateway and PostgreSQL, when the test breaks that link.
+        let proxy: FaultProxy?
+
+        init(proxied: Bool = false) async throws {
             postgres = try PostgresServer.shared()
             database = try postgres.createUniqueDatabase(prefix: "gateway")
             certificates = try TestCertificates()
@@ -60,10 +63,14 @@ struct GatewayTests {
             }
             try await connection.close()
             let rules = try SyncRules.parse(GatewayTests.rules).resolvingDestinations(in: testSchema)
-            let gatewayConfiguration = GatewayConfiguration(
-                group: "g", database: configuration, rules: rules,
+            proxy = proxied ? try FaultProxy(upstreamPort: postgres.port) : nil
+            var database = configuration
+            if let proxy { database.servers = [SyncConfiguration.Server(host: "127.0.0.1", port: proxy.port)] }
+            var gatewayConfiguration = GatewayConfiguration(
+                group: "g", database: database, rules: rules,
                 verifier: try await SyncTokenVerifier(secret: secret), host: "127.0.0.1", port: 0,
                 certificate: certificates.serverCertificate, key: certificates.serverKey)
+            gatewayConfiguration.statementTimeout = .seconds(2)
             gateway = GatewayServer(configuration: gatewayConfiguration)
             try await gateway.start()
         }
@@ -145,6 +152,7 @@ struct GatewayTests {
 
         func stop() async {
             await gateway.stop()
+            proxy?.stop()
         }
 
         deinit {
@@ -263,6 +271,43 @@ struct GatewayTests {
         // One read per change (a notification that comes during a read may add one), where
         // reading for each machine would be 36.
         #expect(reads >= subjects.count && reads <= 2 * subjects.count, "\(reads) reads for \(subjects.count) changes")
+        await fleet.stop()
+    }
+
+    @Test(
+        "a partition between the gateway and PostgreSQL: machines go offline and keep saving; once it heals, every save is on the server once and the server's changes reach them"
+    )
+    func serverPartition() async throws {
+        let fleet = try await Fleet(proxied: true)
+        guard let proxy = fleet.proxy else { return }
+        try fleet.psql(#"INSERT INTO g_gateway."User" (handle) VALUES ('ann')"#)
+        let ann = try await fleet.machine("ann")
+        let reader = try await fleet.machine("ann")
+        defer { withExtendedLifetime((ann, reader)) {} }
+        #expect(await eventually { try await handles(ann.stack) == ["ann"] })
+        #expect(await eventually { try await handles(reader.stack) == ["ann"] })
+        // Bytes vanish both ways, without a reset: only the gateway's bounds notice.
+        let partition = proxy.inject(.blackHole)
+        for index in 0..<20 {
+            try await ann.stack.write { context in
+                let post = Post.create(in: context)
+                post.title = "offline \(index)"
+                post.author = try User.all(in: context).first
+            }
+        }
+        try fleet.psql(
+            #"INSERT INTO g_gateway."Post" (title, author) SELECT 'from psql', "_id" FROM g_gateway."User""#)
+        #expect(
+            await eventually {
+                (try syncStatus(ann.daemon))["state"] as? String == "offline"
+            }, "\((try? syncStatus(ann.daemon)) ?? [:])")
+        #expect(try fleet.psql(#"SELECT count(*) FROM g_gateway."Post" WHERE title LIKE 'offline %'"#) == "0")
+        #expect(proxy.heal(partition))
+        let total = #"SELECT count(*), count(DISTINCT title) FROM g_gateway."Post" WHERE title LIKE 'offline %'"#
+        #expect(await eventually(seconds: 60) { try fleet.psql(total) == "20|20" })
+        #expect(await eventually(seconds: 60) { try await titles(ann.stack).contains("from psql") })
+        #expect(await eventually(seconds: 60) { try await titles(reader.stack).count == 21 })
+        #expect(try fleet.psql(total) == "20|20")
         await fleet.stop()
     }
 
