@@ -162,7 +162,7 @@ final class MachineConnection: Sendable {
         gateway.metrics.connected(machine)
         await reply(.welcome(subject: claims.subject, buckets: instances.count), id: helloID)
         var schema: ServerSchema?
-        let keys = Set(instances.map { SyncRules.instanceKey(bucket: $0.bucket, values: $0.values) })
+        let keys = SyncRules.instanceKeys(of: instances)
         var state = MachineState(keys: keys)
         while let bytes = await inbox.next() {
             let id: UInt64

@@ -696,11 +696,28 @@ public struct SyncRules: Sendable, Equatable {
         return statements
     }
 
-    /// The name of one bucket instance, the same for a machine's instance
-    /// (``instances(for:)``) and a row's (``memberships(qualify:)``): the bucket's name and its
-    /// parameters' values in the parameters' name order.
+    /// The name of one bucket instance, or of the instances a row is in: the bucket's name and
+    /// the parameters' values in the parameters' name order. A row's names only the parameters
+    /// its rule compares (none for `Entity: true`: every instance of the bucket holds it); a
+    /// machine holds every name of its instances' parameters' subsets (``instanceKeys(of:)``),
+    /// so that it has a row when the values the row names are its own.
     public static func instanceKey(bucket: String, values: [String: String]) -> String {
         ([bucket] + values.sorted { $0.key < $1.key }.map { "\($0.key)=\($0.value)" }).joined(separator: "\u{1F}")
+    }
+
+    /// Every name (``instanceKey(bucket:values:)``) of the rows `instances` hold: each
+    /// instance's with every subset of its parameters' values.
+    public static func instanceKeys(of instances: [Instance]) -> Set<String> {
+        var keys = Set<String>()
+        for instance in instances {
+            let values = instance.values.sorted { $0.key < $1.key }
+            for mask in 0..<(1 << values.count) {
+                var subset: [String: String] = [:]
+                for (bit, pair) in values.enumerated() where mask & (1 << bit) != 0 { subset[pair.key] = pair.value }
+                keys.insert(instanceKey(bucket: instance.bucket, values: subset))
+            }
+        }
+        return keys
     }
 
     /// For each entity whose rows a bucket selects through to-one relationships, the

@@ -157,6 +157,32 @@ public enum SyncFaultCampaign {
         /// How many handles the writers' unique values are drawn from (one insert in five
         /// takes one): the fewer, the more change sets the server refuses.
         public var sharedHandles = 20
+        /// Machines sync through sync gateways instead of PostgreSQL itself (DESIGN §10): nil,
+        /// the direct mode.
+        public var gateways: Gateways?
+
+        /// `skyros-gateway` processes the machines sync through, machine i through gateway
+        /// i modulo their number, each link a fault proxy; the gateways reach PostgreSQL directly.
+        public struct Gateways: Sendable {
+            /// How many gateway processes.
+            public var count: Int
+            /// The `skyros-gateway` executable.
+            public var executable: String
+            /// The HS256 secret the tokens are signed with.
+            public var secret: Data
+            /// One token per machine (its `sub` its own; every one holding the campaign's bucket).
+            public var tokens: [String]
+            /// The sync rules: every machine holds and may write every row.
+            public var rules: String
+
+            public init(count: Int, executable: String, secret: Data, tokens: [String], rules: String) {
+                self.count = count
+                self.executable = executable
+                self.secret = secret
+                self.tokens = tokens
+                self.rules = rules
+            }
+        }
 
         public init(
             seed: UInt64, duration: Double, machines: Int = 3, writersPerMachine: Int = 4, rate: Double = 10,
@@ -322,6 +348,10 @@ private final class Campaign: Sendable {
     let diskUnavailable: String?
     /// The cut that keeps the late machine from its first checkpoint (nil: none starts late).
     let lateCut: FaultProxy.Fault?
+    /// The gateways' processes (``SyncFaultCampaign/Configuration/gateways``).
+    let gatewayProcesses: [pid_t]
+    /// Their TLS certificates (removed with the campaign).
+    let certificates: TestCertificates?
     /// The handle of a user made on the server before the machines start.
     static let takenHandle = "dup-0"
     let started = ContinuousClock.now
@@ -425,16 +455,74 @@ private final class Campaign: Sendable {
             }
             var machines: [CampaignMachine] = []
             var lateCut: FaultProxy.Fault?
+            var gatewayPorts: [Int] = []
+            var gatewayProcesses: [pid_t] = []
+            var certificates: TestCertificates?
+            if let gateways = configuration.gateways {
+                let made = try TestCertificates()
+                certificates = made
+                let rules = directory + "/sync-rules.yaml"
+                let secret = directory + "/gateway.secret"
+                try gateways.rules.write(toFile: rules, atomically: true, encoding: .utf8)
+                _ = FileManager.default.createFile(
+                    atPath: secret, contents: gateways.secret, attributes: [.posixPermissions: 0o600])
+                for index in 0..<gateways.count {
+                    let logPath = directory + "/gateway\(index).log"
+                    let log = open(logPath, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0o644)
+                    let null = open("/dev/null", O_RDONLY | O_CLOEXEC)
+                    defer {
+                        close(log)
+                        close(null)
+                    }
+                    let child = try PostgresServer.spawn(
+                        [
+                            gateways.executable, "--group", "g", "--database",
+                            "postgresql://postgres@127.0.0.1:\(postgres.port)/\(database)?sslmode=disable&schema=\(schemaName)",
+                            "--rules", rules, "--secret-file", secret, "--listen", "127.0.0.1:0", "--tls-cert",
+                            made.serverCertificate, "--tls-key", made.serverKey,
+                        ], environment: ProcessInfo.processInfo.environment, stdin: null, stdout: log, stderr: log)
+                    SyncFaultCampaign.running.withLock { _ = $0.pids.insert(child) }
+                    gatewayProcesses.append(child)
+                    let deadline = Date().addingTimeInterval(20)
+                    var port: Int?
+                    while port == nil, Date() < deadline {
+                        let text = (try? String(contentsOfFile: logPath, encoding: .utf8)) ?? ""
+                        port = text.split(separator: "\n").first { $0.hasPrefix("listening on 127.0.0.1:") }
+                            .flatMap { Int($0.split(separator: ":").last ?? "") }
+                        if port == nil { usleep(20_000) }
+                    }
+                    guard let port else {
+                        throw PostgresServerError.timedOut(
+                            "skyros-gateway \(index) did not listen in 20 s: \((try? String(contentsOfFile: logPath, encoding: .utf8)) ?? "")"
+                        )
+                    }
+                    gatewayPorts.append(port)
+                }
+            }
+            self.gatewayProcesses = gatewayProcesses
+            self.certificates = certificates
             for index in 0..<configuration.machines {
-                let proxy = try FaultProxy(upstreamPort: postgres.port)
+                let proxy = try FaultProxy(
+                    upstreamPort: gatewayPorts.isEmpty ? postgres.port : gatewayPorts[index % gatewayPorts.count])
                 if configuration.startsOneMachineLate && index == configuration.machines - 1 {
                     // Cut from the start: its first checkpoint waits until its first saves are made.
                     lateCut = proxy.inject(.cut, .both)
                 }
-                let url = "postgresql://postgres@127.0.0.1:\(proxy.port)/\(database)?sslmode=disable"
+                var arguments = [
+                    "--sync", "postgresql://postgres@127.0.0.1:\(proxy.port)/\(database)?sslmode=disable",
+                    "--sync-schema", schemaName,
+                ]
+                if let gateways = configuration.gateways, let certificates {
+                    let token = directory + "/m\(index).token"
+                    try gateways.tokens[index].write(toFile: token, atomically: true, encoding: .utf8)
+                    arguments = [
+                        "--sync", "wss://127.0.0.1:\(proxy.port)/g?sslrootcert=\(certificates.authority)",
+                        "--sync-token-file", token,
+                    ]
+                }
                 let machine = try CampaignMachine(
                     index: index, directory: directory + "/m\(index)", skyrosd: configuration.skyrosd,
-                    arguments: ["--sync", url, "--sync-schema", schemaName],
+                    arguments: arguments,
                     environment: configuration.defect.map {
                         ["SKYROS_DEBUG_DEFECT": $0.rawValue]
                     } ?? [:], proxy: proxy)
@@ -454,6 +542,14 @@ private final class Campaign: Sendable {
 
     deinit {
         for machine in machines { machine.stop() }
+        for child in gatewayProcesses {
+            Glibc.kill(child, SIGTERM)
+            if PostgresServer.waitForExit(child, timeout: .seconds(10)) == nil {
+                Glibc.kill(child, SIGKILL)
+                _ = PostgresServer.waitForExit(child, timeout: .seconds(10))
+            }
+            SyncFaultCampaign.running.withLock { _ = $0.pids.remove(child) }
+        }
         if let keep = ProcessInfo.processInfo.environment["SKYROS_CAMPAIGN_KEEP_LOGS"] {
             // The server's audit and upload records, for a post-mortem.
             for (name, sql) in [

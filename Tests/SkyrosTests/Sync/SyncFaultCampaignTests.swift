@@ -1,4 +1,6 @@
 import Foundation
+import Skyros
+import SkyrosGateway
 import SkyrosTestSupport
 import Testing
 
@@ -7,7 +9,7 @@ import Testing
 /// second each, like the long runs), and every kind of fault at least five times; the
 /// history checker must pass and every machine converge within 10 s of the quiet period.
 /// `skyros-bench sync-faults` runs the long campaigns.
-@Suite("Sync fault campaign", .timeLimit(.minutes(4)))
+@Suite("Sync fault campaign", .serialized, .timeLimit(.minutes(4)))
 struct SyncFaultCampaignTests {
     @Test(
         "20 s of partitions, black holes, slow links, daemon kills, PostgreSQL restarts, a full disk, psql writes, and sync switched off and on: nothing lost, nothing doubled, every machine converges"
@@ -50,6 +52,45 @@ struct SyncFaultCampaignTests {
         #expect(report.writtenBeforeFirstCheckpoint == 2, "\(report)")
         // Something was written and acknowledged, and read.
         #expect(report.history.operations.filter { $0.kind != .read && $0.acknowledged }.count > 100, "\(report)")
+        print(report)
+    }
+
+    @Test(
+        "the campaign through two sync gateways: three machines, each through a gateway process of its own link, with every fault of the direct campaign; nothing lost, nothing doubled, every machine converges"
+    )
+    func campaignThroughGateways() async throws {
+        let seed = ProcessInfo.processInfo.environment["SKYROS_CAMPAIGN_SEED"].flatMap { UInt64($0) } ?? 60
+        var configuration = SyncFaultCampaign.Configuration(
+            seed: seed, duration: 20, machines: 3, writersPerMachine: 4,
+            skyrosd: ChildProcess.builtExecutable("skyrosd").path)
+        configuration.kinds = SyncFaultCampaign.FaultKind.allCases.filter {
+            $0 != .renameRollout && $0 != .restoreBackup
+        }
+        // Every machine holds and may write every row: one bucket of the team claim, with every
+        // entity in it.
+        let entities = testSchema.entities.map { "      \($0.name): true" }.joined(separator: "\n")
+        let rules = "buckets:\n  campaign:\n    parameters:\n      team: token.team\n    entities:\n\(entities)\n"
+        let secret = Data((0..<32).map { _ in UInt8.random(in: 0...255) })
+        var tokens: [String] = []
+        for index in 0..<configuration.machines {
+            tokens.append(
+                try await SyncToken.mint(
+                    SyncTokenClaims(
+                        subject: "m\(index)", expiration: Date().addingTimeInterval(3_600),
+                        claims: ["team": .string("campaign")]), secret: secret))
+        }
+        configuration.gateways = SyncFaultCampaign.Configuration.Gateways(
+            count: 2, executable: ChildProcess.builtExecutable("skyros-gateway").path, secret: secret, tokens: tokens,
+            rules: rules)
+        let report = try await SyncFaultCampaign.run(configuration)
+        for check in report.verdict.checks { #expect(check.passed, "\(report)") }
+        Self.expectRefusalsTold(report)
+        #expect((report.convergenceSeconds ?? .infinity) <= 10, "\(report)")
+        #expect(report.writtenBeforeFirstCheckpoint == 2, "\(report)")
+        #expect(report.history.operations.filter { $0.kind != .read && $0.acknowledged }.count > 100, "\(report)")
+        for kind in [SyncFaultCampaign.FaultKind.daemonKill, .postgresFast, .postgresImmediate, .psqlWrite] {
+            #expect((report.faults[kind] ?? 0) >= 1, "\(kind.rawValue) never took effect: \(report)")
+        }
         print(report)
     }
 
