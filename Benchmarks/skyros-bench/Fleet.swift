@@ -166,7 +166,12 @@ struct FleetBenchmark {
         }
         defer { fleet.stop() }
         result.connectSeconds = Double(Clock.now() - started) / 1e9
-        // Settled: the gateway's heap after every machine's first reads.
+        // Settled: every machine past its first read through the gateway's chain (a machine
+        // that joins it may make the gateway read once; a connection storm's reads are not
+        // charged to the changes measured), and the gateway's heap after it.
+        guard fleet.waitUntilFollowing(count, timeout: 120) else {
+            throw BenchError("\(count) machines did not all follow the gateway's changes within 120 s")
+        }
         usleep(500_000)
         result.memoryPerMachineKB = max(0, gateway.residentKB() - before) / Double(count)
         result.serverConnections = try database.gatewayConnections()
@@ -176,8 +181,9 @@ struct FleetBenchmark {
         let connection = try syncAwait { try await database.connect() }
         defer { try? syncAwait { try await connection.close() } }
         // A write in one machine's bucket, each sample another machine's. (The server's CPU is
-        // counted in ticks of 10 ms: at least 200 writes.)
-        let writes = max(200, samples)
+        // counted in ticks of 10 ms: at least 200 writes; 20 from 5,000 machines on, each write
+        // there taking seconds.)
+        let writes = count >= 5_000 ? 20 : max(200, samples)
         let cpuBefore = databaseCPUSeconds(postgres.processIdentifier ?? 0, database: database.name)
         for sample in 0..<writes {
             let machine = sample * 7919 % count
@@ -627,6 +633,7 @@ final class SimulatedFleet: Sendable {
 
     /// Reads a checkpoint at each notification (one more when one came during a read).
     private static func follow(_ link: GatewayLink, cursor: String, fleet: SimulatedFleet, machine: Int) async {
+        var announced = false
         var cursor = cursor
         var notified = true  // (one may have come during the first reads)
         do {
@@ -638,11 +645,36 @@ final class SimulatedFleet: Sendable {
                 }
                 notified = false
                 cursor = try await read(link, after: cursor, fleet: fleet, machine: machine, notified: &notified)
+                if !announced {
+                    announced = true
+                    fleet.follows()
+                }
             }
         } catch {}
     }
 
     fileprivate func sawPage(_ page: SnapshotPage, machine: Int) {}
+
+    /// Machines whose first read of their follow loop is done.
+    private let following = Mutex(0)
+
+    fileprivate func follows() {
+        following.withLock { $0 += 1 }
+        condition.lock()
+        condition.broadcast()
+        condition.unlock()
+    }
+
+    /// Waits until `count` machines follow (``follows()``), `timeout` seconds at most.
+    func waitUntilFollowing(_ count: Int, timeout: Double) -> Bool {
+        let deadline = Date().addingTimeInterval(timeout)
+        condition.lock()
+        defer { condition.unlock() }
+        while following.withLock({ $0 }) < count {
+            if !condition.wait(until: deadline) { return following.withLock { $0 } >= count }
+        }
+        return true
+    }
 
     fileprivate func sawAccounts(_ checkpoint: Checkpoint, machine: Int) {
         for (id, values) in checkpoint.objects where id.entityName == "Account" {
