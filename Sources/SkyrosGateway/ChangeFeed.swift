@@ -146,18 +146,8 @@ actor ChangeFeed {
         for (id, values) in checkpoint.objects where values != nil {
             present[id.entityName, default: []].append(id.uuid)
         }
-        var reached: [String: Set<UUID>] = [:]
-        for statement in rules.reachingStatements(qualify: qualify) {
-            guard let changed = present[statement.through], !changed.isEmpty,
-                session.schema.table(statement.entity) != nil
-            else { continue }
-            for row in try await session.run(statement.sql, [RulesScope.list(changed)]) {
-                guard let text = row.first ?? nil, let uuid = UUID(uuidString: text),
-                    checkpoint.objects[ObjectID(entityName: statement.entity, uuid: uuid)] == nil
-                else { continue }
-                reached[statement.entity, default: []].insert(uuid)
-            }
-        }
+        let reached = try await RulesScope.reached(
+            from: present, besides: checkpoint.objects, rules: rules, qualify: qualify, in: session)
         for (entity, ids) in reached {
             guard let table = session.schema.table(entity) else { continue }
             for uuid in ids {

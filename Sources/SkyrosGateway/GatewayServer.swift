@@ -141,12 +141,7 @@ package final class GatewayServer: Sendable {
                     shouldUpgrade: { channel, _ in channel.eventLoop.makeSucceededFuture(HTTPHeaders()) },
                     upgradePipelineHandler: { channel, head in
                         channel.eventLoop.makeCompletedFuture {
-                            try channel.pipeline.syncOperations.addHandler(
-                                NIOWebSocketFrameAggregator(
-                                    minNonFinalFragmentSize: 0, maxAccumulatedFrameCount: 4096,
-                                    maxAccumulatedFrameSize: GatewayMessage.maximumSize))
-                            let wrapped = try NIOAsyncChannel<WebSocketFrame, WebSocketFrame>(
-                                wrappingChannelSynchronously: channel)
+                            let wrapped = try GatewayMessage.messageChannel(channel)
                             return Upgrade.websocket(wrapped, path: head.uri, deadline: deadline)
                         }
                     })

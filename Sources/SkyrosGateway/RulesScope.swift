@@ -54,20 +54,8 @@ package struct RulesScope: SyncScope {
                 restricted.objects[ObjectID(entityName: entity, uuid: uuid)] = .some(nil)
             }
         }
-        // The objects reaching a changed one through the rules' relationships: their buckets
-        // may have changed with it although the log does not name them.
-        var reached: [String: Set<UUID>] = [:]
-        for statement in rules.reachingStatements(qualify: qualify) {
-            guard let changed = present[statement.through], !changed.isEmpty,
-                session.schema.table(statement.entity) != nil
-            else { continue }
-            for row in try await session.run(statement.sql, [Self.list(changed)]) {
-                guard let text = row.first ?? nil, let uuid = UUID(uuidString: text),
-                    checkpoint.objects[ObjectID(entityName: statement.entity, uuid: uuid)] == nil
-                else { continue }
-                reached[statement.entity, default: []].insert(uuid)
-            }
-        }
+        let reached = try await Self.reached(
+            from: present, besides: checkpoint.objects, rules: rules, qualify: qualify, in: session)
         for (entity, ids) in reached {
             guard let table = session.schema.table(entity) else { continue }
             let held = try await session.rows(
@@ -77,6 +65,29 @@ package struct RulesScope: SyncScope {
             restricted.unreadable += held.unreadable
         }
         return restricted
+    }
+
+    /// The objects reaching the `present` ones (changed objects by entity) through the
+    /// rules' relationships, by entity, those `besides` names left out: their buckets may have
+    /// changed with them although the log does not name them (a to-do list moved to another
+    /// owner takes its items along).
+    static func reached(
+        from present: [String: [UUID]], besides named: [ObjectID: StoredValues?], rules: SyncRules,
+        qualify: (String) -> String, in session: ServerSession
+    ) async throws -> [String: Set<UUID>] {
+        var reached: [String: Set<UUID>] = [:]
+        for statement in rules.reachingStatements(qualify: qualify) {
+            guard let changed = present[statement.through], !changed.isEmpty,
+                session.schema.table(statement.entity) != nil
+            else { continue }
+            for row in try await session.run(statement.sql, [list(changed)]) {
+                guard let text = row.first ?? nil, let uuid = UUID(uuidString: text),
+                    named[ObjectID(entityName: statement.entity, uuid: uuid)] == nil
+                else { continue }
+                reached[statement.entity, default: []].insert(uuid)
+            }
+        }
+        return reached
     }
 
     package func refusal(of changes: [QueuedChangeSet], before: Bool, in session: ServerSession) async throws

@@ -1,4 +1,6 @@
 import Foundation
+import NIOCore
+import NIOWebSocket
 import Skyros
 import SkyrosWire
 
@@ -85,6 +87,18 @@ package enum GatewayClose: UInt16, Sendable {
     case unknownGroup = 4404
     /// The gateway is stopping: connect again (to it or another).
     case goingAway = 1001
+}
+
+extension GatewayMessage {
+    /// A WebSocket channel of the protocol, on either side, once upgraded: fragmented messages
+    /// put together up to ``maximumSize``, wrapped for async use. On the channel's event loop.
+    package static func messageChannel(_ channel: any Channel) throws -> NIOAsyncChannel<WebSocketFrame, WebSocketFrame>
+    {
+        try channel.pipeline.syncOperations.addHandler(
+            NIOWebSocketFrameAggregator(
+                minNonFinalFragmentSize: 0, maxAccumulatedFrameCount: 4096, maxAccumulatedFrameSize: maximumSize))
+        return try NIOAsyncChannel<WebSocketFrame, WebSocketFrame>(wrappingChannelSynchronously: channel)
+    }
 }
 
 // MARK: - Encoding

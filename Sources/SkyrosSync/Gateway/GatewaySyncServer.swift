@@ -304,13 +304,7 @@ package final class GatewayLink: Sendable {
                         maxFrameSize: GatewayMessage.maximumSize,
                         upgradePipelineHandler: { channel, _ in
                             channel.eventLoop.makeCompletedFuture {
-                                try channel.pipeline.syncOperations.addHandler(
-                                    NIOWebSocketFrameAggregator(
-                                        minNonFinalFragmentSize: 0, maxAccumulatedFrameCount: 4096,
-                                        maxAccumulatedFrameSize: GatewayMessage.maximumSize))
-                                return .websocket(
-                                    try NIOAsyncChannel<WebSocketFrame, WebSocketFrame>(
-                                        wrappingChannelSynchronously: channel))
+                                return .websocket(try GatewayMessage.messageChannel(channel))
                             }
                         })
                     var headers = HTTPHeaders()
