@@ -58,7 +58,9 @@ actor ChangeFeed {
     func checkpoint(after cursor: String, keys: Set<String>) async throws -> Checkpoint? {
         // A read under way may be the one that holds what this machine was just told of.
         if let advancing { try await advancing.value }
-        if entries.isEmpty { try await advance(from: cursor) }
+        // The chain starts only at a snapshot the server gave (``seed(_:)``), never at a
+        // machine's word: a made-up cursor must not become everyone's start.
+        guard !entries.isEmpty else { return nil }
         guard let start = entries.first?.base, Self.sees(cursor, everything: start) else { return nil }
         if dirty.withLock({ $0 }) || !Self.sees(head, everything: cursor) {
             try await advance(from: head)
@@ -93,11 +95,26 @@ actor ChangeFeed {
 
     private var head: String { entries.last?.checkpoint.snapshot ?? "" }
 
+    /// Starts the chain, when it has none, at `checkpoint`'s snapshot: a machine's own read,
+    /// just made by the server (the next read of the chain reads the changes after it).
+    func seed(_ checkpoint: Checkpoint) {
+        guard entries.isEmpty, !checkpoint.isSnapshot else { return }
+        var start = checkpoint
+        start.objects = [:]
+        start.unreadable = []
+        start.rejected = []
+        start.uploadedThrough = 0
+        entries = [Entry(base: checkpoint.snapshot, checkpoint: start, transactions: [:], keys: [:])]
+    }
+
     /// Reads the changes after `base` (once, whoever else asks meanwhile) and chains them; a
     /// read past the server's horizon empties the chain.
     private func advance(from base: String) async throws {
         if let advancing {
             try await advancing.value
+            // Told of a change during that read: it may not hold it; read again.
+            guard dirty.withLock({ $0 }) else { return }
+            try await advance(from: head)
             return
         }
         dirty.withLock { $0 = false }
@@ -116,11 +133,13 @@ actor ChangeFeed {
         let schema = schema
         let rules = rules
         let made = try await pool.withSession(schema, scope: nil) { session -> Entry? in
-            guard let (checkpoint, transactions) = try await session.readChangesWithTransactions(after: base) else {
-                return nil
+            // The changes, the rows reaching them and every bucket: one snapshot of the server.
+            try await session.inSnapshot {
+                guard let (checkpoint, transactions) = try await session.readChangesWithTransactions(after: base)
+                else { return nil }
+                return try await Self.entry(
+                    base: base, checkpoint: checkpoint, transactions: transactions, rules: rules, session: session)
             }
-            return try await Self.entry(
-                base: base, checkpoint: checkpoint, transactions: transactions, rules: rules, session: session)
         }
         reads += 1
         guard let made else {

@@ -74,16 +74,23 @@ package final class GatewayServer: Sendable {
     /// The change feeds, one per schema the machines have (machines upgraded one by one have two).
     private let feeds = Mutex<[FeedKey: ChangeFeed]>([:])
 
+    /// The most schemas the gateway keeps a change feed for (a fleet upgraded one machine at a
+    /// time has two or three).
+    static let maximumFeeds = 8
+
     private struct FeedKey: Hashable {
         var version: UInt64
         var source: SchemaDescription
     }
 
-    /// The change feed of machines of `schema`.
-    func feed(for schema: ServerSchema) -> ChangeFeed {
+    /// The change feed of machines of `schema`; nil past ``maximumFeeds`` (those machines
+    /// read their own: a machine describes its schema itself, and must not make the gateway
+    /// keep a chain of reads for each description it makes up).
+    func feed(for schema: ServerSchema) -> ChangeFeed? {
         feeds.withLock { feeds in
             let key = FeedKey(version: schema.version, source: schema.source)
             if let feed = feeds[key] { return feed }
+            guard feeds.count < Self.maximumFeeds else { return nil }
             let feed = ChangeFeed(schema: schema, rules: configuration.rules, pool: pool)
             feeds[key] = feed
             return feed

@@ -46,6 +46,13 @@ final class MachineConnection: Sendable {
                         for try await frame in inbound {
                             switch frame.opcode {
                             case .binary:
+                                // One request at a time: a machine that sends more before the
+                                // answers (pages acknowledged aside) is not one of ours.
+                                guard self.inbox.count < 4 else {
+                                    await self.close(
+                                        .protocolError, "requests sent before the answers to the earlier ones")
+                                    return
+                                }
                                 self.inbox.push(Array(buffer: frame.unmaskedData))
                             case .ping:
                                 try? await outbound.write(
@@ -74,11 +81,24 @@ final class MachineConnection: Sendable {
         }
     }
 
-    /// Sends a message (any thread; in order with the others sent from the same task).
+    /// Whether a notification is being written: another one meanwhile is dropped (a machine
+    /// needs to know that something changed, not how often), so that a machine that does not
+    /// read piles nothing up.
+    private let notifying = Mutex(false)
+
+    /// Sends a notification (any thread), unless one is still being written.
     func send(_ bytes: [UInt8]) {
-        guard let writer = writer.withLock({ $0 }) else { return }
+        guard let writer = writer.withLock({ $0 }),
+            notifying.withLock({ busy in
+                defer { busy = true }
+                return !busy
+            })
+        else { return }
         let frame = WebSocketFrame(fin: true, opcode: .binary, data: ByteBuffer(bytes: bytes))
-        Task { try? await writer.write(frame) }
+        Task {
+            try? await writer.write(frame)
+            notifying.withLock { $0 = false }
+        }
     }
 
     private func reply(_ message: GatewayMessage, id: UInt64) async {
@@ -149,7 +169,9 @@ final class MachineConnection: Sendable {
         // A token that expires while connected closes the connection then, even one that only
         // listens (the machine connects again with its renewed token file).
         let remaining = claims.expiration.addingTimeInterval(gateway.configuration.verifier.leeway).timeIntervalSinceNow
-        let expiry = channel.channel.eventLoop.scheduleTask(in: .milliseconds(Int64(max(0, remaining) * 1000))) {
+        let expiry = channel.channel.eventLoop.scheduleTask(
+            in: .milliseconds(Int64(clamping: Int(min(max(0, remaining), 1e12) * 1000)))
+        ) {
             Task {
                 await self.close(
                     .unauthorized, SyncTokenRefusal(.expired, "the token expired while connected").description)
@@ -268,8 +290,8 @@ final class MachineConnection: Sendable {
                 await reply(.outcomes(result.outcomes, transactions: result.transactions), id: id)
             case .readCheckpoint(let previous, let rejectedAfter, let pageSize):
                 // Read once for every machine (the feed), unless this machine's own read is needed.
-                if !state.readsOwn, let previous,
-                    var shared = try await gateway.feed(for: schema).checkpoint(after: previous, keys: state.keys)
+                if !state.readsOwn, let previous, rejectedAfter >= state.uploadedThrough,
+                    var shared = try await gateway.feed(for: schema)?.checkpoint(after: previous, keys: state.keys)
                 {
                     shared.uploadedThrough = state.uploadedThrough
                     gateway.metrics.position.withLock { $0 = max($0, shared.number) }
@@ -282,7 +304,9 @@ final class MachineConnection: Sendable {
                         after: previous, rejectedAfter: rejectedAfter, machine: machine, pageSize: pageSize
                     ) { page in
                         await self.reply(.page(page), id: id)
-                        guard let bytes = await self.inbox.next(),
+                        // Bounded: a machine that does not acknowledge holds a server connection.
+                        guard
+                            let bytes = await self.inbox.next(within: self.gateway.configuration.statementTimeout * 3),
                             case .some((let answered, .staged(let failure))) = try? GatewayMessage.decode(bytes),
                             answered == id
                         else { return "the machine did not acknowledge a snapshot page" }
@@ -293,6 +317,7 @@ final class MachineConnection: Sendable {
                 if !checkpoint.isSnapshot {
                     state.readsOwn = false
                     state.uploadedThrough = checkpoint.uploadedThrough
+                    await gateway.feed(for: schema)?.seed(checkpoint)
                 }
                 await reply(.checkpoint(checkpoint), id: id)
             case .compact:

@@ -35,6 +35,9 @@ package struct RulesScope: SyncScope {
 
     package func restrict(_ checkpoint: Checkpoint, in session: ServerSession) async throws -> Checkpoint {
         var restricted = checkpoint
+        // The rows it cannot read are named with a part of their values: only its own are
+        // told (below, with the reached ones), never another bucket's.
+        restricted.unreadable = []
         var present: [String: [UUID]] = [:]
         for (id, values) in checkpoint.objects where values != nil {
             present[id.entityName, default: []].append(id.uuid)
@@ -99,11 +102,16 @@ package struct RulesScope: SyncScope {
         }
         var named: [String: Set<UUID>] = [:]
         for set in changes {
+            // An entity the machine's schema has no table of is written by nothing: refused,
+            // never left unchecked.
+            for reference in set.objects where session.schema.table(reference.entity) == nil {
+                return "not permitted by the sync rules: \(reference.entity) is not an entity of the group's tables"
+            }
             let rows = before ? set.updated : set.inserted + set.updated
             for row in rows { named[row.entity, default: []].insert(row.id) }
             if before { for reference in set.deleted { named[reference.entity, default: []].insert(reference.id) } }
         }
-        for (entity, ids) in named.sorted(by: { $0.key < $1.key }) where session.schema.table(entity) != nil {
+        for (entity, ids) in named.sorted(by: { $0.key < $1.key }) {
             let (sql, parameters) = rules.outsideStatement(entity: entity, instances: instances, qualify: qualify)
             let outside = try await session.run(sql, [Self.list(ids)] + parameters)
             if let first = outside.first?.first ?? nil {

@@ -702,7 +702,9 @@ public struct SyncRules: Sendable, Equatable {
     /// machine holds every name of its instances' parameters' subsets (``instanceKeys(of:)``),
     /// so that it has a row when the values the row names are its own.
     public static func instanceKey(bucket: String, values: [String: String]) -> String {
-        ([bucket] + values.sorted { $0.key < $1.key }.map { "\($0.key)=\($0.value)" }).joined(separator: "\u{1F}")
+        // Each part with its length: a value holding the separator cannot pass for another key.
+        ([bucket] + values.sorted { $0.key < $1.key }.map { "\($0.key)=\($0.value)" })
+            .map { "\($0.utf8.count):\($0)" }.joined(separator: "\u{1F}")
     }
 
     /// Every name (``instanceKey(bucket:values:)``) of the rows `instances` hold: each

@@ -143,7 +143,8 @@ final class GatewaySyncConnection: SyncServerConnection {
             switch answer {
             case .page(let page):
                 let failure = await stage(page)
-                link.send(.staged(failure: failure), id: id)
+                // Written before anything else is sent: the gateway takes the next message for it.
+                try await link.write(.staged(failure: failure), id: id)
                 if let failure { throw Checkpoint.StagingFailed(reason: failure) }
             case .checkpoint(let checkpoint):
                 return checkpoint
@@ -354,6 +355,13 @@ package final class GatewayLink: Sendable {
         let writer = writer
         Task { try? await writer.write(frame) }
         return id
+    }
+
+    /// Sends a message with request id `id` and returns once it is written.
+    package func write(_ message: GatewayMessage, id: UInt64) async throws {
+        try await writer.write(
+            WebSocketFrame(
+                fin: true, opcode: .binary, maskKey: .random(), data: ByteBuffer(bytes: message.encoded(id: id))))
     }
 
     /// Sends a request and waits for its answer (a failure thrown as ``Failed``).

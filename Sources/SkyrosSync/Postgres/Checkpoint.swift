@@ -113,10 +113,20 @@ extension ServerSession {
         after previous: String?, rejectedAfter: Int64, machine: UUID, pageSize: Int = 10_000,
         stage: @escaping @Sendable (SnapshotPage) async -> String? = { _ in "snapshots are not staged here" }
     ) async throws -> Checkpoint {
-        if let previous,
+        if let previous, let scope {
+            // A gateway's machine: the changes and the statements that restrict them to its
+            // buckets read one snapshot (a row's bucket and values of the same moment).
+            let restricted = try await inSnapshot { () -> Checkpoint? in
+                guard
+                    let changes = try await readChanges(after: previous, rejectedAfter: rejectedAfter, machine: machine)
+                else { return nil }
+                return try await scope.restrict(changes, in: self)
+            }
+            if let restricted { return restricted }
+        } else if let previous,
             let changes = try await readChanges(after: previous, rejectedAfter: rejectedAfter, machine: machine)
         {
-            return try await scope?.restrict(changes, in: self) ?? changes
+            return changes
         }
         let quoted = ServerSchema.quote(schema.name)
         // The snapshot's start: its pages are read after it, each in a statement of its own

@@ -205,7 +205,9 @@ extension ServerSession {
     private func checkScope(_ changes: [QueuedChangeSet], before: Bool) async throws {
         guard let scope else { return }
         if before { try await run("SELECT '1' FROM (SELECT \(Self.uploadLock(schema))) AS serialized") }
-        if let reason = try await scope.refusal(of: changes, before: before, in: self) {
+        // Under the names the statements write (a table or column renamed since the change
+        // set was queued has its current name), as they will be applied.
+        if let reason = try await scope.refusal(of: changes.map(schema.current), before: before, in: self) {
             throw Refusal(reason: reason)
         }
     }

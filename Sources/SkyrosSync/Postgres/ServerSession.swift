@@ -99,6 +99,21 @@ package struct ServerSession: Sendable {
         }
     }
 
+    /// Runs `body`'s statements in one read-only REPEATABLE READ transaction: every one of them
+    /// reads the same snapshot (a gateway's checkpoint, its rows and their buckets, are one
+    /// state of the server). Short reads only: no snapshot's pages here.
+    package func inSnapshot<T>(_ body: () async throws -> T) async throws -> T {
+        try await run("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+        do {
+            let value = try await body()
+            try await run("COMMIT")
+            return value
+        } catch {
+            _ = try? await run("ROLLBACK")
+            throw error
+        }
+    }
+
     private func execute(_ statement: PreparedQuery, _ parameters: [String?]) async throws -> [[String?]] {
         guard !connection.isClosed else { throw ConnectionClosed() }
         let rows = try await statement.execute(parameters.map { $0.map(PostgresData.init(string:)) ?? .null }).get()

@@ -311,6 +311,58 @@ struct GatewayTests {
         await fleet.stop()
     }
 
+    @Test(
+        "writes outside one's buckets are refused under any name: an entity's former name the machine's schema gives it, an entity of no table, a reset"
+    )
+    func writesUnderOtherNames() async throws {
+        let fleet = try await Fleet()
+        try fleet.psql(#"INSERT INTO g_gateway."User" (handle) VALUES ('ann')"#)
+        guard let endpoint = try fleet.machineConfiguration(tokenFile: try await fleet.tokenFile("ann")).gateway else {
+            throw SkyrosError(.syncConfiguration, "no gateway")
+        }
+        let server = GatewaySyncServer(endpoint: endpoint, statementTimeout: .seconds(10), executor: SyncExecutor())
+        let machine = UUID()
+        let connection = try await server.connect(machine: machine) {}
+        defer { connection.close() }
+        // The machine says User was once called Member (a rename its model made).
+        var description = testSchema.schemaDescription
+        if let index = description.entities.firstIndex(where: { $0.name == "User" }) {
+            description.entities[index].originalName = "Member"
+        }
+        let schema = ServerSchema(description, version: UInt64(testSchema.version), name: Fleet.schemaName)
+        try await connection.prepare(schema)
+        func change(_ entity: String, handle: String, reset: Bool = false) -> QueuedChangeSet {
+            var changes = QueuedChangeSet()
+            changes.inserted = [QueuedChangeSet.Row(entity: entity, id: UUID(), values: ["handle": .text(handle)])]
+            changes.reset = reset
+            changes.nonce = UInt64.random(in: 1...UInt64.max)
+            return changes
+        }
+        guard let annID = UUID(uuidString: try fleet.psql(#"SELECT "_id" FROM g_gateway."User" WHERE handle = 'ann'"#))
+        else { throw SkyrosError(.storeFailure, "no ann") }
+        var update = QueuedChangeSet()
+        update.updated = [QueuedChangeSet.Row(entity: "Member", id: annID, values: ["firstname": .text("Anne")])]
+        update.nonce = 1
+        let batch: [QueuedEntry] = [
+            (1, change("Member", handle: "mallory")),  // outside ann's bucket, under the former name
+            (2, change("Nowhere", handle: "ann")),  // an entity of no table
+            (3, change("User", handle: "ann", reset: true)),  // a reset would delete every row
+            (4, update),  // inside, under the former name: applied
+        ]
+        let (outcomes, _) = try await connection.upload(batch, machine: machine)
+        #expect(outcomes.count == 4)
+        for (index, outcome) in outcomes.prefix(3).enumerated() {
+            guard case .rejected(let reason) = outcome else {
+                Issue.record("change set \(index + 1) was not refused: \(outcome)")
+                continue
+            }
+            #expect(reason.hasPrefix("not permitted by the sync rules"), "\(reason)")
+        }
+        #expect(outcomes.last == .applied)
+        #expect(try fleet.psql(#"SELECT handle, firstname FROM g_gateway."User" ORDER BY handle"#) == "ann|Anne")
+        await fleet.stop()
+    }
+
     @Test("tokens refused with nothing applied: forged, expired, alg none; a machine id bound to another subject")
     func refusedTokens() async throws {
         let fleet = try await Fleet()
