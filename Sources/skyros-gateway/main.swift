@@ -6,6 +6,7 @@ import Foundation
 import Logging
 import NIOPosix
 import PostgresNIO
+import ServiceLifecycle
 import Skyros
 import SkyrosGateway
 import SkyrosSync
@@ -247,52 +248,31 @@ struct SkyrosGatewayCommand: AsyncParsableCommand {
         var serving = Logger(label: "skyros-gateway")
         serving.logLevel = .info
         let gateway = GatewayServer(configuration: gatewayConfiguration, logger: serving)
-        do {
-            try await gateway.start()
-        } catch {
-            fail(69, "cannot listen on \(address.host):\(address.port): \(error)")
-        }
-        // The port, for whoever started it (a test, an operator with --listen HOST:0).
-        FileHandle.standardOutput.write(Data("listening on \(address.host):\(gateway.port)\n".utf8))
-        await Self.waitForTermination()
-        await gateway.stop()
+        // ServiceLifecycle runs it until SIGTERM or SIGINT, then stops it gracefully: every
+        // machine's connection closed with 1001, the server connections closed.
+        let services = ServiceGroup(
+            configuration: .init(
+                services: [GatewayService(gateway: gateway, address: address, fail: Self.fail)],
+                gracefulShutdownSignals: [.sigterm, .sigint], logger: serving))
+        try await services.run()
     }
 
-    /// Returns at SIGTERM or SIGINT.
-    static func waitForTermination() async {
-        signal(SIGTERM, SIG_IGN)
-        signal(SIGINT, SIG_IGN)
-        let waiting = Waiting()
-        let sources = [SIGTERM, SIGINT].map { number in
-            let source = DispatchSource.makeSignalSource(signal: number)
-            source.setEventHandler { waiting.finish() }
-            source.resume()
-            return source
-        }
-        await waiting.wait()
-        withExtendedLifetime(sources) {}
-    }
+    /// The gateway as a service of ServiceLifecycle: started, announced on stdout with its
+    /// port (for whoever started it with --listen HOST:0), run until the graceful shutdown.
+    struct GatewayService: Service {
+        let gateway: GatewayServer
+        let address: (host: String, port: Int)
+        let fail: @Sendable (Int32, String) -> Never
 
-    /// A wait that a signal's handler ends.
-    final class Waiting: Sendable {
-        private let state = Mutex<(done: Bool, waiter: CheckedContinuation<Void, Never>?)>((false, nil))
-
-        func finish() {
-            state.withLock { state -> CheckedContinuation<Void, Never>? in
-                state.done = true
-                defer { state.waiter = nil }
-                return state.waiter
-            }?.resume()
-        }
-
-        func wait() async {
-            await withCheckedContinuation { continuation in
-                let done = state.withLock { state in
-                    if !state.done { state.waiter = continuation }
-                    return state.done
-                }
-                if done { continuation.resume() }
+        func run() async throws {
+            do {
+                try await gateway.start()
+            } catch {
+                fail(69, "cannot listen on \(address.host):\(address.port): \(error)")
             }
+            FileHandle.standardOutput.write(Data("listening on \(address.host):\(gateway.port)\n".utf8))
+            try? await gracefulShutdown()
+            await gateway.stop()
         }
     }
 
@@ -317,11 +297,16 @@ struct SkyrosGatewayCommand: AsyncParsableCommand {
         }
     }
 
-    private func printError(_ line: String) {
+    private func printError(_ line: String) { Self.printError(line) }
+
+    private func fail(_ status: Int32, _ message: String) -> Never { Self.fail(status, message) }
+
+    private static func printError(_ line: String) {
         FileHandle.standardError.write(Data((line + "\n").utf8))
     }
 
-    private func fail(_ status: Int32, _ message: String) -> Never {
+    /// Says `message` on stderr and exits with `status`.
+    @Sendable static func fail(_ status: Int32, _ message: String) -> Never {
         printError("skyros-gateway: \(message)")
         Foundation.exit(status)
     }
