@@ -1,14 +1,43 @@
+import CoreMetrics
 import Foundation
+import Prometheus
 import SkyrosSync
 import Synchronization
 
-/// What a gateway's `/metrics` shows (Prometheus' text format): connected machines, the
-/// checkpoint position, the server connections, notifications fanned out, refusals by reason.
-final class GatewayMetrics: Sendable {
+/// What a gateway's `/metrics` shows (swift-metrics, exposed in Prometheus' text format by
+/// swift-prometheus, as the daemon's): connected machines, whether it listens, the fan-out lag,
+/// the checkpoint position, the server connections, notifications fanned out, refusals by
+/// reason.
+package final class GatewayMetrics: Sendable {
+    let registry = PrometheusCollectorRegistry()
+    private let factory: PrometheusMetricsFactory
+    private let connectedMachines: CoreMetrics.Gauge
+    private let listeningGauge: CoreMetrics.Gauge
+    private let lagGauge: CoreMetrics.Gauge
+    private let positionGauge: CoreMetrics.Gauge
+    private let serverConnections: CoreMetrics.Gauge
+    private let notificationsCounter: CoreMetrics.Counter
+    private let refusalCounters = Mutex<[String: CoreMetrics.Counter]>([:])
+
     /// The connections of each machine whose hello was accepted (a daemon holds two).
     private let machines = Mutex<[UUID: Int]>([:])
+    /// Whether the LISTEN connection is up.
+    let listening = Mutex(false)
     /// How old the newest change of the newest checkpoint read was when it was read (ms).
     let lag = Mutex(0)
+    /// The highest checkpoint number (a snapshot's xmin) read for a machine.
+    let position = Mutex<UInt64>(0)
+
+    init() {
+        let factory = PrometheusMetricsFactory(registry: registry)
+        self.factory = factory
+        connectedMachines = CoreMetrics.Gauge(label: "skyros_gateway_connected_machines", factory: factory)
+        listeningGauge = CoreMetrics.Gauge(label: "skyros_gateway_listening", factory: factory)
+        lagGauge = CoreMetrics.Gauge(label: "skyros_gateway_fanout_lag_milliseconds", factory: factory)
+        positionGauge = CoreMetrics.Gauge(label: "skyros_gateway_checkpoint_position", factory: factory)
+        serverConnections = CoreMetrics.Gauge(label: "skyros_gateway_server_connections", factory: factory)
+        notificationsCounter = CoreMetrics.Counter(label: "skyros_gateway_notifications_total", factory: factory)
+    }
 
     func connected(_ machine: UUID) { machines.withLock { $0[machine, default: 0] += 1 } }
 
@@ -18,11 +47,9 @@ final class GatewayMetrics: Sendable {
             machines[machine] = left > 0 ? left : nil
         }
     }
-    let listening = Mutex(false)
-    let notifications = Mutex(0)
-    /// The highest checkpoint number (a snapshot's xmin) read for a machine.
-    let position = Mutex<UInt64>(0)
-    private let refusals = Mutex<[String: Int]>([:])
+
+    /// A change fanned out.
+    func notified() { notificationsCounter.increment() }
 
     /// Counts a refusal: a close (`code`) or a change set the rules refused (`code` nil).
     func refused(_ code: GatewayClose?, reason: String) {
@@ -34,36 +61,24 @@ final class GatewayMetrics: Sendable {
         case .protocolError?: label = "protocol"
         default: label = reason
         }
-        refusals.withLock { $0[label, default: 0] += 1 }
+        let counter = refusalCounters.withLock { counters in
+            if let counter = counters[label] { return counter }
+            let counter = CoreMetrics.Counter(
+                label: "skyros_gateway_refusals_total", dimensions: [("reason", label)], factory: factory)
+            counters[label] = counter
+            return counter
+        }
+        counter.increment()
     }
 
-    func text(gateway: GatewayServer) async -> String {
-        let connections = await gateway.pool.openCount + (listening.withLock { $0 } ? 1 : 0)
-        var lines = [
-            "# HELP skyros_gateway_connected_machines Machines connected now (their hello accepted).",
-            "# TYPE skyros_gateway_connected_machines gauge",
-            "skyros_gateway_connected_machines \(machines.withLock { $0.count })",
-            "# HELP skyros_gateway_listening Whether the gateway listens for the group's changes (its LISTEN connection is up).",
-            "# TYPE skyros_gateway_listening gauge",
-            "skyros_gateway_listening \(listening.withLock { $0 } ? 1 : 0)",
-            "# HELP skyros_gateway_fanout_lag_milliseconds How old the newest change of the newest checkpoint read was when it was read.",
-            "# TYPE skyros_gateway_fanout_lag_milliseconds gauge",
-            "skyros_gateway_fanout_lag_milliseconds \(lag.withLock { $0 })",
-            "# HELP skyros_gateway_server_connections PostgreSQL connections open (the pool and LISTEN).",
-            "# TYPE skyros_gateway_server_connections gauge",
-            "skyros_gateway_server_connections \(connections)",
-            "# HELP skyros_gateway_checkpoint_position The newest checkpoint read for a machine (its snapshot's xmin).",
-            "# TYPE skyros_gateway_checkpoint_position gauge",
-            "skyros_gateway_checkpoint_position \(position.withLock { $0 })",
-            "# HELP skyros_gateway_notifications_total Changes of the group fanned out to machines.",
-            "# TYPE skyros_gateway_notifications_total counter",
-            "skyros_gateway_notifications_total \(notifications.withLock { $0 })",
-            "# HELP skyros_gateway_refusals_total Connections and change sets refused, by reason.",
-            "# TYPE skyros_gateway_refusals_total counter",
-        ]
-        for (reason, count) in refusals.withLock({ $0 }).sorted(by: { $0.key < $1.key }) {
-            lines.append("skyros_gateway_refusals_total{reason=\"\(reason)\"} \(count)")
-        }
-        return lines.joined(separator: "\n") + "\n"
+    /// The exposition, the gauges read now.
+    package func text(gateway: GatewayServer) async -> String {
+        let listening = listening.withLock { $0 }
+        connectedMachines.record(machines.withLock { $0.count })
+        listeningGauge.record(listening ? 1 : 0)
+        lagGauge.record(lag.withLock { $0 })
+        positionGauge.record(Double(position.withLock { $0 }))
+        serverConnections.record(await gateway.pool.openCount + (listening ? 1 : 0))
+        return registry.emitToString()
     }
 }

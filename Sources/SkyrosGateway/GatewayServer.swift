@@ -63,7 +63,7 @@ package final class GatewayServer: Sendable {
     let logger: Logger
     let pool: ServerPool
     let eventLoopGroup: MultiThreadedEventLoopGroup
-    let metrics: GatewayMetrics
+    package let metrics: GatewayMetrics
     /// The machines that asked for notifications, by connection.
     let listeners = Mutex<[ObjectIdentifier: MachineConnection]>([:])
     private let state = Mutex<(channel: (any Channel)?, tasks: [Task<Void, Never>], port: Int)>((nil, [], 0))
@@ -299,7 +299,7 @@ package final class GatewayServer: Sendable {
     func fanOut(_ transaction: UInt64?) {
         for feed in feeds.withLock({ Array($0.values) }) { feed.changed() }
         let machines = listeners.withLock { Array($0.values) }
-        metrics.notifications.withLock { $0 += 1 }
+        metrics.notified()
         let bytes = GatewayMessage.notify(transaction: transaction).encoded(id: 0)
         for machine in machines { machine.send(bytes) }
     }

@@ -231,6 +231,11 @@ struct GatewayTests {
             })
         #expect(try fleet.psql(#"SELECT count(*) FROM g_gateway."User" WHERE handle = 'mallory'"#) == "0")
         #expect(await eventually { try await handles(ann.stack) == ["ann"] })
+        // What /metrics shows: two machines (four connections), the refusal by its reason.
+        let metrics = await fleet.gateway.metrics.text(gateway: fleet.gateway)
+        #expect(metrics.contains("skyros_gateway_connected_machines 2"), "\(metrics)")
+        #expect(metrics.contains("skyros_gateway_listening 1"), "\(metrics)")
+        #expect(metrics.contains(#"skyros_gateway_refusals_total{reason="rules"} 1"#), "\(metrics)")
 
         // Moving a user on the server: it leaves Ann, reaches Bob, with the posts it reaches.
         try fleet.psql(
