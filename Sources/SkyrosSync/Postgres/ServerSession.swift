@@ -87,7 +87,12 @@ package struct ServerSession: Sendable {
     }
 
     package func inTransaction<T>(_ body: () async throws -> T) async throws -> T {
-        try await run("BEGIN")
+        try await transaction("BEGIN", body)
+    }
+
+    /// Runs `body` between `begin` and `COMMIT` (`ROLLBACK` on any error).
+    private func transaction<T>(_ begin: String, _ body: () async throws -> T) async throws -> T {
+        try await run(begin)
         do {
             let value = try await body()
             try await run("COMMIT")
@@ -103,15 +108,7 @@ package struct ServerSession: Sendable {
     /// reads the same snapshot (a gateway's checkpoint, its rows and their buckets, are one
     /// state of the server). Short reads only: no snapshot's pages here.
     package func inSnapshot<T>(_ body: () async throws -> T) async throws -> T {
-        try await run("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
-        do {
-            let value = try await body()
-            try await run("COMMIT")
-            return value
-        } catch {
-            _ = try? await run("ROLLBACK")
-            throw error
-        }
+        try await transaction("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY", body)
     }
 
     private func execute(_ statement: PreparedQuery, _ parameters: [String?]) async throws -> [[String?]] {
