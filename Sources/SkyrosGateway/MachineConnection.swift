@@ -81,23 +81,38 @@ final class MachineConnection: Sendable {
         }
     }
 
-    /// Whether a notification is being written: another one meanwhile is dropped (a machine
-    /// needs to know that something changed, not how often), so that a machine that does not
-    /// read piles nothing up.
-    private let notifying = Mutex(false)
+    /// Whether a notification is being written, and whether another came meanwhile: one is
+    /// written at a time, and those that come meanwhile become one more, written after it
+    /// (without a transaction id: several changes). A machine that does not read piles nothing
+    /// up, and every change is still followed by a notification (a machine told of none would
+    /// wait for its next poll, or for ever for an engine that reads only when told).
+    private let notifying = Mutex<(writing: Bool, pending: Bool)>((false, false))
 
-    /// Sends a notification (any thread), unless one is still being written.
+    /// Sends a notification (any thread).
     func send(_ bytes: [UInt8]) {
-        guard let writer = writer.withLock({ $0 }),
-            notifying.withLock({ busy in
-                defer { busy = true }
-                return !busy
-            })
-        else { return }
-        let frame = WebSocketFrame(fin: true, opcode: .binary, data: ByteBuffer(bytes: bytes))
+        guard let writer = writer.withLock({ $0 }) else { return }
+        let starts = notifying.withLock { state -> Bool in
+            if state.writing {
+                state.pending = true
+                return false
+            }
+            state.writing = true
+            return true
+        }
+        guard starts else { return }
         Task {
-            try? await writer.write(frame)
-            notifying.withLock { $0 = false }
+            var next: [UInt8]? = bytes
+            while let bytes = next {
+                try? await writer.write(WebSocketFrame(fin: true, opcode: .binary, data: ByteBuffer(bytes: bytes)))
+                next = notifying.withLock { state -> [UInt8]? in
+                    guard state.pending else {
+                        state.writing = false
+                        return nil
+                    }
+                    state.pending = false
+                    return GatewayMessage.notify(transaction: nil).encoded(id: 0)
+                }
+            }
         }
     }
 
