@@ -110,8 +110,11 @@ actor ChangeFeed {
     /// Reads the changes after `base` (once, whoever else asks meanwhile) and chains them; a
     /// read past the server's horizon empties the chain.
     private func advance(from base: String) async throws {
-        if let advancing {
-            try await advancing.value
+        if let running = advancing {
+            try await running.value
+            // Over: it is no longer under way, whether or not its owner has resumed yet (else
+            // the read again below would wait on it once more, for ever).
+            if advancing == running { advancing = nil }
             // Told of a change during that read: it may not hold it; read again.
             guard dirty.withLock({ $0 }) else { return }
             try await advance(from: head)
@@ -120,7 +123,7 @@ actor ChangeFeed {
         dirty.withLock { $0 = false }
         let task = Task { try await read(after: base) }
         advancing = task
-        defer { advancing = nil }
+        defer { if advancing == task { advancing = nil } }
         do {
             try await task.value
         } catch {
