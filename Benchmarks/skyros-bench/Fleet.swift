@@ -184,28 +184,12 @@ struct FleetBenchmark {
         // counted in ticks of 10 ms: at least 200 writes; 20 from 5,000 machines on, each write
         // there taking seconds.)
         let writes = count >= 5_000 ? 20 : max(200, samples)
-        let cpuBefore = databaseCPUSeconds(postgres.processIdentifier ?? 0, database: database.name)
-        for sample in 0..<writes {
-            let machine = sample * 7919 % count
-            let name = "m\(machine)"
-            let marker = 1_000_000 + sample
-            let start = Clock.now()
-            fleet.expect(marker, machines: [machine])
-            try syncAwait {
-                _ = try await connection.query(
-                    "INSERT INTO \(unescaped: Self.schema).\"Item\" (name, value) VALUES (\(name), \(marker))",
-                    logger: database.logger
-                ).collect()
-            }
-            if let arrived = fleet.wait(marker, timeout: 10) {
-                result.samples.append(Double(arrived[machine] ?? start) / 1e3 - Double(start) / 1e3)
-            } else {
-                result.timeouts += 1
-            }
-        }
-        result.cpuPerChange =
-            (databaseCPUSeconds(postgres.processIdentifier ?? 0, database: database.name) - cpuBefore) * 1e6
-            / Double(writes)
+        let timed = try timedWrites(
+            writes, on: count, fleet: fleet, markers: 1_000_000, connection: connection, database: database,
+            postgres: postgres)
+        result.samples = timed.samples
+        result.timeouts = timed.timeouts
+        result.cpuPerChange = timed.cpuPerChange
 
         // Rows every machine holds.
         for sample in 0..<5 {
@@ -274,12 +258,26 @@ struct FleetBenchmark {
         usleep(300_000)
         let connection = try syncAwait { try await database.connect() }
         defer { try? syncAwait { try await connection.close() } }
+        let timed = try timedWrites(
+            max(200, samples), on: count, fleet: fleet, markers: 3_000_000, connection: connection, database: database,
+            postgres: postgres)
+        let samples = timed.samples + Array(repeating: .infinity, count: timed.timeouts)
+        return (count, percentile(samples, 50), timed.cpuPerChange)
+    }
+
+    /// `writes` inserts, each in another machine's bucket (marker `markers + sample`), each
+    /// timed until that machine has it (10 s at most: a timeout), and the server's CPU per
+    /// change on the database's backends.
+    private func timedWrites(
+        _ writes: Int, on count: Int, fleet: SimulatedFleet, markers: Int, connection: PostgresConnection,
+        database: ServerDatabase, postgres: PostgresServer
+    ) throws -> (samples: [Double], timeouts: Int, cpuPerChange: Double) {
         var samples: [Double] = []
-        let writes = max(200, self.samples)
+        var timeouts = 0
         let cpuBefore = databaseCPUSeconds(postgres.processIdentifier ?? 0, database: database.name)
         for sample in 0..<writes {
             let machine = sample * 7919 % count
-            let marker = 3_000_000 + sample
+            let marker = markers + sample
             let start = Clock.now()
             fleet.expect(marker, machines: [machine])
             try syncAwait {
@@ -291,13 +289,13 @@ struct FleetBenchmark {
             if let arrived = fleet.wait(marker, timeout: 10) {
                 samples.append(Double(arrived[machine] ?? start) / 1e3 - Double(start) / 1e3)
             } else {
-                samples.append(.infinity)
+                timeouts += 1
             }
         }
         let cpu =
             (databaseCPUSeconds(postgres.processIdentifier ?? 0, database: database.name) - cpuBefore) * 1e6
             / Double(writes)
-        return (count, percentile(samples, 50), cpu)
+        return (samples, timeouts, cpu)
     }
 
     // MARK: - Uploads
