@@ -38,6 +38,7 @@ actor ChangeFeed {
     /// must not find the chain clean).
     private let dirty = Mutex(true)
     private var advancing: Task<Void, any Error>?
+    private let executor = SyncExecutor()
     /// The most reads kept: a machine further behind reads its own.
     let limit: Int
     /// Reads made (for the metrics and the tests).
@@ -121,7 +122,8 @@ actor ChangeFeed {
             return
         }
         dirty.withLock { $0 = false }
-        let task = Task { try await read(after: base) }
+        // On an event loop, as every task of the gateway (not the cooperative pool).
+        let task = Task(executorPreference: executor) { try await self.read(after: base) }
         advancing = task
         defer { if advancing == task { advancing = nil } }
         do {

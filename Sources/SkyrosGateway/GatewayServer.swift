@@ -166,7 +166,11 @@ package final class GatewayServer: Sendable {
             }
         }
         let port = channel.channel.localAddress?.port ?? configuration.port
-        let serving = Task<Void, Never> {
+        // Every task of the gateway runs on SwiftNIO's event loops, not Swift's cooperative pool:
+        // a process that embeds a gateway (a test, a service) may block that pool's few threads
+        // for seconds, and machines' requests must not wait for it (the daemon's sync engine
+        // does the same, SyncExecutor). A machine's connection runs on its channel's loop.
+        let serving = Task<Void, Never>(executorPreference: SyncExecutor(eventLoop: eventLoopGroup.next())) {
             await withDiscardingTaskGroup { group in
                 try? await channel.executeThenClose { inbound in
                     for try await upgrade in inbound {
@@ -175,8 +179,12 @@ package final class GatewayServer: Sendable {
                 }
             }
         }
-        let listening = Task { await self.listen() }
-        let compacting = Task { await self.compactPeriodically() }
+        let listening = Task(executorPreference: SyncExecutor(eventLoop: eventLoopGroup.next())) {
+            await self.listen()
+        }
+        let compacting = Task(executorPreference: SyncExecutor(eventLoop: eventLoopGroup.next())) {
+            await self.compactPeriodically()
+        }
         state.withLock {
             $0.channel = channel.channel
             $0.tasks = [serving, listening, compacting]
@@ -259,7 +267,11 @@ package final class GatewayServer: Sendable {
                 let (connection, _) = try await database.connect(
                     on: eventLoopGroup.next(), id: Int.random(in: 1...Int.max), logger: logger)
                 metrics.listening.withLock { $0 = true }
-                defer { Task { try? await connection.close() } }
+                defer {
+                    Task(executorPreference: SyncExecutor(eventLoop: connection.eventLoop)) {
+                        try? await connection.close()
+                    }
+                }
                 // Pinged every second statement timeout: a connection that stopped answering (a
                 // partition that sends no reset) fails the listen, which connects again.
                 let watchdog = Watchdog(connection)

@@ -14,7 +14,7 @@ final class MachineConnection: Sendable {
     let channel: NIOAsyncChannel<WebSocketFrame, WebSocketFrame>
     let path: String
     let deadline: Scheduled<Void>
-    let inbox = MessageQueue()
+    let inbox: MessageQueue
     private let writer = Mutex<NIOAsyncChannelOutboundWriter<WebSocketFrame>?>(nil)
     /// The machine, once its hello was accepted (for the connected machines' gauge).
     private let welcomed = Mutex<UUID?>(nil)
@@ -27,11 +27,19 @@ final class MachineConnection: Sendable {
         self.channel = channel
         self.path = path
         self.deadline = deadline
+        inbox = MessageQueue(eventLoop: channel.channel.eventLoop)
     }
 
     private var key: ObjectIdentifier { ObjectIdentifier(self) }
 
+    /// Where the connection's tasks run: its channel's event loop.
+    private var executor: SyncExecutor { SyncExecutor(eventLoop: channel.channel.eventLoop) }
+
     func run() async {
+        await withTaskExecutorPreference(executor) { await serve() }
+    }
+
+    private func serve() async {
         gateway.sessions.withLock { $0[key] = self }
         defer {
             gateway.sessions.withLock { $0[key] = nil }
@@ -100,11 +108,11 @@ final class MachineConnection: Sendable {
             return true
         }
         guard starts else { return }
-        Task {
+        Task(executorPreference: executor) {
             var next: [UInt8]? = bytes
             while let bytes = next {
                 try? await writer.write(WebSocketFrame(fin: true, opcode: .binary, data: ByteBuffer(bytes: bytes)))
-                next = notifying.withLock { state -> [UInt8]? in
+                next = self.notifying.withLock { state -> [UInt8]? in
                     guard state.pending else {
                         state.writing = false
                         return nil
@@ -187,7 +195,7 @@ final class MachineConnection: Sendable {
         let expiry = channel.channel.eventLoop.scheduleTask(
             in: .milliseconds(Int64(clamping: Int(min(max(0, remaining), 1e12) * 1000)))
         ) {
-            Task {
+            Task(executorPreference: self.executor) {
                 await self.close(
                     .unauthorized, SyncTokenRefusal(.expired, "the token expired while connected").description)
             }

@@ -192,9 +192,15 @@ package final class GatewayLink: Sendable {
 
     /// What the reading task shares with the requests: the messages, and the close's code and reason.
     private final class State: Sendable {
-        let queue = MessageQueue()
+        let queue: MessageQueue
         let closeReason = Mutex<(code: UInt16, reason: String)?>(nil)
+        init(eventLoop: any EventLoop) { queue = MessageQueue(eventLoop: eventLoop) }
     }
+
+    /// Where the link's tasks run: its channel's event loop, like the engine's (never Swift's
+    /// cooperative pool, which a process may block: a test's, an app's), in the order they
+    /// were made (frames are written in the order sent).
+    private var executor: SyncExecutor { SyncExecutor(eventLoop: channel.channel.eventLoop) }
 
     /// The gateway closed the connection, with its code and reason.
     struct Closed: Error, CustomStringConvertible {
@@ -213,7 +219,9 @@ package final class GatewayLink: Sendable {
                 case 1001: "the gateway is stopping"
                 default: "the gateway closed the connection (code \(code))"
                 }
-            return reason.isEmpty ? what : "\(what): \(reason)"
+            // A reason that already says it ("the gateway is stopping: connect again") alone.
+            if reason.isEmpty { return what }
+            return reason.hasPrefix(what) ? reason : "\(what): \(reason)"
         }
     }
 
@@ -239,10 +247,10 @@ package final class GatewayLink: Sendable {
     private static func start(_ channel: NIOAsyncChannel<WebSocketFrame, WebSocketFrame>, timeout: Duration) async
         -> GatewayLink
     {
-        let state = State()
+        let state = State(eventLoop: channel.channel.eventLoop)
         let writer = await withCheckedContinuation {
             (ready: CheckedContinuation<NIOAsyncChannelOutboundWriter<WebSocketFrame>, Never>) in
-            Task {
+            Task(executorPreference: SyncExecutor(eventLoop: channel.channel.eventLoop)) {
                 try? await channel.executeThenClose { inbound, outbound in
                     ready.resume(returning: outbound)
                     for try await frame in inbound {
@@ -353,7 +361,7 @@ package final class GatewayLink: Sendable {
         let frame = WebSocketFrame(
             fin: true, opcode: .binary, maskKey: .random(), data: ByteBuffer(bytes: message.encoded(id: id)))
         let writer = writer
-        Task { try? await writer.write(frame) }
+        Task(executorPreference: executor) { try? await writer.write(frame) }
         return id
     }
 

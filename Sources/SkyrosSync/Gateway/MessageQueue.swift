@@ -1,3 +1,4 @@
+import NIOCore
 import Synchronization
 
 /// The messages a gateway connection received, taken one at a time (by a gateway's session of a
@@ -6,8 +7,12 @@ package final class MessageQueue: Sendable {
     private let state = Mutex<
         (messages: [[UInt8]], waiter: CheckedContinuation<[UInt8]?, Never>?, finished: Bool, generation: UInt64)
     >(([], nil, false, 0))
+    /// Where the timers of ``next(within:)`` run (a task of the loop, not a Swift task sleeping
+    /// on the cooperative pool).
+    private let eventLoop: any EventLoop
 
-    package init() {}
+    /// A queue whose waits are timed on `eventLoop` (its connection's).
+    package init(eventLoop: any EventLoop) { self.eventLoop = eventLoop }
 
     /// Adds a message.
     package func push(_ bytes: [UInt8]) {
@@ -39,10 +44,7 @@ package final class MessageQueue: Sendable {
     package func next(within limit: Duration) async -> [UInt8]? {
         // The wait below, if it waits, is the next generation: only it may be ended by this timer.
         let generation = state.withLock { $0.generation &+ 1 }
-        let timer = Task {
-            try await Task.sleep(for: limit)
-            self.expire(generation)
-        }
+        let timer = eventLoop.scheduleTask(in: TimeAmount(limit)) { self.expire(generation) }
         defer { timer.cancel() }
         return await next()
     }

@@ -85,7 +85,7 @@ package struct PostgresSyncServer: SyncServer {
     /// is pinged every second statement timeout: one that stopped answering fails the listen.
     package func listen(machine: UUID, _ notify: @escaping @Sendable (UInt64?) -> Void) async throws {
         let (connection, _) = try await open()
-        defer { Task { try? await connection.close() } }
+        defer { Task(executorPreference: executor) { try? await connection.close() } }
         let watchdog = Watchdog(connection, executor: executor)
         let ping = statementTimeout
         let channel = ServerSchema.channel(ofSchema: configuration.schema)
@@ -213,6 +213,6 @@ final class PostgresSyncConnection: SyncServerConnection {
 
     func close() {
         let connection = connection
-        Task { try? await connection.close() }
+        Task(executorPreference: SyncExecutor(eventLoop: connection.eventLoop)) { try? await connection.close() }
     }
 }

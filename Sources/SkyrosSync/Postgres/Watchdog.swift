@@ -18,15 +18,16 @@ import Synchronization
 /// behind a healed black hole wait the whole limit (10 s) before the engine went on.
 package final class Watchdog: Sendable {
     private let connection: PostgresConnection
-    /// Where the statement's task runs (nil: the caller's default).
-    let executor: (any TaskExecutor)?
+    /// Where the statement's task runs.
+    let executor: any TaskExecutor
     /// What fails each waiting statement when the connection closes, by statement.
     private let waiting = Mutex<(next: Int, closed: Bool, failing: [Int: @Sendable () -> Void])>((0, false, [:]))
 
-    /// Watches `connection`, running statements on `executor`.
+    /// Watches `connection`, running statements on `executor` (nil: the connection's event
+    /// loop, never Swift's cooperative pool, which a process may block for seconds).
     package init(_ connection: PostgresConnection, executor: (any TaskExecutor)? = nil) {
         self.connection = connection
-        self.executor = executor
+        self.executor = executor ?? SyncExecutor(eventLoop: connection.eventLoop)
         connection.closeFuture.whenComplete { [weak self] _ in self?.connectionClosed() }
     }
 
@@ -55,10 +56,10 @@ package final class Watchdog: Sendable {
                 }
             }
             // The timer is a task of the connection's event loop (not a Swift task sleeping).
-            let timer = connection.eventLoop.scheduleTask(in: TimeAmount(limit)) { [connection] in
+            let timer = connection.eventLoop.scheduleTask(in: TimeAmount(limit)) { [connection, executor] in
                 guard outcome.finish(.failure(TimedOut(limit: limit))) else { return }
                 work.cancel()
-                Task { try? await connection.close() }
+                Task(executorPreference: executor) { try? await connection.close() }
             }
             // The connection closing ends the wait too (at once when it is closed already).
             let fail: @Sendable () -> Void = {

@@ -7,6 +7,7 @@ import SkyrosGateway
 import SkyrosShared
 import SkyrosSync
 import SkyrosTestSupport
+import Synchronization
 import Testing
 
 /// Machines through a sync gateway (DESIGN §10): a real PostgreSQL, a gateway serving WebSockets
@@ -182,6 +183,63 @@ struct GatewayTests {
         let run = try OperatingToolTests.run(["status", "--group", "g", "--groups-dir", daemon.directory, "--json"])
         let object = try JSONSerialization.jsonObject(with: Data(run.stdout.utf8)) as? [String: Any]
         return object?["sync"] as? [String: Any] ?? [:]
+    }
+
+    /// Swift's cooperative pool blocked, every thread of it (by this process's other tests in
+    /// CI, by an app's synchronous work): a machine still connects through the in-process
+    /// gateway and is online before the pool is let go. Every task of the gateway and of a
+    /// machine's link runs on SwiftNIO's event loops; when some ran on the pool, CI's loaded
+    /// run had a machine wait past 30 s for its first checkpoint.
+    @Test(
+        "a machine connects through the gateway, and is online, while every thread of Swift's cooperative pool is blocked"
+    )
+    func blockedPool() async throws {
+        let fleet = try await Fleet()
+        try fleet.psql(#"INSERT INTO g_gateway."User" (handle, firstname) VALUES ('ann', 'Ann')"#)
+        let configuration = try fleet.machineConfiguration(tokenFile: try await fleet.tokenFile("ann"))
+        let width = ProcessInfo.processInfo.activeProcessorCount
+        let started = DispatchSemaphore(value: 0)
+        let release = DispatchSemaphore(value: 0)
+        for _ in 0..<width {
+            Task.detached {
+                started.signal()
+                _ = release.wait(timeout: .now() + 10)  // bounded, whatever happens below
+            }
+        }
+        // Off the pool: a thread that waits for every blocker to hold its thread, starts the
+        // machine and an app's stack, and lets the pool go once the machine is online (5 s at
+        // most).
+        let outcome: (blocked: Bool, online: Bool, daemon: RunningDaemon?, stack: Skyros?) =
+            await withCheckedContinuation {
+                continuation in
+                Thread.detachNewThread {
+                    var blocked = true
+                    for _ in 0..<width where started.wait(timeout: .now() + 10) == .timedOut { blocked = false }
+                    let online = DispatchSemaphore(value: 0)
+                    let daemon = try? RunningDaemon(sync: configuration) { line in
+                        if line.hasPrefix("sync: online") { online.signal() }
+                    }
+                    // A daemon syncs once a client brought it the schema (its hello).
+                    let stack = daemon.flatMap { try? Skyros(sharedStack: testSchema, container: $0.container.url) }
+                    let wasOnline = stack != nil && online.wait(timeout: .now() + 5) == .success
+                    // The pool was blocked indeed only if a task made meanwhile did not run.
+                    let probe = Mutex(false)
+                    if blocked {
+                        Task.detached { probe.withLock { $0 = true } }
+                        usleep(50_000)  // a chance to run, were a thread free (not a synchronization)
+                        blocked = !probe.withLock { $0 }
+                    }
+                    for _ in 0..<width { release.signal() }
+                    continuation.resume(returning: (blocked, wasOnline, daemon, stack))
+                }
+            }
+        let daemon = try #require(outcome.daemon)
+        let stack = try #require(outcome.stack)
+        #expect(outcome.blocked, "the cooperative pool was not blocked: the test proved nothing")
+        #expect(outcome.online, "the machine was not online within 5 s while the pool was blocked")
+        #expect(await eventually { try await handles(stack) == ["ann"] })
+        withExtendedLifetime(daemon) {}
+        await fleet.stop()
     }
 
     @Test(
