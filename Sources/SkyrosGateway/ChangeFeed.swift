@@ -44,11 +44,98 @@ actor ChangeFeed {
     /// Reads made (for the metrics and the tests).
     private(set) var reads = 0
 
-    init(schema: ServerSchema, rules: SyncRules, pool: ServerPool, limit: Int = 256) {
+    /// The machines a change concerns: those holding a bucket instance in `keys`, or every
+    /// one.
+    struct Touched: Sendable, Equatable {
+        var everyone = false
+        var keys: Set<String> = []
+
+        static let all = Touched(everyone: true)
+
+        mutating func formUnion(_ other: Touched) {
+            everyone = everyone || other.everyone
+            if !everyone { keys.formUnion(other.keys) }
+        }
+    }
+
+    /// The bucket instances of every object the chain's reads found since it started (an
+    /// object's after its newest change): the ones it was in before a change, that the
+    /// machines holding them learn it left. Emptied when the chain breaks, or past
+    /// ``knownLimit`` objects (a change of an object not in it is then told to every machine).
+    private var known: [ObjectID: Set<String>] = [:]
+    let knownLimit: Int
+    /// What the reads since the machines were last told touched (``untold()``).
+    private var touched = Touched()
+    /// Reads since every machine was last told: every machine is told at least every half
+    /// ``limit`` reads, so that a connected machine never falls off the chain.
+    private var readsSinceEveryone = 0
+    /// Whether the server's log records operations (asked once; nil before).
+    private var operations: Bool?
+
+    init(schema: ServerSchema, rules: SyncRules, pool: ServerPool, limit: Int = 256, knownLimit: Int = 100_000) {
         self.schema = schema
         self.rules = rules
         self.pool = pool
         self.limit = limit
+        self.knownLimit = knownLimit
+    }
+
+    /// The group changed: reads the changes (once, whoever else asks meanwhile) and returns
+    /// which machines the reads since the last call concern: the ones holding, or having held,
+    /// a changed object or an object reaching one. Every machine when the chain has not
+    /// started (no machine read through the feed yet), broke, or read an object whose buckets
+    /// before the change it does not know (changed for the first time since the chain started,
+    /// and not created by the change).
+    func untold() async -> Touched {
+        guard !entries.isEmpty else { return .all }
+        do {
+            if dirty.withLock({ $0 }) || advancing != nil { try await advance(from: head) }
+        } catch {
+            touched = Touched()
+            return .all
+        }
+        defer { touched = Touched() }
+        return entries.isEmpty ? .all : touched
+    }
+
+    /// Adds what `entry` touched to ``touched``, and remembers its objects' buckets.
+    private func touch(_ entry: Entry, created: Set<ObjectID>) {
+        readsSinceEveryone += 1
+        if readsSinceEveryone >= max(1, limit / 2) { touched.everyone = true }
+        if known.count > knownLimit { known = [:] }
+        for id in Set(entry.checkpoint.objects.keys).union(entry.transactions.keys) {
+            if let before = known[id] {
+                touched.keys.formUnion(before)
+            } else if !created.contains(id) {
+                touched.everyone = true
+            }
+            switch entry.checkpoint.objects[id] {
+            case .some(.some):
+                let now = entry.keys[id] ?? []
+                touched.keys.formUnion(now)
+                known[id] = now
+            case .some(.none):
+                known[id] = []  // gone: in no bucket
+            case .none:
+                // Not readable: where it is now is not known.
+                touched.everyone = true
+                known[id] = nil
+            }
+        }
+        if touched.everyone {
+            touched.keys = []
+            readsSinceEveryone = 0
+        }
+    }
+
+    /// The chain broke (a read past the horizon, a gap): what it knew of buckets is forgotten,
+    /// and every machine is told.
+    private func broke() {
+        entries = []
+        known = [:]
+        touched = .all
+        readsSinceEveryone = 0
+        operations = nil  // asked again: a --sync-setup meanwhile may have added the column
     }
 
     /// The group changed on the server: the next checkpoint asked for reads the changes.
@@ -137,22 +224,29 @@ actor ChangeFeed {
     private func read(after base: String) async throws {
         let schema = schema
         let rules = rules
-        let made = try await pool.withSession(schema, scope: nil) { session -> Entry? in
+        let asked = operations
+        let (made, operations) = try await pool.withSession(schema, scope: nil) {
+            session -> ((entry: Entry, created: Set<ObjectID>)?, Bool) in
+            let operations: Bool
+            if let asked { operations = asked } else { operations = try await session.logRecordsOperations() }
             // The changes, the rows reaching them and every bucket: one snapshot of the server.
-            try await session.inSnapshot {
-                guard let (checkpoint, transactions) = try await session.readChangesWithTransactions(after: base)
+            let made = try await session.inSnapshot { () -> (entry: Entry, created: Set<ObjectID>)? in
+                guard
+                    let (checkpoint, transactions, created) = try await session.readChangesWithTransactions(
+                        after: base, operations: operations)
                 else { return nil }
-                return try await Self.entry(
+                let entry = try await Self.entry(
                     base: base, checkpoint: checkpoint, transactions: transactions, rules: rules, session: session)
+                return (entry, created)
             }
+            return (made, operations)
         }
+        self.operations = operations
         reads += 1
-        guard let made else {
-            entries = []
-            return
-        }
-        if let last = entries.last, last.checkpoint.snapshot != base { entries = [] }
-        entries.append(made)
+        guard let made else { return broke() }
+        if let last = entries.last, last.checkpoint.snapshot != base { broke() }
+        entries.append(made.entry)
+        touch(made.entry, created: made.created)
         if entries.count > limit { entries.removeFirst(entries.count - limit) }
     }
 

@@ -17,6 +17,9 @@ package final class GatewayMetrics: Sendable {
     private let positionGauge: CoreMetrics.Gauge
     private let serverConnections: CoreMetrics.Gauge
     private let notificationsCounter: CoreMetrics.Counter
+    private let toldCounter: CoreMetrics.Counter
+    /// Notifications written to machines, in all (for the tests and the benchmark).
+    package let toldTotal = Mutex(0)
     private let refusalCounters = Mutex<[String: CoreMetrics.Counter]>([:])
 
     /// The connections of each machine whose hello was accepted (a daemon holds two).
@@ -37,6 +40,7 @@ package final class GatewayMetrics: Sendable {
         positionGauge = CoreMetrics.Gauge(label: "skyros_gateway_checkpoint_position", factory: factory)
         serverConnections = CoreMetrics.Gauge(label: "skyros_gateway_server_connections", factory: factory)
         notificationsCounter = CoreMetrics.Counter(label: "skyros_gateway_notifications_total", factory: factory)
+        toldCounter = CoreMetrics.Counter(label: "skyros_gateway_machines_told_total", factory: factory)
     }
 
     func connected(_ machine: UUID) { machines.withLock { $0[machine, default: 0] += 1 } }
@@ -50,6 +54,12 @@ package final class GatewayMetrics: Sendable {
 
     /// A change fanned out.
     func notified() { notificationsCounter.increment() }
+
+    /// `count` machines told of a change (those it concerns).
+    func told(_ count: Int) {
+        toldCounter.increment(by: Int64(count))
+        toldTotal.withLock { $0 += count }
+    }
 
     /// Counts a refusal: a close (`code`) or a change set the rules refused (`code` nil).
     func refused(_ code: GatewayClose?, reason: String) {

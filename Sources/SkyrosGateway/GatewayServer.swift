@@ -73,6 +73,9 @@ package final class GatewayServer: Sendable {
     let bindingsReady = Mutex(false)
     /// The change feeds, one per schema the machines have (machines upgraded one by one have two).
     private let feeds = Mutex<[FeedKey: ChangeFeed]>([:])
+    /// Whether a machine was refused a feed (past ``maximumFeeds``): every change is then told
+    /// to every machine.
+    private let feedRefused = Mutex(false)
 
     /// The most schemas the gateway keeps a change feed for (a fleet upgraded one machine at a
     /// time has two or three).
@@ -90,7 +93,10 @@ package final class GatewayServer: Sendable {
         feeds.withLock { feeds in
             let key = FeedKey(version: schema.version, source: schema.source)
             if let feed = feeds[key] { return feed }
-            guard feeds.count < Self.maximumFeeds else { return nil }
+            guard feeds.count < Self.maximumFeeds else {
+                feedRefused.withLock { $0 = true }
+                return nil
+            }
             let feed = ChangeFeed(schema: schema, rules: configuration.rules, pool: pool)
             feeds[key] = feed
             return feed
@@ -307,13 +313,33 @@ package final class GatewayServer: Sendable {
         }
     }
 
-    /// Tells every listening machine of a change.
+    /// Tells the listening machines a change concerns of it: once the feeds read it, the
+    /// machines holding a bucket instance it touched (``ChangeFeed/untold()``); every machine
+    /// when there is no feed yet, or a machine was refused one (it reads its own, and must be
+    /// told of everything).
     func fanOut(_ transaction: UInt64?) {
-        for feed in feeds.withLock({ Array($0.values) }) { feed.changed() }
-        let machines = listeners.withLock { Array($0.values) }
+        let feeds = self.feeds.withLock { Array($0.values) }
+        let everyone = feeds.isEmpty || feedRefused.withLock { $0 }
+        for feed in feeds { feed.changed() }
         metrics.notified()
         let bytes = GatewayMessage.notify(transaction: transaction).encoded(id: 0)
-        for machine in machines { machine.send(bytes) }
+        guard !everyone else { return tell(.all, bytes) }
+        Task(executorPreference: SyncExecutor(eventLoop: eventLoopGroup.next())) {
+            var touched = ChangeFeed.Touched()
+            for feed in feeds { touched.formUnion(await feed.untold()) }
+            self.tell(touched, bytes)
+        }
+    }
+
+    /// Sends `bytes` to the listening machines `touched` concerns.
+    private func tell(_ touched: ChangeFeed.Touched, _ bytes: [UInt8]) {
+        let machines = listeners.withLock { Array($0.values) }
+        var told = 0
+        for machine in machines where machine.isConcerned(by: touched) {
+            machine.send(bytes)
+            told += 1
+        }
+        metrics.told(told)
     }
 
     /// Compacts the server's change log every ``GatewayConfiguration/compactionInterval``,

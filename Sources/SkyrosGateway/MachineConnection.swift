@@ -18,6 +18,13 @@ final class MachineConnection: Sendable {
     private let writer = Mutex<NIOAsyncChannelOutboundWriter<WebSocketFrame>?>(nil)
     /// The machine, once its hello was accepted (for the connected machines' gauge).
     private let welcomed = Mutex<UUID?>(nil)
+    /// The keys of the bucket instances its token gives it, once its hello was accepted.
+    private let held = Mutex<Set<String>>([])
+
+    /// Whether a change that touched `touched` concerns the machine.
+    func isConcerned(by touched: ChangeFeed.Touched) -> Bool {
+        touched.everyone || !held.withLock { $0.isDisjoint(with: touched.keys) }
+    }
 
     init(
         gateway: GatewayServer, channel: NIOAsyncChannel<WebSocketFrame, WebSocketFrame>, path: String,
@@ -208,6 +215,7 @@ final class MachineConnection: Sendable {
         await reply(.welcome(subject: claims.subject, buckets: instances.count), id: helloID)
         var schema: ServerSchema?
         let keys = SyncRules.instanceKeys(of: instances)
+        held.withLock { $0 = keys }
         var state = MachineState(keys: keys)
         while let bytes = await inbox.next() {
             let id: UInt64

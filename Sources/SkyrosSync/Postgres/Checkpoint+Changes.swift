@@ -82,20 +82,39 @@ extension ServerSession {
     /// uploads or refusals, and for each object the server transactions that changed it, so
     /// that the checkpoint of any machine whose previous checkpoint saw everything `previous`
     /// saw is the part of it those transactions are not visible in. Nil past the horizon.
-    package func readChangesWithTransactions(after previous: String) async throws -> (
-        checkpoint: Checkpoint, transactions: [ObjectID: [UInt64]]
+    ///
+    /// With `operations` (the log has its `op` column: ``ServerSchema/logOperationSQL(_:)``),
+    /// `created` has the objects whose first change after `previous` inserted them: they did
+    /// not exist for `previous`. Without, it is empty.
+    package func readChangesWithTransactions(after previous: String, operations: Bool = false) async throws -> (
+        checkpoint: Checkpoint, transactions: [ObjectID: [UInt64]], created: Set<ObjectID>
     )? {
         let rows = try await run(
-            Self.changesSQL(schema, transactions: true), [previous, Self.nobody, "0"], prepared: true)
+            Self.changesSQL(schema, transactions: true, operations: operations), [previous, Self.nobody, "0"],
+            prepared: true)
         guard let checkpoint = try checkpoint(of: rows) else { return nil }
         var transactions: [ObjectID: [UInt64]] = [:]
+        var created: Set<ObjectID> = []
         for row in rows where row[0] == "1" {
-            guard let entity = row[1], let text = row[2], let uuid = UUID(uuidString: text),
-                let xids = Self.arrayElements(row[3] ?? "")
+            guard let entity = row[1], let text = row[2], let uuid = UUID(uuidString: text), var cell = row[3]
             else { continue }
-            transactions[ObjectID(entityName: entity, uuid: uuid)] = xids.compactMap { $0.flatMap { UInt64($0) } }
+            // With operations: the first operation's letter ('-' when not recorded), then the array.
+            let first = operations ? cell.removeFirst() : "-"
+            guard let xids = Self.arrayElements(cell) else { continue }
+            let id = ObjectID(entityName: entity, uuid: uuid)
+            transactions[id] = xids.compactMap { $0.flatMap { UInt64($0) } }
+            if first == "i" { created.insert(id) }
         }
-        return (checkpoint, transactions)
+        return (checkpoint, transactions, created)
+    }
+
+    /// Whether the server's change log records each change's operation (its `op` column,
+    /// added by a `--sync-setup` of a version that has it).
+    package func logRecordsOperations() async throws -> Bool {
+        try await !run(
+            "SELECT 1 FROM information_schema.columns WHERE table_schema = $1 AND table_name = '_skyros_log' AND column_name = 'op'",
+            [schema.name]
+        ).isEmpty
     }
 
     /// A machine id no machine has (the feed's read is nobody's).
@@ -103,7 +122,7 @@ extension ServerSession {
 
     /// The statement of ``readChanges(after:rejectedAfter:machine:)`` for `schema` (made once per session:
     /// it is the same for every read).
-    static func changesSQL(_ schema: ServerSchema, transactions: Bool = false) -> String {
+    static func changesSQL(_ schema: ServerSchema, transactions: Bool = false, operations: Bool = false) -> String {
         let quoted = ServerSchema.quote(schema.name)
         var parts = [
             """
@@ -115,7 +134,7 @@ extension ServerSession {
             WHERE h.key = 'horizon'), \
             (SELECT (extract(epoch FROM clock_timestamp() - max(at)) * 1000)::bigint::text FROM changed)
             """,
-            "SELECT '1', entity, id::text, \(transactions ? "xids" : "NULL") FROM changed",
+            "SELECT '1', entity, id::text, \(transactions ? (operations ? "coalesce(first, '-') || xids" : "xids") : "NULL") FROM changed",
         ]
         for table in schema.tables {
             let cells = table.columns.map { $0.type.output("t." + ServerSchema.quote($0.name)) + "::text" }
@@ -131,7 +150,8 @@ extension ServerSession {
             WHERE machine = ($2::text)::uuid AND rejected IS NOT NULL AND number > ($3::text)::bigint
             """)
         return """
-            WITH changed AS (SELECT entity, id, max(at) AS at\(transactions ? ", array_agg(DISTINCT xid)::text AS xids" : "") FROM \(quoted)._skyros_log \
+            WITH changed AS (SELECT entity, id, max(at) AS at\(transactions ? ", array_agg(DISTINCT xid)::text AS xids" : "")\
+            \(operations ? ", (array_agg(op ORDER BY at, xid))[1]::text AS first" : "") FROM \(quoted)._skyros_log \
             WHERE xid >= pg_snapshot_xmin(($1::text)::pg_snapshot) AND xid < pg_snapshot_xmax(pg_current_snapshot()) \
             AND NOT pg_visible_in_snapshot(xid, ($1::text)::pg_snapshot) \
             GROUP BY entity, id) \

@@ -204,6 +204,11 @@ package struct ServerSchema: Sendable {
 
     // MARK: - DDL
 
+    /// Adds the change log's `op` column (`schema` quoted).
+    static func logOperationSQL(_ schema: String) -> String {
+        "ALTER TABLE \(schema)._skyros_log ADD COLUMN IF NOT EXISTS op \"char\""
+    }
+
     /// The sync tables and functions, created when missing (each entry one statement).
     package var syncTablesSQL: [String] {
         let schema = Self.quote(name)
@@ -216,6 +221,10 @@ package struct ServerSchema: Sendable {
             entity text NOT NULL, id uuid NOT NULL, at timestamptz NOT NULL DEFAULT clock_timestamp())
             """,
             "CREATE INDEX IF NOT EXISTS _skyros_log_xid ON \(schema)._skyros_log (xid)",
+            // What the change was ('i' insert, 'u' update, 'd' delete; NULL when logged
+            // otherwise), added after the table: a sync gateway tells a new row only to the
+            // machines whose buckets hold it (a row that did not exist left nobody's).
+            Self.logOperationSQL(schema),
             // One row per change set a machine uploaded: exactly once, and the write checkpoint.
             """
             CREATE TABLE IF NOT EXISTS \(schema)._skyros_uploads (machine uuid NOT NULL, number bigint NOT NULL, \
@@ -244,12 +253,12 @@ package struct ServerSchema: Sendable {
             CREATE OR REPLACE FUNCTION \(schema)._skyros_changes() RETURNS trigger LANGUAGE plpgsql AS $$
             BEGIN
               IF TG_OP = 'INSERT' THEN
-                INSERT INTO \(schema)._skyros_log (entity, id) SELECT TG_TABLE_NAME, "_id" FROM skyros_new;
+                INSERT INTO \(schema)._skyros_log (entity, id, op) SELECT TG_TABLE_NAME, "_id", 'i' FROM skyros_new;
               ELSIF TG_OP = 'UPDATE' THEN
-                INSERT INTO \(schema)._skyros_log (entity, id)
-                  SELECT TG_TABLE_NAME, "_id" FROM skyros_old UNION SELECT TG_TABLE_NAME, "_id" FROM skyros_new;
+                INSERT INTO \(schema)._skyros_log (entity, id, op)
+                  SELECT TG_TABLE_NAME, "_id", 'u' FROM skyros_old UNION SELECT TG_TABLE_NAME, "_id", 'u' FROM skyros_new;
               ELSE
-                INSERT INTO \(schema)._skyros_log (entity, id) SELECT TG_TABLE_NAME, "_id" FROM skyros_old;
+                INSERT INTO \(schema)._skyros_log (entity, id, op) SELECT TG_TABLE_NAME, "_id", 'd' FROM skyros_old;
               END IF;
               IF FOUND THEN
                 PERFORM pg_notify(\(Self.literal(channel)), pg_current_xact_id()::text);
@@ -375,6 +384,11 @@ package struct ServerSchema: Sendable {
         }
         if let uploads = existing["_skyros_uploads"], !uploads.contains("digest") {
             statements.append("ALTER TABLE \(Self.quote(name))._skyros_uploads ADD COLUMN IF NOT EXISTS digest bigint")
+        }
+        // The log's operations (with the function that records them, made again with the
+        // sync tables' statements whenever there is anything to do).
+        if let log = existing["_skyros_log"], !log.contains("op") {
+            statements.append(Self.logOperationSQL(Self.quote(name)))
         }
         guard !statements.isEmpty || found.schemaVersion < version else { return [] }
         // A table or column of this schema version missing on a server already set up for it

@@ -335,6 +335,121 @@ struct GatewayTests {
         // reading for each machine would be 36.
         #expect(reads >= subjects.count && reads <= 2 * subjects.count, "\(reads) reads for \(subjects.count) changes")
         await fleet.stop()
+        // Each change was told to its machine only: six notifications, where every machine
+        // would be 36.
+        #expect(told(fleet) == subjects.count, "\(told(fleet)) notifications for \(subjects.count) changes")
+    }
+
+    /// Notifications written to machines by the fleet's gateway so far.
+    func told(_ fleet: Fleet) -> Int { fleet.gateway.metrics.toldTotal.withLock { $0 } }
+
+    @Test(
+        "a change is told only to the machines it concerns: a new row to its bucket's machine, a row moved to the machine that held it and the one that holds it, a row the gateway never saw change to every machine"
+    )
+    func targetedNotifications() async throws {
+        let fleet = try await Fleet()
+        try fleet.psql(
+            #"INSERT INTO g_gateway."User" (handle, firstname) VALUES ('ann', 'Ann'), ('bob', 'Bob'), ('carl', 'Carl')"#
+        )
+        let ann = try await fleet.machine("ann")
+        let bob = try await fleet.machine("bob")
+        let carl = try await fleet.machine("carl")
+        defer { withExtendedLifetime((ann, bob, carl)) {} }
+        #expect(await eventually { try await handles(ann.stack) == ["ann"] })
+        #expect(await eventually { try await handles(bob.stack) == ["bob"] })
+        #expect(await eventually { try await handles(carl.stack) == ["carl"] })
+        func firstname(_ stack: Skyros) async throws -> String? {
+            try await stack.read { context in try User.all(in: context).first?.firstname }
+        }
+
+        // A new row: its machine only (one notification, where every machine would be three;
+        // the count grows by the machines told at once, so a wider fan-out never reaches 1).
+        var before = told(fleet)
+        try fleet.psql(
+            #"INSERT INTO g_gateway."Post" (title, author) SELECT 'p', "_id" FROM g_gateway."User" WHERE handle = 'ann'"#
+        )
+        #expect(await eventually { try await titles(ann.stack) == ["p"] })
+        #expect(await eventually { told(fleet) - before == 1 }, "\(told(fleet) - before) machines told")
+
+        // Moved to bob: the machine that held it (it must delete it) and the one that holds it.
+        before = told(fleet)
+        try fleet.psql(
+            #"UPDATE g_gateway."Post" SET author = (SELECT "_id" FROM g_gateway."User" WHERE handle = 'bob') WHERE title = 'p'"#
+        )
+        #expect(await eventually { try await titles(ann.stack) == [] })
+        #expect(await eventually { try await titles(bob.stack) == ["p"] })
+        #expect(await eventually { told(fleet) - before == 2 }, "\(told(fleet) - before) machines told")
+        #expect(try await titles(carl.stack) == [])
+
+        // A row the gateway's reads never met: where it was is not known, so every machine.
+        before = told(fleet)
+        try fleet.psql(#"UPDATE g_gateway."User" SET firstname = 'Carlos' WHERE handle = 'carl'"#)
+        #expect(await eventually { try await firstname(carl.stack) == "Carlos" })
+        #expect(await eventually { told(fleet) - before == 3 }, "\(told(fleet) - before) machines told")
+        // Met now: its machine only.
+        before = told(fleet)
+        try fleet.psql(#"UPDATE g_gateway."User" SET firstname = 'Charles' WHERE handle = 'carl'"#)
+        #expect(await eventually { try await firstname(carl.stack) == "Charles" })
+        #expect(await eventually { told(fleet) - before == 1 }, "\(told(fleet) - before) machines told")
+        #expect(try await firstname(ann.stack) == "Ann")
+        await fleet.stop()
+    }
+
+    @Test(
+        "a server whose log does not record operations (set up by an earlier version): every change is told to every machine, nothing is lost; --sync-setup adds the column"
+    )
+    func logWithoutOperations() async throws {
+        let fleet = try await Fleet()
+        // The server as an earlier version set it up: no op column, a function that writes none.
+        let schema = ServerSchema(testSchema, name: Fleet.schemaName)
+        guard let function = schema.syncTablesSQL.first(where: { $0.contains("_skyros_changes() RETURNS trigger") })
+        else {
+            Issue.record("no change function in the sync tables' statements")
+            return
+        }
+        let earlier = function.replacingOccurrences(of: ", op)", with: ")")
+            .replacingOccurrences(of: ", 'i' FROM", with: " FROM")
+            .replacingOccurrences(of: ", 'u' FROM", with: " FROM")
+            .replacingOccurrences(of: ", 'd' FROM", with: " FROM")
+        #expect(!earlier.contains("op"), "\(earlier)")
+        try fleet.psql(earlier + "; ALTER TABLE g_gateway._skyros_log DROP COLUMN op")
+        try fleet.psql(#"INSERT INTO g_gateway."User" (handle) VALUES ('ann'), ('bob')"#)
+        let ann = try await fleet.machine("ann")
+        let bob = try await fleet.machine("bob")
+        defer { withExtendedLifetime((ann, bob)) {} }
+        #expect(await eventually { try await handles(ann.stack) == ["ann"] })
+        #expect(await eventually { try await handles(bob.stack) == ["bob"] })
+        let before = told(fleet)
+        try fleet.psql(
+            #"INSERT INTO g_gateway."Post" (title, author) SELECT 'p', "_id" FROM g_gateway."User" WHERE handle = 'ann'"#
+        )
+        #expect(await eventually { try await titles(ann.stack) == ["p"] })
+        #expect(await eventually { told(fleet) - before == 2 }, "\(told(fleet) - before) machines told")
+        #expect(try await titles(bob.stack) == [])
+
+        // Set up again (what --sync-setup does): the column and the function that fills it.
+        var logger = Logger(label: "test")
+        logger.logLevel = .critical
+        let configuration = SyncConfiguration(
+            host: fleet.postgres.host, port: fleet.postgres.port, username: fleet.postgres.superuser,
+            database: fleet.database, schema: Fleet.schemaName, tls: .disable)
+        let connection = try await PostgresConnection.connect(
+            on: MultiThreadedEventLoopGroup.singleton.any(),
+            configuration: try configuration.connectionConfiguration(), id: 1, logger: logger)
+        do {
+            try await ServerSession(connection: connection, schema: schema, logger: logger).ensureSchema()
+        } catch {
+            try? await connection.close()
+            throw error
+        }
+        try await connection.close()
+        #expect(
+            try fleet.psql(
+                "SELECT count(*) FROM information_schema.columns WHERE table_schema = 'g_gateway' AND table_name = '_skyros_log' AND column_name = 'op'"
+            ) == "1")
+        try fleet.psql(#"INSERT INTO g_gateway."User" (handle) VALUES ('dan')"#)
+        #expect(try fleet.psql(#"SELECT op FROM g_gateway._skyros_log ORDER BY at DESC LIMIT 1"#) == "i")
+        await fleet.stop()
     }
 
     @Test(
