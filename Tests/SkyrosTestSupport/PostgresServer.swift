@@ -176,6 +176,26 @@ public final class PostgresServer: Sendable {
     /// own `PostgresServer` instead: the shared one is everyone's.
     /// - Throws: the error of the first start, again on every call, when it failed.
     public static func shared() throws -> PostgresServer {
+        try sharedSynchronously()
+    }
+
+    /// ``shared()`` for async code: the first start (`initdb`, the postmaster's), and the wait
+    /// for it, hold a thread of their own, not one of Swift's cooperative pool (one per core:
+    /// two tests starting servers at once on the 2-core CI machine stalled every other test of
+    /// the process for as long, and one of them past its time limit).
+    public static func shared() async throws -> PostgresServer {
+        try await offThePool { try sharedSynchronously() }
+    }
+
+    /// A server made as ``init(password:settings:startTimeout:)`` does, on a thread of its own
+    /// (see ``shared()-swift.type.method``): what async tests call.
+    public static func started(
+        password: String? = nil, settings: [String: String] = [:], startTimeout: Duration = .seconds(30)
+    ) async throws -> PostgresServer {
+        try await offThePool { try PostgresServer(password: password, settings: settings, startTimeout: startTimeout) }
+    }
+
+    private static func sharedSynchronously() throws -> PostgresServer {
         try sharedServer.withLock { cached in
             if let cached { return try cached.get() }
             let result = Result { try PostgresServer() }
@@ -844,5 +864,13 @@ public enum PostgresServerError: Error, CustomStringConvertible {
         case .failed(let message): message
         case .addressInUse: "the port was taken by another process"
         }
+    }
+}
+
+/// Runs `work` on a thread of its own and returns its result: blocking work (a child process
+/// waited for) that must not hold one of Swift's cooperative threads.
+public func offThePool<T: Sendable>(_ work: @escaping @Sendable () throws -> T) async throws -> T {
+    try await withCheckedThrowingContinuation { continuation in
+        Thread.detachNewThread { continuation.resume(with: Result { try work() }) }
     }
 }

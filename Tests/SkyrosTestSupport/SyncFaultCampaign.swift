@@ -396,7 +396,7 @@ private final class Campaign: Sendable {
         try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
         SyncFaultCampaign.running.withLock { [directory] in _ = $0.directories.insert(directory) }
         do {
-            let postgres = try PostgresServer()
+            let postgres = try await PostgresServer.started()
             self.postgres = postgres
             database = try postgres.createUniqueDatabase(prefix: "campaign")
             let sync = SyncConfiguration(

@@ -16,7 +16,7 @@ import Foundation
 ///
 /// ```swift
 /// let certificates = try TestCertificates()
-/// let server = try PostgresServer(settings: certificates.serverSettings)
+/// let server = try await PostgresServer.started(settings: certificates.serverSettings)
 /// // a client with sslmode=verify-full and sslrootcert=certificates.authority
 /// ```
 public final class TestCertificates: Sendable {

@@ -40,7 +40,7 @@ struct GatewayTests {
         let proxy: FaultProxy?
 
         init(proxied: Bool = false) async throws {
-            postgres = try PostgresServer.shared()
+            postgres = try await PostgresServer.shared()
             database = try postgres.createUniqueDatabase(prefix: "gateway")
             certificates = try TestCertificates()
             directory = "/tmp/skgw-\(getpid())-\(UInt32.random(in: 0...UInt32.max))"

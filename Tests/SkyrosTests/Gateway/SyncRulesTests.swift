@@ -41,7 +41,7 @@ struct SyncRulesTests {
         let logger: Logger
 
         static func make(prefix: String, schemaName: String, tables: Bool = true) async throws -> Database {
-            let postgres = try PostgresServer.shared()
+            let postgres = try await PostgresServer.shared()
             let name = try postgres.createUniqueDatabase(prefix: prefix)
             let configuration = SyncConfiguration(
                 host: postgres.host, port: postgres.port, username: postgres.superuser, database: name,

@@ -27,11 +27,11 @@ struct PostgresServerTests {
     }
 
     @Test("data survives a fast stop, an immediate stop and a kill; the port stays; everything is cleaned by deinit")
-    func lifecycle() throws {
+    func lifecycle() async throws {
         let directory: String
         let last: pid_t
         do {
-            let running = try PostgresServer()
+            let running = try await PostgresServer.started()
             let port = running.port
             directory = running.directory
             #expect(directory.utf8.count + "/.s.PGSQL.65535".utf8.count <= 107)
@@ -100,8 +100,8 @@ struct PostgresServerTests {
     }
 
     @Test("the server never runs as root: as nobody when the tests run as root, else as the tests' user")
-    func notRoot() throws {
-        let server = try PostgresServer()
+    func notRoot() async throws {
+        let server = try await PostgresServer.started()
         let pid = try #require(server.processIdentifier)
         let ids = try uids(pid)
         #expect(ids.count == 4)
@@ -116,13 +116,13 @@ struct PostgresServerTests {
     }
 
     @Test("the postmaster inherits no descriptor of the test process")
-    func noInheritedDescriptors() throws {
+    func noInheritedDescriptors() async throws {
         var descriptors: [Int32] = [0, 0]
         #expect(pipe(&descriptors) == 0)  // without O_CLOEXEC, as ChildProcess makes them
         defer { descriptors.forEach { close($0) } }
         var information = stat()
         fstat(descriptors[1], &information)
-        let server = try PostgresServer()
+        let server = try await PostgresServer.started()
         let pid = try #require(server.processIdentifier)
         let entries = try FileManager.default.contentsOfDirectory(atPath: "/proc/\(pid)/fd")
         let targets = entries.compactMap {
@@ -133,9 +133,9 @@ struct PostgresServerTests {
     }
 
     @Test("the shared server: one per process, a database per test, a URL, SQL errors carry psql's message")
-    func shared() throws {
-        let server = try PostgresServer.shared()
-        #expect(try PostgresServer.shared() === server)
+    func shared() async throws {
+        let server = try await PostgresServer.shared()
+        #expect(try await PostgresServer.shared() === server)
         let a = try server.createUniqueDatabase(prefix: "shared")
         let b = try server.createUniqueDatabase(prefix: "shared")
         #expect(a != b)

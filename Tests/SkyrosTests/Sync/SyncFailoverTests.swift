@@ -73,7 +73,7 @@ struct SyncFailoverTests {
         "connect tries the servers in order: read-write and primary pass over a standby and a read-only server, any takes the first that answers; none qualifying names each and why"
     )
     func connectChoosesAServer() async throws {
-        let primary = try PostgresServer()
+        let primary = try await PostgresServer.started()
         let standby = try primary.makeStandby(synchronous: false)
         try primary.psql("CREATE DATABASE readonly; ALTER DATABASE readonly SET default_transaction_read_only = on")
         let closed = SyncConfiguration.Server(host: "127.0.0.1", port: 1)  // nothing listens on port 1
@@ -132,7 +132,7 @@ struct SyncFailoverTests {
     )
     func primaryKilledStandbyPromoted() async throws {
         let started = ContinuousClock.now
-        let primary = try PostgresServer()
+        let primary = try await PostgresServer.started()
         let standby = try primary.makeStandby(synchronous: true)
         let database = try primary.createUniqueDatabase(prefix: "failover")
         let url =

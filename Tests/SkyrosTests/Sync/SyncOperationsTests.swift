@@ -37,7 +37,7 @@ struct SyncOperationsTests {
         "sync starts with the daemon: a restarted skyrosd that no app or tool talks to uploads its queue and applies the server's changes"
     )
     func syncStartsWithTheDaemon() async throws {
-        let postgres = try PostgresServer()
+        let postgres = try await PostgresServer.started()
         let server = try SyncTests.Server(postgres)
         let process = DaemonProcessTests()
         let groups = process.groupsDirectory()
@@ -144,7 +144,7 @@ struct SyncOperationsTests {
         "credentials that recover: a corrected password file is used at the next retry, without a restart; sync errors are logged at error level"
     )
     func correctedPasswordFile() async throws {
-        let postgres = try PostgresServer(password: "superuser secret")
+        let postgres = try await PostgresServer.started(password: "superuser secret")
         let roles = try SyncRoles(postgres)
         try await roles.setUp(schema: "g_pw", models: testSchema)
         try roles.createDaemonRole("skyros_pw", password: "right")

@@ -19,7 +19,7 @@ struct SyncRefusalTests {
         // The server has `taken` before the machine ever syncs; the machine saves its own
         // `taken` while the server is down, so that its first connection uploads it (refused)
         // and only then reads its first checkpoint: a snapshot, which used to carry no refusal.
-        let postgres = try PostgresServer()
+        let postgres = try await PostgresServer.started()
         let server = try SyncTests.Server(postgres)
         try await SyncSetup.run(server.configuration, schema: testSchema, log: { _ in })
         let theirs = UUID()
@@ -70,7 +70,7 @@ struct SyncRefusalTests {
 
     @Test("a refusal is told once: the checkpoints after it, and a restart of the daemon, do not tell it again")
     func refusalToldOnce() async throws {
-        let postgres = try PostgresServer()
+        let postgres = try await PostgresServer.started()
         let server = try SyncTests.Server(postgres)
         try await SyncSetup.run(server.configuration, schema: testSchema, log: { _ in })
         try server.psql(#"INSERT INTO g_sync."User" ("_id", handle) VALUES (gen_random_uuid(), 'taken')"#)

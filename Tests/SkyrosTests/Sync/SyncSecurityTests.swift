@@ -40,7 +40,7 @@ struct SyncSecurityTests {
         "a DML-only role with exactly the documented grants: inserts, updates and deletes both ways, the log compacted; without DELETE on _skyros_log, error 42501"
     )
     func dmlOnlyRole() async throws {
-        let postgres = try PostgresServer(password: "superuser secret")
+        let postgres = try await PostgresServer.started(password: "superuser secret")
         let roles = try SyncRoles(postgres)
         try await roles.setUp(schema: "g_sec", models: testSchema)
         try roles.createDaemonRole("skyros_daemon", password: Self.daemonPassword)
@@ -121,7 +121,7 @@ struct SyncSecurityTests {
     )
     func verifyFull() async throws {
         let certificates = try TestCertificates()
-        let postgres = try PostgresServer(settings: certificates.serverSettings)
+        let postgres = try await PostgresServer.started(settings: certificates.serverSettings)
         let database = try postgres.createUniqueDatabase(prefix: "tls")
         let machineA = try RunningDaemon(
             sync: tlsConfiguration(postgres, database: database, .verifyFull, rootCertificate: certificates.authority))
@@ -165,7 +165,7 @@ struct SyncSecurityTests {
     )
     func verifyFullChecksTheHost() async throws {
         let certificates = try TestCertificates(serverNames: ["DNS:db.example.com"])
-        let postgres = try PostgresServer(settings: certificates.serverSettings)
+        let postgres = try await PostgresServer.started(settings: certificates.serverSettings)
         let database = try postgres.createUniqueDatabase(prefix: "tls")
         let machineA = try RunningDaemon(
             sync: tlsConfiguration(postgres, database: database, .verifyCA, rootCertificate: certificates.authority))
@@ -194,7 +194,7 @@ struct SyncSecurityTests {
     )
     func hostsslOnly() async throws {
         let certificates = try TestCertificates()
-        let postgres = try PostgresServer(settings: certificates.serverSettings)
+        let postgres = try await PostgresServer.started(settings: certificates.serverSettings)
         try postgres.replaceHostBasedAuthentication(["hostssl all all 127.0.0.1/32 trust"])
         let database = try postgres.createUniqueDatabase(prefix: "tls")
         let onServer = {
@@ -237,7 +237,7 @@ struct SyncSecurityTests {
         "one group's role cannot read or write another group's schema (42501); a daemon given X's role and Y's schema is in error and writes nothing"
     )
     func groupsAreIsolated() async throws {
-        let postgres = try PostgresServer(password: "superuser secret")
+        let postgres = try await PostgresServer.started(password: "superuser secret")
         let roles = try SyncRoles(postgres)
         for (schema, role) in [("g_x", "skyros_x"), ("g_y", "skyros_y")] {
             try await roles.setUp(schema: schema, models: testSchema)

@@ -26,7 +26,7 @@ struct SyncServerFaultTests {
         let b: Skyros
 
         init() async throws {
-            roles = try SyncRoles(try PostgresServer(password: "superuser secret"))
+            roles = try SyncRoles(try await PostgresServer.started(password: "superuser secret"))
             try await roles.setUp(schema: schema, models: testSchema)
             try roles.createDaemonRole("skyros_daemon", password: SyncServerFaultTests.daemonPassword)
             try roles.grant("skyros_daemon", schema: schema, models: testSchema)
@@ -104,7 +104,7 @@ struct SyncServerFaultTests {
         "the engine's probe: a server accepting connections over TCP and its Unix socket, none once PostgreSQL stops, again once it starts"
     )
     func probe() async throws {
-        let postgres = try PostgresServer()
+        let postgres = try await PostgresServer.started()
         func server(_ host: String) -> PostgresSyncServer {
             PostgresSyncServer(
                 configuration: SyncConfiguration(

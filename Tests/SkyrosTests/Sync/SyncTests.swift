@@ -305,7 +305,7 @@ struct SyncTests {
         "offline: saves go on and are queued (status says so); after PostgreSQL restarts, A = B = server, each save once"
     )
     func offline() async throws {
-        let postgres = try PostgresServer()
+        let postgres = try await PostgresServer.started()
         let (server, (machineA, machineB), a, b) = try twoMachines(postgres)
         defer { withExtendedLifetime(machineB) {} }
         try await insert("first", into: a)
@@ -342,7 +342,7 @@ struct SyncTests {
         "conflicts while apart: other properties both kept, the same property alike everywhere, a unique value taken twice rejected and told"
     )
     func conflicts() async throws {
-        let postgres = try PostgresServer()
+        let postgres = try await PostgresServer.started()
         let (server, (machineA, machineB), a, b) = try twoMachines(postgres)
         let rejections = ErrorRecorder()
         a.errorHandler = { rejections.record($0) }
@@ -457,7 +457,7 @@ struct SyncTests {
         // one runs, every checkpoint's xmin is at most its id, below the horizon set when the
         // group's schema is made next. Each checkpoint used to count as past the horizon, and
         // the machines read a snapshot, then another, until the transaction ended.
-        let postgres = try PostgresServer.shared()
+        let postgres = try await PostgresServer.shared()
         var elsewhere = try Server(postgres).configuration
         elsewhere.database = "postgres"
         var logger = Logger(label: "test")
@@ -500,7 +500,7 @@ struct SyncTests {
     func resyncAfterRetention() async throws {
         // A server of its own: the compaction stops at the oldest transaction still running
         // in the whole cluster, which another test's may be.
-        let server = try Server(try PostgresServer())
+        let server = try Server(try await PostgresServer.started())
         let directory = "/tmp/skd-\(getpid())-\(UInt32.random(in: 0...UInt32.max))"
         defer { try? FileManager.default.removeItem(atPath: directory) }
         let machineA = try RunningDaemon(sync: server.configuration)
@@ -589,7 +589,7 @@ struct SyncTests {
         "a compaction moves the horizon just past the log rows it drops; one that drops nothing leaves it, and a machine synced before it reads changes, not a snapshot"
     )
     func compactionHorizon() async throws {
-        let server = try Server(try PostgresServer())  // its own: compaction waits for every running transaction
+        let server = try Server(try await PostgresServer.started())  // its own: compaction waits for every running transaction
         try await SyncSetup.run(server.configuration, schema: testSchema, log: { _ in })
         let horizon = { UInt64(try server.psql("SELECT value FROM g_sync._skyros_meta WHERE key = 'horizon'")) ?? 0 }
         let machine = try RunningDaemon(sync: server.configuration)
@@ -628,7 +628,7 @@ struct SyncTests {
         "a snapshot of many pages: a new machine gets every row; back past the retention, it deletes what the server lacks in every page's range"
     )
     func pagedSnapshot() async throws {
-        let server = try Server(try PostgresServer())  // its own: compaction waits for every running transaction
+        let server = try Server(try await PostgresServer.started())  // its own: compaction waits for every running transaction
         let directory = "/tmp/skd-\(getpid())-\(UInt32.random(in: 0...UInt32.max))"
         defer { try? FileManager.default.removeItem(atPath: directory) }
         var settings = SyncEngine.Settings()

@@ -105,7 +105,7 @@ struct SyncUniquePermutationTests {
     func snapshot() async throws {
         // A server of its own: the compaction stops at the oldest transaction still running
         // in the whole cluster, which another test's may be.
-        let server = try SyncTests.Server(try PostgresServer())
+        let server = try SyncTests.Server(try await PostgresServer.started())
         let directory = "/tmp/skp-\(getpid())-\(UInt32.random(in: 0...UInt32.max))"
         defer { try? FileManager.default.removeItem(atPath: directory) }
         let machineA = try RunningDaemon(sync: server.configuration)

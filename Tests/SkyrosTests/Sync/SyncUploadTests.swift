@@ -24,7 +24,7 @@ struct SyncUploadTests {
         /// - Parameter prepared: whether the session prepares its frequent statements (as the
         ///   sync engine's do), whose failures postgres-nio reports with another error type.
         static func make(prepared: Bool = false) async throws -> Session {
-            let postgres = try PostgresServer.shared()
+            let postgres = try await PostgresServer.shared()
             let database = try postgres.createUniqueDatabase(prefix: "upload")
             let configuration = SyncConfiguration(
                 host: postgres.host, port: postgres.port, username: postgres.superuser, database: database,

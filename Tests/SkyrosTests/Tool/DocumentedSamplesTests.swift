@@ -248,7 +248,7 @@ struct DocumentedSamplesTests {
     }
 
     @Test("the README's walk-through: the sync lines of `skyros status`, online and offline, as documented")
-    func readmeSyncStatus() throws {
+    func readmeSyncStatus() async throws {
         let samples = try Self.samples(in: "README.md").filter { $0.command.hasPrefix("skyros status") }
         // The first sync sample online, the first offline.
         func syncLines(_ sample: Sample) -> [String]? {
@@ -260,7 +260,7 @@ struct DocumentedSamplesTests {
         let online = try #require(samples.first { syncLines($0)?.first?.contains("sync       online") == true })
         let offline = try #require(samples.first { syncLines($0)?.first?.contains("sync       offline") == true })
 
-        let postgres = try PostgresServer()
+        let postgres = try await PostgresServer.started()
         let directory = OperatingToolTests.directory()
         defer { try? FileManager.default.removeItem(atPath: directory) }
         let processes = Processes(environment: ["SKYROS_GROUPS_DIR": directory])
