@@ -24,8 +24,24 @@ struct SyncUploadTests {
         /// - Parameter prepared: whether the session prepares its frequent statements (as the
         ///   sync engine's do), whose failures postgres-nio reports with another error type.
         static func make(prepared: Bool = false) async throws -> Session {
+            // Each step timed: a loaded full run had this suite's first case pass its 2-minute
+            // limit (60 s in a passing run; the suite alone takes 13 s); a slow step is printed.
+            let clock = ContinuousClock()
+            var steps: [(String, Duration)] = []
+            var mark = clock.now
+            func step(_ name: String) {
+                steps.append((name, clock.now - mark))
+                mark = clock.now
+            }
+            defer {
+                if steps.map(\.1).reduce(.zero, +) > .seconds(10) {
+                    print("Sync uploads: a slow session: " + steps.map { "\($0.0) \($0.1)" }.joined(separator: ", "))
+                }
+            }
             let postgres = try await PostgresServer.shared()
+            step("shared server")
             let database = try postgres.createUniqueDatabase(prefix: "upload")
+            step("database")
             let configuration = SyncConfiguration(
                 host: postgres.host, port: postgres.port, username: postgres.superuser, database: database,
                 schema: "g_up",
@@ -39,7 +55,9 @@ struct SyncUploadTests {
             let session = ServerSession(
                 connection: connection, schema: ServerSchema(testSchema, name: "g_up"), logger: logger,
                 statements: prepared ? PreparedStatements() : nil)
+            step("connection")
             try await session.ensureSchema()
+            step("schema")
             return Session(postgres: postgres, database: database, connection: connection, session: session)
         }
 
