@@ -27,6 +27,16 @@ actor ChangeFeed {
         let transactions: [ObjectID: [UInt64]]
         /// The bucket instances (``SyncRules/instanceKey(bucket:values:)``) each present object is in.
         let keys: [ObjectID: Set<String>]
+        /// The bucket instances each object was in before the read's changes, where known (an
+        /// object absent: not known; a machine told of its change deletes it unless it holds it now).
+        var before: [ObjectID: Set<String>] = [:]
+
+        /// Whether a machine holding `held` may have held object `id` before the read: it must
+        /// be told the object left it.
+        func mayHaveHeld(_ id: ObjectID, _ held: Set<String>) -> Bool {
+            guard let before = before[id] else { return true }
+            return !before.isDisjoint(with: held)
+        }
     }
 
     let schema: ServerSchema
@@ -98,15 +108,20 @@ actor ChangeFeed {
         return entries.isEmpty ? .all : touched
     }
 
-    /// Adds what `entry` touched to ``touched``, and remembers its objects' buckets.
-    private func touch(_ entry: Entry, created: Set<ObjectID>) {
+    /// Adds what `entry` touched to ``touched``, and remembers its objects' buckets; returns
+    /// the buckets its objects were in before it, where known.
+    private func touch(_ entry: Entry, created: Set<ObjectID>) -> [ObjectID: Set<String>] {
+        var before: [ObjectID: Set<String>] = [:]
         readsSinceEveryone += 1
         if readsSinceEveryone >= max(1, limit / 2) { touched.everyone = true }
         if known.count > knownLimit { known = [:] }
         for id in Set(entry.checkpoint.objects.keys).union(entry.transactions.keys) {
-            if let before = known[id] {
-                touched.keys.formUnion(before)
-            } else if !created.contains(id) {
+            if let was = known[id] {
+                touched.keys.formUnion(was)
+                before[id] = was
+            } else if created.contains(id) {
+                before[id] = []
+            } else {
                 touched.everyone = true
             }
             switch entry.checkpoint.objects[id] {
@@ -126,6 +141,7 @@ actor ChangeFeed {
             touched.keys = []
             readsSinceEveryone = 0
         }
+        return before
     }
 
     /// The chain broke (a read past the horizon, a gap): what it knew of buckets is forgotten,
@@ -167,8 +183,8 @@ actor ChangeFeed {
                 changedAny = true
                 if let values, let held = entry.keys[id], !held.isDisjoint(with: keys) {
                     objects[id] = .some(values)
-                } else {
-                    objects[id] = .some(nil)
+                } else if entry.mayHaveHeld(id, keys) {
+                    objects[id] = .some(nil)  // left its buckets, or gone
                 }
             }
         }
@@ -245,8 +261,9 @@ actor ChangeFeed {
         reads += 1
         guard let made else { return broke() }
         if let last = entries.last, last.checkpoint.snapshot != base { broke() }
-        entries.append(made.entry)
-        touch(made.entry, created: made.created)
+        var entry = made.entry
+        entry.before = touch(entry, created: made.created)
+        entries.append(entry)
         if entries.count > limit { entries.removeFirst(entries.count - limit) }
     }
 
