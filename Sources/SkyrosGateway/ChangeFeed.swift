@@ -76,9 +76,6 @@ actor ChangeFeed {
     let knownLimit: Int
     /// What the reads since the machines were last told touched (``untold()``).
     private var touched = Touched()
-    /// Reads since every machine was last told: every machine is told at least every half
-    /// ``limit`` reads, so that a connected machine never falls off the chain.
-    private var readsSinceEveryone = 0
     /// Whether the server's log records operations (asked once; nil before).
     private var operations: Bool?
 
@@ -112,8 +109,6 @@ actor ChangeFeed {
     /// the buckets its objects were in before it, where known.
     private func touch(_ entry: Entry, created: Set<ObjectID>) -> [ObjectID: Set<String>] {
         var before: [ObjectID: Set<String>] = [:]
-        readsSinceEveryone += 1
-        if readsSinceEveryone >= max(1, limit / 2) { touched.everyone = true }
         if known.count > knownLimit { known = [:] }
         for id in Set(entry.checkpoint.objects.keys).union(entry.transactions.keys) {
             if let was = known[id] {
@@ -137,10 +132,7 @@ actor ChangeFeed {
                 known[id] = nil
             }
         }
-        if touched.everyone {
-            touched.keys = []
-            readsSinceEveryone = 0
-        }
+        if touched.everyone { touched.keys = [] }
         return before
     }
 
@@ -150,7 +142,6 @@ actor ChangeFeed {
         entries = []
         known = [:]
         touched = .all
-        readsSinceEveryone = 0
         operations = nil  // asked again: a --sync-setup meanwhile may have added the column
     }
 

@@ -20,6 +20,9 @@ final class MachineConnection: Sendable {
     private let welcomed = Mutex<UUID?>(nil)
     /// The keys of the bucket instances its token gives it, once its hello was accepted.
     private let held = Mutex<Set<String>>([])
+    /// The gateway's change (``GatewayServer/changesTold``) it was last told of, or started
+    /// listening at.
+    let lastTold = Mutex(0)
 
     /// Whether a change that touched `touched` concerns the machine.
     func isConcerned(by touched: ChangeFeed.Touched) -> Bool {
@@ -255,6 +258,7 @@ final class MachineConnection: Sendable {
             }
             guard let schema else {
                 if case .listen = message {
+                    lastTold.withLock { $0 = gateway.changesTold }
                     gateway.listeners.withLock { $0[key] = self }
                     await reply(.done, id: id)
                     continue
@@ -355,6 +359,7 @@ final class MachineConnection: Sendable {
                 // The gateway compacts the log itself (GatewayConfiguration.compactionInterval).
                 await reply(.done, id: id)
             case .listen:
+                lastTold.withLock { $0 = gateway.changesTold }
                 gateway.listeners.withLock { $0[key] = self }
                 await reply(.done, id: id)
             default:
