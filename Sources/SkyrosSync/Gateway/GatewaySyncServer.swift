@@ -45,12 +45,15 @@ package struct GatewaySyncServer: SyncServer {
             // A ping after a silence of two statement timeouts; a second silence as long (no
             // pong, no message) fails the listen: a gateway that stopped answering.
             guard let message = try await link.next(within: statementTimeout * 2, pinging: true) else {
+                try link.checkToken()
                 if silent { throw GatewayLink.Failed(needsOperator: false, message: "the gateway stopped answering") }
                 silent = true
                 continue
             }
             silent = false
             if case .notify(let transaction) = message.message { notify(transaction) }
+            // The gateway tells this connection by the buckets of its hello's token.
+            try link.checkToken()
         }
     }
 
@@ -95,12 +98,13 @@ final class GatewaySyncConnection: SyncServerConnection {
         self.machine = machine
     }
 
-    /// The connection is bound to the machine id of its hello: another one (the store was given
-    /// a new id) needs a new connection.
+    /// The connection is bound to the machine id of its hello, and to its token: another id
+    /// (the store was given a new one), or another token in the file, needs a new connection.
     private func check(_ requested: UUID) throws {
         guard requested == machine else {
             throw GatewayLink.Failed(needsOperator: false, message: "the machine id changed: connecting again")
         }
+        try link.checkToken()
     }
 
     func prepare(_ schema: ServerSchema) async throws {
@@ -341,6 +345,7 @@ package final class GatewayLink: Sendable {
                 throw link.unexpected()
             }
             deadline.cancel()
+            link.watched.withLock { $0 = (endpoint, token, ContinuousClock.now) }
             return link
         } catch {
             deadline.cancel()
@@ -374,7 +379,29 @@ package final class GatewayLink: Sendable {
 
     /// Sends a request and waits for its answer (a failure thrown as ``Failed``).
     package func request(_ message: GatewayMessage) async throws -> GatewayMessage {
-        try await answer(to: send(message))
+        try checkToken()
+        return try await answer(to: send(message))
+    }
+
+    /// The endpoint whose token file the link said hello with, that token, and when the file
+    /// was last read (nil before the hello is answered).
+    let watched = Mutex<(endpoint: GatewayEndpoint, token: String, read: ContinuousClock.Instant)?>(nil)
+
+    /// Fails (the engine connects again, and reads the file then) when the token file holds
+    /// another token than the one of the hello: a token renewed or replaced by the operator
+    /// (other claims, other buckets) is used within a second of a request, not at the old
+    /// one's expiry. Read at most once a second; a file that cannot be read, or holds the
+    /// same token, changes nothing.
+    package func checkToken() throws {
+        let changed = watched.withLock { watched -> Bool in
+            guard let current = watched, ContinuousClock.now - current.read >= .seconds(1) else { return false }
+            watched?.read = .now
+            guard let token = try? current.endpoint.readToken() else { return false }
+            return token != current.token
+        }
+        if changed {
+            throw Failed(needsOperator: false, message: "the token file changed: connecting again with its token")
+        }
     }
 
     /// The next answer to request `id` (notifications skipped), in ``timeout`` or the

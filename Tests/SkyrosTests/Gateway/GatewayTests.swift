@@ -340,6 +340,38 @@ struct GatewayTests {
         #expect(told(fleet) == subjects.count, "\(told(fleet)) notifications for \(subjects.count) changes")
     }
 
+    @Test(
+        "a token file that changes while the machine is connected: it connects again with the new token within seconds, and goes on syncing"
+    )
+    func tokenRenewed() async throws {
+        let fleet = try await Fleet()
+        try fleet.psql(#"INSERT INTO g_gateway."User" (handle) VALUES ('ann')"#)
+        let file = try await fleet.tokenFile("ann")
+        let onlines = Mutex(0)
+        let said = Mutex(false)
+        let daemon = try RunningDaemon(sync: try fleet.machineConfiguration(tokenFile: file)) { line in
+            if line.hasPrefix("sync: online") { onlines.withLock { $0 += 1 } }
+            if line.contains("the token file changed: connecting again with its token") { said.withLock { $0 = true } }
+        }
+        let stack = try Skyros(sharedStack: testSchema, container: daemon.container.url)
+        #expect(await eventually { try await handles(stack) == ["ann"] })
+        #expect(onlines.withLock { $0 } == 1)
+        // Renewed in place, as an operator's rotation does (a new expiry; other claims alike).
+        let renewed = try await SyncToken.mint(
+            SyncTokenClaims(subject: "ann", expiration: Date().addingTimeInterval(7_200)), secret: fleet.secret)
+        try renewed.write(toFile: file, atomically: true, encoding: .utf8)
+        // The engine's next request (its poll: every 5 s) finds it; the listening connection
+        // at its next wake-up.
+        #expect(await eventually(seconds: 20) { onlines.withLock { $0 } >= 2 })
+        #expect(said.withLock { $0 })
+        try fleet.psql(
+            #"INSERT INTO g_gateway."Post" (title, author) SELECT 'after', "_id" FROM g_gateway."User" WHERE handle = 'ann'"#
+        )
+        #expect(await eventually { try await titles(stack) == ["after"] })
+        withExtendedLifetime(daemon) {}
+        await fleet.stop()
+    }
+
     /// Notifications written to machines by the fleet's gateway so far.
     func told(_ fleet: Fleet) -> Int { fleet.gateway.metrics.toldTotal.withLock { $0 } }
 
