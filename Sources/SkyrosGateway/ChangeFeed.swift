@@ -119,6 +119,9 @@ actor ChangeFeed {
             } else {
                 touched.everyone = true
             }
+            // Changed by several transactions of the read: a machine's own read may have seen it
+            // between them, in buckets this read cannot name; every machine is told.
+            if (entry.transactions[id]?.count ?? 0) > 1 { touched.everyone = true }
             switch entry.checkpoint.objects[id] {
             case .some(.some):
                 let now = entry.keys[id] ?? []
@@ -172,9 +175,13 @@ actor ChangeFeed {
                     continue
                 }
                 changedAny = true
+                // A cursor that sees some of the read's transactions of the object (a machine's
+                // own read, made while the read's changes were being committed) saw a state
+                // between its buckets before and now: the machine may hold it whatever `before` says.
+                let sawSome = transactions.contains { Checkpoint.isVisible($0, in: cursor) ?? true }
                 if let values, let held = entry.keys[id], !held.isDisjoint(with: keys) {
                     objects[id] = .some(values)
-                } else if entry.mayHaveHeld(id, keys) {
+                } else if sawSome || entry.mayHaveHeld(id, keys) {
                     objects[id] = .some(nil)  // left its buckets, or gone
                 }
             }

@@ -324,12 +324,14 @@ package final class GatewayServer: Sendable {
         let everyone = feeds.isEmpty || feedRefused.withLock { $0 }
         for feed in feeds { feed.changed() }
         metrics.notified()
-        let bytes = GatewayMessage.notify(transaction: transaction).encoded(id: 0)
-        guard !everyone else { return tell(.all, bytes) }
+        guard !everyone else { return tell(.all, GatewayMessage.notify(transaction: transaction).encoded(id: 0)) }
         Task(executorPreference: SyncExecutor(eventLoop: eventLoopGroup.next())) {
             var touched = ChangeFeed.Touched()
             for feed in feeds { touched.formUnion(await feed.untold()) }
-            self.tell(touched, bytes)
+            // Without the transaction's id: what the machines are told of is whatever the reads
+            // since the last tell found, which may be another transaction than this one (a
+            // machine skips a notification of its own upload's transaction, or one it has).
+            self.tell(touched, GatewayMessage.notify(transaction: nil).encoded(id: 0))
         }
     }
 
