@@ -1,14 +1,13 @@
 import CoreMetrics
 import Foundation
 import Prometheus
-import Synchronization
+import SkyrosSync
 
 /// What the daemon records for operators: swift-metrics handles backed by a Prometheus
 /// registry of its own (not the process-wide metrics system: each daemon in a process, as in
 /// tests, has its own), served as Prometheus text by the admin `metrics` request.
 final class DaemonMetrics: Sendable {
     let registry = PrometheusCollectorRegistry()
-    private let factory: PrometheusMetricsFactory
     /// Change sets committed.
     let saves: CoreMetrics.Counter
     /// From a save's arrival to its acknowledgement.
@@ -32,7 +31,7 @@ final class DaemonMetrics: Sendable {
     let syncLagMilliseconds: CoreMetrics.Gauge
     let syncRejected: CoreMetrics.Gauge
     /// The error counters, by code, made at the first error of each code.
-    private let errors = Mutex<[String: CoreMetrics.Counter]>([:])
+    private let errors: CounterFamily
 
     init() {
         var factory = PrometheusMetricsFactory(registry: registry)
@@ -41,7 +40,7 @@ final class DaemonMetrics: Sendable {
             .milliseconds(5), .milliseconds(10), .milliseconds(25), .milliseconds(50), .milliseconds(100),
             .milliseconds(250), .seconds(1), .seconds(5),
         ]
-        self.factory = factory
+        errors = CounterFamily(label: "skyros_errors_total", dimension: "code", factory: factory)
         saves = CoreMetrics.Counter(label: "skyros_saves_total", factory: factory)
         saveLatency = CoreMetrics.Timer(label: "skyros_save_duration_seconds", factory: factory)
         clients = CoreMetrics.Gauge(label: "skyros_clients", factory: factory)
@@ -61,14 +60,7 @@ final class DaemonMetrics: Sendable {
 
     /// Counts an error reply by its code.
     func error(_ code: String) {
-        let counter = errors.withLock { errors in
-            if let counter = errors[code] { return counter }
-            let counter = CoreMetrics.Counter(
-                label: "skyros_errors_total", dimensions: [("code", code)], factory: factory)
-            errors[code] = counter
-            return counter
-        }
-        counter.increment()
+        errors.increment(code)
     }
 
     /// The Prometheus text exposition of everything recorded.

@@ -10,7 +10,6 @@ import Synchronization
 /// reason.
 package final class GatewayMetrics: Sendable {
     let registry = PrometheusCollectorRegistry()
-    private let factory: PrometheusMetricsFactory
     private let connectedMachines: CoreMetrics.Gauge
     private let listeningGauge: CoreMetrics.Gauge
     private let lagGauge: CoreMetrics.Gauge
@@ -20,7 +19,7 @@ package final class GatewayMetrics: Sendable {
     private let toldCounter: CoreMetrics.Counter
     /// Notifications written to machines, in all (for the tests and the benchmark).
     package let toldTotal = Mutex(0)
-    private let refusalCounters = Mutex<[String: CoreMetrics.Counter]>([:])
+    private let refusals: CounterFamily
 
     /// The connections of each machine whose hello was accepted (a daemon holds two).
     private let machines = Mutex<[UUID: Int]>([:])
@@ -33,7 +32,6 @@ package final class GatewayMetrics: Sendable {
 
     init() {
         let factory = PrometheusMetricsFactory(registry: registry)
-        self.factory = factory
         connectedMachines = CoreMetrics.Gauge(label: "skyros_gateway_connected_machines", factory: factory)
         listeningGauge = CoreMetrics.Gauge(label: "skyros_gateway_listening", factory: factory)
         lagGauge = CoreMetrics.Gauge(label: "skyros_gateway_fanout_lag_milliseconds", factory: factory)
@@ -41,6 +39,7 @@ package final class GatewayMetrics: Sendable {
         serverConnections = CoreMetrics.Gauge(label: "skyros_gateway_server_connections", factory: factory)
         notificationsCounter = CoreMetrics.Counter(label: "skyros_gateway_notifications_total", factory: factory)
         toldCounter = CoreMetrics.Counter(label: "skyros_gateway_machines_told_total", factory: factory)
+        refusals = CounterFamily(label: "skyros_gateway_refusals_total", dimension: "reason", factory: factory)
     }
 
     func connected(_ machine: UUID) { machines.withLock { $0[machine, default: 0] += 1 } }
@@ -71,14 +70,7 @@ package final class GatewayMetrics: Sendable {
         case .protocolError?: label = "protocol"
         default: label = reason
         }
-        let counter = refusalCounters.withLock { counters in
-            if let counter = counters[label] { return counter }
-            let counter = CoreMetrics.Counter(
-                label: "skyros_gateway_refusals_total", dimensions: [("reason", label)], factory: factory)
-            counters[label] = counter
-            return counter
-        }
-        counter.increment()
+        refusals.increment(label)
     }
 
     /// The exposition, the gauges read now.

@@ -275,11 +275,7 @@ package final class GatewayServer: Sendable {
                 let (connection, _) = try await database.connect(
                     on: eventLoopGroup.next(), id: Int.random(in: 1...Int.max), logger: logger)
                 metrics.listening.withLock { $0 = true }
-                defer {
-                    Task(executorPreference: SyncExecutor(eventLoop: connection.eventLoop)) {
-                        try? await connection.close()
-                    }
-                }
+                defer { connection.closeInBackground() }
                 // Pinged every second statement timeout: a connection that stopped answering (a
                 // partition that sends no reset) fails the listen, which connects again.
                 let watchdog = Watchdog(connection)
@@ -336,9 +332,8 @@ package final class GatewayServer: Sendable {
     }
 
     /// Sends `bytes` to the listening machines `touched` concerns, and to those not told for
-    /// ``catchUpRounds`` changes when their turn comes (a ``catchUpRounds``-th of the machines
-    /// per change): every machine is told at least once in twice that many changes, whatever its
-    /// buckets, so that none falls behind the feeds' chains of reads (it would read its own from
+    /// ``CatchUpTurns/rounds`` changes when their turn comes (``CatchUpTurns``): every machine
+    /// is told at least once in twice that many changes, whatever its buckets, so that none falls behind the feeds' chains of reads (it would read its own from
     /// the server), and the catching up is spread over the changes (telling every machine at
     /// once, every 128 reads, cost about a second of the gateway's cores at 10,000 machines,
     /// which a write meanwhile waited for).
@@ -362,11 +357,6 @@ package final class GatewayServer: Sendable {
 
     /// The changes told so far, for a listening machine's ``MachineConnection/lastTold``.
     var changesTold: Int { catchUp.withLock { $0.change } }
-
-    /// In how many changes every listening machine is told at least once (``tell(_:_:)``):
-    /// below a fourth of a feed's chain (256 reads), so that a machine told in its turn still
-    /// reads from the chain.
-    static let catchUpRounds = 32
 
     /// Compacts the server's change log every ``GatewayConfiguration/compactionInterval``,
     /// keeping the database configuration's retention.

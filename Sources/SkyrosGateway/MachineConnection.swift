@@ -134,6 +134,14 @@ final class MachineConnection: Sendable {
         }
     }
 
+    /// Starts telling the machine of changes (its `listen`, request `id`), from the gateway's
+    /// current change on.
+    private func listen(id: UInt64) async {
+        lastTold.withLock { $0 = gateway.changesTold }
+        gateway.listeners.withLock { $0[key] = self }
+        await reply(.done, id: id)
+    }
+
     private func reply(_ message: GatewayMessage, id: UInt64) async {
         guard let writer = writer.withLock({ $0 }) else { return }
         let frame = WebSocketFrame(fin: true, opcode: .binary, data: ByteBuffer(bytes: message.encoded(id: id)))
@@ -258,9 +266,7 @@ final class MachineConnection: Sendable {
             }
             guard let schema else {
                 if case .listen = message {
-                    lastTold.withLock { $0 = gateway.changesTold }
-                    gateway.listeners.withLock { $0[key] = self }
-                    await reply(.done, id: id)
+                    await listen(id: id)
                     continue
                 }
                 await close(.protocolError, "a request before the schema was prepared")
@@ -359,9 +365,7 @@ final class MachineConnection: Sendable {
                 // The gateway compacts the log itself (GatewayConfiguration.compactionInterval).
                 await reply(.done, id: id)
             case .listen:
-                lastTold.withLock { $0 = gateway.changesTold }
-                gateway.listeners.withLock { $0[key] = self }
-                await reply(.done, id: id)
+                await listen(id: id)
             default:
                 await close(.protocolError, "a message a machine does not send")
             }

@@ -209,7 +209,7 @@ struct SkyrosGatewayCommand: AsyncParsableCommand {
             let connection = try await PostgresConnection.connect(
                 on: MultiThreadedEventLoopGroup.singleton.any(),
                 configuration: try configuration.connectionConfiguration(), id: 1, logger: logger)
-            defer { Task { try? await connection.close() } }
+            defer { connection.closeInBackground() }
             catalog = try await ServerSession.catalog(schema: configuration.schema, on: connection, logger: logger)
         } catch {
             fail(69, "cannot read the group's tables from \(database): \(String(reflecting: error).prefix(300))")

@@ -42,18 +42,17 @@ package struct GatewaySyncServer: SyncServer {
         notify(nil)  // whatever happened while it was not listening
         var silent = false
         while true {
+            // The gateway tells this connection by the buckets of its hello's token.
+            try link.checkToken()
             // A ping after a silence of two statement timeouts; a second silence as long (no
             // pong, no message) fails the listen: a gateway that stopped answering.
             guard let message = try await link.next(within: statementTimeout * 2, pinging: true) else {
-                try link.checkToken()
                 if silent { throw GatewayLink.Failed(needsOperator: false, message: "the gateway stopped answering") }
                 silent = true
                 continue
             }
             silent = false
             if case .notify(let transaction) = message.message { notify(transaction) }
-            // The gateway tells this connection by the buckets of its hello's token.
-            try link.checkToken()
         }
     }
 
@@ -379,8 +378,7 @@ package final class GatewayLink: Sendable {
 
     /// Sends a request and waits for its answer (a failure thrown as ``Failed``).
     package func request(_ message: GatewayMessage) async throws -> GatewayMessage {
-        try checkToken()
-        return try await answer(to: send(message))
+        try await answer(to: send(message))
     }
 
     /// The endpoint whose token file the link said hello with, that token, and when the file

@@ -85,7 +85,7 @@ package struct PostgresSyncServer: SyncServer {
     /// is pinged every second statement timeout: one that stopped answering fails the listen.
     package func listen(machine: UUID, _ notify: @escaping @Sendable (UInt64?) -> Void) async throws {
         let (connection, _) = try await open()
-        defer { Task(executorPreference: executor) { try? await connection.close() } }
+        defer { connection.closeInBackground() }
         let watchdog = Watchdog(connection, executor: executor)
         let ping = statementTimeout
         let channel = ServerSchema.channel(ofSchema: configuration.schema)
@@ -212,7 +212,6 @@ final class PostgresSyncConnection: SyncServerConnection {
     }
 
     func close() {
-        let connection = connection
-        Task(executorPreference: SyncExecutor(eventLoop: connection.eventLoop)) { try? await connection.close() }
+        connection.closeInBackground()
     }
 }

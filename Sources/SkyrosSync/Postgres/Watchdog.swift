@@ -56,10 +56,10 @@ package final class Watchdog: Sendable {
                 }
             }
             // The timer is a task of the connection's event loop (not a Swift task sleeping).
-            let timer = connection.eventLoop.scheduleTask(in: TimeAmount(limit)) { [connection, executor] in
+            let timer = connection.eventLoop.scheduleTask(in: TimeAmount(limit)) { [connection] in
                 guard outcome.finish(.failure(TimedOut(limit: limit))) else { return }
                 work.cancel()
-                Task(executorPreference: executor) { try? await connection.close() }
+                connection.closeInBackground()
             }
             // The connection closing ends the wait too (at once when it is closed already).
             let fail: @Sendable () -> Void = {
@@ -125,5 +125,13 @@ package final class Watchdog: Sendable {
     struct TimedOut: Error, CustomStringConvertible {
         var limit: Duration
         var description: String { "the server did not answer within \(limit)" }
+    }
+}
+
+extension PostgresConnection {
+    /// Closes the connection without waiting for it, in a task of its event loop (not of Swift's
+    /// cooperative pool, which a process may block for seconds).
+    package func closeInBackground() {
+        Task(executorPreference: SyncExecutor(eventLoop: eventLoop)) { try? await self.close() }
     }
 }

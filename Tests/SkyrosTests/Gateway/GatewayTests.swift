@@ -48,21 +48,7 @@ struct GatewayTests {
             let configuration = SyncConfiguration(
                 host: postgres.host, port: postgres.port, username: postgres.superuser, database: database,
                 schema: Self.schemaName, tls: .disable)
-            // The group's tables, as an operator's --sync-setup makes them.
-            var logger = Logger(label: "test")
-            logger.logLevel = .critical
-            let connection = try await PostgresConnection.connect(
-                on: MultiThreadedEventLoopGroup.singleton.any(),
-                configuration: try configuration.connectionConfiguration(), id: 1, logger: logger)
-            do {
-                try await ServerSession(
-                    connection: connection, schema: ServerSchema(testSchema, name: Self.schemaName), logger: logger
-                ).ensureSchema()
-            } catch {
-                try? await connection.close()
-                throw error
-            }
-            try await connection.close()
+            try await Self.setUp(configuration)
             let rules = try SyncRules.parse(GatewayTests.rules).resolvingDestinations(in: testSchema)
             proxy = proxied ? try FaultProxy(upstreamPort: postgres.port) : nil
             var database = configuration
@@ -74,6 +60,24 @@ struct GatewayTests {
             gatewayConfiguration.statementTimeout = .seconds(2)
             gateway = GatewayServer(configuration: gatewayConfiguration)
             try await gateway.start()
+        }
+
+        /// Makes the group's tables, or migrates them, as an operator's --sync-setup does.
+        static func setUp(_ configuration: SyncConfiguration) async throws {
+            var logger = Logger(label: "test")
+            logger.logLevel = .critical
+            let connection = try await PostgresConnection.connect(
+                on: MultiThreadedEventLoopGroup.singleton.any(),
+                configuration: try configuration.connectionConfiguration(), id: 1, logger: logger)
+            do {
+                try await ServerSession(
+                    connection: connection, schema: ServerSchema(testSchema, name: schemaName), logger: logger
+                ).ensureSchema()
+            } catch {
+                try? await connection.close()
+                throw error
+            }
+            try await connection.close()
         }
 
         /// A token of `subject`, in a file of its own.
@@ -460,21 +464,10 @@ struct GatewayTests {
         #expect(try await titles(bob.stack) == [])
 
         // Set up again (what --sync-setup does): the column and the function that fills it.
-        var logger = Logger(label: "test")
-        logger.logLevel = .critical
-        let configuration = SyncConfiguration(
-            host: fleet.postgres.host, port: fleet.postgres.port, username: fleet.postgres.superuser,
-            database: fleet.database, schema: Fleet.schemaName, tls: .disable)
-        let connection = try await PostgresConnection.connect(
-            on: MultiThreadedEventLoopGroup.singleton.any(),
-            configuration: try configuration.connectionConfiguration(), id: 1, logger: logger)
-        do {
-            try await ServerSession(connection: connection, schema: schema, logger: logger).ensureSchema()
-        } catch {
-            try? await connection.close()
-            throw error
-        }
-        try await connection.close()
+        try await Fleet.setUp(
+            SyncConfiguration(
+                host: fleet.postgres.host, port: fleet.postgres.port, username: fleet.postgres.superuser,
+                database: fleet.database, schema: Fleet.schemaName, tls: .disable))
         #expect(
             try fleet.psql(
                 "SELECT count(*) FROM information_schema.columns WHERE table_schema = 'g_gateway' AND table_name = '_skyros_log' AND column_name = 'op'"
